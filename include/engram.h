@@ -1,0 +1,407 @@
+/*
+ * engram.h - the public C API of libengram.
+ *
+ * libengram stores Engram embedding tables (static tables of fixed-size,
+ * opaque rows) and gathers their rows into caller-owned memory.  A *store*
+ * is a namespace of named tables held by one backend: a directory of table
+ * files (typically under /dev/shm, mapped shared by every process of the
+ * node) or caller memory bound without copying.  The caller computes row
+ * ids; the library validates them and copies the rows.
+ *
+ * Conventions (the same for every function below):
+ *  - Functions that can fail return int: 0 on success, a negative errno
+ *    (-ENOENT, -EEXIST, -ENOMEM, ...) or one of the ENGRAM_E* codes defined
+ *    by ENGRAM_ERRNO_MAP on failure.  engram_strerror() gives a fixed text
+ *    for a code; engram_errmsg() gives the detailed message of the last
+ *    failure on the calling thread ("ids[3][1] = 912 is outside table ...").
+ *  - Handles are opaque.  Every open or begin function has one matching
+ *    close, commit or abort function, and those accept NULL.
+ *  - Structs that may grow start with a `size` field that the caller sets to
+ *    sizeof(the struct) (the *_INIT macros do it).
+ *  - Thread safety is stated per function.  In short: lookups may run
+ *    concurrently from any number of threads; everything else on a store
+ *    is serialised internally; engram_remove() and engram_store_close()
+ *    must not race with lookups that use the table/store they release.
+ */
+#ifndef ENGRAM_H
+#define ENGRAM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------
+ * Version.  The build reads these three lines; keep their form.
+ */
+#define ENGRAM_VERSION_MAJOR 0
+#define ENGRAM_VERSION_MINOR 1
+#define ENGRAM_VERSION_PATCH 0
+#define ENGRAM_VERSION_NUMBER \
+    (ENGRAM_VERSION_MAJOR * 10000 + ENGRAM_VERSION_MINOR * 100 + ENGRAM_VERSION_PATCH)
+
+#if defined(_WIN32)
+#define ENGRAM_API
+#elif defined(ENGRAM_BUILDING) && defined(__GNUC__)
+#define ENGRAM_API __attribute__((visibility("default")))
+#else
+#define ENGRAM_API
+#endif
+
+/*! engram_version_string() :
+ * @return : the library's version as "MAJOR.MINOR.PATCH"; a static string. */
+ENGRAM_API const char *engram_version_string(void);
+
+/*! engram_version_number() :
+ * @return : ENGRAM_VERSION_NUMBER of the library actually linked. */
+ENGRAM_API unsigned engram_version_number(void);
+
+/* ------------------------------------------------------------------------
+ * Errors.  Library-specific codes live in [-4099, -4000]; all other
+ * negative values are negated errno values.
+ */
+#define ENGRAM_ERRNO_MAP(XX)                                                          \
+    XX(EBADID, -4001, "row id outside its table")                                     \
+    XX(ESPEC, -4002, "invalid table spec or name")                                    \
+    XX(EMISMATCH, -4003, "table spec does not match the stored table")                \
+    XX(ELAYOUT, -4004, "invalid array layout (shape, strides, dtype or overlap)")     \
+    XX(ECORRUPT, -4005, "table file is truncated, corrupt or not an engram table")    \
+    XX(ECHECKSUM, -4006, "table data does not match its checksum")                    \
+    XX(EVERSION, -4007, "table file format version is not supported")                 \
+    XX(EUNSAFE, -4008, "refused an entry that is a link, foreign-owned or writable by others") \
+    XX(EBOUND, -4009, "operation not allowed on a table bound to caller memory")      \
+    XX(EREMOVED, -4010, "table was removed")                                          \
+    XX(ESTATE, -4011, "operation not allowed in the object's current state")
+
+enum {
+#define ENGRAM__ERR_ENUM(name, value, text) ENGRAM_##name = (value),
+    ENGRAM_ERRNO_MAP(ENGRAM__ERR_ENUM)
+#undef ENGRAM__ERR_ENUM
+    ENGRAM__ERR_LAST = -4000
+};
+
+/*! engram_strerror() :
+ * @return : a fixed, static description of error code `err` (a negative
+ *           errno or an ENGRAM_E* code).  Thread-safe. */
+ENGRAM_API const char *engram_strerror(int err);
+
+/*! engram_errmsg() :
+ * @return : the detailed message of the most recent failing engram call on
+ *           the calling thread (thread-local storage, valid until the next
+ *           failing call on this thread); "" if none failed yet. */
+ENGRAM_API const char *engram_errmsg(void);
+
+/* ------------------------------------------------------------------------
+ * Table specs and names.
+ *
+ * A table is `num_rows` rows of `row_bytes` opaque bytes.  Rows are stored
+ * `row_pitch` bytes apart (row_pitch >= row_bytes; 0 means row_bytes), e.g.
+ * 264-byte rows at a 272-byte pitch so every row starts 16-byte aligned.
+ *
+ * Names are 1..ENGRAM_NAME_MAX bytes of [A-Za-z0-9._:-], not starting with
+ * '.' ("engram:l1:h0" is a valid name).  Namespace names follow the same
+ * rule.
+ */
+#define ENGRAM_NAME_MAX 128
+#define ENGRAM_ROW_BYTES_MAX (1u << 24) /* 16 MiB */
+
+typedef struct engram_table_spec {
+    uint64_t num_rows;  /* >= 1 */
+    uint32_t row_bytes; /* 1 .. ENGRAM_ROW_BYTES_MAX */
+    uint32_t row_pitch; /* 0 (= row_bytes) or row_bytes .. ENGRAM_ROW_BYTES_MAX */
+} engram_table_spec;
+
+/*! engram_spec_check() :
+ * Validates a spec (ranges, and that num_rows * row_pitch fits in memory
+ * sizes).  Thread-safe.
+ * @return : 0, or ENGRAM_ESPEC with the reason in engram_errmsg(). */
+ENGRAM_API int engram_spec_check(const engram_table_spec *spec);
+
+/*! engram_name_check() :
+ * @return : 0 if `name` is a valid table or namespace name, else
+ *           ENGRAM_ESPEC with the reason in engram_errmsg().  Thread-safe. */
+ENGRAM_API int engram_name_check(const char *name);
+
+/* ------------------------------------------------------------------------
+ * Stores.
+ */
+typedef struct engram_store engram_store;
+
+/* engram_store_options.flags */
+#define ENGRAM_OPEN_CREATE 0x0001u        /* create the namespace directory if missing */
+#define ENGRAM_OPEN_PREFAULT 0x0002u      /* map tables with MAP_POPULATE: no first-touch faults */
+#define ENGRAM_OPEN_RANDOM 0x0004u        /* madvise(MADV_RANDOM) on table mappings */
+#define ENGRAM_OPEN_PRIVATE_HUGE 0x0008u  /* serve a private huge-page copy of each table
+                                           * (MADV_HUGEPAGE + touch + MADV_COLLAPSE) instead of
+                                           * the shared mapping */
+#define ENGRAM_OPEN_MLOCK 0x0010u         /* mlock table memory (fails if RLIMIT_MEMLOCK is low) */
+#define ENGRAM_OPEN_VERIFY 0x0020u        /* verify each table's checksum when it is first mapped */
+#define ENGRAM_OPEN_TIMING 0x0040u        /* measure lookup time for stats (costs two clock reads
+                                           * per lookup, ~60 ns here) */
+#define ENGRAM_OPEN_GROUP 0x0080u         /* share the namespace with the owner's group: directory
+                                           * 0750 and files 0440 instead of 0700 / 0400 */
+
+typedef struct engram_store_options {
+    uint32_t size;     /* sizeof(engram_store_options) */
+    uint32_t flags;    /* ENGRAM_OPEN_* */
+    int threads;       /* gather threads including the caller: 0 = one per CPU (at most 8),
+                        * 1 = the calling thread only */
+    size_t parallel_min_rows; /* split a lookup across threads from this many rows up;
+                               * 0 = the measured default */
+} engram_store_options;
+
+#define ENGRAM_STORE_OPTIONS_INIT {sizeof(engram_store_options), 0u, 0, 0}
+
+/*! engram_default_root() :
+ * @return : the default root directory of namespaces: "/dev/shm/engram"
+ *           when /dev/shm exists, else "/tmp/engram".  Static string. */
+ENGRAM_API const char *engram_default_root(void);
+
+/*! engram_store_open() :
+ * Opens the namespace `ns` under directory `root` (NULL: the default root).
+ * With ENGRAM_OPEN_CREATE, a missing root and namespace directory are
+ * created (mode 0700, or 0750 with ENGRAM_OPEN_GROUP).  Existing tables are
+ * found on demand; nothing is mapped until a table is first used.  Stale
+ * temporary files left by killed writers are removed.
+ *
+ * Security: the root and the namespace must be real directories (never a
+ * link), owned by the caller (the root may also be owned by root), and the
+ * namespace must not be writable by group or others.  Violations give
+ * ENGRAM_EUNSAFE.
+ *
+ * `opts` may be NULL (defaults).  On success *out owns the store; close it
+ * with engram_store_close().
+ * @return : 0, -ENOENT (no such namespace and no CREATE), ENGRAM_EUNSAFE,
+ *           ENGRAM_ESPEC (bad namespace name), or another negative errno. */
+ENGRAM_API int engram_store_open(const char *root, const char *ns,
+                                 const engram_store_options *opts, engram_store **out);
+
+/*! engram_store_open_memory() :
+ * Opens a store with no directory: it only serves tables bound with
+ * engram_bind().  `opts` may be NULL.
+ * @return : 0 or -ENOMEM / -EINVAL. */
+ENGRAM_API int engram_store_open_memory(const engram_store_options *opts, engram_store **out);
+
+/*! engram_store_close() :
+ * Unmaps every table, stops the gather threads and frees the store.
+ * Accepts NULL.  Must not race with any other call on the same store. */
+ENGRAM_API void engram_store_close(engram_store *st);
+
+/* ------------------------------------------------------------------------
+ * Writing tables: create-only and atomic.
+ *
+ * A table is written to a temporary file in the namespace, synced, then
+ * published under its name with link(2), which fails if the name exists:
+ * of several writers (threads or processes) of one name exactly one wins;
+ * the others get -EEXIST.  Readers never see a partial table.  A writer
+ * killed mid-way leaves only its temporary file, which the next
+ * engram_store_open() of the namespace removes.
+ */
+typedef struct engram_writer engram_writer;
+
+/*! engram_writer_begin() :
+ * Starts writing table `name` with `spec` (streaming: the rows may arrive
+ * in any number of engram_writer_append() calls).  Space for the whole
+ * table is reserved up front, so a full disk fails here (-ENOSPC) rather
+ * than half-way.  Fails at once with -EEXIST if the name is already
+ * published or bound.  Thread-safe.
+ * @return : 0 and *out, or a negative code. */
+ENGRAM_API int engram_writer_begin(engram_store *st, const char *name,
+                                   const engram_table_spec *spec, engram_writer **out);
+
+/*! engram_writer_append() :
+ * Appends `nrows` rows read from `rows`, `src_stride` bytes apart
+ * (0 = row_bytes; only the first row_bytes of each are used).  Appending
+ * beyond num_rows is an error.  A failed append leaves the writer usable
+ * only for engram_writer_abort().
+ * @return : 0, -ENOSPC, -EIO, ENGRAM_ESTATE, ... */
+ENGRAM_API int engram_writer_append(engram_writer *w, const void *rows, uint64_t nrows,
+                                    size_t src_stride);
+
+/*! engram_writer_commit() :
+ * Checks that all num_rows rows were appended, writes the header with the
+ * data checksum, syncs and publishes the table.  Always frees `w`; on
+ * failure the temporary file is removed and nothing is published.
+ * @return : 0, -EEXIST (another writer won), ENGRAM_ESTATE (rows missing),
+ *           or another negative code. */
+ENGRAM_API int engram_writer_commit(engram_writer *w);
+
+/*! engram_writer_abort() :
+ * Discards the temporary file and frees `w`.  Accepts NULL. */
+ENGRAM_API void engram_writer_abort(engram_writer *w);
+
+/*! engram_populate() :
+ * Writes a whole table in one call: begin + append(all rows) + commit.
+ * `rows` holds spec->num_rows rows `src_stride` bytes apart (0 = row_bytes).
+ * Thread-safe.
+ * @return : as engram_writer_begin()/engram_writer_commit(). */
+ENGRAM_API int engram_populate(engram_store *st, const char *name, const engram_table_spec *spec,
+                               const void *rows, size_t src_stride);
+
+/*! engram_bind() :
+ * Serves caller-owned memory as table `name` without copying: row i is at
+ * (const char *)mem + i * row_pitch.  The memory must stay valid and
+ * unchanged until the store is closed (bound tables cannot be removed).
+ * Binding a name that is bound or stored in the namespace is rejected with
+ * -EEXIST.  Thread-safe.
+ * @return : 0, -EEXIST, ENGRAM_ESPEC, -EINVAL (mem NULL). */
+ENGRAM_API int engram_bind(engram_store *st, const char *name, const engram_table_spec *spec,
+                           const void *mem);
+
+/* ------------------------------------------------------------------------
+ * Tables in a store.
+ */
+typedef uint32_t engram_table_id;
+
+/*! engram_table_open() :
+ * Resolves `name` to a table id for engram_lookup(), mapping the table file
+ * on first use with the store's memory options (prefault, huge pages, ...).
+ * The id stays valid until the store is closed (a removed table's id then
+ * gives ENGRAM_EREMOVED).  Opening the same name twice gives the same id.
+ * Thread-safe.
+ * @return : 0, -ENOENT, ENGRAM_ECORRUPT, ENGRAM_EVERSION, ENGRAM_EUNSAFE,
+ *           ENGRAM_ECHECKSUM (with ENGRAM_OPEN_VERIFY), or -errno. */
+ENGRAM_API int engram_table_open(engram_store *st, const char *name, engram_table_id *id);
+
+/* engram_table_info.kind */
+#define ENGRAM_TABLE_FILE 1  /* a table file of the namespace */
+#define ENGRAM_TABLE_BOUND 2 /* caller memory (engram_bind) */
+
+typedef struct engram_table_info {
+    uint32_t size; /* sizeof(engram_table_info) */
+    uint32_t kind; /* ENGRAM_TABLE_* */
+    engram_table_spec spec; /* row_pitch is never 0 here */
+    uint64_t data_offset;   /* byte offset of row 0 in the file (FILE only) */
+    uint64_t data_size;     /* num_rows * row_pitch */
+    uint64_t checksum;      /* XXH3-64 of the data as recorded in the header (FILE only) */
+    uint64_t created_ns;    /* creation time, ns since the Unix epoch (FILE only) */
+    /* The following are 0 until the table is opened in this store. */
+    int mapped;             /* 1 once mapped (or bound) in this process */
+    int private_copy;       /* 1 if served from a private (huge-page) copy */
+    uint64_t resident_bytes; /* bytes of the table memory resident, from /proc/self/smaps */
+    uint64_t huge_bytes;     /* of which backed by huge pages */
+    uint64_t map_minor_faults, map_major_faults; /* page faults taken while mapping/prefaulting */
+    uint64_t lookups;        /* lookups that read this table */
+    uint64_t rows;           /* rows copied from this table (dead ids excluded) */
+    uint64_t bytes;          /* bytes copied from this table */
+} engram_table_info;
+
+#define ENGRAM_TABLE_INFO_INIT {sizeof(engram_table_info), 0u, {0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+
+/*! engram_get_table_info() :
+ * Fills *info about table `name` (stored or bound) without mapping it.
+ * info->size must be set.  Thread-safe.
+ * @return : 0, -ENOENT, ENGRAM_ECORRUPT, ... */
+ENGRAM_API int engram_get_table_info(engram_store *st, const char *name, engram_table_info *info);
+
+/*! engram_list() :
+ * Lists the names of the store's tables (stored and bound), sorted.
+ * *names is one allocation (the array and the strings) to release with
+ * engram_free(); *count is its length.  Thread-safe.
+ * @return : 0 or a negative code. */
+ENGRAM_API int engram_list(engram_store *st, char ***names, size_t *count);
+
+/*! engram_free() : releases memory returned by the library.  Accepts NULL. */
+ENGRAM_API void engram_free(void *p);
+
+/*! engram_remove() :
+ * Unpublishes table `name`: its file is unlinked (the name is free again at
+ * once) and later lookups of its id fail with ENGRAM_EREMOVED.  The store's
+ * own mapping is released at engram_store_close(), because concurrent
+ * lookups may still be reading it.  Other processes keep their mappings.
+ * @return : 0, -ENOENT, ENGRAM_EBOUND (bound tables cannot be removed). */
+ENGRAM_API int engram_remove(engram_store *st, const char *name);
+
+/*! Progress callback for long operations: `done` of `total` bytes. Return
+ * nonzero to cancel (the operation then fails with -ECANCELED). */
+typedef int (*engram_progress_fn)(void *ud, uint64_t done, uint64_t total);
+
+/*! engram_verify() :
+ * Re-reads table `name`'s file and checks its header and data checksum.
+ * `progress` may be NULL.  Thread-safe.
+ * @return : 0, ENGRAM_ECHECKSUM, ENGRAM_ECORRUPT, -ENOENT, ... */
+ENGRAM_API int engram_verify(engram_store *st, const char *name, engram_progress_fn progress,
+                             void *ud);
+
+/* ------------------------------------------------------------------------
+ * Lookup.
+ *
+ * Gathers rows for a [T, K] batch of ids: column k reads table
+ * tables[k] (ids may repeat), row id = ids[t][k] - offsets[k], and the
+ * row_bytes bytes of that row go to out + t * out_stride_t + k * out_stride_k.
+ * Every table of one lookup must have the same row_bytes.  An id equal to
+ * ENGRAM_DEAD_ID (-1, before the offset is applied) leaves its output row
+ * untouched, or zero-fills it with ENGRAM_LOOKUP_ZERO_DEAD.  Any other id
+ * outside [0, num_rows) after the offset is an error.
+ *
+ * Everything is validated before the first byte is written: on any error
+ * the output is untouched and engram_errmsg() names the position and value.
+ * The output rows must not overlap each other (checked), nor the ids or a
+ * table (not checked).  T == 0 or K == 0 is a no-op.
+ */
+#define ENGRAM_DEAD_ID (-1)
+
+#define ENGRAM_ID_INT32 1
+#define ENGRAM_ID_INT64 2
+
+#define ENGRAM_LOOKUP_ZERO_DEAD 0x0001u /* zero-fill rows whose id is ENGRAM_DEAD_ID */
+
+typedef struct engram_lookup_args {
+    uint32_t size;                 /* sizeof(engram_lookup_args) */
+    uint32_t flags;                /* ENGRAM_LOOKUP_* */
+    size_t num_tokens;             /* T */
+    size_t num_cols;               /* K */
+    const engram_table_id *tables; /* [K] ids from engram_table_open() */
+    const int64_t *offsets;        /* [K] or NULL (all 0) */
+    const void *ids;               /* T x K ids of id_type */
+    int id_type;                   /* ENGRAM_ID_INT32 or ENGRAM_ID_INT64 */
+    ptrdiff_t id_stride_t;         /* in elements; 0 with id_stride_k 0 = contiguous [T,K] */
+    ptrdiff_t id_stride_k;         /* in elements */
+    void *out;                     /* output base */
+    ptrdiff_t out_stride_t;        /* in bytes; 0 with out_stride_k 0 = contiguous [T,K,R] */
+    ptrdiff_t out_stride_k;        /* in bytes */
+} engram_lookup_args;
+
+#define ENGRAM_LOOKUP_ARGS_INIT {sizeof(engram_lookup_args), 0u, 0, 0, NULL, NULL, NULL, 0, 0, 0, NULL, 0, 0}
+
+/*! engram_lookup() :
+ * Performs one lookup (see above).  Thread-safe: any number of threads may
+ * look up on one store at once.  Allocates nothing and takes no lock for
+ * batches below the parallel threshold; larger batches are split across
+ * the store's gather threads when they are free.
+ * @return : 0, ENGRAM_EBADID, ENGRAM_ELAYOUT, ENGRAM_EREMOVED, -EINVAL. */
+ENGRAM_API int engram_lookup(engram_store *st, const engram_lookup_args *args);
+
+/* ------------------------------------------------------------------------
+ * Statistics.
+ */
+typedef struct engram_stats {
+    uint32_t size;        /* sizeof(engram_stats) */
+    uint32_t threads;     /* gather threads including the caller */
+    uint64_t lookups;     /* successful lookups */
+    uint64_t failed;      /* lookups rejected by validation */
+    uint64_t rows;        /* rows copied */
+    uint64_t dead_rows;   /* rows with ENGRAM_DEAD_ID */
+    uint64_t bytes;       /* bytes copied */
+    uint64_t parallel;    /* lookups split across threads */
+    uint64_t time_ns;     /* time inside successful lookups (ENGRAM_OPEN_TIMING only) */
+    uint64_t tables_open; /* tables mapped or bound */
+    uint64_t mapped_bytes; /* bytes of table memory mapped or bound */
+} engram_stats;
+
+#define ENGRAM_STATS_INIT {sizeof(engram_stats), 0u, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+
+/*! engram_store_stats() :
+ * Fills *stats (stats->size must be set).  Counters are summed from
+ * per-thread shards without stopping lookups, so a snapshot taken during
+ * lookups may be slightly behind.  Thread-safe.
+ * @return : 0 or -EINVAL. */
+ENGRAM_API int engram_store_stats(engram_store *st, engram_stats *stats);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ENGRAM_H */

@@ -1,0 +1,66 @@
+/*
+ * common.h - helpers shared by every module of libengram (internal).
+ *
+ * Error reporting: a failing function returns a negative code and records a
+ * detailed, thread-local message with engram__err() (the message buffer is
+ * read back through engram_errmsg()).  Size arithmetic goes through the
+ * overflow-checked helpers below, never by hand.
+ */
+#ifndef ENGRAM_COMMON_H
+#define ENGRAM_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engram.h"
+
+#define ENGRAM__LIKELY(x) __builtin_expect(!!(x), 1)
+#define ENGRAM__UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define ENGRAM__CACHELINE 64
+
+#if defined(ENGRAM_DEBUG) && ENGRAM_DEBUG
+#include <assert.h>
+#define ENGRAM__ASSERT(x) assert(x)
+#else
+#define ENGRAM__ASSERT(x) ((void)0)
+#endif
+
+/* Records a formatted detail message for `code` on this thread and returns
+ * `code`, so a failure site reads `return engram__err(ENGRAM_ESPEC, ...)`. */
+int engram__err(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Records errno-style failure `-errno_value` of `what` (e.g. "open 'x'"). */
+int engram__errno(int errno_value, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Overflow-checked size arithmetic: return 0 on success, -1 on overflow. */
+static inline int engram__mul_u64(uint64_t a, uint64_t b, uint64_t *out)
+{
+    return __builtin_mul_overflow(a, b, out) ? -1 : 0;
+}
+static inline int engram__add_u64(uint64_t a, uint64_t b, uint64_t *out)
+{
+    return __builtin_add_overflow(a, b, out) ? -1 : 0;
+}
+static inline uint64_t engram__align_up(uint64_t v, uint64_t a)
+{
+    return (v + a - 1) & ~(a - 1);
+}
+
+/* The row pitch a spec means (0 = row_bytes). */
+static inline uint32_t engram__spec_pitch(const engram_table_spec *s)
+{
+    return s->row_pitch ? s->row_pitch : s->row_bytes;
+}
+
+/* Like engram_spec_check(), and on success stores num_rows * pitch. */
+int engram__spec_size(const engram_table_spec *spec, uint64_t *data_size);
+
+/* 1 if `name` is a valid table name, else 0; records no message (for
+ * filtering directory entries). */
+int engram__name_valid(const char *name);
+
+/* Nanoseconds of CLOCK_MONOTONIC / CLOCK_REALTIME. */
+uint64_t engram__now_ns(void);
+uint64_t engram__wall_ns(void);
+
+#endif

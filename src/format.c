@@ -1,0 +1,155 @@
+/*
+ * format.c - encoding and validation of the table file header.
+ *
+ * Byte layout (little-endian; docs/format.md has the prose):
+ *   0  magic "ENGRAMTB"          8
+ *   8  u32 format version        12  u32 header size (512)
+ *  16  u64 num_rows              24  u32 row_bytes     28  u32 row_pitch
+ *  32  u64 data_offset           40  u64 data_size     48  u64 data checksum
+ *  56  u32 checksum algorithm    60  u32 flags (0)     64  u64 created (ns)
+ *  72  name, NUL-padded to 136 bytes
+ * 208  reserved, zero           504  u64 XXH3-64 of bytes [0, 504)
+ */
+#include <string.h>
+
+#include <xxhash.h>
+
+#include "common.h"
+#include "format.h"
+
+#define OFF_MAGIC 0
+#define OFF_VERSION 8
+#define OFF_HSIZE 12
+#define OFF_ROWS 16
+#define OFF_RBYTES 24
+#define OFF_PITCH 28
+#define OFF_DOFF 32
+#define OFF_DSIZE 40
+#define OFF_DSUM 48
+#define OFF_ALGO 56
+#define OFF_FLAGS 60
+#define OFF_CREATED 64
+#define OFF_NAME 72
+#define NAME_FIELD 136
+#define OFF_RESERVED (OFF_NAME + NAME_FIELD)
+#define OFF_HSUM 504
+
+static void put32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+static void put64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+static uint32_t get32(const unsigned char *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+static uint64_t get64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+void engram__header_encode(const engram__header *h, unsigned char buf[ENGRAM__HEADER_SIZE])
+{
+    memset(buf, 0, ENGRAM__HEADER_SIZE);
+    memcpy(buf + OFF_MAGIC, ENGRAM__MAGIC, 8);
+    put32(buf + OFF_VERSION, h->version);
+    put32(buf + OFF_HSIZE, ENGRAM__HEADER_SIZE);
+    put64(buf + OFF_ROWS, h->num_rows);
+    put32(buf + OFF_RBYTES, h->row_bytes);
+    put32(buf + OFF_PITCH, h->row_pitch);
+    put64(buf + OFF_DOFF, h->data_offset);
+    put64(buf + OFF_DSIZE, h->data_size);
+    put64(buf + OFF_DSUM, h->data_checksum);
+    put32(buf + OFF_ALGO, h->checksum_algo);
+    put32(buf + OFF_FLAGS, h->flags);
+    put64(buf + OFF_CREATED, h->created_ns);
+    memcpy(buf + OFF_NAME, h->name, strnlen(h->name, ENGRAM_NAME_MAX));
+    put64(buf + OFF_HSUM, XXH3_64bits(buf, OFF_HSUM));
+}
+
+int engram__header_parse(const unsigned char *buf, size_t len, uint64_t file_size,
+                         const char *what, engram__header *h)
+{
+    engram_table_spec spec;
+    uint64_t size, end;
+    size_t namelen;
+
+    if (len < ENGRAM__HEADER_SIZE || file_size < ENGRAM__HEADER_SIZE)
+        return engram__err(ENGRAM_ECORRUPT, "%s: file is shorter than the %u-byte header", what,
+                           ENGRAM__HEADER_SIZE);
+    if (memcmp(buf + OFF_MAGIC, ENGRAM__MAGIC, 8) != 0)
+        return engram__err(ENGRAM_ECORRUPT, "%s: not an engram table (bad magic)", what);
+    memset(h, 0, sizeof *h);
+    h->version = get32(buf + OFF_VERSION);
+    if (h->version != ENGRAM__FORMAT_VERSION)
+        return engram__err(ENGRAM_EVERSION, "%s: format version %u (this library reads %u)", what,
+                           h->version, ENGRAM__FORMAT_VERSION);
+    if (get32(buf + OFF_HSIZE) != ENGRAM__HEADER_SIZE)
+        return engram__err(ENGRAM_ECORRUPT, "%s: header size %u (expected %u)", what,
+                           get32(buf + OFF_HSIZE), ENGRAM__HEADER_SIZE);
+    if (get64(buf + OFF_HSUM) != XXH3_64bits(buf, OFF_HSUM))
+        return engram__err(ENGRAM_ECORRUPT, "%s: header checksum mismatch (header is corrupt)",
+                           what);
+    for (size_t i = OFF_RESERVED; i < OFF_HSUM; i++)
+        if (buf[i] != 0)
+            return engram__err(ENGRAM_ECORRUPT, "%s: reserved header byte %zu is not zero", what, i);
+
+    h->num_rows = get64(buf + OFF_ROWS);
+    h->row_bytes = get32(buf + OFF_RBYTES);
+    h->row_pitch = get32(buf + OFF_PITCH);
+    h->data_offset = get64(buf + OFF_DOFF);
+    h->data_size = get64(buf + OFF_DSIZE);
+    h->data_checksum = get64(buf + OFF_DSUM);
+    h->checksum_algo = get32(buf + OFF_ALGO);
+    h->flags = get32(buf + OFF_FLAGS);
+    h->created_ns = get64(buf + OFF_CREATED);
+
+    if (h->checksum_algo != ENGRAM__CHECKSUM_XXH3_64)
+        return engram__err(ENGRAM_EVERSION, "%s: unknown checksum algorithm %u", what,
+                           h->checksum_algo);
+    if (h->flags != 0)
+        return engram__err(ENGRAM_EVERSION, "%s: unknown header flags 0x%x", what, h->flags);
+    if (h->row_pitch == 0)
+        return engram__err(ENGRAM_ECORRUPT, "%s: row_pitch is 0", what);
+    spec.num_rows = h->num_rows;
+    spec.row_bytes = h->row_bytes;
+    spec.row_pitch = h->row_pitch;
+    if (engram__spec_size(&spec, &size) != 0)
+        return engram__err(ENGRAM_ECORRUPT, "%s: invalid spec in header: %s", what,
+                           engram_errmsg());
+    if (size != h->data_size)
+        return engram__err(ENGRAM_ECORRUPT, "%s: data size %llu != num_rows x row_pitch %llu",
+                           what, (unsigned long long)h->data_size, (unsigned long long)size);
+    if (h->data_offset < ENGRAM__HEADER_SIZE || h->data_offset % ENGRAM__DATA_ALIGN != 0)
+        return engram__err(ENGRAM_ECORRUPT, "%s: data offset %llu is not a multiple of %u", what,
+                           (unsigned long long)h->data_offset, ENGRAM__DATA_ALIGN);
+    if (engram__add_u64(h->data_offset, h->data_size, &end) || end != file_size)
+        return engram__err(ENGRAM_ECORRUPT,
+                           "%s: file is %llu bytes but the header describes %llu (truncated or "
+                           "extended)",
+                           what, (unsigned long long)file_size,
+                           (unsigned long long)(h->data_offset + h->data_size));
+    namelen = strnlen((const char *)buf + OFF_NAME, NAME_FIELD);
+    if (namelen > ENGRAM_NAME_MAX)
+        return engram__err(ENGRAM_ECORRUPT, "%s: table name in header is not terminated", what);
+    for (size_t i = namelen; i < NAME_FIELD; i++)
+        if (buf[OFF_NAME + i] != 0)
+            return engram__err(ENGRAM_ECORRUPT, "%s: name padding is not zero", what);
+    memcpy(h->name, buf + OFF_NAME, namelen);
+    h->name[namelen] = '\0';
+    if (engram_name_check(h->name) != 0)
+        return engram__err(ENGRAM_ECORRUPT, "%s: invalid table name in header: %s", what,
+                           engram_errmsg());
+    return 0;
+}

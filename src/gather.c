@@ -1,0 +1,396 @@
+/*
+ * gather.c - the lookup: validate the whole batch into a plan, then copy.
+ *
+ * A lookup is done in two passes over the ids.  The first resolves each
+ * column's table and checks every id, so that an error leaves the output
+ * untouched.  The second copies: per block of rows it computes the source
+ * addresses and prefetches them, then copies the previous block, which
+ * keeps a block's worth of independent cache misses in flight (random rows
+ * of a large table are bound by memory latency, not bandwidth).
+ *
+ * The copy loop is one generic routine, inlined with the row size and id
+ * type as compile-time constants for the common row sizes, so the
+ * compiler emits fixed-size vector moves instead of memcpy calls.
+ *
+ * Large batches are split across the store's thread pool.  Nothing here
+ * allocates or locks, except the per-thread column scratch that grows the
+ * first time a thread looks up more than STACK_COLS columns.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store.h"
+
+#define STACK_COLS 32
+#define BLOCK 16 /* rows per prefetch block */
+
+typedef struct col {
+    const unsigned char *base; /* NULL: rows come from t->ops->read_rows */
+    uint64_t nrows;
+    uint64_t off; /* offsets[k] as unsigned, subtracted with wrap-around */
+    size_t pitch;
+    engram__table *t;
+    uint64_t dead;
+} col;
+
+typedef struct plan {
+    const col *cols;
+    size_t T, K, R;
+    const unsigned char *ids;
+    int id64;
+    ptrdiff_t ist, isk; /* id strides in elements */
+    unsigned char *out;
+    ptrdiff_t ost, osk; /* output strides in bytes */
+    int zero_dead;
+    int indirect; /* some column has no base address */
+} plan;
+
+/* Marks a dead row that is to be zero-filled; NULL marks one to skip. */
+static const unsigned char zero_marker;
+#define ZERO_ROW (&zero_marker)
+
+static inline __attribute__((always_inline)) int64_t load_id(const plan *p, size_t t, size_t k,
+                                                             const int id64)
+{
+    ptrdiff_t e = (ptrdiff_t)t * p->ist + (ptrdiff_t)k * p->isk;
+    if (id64)
+        return ((const int64_t *)(const void *)p->ids)[e];
+    return ((const int32_t *)(const void *)p->ids)[e];
+}
+
+/* Copies rows [begin, end) of the flattened [T, K] batch.  R and id64 are
+ * constants at every call site of the dispatcher below. */
+static inline __attribute__((always_inline)) void copy_range(const plan *p, size_t begin,
+                                                             size_t end, const size_t R,
+                                                             const int id64)
+{
+    const unsigned char *src[2][BLOCK];
+    unsigned char *dst[2][BLOCK];
+    size_t K = p->K, t = begin / K, k = begin % K, i = begin, nprev = 0;
+    int cur = 0;
+
+    for (;;) {
+        size_t n = 0;
+        /* Plan the next block and start its loads. */
+        while (n < BLOCK && i < end) {
+            const col *c = &p->cols[k];
+            int64_t raw = load_id(p, t, k, id64);
+            const unsigned char *s;
+            if (raw == ENGRAM_DEAD_ID) {
+                s = p->zero_dead ? ZERO_ROW : NULL;
+            } else if (c->base) {
+                s = c->base + ((uint64_t)raw - c->off) * c->pitch;
+                for (size_t o = 0; o < R; o += 64)
+                    __builtin_prefetch(s + o, 0, 0);
+                __builtin_prefetch(s + R - 1, 0, 0);
+            } else {
+                s = NULL; /* copied by the backend pass */
+            }
+            src[cur ^ 1][n] = s;
+            dst[cur ^ 1][n] = p->out + (ptrdiff_t)t * p->ost + (ptrdiff_t)k * p->osk;
+            n++;
+            i++;
+            if (++k == K) {
+                k = 0;
+                t++;
+            }
+        }
+        /* Copy the block planned last time: its loads had a block to land. */
+        for (size_t j = 0; j < nprev; j++) {
+            const unsigned char *s = src[cur][j];
+            if (s == ZERO_ROW)
+                memset(dst[cur][j], 0, R);
+            else if (s)
+                memcpy(dst[cur][j], s, R);
+        }
+        if (n == 0)
+            break;
+        nprev = n;
+        cur ^= 1;
+    }
+}
+
+#define ENGRAM__ROW_SIZES(X) X(8) X(16) X(32) X(64) X(128) X(256) X(264) X(272) X(512) X(1024)
+
+static void copy_dispatch(const plan *p, size_t begin, size_t end)
+{
+#define CASE64(r)                          \
+    case r:                                \
+        copy_range(p, begin, end, r, 1);   \
+        return;
+#define CASE32(r)                          \
+    case r:                                \
+        copy_range(p, begin, end, r, 0);   \
+        return;
+    if (p->id64) {
+        switch (p->R) {
+            ENGRAM__ROW_SIZES(CASE64)
+        default:
+            copy_range(p, begin, end, p->R, 1);
+            return;
+        }
+    }
+    switch (p->R) {
+        ENGRAM__ROW_SIZES(CASE32)
+    default:
+        copy_range(p, begin, end, p->R, 0);
+        return;
+    }
+#undef CASE64
+#undef CASE32
+}
+
+static void copy_part(void *arg, size_t part, size_t nparts)
+{
+    const plan *p = arg;
+    size_t rows = p->T * p->K;
+    copy_dispatch(p, rows * part / nparts, rows * (part + 1) / nparts);
+}
+
+/* Rows of columns without a base address go through their backend in
+ * batches, after validation like every other row. */
+static int backend_pass(const plan *p)
+{
+    enum { BATCH = 256 };
+    uint64_t rows[BATCH];
+    unsigned char *dsts[BATCH];
+    for (size_t k = 0; k < p->K; k++) {
+        const col *c = &p->cols[k];
+        size_t n = 0;
+        int err;
+        if (c->base)
+            continue;
+        for (size_t t = 0; t < p->T; t++) {
+            int64_t raw = p->id64 ? load_id(p, t, k, 1) : load_id(p, t, k, 0);
+            if (raw == ENGRAM_DEAD_ID)
+                continue;
+            rows[n] = (uint64_t)raw - c->off;
+            dsts[n] = p->out + (ptrdiff_t)t * p->ost + (ptrdiff_t)k * p->osk;
+            if (++n == BATCH) {
+                if ((err = c->t->ops->read_rows(c->t, n, rows, dsts)) != 0)
+                    return err;
+                n = 0;
+            }
+        }
+        if (n && (err = c->t->ops->read_rows(c->t, n, rows, dsts)) != 0)
+            return err;
+    }
+    return 0;
+}
+
+/* Checks that T x K rows of R bytes at the given strides never overlap:
+ * the inner dimension's stride must cover a row and the outer dimension's
+ * stride must cover the whole inner extent. */
+static int check_out_layout(size_t R, size_t T, size_t K, ptrdiff_t ost, ptrdiff_t osk)
+{
+    uint64_t n[2], s[2], span;
+    int d = 0;
+    if (T > 1) {
+        n[d] = T;
+        s[d++] = (uint64_t)(ost < 0 ? -ost : ost);
+    }
+    if (K > 1) {
+        n[d] = K;
+        s[d++] = (uint64_t)(osk < 0 ? -osk : osk);
+    }
+    if (d == 2 && s[0] < s[1]) {
+        uint64_t tn = n[0], ts = s[0];
+        n[0] = n[1];
+        s[0] = s[1];
+        n[1] = tn;
+        s[1] = ts;
+    }
+    /* Now dimension d-1 is the inner one. */
+    if (d >= 1 && s[d - 1] < R)
+        return engram__err(ENGRAM_ELAYOUT,
+                           "output rows overlap: stride %llu bytes is smaller than a row (%zu)",
+                           (unsigned long long)s[d - 1], R);
+    if (d == 2 && (engram__mul_u64(s[1], n[1] - 1, &span) || engram__add_u64(span, R, &span) ||
+                   s[0] < span))
+        return engram__err(ENGRAM_ELAYOUT,
+                           "output rows overlap or interleave: outer stride %llu bytes is smaller "
+                           "than the inner extent (%llu x %llu + %zu)",
+                           (unsigned long long)s[0], (unsigned long long)n[1] - 1,
+                           (unsigned long long)s[1], R);
+    return 0;
+}
+
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static _Thread_local col *scratch;
+static _Thread_local size_t scratch_cap;
+
+static void scratch_key_init(void)
+{
+    /* The destructor frees a thread's scratch when the thread exits. */
+    (void)pthread_key_create(&scratch_key, free);
+}
+
+static col *cols_for(size_t K, col *stack)
+{
+    if (K <= STACK_COLS)
+        return stack;
+    if (K > scratch_cap) {
+        col *v;
+        pthread_once(&scratch_once, scratch_key_init);
+        v = realloc(scratch, K * sizeof *v);
+        if (!v)
+            return NULL;
+        scratch = v;
+        scratch_cap = K;
+        pthread_setspecific(scratch_key, v);
+    }
+    return scratch;
+}
+
+/* Resolves every column and validates every id (pass one). */
+static int build_plan(engram_store *st, const engram_lookup_args *a, plan *p, col *cols)
+{
+    size_t T = a->num_tokens, K = a->num_cols;
+    p->indirect = 0;
+    for (size_t k = 0; k < K; k++) {
+        engram__table *t = engram__table_get(st, a->tables[k]);
+        if (ENGRAM__UNLIKELY(!t))
+            return engram__err(-EINVAL, "tables[%zu] = %u is not a table id of this store", k,
+                               (unsigned)a->tables[k]);
+        if (ENGRAM__UNLIKELY(atomic_load_explicit(&t->removed, memory_order_acquire)))
+            return engram__err(ENGRAM_EREMOVED, "tables[%zu]: table '%s' was removed", k,
+                               t->name);
+        if (ENGRAM__UNLIKELY(k > 0 && t->spec.row_bytes != cols[0].t->spec.row_bytes))
+            return engram__err(ENGRAM_ELAYOUT,
+                               "tables[%zu] = '%s' has row_bytes %u but tables[0] = '%s' has %u", k,
+                               t->name, t->spec.row_bytes, cols[0].t->name,
+                               cols[0].t->spec.row_bytes);
+        cols[k].base = t->base;
+        cols[k].nrows = t->spec.num_rows;
+        cols[k].off = a->offsets ? (uint64_t)a->offsets[k] : 0;
+        cols[k].pitch = t->spec.row_pitch;
+        cols[k].t = t;
+        cols[k].dead = 0;
+        p->indirect |= t->base == NULL;
+    }
+    p->cols = cols;
+    p->T = T;
+    p->K = K;
+    p->R = cols[0].t->spec.row_bytes;
+    p->ids = a->ids;
+    p->id64 = a->id_type == ENGRAM_ID_INT64;
+    p->ist = a->id_stride_t;
+    p->isk = a->id_stride_k;
+    if (p->ist == 0 && p->isk == 0) {
+        p->ist = (ptrdiff_t)K;
+        p->isk = 1;
+    }
+    p->out = a->out;
+    p->ost = a->out_stride_t;
+    p->osk = a->out_stride_k;
+    if (p->ost == 0 && p->osk == 0) {
+        p->osk = (ptrdiff_t)p->R;
+        p->ost = (ptrdiff_t)(K * p->R);
+    }
+    p->zero_dead = (a->flags & ENGRAM_LOOKUP_ZERO_DEAD) != 0;
+    if (check_out_layout(p->R, T, K, p->ost, p->osk) != 0)
+        return ENGRAM_ELAYOUT;
+
+    for (size_t t = 0; t < T; t++) {
+        for (size_t k = 0; k < K; k++) {
+            int64_t raw = p->id64 ? load_id(p, t, k, 1) : load_id(p, t, k, 0);
+            col *c = &cols[k];
+            /* Dead is decided on the raw id, before the offset. */
+            if (raw == ENGRAM_DEAD_ID) {
+                c->dead++;
+                continue;
+            }
+            /* Unsigned wrap-around makes one compare catch ids below the
+             * offset too: their difference wraps to >= 2^63 > nrows. */
+            if (ENGRAM__LIKELY((uint64_t)raw - c->off < c->nrows))
+                continue;
+            if (c->off)
+                return engram__err(ENGRAM_EBADID,
+                                   "ids[%zu][%zu] = %lld minus offset %lld is outside table '%s' "
+                                   "(0 <= id - offset < %llu)",
+                                   t, k, (long long)raw, (long long)c->off, c->t->name,
+                                   (unsigned long long)c->nrows);
+            return engram__err(ENGRAM_EBADID,
+                               "ids[%zu][%zu] = %lld is outside table '%s' (0 <= id < %llu)", t, k,
+                               (long long)raw, c->t->name, (unsigned long long)c->nrows);
+        }
+    }
+    return 0;
+}
+
+int engram_lookup(engram_store *st, const engram_lookup_args *a)
+{
+    col stack[STACK_COLS], *cols;
+    plan p;
+    size_t rows, live, dead = 0;
+    uint64_t t0 = 0;
+    unsigned shard;
+    int excl, err, timing, par = 0;
+
+    if (ENGRAM__UNLIKELY(!st || !a || a->size != sizeof(engram_lookup_args)))
+        return engram__err(-EINVAL, "store and args (with size = sizeof(engram_lookup_args)) are "
+                                    "required");
+    if (a->num_tokens == 0 || a->num_cols == 0)
+        return 0;
+    timing = (st->opts.flags & ENGRAM_OPEN_TIMING) != 0;
+    if (timing)
+        t0 = engram__now_ns();
+    shard = engram__shard(&excl);
+    if (ENGRAM__UNLIKELY(!a->tables || !a->ids || !a->out)) {
+        err = engram__err(-EINVAL, "tables, ids and out are required for a %zu x %zu lookup",
+                          a->num_tokens, a->num_cols);
+        goto fail;
+    }
+    if (ENGRAM__UNLIKELY(a->id_type != ENGRAM_ID_INT32 && a->id_type != ENGRAM_ID_INT64)) {
+        err = engram__err(ENGRAM_ELAYOUT, "id_type %d is neither ENGRAM_ID_INT32 nor ENGRAM_ID_INT64",
+                          a->id_type);
+        goto fail;
+    }
+    if (ENGRAM__UNLIKELY(engram__mul_u64(a->num_tokens, a->num_cols, &(uint64_t){0}))) {
+        err = engram__err(ENGRAM_ELAYOUT, "%zu x %zu ids overflow", a->num_tokens, a->num_cols);
+        goto fail;
+    }
+    if (ENGRAM__UNLIKELY(!(cols = cols_for(a->num_cols, stack)))) {
+        err = engram__err(-ENOMEM, "out of memory for %zu columns", a->num_cols);
+        goto fail;
+    }
+    if ((err = build_plan(st, a, &p, cols)) != 0)
+        goto fail;
+
+    rows = p.T * p.K;
+    if (st->pool && rows >= st->parallel_min_rows) {
+        size_t parts = rows / (st->parallel_min_rows / 2);
+        par = engram__pool_run(st->pool, copy_part, &p, parts < 2 ? 2 : parts) == 0;
+    }
+    if (!par)
+        copy_dispatch(&p, 0, rows);
+    if (p.indirect && (err = backend_pass(&p)) != 0)
+        goto fail;
+    for (size_t k = 0; k < p.K; k++)
+        dead += cols[k].dead;
+
+    live = rows - dead;
+    for (size_t k = 0; k < p.K; k++) {
+        engram__table_counters *tc = &cols[k].t->ctr[shard];
+        engram__ctr_add(&tc->lookups, 1, excl);
+        engram__ctr_add(&tc->rows, p.T - cols[k].dead, excl);
+    }
+    {
+        engram__store_counters *c = &st->ctr[shard];
+        engram__ctr_add(&c->lookups, 1, excl);
+        engram__ctr_add(&c->rows, live, excl);
+        engram__ctr_add(&c->dead, dead, excl);
+        engram__ctr_add(&c->bytes, live * p.R, excl);
+        if (par)
+            engram__ctr_add(&c->parallel, 1, excl);
+        if (timing)
+            engram__ctr_add(&c->time_ns, engram__now_ns() - t0, excl);
+    }
+    return 0;
+fail:
+    engram__ctr_add(&st->ctr[shard].failed, 1, excl);
+    return err;
+}

@@ -1,0 +1,354 @@
+/*
+ * writer.c - create-only, atomic, streaming table writes, and the cleanup
+ * of temporary files left by writers that died.
+ *
+ * Protocol (docs/format.md):
+ *  1. Take a shared flock on a fresh descriptor of the namespace directory,
+ *     create ".tmp.<name>.<pid>.<nonce>" with O_EXCL, take an exclusive
+ *     flock on it, and drop the directory lock.  A live writer therefore
+ *     always holds its temp file's lock; the kernel drops it when the
+ *     writer dies, however it dies.
+ *  2. Reserve the data region (fallocate) so a full disk fails at begin.
+ *  3. Stream rows at their pitch, hashing them (XXH3-64) as they go.
+ *  4. Commit: write the header, fsync, make the file read-only, link(2) it
+ *     to the table name (fails with EEXIST: create-only, exactly one of
+ *     racing writers wins), unlink the temp name, fsync the directory.
+ * Cleanup takes the directory lock exclusively (so no writer is between
+ * create and lock) and removes every temp whose lock it can take.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+
+#include "store.h"
+
+#define TMP_PREFIX ".tmp."
+#define BUF_SIZE ((size_t)4 << 20)
+
+struct engram_writer {
+    engram_store *st;
+    int fd;
+    char name[ENGRAM_NAME_MAX + 1];
+    char tmp[ENGRAM_NAME_MAX + 64];
+    engram__header h;
+    uint64_t rows_done;
+    int failed;
+    XXH3_state_t *xs;
+    unsigned char *buf; /* rows formatted at their pitch, BUF_SIZE bytes */
+};
+
+static int write_full(int fd, const void *buf, size_t len, uint64_t off, const char *what)
+{
+    size_t done = 0;
+    while (done < len) {
+        ssize_t n = pwrite(fd, (const char *)buf + done, len - done, (off_t)(off + done));
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return engram__errno(errno, "write %s", what);
+        }
+        done += (size_t)n;
+    }
+    return 0;
+}
+
+/* A new descriptor of the namespace directory: flock() locks belong to the
+ * open file description, so each user needs its own. */
+static int dir_lock(engram_store *st, int op)
+{
+    int fd = openat(st->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return engram__errno(errno, "open %s", st->path);
+    while (flock(fd, op) != 0) {
+        if (errno != EINTR) {
+            int err = engram__errno(errno, "lock %s", st->path);
+            close(fd);
+            return err;
+        }
+    }
+    return fd;
+}
+
+static void writer_free(engram_writer *w)
+{
+    if (w->fd >= 0) {
+        unlinkat(w->st->dirfd, w->tmp, 0);
+        close(w->fd);
+    }
+    XXH3_freeState(w->xs);
+    free(w->buf);
+    free(w);
+}
+
+int engram_writer_begin(engram_store *st, const char *name, const engram_table_spec *spec,
+                        engram_writer **out)
+{
+    static _Atomic unsigned nonce;
+    engram_writer *w = NULL;
+    int err, lockfd = -1;
+
+    if (!st || !out)
+        return engram__err(-EINVAL, "store and out are required");
+    *out = NULL;
+    if ((err = engram_name_check(name)) != 0)
+        return err;
+    if (st->dirfd < 0)
+        return engram__err(ENGRAM_ESTATE, "a memory store has no directory to write '%s' to; "
+                                          "use engram_bind()",
+                           name);
+    if (!(w = calloc(1, sizeof *w)))
+        return engram__err(-ENOMEM, "out of memory");
+    w->st = st;
+    w->fd = -1;
+    if ((err = engram__spec_size(spec, &w->h.data_size)) != 0)
+        goto fail;
+    snprintf(w->name, sizeof w->name, "%s", name);
+    w->h.version = ENGRAM__FORMAT_VERSION;
+    w->h.checksum_algo = ENGRAM__CHECKSUM_XXH3_64;
+    w->h.num_rows = spec->num_rows;
+    w->h.row_bytes = spec->row_bytes;
+    w->h.row_pitch = engram__spec_pitch(spec);
+    w->h.data_offset = engram__align_up(ENGRAM__HEADER_SIZE, ENGRAM__DATA_ALIGN);
+    snprintf(w->h.name, sizeof w->h.name, "%s", name);
+    pthread_mutex_lock(&st->lock);
+    err = engram__find_locked(st, name, NULL) || engram__dir_has(st, name)
+              ? engram__err(-EEXIST, "table '%s' already exists in %s", name, st->path)
+              : 0;
+    pthread_mutex_unlock(&st->lock);
+    if (err)
+        goto fail;
+    if (!(w->xs = XXH3_createState()) || !(w->buf = malloc(BUF_SIZE))) {
+        err = engram__err(-ENOMEM, "out of memory for a writer");
+        goto fail;
+    }
+    XXH3_64bits_reset(w->xs);
+    snprintf(w->tmp, sizeof w->tmp, TMP_PREFIX "%s.%ld.%x", name, (long)getpid(),
+             atomic_fetch_add(&nonce, 1) ^ (unsigned)engram__now_ns());
+    if ((lockfd = dir_lock(st, LOCK_SH)) < 0) {
+        err = lockfd;
+        goto fail;
+    }
+    w->fd = openat(st->dirfd, w->tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (w->fd < 0) {
+        err = engram__errno(errno, "create %s/%s", st->path, w->tmp);
+        goto fail;
+    }
+    if (flock(w->fd, LOCK_EX) != 0) {
+        err = engram__errno(errno, "lock %s/%s", st->path, w->tmp);
+        goto fail;
+    }
+    close(lockfd);
+    lockfd = -1;
+    /* Reserve the data region now: a full disk (or a 64 MiB /dev/shm in a
+     * container) fails here, before any row is written.  The header page
+     * and the padding up to the data offset stay a hole. */
+    err = posix_fallocate(w->fd, (off_t)w->h.data_offset, (off_t)w->h.data_size);
+    if (err != 0 && err != EOPNOTSUPP && err != EINVAL) {
+        err = engram__errno(err, "reserve %llu bytes for table '%s' in %s",
+                            (unsigned long long)w->h.data_size, name, st->path);
+        goto fail;
+    }
+    if (ftruncate(w->fd, (off_t)(w->h.data_offset + w->h.data_size)) != 0) {
+        err = engram__errno(errno, "size table '%s' in %s", name, st->path);
+        goto fail;
+    }
+    *out = w;
+    return 0;
+fail:
+    if (lockfd >= 0)
+        close(lockfd);
+    writer_free(w);
+    return err;
+}
+
+int engram_writer_append(engram_writer *w, const void *rows, uint64_t nrows, size_t src_stride)
+{
+    const unsigned char *src = rows;
+    size_t rb, pitch, per_buf;
+    int err;
+
+    if (!w)
+        return engram__err(-EINVAL, "writer is NULL");
+    if (w->failed)
+        return engram__err(ENGRAM_ESTATE, "writer of '%s' failed earlier; abort it", w->name);
+    if (nrows == 0)
+        return 0;
+    rb = w->h.row_bytes;
+    pitch = w->h.row_pitch;
+    if (!src_stride)
+        src_stride = rb;
+    if (!rows || src_stride < rb) {
+        w->failed = 1;
+        return engram__err(-EINVAL, "append to '%s': rows NULL or stride %zu < row_bytes %zu",
+                           w->name, src_stride, rb);
+    }
+    if (nrows > w->h.num_rows - w->rows_done) {
+        w->failed = 1;
+        return engram__err(ENGRAM_ESTATE, "append of %llu rows to '%s' goes beyond its %llu rows",
+                           (unsigned long long)nrows, w->name,
+                           (unsigned long long)w->h.num_rows);
+    }
+    per_buf = BUF_SIZE / pitch;
+    if (per_buf == 0)
+        per_buf = 1;
+    while (nrows > 0) {
+        uint64_t off = w->h.data_offset + w->rows_done * pitch;
+        size_t n = nrows < per_buf ? (size_t)nrows : per_buf, len = n * pitch;
+        const unsigned char *out;
+        if (pitch == rb && src_stride == rb) {
+            out = src; /* already in file layout: write straight from the caller */
+        } else if (len <= BUF_SIZE) {
+            unsigned char *b = w->buf;
+            for (size_t i = 0; i < n; i++) {
+                memcpy(b + i * pitch, src + i * src_stride, rb);
+                memset(b + i * pitch + rb, 0, pitch - rb);
+            }
+            out = b;
+        } else {
+            /* One row larger than the buffer (huge pitch): write it in two. */
+            static const unsigned char zeros[4096];
+            if ((err = write_full(w->fd, src, rb, off, w->tmp)) != 0)
+                goto fail;
+            XXH3_64bits_update(w->xs, src, rb);
+            for (size_t z = rb; z < pitch; z += sizeof zeros) {
+                size_t zn = pitch - z < sizeof zeros ? pitch - z : sizeof zeros;
+                if ((err = write_full(w->fd, zeros, zn, off + z, w->tmp)) != 0)
+                    goto fail;
+                XXH3_64bits_update(w->xs, zeros, zn);
+            }
+            goto next;
+        }
+        if ((err = write_full(w->fd, out, len, off, w->tmp)) != 0)
+            goto fail;
+        XXH3_64bits_update(w->xs, out, len);
+    next:
+        w->rows_done += n;
+        nrows -= n;
+        src += n * src_stride;
+    }
+    return 0;
+fail:
+    w->failed = 1;
+    return err;
+}
+
+int engram_writer_commit(engram_writer *w)
+{
+    unsigned char hdr[ENGRAM__HEADER_SIZE];
+    engram_store *st;
+    int err;
+
+    if (!w)
+        return engram__err(-EINVAL, "writer is NULL");
+    st = w->st;
+    if (w->failed) {
+        err = engram__err(ENGRAM_ESTATE, "writer of '%s' failed earlier; nothing published",
+                          w->name);
+        goto out;
+    }
+    if (w->rows_done != w->h.num_rows) {
+        err = engram__err(ENGRAM_ESTATE, "table '%s': only %llu of %llu rows were written",
+                          w->name, (unsigned long long)w->rows_done,
+                          (unsigned long long)w->h.num_rows);
+        goto out;
+    }
+    w->h.data_checksum = XXH3_64bits_digest(w->xs);
+    w->h.created_ns = engram__wall_ns();
+    engram__header_encode(&w->h, hdr);
+    if ((err = write_full(w->fd, hdr, sizeof hdr, 0, w->tmp)) != 0)
+        goto out;
+    if (fsync(w->fd) != 0) {
+        err = engram__errno(errno, "fsync %s/%s", st->path, w->tmp);
+        goto out;
+    }
+    if (fchmod(w->fd, (st->opts.flags & ENGRAM_OPEN_GROUP) ? 0440 : 0400) != 0) {
+        err = engram__errno(errno, "chmod %s/%s", st->path, w->tmp);
+        goto out;
+    }
+    /* Publication and the bound-name check happen under the store lock so
+     * a concurrent engram_bind() of the same name cannot also succeed. */
+    pthread_mutex_lock(&st->lock);
+    if (engram__find_locked(st, w->name, NULL))
+        err = engram__err(-EEXIST, "table '%s' already exists in %s", w->name, st->path);
+    else if (linkat(st->dirfd, w->tmp, st->dirfd, w->name, 0) != 0)
+        err = errno == EEXIST
+                  ? engram__err(-EEXIST, "table '%s' already exists in %s", w->name, st->path)
+                  : engram__errno(errno, "publish %s/%s", st->path, w->name);
+    pthread_mutex_unlock(&st->lock);
+    if (err)
+        goto out;
+    unlinkat(st->dirfd, w->tmp, 0);
+    close(w->fd);
+    w->fd = -1;
+    if (fsync(st->dirfd) != 0)
+        err = engram__errno(errno, "fsync %s (table '%s' is published but may not survive a "
+                                   "crash)",
+                            st->path, w->name);
+out:
+    writer_free(w);
+    return err;
+}
+
+void engram_writer_abort(engram_writer *w)
+{
+    if (w)
+        writer_free(w);
+}
+
+int engram_populate(engram_store *st, const char *name, const engram_table_spec *spec,
+                    const void *rows, size_t src_stride)
+{
+    engram_writer *w;
+    int err = engram_writer_begin(st, name, spec, &w);
+    if (err)
+        return err;
+    if ((err = engram_writer_append(w, rows, spec->num_rows, src_stride)) != 0) {
+        engram_writer_abort(w);
+        return err;
+    }
+    return engram_writer_commit(w);
+}
+
+void engram__clean_temps(engram_store *st)
+{
+    int lockfd, fd;
+    DIR *d;
+    struct dirent *de;
+
+    if ((lockfd = dir_lock(st, LOCK_EX)) < 0)
+        return;
+    fd = openat(st->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 || !(d = fdopendir(fd))) {
+        if (fd >= 0)
+            close(fd);
+        close(lockfd);
+        return;
+    }
+    while ((de = readdir(d)) != NULL) {
+        struct stat a, b;
+        int tfd;
+        if (strncmp(de->d_name, TMP_PREFIX, strlen(TMP_PREFIX)) != 0)
+            continue;
+        tfd = openat(st->dirfd, de->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+        if (tfd < 0)
+            continue;
+        /* Only our own regular files; the lock tells whether the writer is
+         * alive; the inode check makes sure we unlink what we locked. */
+        if (fstat(tfd, &a) == 0 && S_ISREG(a.st_mode) && a.st_uid == st->uid &&
+            flock(tfd, LOCK_EX | LOCK_NB) == 0 &&
+            fstatat(st->dirfd, de->d_name, &b, AT_SYMLINK_NOFOLLOW) == 0 &&
+            a.st_ino == b.st_ino && a.st_dev == b.st_dev)
+            unlinkat(st->dirfd, de->d_name, 0);
+        close(tfd);
+    }
+    closedir(d);
+    close(lockfd);
+}
