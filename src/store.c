@@ -32,7 +32,9 @@ const char *engram_default_root(void)
 unsigned engram__shard(int *exclusive)
 {
     static _Atomic unsigned next;
-    static _Thread_local int mine = -1;
+    /* initial-exec: a plain %fs-relative load even in the shared library,
+     * instead of a __tls_get_addr call on every lookup. */
+    static _Thread_local int mine __attribute__((tls_model("initial-exec"))) = -1;
     if (ENGRAM__UNLIKELY(mine < 0))
         mine = (int)atomic_fetch_add_explicit(&next, 1, memory_order_relaxed);
     if (mine < ENGRAM__SHARDS - 1) {
