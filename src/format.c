@@ -10,6 +10,7 @@
  *  72  name, NUL-padded to 136 bytes
  * 208  reserved, zero           504  u64 XXH3-64 of bytes [0, 504)
  */
+#include <stdio.h>
 #include <string.h>
 
 #include <xxhash.h>
@@ -57,6 +58,16 @@ static uint64_t get64(const unsigned char *p)
     for (int i = 7; i >= 0; i--)
         v = (v << 8) | p[i];
     return v;
+}
+
+/* ENGRAM_ECORRUPT that wraps the message a nested check just recorded.  The
+ * message is copied out first: formatting the error buffer into itself
+ * would be an overlapping copy. */
+static int nested(const char *what, const char *context)
+{
+    char inner[256];
+    snprintf(inner, sizeof inner, "%s", engram_errmsg());
+    return engram__err(ENGRAM_ECORRUPT, "%s: %s: %s", what, context, inner);
 }
 
 void engram__header_encode(const engram__header *h, unsigned char buf[ENGRAM__HEADER_SIZE])
@@ -126,8 +137,7 @@ int engram__header_parse(const unsigned char *buf, size_t len, uint64_t file_siz
     spec.row_bytes = h->row_bytes;
     spec.row_pitch = h->row_pitch;
     if (engram__spec_size(&spec, &size) != 0)
-        return engram__err(ENGRAM_ECORRUPT, "%s: invalid spec in header: %s", what,
-                           engram_errmsg());
+        return nested(what, "invalid spec in header");
     if (size != h->data_size)
         return engram__err(ENGRAM_ECORRUPT, "%s: data size %llu != num_rows x row_pitch %llu",
                            what, (unsigned long long)h->data_size, (unsigned long long)size);
@@ -149,7 +159,6 @@ int engram__header_parse(const unsigned char *buf, size_t len, uint64_t file_siz
     memcpy(h->name, buf + OFF_NAME, namelen);
     h->name[namelen] = '\0';
     if (engram_name_check(h->name) != 0)
-        return engram__err(ENGRAM_ECORRUPT, "%s: invalid table name in header: %s", what,
-                           engram_errmsg());
+        return nested(what, "invalid table name in header");
     return 0;
 }
