@@ -39,7 +39,7 @@ int engram__open_entry(engram_store *st, const char *name, int flags, struct sta
         goto fail;
     }
     if (sb->st_uid != st->uid) {
-        err = engram__err(ENGRAM_EUNSAFE, "%s/%s is owned by uid %u, not by us (uid %u)",
+        err = engram__err(ENGRAM_EUNSAFE, "%s/%s is owned by uid %u, not by the namespace owner (uid %u)",
                           st->path, name, (unsigned)sb->st_uid, (unsigned)st->uid);
         goto fail;
     }

@@ -28,6 +28,7 @@ struct engram__pool {
     void *arg;
     size_t nparts;
     int nworkers;
+    pid_t pid; /* the process whose threads these are */
     pthread_t *threads;
 };
 
@@ -90,6 +91,7 @@ int engram__pool_create(int workers, engram__pool **out)
         return engram__err(-ENOMEM, "out of memory for the gather pool");
     }
     atomic_flag_clear(&p->busy);
+    p->pid = getpid();
     for (int i = 0; i < workers; i++) {
         worker_arg *wa = malloc(sizeof *wa);
         int err;
@@ -114,6 +116,12 @@ void engram__pool_destroy(engram__pool *p)
 {
     if (!p)
         return;
+    if (p->pid != getpid()) {
+        /* A forked child: the workers exist only in the parent. */
+        free(p->threads);
+        free(p);
+        return;
+    }
     atomic_store_explicit(&p->stop, 1, memory_order_release);
     atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
     futex_wake_all(&p->gen);
@@ -127,6 +135,10 @@ int engram__pool_run(engram__pool *p, engram__job_fn fn, void *arg, size_t npart
 {
     if (nparts > (size_t)p->nworkers + 1)
         nparts = (size_t)p->nworkers + 1;
+    /* After fork() the child has no workers: it copies alone.  getpid()
+     * costs a system call, paid only by batches big enough to split. */
+    if (p->pid != getpid())
+        return -EBUSY;
     if (atomic_flag_test_and_set_explicit(&p->busy, memory_order_acquire))
         return -EBUSY;
     p->fn = fn;

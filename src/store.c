@@ -46,12 +46,16 @@ unsigned engram__shard(int *exclusive)
 }
 
 /* Opens directory `name` relative to `at`, refusing links, and checks who
- * may change it.  The root may belong to root (e.g. /dev/shm itself) and
- * be world-writable if sticky; a namespace must be ours and closed to
- * writers other than us. */
-static int open_dir_checked(int at, const char *name, const char *what, uid_t uid, int is_root)
+ * may change it.  A namespace must be closed to writers other than its
+ * owner, who must be us, or with ENGRAM_OPEN_GROUP anyone (a group member
+ * reading the owner's tables).  The root may also belong to root (e.g.
+ * /dev/shm itself) and be world-writable if sticky.  *owner receives the
+ * directory's owner: the only uid whose files the store will trust. */
+static int open_dir_checked(int at, const char *name, const char *what, int is_root,
+                            int any_owner, uid_t *owner)
 {
     struct stat sb;
+    uid_t me = geteuid();
     int fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC), err;
     if (fd < 0) {
         err = errno;
@@ -65,9 +69,9 @@ static int open_dir_checked(int at, const char *name, const char *what, uid_t ui
         err = engram__errno(errno, "fstat %s", what);
         goto fail;
     }
-    if (sb.st_uid != uid && !(is_root && sb.st_uid == 0)) {
+    if (sb.st_uid != me && !any_owner && !(is_root && sb.st_uid == 0)) {
         err = engram__err(ENGRAM_EUNSAFE, "%s is owned by uid %u, not by us (uid %u)", what,
-                          (unsigned)sb.st_uid, (unsigned)uid);
+                          (unsigned)sb.st_uid, (unsigned)me);
         goto fail;
     }
     if ((sb.st_mode & (S_IWGRP | S_IWOTH)) && !(is_root && (sb.st_mode & S_ISVTX))) {
@@ -75,6 +79,7 @@ static int open_dir_checked(int at, const char *name, const char *what, uid_t ui
                           (unsigned)(sb.st_mode & 07777));
         goto fail;
     }
+    *owner = sb.st_uid;
     return fd;
 fail:
     close(fd);
@@ -139,7 +144,8 @@ int engram_store_open(const char *root, const char *ns, const engram_store_optio
                       engram_store **out)
 {
     engram_store *st = NULL;
-    int rootfd = -1, err;
+    int rootfd = -1, err, group;
+    uid_t owner;
     size_t plen;
     mode_t mode;
 
@@ -163,7 +169,8 @@ int engram_store_open(const char *root, const char *ns, const engram_store_optio
         err = engram__errno(errno, "create root directory %s", root);
         goto fail;
     }
-    if ((rootfd = open_dir_checked(AT_FDCWD, root, root, st->uid, 1)) < 0) {
+    group = (st->opts.flags & ENGRAM_OPEN_GROUP) != 0;
+    if ((rootfd = open_dir_checked(AT_FDCWD, root, root, 1, group, &owner)) < 0) {
         err = rootfd;
         goto fail;
     }
@@ -172,7 +179,7 @@ int engram_store_open(const char *root, const char *ns, const engram_store_optio
         err = engram__errno(errno, "create namespace directory %s", st->path);
         goto fail;
     }
-    if ((st->dirfd = open_dir_checked(rootfd, ns, st->path, st->uid, 0)) < 0) {
+    if ((st->dirfd = open_dir_checked(rootfd, ns, st->path, 0, group, &st->uid)) < 0) {
         err = st->dirfd;
         st->dirfd = -1;
         if (err == -ENOENT)

@@ -62,7 +62,7 @@ struct engram_store {
     int dirfd;                    /* namespace directory, or -1 for a memory store */
     char *path;                   /* root/ns, for messages */
     engram_store_options opts;
-    uid_t uid;
+    uid_t uid;                    /* the namespace's owner: the only uid whose files we trust */
     pthread_mutex_t lock;         /* registry writes, bind/populate/remove bookkeeping */
     _Atomic(engram__table *) *_Atomic chunks[ENGRAM__MAX_CHUNKS];
     uint32_t ntables;             /* registry length, under lock */
