@@ -283,7 +283,8 @@ typedef struct engram_table_info {
     uint64_t resident_bytes; /* bytes of the table memory resident, from /proc/self/smaps */
     uint64_t huge_bytes;     /* of which backed by huge pages */
     uint64_t map_minor_faults, map_major_faults; /* page faults taken while mapping/prefaulting */
-    uint64_t lookups;        /* lookups that read this table */
+    uint64_t lookups;        /* lookup columns that read this table (a table named by
+                              * k columns of one lookup counts k) */
     uint64_t rows;           /* rows copied from this table (dead ids excluded) */
     uint64_t bytes;          /* bytes copied from this table */
 } engram_table_info;
