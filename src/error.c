@@ -54,9 +54,13 @@ const char *engram_errmsg(void)
     return errbuf;
 }
 
-static int verr(int code, const char *fmt, va_list ap)
+/* Formats through a local buffer, so a message may quote the previous one
+ * (engram_errmsg() as an argument) without an overlapping copy. */
+__attribute__((format(printf, 2, 0))) static int verr(int code, const char *fmt, va_list ap)
 {
-    vsnprintf(errbuf, sizeof errbuf, fmt, ap);
+    char tmp[sizeof errbuf];
+    vsnprintf(tmp, sizeof tmp, fmt, ap);
+    memcpy(errbuf, tmp, sizeof errbuf);
     return code;
 }
 

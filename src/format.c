@@ -60,16 +60,6 @@ static uint64_t get64(const unsigned char *p)
     return v;
 }
 
-/* ENGRAM_ECORRUPT that wraps the message a nested check just recorded.  The
- * message is copied out first: formatting the error buffer into itself
- * would be an overlapping copy. */
-static int nested(const char *what, const char *context)
-{
-    char inner[256];
-    snprintf(inner, sizeof inner, "%s", engram_errmsg());
-    return engram__err(ENGRAM_ECORRUPT, "%s: %s: %s", what, context, inner);
-}
-
 void engram__header_encode(const engram__header *h, unsigned char buf[ENGRAM__HEADER_SIZE])
 {
     memset(buf, 0, ENGRAM__HEADER_SIZE);
@@ -137,19 +127,22 @@ int engram__header_parse(const unsigned char *buf, size_t len, uint64_t file_siz
     spec.row_bytes = h->row_bytes;
     spec.row_pitch = h->row_pitch;
     if (engram__spec_size(&spec, &size) != 0)
-        return nested(what, "invalid spec in header");
+        return engram__err(ENGRAM_ECORRUPT, "%s: invalid spec in header: %s", what,
+                           engram_errmsg());
     if (size != h->data_size)
         return engram__err(ENGRAM_ECORRUPT, "%s: data size %llu != num_rows x row_pitch %llu",
                            what, (unsigned long long)h->data_size, (unsigned long long)size);
     if (h->data_offset < ENGRAM__HEADER_SIZE || h->data_offset % ENGRAM__DATA_ALIGN != 0)
-        return engram__err(ENGRAM_ECORRUPT, "%s: data offset %llu is not a multiple of %u", what,
+        return engram__err(ENGRAM_ECORRUPT,
+                           "%s: data offset %llu is not a nonzero multiple of %u", what,
                            (unsigned long long)h->data_offset, ENGRAM__DATA_ALIGN);
-    if (engram__add_u64(h->data_offset, h->data_size, &end) || end != file_size)
+    if (engram__add_u64(h->data_offset, h->data_size, &end))
+        return engram__err(ENGRAM_ECORRUPT, "%s: data offset + size overflows", what);
+    if (end != file_size)
         return engram__err(ENGRAM_ECORRUPT,
                            "%s: file is %llu bytes but the header describes %llu (truncated or "
                            "extended)",
-                           what, (unsigned long long)file_size,
-                           (unsigned long long)(h->data_offset + h->data_size));
+                           what, (unsigned long long)file_size, (unsigned long long)end);
     namelen = strnlen((const char *)buf + OFF_NAME, NAME_FIELD);
     if (namelen > ENGRAM_NAME_MAX)
         return engram__err(ENGRAM_ECORRUPT, "%s: table name in header is not terminated", what);
@@ -159,6 +152,7 @@ int engram__header_parse(const unsigned char *buf, size_t len, uint64_t file_siz
     memcpy(h->name, buf + OFF_NAME, namelen);
     h->name[namelen] = '\0';
     if (engram_name_check(h->name) != 0)
-        return nested(what, "invalid table name in header");
+        return engram__err(ENGRAM_ECORRUPT, "%s: invalid table name in header: %s", what,
+                           engram_errmsg());
     return 0;
 }

@@ -25,6 +25,7 @@
 
 #define STACK_COLS 32
 #define BLOCK 16 /* rows per prefetch block */
+#define PART_ROWS 1024 /* rows per part of a split lookup */
 
 typedef struct col {
     const unsigned char *base; /* NULL: rows come from t->ops->read_rows */
@@ -362,7 +363,10 @@ int engram_lookup(engram_store *st, const engram_lookup_args *a)
 
     rows = p.T * p.K;
     if (st->pool && rows >= st->parallel_min_rows) {
-        size_t parts = rows / (st->parallel_min_rows / 2);
+        /* Parts of ~PART_ROWS rows: small enough that the caller can take
+         * over the share of a worker that is late, large enough that the
+         * claim per part is noise. */
+        size_t parts = rows / PART_ROWS;
         par = engram__pool_run(st->pool, copy_part, &p, parts < 2 ? 2 : parts) == 0;
     }
     if (!par)

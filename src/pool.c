@@ -1,9 +1,15 @@
 /*
  * pool.c - the small persistent thread pool that splits big lookups.
  *
+ * A job is a number of parts; the caller and the workers claim parts one
+ * at a time from a shared counter until none are left.  The caller never
+ * waits for a worker that has not started: if a worker is descheduled (a
+ * busy 2-core VM, a model's own threads), the caller simply claims the
+ * remaining parts itself and waits only for parts already being copied.
+ *
  * One job at a time: a lookup that finds the pool busy (another thread's
  * lookup holds it) does its whole copy itself instead of waiting, so the
- * pool never adds a lock wait to the lookup path.  Workers spin briefly
+ * pool never adds a lock wait to the lookup path.  Workers poll briefly
  * for the next job (decode steps come back to back) and then sleep on a
  * futex, so an idle store costs no CPU.
  */
@@ -13,29 +19,35 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include "store.h"
 
-#define SPIN_ITERS 20000 /* ~20-50 us of polling before a worker sleeps */
+/* Polls (~30-60 us) before a worker sleeps.  Short on purpose: a spinning
+ * worker on an SMT sibling slows the thread that does the real work. */
+#define SPIN_ITERS 2000
+
+/* The claim word: job number | nparts | next part.  Packing the part count
+ * with the counter means a worker that claims from a finished job sees
+ * that job's own part count, never a newer job's, and stops. */
+#define PART_BITS 20
+#define PART_MASK ((UINT64_C(1) << PART_BITS) - 1)
+#define MAX_PARTS ((size_t)1 << (PART_BITS - 1))
 
 struct engram__pool {
-    atomic_flag busy;         /* held by the lookup that owns the current job */
-    _Atomic uint32_t gen;     /* bumped to publish a job (futex word) */
-    _Atomic uint32_t pending; /* parts not yet finished by workers */
+    atomic_flag busy;           /* held by the lookup that owns the current job */
+    _Atomic uint32_t gen;       /* bumped to wake workers (futex word) */
+    _Atomic uint64_t claim;     /* see above */
+    _Atomic size_t done;        /* parts finished in the current job */
+    _Atomic(engram__job_fn) fn; /* the current job */
+    _Atomic(void *) arg;
     _Atomic int stop;
-    engram__job_fn fn;
-    void *arg;
-    size_t nparts;
+    uint64_t jobs;              /* job counter, owned by the busy holder */
     int nworkers;
-    pid_t pid; /* the process whose threads these are */
+    pid_t pid;                  /* the process whose threads these are */
     pthread_t *threads;
 };
-
-typedef struct worker_arg {
-    engram__pool *p;
-    size_t index; /* 1..nworkers: the part this worker runs */
-} worker_arg;
 
 static void cpu_relax(void)
 {
@@ -54,17 +66,35 @@ static void futex_wake_all(_Atomic uint32_t *w)
     syscall(SYS_futex, (void *)(uintptr_t)w, FUTEX_WAKE_PRIVATE, 0x7fffffff, NULL, NULL, 0);
 }
 
-static void *worker_main(void *a)
+/* Claims and runs parts of the current job until none are left. */
+static void run_parts(engram__pool *p)
 {
-    worker_arg wa = *(worker_arg *)a;
-    engram__pool *p = wa.p;
+    for (;;) {
+        /* Acquire pairs with the caller's release store of the claim word:
+         * a part claimed from a live job comes with that job's fn/arg. */
+        uint64_t c = atomic_fetch_add_explicit(&p->claim, 1, memory_order_acquire);
+        size_t i = (size_t)(c & PART_MASK), n = (size_t)((c >> PART_BITS) & PART_MASK);
+        if (i >= n)
+            return;
+        /* The job cannot finish (nor fn/arg change) before this part is
+         * counted done, so these loads see the job that part i belongs to. */
+        engram__job_fn fn = atomic_load_explicit(&p->fn, memory_order_relaxed);
+        fn(atomic_load_explicit(&p->arg, memory_order_relaxed), i, n);
+        /* Release: the rows this part copied are visible to the caller once
+         * it sees the count. */
+        atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
+    }
+}
+
+static void *worker_main(void *arg)
+{
+    engram__pool *p = arg;
+    /* Not a load of gen: a job or a stop may already have been posted
+     * before this thread ran, and it must see that as new.  gen starts 0. */
     uint32_t seen = 0;
-    free(a);
     for (;;) {
         uint32_t g;
         int spins = 0;
-        /* Acquire pairs with the release increment in engram__pool_run: the
-         * job fields written before it are visible after it. */
         while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen) {
             if (++spins < SPIN_ITERS)
                 cpu_relax();
@@ -74,11 +104,7 @@ static void *worker_main(void *a)
         seen = g;
         if (atomic_load_explicit(&p->stop, memory_order_acquire))
             return NULL;
-        if (wa.index < p->nparts)
-            p->fn(p->arg, wa.index, p->nparts);
-        /* Release: the rows this part copied are visible to the caller once
-         * it sees pending reach zero. */
-        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
+        run_parts(p);
     }
 }
 
@@ -93,16 +119,8 @@ int engram__pool_create(int workers, engram__pool **out)
     atomic_flag_clear(&p->busy);
     p->pid = getpid();
     for (int i = 0; i < workers; i++) {
-        worker_arg *wa = malloc(sizeof *wa);
-        int err;
-        if (!wa) {
-            engram__pool_destroy(p);
-            return engram__err(-ENOMEM, "out of memory for the gather pool");
-        }
-        wa->p = p;
-        wa->index = (size_t)i + 1;
-        if ((err = pthread_create(&p->threads[i], NULL, worker_main, wa)) != 0) {
-            free(wa);
+        int err = pthread_create(&p->threads[i], NULL, worker_main, p);
+        if (err != 0) {
             engram__pool_destroy(p);
             return engram__errno(err, "start gather thread %d", i);
         }
@@ -116,42 +134,39 @@ void engram__pool_destroy(engram__pool *p)
 {
     if (!p)
         return;
-    if (p->pid != getpid()) {
-        /* A forked child: the workers exist only in the parent. */
-        free(p->threads);
-        free(p);
-        return;
-    }
-    atomic_store_explicit(&p->stop, 1, memory_order_release);
-    atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
-    futex_wake_all(&p->gen);
-    for (int i = 0; i < p->nworkers; i++)
-        pthread_join(p->threads[i], NULL);
+    if (p->pid == getpid()) {
+        atomic_store_explicit(&p->stop, 1, memory_order_release);
+        atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
+        futex_wake_all(&p->gen);
+        for (int i = 0; i < p->nworkers; i++)
+            pthread_join(p->threads[i], NULL);
+    } /* else: a forked child, whose workers exist only in the parent. */
     free(p->threads);
     free(p);
 }
 
 int engram__pool_run(engram__pool *p, engram__job_fn fn, void *arg, size_t nparts)
 {
-    if (nparts > (size_t)p->nworkers + 1)
-        nparts = (size_t)p->nworkers + 1;
+    if (nparts > MAX_PARTS)
+        nparts = MAX_PARTS;
     /* After fork() the child has no workers: it copies alone.  getpid()
      * costs a system call, paid only by batches big enough to split. */
     if (p->pid != getpid())
         return -EBUSY;
     if (atomic_flag_test_and_set_explicit(&p->busy, memory_order_acquire))
         return -EBUSY;
-    p->fn = fn;
-    p->arg = arg;
-    p->nparts = nparts;
-    atomic_store_explicit(&p->pending, (uint32_t)p->nworkers, memory_order_relaxed);
-    /* Release: publishes fn/arg/nparts/pending to the workers. */
+    atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
+    atomic_store_explicit(&p->arg, arg, memory_order_relaxed);
+    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    p->jobs++;
+    /* Release: publishes fn/arg/done with the new claim word. */
+    atomic_store_explicit(&p->claim, (p->jobs << (2 * PART_BITS)) | ((uint64_t)nparts << PART_BITS),
+                          memory_order_release);
     atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
     futex_wake_all(&p->gen);
-    fn(arg, 0, nparts);
-    /* Every worker acknowledges every job (idle ones at once), so the job
-     * fields are not reused while a late worker still reads them. */
-    while (atomic_load_explicit(&p->pending, memory_order_acquire) != 0)
+    run_parts(p);
+    /* Only parts that a worker claimed can still be running. */
+    while (atomic_load_explicit(&p->done, memory_order_acquire) != nparts)
         cpu_relax();
     atomic_flag_clear_explicit(&p->busy, memory_order_release);
     return 0;

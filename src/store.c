@@ -434,6 +434,9 @@ int engram_get_table_info(engram_store *st, const char *name, engram_table_info 
     }
     err = engram__read_header(fd, &sb, name, &h);
     close(fd);
+    if (err == 0 && strcmp(h.name, name) != 0)
+        err = engram__err(ENGRAM_ECORRUPT, "file %s/%s holds table '%s' (renamed file?)",
+                          st->path, name, h.name);
     if (err == 0) {
         info->kind = ENGRAM_TABLE_FILE;
         info_from_header(info, &h);
