@@ -1,0 +1,594 @@
+#!/bin/sh
+# tests/cli/run.sh - end-to-end tests of the `engram` command-line tool.
+#
+# Drives the built binary ($ENGRAM_BIN) in a scratch directory (removed at
+# exit) with its own --root, and compares what it prints with known bytes:
+# the pattern fill is computed independently (the expected hex below was
+# produced by a separate Python implementation of the formula in
+# `engram create --help`), raw and .npy inputs are written byte by byte with
+# printf, and real numpy files are used too when numpy is installed.
+# Prints one line per failure and ends with "cli: N passed, M failed";
+# exits 0 only when nothing failed.  POSIX sh only.
+
+set -u
+
+if [ -z "${ENGRAM_BIN:-}" ]; then
+    echo "cli: set ENGRAM_BIN to the engram binary" >&2
+    exit 2
+fi
+case $ENGRAM_BIN in
+/*) ;;
+*) ENGRAM_BIN=$(pwd)/$ENGRAM_BIN ;;
+esac
+if [ ! -x "$ENGRAM_BIN" ]; then
+    echo "cli: ENGRAM_BIN=$ENGRAM_BIN is not an executable" >&2
+    exit 2
+fi
+
+SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/engram-cli.XXXXXX") || exit 2
+# The scratch tree holds table files that are read-only; rm -rf copes.
+trap 'rm -rf "$SCRATCH"' EXIT
+trap 'exit 130' INT TERM
+cd "$SCRATCH" || exit 2
+ROOT=$SCRATCH/root
+NS_DIR=$ROOT/default
+
+PASS=0
+FAIL=0
+HAVE_PY=0
+HAVE_NUMPY=0
+if command -v python3 >/dev/null 2>&1 && python3 -c 'import json' >/dev/null 2>&1; then
+    HAVE_PY=1
+    if python3 -c 'import numpy' >/dev/null 2>&1; then
+        HAVE_NUMPY=1
+    fi
+fi
+
+# run ARGS...: runs engram with the scratch root; keeps stdout in ./out,
+# stderr in ./err and the exit status in $rc, and remembers the command.
+run() {
+    LAST="engram $*"
+    "$ENGRAM_BIN" --root "$ROOT" "$@" >out 2>err
+    rc=$?
+}
+
+# Like run, without the --root option (for help, version, parsing).
+run_bare() {
+    LAST="engram $*"
+    "$ENGRAM_BIN" "$@" >out 2>err
+    rc=$?
+}
+
+show_last() {
+    echo "  command: $LAST"
+    echo "  status:  $rc"
+    sed -n '1,15s/^/  stdout: /p' out
+    sed -n '1,15s/^/  stderr: /p' err
+}
+
+# check DESCRIPTION COMMAND...: one test; passes when COMMAND succeeds.
+check() {
+    desc=$1
+    shift
+    if "$@"; then
+        PASS=$((PASS + 1))
+    else
+        FAIL=$((FAIL + 1))
+        echo "FAIL: $desc"
+        show_last
+    fi
+}
+
+rc_is() { [ "$rc" -eq "$1" ]; }
+# out_is TEXT: stdout is exactly TEXT plus a final newline.
+out_is() {
+    printf '%s\n' "$1" >expected
+    cmp -s expected out
+}
+out_has() { grep -q -e "$1" out; }
+out_lacks() { ! grep -q -e "$1" out; }
+err_has() { grep -q -i -e "$1" err; }
+err_empty() { [ ! -s err ]; }
+# A failure: the given status, and a message on stderr in the tool's form.
+fails_with() {
+    [ "$rc" -eq "$1" ] && grep -q '^engram: ' err && grep -q -i -e "$2" err
+}
+usage_fails() {
+    [ "$rc" -eq 2 ] && grep -q '^engram: ' err
+}
+json_ok() { python3 -m json.tool out >/dev/null 2>&1; }
+# pycheck SCRIPT: runs a Python check (of ./out); shows why it failed.
+pycheck() {
+    python3 -c "$1" 2>pyerr && return 0
+    tail -n 1 pyerr | sed 's/^/  python: /'
+    return 1
+}
+
+# octal N: the printf escape of byte N.
+octal() { printf '\\%03o' "$1"; }
+
+# make_npy FILE VERSION DICT DATA: writes an .npy file by hand: magic,
+# version, little-endian header length, DICT padded with spaces and a
+# newline so that the data is 64-byte aligned (as numpy does), then DATA
+# (a printf format of octal escapes).
+make_npy() {
+    _f=$1 _v=$2 _d=$3 _data=$4
+    if [ "$_v" = 1 ]; then _pre=10; else _pre=12; fi
+    _len=$((${#_d} + 1))
+    _pad=$(((64 - (_pre + _len) % 64) % 64))
+    _hlen=$((_len + _pad))
+    {
+        printf '\223NUMPY'
+        printf "$(octal "$_v")\\000"
+        printf "$(octal $((_hlen % 256)))$(octal $((_hlen / 256 % 256)))"
+        if [ "$_v" != 1 ]; then printf '\000\000'; fi
+        printf '%s' "$_d"
+        if [ "$_pad" -gt 0 ]; then printf "%${_pad}s" ''; fi
+        printf '\n'
+        printf "$_data"
+    } >"$_f"
+}
+
+DATA12='\001\002\003\004\005\006\007\010\011\012\013\014'
+HEX12="0: 01 02 03 04
+1: 05 06 07 08
+2: 09 0a 0b 0c"
+
+# ---------------------------------------------------------------------------
+# Version and help.
+run_bare --version
+check "--version prints the version" eval 'rc_is 0 && out_has "^engram [0-9][0-9]*\.[0-9][0-9]*\.[0-9]"'
+run_bare --help
+check "--help prints usage" eval 'rc_is 0 && out_has "^Usage: engram" && err_empty'
+run_bare -h
+check "-h prints usage" eval 'rc_is 0 && out_has "^Usage: engram"'
+for c in create import ls info verify lookup rm bench demo; do
+    run_bare "$c" --help
+    check "$c --help" eval 'rc_is 0 && out_has "^Usage: engram .*$c" && err_empty'
+    run_bare help "$c"
+    check "help $c" eval 'rc_is 0 && out_has "^Usage: engram .*$c"'
+    # --help wins even over other usage errors on the line.
+    run_bare "$c" --bogus --help
+    check "$c --bogus --help" eval 'rc_is 0 && out_has "^Usage: engram"'
+done
+run_bare create --help
+check "create --help documents the pattern" eval 'out_has "splitmix64" && out_has "0x9E3779B97F4A7C15"'
+
+# ---------------------------------------------------------------------------
+# Usage errors: exit 2 with a message and a hint.
+run_bare
+check "no command -> 2" eval 'rc_is 2 && grep -q "Usage: engram" err'
+run_bare frobnicate
+check "unknown command -> 2" eval 'usage_fails && err_has "unknown command" && err_has "Try"'
+run ls --bogus
+check "unknown option -> 2" eval 'usage_fails && err_has "unknown option"'
+run --bogus ls
+check "unknown global option -> 2" eval 'usage_fails'
+run ls --rows 3
+check "option of another command -> 2" eval 'usage_fails'
+run create t
+check "create without --rows -> 2" eval 'usage_fails && err_has "rows"'
+run create t --rows abc --row-bytes 4
+check "create --rows abc -> 2" eval 'usage_fails && err_has "abc"'
+run create t --rows -5 --row-bytes 4
+check "create --rows -5 -> 2" eval 'usage_fails'
+run create t --rows 12x --row-bytes 4
+check "create --rows 12x -> 2" eval 'usage_fails && err_has "12x"'
+run create t --rows ' 12' --row-bytes 4
+check "create --rows ' 12' -> 2" eval 'usage_fails'
+run create t --rows 99999999999999999999999 --row-bytes 4
+check "create --rows overflow -> 2" eval 'usage_fails'
+run create t --rows 0 --row-bytes 4
+check "create --rows 0 -> 2" eval 'usage_fails'
+run create t --rows 10 --row-bytes 0
+check "create --row-bytes 0 -> 2" eval 'usage_fails'
+run create t --rows 10 --row-bytes 16777217
+check "create --row-bytes too big -> 2" eval 'usage_fails'
+run create t --rows 10 --row-bytes 8 --pitch 4
+check "create --pitch < row bytes -> 2" eval 'usage_fails'
+run create t --rows 18446744073709551615 --row-bytes 16
+check "create of an impossible size -> 2" eval 'usage_fails'
+run create t --rows 10 --row-bytes 4 --fill bogus
+check "create --fill bogus -> 2" eval 'usage_fails && err_has "bogus"'
+run create t --rows 10 --rows 11 --row-bytes 4
+check "repeated option -> 2" eval 'usage_fails && err_has "twice"'
+run create t --rows
+check "option without value -> 2" eval 'usage_fails && err_has "value"'
+run ls --json=yes
+check "flag with a value -> 2" eval 'usage_fails'
+run create 'bad/name' --rows 10 --row-bytes 4
+check "invalid table name -> 2" eval 'usage_fails && err_has "bad/name"'
+run create .hidden --rows 10 --row-bytes 4
+check "table name starting with . -> 2" eval 'usage_fails'
+run --ns ../up ls
+check "invalid namespace -> 2" eval 'usage_fails'
+run create a b --rows 10 --row-bytes 4
+check "extra positional -> 2" eval 'usage_fails && err_has "unexpected"'
+run info
+check "info without a name -> 2" eval 'usage_fails'
+run lookup t
+check "lookup without ids -> 2" eval 'usage_fails'
+run lookup t 1 x2
+check "lookup of a non-numeric id -> 2" eval 'usage_fails && err_has "x2"'
+run lookup t 1 --offset 1.5
+check "lookup --offset 1.5 -> 2" eval 'usage_fails'
+run verify
+check "verify without names -> 2" eval 'usage_fails'
+run verify --all t
+check "verify --all with names -> 2" eval 'usage_fails'
+run rm
+check "rm without names -> 2" eval 'usage_fails'
+run bench t --iters 0
+check "bench --iters 0 -> 2" eval 'usage_fails'
+run demo --tokens 0
+check "demo --tokens 0 -> 2" eval 'usage_fails'
+run demo extra
+check "demo with an argument -> 2" eval 'usage_fails'
+check "usage errors created nothing" eval '[ ! -e "$NS_DIR/t" ] && [ ! -e "$NS_DIR/a" ]'
+
+# ---------------------------------------------------------------------------
+# ls of a namespace that does not exist yet.
+run ls
+check "ls of a missing namespace is empty" eval 'rc_is 0 && out_is "NAME          ROWS  ROW_BYTES      PITCH  SIZE"'
+run ls --json
+check "ls --json of a missing namespace is []" eval 'rc_is 0 && out_is "[]"'
+
+# ---------------------------------------------------------------------------
+# create + ls + info + lookup, with pattern bytes computed independently.
+run create t --rows 10 --row-bytes 12
+check "create t" eval 'rc_is 0 && err_empty'
+check "table file exists" test -f "$NS_DIR/t"
+run ls
+check "ls lists t" eval 'rc_is 0 && out_is "NAME          ROWS  ROW_BYTES      PITCH  SIZE
+t               10         12         12  120 B"'
+run lookup t 0 3 9
+check "lookup pattern rows" eval 'rc_is 0 && out_is "0: 00 00 00 00 00 00 00 00 26 5a 2e 4e
+3: 03 00 00 00 00 00 00 00 0d ea 38 b7
+9: 09 00 00 00 00 00 00 00 4f b1 67 c9"'
+run lookup t 9 -1 0
+check "lookup with a dead id" eval 'rc_is 0 && out_is "9: 09 00 00 00 00 00 00 00 4f b1 67 c9
+-1: dead
+0: 00 00 00 00 00 00 00 00 26 5a 2e 4e"'
+run lookup t -1 --zero-dead
+check "lookup --zero-dead" eval 'rc_is 0 && out_is "-1: 00 00 00 00 00 00 00 00 00 00 00 00"'
+run lookup t 103 -1 --offset 100
+check "lookup --offset" eval 'rc_is 0 && out_is "103: 03 00 00 00 00 00 00 00 0d ea 38 b7
+-1: dead"'
+run lookup --offset=100 t 109
+check "lookup --offset=V before the name" eval 'rc_is 0 && out_is "109: 09 00 00 00 00 00 00 00 4f b1 67 c9"'
+run lookup t 3 3
+check "lookup repeats ids" eval 'rc_is 0 && [ "$(grep -c "^3: 03" out)" -eq 2 ]'
+LAST="engram lookup t 0 --root ROOT (global option after the command)"
+"$ENGRAM_BIN" lookup t 0 --root "$ROOT" --ns default >out 2>err
+rc=$?
+check "global options after the command" eval 'rc_is 0 && out_is "0: 00 00 00 00 00 00 00 00 26 5a 2e 4e"'
+
+# Bad ids: the library's message names the position and the value.
+run lookup t 0 10
+check "lookup of id 10 in a 10-row table -> 1" eval 'fails_with 1 "\[1\]" && err_has "10" && [ ! -s out ]'
+run lookup t -5
+check "lookup of id -5 -> 1" eval 'fails_with 1 "-5"'
+run lookup t 5 --offset 6
+check "lookup of an id below --offset -> 1" eval 'fails_with 1 "5"'
+run lookup nosuch 0
+check "lookup of a missing table -> 1" eval 'fails_with 1 "nosuch"'
+
+# A larger table streamed in several chunks, with a seed; rows on both sides
+# of the first 8 MiB chunk boundary (419430 rows of 20 bytes) are checked.
+run create s7 --rows 500000 --row-bytes 20 --seed 7
+check "create s7 (several chunks)" eval 'rc_is 0'
+run lookup s7 0 5 419429 419430 499999
+check "lookup s7 across chunk boundaries" eval 'rc_is 0 && out_is "0: 00 00 00 00 00 00 00 00 6d 4a 33 20 72 3e a6 9d cf 5c 7e 1c
+5: 05 00 00 00 00 00 00 00 ae c8 4a 39 ca 9b 3e 03 78 ed 94 79
+419429: 65 66 06 00 00 00 00 00 d6 e2 9e 85 95 41 e4 d4 2d f5 19 24
+419430: 66 66 06 00 00 00 00 00 35 d5 28 7c 68 3c 7b 73 55 62 c8 fa
+499999: 1f a1 07 00 00 00 00 00 1e e6 e4 a4 90 62 77 b5 e3 9b 67 f3"'
+
+# Imports bigger than one 8 MiB chunk: s7's rows cut out of its table file
+# (which ends exactly at data_offset + data_size), as a raw file and behind
+# a hand-made .npy header; both must read back as s7 does.
+run info s7 --json
+S7_OFF=$(sed -n 's/^ *"data_offset": \([0-9][0-9]*\),$/\1/p' out)
+tail -c +$((S7_OFF + 1)) "$NS_DIR/s7" >s7.raw
+check "s7 rows cut out of the table file" eval '[ "$(wc -c <s7.raw)" -eq 10000000 ]'
+run import s7raw s7.raw --row-bytes 20
+check "import of a 10 MB raw file" eval 'rc_is 0'
+make_npy s7.npy 1 "{'descr': '|u1', 'fortran_order': False, 'shape': (500000, 20), }" ''
+cat s7.raw >>s7.npy
+run import s7npy s7.npy
+check "import of a 10 MB .npy file" eval 'rc_is 0'
+run lookup s7 0 419429 419430 499999
+cp out s7.out
+run lookup s7raw 0 419429 419430 499999
+check "raw import reads back across chunks" eval 'rc_is 0 && cmp -s s7.out out'
+run lookup s7npy 0 419429 419430 499999
+check ".npy import reads back across chunks" eval 'rc_is 0 && cmp -s s7.out out'
+rm -f s7.raw s7.npy
+run rm s7raw s7npy
+
+# Pitch, zero and random fills.
+run create p --rows 4 --row-bytes 5 --pitch 8
+check "create with --pitch" eval 'rc_is 0'
+run info p
+check "info shows the pitch" eval 'rc_is 0 && out_has "^row_pitch  *8$" && out_has "^data_size  *32 "'
+run lookup p 1 3
+check "lookup with a pitch" eval 'rc_is 0 && out_is "1: 01 00 00 00 00
+3: 03 00 00 00 00"'
+run create z --rows 3 --row-bytes 4 --fill zero
+run lookup z 2
+check "zero fill" eval 'rc_is 0 && out_is "2: 00 00 00 00"'
+run create r1 --rows 100 --row-bytes 16 --fill random --seed 42
+run create r2 --rows 100 --row-bytes 16 --fill random --seed 42
+run create r3 --rows 100 --row-bytes 16 --fill random --seed 43
+run lookup r1 0 57
+check "lookup of a random table" eval 'rc_is 0 && [ "$(grep -c -e "^0: [0-9a-f][0-9a-f] " -e "^57: [0-9a-f][0-9a-f] " out)" -eq 2 ]'
+cp out r1.out
+run lookup r2 0 57
+check "random fill is reproducible from the seed" cmp -s r1.out out
+run lookup r3 0 57
+check "random fill depends on the seed" eval '! cmp -s r1.out out'
+check "random fill is not the pattern" eval '! grep -q "^57: 39 00 00 00 00 00 00 00" r1.out'
+
+# Create-only.
+run create t --rows 10 --row-bytes 12
+check "create of an existing name -> 1 (exists)" eval 'fails_with 1 "exist"'
+run lookup t 3
+check "the existing table is intact" eval 'rc_is 0 && out_is "3: 03 00 00 00 00 00 00 00 0d ea 38 b7"'
+
+# info, info --json, info --map.
+run info t
+check "info t" eval 'rc_is 0 && out_has "^num_rows  *10$" && out_has "^row_bytes  *12$" && out_has "^kind  *file$" && out_has "^checksum  *xxh3-64:[0-9a-f]\{16\}$" && out_has "^mapped  *no$"'
+run info t --map
+check "info --map maps the table" eval 'rc_is 0 && out_has "^mapped  *yes$"'
+run info t --json
+check "info --json fields" eval 'rc_is 0 && out_has "\"num_rows\": 10," && out_has "\"row_pitch\": 12," && out_has "\"kind\": \"file\","'
+OFF=$(sed -n 's/^ *"data_offset": \([0-9][0-9]*\),$/\1/p' out)
+check "info --json has a data_offset" eval '[ -n "$OFF" ] && [ "$OFF" -gt 0 ]'
+if [ "$HAVE_PY" = 1 ]; then
+    check "info --json is valid JSON" json_ok
+    check "info --json values" pycheck '
+import json, sys
+d = json.load(open("out"))
+assert d["name"] == "t" and d["num_rows"] == 10 and d["row_bytes"] == 12, d
+assert d["data_size"] == 120 and d["data_offset"] % 4096 == 0, d
+assert len(d["checksum"]) == 16 and d["mapped"] is False, d
+'
+    run ls --json
+    check "ls --json is valid JSON" json_ok
+    check "ls --json values" pycheck '
+import json
+d = {t["name"]: t for t in json.load(open("out"))}
+assert sorted(d) == ["p", "r1", "r2", "r3", "s7", "t", "z"], sorted(d)
+assert d["t"] == {"name": "t", "kind": "file", "rows": 10, "row_bytes": 12, "row_pitch": 12, "size": 120}, d["t"]
+assert d["p"]["row_pitch"] == 8 and d["p"]["size"] == 32, d["p"]
+'
+else
+    echo "cli: python3 not found: JSON syntax checks skipped"
+fi
+run info nosuch
+check "info of a missing table -> 1" eval 'fails_with 1 "nosuch"'
+
+# ---------------------------------------------------------------------------
+# import: raw files.
+printf "$DATA12" >raw12.bin
+run import r raw12.bin --row-bytes 4
+check "import raw" eval 'rc_is 0'
+run lookup r 0 1 2
+check "lookup imported raw rows" eval 'rc_is 0 && out_is "$HEX12"'
+run import rp raw12.bin --row-bytes 6 --pitch 8
+run lookup rp 1
+check "import raw with a pitch" eval 'rc_is 0 && out_is "1: 07 08 09 0a 0b 0c"'
+printf '\001\002\003\004\005\006\007\010\011\012' >raw10.bin
+run import bad raw10.bin --row-bytes 4
+check "raw size not a multiple -> 1" eval 'fails_with 1 "multiple"'
+: >empty.bin
+run import bad empty.bin --row-bytes 4
+check "empty raw file -> 1" eval 'fails_with 1 "empty"'
+run import bad raw12.bin
+check "raw without --row-bytes -> 2" eval 'usage_fails && err_has "row-bytes"'
+run import bad missing.bin --row-bytes 4
+check "missing input file -> 1" eval 'fails_with 1 "missing.bin"'
+run import bad "$SCRATCH" --row-bytes 4
+check "directory as input -> 1" eval 'fails_with 1 "regular file"'
+run import r raw12.bin --row-bytes 4
+check "import of an existing name -> 1" eval 'fails_with 1 "exist"'
+
+# import: hand-made .npy files.
+make_npy v1.npy 1 "{'descr': '|u1', 'fortran_order': False, 'shape': (3, 4), }" "$DATA12"
+run import n1 v1.npy
+check "import .npy v1" eval 'rc_is 0'
+run lookup n1 0 1 2
+check "lookup .npy v1 rows" eval 'rc_is 0 && out_is "$HEX12"'
+make_npy v2.npy 2 "{'descr': '<u1', 'fortran_order': False, 'shape': (2, 6)}" "$DATA12"
+run import n2 v2.npy --row-bytes 6
+check "import .npy v2 ('<u1', --row-bytes matching)" eval 'rc_is 0'
+run lookup n2 1
+check "lookup .npy v2 rows" eval 'rc_is 0 && out_is "1: 07 08 09 0a 0b 0c"'
+make_npy v3.npy 3 '{"shape": (6,2), "fortran_order": False, "descr": "u1"}' "$DATA12"
+run import n3 v3.npy
+check "import .npy v3 (other key order, 'u1')" eval 'rc_is 0'
+run lookup n3 5
+check "lookup .npy v3 rows" eval 'rc_is 0 && out_is "5: 0b 0c"'
+run import bad v1.npy --row-bytes 3
+check ".npy with a different --row-bytes -> 1" eval 'fails_with 1 "row-bytes"'
+
+make_npy f4.npy 1 "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 1), }" "$DATA12"
+run import bad f4.npy
+check ".npy dtype <f4 -> 1" eval 'fails_with 1 "<f4"'
+make_npy d3.npy 1 "{'descr': '|u1', 'fortran_order': False, 'shape': (2, 3, 2), }" "$DATA12"
+run import bad d3.npy
+check ".npy 3-D shape -> 1" eval 'fails_with 1 "(2, 3, 2)"'
+make_npy d1.npy 1 "{'descr': '|u1', 'fortran_order': False, 'shape': (12,), }" "$DATA12"
+run import bad d1.npy
+check ".npy 1-D shape -> 1" eval 'fails_with 1 "(12,)"'
+make_npy fo.npy 1 "{'descr': '|u1', 'fortran_order': True, 'shape': (3, 4), }" "$DATA12"
+run import bad fo.npy
+check ".npy fortran_order True -> 1" eval 'fails_with 1 "fortran"'
+make_npy tr.npy 1 "{'descr': '|u1', 'fortran_order': False, 'shape': (3, 4), }" '\001\002\003\004\005\006\007\010\011\012'
+run import bad tr.npy
+check ".npy truncated data -> 1" eval 'fails_with 1 "truncated"'
+make_npy ex.npy 1 "{'descr': '|u1', 'fortran_order': False, 'shape': (3, 4), }" "$DATA12\\001"
+run import bad ex.npy
+check ".npy with trailing bytes -> 1" eval 'fails_with 1 "after"'
+make_npy st.npy 1 "{'descr': [('a', '|u1')], 'fortran_order': False, 'shape': (3, 4), }" "$DATA12"
+run import bad st.npy
+check ".npy structured dtype -> 1" eval 'fails_with 1 "structured"'
+make_npy ek.npy 1 "{'descr': '|u1', 'fortran_order': False, 'shape': (3, 4), 'x': 1}" "$DATA12"
+run import bad ek.npy
+check ".npy extra key -> 1" eval 'fails_with 1 "x"'
+make_npy dk.npy 1 "{'descr': '|u1', 'descr': '|u1', 'fortran_order': False, 'shape': (3, 4)}" "$DATA12"
+run import bad dk.npy
+check ".npy repeated key -> 1" eval 'fails_with 1 "descr"'
+make_npy mk.npy 1 "{'descr': '|u1', 'shape': (3, 4)}" "$DATA12"
+run import bad mk.npy
+check ".npy missing key -> 1" eval 'fails_with 1 "fortran_order"'
+make_npy z0.npy 1 "{'descr': '|u1', 'fortran_order': False, 'shape': (0, 4), }" ''
+run import bad z0.npy
+check ".npy with no rows -> 1" eval 'fails_with 1 "empty"'
+make_npy big.npy 1 "{'descr': '|u1', 'fortran_order': False, 'shape': (99999999999999999999, 4), }" "$DATA12"
+run import bad big.npy
+check ".npy dimension overflow -> 1" eval 'fails_with 1 "large"'
+make_npy sx.npy 1 "{'descr': '|u1', 'fortran_order': False, 'shape': (3, 4), } x" "$DATA12"
+run import bad sx.npy
+check ".npy junk after the dict -> 1" eval 'fails_with 1 "after"'
+make_npy qs.npy 1 "{'descr': '|u1, 'fortran_order': False, 'shape': (3, 4)}" "$DATA12"
+run import bad qs.npy
+check ".npy unbalanced quotes -> 1" eval 'fails_with 1 "npy"'
+{ printf '\223NUMPY\011\000\100\000'; printf "$DATA12"; } >ver.npy
+run import bad ver.npy
+check ".npy version 9 -> 1" eval 'fails_with 1 "version"'
+{ printf '\223NUMPY\001\000\377\177'; printf "{'descr': '|u1'"; } >hl.npy
+run import bad hl.npy
+check ".npy header length beyond the file -> 1" eval 'fails_with 1 "truncated"'
+{ printf '\223NUMPY\002\000\000\000\000\001'; printf "$DATA12"; } >hx.npy
+run import bad hx.npy
+check ".npy v2 header length too large -> 1" eval 'fails_with 1 "header length"'
+printf '\223NUMPY\001' >pre.npy
+run import bad pre.npy
+check ".npy truncated preamble -> 1" eval 'fails_with 1 "truncated"'
+run ls
+check "failed imports created no table" eval 'rc_is 0 && out_has "^n1 " && out_lacks "^bad "'
+check "failed imports left no file" eval '[ ! -e "$NS_DIR/bad" ]'
+
+# import: files written by numpy itself.
+if [ "$HAVE_NUMPY" = 1 ]; then
+    python3 -c '
+import numpy as np
+a = (np.arange(35, dtype=np.uint32) * 37 % 256).astype(np.uint8).reshape(5, 7)
+np.save("np1.npy", a)
+with open("np2.npy", "wb") as f:
+    np.lib.format.write_array(f, a, version=(2, 0))
+np.save("npf4.npy", a.astype(np.float32))
+np.save("npfo.npy", np.asfortranarray(a))
+np.save("np3d.npy", a[:4, :6].reshape(2, 2, 6))
+np.save("npi1.npy", a.astype(np.int8))
+with open("np.expected", "w") as f:
+    for i in range(5):
+        f.write("%d: %s\n" % (i, " ".join("%02x" % b for b in a[i])))
+'
+    run import np1 np1.npy
+    check "import numpy-saved .npy" eval 'rc_is 0'
+    run lookup np1 0 1 2 3 4
+    check "numpy .npy rows" cmp -s np.expected out
+    run import np2 np2.npy
+    run lookup np2 0 1 2 3 4
+    check "numpy .npy format 2.0 rows" eval 'rc_is 0 && cmp -s np.expected out'
+    run import bad npf4.npy
+    check "numpy float32 .npy -> 1" eval 'fails_with 1 "<f4"'
+    run import bad npfo.npy
+    check "numpy Fortran-ordered .npy -> 1" eval 'fails_with 1 "fortran"'
+    run import bad np3d.npy
+    check "numpy 3-D .npy -> 1" eval 'fails_with 1 "(2, 2, 6)"'
+    run import bad npi1.npy
+    check "numpy int8 .npy -> 1" eval 'fails_with 1 "i1"'
+else
+    echo "cli: numpy not found: numpy-written .npy files skipped"
+fi
+
+# ---------------------------------------------------------------------------
+# verify, then corrupt one data byte.
+run verify t s7
+check "verify OK" eval 'rc_is 0 && out_is "t: OK
+s7: OK"'
+check "verify draws no progress bar when stderr is not a terminal" err_empty
+run verify --all
+check "verify --all OK" eval 'rc_is 0 && out_has "^t: OK$" && out_has "^r: OK$" && out_lacks "FAILED"'
+if command -v script >/dev/null 2>&1 && script --version 2>/dev/null | grep -q util-linux; then
+    LAST="script: engram verify s7 on a terminal"
+    script -qec "\"$ENGRAM_BIN\" --root \"$ROOT\" verify s7" /dev/null >out 2>err </dev/null
+    rc=$?
+    check "verify on a terminal" eval 'rc_is 0 && out_has "s7: OK"'
+    check "verify on a terminal draws a progress bar" out_has '100%'
+fi
+F=$NS_DIR/t
+chmod u+w "$F" 2>/dev/null
+printf '\377' | dd of="$F" bs=1 seek="$OFF" conv=notrunc 2>/dev/null
+run verify t
+check "verify of a corrupted table -> 1" eval 'rc_is 1 && out_is "t: FAILED" && grep -q "^engram: verify" err'
+run verify --all
+check "verify --all reports the corrupted table" eval 'rc_is 1 && out_has "^t: FAILED$" && out_has "^s7: OK$"'
+run verify nosuch
+check "verify of a missing table -> 1" eval 'rc_is 1 && out_is "nosuch: FAILED"'
+
+# ---------------------------------------------------------------------------
+# rm.
+run rm t z
+check "rm t z" eval 'rc_is 0'
+run ls
+check "ls after rm" eval 'rc_is 0 && out_lacks "^t " && out_lacks "^z " && out_has "^s7 "'
+check "rm unlinked the file" eval '[ ! -e "$NS_DIR/t" ]'
+run lookup t 0
+check "lookup after rm -> 1" eval 'fails_with 1 "t"'
+run rm t
+check "rm of a missing table -> 1" eval 'fails_with 1 "t"'
+run create t --rows 2 --row-bytes 3
+check "a removed name can be created again" eval 'rc_is 0'
+run lookup t 1
+check "the new table is served" eval 'rc_is 0 && out_is "1: 01 00 00"'
+
+# Namespaces are separate.
+run --ns other ls
+check "another namespace is empty" eval 'rc_is 0 && out_has "^NAME " && out_lacks "^s7 "'
+run --ns other create t --rows 1 --row-bytes 1
+run --ns other lookup t 0
+check "same name in another namespace" eval 'rc_is 0 && out_is "0: 00"'
+
+# ---------------------------------------------------------------------------
+# bench.
+run bench s7 --ids 16 --iters 5
+check "bench" eval 'rc_is 0 && out_has "memcpy" && out_has "ratios"'
+run bench s7 r1 --ids 4 --iters 3
+check "bench of tables with different row sizes -> 1" eval 'fails_with 1 "row size"'
+run bench n1 r --cols 4 --ids 8 --iters 3 --threads 2 --json
+check "bench --cols --json" eval 'rc_is 0 && out_has "\"cols\": 4,"'
+if [ "$HAVE_PY" = 1 ]; then
+    check "bench --json is valid JSON" json_ok
+    check "bench --json values" pycheck '
+import json
+d = json.load(open("out"))
+assert d["tables"] == ["n1", "r"] and d["ids"] == 8 and d["row_bytes"] == 4, d
+for k in ("engram", "engram_1thread", "memcpy"):
+    r = d["results"][k]
+    assert r["iters"] == 3 and r["median_ns"] > 0 and r["p99_ns"] >= r["median_ns"], r
+assert d["ratio_threads_vs_1thread"] > 0 and d["ratio_engram_vs_memcpy"] > 0, d
+'
+fi
+run bench nosuch --iters 1
+check "bench of a missing table -> 1" eval 'fails_with 1 "nosuch"'
+
+# ---------------------------------------------------------------------------
+# demo --small: creates, checks, measures and removes its own namespace.
+run demo --small --iters 20
+check "demo --small" eval 'rc_is 0 && out_has "engram:l1:h0" && out_has "^ *4096 " && out_has "store stats"'
+check "demo --small removed its namespace" eval '[ -d "$ROOT" ] && [ -z "$(ls "$ROOT" | grep "^demo-")" ]'
+run demo --small --iters 5 --tokens 7 --ns demokeep --keep
+check "demo --keep --tokens" eval 'rc_is 0 && out_has "^ *7 "'
+run --ns demokeep ls
+check "demo --keep kept 24 tables" eval 'rc_is 0 && [ "$(grep -c "^engram:l1:h" out)" -eq 24 ]'
+run --ns demokeep lookup engram:l1:h0 5
+check "demo tables hold the pattern" eval 'rc_is 0 && out_has "^5: 05 00 00 00 00 00 00 00 "'
+run --ns demokeep demo --small --iters 5
+check "demo into a namespace that has its tables -> 1" eval 'fails_with 1 "exist"'
+
+echo "cli: $PASS passed, $FAIL failed"
+[ "$FAIL" -eq 0 ]

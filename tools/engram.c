@@ -1,0 +1,2337 @@
+/*
+ * engram.c - the `engram` command-line tool.
+ *
+ * A thin front end over the public API of engram.h: it creates, imports,
+ * lists, inspects, verifies, looks up and removes tables of one namespace,
+ * measures lookups against baselines taken in the same run (`bench`), and
+ * runs the end-to-end `demo` shown in the README (one DeepSeek-shaped
+ * Engram layer, decode-shaped lookups checked byte for byte).
+ *
+ * Conventions: every command returns an exit status (0 ok, 1 an operation
+ * failed, 2 usage error); library failures are reported as
+ * "engram: <what>: <engram_errmsg()>" on stderr.  Numeric arguments are
+ * parsed strictly (no signs where none belong, no trailing junk, no
+ * overflow).  Big inputs are streamed in fixed-size chunks so that tables
+ * larger than memory can be created and imported.  The .npy header parser
+ * reads bytes from outside and trusts no length before checking it.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engram.h"
+
+/* Rows are produced and consumed in chunks of about this many bytes, so
+ * memory use stays flat whatever the table size. */
+#define CHUNK_BYTES ((size_t)8 << 20)
+
+/* The largest .npy header this tool accepts.  Real headers of 2-D uint8
+ * arrays are under 128 bytes; the bound keeps a hostile length from making
+ * us allocate or read much. */
+#define NPY_HEADER_MAX 65536u
+
+#define EXIT_FAIL 1
+#define EXIT_USAGE 2
+
+/* ------------------------------------------------------------------------
+ * Small helpers: errors, numbers, sizes, time.
+ */
+
+/* Set by SIGINT/SIGTERM while the demo runs, so that it can still remove
+ * the gigabyte of tables it created before exiting. */
+static volatile sig_atomic_t g_interrupted;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    g_interrupted = 1;
+}
+
+/* The detail of a library failure: the thread's detailed message when the
+ * library left one, else the fixed text of the code. */
+static const char *lib_detail(int rc)
+{
+    const char *m = engram_errmsg();
+    return (m && m[0]) ? m : engram_strerror(rc);
+}
+
+/* Reports a failed library call as "engram: <what>: <detail>" and returns
+ * the exit status for it. */
+__attribute__((format(printf, 2, 3))) static int lib_fail(int rc, const char *fmt, ...)
+{
+    va_list ap;
+    fputs("engram: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, ": %s\n", lib_detail(rc));
+    return EXIT_FAIL;
+}
+
+/* Reports a failure that is not a library call (a file, a parse). */
+__attribute__((format(printf, 1, 2))) static int fail(const char *fmt, ...)
+{
+    va_list ap;
+    fputs("engram: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return EXIT_FAIL;
+}
+
+/* Strict unsigned decimal: digits only, no sign, no junk, no overflow. */
+static int parse_u64(const char *s, uint64_t *out)
+{
+    char *end;
+    unsigned long long v;
+
+    if (!s || !isdigit((unsigned char)s[0]))
+        return -1;
+    errno = 0;
+    v = strtoull(s, &end, 10);
+    if (errno != 0 || *end != '\0')
+        return -1;
+    *out = (uint64_t)v;
+    return 0;
+}
+
+/* Strict signed decimal: an optional '-' then digits. */
+static int parse_i64(const char *s, int64_t *out)
+{
+    char *end;
+    long long v;
+    const char *p = s;
+
+    if (!s)
+        return -1;
+    if (*p == '-')
+        p++;
+    if (!isdigit((unsigned char)*p))
+        return -1;
+    errno = 0;
+    v = strtoll(s, &end, 10);
+    if (errno != 0 || *end != '\0')
+        return -1;
+    *out = (int64_t)v;
+    return 0;
+}
+
+/* Multiplies with an overflow check; the one place size products are
+ * formed. */
+static int mul_ok(uint64_t a, uint64_t b, uint64_t *out)
+{
+    if (a != 0 && b > UINT64_MAX / a)
+        return 0;
+    *out = a * b;
+    return 1;
+}
+
+/* Formats a byte count for humans ("1.00 GiB") into buf. */
+static const char *fmt_bytes(uint64_t n, char *buf, size_t len)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    double v = (double)n;
+    unsigned u = 0;
+
+    if (n < 1024) {
+        snprintf(buf, len, "%" PRIu64 " B", n);
+        return buf;
+    }
+    while (v >= 1024.0 && u + 1 < sizeof(units) / sizeof(units[0])) {
+        v /= 1024.0;
+        u++;
+    }
+    snprintf(buf, len, "%.2f %s", v, units[u]);
+    return buf;
+}
+
+/* Formats a duration given in nanoseconds with a unit that keeps three
+ * significant digits or so. */
+static const char *fmt_ns(double ns, char *buf, size_t len)
+{
+    if (ns < 1e3)
+        snprintf(buf, len, "%.0f ns", ns);
+    else if (ns < 1e6)
+        snprintf(buf, len, "%.1f us", ns / 1e3);
+    else if (ns < 1e9)
+        snprintf(buf, len, "%.2f ms", ns / 1e6);
+    else
+        snprintf(buf, len, "%.2f s", ns / 1e9);
+    return buf;
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Writes s as a JSON string literal.  Table names are restricted to a safe
+ * alphabet, but paths are not. */
+static void json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20 || c == 0x7f)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+/* ------------------------------------------------------------------------
+ * Deterministic row contents.
+ *
+ * The pattern fill makes every byte of every table predictable from
+ * (seed, row, byte index), so lookups can be checked without keeping a copy:
+ *   bytes 0..7 of row i hold i as a little-endian uint64 (truncated when the
+ *   row is shorter), so a human reading `lookup` output sees the row;
+ *   the 8 bytes from offset 8*w (w >= 1) hold, little-endian,
+ *   mix64(S * 0xD6E8FEB86659FD93 ^ i * 0x9E3779B97F4A7C15 ^ w * 0xC2B2AE3D27D4EB4F)
+ *   where mix64 is the splitmix64 finaliser and S the seed.
+ * The random fill uses the same counter-based hash (with different
+ * constants) for every word, so it is reproducible from --seed and can be
+ * produced in any chunking.
+ */
+static uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t pattern_word(uint64_t seed, uint64_t row, uint64_t w)
+{
+    return mix64((seed * 0xD6E8FEB86659FD93ull) ^ (row * 0x9E3779B97F4A7C15ull) ^
+                 (w * 0xC2B2AE3D27D4EB4Full));
+}
+
+static uint64_t random_word(uint64_t seed, uint64_t row, uint64_t w)
+{
+    return mix64((seed * 0xA0761D6478BD642Full) ^ (row * 0xE7037ED1A0B428DBull) ^
+                 (w * 0x8EBC6AF09C88C6E3ull) ^ 0x589965CC75374CC3ull);
+}
+
+enum fill { FILL_ZERO, FILL_PATTERN, FILL_RANDOM };
+
+/* Writes the first n bytes of word v, little-endian. */
+static void put_le(unsigned char *dst, uint64_t v, uint32_t n)
+{
+    for (uint32_t b = 0; b < n; b++)
+        dst[b] = (unsigned char)(v >> (8 * b));
+}
+
+/* Produces row `row` of a synthetic table into dst (row_bytes bytes). */
+static void fill_row(unsigned char *dst, enum fill fill, uint64_t seed, uint64_t row,
+                     uint32_t row_bytes)
+{
+    if (fill == FILL_ZERO) {
+        memset(dst, 0, row_bytes);
+        return;
+    }
+    for (uint32_t j = 0; j < row_bytes; j += 8) {
+        uint32_t n = row_bytes - j < 8 ? row_bytes - j : 8;
+        uint64_t w;
+        if (fill == FILL_PATTERN)
+            w = j == 0 ? row : pattern_word(seed, row, j / 8);
+        else
+            w = random_word(seed, row, j / 8);
+        put_le(dst + j, w, n);
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * Progress bar, drawn on stderr only when it is a terminal.
+ */
+struct progress {
+    const char *label;
+    int enabled;
+    int last; /* last permille drawn, -1 before the first */
+};
+
+static void progress_init(struct progress *p, const char *label)
+{
+    p->label = label;
+    p->enabled = isatty(STDERR_FILENO);
+    p->last = -1;
+}
+
+static int progress_cb(void *ud, uint64_t done, uint64_t total)
+{
+    static const char bar[] = "##############################";
+    static const char dots[] = "..............................";
+    struct progress *p = ud;
+    const int width = 30;
+    int permille, filled;
+
+    if (g_interrupted)
+        return 1; /* cancels the library operation (-ECANCELED) */
+    if (!p->enabled)
+        return 0;
+    /* Double arithmetic: done * 1000 could overflow for huge tables. */
+    permille = total ? (int)((double)done * 1000.0 / (double)total) : 1000;
+    if (permille > 1000)
+        permille = 1000;
+    if (permille == p->last)
+        return 0;
+    p->last = permille;
+    filled = permille * width / 1000;
+    fprintf(stderr, "\r%s [%.*s%.*s] %3d%%", p->label, filled, bar, width - filled, dots,
+            permille / 10);
+    return 0;
+}
+
+static void progress_end(struct progress *p)
+{
+    if (p->enabled && p->last >= 0)
+        fputs("\r\033[K", stderr);
+    p->last = -1;
+}
+
+/* ------------------------------------------------------------------------
+ * Command-line parsing.
+ */
+enum {
+    OPT_ROOT,
+    OPT_NS,
+    OPT_HELP,
+    OPT_ROWS,
+    OPT_ROW_BYTES,
+    OPT_PITCH,
+    OPT_FILL,
+    OPT_SEED,
+    OPT_JSON,
+    OPT_MAP,
+    OPT_ALL,
+    OPT_OFFSET,
+    OPT_ZERO_DEAD,
+    OPT_IDS,
+    OPT_ITERS,
+    OPT_THREADS,
+    OPT_COLS,
+    OPT_HUGE,
+    OPT_SMALL,
+    OPT_TOKENS,
+    OPT_KEEP,
+    OPT_COUNT
+};
+
+static const struct opt_def {
+    const char *name;
+    int has_arg;
+} opt_defs[OPT_COUNT] = {
+    [OPT_ROOT] = {"root", 1},      [OPT_NS] = {"ns", 1},
+    [OPT_HELP] = {"help", 0},      [OPT_ROWS] = {"rows", 1},
+    [OPT_ROW_BYTES] = {"row-bytes", 1}, [OPT_PITCH] = {"pitch", 1},
+    [OPT_FILL] = {"fill", 1},      [OPT_SEED] = {"seed", 1},
+    [OPT_JSON] = {"json", 0},      [OPT_MAP] = {"map", 0},
+    [OPT_ALL] = {"all", 0},        [OPT_OFFSET] = {"offset", 1},
+    [OPT_ZERO_DEAD] = {"zero-dead", 0}, [OPT_IDS] = {"ids", 1},
+    [OPT_ITERS] = {"iters", 1},    [OPT_THREADS] = {"threads", 1},
+    [OPT_COLS] = {"cols", 1},      [OPT_HUGE] = {"huge", 0},
+    [OPT_SMALL] = {"small", 0},    [OPT_TOKENS] = {"tokens", 1},
+    [OPT_KEEP] = {"keep", 0},
+};
+
+#define O(x) (1u << OPT_##x)
+#define GLOBAL_OPTS (O(ROOT) | O(NS) | O(HELP))
+
+struct cli;
+
+struct command {
+    const char *name;
+    int (*run)(struct cli *cli);
+    uint32_t opts;  /* O(...) accepted besides the global ones */
+    int min_args;   /* positional arguments */
+    int max_args;   /* -1: no limit */
+    const char *synopsis;
+    const char *help;
+};
+
+struct cli {
+    const struct command *cmd;
+    const char *root;            /* NULL: engram_default_root() */
+    const char *ns;
+    const char *opt[OPT_COUNT];  /* value, or "" for a flag; NULL if absent */
+    char **args;                 /* positional arguments of the command */
+    int nargs;
+};
+
+/* Prints a usage error for the current command and returns 2. */
+__attribute__((format(printf, 2, 3))) static int usage_error(const struct cli *cli,
+                                                            const char *fmt, ...)
+{
+    va_list ap;
+    fputs("engram: ", stderr);
+    if (cli->cmd)
+        fprintf(stderr, "%s: ", cli->cmd->name);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    if (cli->cmd)
+        fprintf(stderr, "\nTry 'engram %s --help'.\n", cli->cmd->name);
+    else
+        fputs("\nTry 'engram --help'.\n", stderr);
+    return EXIT_USAGE;
+}
+
+/* Reads an unsigned option into *out (left alone when the option is
+ * absent), checking [min, max].  Returns 0 or the usage exit status. */
+static int opt_u64(const struct cli *cli, int id, uint64_t min, uint64_t max, uint64_t *out)
+{
+    const char *s = cli->opt[id];
+    uint64_t v;
+
+    if (!s)
+        return 0;
+    if (parse_u64(s, &v) != 0)
+        return usage_error(cli, "--%s: '%s' is not a non-negative decimal integer",
+                           opt_defs[id].name, s);
+    if (v < min || v > max)
+        return usage_error(cli, "--%s: %" PRIu64 " is outside [%" PRIu64 ", %" PRIu64 "]",
+                           opt_defs[id].name, v, min, max);
+    *out = v;
+    return 0;
+}
+
+/* Checks a table name before any store is opened, as a usage error. */
+static int check_name(const struct cli *cli, const char *name)
+{
+    int rc = engram_name_check(name);
+    if (rc != 0)
+        return usage_error(cli, "invalid table name '%s': %s", name, lib_detail(rc));
+    return 0;
+}
+
+static const char *cli_root(const struct cli *cli)
+{
+    return cli->root ? cli->root : engram_default_root();
+}
+
+/* Opens the command's store; on failure reports it and returns nonzero
+ * with the exit status in *status (so callers can special-case ENOENT). */
+static int open_store(const struct cli *cli, uint32_t flags, int threads, engram_store **st,
+                      int quiet_enoent, int *status)
+{
+    engram_store_options o = ENGRAM_STORE_OPTIONS_INIT;
+    int rc;
+
+    o.flags = flags;
+    o.threads = threads;
+    rc = engram_store_open(cli->root, cli->ns, &o, st);
+    if (rc == 0)
+        return 0;
+    *st = NULL;
+    if (rc == -ENOENT && quiet_enoent) {
+        *status = 0;
+        return rc;
+    }
+    *status = lib_fail(rc, "open namespace '%s' under '%s'", cli->ns, cli_root(cli));
+    return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * Writing tables (create, import, demo).
+ */
+
+/* Source of rows for write_table(): fills `n` rows starting at row `first`
+ * into buf (row_bytes apart); returns 0 or an exit status after reporting. */
+typedef int (*row_source_fn)(void *ctx, unsigned char *buf, uint64_t first, uint64_t n);
+
+struct synth_source {
+    enum fill fill;
+    uint64_t seed;
+    uint32_t row_bytes;
+};
+
+static int synth_rows(void *ctx, unsigned char *buf, uint64_t first, uint64_t n)
+{
+    const struct synth_source *s = ctx;
+    for (uint64_t i = 0; i < n; i++)
+        fill_row(buf + i * s->row_bytes, s->fill, s->seed, first + i, s->row_bytes);
+    return 0;
+}
+
+struct file_source {
+    int fd;
+    const char *path;
+    uint64_t data_offset;
+    uint32_t row_bytes;
+};
+
+static int file_rows(void *ctx, unsigned char *buf, uint64_t first, uint64_t n)
+{
+    const struct file_source *s = ctx;
+    size_t want = (size_t)(n * s->row_bytes);
+    size_t got = 0;
+    off_t off = (off_t)(s->data_offset + first * s->row_bytes);
+
+    while (got < want) {
+        ssize_t r = pread(s->fd, buf + got, want - got, off + (off_t)got);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return fail("read '%s': %s", s->path, strerror(errno));
+        }
+        if (r == 0)
+            return fail("read '%s': the file shrank while it was being imported", s->path);
+        got += (size_t)r;
+    }
+    return 0;
+}
+
+/* Streams a table into the store in chunks of about CHUNK_BYTES.  The
+ * writer publishes nothing unless every row arrived. */
+static int write_table(engram_store *st, const char *verb, const char *name,
+                       const engram_table_spec *spec, row_source_fn src, void *ctx)
+{
+    engram_writer *w = NULL;
+    unsigned char *buf = NULL;
+    uint64_t chunk_rows = CHUNK_BYTES / spec->row_bytes;
+    struct progress pr;
+    char label[ENGRAM_NAME_MAX + 32];
+    int rc, status = 0;
+
+    if (chunk_rows == 0)
+        chunk_rows = 1;
+    if (chunk_rows > spec->num_rows)
+        chunk_rows = spec->num_rows;
+    buf = malloc((size_t)(chunk_rows * spec->row_bytes));
+    if (!buf)
+        return fail("%s '%s': out of memory for a %" PRIu64 "-row buffer", verb, name,
+                    chunk_rows);
+    snprintf(label, sizeof(label), "%s %s", verb, name);
+    progress_init(&pr, label);
+
+    rc = engram_writer_begin(st, name, spec, &w);
+    if (rc != 0) {
+        status = lib_fail(rc, "%s '%s'", verb, name);
+        goto out;
+    }
+    for (uint64_t r = 0; r < spec->num_rows; r += chunk_rows) {
+        uint64_t n = spec->num_rows - r < chunk_rows ? spec->num_rows - r : chunk_rows;
+        if (g_interrupted) {
+            status = fail("%s '%s': interrupted", verb, name);
+            goto out;
+        }
+        status = src(ctx, buf, r, n);
+        if (status != 0)
+            goto out;
+        rc = engram_writer_append(w, buf, n, 0);
+        if (rc != 0) {
+            status = lib_fail(rc, "%s '%s': append rows %" PRIu64 "..%" PRIu64, verb, name, r,
+                              r + n - 1);
+            goto out;
+        }
+        progress_cb(&pr, r + n, spec->num_rows);
+    }
+    progress_end(&pr);
+    rc = engram_writer_commit(w);
+    w = NULL; /* commit always frees the writer */
+    if (rc != 0)
+        status = lib_fail(rc, "%s '%s': commit", verb, name);
+out:
+    progress_end(&pr);
+    engram_writer_abort(w);
+    free(buf);
+    return status;
+}
+
+/* Reads --row-bytes/--pitch shared by create and import. */
+static int read_pitch(const struct cli *cli, engram_table_spec *spec)
+{
+    uint64_t pitch = 0;
+    int st = opt_u64(cli, OPT_PITCH, 0, ENGRAM_ROW_BYTES_MAX, &pitch);
+    spec->row_pitch = (uint32_t)pitch;
+    return st;
+}
+
+static int check_spec(const struct cli *cli, const engram_table_spec *spec)
+{
+    int rc = engram_spec_check(spec);
+    if (rc != 0)
+        return usage_error(cli, "invalid table shape: %s", lib_detail(rc));
+    return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * create
+ */
+static int cmd_create(struct cli *cli)
+{
+    const char *name = cli->args[0];
+    engram_table_spec spec = {0, 0, 0};
+    struct synth_source src = {FILL_PATTERN, 0, 0};
+    uint64_t v;
+    engram_store *st = NULL;
+    int status;
+
+    if ((status = check_name(cli, name)) != 0)
+        return status;
+    if (!cli->opt[OPT_ROWS] || !cli->opt[OPT_ROW_BYTES])
+        return usage_error(cli, "--rows and --row-bytes are required");
+    v = 0;
+    if ((status = opt_u64(cli, OPT_ROWS, 1, UINT64_MAX, &v)) != 0)
+        return status;
+    spec.num_rows = v;
+    if ((status = opt_u64(cli, OPT_ROW_BYTES, 1, ENGRAM_ROW_BYTES_MAX, &v)) != 0)
+        return status;
+    spec.row_bytes = (uint32_t)v;
+    if ((status = read_pitch(cli, &spec)) != 0)
+        return status;
+    if (cli->opt[OPT_FILL]) {
+        const char *f = cli->opt[OPT_FILL];
+        if (strcmp(f, "zero") == 0)
+            src.fill = FILL_ZERO;
+        else if (strcmp(f, "pattern") == 0)
+            src.fill = FILL_PATTERN;
+        else if (strcmp(f, "random") == 0)
+            src.fill = FILL_RANDOM;
+        else
+            return usage_error(cli, "--fill: '%s' is not one of zero, pattern, random", f);
+    }
+    if ((status = opt_u64(cli, OPT_SEED, 0, UINT64_MAX, &src.seed)) != 0)
+        return status;
+    if ((status = check_spec(cli, &spec)) != 0)
+        return status;
+    src.row_bytes = spec.row_bytes;
+
+    if (open_store(cli, ENGRAM_OPEN_CREATE, 1, &st, 0, &status) != 0)
+        return status;
+    status = write_table(st, "create", name, &spec, synth_rows, &src);
+    engram_store_close(st);
+    return status;
+}
+
+/* ------------------------------------------------------------------------
+ * import: raw rows or a .npy file of uint8 [N, R].
+ */
+struct npy_info {
+    uint64_t rows, cols;
+    uint64_t data_offset;
+};
+
+struct lexer {
+    const char *p, *end;
+    char *err;
+    size_t errlen;
+};
+
+__attribute__((format(printf, 2, 3))) static int lex_error(struct lexer *lx, const char *fmt,
+                                                          ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(lx->err, lx->errlen, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static void lex_ws(struct lexer *lx)
+{
+    while (lx->p < lx->end && (*lx->p == ' ' || *lx->p == '\t' || *lx->p == '\n' || *lx->p == '\r'))
+        lx->p++;
+}
+
+static int lex_peek(struct lexer *lx)
+{
+    lex_ws(lx);
+    return lx->p < lx->end ? (unsigned char)*lx->p : -1;
+}
+
+static int lex_expect(struct lexer *lx, char c, const char *where)
+{
+    if (lex_peek(lx) != (unsigned char)c)
+        return lex_error(lx, "malformed .npy header: expected '%c' %s", c, where);
+    lx->p++;
+    return 0;
+}
+
+/* A Python string literal of printable characters without escapes (the
+ * only kind numpy writes for keys and dtype strings), at most cap-1 long. */
+static int lex_string(struct lexer *lx, char *out, size_t cap)
+{
+    char q;
+    size_t n = 0;
+    int c = lex_peek(lx);
+
+    if (c != '\'' && c != '"')
+        return lex_error(lx, "malformed .npy header: expected a quoted string");
+    q = (char)c;
+    lx->p++;
+    while (lx->p < lx->end && *lx->p != q) {
+        unsigned char ch = (unsigned char)*lx->p;
+        if (ch < 0x20 || ch >= 0x7f || ch == '\\')
+            return lex_error(lx, "malformed .npy header: unexpected byte 0x%02x in a string", ch);
+        if (n + 1 >= cap)
+            return lex_error(lx, "malformed .npy header: string longer than %zu bytes", cap - 1);
+        out[n++] = (char)ch;
+        lx->p++;
+    }
+    if (lx->p >= lx->end)
+        return lex_error(lx, "malformed .npy header: unterminated string");
+    lx->p++;
+    out[n] = '\0';
+    return 0;
+}
+
+static int lex_word(struct lexer *lx, const char *w)
+{
+    size_t n = strlen(w);
+    lex_ws(lx);
+    if ((size_t)(lx->end - lx->p) >= n && memcmp(lx->p, w, n) == 0) {
+        lx->p += n;
+        return 1;
+    }
+    return 0;
+}
+
+#define NPY_MAX_DIMS 8
+
+/* A shape tuple of non-negative decimal integers: "()", "(5,)", "(3, 4)". */
+static int lex_shape(struct lexer *lx, uint64_t *dims, int *ndim)
+{
+    *ndim = 0;
+    if (lex_expect(lx, '(', "to open the shape") != 0)
+        return -1;
+    for (;;) {
+        int c = lex_peek(lx);
+        uint64_t v = 0;
+        if (c == ')')
+            break;
+        if (c < 0 || !isdigit(c))
+            return lex_error(lx, "malformed .npy header: expected a dimension in the shape");
+        while (lx->p < lx->end && isdigit((unsigned char)*lx->p)) {
+            unsigned d = (unsigned)(*lx->p - '0');
+            if (v > (UINT64_MAX - d) / 10 || v * 10 + d > (uint64_t)INT64_MAX)
+                return lex_error(lx, "malformed .npy header: dimension too large");
+            v = v * 10 + d;
+            lx->p++;
+        }
+        if (*ndim == NPY_MAX_DIMS)
+            return lex_error(lx, "unsupported .npy shape: more than %d dimensions", NPY_MAX_DIMS);
+        dims[(*ndim)++] = v;
+        c = lex_peek(lx);
+        if (c == ',') {
+            lx->p++;
+            continue;
+        }
+        if (c != ')')
+            return lex_error(lx, "malformed .npy header: expected ',' or ')' in the shape");
+    }
+    lx->p++;
+    return 0;
+}
+
+/* Formats dims as Python would print the tuple. */
+static void fmt_shape(const uint64_t *dims, int ndim, char *buf, size_t len)
+{
+    size_t o = 0;
+    o += (size_t)snprintf(buf + o, len - o, "(");
+    for (int i = 0; i < ndim && o < len; i++)
+        o += (size_t)snprintf(buf + o, len - o, "%s%" PRIu64, i ? ", " : "", dims[i]);
+    if (o < len)
+        snprintf(buf + o, len - o, ndim == 1 ? ",)" : ")");
+}
+
+/* Parses the dictionary of an .npy header: exactly the keys 'descr',
+ * 'fortran_order' and 'shape', each once, as numpy itself requires. */
+static int npy_parse_dict(const char *h, size_t len, struct npy_info *info, char *err,
+                          size_t errlen)
+{
+    struct lexer lx = {h, h + len, err, errlen};
+    char key[32], descr[64];
+    int have_descr = 0, have_fortran = 0, have_shape = 0, fortran = 0, ndim = 0;
+    uint64_t dims[NPY_MAX_DIMS];
+    char shape[256];
+
+    if (lex_expect(&lx, '{', "at the start of the header") != 0)
+        return -1;
+    while (lex_peek(&lx) != '}') {
+        if (lex_string(&lx, key, sizeof(key)) != 0)
+            return -1;
+        if (lex_expect(&lx, ':', "after a key") != 0)
+            return -1;
+        if (strcmp(key, "descr") == 0 && !have_descr) {
+            if (lex_peek(&lx) == '[')
+                return lex_error(&lx, "unsupported .npy dtype: a structured dtype (need uint8 "
+                                      "'|u1')");
+            if (lex_string(&lx, descr, sizeof(descr)) != 0)
+                return -1;
+            have_descr = 1;
+        } else if (strcmp(key, "fortran_order") == 0 && !have_fortran) {
+            if (lex_word(&lx, "True"))
+                fortran = 1;
+            else if (lex_word(&lx, "False"))
+                fortran = 0;
+            else
+                return lex_error(&lx, "malformed .npy header: fortran_order is not True or "
+                                      "False");
+            have_fortran = 1;
+        } else if (strcmp(key, "shape") == 0 && !have_shape) {
+            if (lex_shape(&lx, dims, &ndim) != 0)
+                return -1;
+            have_shape = 1;
+        } else {
+            return lex_error(&lx, "malformed .npy header: unexpected or repeated key '%s'", key);
+        }
+        if (lex_peek(&lx) == ',')
+            lx.p++;
+        else if (lex_peek(&lx) != '}')
+            return lex_error(&lx, "malformed .npy header: expected ',' or '}' after a value");
+    }
+    lx.p++;
+    if (lex_peek(&lx) != -1)
+        return lex_error(&lx, "malformed .npy header: bytes after the closing '}'");
+    if (!have_descr || !have_fortran || !have_shape)
+        return lex_error(&lx, "malformed .npy header: missing key '%s'",
+                         !have_descr ? "descr" : !have_fortran ? "fortran_order" : "shape");
+
+    /* One-byte unsigned integers have no byte order; numpy writes '|u1'. */
+    if (strcmp(descr, "|u1") != 0 && strcmp(descr, "<u1") != 0 && strcmp(descr, "u1") != 0)
+        return lex_error(&lx, "unsupported .npy dtype '%s' (need uint8: '|u1')", descr);
+    if (fortran)
+        return lex_error(&lx, "unsupported .npy layout: fortran_order is True (need C order; "
+                              "save np.ascontiguousarray(a))");
+    fmt_shape(dims, ndim, shape, sizeof(shape));
+    if (ndim != 2)
+        return lex_error(&lx, "unsupported .npy shape %s: need a 2-D shape (rows, row_bytes)",
+                         shape);
+    if (dims[0] == 0 || dims[1] == 0)
+        return lex_error(&lx, "unsupported .npy shape %s: the table would be empty", shape);
+    info->rows = dims[0];
+    info->cols = dims[1];
+    return 0;
+}
+
+/* Reads exactly len bytes at off, or fails (a short file is an error). */
+static int pread_full(int fd, void *buf, size_t len, off_t off)
+{
+    size_t got = 0;
+    while (got < len) {
+        ssize_t r = pread(fd, (char *)buf + got, len - got, off + (off_t)got);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (r == 0)
+            return -ENODATA;
+        got += (size_t)r;
+    }
+    return 0;
+}
+
+/* Parses an .npy file's preamble and header (file at fd, of file_size
+ * bytes) and checks that the file holds exactly the array's data. */
+static int npy_read_header(int fd, uint64_t file_size, struct npy_info *info, char *err,
+                           size_t errlen)
+{
+    unsigned char pre[12];
+    unsigned major, minor;
+    uint64_t hlen, prefix, data;
+    char *h;
+    int rc;
+
+    if (file_size < 10 || pread_full(fd, pre, 10, 0) != 0) {
+        snprintf(err, errlen, "truncated .npy preamble");
+        return -1;
+    }
+    major = pre[6];
+    minor = pre[7];
+    if ((major != 1 && major != 2 && major != 3) || minor != 0) {
+        snprintf(err, errlen, "unsupported .npy format version %u.%u (need 1.0, 2.0 or 3.0)",
+                 major, minor);
+        return -1;
+    }
+    if (major == 1) {
+        hlen = (uint64_t)pre[8] | (uint64_t)pre[9] << 8;
+        prefix = 10;
+    } else {
+        if (file_size < 12 || pread_full(fd, pre + 10, 2, 10) != 0) {
+            snprintf(err, errlen, "truncated .npy preamble");
+            return -1;
+        }
+        hlen = (uint64_t)pre[8] | (uint64_t)pre[9] << 8 | (uint64_t)pre[10] << 16 |
+               (uint64_t)pre[11] << 24;
+        prefix = 12;
+    }
+    if (hlen > NPY_HEADER_MAX) {
+        snprintf(err, errlen, ".npy header length %" PRIu64 " exceeds the %u bytes accepted",
+                 hlen, NPY_HEADER_MAX);
+        return -1;
+    }
+    if (prefix + hlen > file_size) {
+        snprintf(err, errlen, "truncated .npy header (%" PRIu64 " bytes announced, file is %" PRIu64
+                 " bytes)", hlen, file_size);
+        return -1;
+    }
+    h = malloc(hlen ? (size_t)hlen : 1);
+    if (!h) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    if (pread_full(fd, h, (size_t)hlen, (off_t)prefix) != 0) {
+        free(h);
+        snprintf(err, errlen, "cannot read the .npy header");
+        return -1;
+    }
+    rc = npy_parse_dict(h, (size_t)hlen, info, err, errlen);
+    free(h);
+    if (rc != 0)
+        return -1;
+    info->data_offset = prefix + hlen;
+    if (!mul_ok(info->rows, info->cols, &data)) {
+        snprintf(err, errlen, "unsupported .npy shape (%" PRIu64 ", %" PRIu64 "): too large",
+                 info->rows, info->cols);
+        return -1;
+    }
+    if (data > file_size - info->data_offset) {
+        snprintf(err, errlen, "truncated .npy data: shape (%" PRIu64 ", %" PRIu64 ") needs %"
+                 PRIu64 " bytes but only %" PRIu64 " follow the header", info->rows, info->cols,
+                 data, file_size - info->data_offset);
+        return -1;
+    }
+    if (data != file_size - info->data_offset) {
+        snprintf(err, errlen, "%" PRIu64 " unexpected bytes after the .npy array data",
+                 file_size - info->data_offset - data);
+        return -1;
+    }
+    return 0;
+}
+
+static int cmd_import(struct cli *cli)
+{
+    const char *name = cli->args[0], *path = cli->args[1];
+    engram_table_spec spec = {0, 0, 0};
+    struct file_source src;
+    uint64_t row_bytes = 0, file_size;
+    unsigned char magic[6];
+    engram_store *st = NULL;
+    struct stat sb;
+    int fd = -1, status, is_npy = 0;
+
+    if ((status = check_name(cli, name)) != 0)
+        return status;
+    if ((status = opt_u64(cli, OPT_ROW_BYTES, 1, ENGRAM_ROW_BYTES_MAX, &row_bytes)) != 0)
+        return status;
+    if ((status = read_pitch(cli, &spec)) != 0)
+        return status;
+
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return fail("import '%s': open '%s': %s", name, path, strerror(errno));
+    if (fstat(fd, &sb) != 0) {
+        status = fail("import '%s': stat '%s': %s", name, path, strerror(errno));
+        goto out;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        status = fail("import '%s': '%s' is not a regular file", name, path);
+        goto out;
+    }
+    file_size = (uint64_t)sb.st_size;
+    is_npy = file_size >= 6 && pread_full(fd, magic, 6, 0) == 0 &&
+             memcmp(magic, "\x93NUMPY", 6) == 0;
+
+    src.fd = fd;
+    src.path = path;
+    if (is_npy) {
+        struct npy_info info = {0, 0, 0};
+        char err[512];
+        if (npy_read_header(fd, file_size, &info, err, sizeof(err)) != 0) {
+            status = fail("import '%s': '%s': %s", name, path, err);
+            goto out;
+        }
+        if (info.cols > ENGRAM_ROW_BYTES_MAX) {
+            status = fail("import '%s': '%s': rows of %" PRIu64 " bytes exceed the %u-byte "
+                          "maximum", name, path, info.cols, ENGRAM_ROW_BYTES_MAX);
+            goto out;
+        }
+        if (row_bytes != 0 && row_bytes != info.cols) {
+            status = fail("import '%s': '%s' holds rows of %" PRIu64 " bytes, not the %" PRIu64
+                          " given by --row-bytes", name, path, info.cols, row_bytes);
+            goto out;
+        }
+        spec.num_rows = info.rows;
+        spec.row_bytes = (uint32_t)info.cols;
+        src.data_offset = info.data_offset;
+    } else {
+        if (row_bytes == 0) {
+            status = usage_error(cli, "'%s' is not an .npy file; raw files need --row-bytes",
+                                 path);
+            goto out;
+        }
+        if (file_size == 0) {
+            status = fail("import '%s': '%s' is empty", name, path);
+            goto out;
+        }
+        if (file_size % row_bytes != 0) {
+            status = fail("import '%s': the size of '%s' (%" PRIu64 " bytes) is not a multiple "
+                          "of the row size (%" PRIu64 " bytes)", name, path, file_size,
+                          row_bytes);
+            goto out;
+        }
+        spec.num_rows = file_size / row_bytes;
+        spec.row_bytes = (uint32_t)row_bytes;
+        src.data_offset = 0;
+    }
+    src.row_bytes = spec.row_bytes;
+    if (engram_spec_check(&spec) != 0) {
+        status = lib_fail(ENGRAM_ESPEC, "import '%s': '%s'", name, path);
+        goto out;
+    }
+    if (open_store(cli, ENGRAM_OPEN_CREATE, 1, &st, 0, &status) != 0)
+        goto out;
+    status = write_table(st, "import", name, &spec, file_rows, &src);
+out:
+    engram_store_close(st);
+    if (fd >= 0)
+        close(fd);
+    return status;
+}
+
+/* ------------------------------------------------------------------------
+ * ls, info
+ */
+static const char *kind_name(uint32_t kind)
+{
+    return kind == ENGRAM_TABLE_FILE ? "file" : kind == ENGRAM_TABLE_BOUND ? "bound" : "unknown";
+}
+
+static int cmd_ls(struct cli *cli)
+{
+    int json = cli->opt[OPT_JSON] != NULL;
+    engram_store *st = NULL;
+    char **names = NULL;
+    size_t count = 0, width = 4;
+    engram_table_info *infos = NULL;
+    int status = 0, rc;
+    char sz[32];
+
+    /* A namespace that does not exist yet simply has no tables. */
+    if (open_store(cli, 0, 1, &st, 1, &status) != 0) {
+        if (status == 0 && json)
+            puts("[]");
+        else if (status == 0)
+            printf("%-4s  %12s  %9s  %9s  %s\n", "NAME", "ROWS", "ROW_BYTES", "PITCH", "SIZE");
+        return status;
+    }
+    rc = engram_list(st, &names, &count);
+    if (rc != 0) {
+        status = lib_fail(rc, "list namespace '%s'", cli->ns);
+        goto out;
+    }
+    infos = calloc(count ? count : 1, sizeof(*infos));
+    if (!infos) {
+        status = fail("ls: out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < count; i++) {
+        engram_table_info init = ENGRAM_TABLE_INFO_INIT;
+        infos[i] = init;
+        rc = engram_get_table_info(st, names[i], &infos[i]);
+        if (rc != 0) {
+            /* A table removed between list and info is simply gone; a
+             * corrupt one is reported but does not hide the others. */
+            if (rc != -ENOENT)
+                status = lib_fail(rc, "info '%s'", names[i]);
+            infos[i].size = 0;
+            continue;
+        }
+        if (strlen(names[i]) > width)
+            width = strlen(names[i]);
+    }
+    if (json) {
+        int first = 1;
+        putchar('[');
+        for (size_t i = 0; i < count; i++) {
+            const engram_table_info *t = &infos[i];
+            if (t->size == 0)
+                continue;
+            printf("%s\n  {\"name\": ", first ? "" : ",");
+            json_str(stdout, names[i]);
+            printf(", \"kind\": \"%s\", \"rows\": %" PRIu64 ", \"row_bytes\": %" PRIu32
+                   ", \"row_pitch\": %" PRIu32 ", \"size\": %" PRIu64 "}",
+                   kind_name(t->kind), t->spec.num_rows, t->spec.row_bytes, t->spec.row_pitch,
+                   t->data_size);
+            first = 0;
+        }
+        puts(first ? "]" : "\n]");
+    } else {
+        printf("%-*s  %12s  %9s  %9s  %s\n", (int)width, "NAME", "ROWS", "ROW_BYTES", "PITCH",
+               "SIZE");
+        for (size_t i = 0; i < count; i++) {
+            const engram_table_info *t = &infos[i];
+            if (t->size == 0)
+                continue;
+            printf("%-*s  %12" PRIu64 "  %9" PRIu32 "  %9" PRIu32 "  %s\n", (int)width,
+                   names[i], t->spec.num_rows, t->spec.row_bytes, t->spec.row_pitch,
+                   fmt_bytes(t->data_size, sz, sizeof(sz)));
+        }
+    }
+out:
+    free(infos);
+    engram_free(names);
+    engram_store_close(st);
+    return status;
+}
+
+static int cmd_info(struct cli *cli)
+{
+    const char *name = cli->args[0];
+    engram_table_info t = ENGRAM_TABLE_INFO_INIT;
+    engram_store *st = NULL;
+    engram_table_id id;
+    char path[PATH_MAX * 2], created[64] = "", sz[32];
+    int status = 0, rc;
+    time_t secs;
+    struct tm tm;
+
+    if ((status = check_name(cli, name)) != 0)
+        return status;
+    if (open_store(cli, 0, 1, &st, 0, &status) != 0)
+        return status;
+    if (cli->opt[OPT_MAP]) {
+        rc = engram_table_open(st, name, &id);
+        if (rc != 0) {
+            status = lib_fail(rc, "open '%s'", name);
+            goto out;
+        }
+    }
+    rc = engram_get_table_info(st, name, &t);
+    if (rc != 0) {
+        status = lib_fail(rc, "info '%s'", name);
+        goto out;
+    }
+    snprintf(path, sizeof(path), "%s/%s/%s", cli_root(cli), cli->ns, name);
+    secs = (time_t)(t.created_ns / 1000000000u);
+    if (t.kind == ENGRAM_TABLE_FILE && gmtime_r(&secs, &tm))
+        strftime(created, sizeof(created), "%Y-%m-%dT%H:%M:%SZ", &tm);
+
+    if (cli->opt[OPT_JSON]) {
+        printf("{\n  \"name\": ");
+        json_str(stdout, name);
+        printf(",\n  \"path\": ");
+        json_str(stdout, path);
+        printf(",\n  \"kind\": \"%s\",\n", kind_name(t.kind));
+        printf("  \"num_rows\": %" PRIu64 ",\n", t.spec.num_rows);
+        printf("  \"row_bytes\": %" PRIu32 ",\n", t.spec.row_bytes);
+        printf("  \"row_pitch\": %" PRIu32 ",\n", t.spec.row_pitch);
+        printf("  \"data_offset\": %" PRIu64 ",\n", t.data_offset);
+        printf("  \"data_size\": %" PRIu64 ",\n", t.data_size);
+        /* A string: 64-bit values do not survive JSON readers that use
+         * doubles. */
+        printf("  \"checksum\": \"%016" PRIx64 "\",\n", t.checksum);
+        printf("  \"created_ns\": %" PRIu64 ",\n", t.created_ns);
+        printf("  \"created\": \"%s\",\n", created);
+        printf("  \"mapped\": %s,\n", t.mapped ? "true" : "false");
+        printf("  \"private_copy\": %s,\n", t.private_copy ? "true" : "false");
+        printf("  \"resident_bytes\": %" PRIu64 ",\n", t.resident_bytes);
+        printf("  \"huge_bytes\": %" PRIu64 ",\n", t.huge_bytes);
+        printf("  \"map_minor_faults\": %" PRIu64 ",\n", t.map_minor_faults);
+        printf("  \"map_major_faults\": %" PRIu64 ",\n", t.map_major_faults);
+        printf("  \"lookups\": %" PRIu64 ",\n", t.lookups);
+        printf("  \"rows\": %" PRIu64 ",\n", t.rows);
+        printf("  \"bytes\": %" PRIu64 "\n}\n", t.bytes);
+    } else {
+        printf("name              %s\n", name);
+        printf("path              %s\n", path);
+        printf("kind              %s\n", kind_name(t.kind));
+        printf("num_rows          %" PRIu64 "\n", t.spec.num_rows);
+        printf("row_bytes         %" PRIu32 "\n", t.spec.row_bytes);
+        printf("row_pitch         %" PRIu32 "\n", t.spec.row_pitch);
+        printf("data_offset       %" PRIu64 "\n", t.data_offset);
+        printf("data_size         %" PRIu64 " (%s)\n", t.data_size,
+               fmt_bytes(t.data_size, sz, sizeof(sz)));
+        printf("checksum          xxh3-64:%016" PRIx64 "\n", t.checksum);
+        printf("created           %s (%" PRIu64 " ns)\n", created[0] ? created : "-",
+               t.created_ns);
+        printf("mapped            %s\n", t.mapped ? "yes" : "no");
+        printf("private_copy      %s\n", t.private_copy ? "yes" : "no");
+        printf("resident_bytes    %" PRIu64 " (%s)\n", t.resident_bytes,
+               fmt_bytes(t.resident_bytes, sz, sizeof(sz)));
+        printf("huge_bytes        %" PRIu64 " (%s)\n", t.huge_bytes,
+               fmt_bytes(t.huge_bytes, sz, sizeof(sz)));
+        printf("map_minor_faults  %" PRIu64 "\n", t.map_minor_faults);
+        printf("map_major_faults  %" PRIu64 "\n", t.map_major_faults);
+        printf("lookups           %" PRIu64 "\n", t.lookups);
+        printf("rows              %" PRIu64 "\n", t.rows);
+        printf("bytes             %" PRIu64 "\n", t.bytes);
+    }
+out:
+    engram_store_close(st);
+    return status;
+}
+
+/* ------------------------------------------------------------------------
+ * verify, rm
+ */
+static int cmd_verify(struct cli *cli)
+{
+    engram_store *st = NULL;
+    char **names = NULL, **list;
+    size_t count;
+    int status = 0, failed = 0, rc;
+
+    if (cli->opt[OPT_ALL] && cli->nargs > 0)
+        return usage_error(cli, "give table names or --all, not both");
+    if (!cli->opt[OPT_ALL] && cli->nargs == 0)
+        return usage_error(cli, "give table names or --all");
+    for (int i = 0; i < cli->nargs; i++)
+        if ((status = check_name(cli, cli->args[i])) != 0)
+            return status;
+    if (open_store(cli, 0, 1, &st, 0, &status) != 0)
+        return status;
+    if (cli->opt[OPT_ALL]) {
+        rc = engram_list(st, &names, &count);
+        if (rc != 0) {
+            status = lib_fail(rc, "list namespace '%s'", cli->ns);
+            goto out;
+        }
+        list = names;
+    } else {
+        list = cli->args;
+        count = (size_t)cli->nargs;
+    }
+    for (size_t i = 0; i < count; i++) {
+        struct progress pr;
+        progress_init(&pr, list[i]);
+        rc = engram_verify(st, list[i], progress_cb, &pr);
+        progress_end(&pr);
+        if (rc == 0) {
+            printf("%s: OK\n", list[i]);
+        } else {
+            printf("%s: FAILED\n", list[i]);
+            fflush(stdout);
+            lib_fail(rc, "verify '%s'", list[i]);
+            failed++;
+        }
+    }
+    status = failed ? EXIT_FAIL : 0;
+out:
+    engram_free(names);
+    engram_store_close(st);
+    return status;
+}
+
+static int cmd_rm(struct cli *cli)
+{
+    engram_store *st = NULL;
+    int status = 0;
+
+    for (int i = 0; i < cli->nargs; i++)
+        if ((status = check_name(cli, cli->args[i])) != 0)
+            return status;
+    if (open_store(cli, 0, 1, &st, 0, &status) != 0)
+        return status;
+    for (int i = 0; i < cli->nargs; i++) {
+        int rc = engram_remove(st, cli->args[i]);
+        if (rc != 0)
+            status = lib_fail(rc, "rm '%s'", cli->args[i]);
+    }
+    engram_store_close(st);
+    return status;
+}
+
+/* ------------------------------------------------------------------------
+ * lookup
+ */
+static int cmd_lookup(struct cli *cli)
+{
+    const char *name = cli->args[0];
+    size_t n = (size_t)cli->nargs - 1;
+    engram_lookup_args a = ENGRAM_LOOKUP_ARGS_INIT;
+    engram_table_info t = ENGRAM_TABLE_INFO_INIT;
+    engram_store *st = NULL;
+    engram_table_id id;
+    int64_t *ids = NULL, offset = 0;
+    unsigned char *out = NULL;
+    uint64_t out_bytes;
+    int status = 0, rc;
+
+    if ((status = check_name(cli, name)) != 0)
+        return status;
+    if (cli->opt[OPT_OFFSET] && parse_i64(cli->opt[OPT_OFFSET], &offset) != 0)
+        return usage_error(cli, "--offset: '%s' is not a decimal integer", cli->opt[OPT_OFFSET]);
+    ids = malloc(n * sizeof(*ids));
+    if (!ids)
+        return fail("lookup: out of memory");
+    for (size_t i = 0; i < n; i++) {
+        if (parse_i64(cli->args[i + 1], &ids[i]) != 0) {
+            status = usage_error(cli, "id '%s' is not a decimal integer", cli->args[i + 1]);
+            goto out;
+        }
+    }
+    if (open_store(cli, 0, 1, &st, 0, &status) != 0)
+        goto out;
+    rc = engram_table_open(st, name, &id);
+    if (rc != 0) {
+        status = lib_fail(rc, "open '%s'", name);
+        goto out;
+    }
+    rc = engram_get_table_info(st, name, &t);
+    if (rc != 0) {
+        status = lib_fail(rc, "info '%s'", name);
+        goto out;
+    }
+    if (!mul_ok(n, t.spec.row_bytes, &out_bytes) || out_bytes > SIZE_MAX ||
+        !(out = malloc((size_t)out_bytes))) {
+        status = fail("lookup: out of memory for %zu rows of %" PRIu32 " bytes", n,
+                      t.spec.row_bytes);
+        goto out;
+    }
+    a.flags = cli->opt[OPT_ZERO_DEAD] ? ENGRAM_LOOKUP_ZERO_DEAD : 0;
+    a.num_tokens = n;
+    a.num_cols = 1;
+    a.tables = &id;
+    a.offsets = &offset;
+    a.ids = ids;
+    a.id_type = ENGRAM_ID_INT64;
+    a.out = out;
+    rc = engram_lookup(st, &a);
+    if (rc != 0) {
+        status = lib_fail(rc, "lookup '%s'", name);
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const unsigned char *row = out + i * t.spec.row_bytes;
+        printf("%" PRId64 ":", ids[i]);
+        if (ids[i] == ENGRAM_DEAD_ID && !cli->opt[OPT_ZERO_DEAD]) {
+            puts(" dead");
+            continue;
+        }
+        for (uint32_t j = 0; j < t.spec.row_bytes; j++)
+            printf(" %02x", row[j]);
+        putchar('\n');
+    }
+out:
+    free(out);
+    free(ids);
+    engram_store_close(st);
+    return status;
+}
+
+/* ------------------------------------------------------------------------
+ * Timing shared by bench and demo.
+ */
+typedef int (*op_fn)(void *ctx, size_t iter);
+
+struct timing {
+    size_t iters;
+    uint64_t total_ns;
+    uint64_t median_ns;
+    uint64_t p99_ns;
+};
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Runs op `fixed` times (or, when fixed is 0, until budget_ns has passed
+ * and at least 3 runs were made, at most max_iters), timing each call.
+ * Two untimed warm-up calls come first.  Returns the op's failure status,
+ * or 0 and *t. */
+static int measure(op_fn op, void *ctx, size_t fixed, uint64_t budget_ns, size_t max_iters,
+                   struct timing *t)
+{
+    size_t cap = fixed ? fixed : max_iters, n = 0;
+    uint64_t *s = malloc(cap * sizeof(*s)), start, total = 0;
+    int status = 0;
+
+    if (!s)
+        return fail("out of memory for %zu timing samples", cap);
+    for (size_t i = 0; i < 2 && status == 0; i++)
+        status = op(ctx, i);
+    start = now_ns();
+    while (status == 0 && n < cap) {
+        uint64_t t0, t1;
+        if (!fixed && n >= 3 && now_ns() - start >= budget_ns)
+            break;
+        if (g_interrupted) {
+            status = fail("interrupted");
+            break;
+        }
+        t0 = now_ns();
+        status = op(ctx, n + 2);
+        t1 = now_ns();
+        s[n++] = t1 - t0;
+        total += t1 - t0;
+    }
+    if (status == 0) {
+        qsort(s, n, sizeof(*s), cmp_u64);
+        t->iters = n;
+        t->total_ns = total;
+        t->median_ns = s[n / 2];
+        /* The nearest-rank 99th percentile. */
+        t->p99_ns = s[(n * 99 + 99) / 100 - 1];
+    }
+    free(s);
+    return status;
+}
+
+static double per_second(uint64_t count_per_iter, const struct timing *t)
+{
+    return t->total_ns ? (double)count_per_iter * (double)t->iters * 1e9 / (double)t->total_ns : 0;
+}
+
+/* a / b, or 0 when b is 0, so that JSON never receives inf or nan. */
+static double ratio(double a, double b)
+{
+    return b > 0 ? a / b : 0;
+}
+
+/* A lookup op over a ring of pre-built argument sets (different ids each
+ * call, so caches do not flatter the result). */
+struct lookup_op {
+    engram_store *st;
+    const engram_lookup_args *args;
+    size_t nargs;
+    const char *what;
+};
+
+static int lookup_op_run(void *ctx, size_t iter)
+{
+    const struct lookup_op *o = ctx;
+    int rc = engram_lookup(o->st, &o->args[iter % o->nargs]);
+    return rc ? lib_fail(rc, "%s", o->what) : 0;
+}
+
+struct memcpy_op {
+    void *dst;
+    const void *src;
+    size_t bytes;
+};
+
+static int memcpy_op_run(void *ctx, size_t iter)
+{
+    const struct memcpy_op *o = ctx;
+    (void)iter;
+    memcpy(o->dst, o->src, o->bytes);
+    return 0;
+}
+
+/* A small, fast generator for ids (xorshift64*); the modulo bias is below
+ * 2^-40 for any table size the ids are drawn from. */
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t x = *s;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *s = x;
+    return x * 0x2545F4914F6CDD1Dull;
+}
+
+static void print_stats(engram_store *st)
+{
+    engram_stats s = ENGRAM_STATS_INIT;
+    char copied[32], mapped[32];
+    int rc = engram_store_stats(st, &s);
+
+    if (rc != 0) {
+        lib_fail(rc, "store stats");
+        return;
+    }
+    printf("store stats: %" PRIu32 " gather threads, %" PRIu64 " lookups (%" PRIu64
+           " failed, %" PRIu64 " split across threads), %" PRIu64 " rows + %" PRIu64
+           " dead, %s copied, %" PRIu64 " tables open, %s mapped\n",
+           s.threads, s.lookups, s.failed, s.parallel, s.rows, s.dead_rows,
+           fmt_bytes(s.bytes, copied, sizeof(copied)), s.tables_open,
+           fmt_bytes(s.mapped_bytes, mapped, sizeof(mapped)));
+}
+
+/* ------------------------------------------------------------------------
+ * bench
+ */
+#define BENCH_RING 8
+
+struct bench_result {
+    const char *key, *label;
+    struct timing t;
+};
+
+static void print_timing_json(const char *key, const struct timing *t, uint64_t rows,
+                              uint64_t bytes, int last)
+{
+    printf("    \"%s\": {\"iters\": %zu, \"median_ns\": %" PRIu64 ", \"p99_ns\": %" PRIu64
+           ", \"rows_per_s\": %.6g, \"bytes_per_s\": %.6g}%s\n",
+           key, t->iters, t->median_ns, t->p99_ns, per_second(rows, t), per_second(bytes, t),
+           last ? "" : ",");
+}
+
+static int cmd_bench(struct cli *cli)
+{
+    int json = cli->opt[OPT_JSON] != NULL;
+    uint64_t T = 256, iters = 0, threads = 0, cols = 0;
+    engram_store *st[2] = {NULL, NULL};
+    engram_table_id *tid[2] = {NULL, NULL};
+    engram_lookup_args *args[2] = {NULL, NULL};
+    engram_table_info *info = NULL;
+    int64_t *ids = NULL;
+    unsigned char *out = NULL, *src = NULL;
+    uint64_t K, R, rows_per_call, bytes_per_call, seed = 0x853C49E6748FEA9Bull;
+    struct timing tm[3] = {{0, 0, 0, 0}, {0, 0, 0, 0}, {0, 0, 0, 0}};
+    uint32_t flags = ENGRAM_OPEN_PREFAULT | (cli->opt[OPT_HUGE] ? ENGRAM_OPEN_PRIVATE_HUGE : 0);
+    engram_stats stats = ENGRAM_STATS_INIT;
+    int status = 0, rc;
+    char b1[32];
+
+    for (int i = 0; i < cli->nargs; i++)
+        if ((status = check_name(cli, cli->args[i])) != 0)
+            return status;
+    if ((status = opt_u64(cli, OPT_IDS, 1, 1u << 24, &T)) != 0 ||
+        (status = opt_u64(cli, OPT_ITERS, 1, 10000000, &iters)) != 0 ||
+        (status = opt_u64(cli, OPT_THREADS, 0, 1024, &threads)) != 0 ||
+        (status = opt_u64(cli, OPT_COLS, 1, 4096, &cols)) != 0)
+        return status;
+    K = cols ? cols : (uint64_t)cli->nargs;
+    if (K < (uint64_t)cli->nargs)
+        return usage_error(cli, "--cols %" PRIu64 " is less than the %d tables given", K,
+                           cli->nargs);
+
+    info = calloc((size_t)cli->nargs, sizeof(*info));
+    for (int s = 0; s < 2; s++) {
+        tid[s] = calloc((size_t)K, sizeof(*tid[s]));
+        args[s] = calloc(BENCH_RING, sizeof(*args[s]));
+    }
+    if (!info || !tid[0] || !tid[1] || !args[0] || !args[1]) {
+        status = fail("bench: out of memory");
+        goto out;
+    }
+    /* Store 0 runs with the configured threads, store 1 with the calling
+     * thread only: the same lookups, so the ratio isolates the threads. */
+    if (open_store(cli, flags, (int)threads, &st[0], 0, &status) != 0 ||
+        open_store(cli, flags, 1, &st[1], 0, &status) != 0)
+        goto out;
+    for (int i = 0; i < cli->nargs; i++) {
+        engram_table_info init = ENGRAM_TABLE_INFO_INIT;
+        info[i] = init;
+        rc = engram_get_table_info(st[0], cli->args[i], &info[i]);
+        if (rc != 0) {
+            status = lib_fail(rc, "info '%s'", cli->args[i]);
+            goto out;
+        }
+        if (info[i].spec.row_bytes != info[0].spec.row_bytes) {
+            status = fail("bench: tables '%s' (%" PRIu32 " bytes) and '%s' (%" PRIu32
+                          " bytes) differ in row size; one lookup needs one row size",
+                          cli->args[0], info[0].spec.row_bytes, cli->args[i],
+                          info[i].spec.row_bytes);
+            goto out;
+        }
+    }
+    for (int s = 0; s < 2; s++) {
+        for (uint64_t k = 0; k < K; k++) {
+            const char *name = cli->args[k % (uint64_t)cli->nargs];
+            rc = engram_table_open(st[s], name, &tid[s][k]);
+            if (rc != 0) {
+                status = lib_fail(rc, "open '%s'", name);
+                goto out;
+            }
+        }
+    }
+    R = info[0].spec.row_bytes;
+    rows_per_call = T * K;
+    if (!mul_ok(rows_per_call, R, &bytes_per_call) || bytes_per_call > ((uint64_t)4 << 30)) {
+        status = usage_error(cli, "one call would gather more than 4 GiB; lower --ids or --cols");
+        goto out;
+    }
+    ids = malloc((size_t)(rows_per_call * BENCH_RING) * sizeof(*ids));
+    out = malloc((size_t)bytes_per_call);
+    src = malloc((size_t)bytes_per_call);
+    if (!ids || !out || !src) {
+        status = fail("bench: out of memory for %s of output", fmt_bytes(bytes_per_call, b1,
+                      sizeof(b1)));
+        goto out;
+    }
+    memset(out, 0, (size_t)bytes_per_call);
+    memset(src, 1, (size_t)bytes_per_call);
+    for (size_t r = 0; r < BENCH_RING; r++)
+        for (uint64_t t = 0; t < T; t++)
+            for (uint64_t k = 0; k < K; k++)
+                ids[r * rows_per_call + t * K + k] =
+                    (int64_t)(rng_next(&seed) % info[k % (uint64_t)cli->nargs].spec.num_rows);
+    for (int s = 0; s < 2; s++) {
+        for (size_t r = 0; r < BENCH_RING; r++) {
+            engram_lookup_args a = ENGRAM_LOOKUP_ARGS_INIT;
+            a.num_tokens = (size_t)T;
+            a.num_cols = (size_t)K;
+            a.tables = tid[s];
+            a.ids = ids + r * rows_per_call;
+            a.id_type = ENGRAM_ID_INT64;
+            a.out = out;
+            args[s][r] = a;
+        }
+    }
+    {
+        struct lookup_op l0 = {st[0], args[0], BENCH_RING, "bench lookup"};
+        struct lookup_op l1 = {st[1], args[1], BENCH_RING, "bench lookup (1 thread)"};
+        struct memcpy_op m = {out, src, (size_t)bytes_per_call};
+        const uint64_t budget = 1000000000u; /* 1 s per measurement unless --iters */
+        if ((status = measure(lookup_op_run, &l0, (size_t)iters, budget, 1000000, &tm[0])) != 0 ||
+            (status = measure(lookup_op_run, &l1, (size_t)iters, budget, 1000000, &tm[1])) != 0 ||
+            (status = measure(memcpy_op_run, &m, (size_t)iters, budget, 1000000, &tm[2])) != 0)
+            goto out;
+    }
+    engram_store_stats(st[0], &stats);
+
+    {
+        double rate = per_second(rows_per_call, &tm[0]);
+        double r_threads = ratio(rate, per_second(rows_per_call, &tm[1]));
+        double r_memcpy = ratio(rate, per_second(rows_per_call, &tm[2]));
+        if (json) {
+            printf("{\n  \"tables\": [");
+            for (int i = 0; i < cli->nargs; i++) {
+                printf("%s", i ? ", " : "");
+                json_str(stdout, cli->args[i]);
+            }
+            printf("],\n  \"cols\": %" PRIu64 ",\n  \"ids\": %" PRIu64 ",\n  \"row_bytes\": %"
+                   PRIu64 ",\n  \"threads\": %" PRIu32 ",\n  \"huge\": %s,\n  \"results\": {\n",
+                   K, T, R, stats.threads, cli->opt[OPT_HUGE] ? "true" : "false");
+            print_timing_json("engram", &tm[0], rows_per_call, bytes_per_call, 0);
+            print_timing_json("engram_1thread", &tm[1], rows_per_call, bytes_per_call, 0);
+            print_timing_json("memcpy", &tm[2], rows_per_call, bytes_per_call, 1);
+            printf("  },\n  \"ratio_threads_vs_1thread\": %.4g,\n  \"ratio_engram_vs_memcpy\": "
+                   "%.4g\n}\n", r_threads, r_memcpy);
+        } else {
+            static const char *const labels[3] = {"engram", "engram, 1 thread",
+                                                  "memcpy, same bytes"};
+            char lab0[48];
+            snprintf(lab0, sizeof(lab0), "engram, %" PRIu32 " thread%s", stats.threads,
+                     stats.threads == 1 ? "" : "s");
+            printf("bench: %" PRIu64 " ids x %" PRIu64 " columns of %" PRIu64
+                   "-byte rows per call (%s), random ids\n",
+                   T, K, R, fmt_bytes(bytes_per_call, b1, sizeof(b1)));
+            printf("%-22s %8s %12s %12s %14s %12s\n", "", "iters", "median", "p99", "rows/s",
+                   "GB/s");
+            for (int i = 0; i < 3; i++) {
+                char m[32], p[32];
+                printf("%-22s %8zu %12s %12s %14.4g %12.3f\n", i == 0 ? lab0 : labels[i],
+                       tm[i].iters, fmt_ns((double)tm[i].median_ns, m, sizeof(m)),
+                       fmt_ns((double)tm[i].p99_ns, p, sizeof(p)),
+                       per_second(rows_per_call, &tm[i]),
+                       per_second(bytes_per_call, &tm[i]) / 1e9);
+            }
+            printf("ratios: %" PRIu32 " threads vs 1 thread %.2fx; engram vs memcpy of the same "
+                   "bytes %.2fx\n", stats.threads, r_threads, r_memcpy);
+        }
+    }
+out:
+    for (int s = 0; s < 2; s++) {
+        engram_store_close(st[s]);
+        free(tid[s]);
+        free(args[s]);
+    }
+    free(info);
+    free(ids);
+    free(out);
+    free(src);
+    return status;
+}
+
+/* ------------------------------------------------------------------------
+ * demo: one DeepSeek-shaped Engram layer, end to end.
+ */
+#define DEMO_COLS 24
+#define DEMO_ROW_BYTES 264
+#define DEMO_SENTINEL 0xA5
+#define DEMO_RING 4
+
+struct demo {
+    engram_store *st;
+    char names[DEMO_COLS][32];
+    uint64_t rows[DEMO_COLS];
+    int64_t offsets[DEMO_COLS];
+    engram_table_id ids[DEMO_COLS];
+    int created[DEMO_COLS];
+    const unsigned char *base[DEMO_COLS]; /* baseline's own mapping of the rows */
+    void *map[DEMO_COLS];
+    size_t map_len[DEMO_COLS];
+    uint32_t pitch[DEMO_COLS];
+    unsigned char expect[DEMO_ROW_BYTES];
+};
+
+static int is_prime(uint64_t n)
+{
+    if (n < 2)
+        return 0;
+    for (uint64_t d = 2; d * d <= n; d++)
+        if (n % d == 0)
+            return 0;
+    return 1;
+}
+
+/* The naive baseline: one bounds check and one memcpy per row, reading the
+ * rows through the demo's own read-only mapping of each table file. */
+struct naive_op {
+    const struct demo *d;
+    const int64_t *ids; /* DEMO_RING batches of T x K */
+    size_t T;
+    unsigned char *out;
+};
+
+static int naive_gather(const struct demo *d, const int64_t *ids, size_t T, unsigned char *out)
+{
+    for (size_t t = 0; t < T; t++) {
+        for (size_t k = 0; k < DEMO_COLS; k++) {
+            int64_t id = ids[t * DEMO_COLS + k], r;
+            if (id == ENGRAM_DEAD_ID)
+                continue;
+            r = id - d->offsets[k];
+            if (r < 0 || (uint64_t)r >= d->rows[k])
+                return fail("demo: baseline: id %" PRId64 " outside column %zu", id, k);
+            memcpy(out + (t * DEMO_COLS + k) * DEMO_ROW_BYTES,
+                   d->base[k] + (uint64_t)r * d->pitch[k], DEMO_ROW_BYTES);
+        }
+    }
+    return 0;
+}
+
+static int naive_op_run(void *ctx, size_t iter)
+{
+    const struct naive_op *o = ctx;
+    return naive_gather(o->d, o->ids + (iter % DEMO_RING) * o->T * DEMO_COLS, o->T, o->out);
+}
+
+/* Checks `nsamples` positions of a gathered batch (all of them when the
+ * batch is smaller) against the pattern; with `dead_untouched`, dead rows
+ * must still hold the sentinel.  Fails loudly on the first wrong byte. */
+static int demo_check(struct demo *d, const char *who, size_t T, const int64_t *ids,
+                      const unsigned char *out, size_t nsamples, uint64_t *rng, int dead_untouched)
+{
+    size_t total = T * DEMO_COLS;
+    int all = nsamples >= total;
+
+    for (size_t s = 0; s < (all ? total : nsamples); s++) {
+        size_t pos = all ? s : (size_t)(rng_next(rng) % total);
+        size_t k = pos % DEMO_COLS;
+        const unsigned char *row = out + pos * DEMO_ROW_BYTES;
+        int64_t id = ids[pos];
+        uint64_t local;
+
+        if (id == ENGRAM_DEAD_ID) {
+            if (!dead_untouched)
+                continue;
+            for (size_t j = 0; j < DEMO_ROW_BYTES; j++) {
+                if (row[j] != DEMO_SENTINEL)
+                    return fail("demo: DATA ERROR: %s wrote byte %zu of the dead row at token "
+                                "%zu column %zu (0x%02x, expected it untouched: 0x%02x)", who, j,
+                                pos / DEMO_COLS, k, row[j], DEMO_SENTINEL);
+            }
+            continue;
+        }
+        local = (uint64_t)(id - d->offsets[k]);
+        fill_row(d->expect, FILL_PATTERN, k + 1, local, DEMO_ROW_BYTES);
+        if (memcmp(row, d->expect, DEMO_ROW_BYTES) != 0) {
+            size_t j = 0;
+            while (row[j] == d->expect[j])
+                j++;
+            return fail("demo: DATA ERROR: %s returned wrong bytes for token %zu column %zu "
+                        "(table '%s', id %" PRId64 ", row %" PRIu64 "): byte %zu is 0x%02x, "
+                        "expected 0x%02x", who, pos / DEMO_COLS, k, d->names[k], id, local, j,
+                        row[j], d->expect[j]);
+        }
+    }
+    return 0;
+}
+
+/* Measures one T: engram lookup against the naive baseline, with checks of
+ * both outputs before and after timing. */
+static int demo_round(struct demo *d, size_t T, uint64_t fixed_iters, uint64_t budget_ns,
+                      uint64_t *rng)
+{
+    size_t n = T * DEMO_COLS, live = 0;
+    size_t out_bytes = n * DEMO_ROW_BYTES;
+    int64_t *ids = malloc(DEMO_RING * n * sizeof(*ids));
+    unsigned char *out = malloc(out_bytes), *ref = malloc(out_bytes);
+    engram_lookup_args args[DEMO_RING];
+    struct timing te = {0, 0, 0, 0}, tb = {0, 0, 0, 0};
+    char m1[32], p1[32], m2[32], p2[32];
+    int status = 0, rc;
+
+    if (!ids || !out || !ref) {
+        status = fail("demo: out of memory for T = %zu", T);
+        goto out;
+    }
+    /* Decode-shaped ids: per column a uniform global id (table-local row
+     * plus the column's prefix-sum offset), ~1% DEAD_ID padding. */
+    for (size_t r = 0; r < DEMO_RING; r++) {
+        for (size_t i = 0; i < n; i++) {
+            size_t k = i % DEMO_COLS;
+            int64_t *id = &ids[r * n + i];
+            if (rng_next(rng) % 100 == 0) {
+                *id = ENGRAM_DEAD_ID;
+            } else {
+                *id = d->offsets[k] + (int64_t)(rng_next(rng) % d->rows[k]);
+                if (r == 0)
+                    live++;
+            }
+        }
+        engram_lookup_args a = ENGRAM_LOOKUP_ARGS_INIT;
+        a.num_tokens = T;
+        a.num_cols = DEMO_COLS;
+        a.tables = d->ids;
+        a.offsets = d->offsets;
+        a.ids = ids + r * n;
+        a.id_type = ENGRAM_ID_INT64;
+        a.out = out;
+        args[r] = a;
+    }
+
+    /* Correctness first: both gathers of batch 0 into sentinel-filled
+     * buffers must agree byte for byte, match the pattern, and leave dead
+     * rows untouched. */
+    memset(out, DEMO_SENTINEL, out_bytes);
+    memset(ref, DEMO_SENTINEL, out_bytes);
+    rc = engram_lookup(d->st, &args[0]);
+    if (rc != 0) {
+        status = lib_fail(rc, "demo: lookup T=%zu", T);
+        goto out;
+    }
+    if ((status = naive_gather(d, ids, T, ref)) != 0 ||
+        (status = demo_check(d, "engram_lookup", T, ids, out, 4096, rng, 1)) != 0 ||
+        (status = demo_check(d, "the baseline", T, ids, ref, 4096, rng, 1)) != 0)
+        goto out;
+    if (memcmp(out, ref, out_bytes) != 0) {
+        status = fail("demo: DATA ERROR: engram_lookup and the baseline disagree for T = %zu", T);
+        goto out;
+    }
+
+    {
+        struct lookup_op lo = {d->st, args, DEMO_RING, "demo: lookup"};
+        struct naive_op no = {d, ids, T, ref};
+        if ((status = measure(lookup_op_run, &lo, (size_t)fixed_iters, budget_ns, 100000,
+                              &te)) != 0 ||
+            (status = measure(naive_op_run, &no, (size_t)fixed_iters, budget_ns, 100000,
+                              &tb)) != 0)
+            goto out;
+    }
+    /* The timed calls rotate over the ring; re-check the last batch each
+     * wrote, so a fault that only shows under load is still caught. */
+    {
+        size_t last_e = (te.iters + 1) % DEMO_RING, last_b = (tb.iters + 1) % DEMO_RING;
+        if ((status = demo_check(d, "engram_lookup (timed)", T, ids + last_e * n, out, 4096, rng,
+                                 0)) != 0 ||
+            (status = demo_check(d, "the baseline (timed)", T, ids + last_b * n, ref, 4096, rng,
+                                 0)) != 0)
+            goto out;
+    }
+    {
+        double re = per_second(live, &te), rb = per_second(live, &tb);
+        printf("%6zu %7zu | %6zu %9s %9s %10.3g | %6zu %9s %9s %10.3g | %6.2fx\n", T, n,
+               te.iters, fmt_ns((double)te.median_ns, m1, sizeof(m1)),
+               fmt_ns((double)te.p99_ns, p1, sizeof(p1)), re, tb.iters,
+               fmt_ns((double)tb.median_ns, m2, sizeof(m2)),
+               fmt_ns((double)tb.p99_ns, p2, sizeof(p2)), rb, ratio(re, rb));
+        fflush(stdout);
+    }
+out:
+    free(ids);
+    free(out);
+    free(ref);
+    return status;
+}
+
+static int cmd_demo(struct cli *cli)
+{
+    int small = cli->opt[OPT_SMALL] != NULL, keep = cli->opt[OPT_KEEP] != NULL;
+    uint64_t tokens = 256, iters = 0, threads = 0, total_bytes, base_rows, data_bytes = 0;
+    uint64_t budget_ns, rng = 0x9E3779B97F4A7C15ull ^ (uint64_t)getpid();
+    size_t sweep[5] = {1, 16, 256, 4096, 0}, nsweep = 4;
+    struct demo *d = calloc(1, sizeof(*d));
+    char nsbuf[64], nspath[PATH_MAX * 2], sz[32];
+    const char *root = cli_root(cli);
+    int status = 0, rc, ns_created = 0;
+    struct sigaction sa, old_int, old_term;
+    struct stat sb;
+    uint64_t t0;
+
+    if (!d)
+        return fail("demo: out of memory");
+    if ((status = opt_u64(cli, OPT_TOKENS, 1, 16384, &tokens)) != 0 ||
+        (status = opt_u64(cli, OPT_ITERS, 1, 100000, &iters)) != 0 ||
+        (status = opt_u64(cli, OPT_THREADS, 0, 1024, &threads)) != 0) {
+        free(d);
+        return status;
+    }
+    /* --tokens adds a batch size to the standard decode sweep. */
+    if (tokens != 1 && tokens != 16 && tokens != 256 && tokens != 4096) {
+        size_t i = nsweep++;
+        while (i > 0 && sweep[i - 1] > tokens) {
+            sweep[i] = sweep[i - 1];
+            i--;
+        }
+        sweep[i] = (size_t)tokens;
+    }
+    /* A fresh namespace per run unless one is named, so that the demo never
+     * touches existing tables. */
+    if (cli->opt[OPT_NS]) {
+        snprintf(nsbuf, sizeof(nsbuf), "%s", cli->ns);
+    } else {
+        snprintf(nsbuf, sizeof(nsbuf), "demo-%ld", (long)getpid());
+        cli->ns = nsbuf;
+    }
+    snprintf(nspath, sizeof(nspath), "%s/%s", root, cli->ns);
+    ns_created = stat(nspath, &sb) != 0 && errno == ENOENT;
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+
+    total_bytes = small ? (uint64_t)64 << 20 : (uint64_t)1 << 30;
+    budget_ns = small ? 100000000u : 400000000u;
+    base_rows = total_bytes / ((uint64_t)DEMO_COLS * DEMO_ROW_BYTES);
+
+    if (open_store(cli, ENGRAM_OPEN_CREATE | ENGRAM_OPEN_PREFAULT, (int)threads, &d->st, 0,
+                   &status) != 0)
+        goto out;
+    for (size_t k = 0; k < DEMO_COLS; k++) {
+        uint64_t p = k == 0 ? base_rows : d->rows[k - 1] + 1;
+        while (!is_prime(p))
+            p++;
+        d->rows[k] = p;
+        d->offsets[k] = k == 0 ? 0 : d->offsets[k - 1] + (int64_t)d->rows[k - 1];
+        data_bytes += p * DEMO_ROW_BYTES;
+        snprintf(d->names[k], sizeof(d->names[k]), "engram:l1:h%zu", k);
+    }
+    printf("engram demo: one DeepSeek-shaped Engram layer: %d tables engram:l1:h0..h%d "
+           "(8 heads x 3 n-gram orders),\n", DEMO_COLS, DEMO_COLS - 1);
+    printf("  %" PRIu64 "..%" PRIu64 " rows each (primes) of %d bytes, %s in all, in namespace "
+           "%s%s\n", d->rows[0], d->rows[DEMO_COLS - 1], DEMO_ROW_BYTES,
+           fmt_bytes(data_bytes, sz, sizeof(sz)), nspath, keep ? " (kept)" : " (removed at exit)");
+    fflush(stdout);
+
+    t0 = now_ns();
+    for (size_t k = 0; k < DEMO_COLS; k++) {
+        engram_table_spec spec = {d->rows[k], DEMO_ROW_BYTES, 0};
+        struct synth_source src = {FILL_PATTERN, k + 1, DEMO_ROW_BYTES};
+        if ((status = write_table(d->st, "populate", d->names[k], &spec, synth_rows, &src)) != 0)
+            goto out;
+        d->created[k] = 1;
+    }
+    {
+        uint64_t dt = now_ns() - t0;
+        printf("populated in %.2f s (%.0f MB/s, pattern fill, create-only atomic writes)\n",
+               (double)dt / 1e9, (double)data_bytes / ((double)dt / 1e9) / 1e6);
+    }
+
+    /* Open every table in the store (prefaulted) and, for the baseline, map
+     * each file's rows privately and read-only at the reported data_offset,
+     * also prefaulted, so both sides start with their page tables filled. */
+    t0 = now_ns();
+    for (size_t k = 0; k < DEMO_COLS; k++) {
+        engram_table_info t = ENGRAM_TABLE_INFO_INIT;
+        char path[PATH_MAX * 2 + 64];
+        int fd;
+
+        rc = engram_table_open(d->st, d->names[k], &d->ids[k]);
+        if (rc == 0)
+            rc = engram_get_table_info(d->st, d->names[k], &t);
+        if (rc != 0) {
+            status = lib_fail(rc, "demo: open '%s'", d->names[k]);
+            goto out;
+        }
+        d->pitch[k] = t.spec.row_pitch;
+        snprintf(path, sizeof(path), "%s/%s", nspath, d->names[k]);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+            status = fail("demo: baseline: open '%s': %s", path, strerror(errno));
+            goto out;
+        }
+        d->map_len[k] = (size_t)t.data_size;
+        d->map[k] = mmap(NULL, d->map_len[k], PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd,
+                         (off_t)t.data_offset);
+        close(fd);
+        if (d->map[k] == MAP_FAILED) {
+            d->map[k] = NULL;
+            status = fail("demo: baseline: mmap '%s' at offset %" PRIu64 ": %s", path,
+                          t.data_offset, strerror(errno));
+            goto out;
+        }
+        d->base[k] = d->map[k];
+    }
+    {
+        engram_stats s = ENGRAM_STATS_INIT;
+        engram_store_stats(d->st, &s);
+        printf("opened and prefaulted in %.2f s; engram uses %" PRIu32 " gather thread%s\n",
+               (double)(now_ns() - t0) / 1e9, s.threads, s.threads == 1 ? "" : "s");
+    }
+    printf("baseline: a naive loop (bounds check + memcpy per row) over a private read-only "
+           "mmap of each file\n");
+    printf("every batch: engram == baseline byte for byte, rows == pattern, dead rows "
+           "untouched; ~1%% ids are -1\n\n");
+    printf("%6s %7s | %-39s | %-39s | %s\n", "", "", "engram_lookup", "baseline (naive loop)",
+           "engram/");
+    printf("%6s %7s | %6s %9s %9s %10s | %6s %9s %9s %10s | %s\n", "tokens", "rows", "iters",
+           "median", "p99", "rows/s", "iters", "median", "p99", "rows/s", "baseline");
+    fflush(stdout);
+    for (size_t i = 0; i < nsweep; i++)
+        if ((status = demo_round(d, sweep[i], iters, budget_ns, &rng)) != 0)
+            goto out;
+    putchar('\n');
+    print_stats(d->st);
+
+out:
+    for (size_t k = 0; k < DEMO_COLS; k++)
+        if (d->map[k])
+            munmap(d->map[k], d->map_len[k]);
+    if (d->st && !keep) {
+        for (size_t k = 0; k < DEMO_COLS; k++) {
+            if (!d->created[k])
+                continue;
+            rc = engram_remove(d->st, d->names[k]);
+            if (rc != 0 && status == 0)
+                status = lib_fail(rc, "demo: remove '%s'", d->names[k]);
+        }
+    }
+    engram_store_close(d->st);
+    if (!keep && ns_created && rmdir(nspath) != 0 && errno != ENOENT && status == 0)
+        status = fail("demo: remove namespace directory '%s': %s", nspath, strerror(errno));
+    if (g_interrupted && status == 0)
+        status = EXIT_FAIL;
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    free(d);
+    return status;
+}
+
+/* ------------------------------------------------------------------------
+ * Commands, help and main.
+ */
+static const struct command commands[] = {
+    {"create", cmd_create, O(ROWS) | O(ROW_BYTES) | O(PITCH) | O(FILL) | O(SEED), 1, 1,
+     "create NAME --rows N --row-bytes R [--pitch P] [--fill zero|pattern|random] [--seed S]",
+     "Creates table NAME of N synthetic rows of R bytes, streamed to the store in 8 MiB\n"
+     "chunks (so tables larger than memory work) and published atomically.\n"
+     "\n"
+     "  --rows N          number of rows (>= 1)\n"
+     "  --row-bytes R     bytes per row (1 .. 16777216)\n"
+     "  --pitch P         bytes between row starts (>= R; default R)\n"
+     "  --fill KIND       zero, pattern (default) or random\n"
+     "  --seed S          seed of the pattern and random fills (default 0)\n"
+     "\n"
+     "pattern: bytes 0..7 of row i hold i as a little-endian uint64 (truncated for\n"
+     "shorter rows); the 8 bytes at offset 8*w (w >= 1) hold, little-endian,\n"
+     "  mix64(S*0xD6E8FEB86659FD93 ^ i*0x9E3779B97F4A7C15 ^ w*0xC2B2AE3D27D4EB4F)\n"
+     "where mix64(z) is the splitmix64 finaliser:\n"
+     "  z = (z ^ z>>30) * 0xBF58476D1CE4E5B9; z = (z ^ z>>27) * 0x94D049BB133111EB;\n"
+     "  z ^ z>>31   (all mod 2^64).\n"
+     "random: the same construction with other constants for every word; reproducible\n"
+     "from --seed.\n"},
+    {"import", cmd_import, O(ROW_BYTES) | O(PITCH), 2, 2,
+     "import NAME FILE [--row-bytes R] [--pitch P]",
+     "Creates table NAME from FILE, streamed in 8 MiB chunks.\n"
+     "\n"
+     "FILE is either an .npy file (recognised by its magic bytes; format 1.0, 2.0 or\n"
+     "3.0) holding a C-ordered uint8 array of shape (rows, row_bytes), dtype '|u1',\n"
+     "or raw rows back to back, which needs --row-bytes and a size that is a multiple\n"
+     "of it.\n"
+     "\n"
+     "  --row-bytes R     bytes per row (raw files; checked against .npy files)\n"
+     "  --pitch P         bytes between row starts in the table (>= R; default R)\n"},
+    {"ls", cmd_ls, O(JSON), 0, 0, "ls [--json]",
+     "Lists the tables of the namespace with their rows, row bytes, pitch and data\n"
+     "size.\n"
+     "\n"
+     "  --json            print a JSON array of {name, kind, rows, row_bytes,\n"
+     "                    row_pitch, size}\n"},
+    {"info", cmd_info, O(JSON) | O(MAP), 1, 1, "info NAME [--json] [--map]",
+     "Shows every field the library reports about table NAME: spec, file layout,\n"
+     "checksum, creation time and, with --map, the mapping in this process.\n"
+     "\n"
+     "  --json            print one JSON object (the checksum as a hex string)\n"
+     "  --map             map the table first, to report resident and huge-page bytes\n"},
+    {"verify", cmd_verify, O(ALL), 0, -1, "verify NAME... | verify --all",
+     "Re-reads each table and checks its header and data checksum; prints\n"
+     "'NAME: OK' or 'NAME: FAILED' per table (and the reason on stderr).  A progress\n"
+     "bar is drawn on stderr when it is a terminal.  Exits 1 if any table failed.\n"
+     "\n"
+     "  --all             verify every table of the namespace\n"},
+    {"lookup", cmd_lookup, O(OFFSET) | O(ZERO_DEAD), 2, -1,
+     "lookup NAME ID [ID...] [--offset O] [--zero-dead]",
+     "Gathers the rows of the given ids with engram_lookup and prints one line per\n"
+     "id: 'ID: hex bytes'.  Id -1 is padding: it prints 'ID: dead'.  Any other id\n"
+     "outside the table fails with the library's message naming position and value.\n"
+     "\n"
+     "  --offset O        subtract O from every id (except -1) first: global ids\n"
+     "  --zero-dead       have the library zero-fill dead rows, printed as zeros\n"},
+    {"rm", cmd_rm, 0, 1, -1, "rm NAME...",
+     "Removes the named tables (the names are free again at once; processes that\n"
+     "have a table mapped keep reading their mapping).\n"},
+    {"bench", cmd_bench, O(IDS) | O(ITERS) | O(THREADS) | O(COLS) | O(JSON) | O(HUGE), 1, -1,
+     "bench NAME... [--ids T] [--cols C] [--iters N] [--threads N] [--huge] [--json]",
+     "Measures engram_lookup of uniform random ids (a fresh batch each call, from a\n"
+     "ring of 8), each named table one column, and in the same run two baselines:\n"
+     "the same lookups on a store with 1 gather thread, and a plain memcpy of the\n"
+     "same number of bytes (sequential bandwidth).  Prints median and p99 time per\n"
+     "call, rows/s, GB/s and the ratios.  Tables are mapped prefaulted.\n"
+     "\n"
+     "  --ids T           ids per column per call (tokens; default 256)\n"
+     "  --cols C          C columns, cycling over the named tables (default: one\n"
+     "                    column per name)\n"
+     "  --iters N         timed calls per measurement (default: as many as fit\n"
+     "                    in 1 s)\n"
+     "  --threads N       gather threads (default 0: one per CPU, at most 8)\n"
+     "  --huge            serve private huge-page copies (ENGRAM_OPEN_PRIVATE_HUGE)\n"
+     "  --json            machine-readable output\n"},
+    {"demo", cmd_demo, O(SMALL) | O(TOKENS) | O(ITERS) | O(KEEP) | O(THREADS), 0, 0,
+     "demo [--small] [--tokens T] [--iters N] [--threads N] [--keep]",
+     "Runs the library end to end on one DeepSeek-shaped Engram layer: creates a\n"
+     "fresh namespace demo-<pid> (or --ns) of 24 tables engram:l1:h0..h23 (8 heads x 3\n"
+     "n-gram orders), each a prime number of 264-byte rows (about 1 GiB in all, or\n"
+     "64 MiB with --small), pattern-filled; then runs decode-shaped lookups (T tokens\n"
+     "x 24 columns of global ids with prefix-sum offsets, ~1% padding ids -1) for\n"
+     "T in 1, 16, 256, 4096, checks returned rows against the pattern and against a\n"
+     "naive baseline gather over its own read-only mmap of the same files, and prints\n"
+     "median and p99 latency per lookup, rows/s and the ratio engram/baseline, then\n"
+     "the store's stats.  Any wrong byte fails the demo with exit status 1.\n"
+     "\n"
+     "  --small           64 MiB of tables instead of 1 GiB (CI)\n"
+     "  --tokens T        also measure batches of T tokens\n"
+     "  --iters N         timed lookups per measurement (default: a time budget)\n"
+     "  --threads N       gather threads (default 0: one per CPU, at most 8)\n"
+     "  --keep            keep the namespace and its tables\n"},
+};
+
+#define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
+
+static void print_main_help(FILE *f)
+{
+    fprintf(f,
+            "Usage: engram [--root DIR] [--ns NAME] COMMAND [ARGS]\n"
+            "\n"
+            "Stores Engram embedding tables (static tables of fixed-size rows) in a\n"
+            "namespace directory and gathers rows by id.\n"
+            "\n"
+            "Commands:\n");
+    for (size_t i = 0; i < NCOMMANDS; i++)
+        fprintf(f, "  %s\n", commands[i].synopsis);
+    fprintf(f,
+            "\n"
+            "Global options (also accepted after the command):\n"
+            "  --root DIR    root directory of namespaces (default %s)\n"
+            "  --ns NAME     namespace (default 'default')\n"
+            "  -h, --help    show help; 'engram COMMAND --help' for one command\n"
+            "  --version     print the version\n"
+            "\n"
+            "Exit status: 0 ok, 1 an operation failed, 2 usage error.\n",
+            engram_default_root());
+}
+
+static void print_command_help(const struct command *c)
+{
+    printf("Usage: engram [--root DIR] [--ns NAME] %s\n\n%s", c->synopsis, c->help);
+}
+
+/* Recognises "--name" / "--name=value" / "-h".  Returns the option id or
+ * -1, and sets *inline_val to the text after '=' when present. */
+static int lookup_option(const char *arg, const char **inline_val)
+{
+    const char *name, *eq;
+    size_t len;
+
+    *inline_val = NULL;
+    if (strcmp(arg, "-h") == 0)
+        return OPT_HELP;
+    if (strncmp(arg, "--", 2) != 0)
+        return -1;
+    name = arg + 2;
+    eq = strchr(name, '=');
+    len = eq ? (size_t)(eq - name) : strlen(name);
+    for (int i = 0; i < OPT_COUNT; i++) {
+        if (strlen(opt_defs[i].name) == len && strncmp(opt_defs[i].name, name, len) == 0) {
+            if (eq)
+                *inline_val = eq + 1;
+            return i;
+        }
+    }
+    return -1;
+}
+
+/* An argument is an option if it starts with "--", or is "-h", or is '-'
+ * followed by something other than a digit (so negative ids such as -1 are
+ * positional). */
+static int looks_like_option(const char *a)
+{
+    return a[0] == '-' && a[1] != '\0' && !isdigit((unsigned char)a[1]);
+}
+
+static int parse_and_run(int argc, char **argv)
+{
+    struct cli cli;
+    int i = 1, nargs = 0, only_positional = 0;
+    char **pos;
+
+    memset(&cli, 0, sizeof(cli));
+    cli.ns = "default";
+
+    /* Global options before the command. */
+    for (; i < argc && looks_like_option(argv[i]); i++) {
+        const char *val;
+        int id;
+        if (strcmp(argv[i], "--version") == 0) {
+            /* A shared library older or newer than the header the tool was
+             * built with is worth saying. */
+            if (engram_version_number() == ENGRAM_VERSION_NUMBER)
+                printf("engram %s\n", engram_version_string());
+            else
+                printf("engram %s (built against the header of %d.%d.%d)\n",
+                       engram_version_string(), ENGRAM_VERSION_MAJOR, ENGRAM_VERSION_MINOR,
+                       ENGRAM_VERSION_PATCH);
+            return 0;
+        }
+        id = lookup_option(argv[i], &val);
+        if (id == OPT_HELP) {
+            print_main_help(stdout);
+            return 0;
+        }
+        if (id != OPT_ROOT && id != OPT_NS)
+            return usage_error(&cli, "unknown option '%s' before the command", argv[i]);
+        if (!val) {
+            if (i + 1 >= argc)
+                return usage_error(&cli, "--%s needs a value", opt_defs[id].name);
+            val = argv[++i];
+        }
+        if (cli.opt[id])
+            return usage_error(&cli, "--%s given twice", opt_defs[id].name);
+        cli.opt[id] = val;
+    }
+    if (i >= argc) {
+        print_main_help(stderr);
+        return EXIT_USAGE;
+    }
+    if (strcmp(argv[i], "help") == 0) {
+        if (i + 1 >= argc) {
+            print_main_help(stdout);
+            return 0;
+        }
+        for (size_t c = 0; c < NCOMMANDS; c++) {
+            if (strcmp(argv[i + 1], commands[c].name) == 0) {
+                print_command_help(&commands[c]);
+                return 0;
+            }
+        }
+        return usage_error(&cli, "unknown command '%s'", argv[i + 1]);
+    }
+    for (size_t c = 0; c < NCOMMANDS; c++)
+        if (strcmp(argv[i], commands[c].name) == 0)
+            cli.cmd = &commands[c];
+    if (!cli.cmd)
+        return usage_error(&cli, "unknown command '%s'", argv[i]);
+    i++;
+
+    /* --help anywhere among the options wins over any other usage error. */
+    for (int j = i; j < argc && strcmp(argv[j], "--") != 0; j++) {
+        if (strcmp(argv[j], "--help") == 0 || strcmp(argv[j], "-h") == 0) {
+            print_command_help(cli.cmd);
+            return 0;
+        }
+    }
+
+    pos = calloc((size_t)argc, sizeof(*pos));
+    if (!pos)
+        return fail("out of memory");
+    for (; i < argc; i++) {
+        const char *val;
+        int id;
+        if (only_positional || !looks_like_option(argv[i])) {
+            pos[nargs++] = argv[i];
+            continue;
+        }
+        if (strcmp(argv[i], "--") == 0) {
+            only_positional = 1;
+            continue;
+        }
+        id = lookup_option(argv[i], &val);
+        if (id < 0 || !((GLOBAL_OPTS | cli.cmd->opts) & (1u << id))) {
+            free(pos);
+            return usage_error(&cli, "unknown option '%s'", argv[i]);
+        }
+        if (!opt_defs[id].has_arg && val) {
+            free(pos);
+            return usage_error(&cli, "--%s takes no value", opt_defs[id].name);
+        }
+        if (opt_defs[id].has_arg && !val) {
+            if (i + 1 >= argc) {
+                free(pos);
+                return usage_error(&cli, "--%s needs a value", opt_defs[id].name);
+            }
+            val = argv[++i];
+        }
+        if (cli.opt[id]) {
+            free(pos);
+            return usage_error(&cli, "--%s given twice", opt_defs[id].name);
+        }
+        cli.opt[id] = val ? val : "";
+    }
+    cli.args = pos;
+    cli.nargs = nargs;
+
+    if (nargs < cli.cmd->min_args || (cli.cmd->max_args >= 0 && nargs > cli.cmd->max_args)) {
+        int st;
+        if (nargs < cli.cmd->min_args)
+            st = usage_error(&cli, "missing arguments; usage: engram %s", cli.cmd->synopsis);
+        else
+            st = usage_error(&cli, "unexpected argument '%s'", pos[cli.cmd->max_args]);
+        free(pos);
+        return st;
+    }
+    if (cli.opt[OPT_ROOT]) {
+        if (cli.opt[OPT_ROOT][0] == '\0') {
+            free(pos);
+            return usage_error(&cli, "--root: empty directory name");
+        }
+        cli.root = cli.opt[OPT_ROOT];
+    }
+    if (cli.opt[OPT_NS]) {
+        int rc = engram_name_check(cli.opt[OPT_NS]);
+        if (rc != 0) {
+            int st = usage_error(&cli, "invalid namespace name '%s': %s", cli.opt[OPT_NS],
+                                 lib_detail(rc));
+            free(pos);
+            return st;
+        }
+        cli.ns = cli.opt[OPT_NS];
+    }
+
+    {
+        int st = cli.cmd->run(&cli);
+        free(pos);
+        return st;
+    }
+}
+
+int main(int argc, char **argv)
+{
+    int status = parse_and_run(argc, argv);
+
+    /* Output that could not be written (a full disk, a closed pipe) is a
+     * failure, not a silent success. */
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "engram: write error on standard output: %s\n", strerror(errno));
+        if (status == 0)
+            status = EXIT_FAIL;
+    }
+    return status;
+}
