@@ -39,14 +39,15 @@ typedef struct engram__store_counters {
 } __attribute__((aligned(ENGRAM__CACHELINE))) engram__store_counters;
 
 typedef struct engram__table {
-    char name[ENGRAM_NAME_MAX + 1];
-    uint32_t kind;                /* ENGRAM_TABLE_FILE / BOUND / other backends */
-    engram_table_spec spec;       /* row_pitch resolved (never 0) */
-    uint64_t data_size;
+    /* What a lookup reads comes first: one cache line per table. */
     const unsigned char *base;    /* row 0, or NULL: use ops->read_rows */
+    engram_table_spec spec;       /* row_pitch resolved (never 0) */
+    atomic_int removed;           /* set by engram_remove() */
+    uint32_t kind;                /* ENGRAM_TABLE_FILE / BOUND / other backends */
     const engram__backend_ops *ops;
     void *state;                  /* the backend's own */
-    atomic_int removed;           /* set by engram_remove() */
+    uint64_t data_size;
+    char name[ENGRAM_NAME_MAX + 1];
     /* File tables: the header as read, and how the memory was obtained. */
     engram__header hdr;
     void *map_addr;
