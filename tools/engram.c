@@ -12,8 +12,9 @@
  * "engram: <what>: <engram_errmsg()>" on stderr.  Numeric arguments are
  * parsed strictly (no signs where none belong, no trailing junk, no
  * overflow).  Big inputs are streamed in fixed-size chunks so that tables
- * larger than memory can be created and imported.  The .npy header parser
- * reads bytes from outside and trusts no length before checking it.
+ * larger than memory can be created and imported.  The .npy header parser,
+ * which reads bytes from outside and trusts no length before checking it,
+ * lives in npy.c, where the fuzz target fuzz/fuzz_npy.c can drive it.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -32,15 +33,11 @@
 #include <unistd.h>
 
 #include "engram.h"
+#include "npy.h"
 
 /* Rows are produced and consumed in chunks of about this many bytes, so
  * memory use stays flat whatever the table size. */
 #define CHUNK_BYTES ((size_t)8 << 20)
-
-/* The largest .npy header this tool accepts.  Real headers of 2-D uint8
- * arrays are under 128 bytes; the bound keeps a hostile length from making
- * us allocate or read much. */
-#define NPY_HEADER_MAX 65536u
 
 #define EXIT_FAIL 1
 #define EXIT_USAGE 2
@@ -624,204 +621,6 @@ static int cmd_create(struct cli *cli)
 /* ------------------------------------------------------------------------
  * import: raw rows or a .npy file of uint8 [N, R].
  */
-struct npy_info {
-    uint64_t rows, cols;
-    uint64_t data_offset;
-};
-
-struct lexer {
-    const char *p, *end;
-    char *err;
-    size_t errlen;
-};
-
-__attribute__((format(printf, 2, 3))) static int lex_error(struct lexer *lx, const char *fmt,
-                                                          ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(lx->err, lx->errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-static void lex_ws(struct lexer *lx)
-{
-    while (lx->p < lx->end && (*lx->p == ' ' || *lx->p == '\t' || *lx->p == '\n' || *lx->p == '\r'))
-        lx->p++;
-}
-
-static int lex_peek(struct lexer *lx)
-{
-    lex_ws(lx);
-    return lx->p < lx->end ? (unsigned char)*lx->p : -1;
-}
-
-static int lex_expect(struct lexer *lx, char c, const char *where)
-{
-    if (lex_peek(lx) != (unsigned char)c)
-        return lex_error(lx, "malformed .npy header: expected '%c' %s", c, where);
-    lx->p++;
-    return 0;
-}
-
-/* A Python string literal of printable characters without escapes (the
- * only kind numpy writes for keys and dtype strings), at most cap-1 long. */
-static int lex_string(struct lexer *lx, char *out, size_t cap)
-{
-    char q;
-    size_t n = 0;
-    int c = lex_peek(lx);
-
-    if (c != '\'' && c != '"')
-        return lex_error(lx, "malformed .npy header: expected a quoted string");
-    q = (char)c;
-    lx->p++;
-    while (lx->p < lx->end && *lx->p != q) {
-        unsigned char ch = (unsigned char)*lx->p;
-        if (ch < 0x20 || ch >= 0x7f || ch == '\\')
-            return lex_error(lx, "malformed .npy header: unexpected byte 0x%02x in a string", ch);
-        if (n + 1 >= cap)
-            return lex_error(lx, "malformed .npy header: string longer than %zu bytes", cap - 1);
-        out[n++] = (char)ch;
-        lx->p++;
-    }
-    if (lx->p >= lx->end)
-        return lex_error(lx, "malformed .npy header: unterminated string");
-    lx->p++;
-    out[n] = '\0';
-    return 0;
-}
-
-static int lex_word(struct lexer *lx, const char *w)
-{
-    size_t n = strlen(w);
-    lex_ws(lx);
-    if ((size_t)(lx->end - lx->p) >= n && memcmp(lx->p, w, n) == 0) {
-        lx->p += n;
-        return 1;
-    }
-    return 0;
-}
-
-#define NPY_MAX_DIMS 8
-
-/* A shape tuple of non-negative decimal integers: "()", "(5,)", "(3, 4)". */
-static int lex_shape(struct lexer *lx, uint64_t *dims, int *ndim)
-{
-    *ndim = 0;
-    if (lex_expect(lx, '(', "to open the shape") != 0)
-        return -1;
-    for (;;) {
-        int c = lex_peek(lx);
-        uint64_t v = 0;
-        if (c == ')')
-            break;
-        if (c < 0 || !isdigit(c))
-            return lex_error(lx, "malformed .npy header: expected a dimension in the shape");
-        while (lx->p < lx->end && isdigit((unsigned char)*lx->p)) {
-            unsigned d = (unsigned)(*lx->p - '0');
-            if (v > (UINT64_MAX - d) / 10 || v * 10 + d > (uint64_t)INT64_MAX)
-                return lex_error(lx, "malformed .npy header: dimension too large");
-            v = v * 10 + d;
-            lx->p++;
-        }
-        if (*ndim == NPY_MAX_DIMS)
-            return lex_error(lx, "unsupported .npy shape: more than %d dimensions", NPY_MAX_DIMS);
-        dims[(*ndim)++] = v;
-        c = lex_peek(lx);
-        if (c == ',') {
-            lx->p++;
-            continue;
-        }
-        if (c != ')')
-            return lex_error(lx, "malformed .npy header: expected ',' or ')' in the shape");
-    }
-    lx->p++;
-    return 0;
-}
-
-/* Formats dims as Python would print the tuple. */
-static void fmt_shape(const uint64_t *dims, int ndim, char *buf, size_t len)
-{
-    size_t o = 0;
-    o += (size_t)snprintf(buf + o, len - o, "(");
-    for (int i = 0; i < ndim && o < len; i++)
-        o += (size_t)snprintf(buf + o, len - o, "%s%" PRIu64, i ? ", " : "", dims[i]);
-    if (o < len)
-        snprintf(buf + o, len - o, ndim == 1 ? ",)" : ")");
-}
-
-/* Parses the dictionary of an .npy header: exactly the keys 'descr',
- * 'fortran_order' and 'shape', each once, as numpy itself requires. */
-static int npy_parse_dict(const char *h, size_t len, struct npy_info *info, char *err,
-                          size_t errlen)
-{
-    struct lexer lx = {h, h + len, err, errlen};
-    char key[32], descr[64];
-    int have_descr = 0, have_fortran = 0, have_shape = 0, fortran = 0, ndim = 0;
-    uint64_t dims[NPY_MAX_DIMS];
-    char shape[256];
-
-    if (lex_expect(&lx, '{', "at the start of the header") != 0)
-        return -1;
-    while (lex_peek(&lx) != '}') {
-        if (lex_string(&lx, key, sizeof(key)) != 0)
-            return -1;
-        if (lex_expect(&lx, ':', "after a key") != 0)
-            return -1;
-        if (strcmp(key, "descr") == 0 && !have_descr) {
-            if (lex_peek(&lx) == '[')
-                return lex_error(&lx, "unsupported .npy dtype: a structured dtype (need uint8 "
-                                      "'|u1')");
-            if (lex_string(&lx, descr, sizeof(descr)) != 0)
-                return -1;
-            have_descr = 1;
-        } else if (strcmp(key, "fortran_order") == 0 && !have_fortran) {
-            if (lex_word(&lx, "True"))
-                fortran = 1;
-            else if (lex_word(&lx, "False"))
-                fortran = 0;
-            else
-                return lex_error(&lx, "malformed .npy header: fortran_order is not True or "
-                                      "False");
-            have_fortran = 1;
-        } else if (strcmp(key, "shape") == 0 && !have_shape) {
-            if (lex_shape(&lx, dims, &ndim) != 0)
-                return -1;
-            have_shape = 1;
-        } else {
-            return lex_error(&lx, "malformed .npy header: unexpected or repeated key '%s'", key);
-        }
-        if (lex_peek(&lx) == ',')
-            lx.p++;
-        else if (lex_peek(&lx) != '}')
-            return lex_error(&lx, "malformed .npy header: expected ',' or '}' after a value");
-    }
-    lx.p++;
-    if (lex_peek(&lx) != -1)
-        return lex_error(&lx, "malformed .npy header: bytes after the closing '}'");
-    if (!have_descr || !have_fortran || !have_shape)
-        return lex_error(&lx, "malformed .npy header: missing key '%s'",
-                         !have_descr ? "descr" : !have_fortran ? "fortran_order" : "shape");
-
-    /* One-byte unsigned integers have no byte order; numpy writes '|u1'. */
-    if (strcmp(descr, "|u1") != 0 && strcmp(descr, "<u1") != 0 && strcmp(descr, "u1") != 0)
-        return lex_error(&lx, "unsupported .npy dtype '%s' (need uint8: '|u1')", descr);
-    if (fortran)
-        return lex_error(&lx, "unsupported .npy layout: fortran_order is True (need C order; "
-                              "save np.ascontiguousarray(a))");
-    fmt_shape(dims, ndim, shape, sizeof(shape));
-    if (ndim != 2)
-        return lex_error(&lx, "unsupported .npy shape %s: need a 2-D shape (rows, row_bytes)",
-                         shape);
-    if (dims[0] == 0 || dims[1] == 0)
-        return lex_error(&lx, "unsupported .npy shape %s: the table would be empty", shape);
-    info->rows = dims[0];
-    info->cols = dims[1];
-    return 0;
-}
-
 /* Reads exactly len bytes at off, or fails (a short file is an error). */
 static int pread_full(int fd, void *buf, size_t len, off_t off)
 {
@@ -840,82 +639,42 @@ static int pread_full(int fd, void *buf, size_t len, off_t off)
     return 0;
 }
 
-/* Parses an .npy file's preamble and header (file at fd, of file_size
- * bytes) and checks that the file holds exactly the array's data. */
+/* Reads up to len bytes at off and returns how many arrived: fewer than
+ * len at the end of the file or on a read error. */
+static size_t pread_upto(int fd, void *buf, size_t len, off_t off)
+{
+    size_t got = 0;
+    while (got < len) {
+        ssize_t r = pread(fd, (char *)buf + got, len - got, off + (off_t)got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    return got;
+}
+
+/* Reads the preamble and header of the .npy file at fd (of file_size
+ * bytes) and parses them with npy_parse().  A short or failed read is not
+ * reported here: npy_parse() is handed the bytes that did arrive and says
+ * "truncated .npy preamble" or "cannot read the .npy header", whichever
+ * part is missing. */
 static int npy_read_header(int fd, uint64_t file_size, struct npy_info *info, char *err,
                            size_t errlen)
 {
-    unsigned char pre[12];
-    unsigned major, minor;
-    uint64_t hlen, prefix, data;
-    char *h;
+    size_t want = file_size < NPY_PARSE_MAX ? (size_t)file_size : NPY_PARSE_MAX;
+    unsigned char *h;
     int rc;
 
-    if (file_size < 10 || pread_full(fd, pre, 10, 0) != 0) {
-        snprintf(err, errlen, "truncated .npy preamble");
-        return -1;
-    }
-    major = pre[6];
-    minor = pre[7];
-    if ((major != 1 && major != 2 && major != 3) || minor != 0) {
-        snprintf(err, errlen, "unsupported .npy format version %u.%u (need 1.0, 2.0 or 3.0)",
-                 major, minor);
-        return -1;
-    }
-    if (major == 1) {
-        hlen = (uint64_t)pre[8] | (uint64_t)pre[9] << 8;
-        prefix = 10;
-    } else {
-        if (file_size < 12 || pread_full(fd, pre + 10, 2, 10) != 0) {
-            snprintf(err, errlen, "truncated .npy preamble");
-            return -1;
-        }
-        hlen = (uint64_t)pre[8] | (uint64_t)pre[9] << 8 | (uint64_t)pre[10] << 16 |
-               (uint64_t)pre[11] << 24;
-        prefix = 12;
-    }
-    if (hlen > NPY_HEADER_MAX) {
-        snprintf(err, errlen, ".npy header length %" PRIu64 " exceeds the %u bytes accepted",
-                 hlen, NPY_HEADER_MAX);
-        return -1;
-    }
-    if (prefix + hlen > file_size) {
-        snprintf(err, errlen, "truncated .npy header (%" PRIu64 " bytes announced, file is %" PRIu64
-                 " bytes)", hlen, file_size);
-        return -1;
-    }
-    h = malloc(hlen ? (size_t)hlen : 1);
+    h = malloc(want ? want : 1);
     if (!h) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    if (pread_full(fd, h, (size_t)hlen, (off_t)prefix) != 0) {
-        free(h);
-        snprintf(err, errlen, "cannot read the .npy header");
-        return -1;
-    }
-    rc = npy_parse_dict(h, (size_t)hlen, info, err, errlen);
+    rc = npy_parse(h, pread_upto(fd, h, want, 0), file_size, info, err, errlen);
     free(h);
-    if (rc != 0)
-        return -1;
-    info->data_offset = prefix + hlen;
-    if (!mul_ok(info->rows, info->cols, &data)) {
-        snprintf(err, errlen, "unsupported .npy shape (%" PRIu64 ", %" PRIu64 "): too large",
-                 info->rows, info->cols);
-        return -1;
-    }
-    if (data > file_size - info->data_offset) {
-        snprintf(err, errlen, "truncated .npy data: shape (%" PRIu64 ", %" PRIu64 ") needs %"
-                 PRIu64 " bytes but only %" PRIu64 " follow the header", info->rows, info->cols,
-                 data, file_size - info->data_offset);
-        return -1;
-    }
-    if (data != file_size - info->data_offset) {
-        snprintf(err, errlen, "%" PRIu64 " unexpected bytes after the .npy array data",
-                 file_size - info->data_offset - data);
-        return -1;
-    }
-    return 0;
+    return rc;
 }
 
 static int cmd_import(struct cli *cli)
