@@ -3,10 +3,10 @@
  *
  * A lookup is done in two passes over the ids.  The first resolves each
  * column's table and checks every id, so that an error leaves the output
- * untouched.  The second copies: per block of rows it computes the source
- * addresses and prefetches them, then copies the previous block, which
- * keeps a block's worth of independent cache misses in flight (random rows
- * of a large table are bound by memory latency, not bandwidth).
+ * untouched.  The second copies, prefetching each row's source a few rows
+ * before copying it, which keeps several independent cache misses in
+ * flight (random rows of a large table are bound by memory latency, not
+ * bandwidth).
  *
  * The copy loop is one generic routine, inlined with the row size and id
  * type as compile-time constants for the common row sizes, so the
@@ -24,7 +24,7 @@
 #include "store.h"
 
 #define STACK_COLS 32
-#define BLOCK 16 /* rows per prefetch block */
+#define AHEAD 8 /* rows prefetched ahead of the copy (a power of two) */
 #define PART_ROWS 1024 /* rows per part of a split lookup */
 
 typedef struct col {
@@ -61,82 +61,112 @@ static inline __attribute__((always_inline)) int64_t load_id(const plan *p, size
     return ((const int32_t *)(const void *)p->ids)[e];
 }
 
-/* Copies rows [begin, end) of the flattened [T, K] batch.  R and id64 are
- * constants at every call site of the dispatcher below. */
+/* Copies one row.  With `pieces` (R is a compile-time constant) the copy
+ * is a run of 16-byte moves plus one overlapping tail, which compilers
+ * emit as plain vector loads and stores; a constant-size memcpy of a few
+ * hundred bytes would otherwise become `rep movs`, which is slower here
+ * and keeps the core from overlapping the next rows' cache misses. */
+static inline __attribute__((always_inline)) void copy_row(unsigned char *d,
+                                                           const unsigned char *s,
+                                                           const size_t R, const int pieces)
+{
+    size_t o = 0;
+    if (!pieces || R < 16) {
+        memcpy(d, s, R);
+        return;
+    }
+    for (; o + 16 <= R; o += 16)
+        memcpy(d + o, s + o, 16);
+    if (o < R)
+        memcpy(d + R - 16, s + R - 16, 16);
+}
+
+/* Plans row (t, k): its source (NULL: skip, ZERO_ROW: zero-fill) and
+ * destination, and starts loading the source's cache lines. */
+static inline __attribute__((always_inline)) void plan_row(const plan *p, size_t t, size_t k,
+                                                           const size_t R, const int id64,
+                                                           const unsigned char **src,
+                                                           unsigned char **dst)
+{
+    const col *c = &p->cols[k];
+    int64_t raw = load_id(p, t, k, id64);
+    const unsigned char *s;
+    if (raw == ENGRAM_DEAD_ID) {
+        s = p->zero_dead ? ZERO_ROW : NULL;
+    } else if (c->base) {
+        s = c->base + ((uint64_t)raw - c->off) * c->pitch;
+        for (size_t o = 0; o < R; o += 64)
+            __builtin_prefetch(s + o, 0, 0);
+        __builtin_prefetch(s + R - 1, 0, 0);
+    } else {
+        s = NULL; /* copied by the backend pass */
+    }
+    *src = s;
+    *dst = p->out + (ptrdiff_t)t * p->ost + (ptrdiff_t)k * p->osk;
+}
+
+/* Copies rows [begin, end) of the flattened [T, K] batch, AHEAD rows
+ * behind the prefetches: a rolling window keeps a steady number of row
+ * misses in flight, which is what bounds random rows of a large table.
+ * R, id64 and pieces are constants at every call site of the dispatcher
+ * below. */
 static inline __attribute__((always_inline)) void copy_range(const plan *p, size_t begin,
                                                              size_t end, const size_t R,
-                                                             const int id64)
+                                                             const int id64, const int pieces)
 {
-    const unsigned char *src[2][BLOCK];
-    unsigned char *dst[2][BLOCK];
-    size_t K = p->K, t = begin / K, k = begin % K, i = begin, nprev = 0;
-    int cur = 0;
+    const unsigned char *src[AHEAD];
+    unsigned char *dst[AHEAD];
+    size_t K = p->K, t = begin / K, k = begin % K, next = begin;
 
-    for (;;) {
-        size_t n = 0;
-        /* Plan the next block and start its loads. */
-        while (n < BLOCK && i < end) {
-            const col *c = &p->cols[k];
-            int64_t raw = load_id(p, t, k, id64);
-            const unsigned char *s;
-            if (raw == ENGRAM_DEAD_ID) {
-                s = p->zero_dead ? ZERO_ROW : NULL;
-            } else if (c->base) {
-                s = c->base + ((uint64_t)raw - c->off) * c->pitch;
-                for (size_t o = 0; o < R; o += 64)
-                    __builtin_prefetch(s + o, 0, 0);
-                __builtin_prefetch(s + R - 1, 0, 0);
-            } else {
-                s = NULL; /* copied by the backend pass */
-            }
-            src[cur ^ 1][n] = s;
-            dst[cur ^ 1][n] = p->out + (ptrdiff_t)t * p->ost + (ptrdiff_t)k * p->osk;
-            n++;
-            i++;
-            if (++k == K) {
-                k = 0;
-                t++;
-            }
-        }
-        /* Copy the block planned last time: its loads had a block to land. */
-        for (size_t j = 0; j < nprev; j++) {
-            const unsigned char *s = src[cur][j];
-            if (s == ZERO_ROW)
-                memset(dst[cur][j], 0, R);
-            else if (s)
-                memcpy(dst[cur][j], s, R);
-        }
-        if (n == 0)
-            break;
-        nprev = n;
-        cur ^= 1;
+    /* Plans row `next` (at cursor t, k) into its ring slot. */
+#define PLAN_NEXT()                                                                          \
+    do {                                                                                     \
+        plan_row(p, t, k, R, id64, &src[next % AHEAD], &dst[next % AHEAD]);                  \
+        next++;                                                                              \
+        if (++k == K) {                                                                      \
+            k = 0;                                                                           \
+            t++;                                                                             \
+        }                                                                                    \
+    } while (0)
+    while (next < end && next < begin + AHEAD)
+        PLAN_NEXT();
+    for (size_t i = begin; i < end; i++) {
+        const unsigned char *s = src[i % AHEAD];
+        unsigned char *d = dst[i % AHEAD];
+        if (next < end)
+            PLAN_NEXT(); /* reuses slot i % AHEAD: s and d are read already */
+        if (s == ZERO_ROW)
+            memset(d, 0, R);
+        else if (s)
+            copy_row(d, s, R, pieces);
     }
+#undef PLAN_NEXT
 }
 
 #define ENGRAM__ROW_SIZES(X) X(8) X(16) X(32) X(64) X(128) X(256) X(264) X(272) X(512) X(1024)
 
 static void copy_dispatch(const plan *p, size_t begin, size_t end)
 {
-#define CASE64(r)                          \
-    case r:                                \
-        copy_range(p, begin, end, r, 1);   \
+#define CASE64(r)                           \
+    case r:                                 \
+        copy_range(p, begin, end, r, 1, 1); \
         return;
-#define CASE32(r)                          \
-    case r:                                \
-        copy_range(p, begin, end, r, 0);   \
+#define CASE32(r)                           \
+    case r:                                 \
+        copy_range(p, begin, end, r, 0, 1); \
         return;
     if (p->id64) {
         switch (p->R) {
             ENGRAM__ROW_SIZES(CASE64)
         default:
-            copy_range(p, begin, end, p->R, 1);
+            copy_range(p, begin, end, p->R, 1, 0);
             return;
         }
     }
     switch (p->R) {
         ENGRAM__ROW_SIZES(CASE32)
     default:
-        copy_range(p, begin, end, p->R, 0);
+        copy_range(p, begin, end, p->R, 0, 0);
         return;
     }
 #undef CASE64
