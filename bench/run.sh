@@ -8,7 +8,7 @@
 # the machine (and its memory: an 8 GiB table each) to itself.  The JSON
 # lines of both go to $BENCH_OUT (default: a new temporary directory),
 # whose path is printed at the end.  bench_gather is taken from
-# $BENCH_GATHER, else from build-bench/ or build/ of this checkout.
+# $BENCH_GATHER, else built in build/release of this checkout.
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -23,15 +23,14 @@ done
 
 bin=${BENCH_GATHER:-}
 if [ -z "$bin" ]; then
-    for c in "$top/build-bench/bench_gather" "$top/build/bench_gather"; do
-        if [ -x "$c" ]; then
-            bin=$c
-            break
-        fi
-    done
+    # The same optimised build as scripts/demo.sh.
+    "$top/scripts/setup.sh"
+    cmake -S "$top" -B "$top/build/release" -DENGRAM_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+    cmake --build "$top/build/release" -j2 --target bench_gather >/dev/null
+    bin=$top/build/release/bench_gather
 fi
-if [ -z "$bin" ] || [ ! -x "$bin" ]; then
-    echo "run.sh: bench_gather is not built; build the bench_gather target or set BENCH_GATHER" >&2
+if [ ! -x "$bin" ]; then
+    echo "run.sh: $bin is not an executable bench_gather" >&2
     exit 1
 fi
 
