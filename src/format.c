@@ -93,6 +93,12 @@ int engram__header_parse(const unsigned char *buf, size_t len, uint64_t file_siz
         return engram__err(ENGRAM_ECORRUPT, "%s: not an engram table (bad magic)", what);
     memset(h, 0, sizeof *h);
     h->version = get32(buf + OFF_VERSION);
+    /* Versions count up from 1: 0 or an absurd number is damage, not a
+     * file from a newer library. */
+    if (h->version == 0 || h->version > 1000)
+        return engram__err(ENGRAM_ECORRUPT, "%s: implausible format version %u (header is "
+                                            "corrupt)",
+                           what, h->version);
     if (h->version != ENGRAM__FORMAT_VERSION)
         return engram__err(ENGRAM_EVERSION, "%s: format version %u (this library reads %u)", what,
                            h->version, ENGRAM__FORMAT_VERSION);

@@ -513,7 +513,8 @@ int engram_list(engram_store *st, char ***names, size_t *count)
         err = engram__err(-ENOMEM, "out of memory listing %s", st->path);
     if (err)
         goto out;
-    qsort(l.v, l.n, sizeof *l.v, cmp_names);
+    if (l.n > 1)
+        qsort(l.v, l.n, sizeof *l.v, cmp_names);
     /* One block: the pointer array, then the strings, freed by one free(). */
     outv = malloc((l.n + 1) * sizeof(char *) + l.bytes + 1);
     if (!outv) {
@@ -547,6 +548,7 @@ void engram_free(void *p)
 int engram_remove(engram_store *st, const char *name)
 {
     engram__table *t;
+    struct stat sb;
     int err = 0;
     if (!st)
         return engram__err(-EINVAL, "store is NULL");
@@ -561,6 +563,13 @@ int engram_remove(engram_store *st, const char *name)
     }
     if (st->dirfd < 0) {
         err = engram__err(-ENOENT, "table '%s' not found in this memory store", name);
+        goto out;
+    }
+    /* Only what open would accept is ours to remove: a link or a
+     * directory planted under a table name is refused, not unlinked. */
+    if (fstatat(st->dirfd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(sb.st_mode)) {
+        err = engram__err(ENGRAM_EUNSAFE, "%s/%s is not a regular file; not removing it",
+                          st->path, name);
         goto out;
     }
     if (unlinkat(st->dirfd, name, 0) != 0) {
