@@ -1,0 +1,485 @@
+/*
+ * testutil.h - assertions, scratch directories and row patterns shared by
+ * the C tests.
+ *
+ * Every test executable includes this header once.  Assertions print both
+ * sides and file:line, and library failures print engram_strerror() and
+ * engram_errmsg(), so a failing run explains itself without a debugger.
+ * A failed assertion exits with status 1 (after flushing), which also works
+ * inside forked children whose status the parent checks.
+ *
+ * Scratch roots are created per test under /dev/shm (or /tmp) and removed
+ * recursively at exit by the process that created them (forked children
+ * never remove their parent's scratch).  Set ENGRAM_TEST_KEEP=1 to keep
+ * them for inspection.
+ *
+ * Row patterns: byte j of row i of a table with seed s is tu_byte(s, i, j),
+ * a hash of all three, so a row copied from the wrong table, the wrong row
+ * or at the wrong offset inside a row is detected.
+ */
+#ifndef ENGRAM_TESTUTIL_H
+#define ENGRAM_TESTUTIL_H
+
+#include <dirent.h>
+#include <errno.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include "engram.h"
+
+/* Sanitizer builds die through _exit() on a report, skipping atexit();
+ * their death callback lets the scratch directory be removed anyway. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#include <sanitizer/common_interface_defs.h>
+#define TU_HAVE_SANITIZER 1
+#endif
+
+/* ------------------------------------------------------------------------
+ * Failure reporting.
+ */
+
+/* Name of the test case being run, printed with every failure. */
+static const char *tu_current_case = "(setup)";
+
+static inline void tu_fail_exit(void)
+{
+    fflush(stdout);
+    fflush(stderr);
+    exit(1);
+}
+
+#define TU_FAIL_HEAD(file, line) \
+    fprintf(stderr, "FAIL %s:%d [%s]: ", (file), (line), tu_current_case)
+
+#define ASSERT(cond)                                                    \
+    do {                                                                \
+        if (!(cond)) {                                                  \
+            TU_FAIL_HEAD(__FILE__, __LINE__);                           \
+            fprintf(stderr, "assertion failed: %s\n", #cond);           \
+            tu_fail_exit();                                             \
+        }                                                               \
+    } while (0)
+
+/* Signed comparison; both sides are widened to long long. */
+#define ASSERT_CMP_(a, op, b)                                                         \
+    do {                                                                              \
+        long long tu_a_ = (long long)(a), tu_b_ = (long long)(b);                     \
+        if (!(tu_a_ op tu_b_)) {                                                      \
+            TU_FAIL_HEAD(__FILE__, __LINE__);                                         \
+            fprintf(stderr, "expected %s %s %s, got %lld vs %lld\n", #a, #op, #b,     \
+                    tu_a_, tu_b_);                                                    \
+            tu_fail_exit();                                                           \
+        }                                                                             \
+    } while (0)
+
+#define ASSERT_EQ(a, b) ASSERT_CMP_(a, ==, b)
+#define ASSERT_NE(a, b) ASSERT_CMP_(a, !=, b)
+#define ASSERT_LT(a, b) ASSERT_CMP_(a, <, b)
+#define ASSERT_LE(a, b) ASSERT_CMP_(a, <=, b)
+#define ASSERT_GT(a, b) ASSERT_CMP_(a, >, b)
+#define ASSERT_GE(a, b) ASSERT_CMP_(a, >=, b)
+
+/* Unsigned 64-bit comparison, for sizes and counters that may exceed
+ * LLONG_MAX. */
+#define ASSERT_EQ_U64(a, b)                                                           \
+    do {                                                                              \
+        unsigned long long tu_a_ = (unsigned long long)(a);                           \
+        unsigned long long tu_b_ = (unsigned long long)(b);                           \
+        if (tu_a_ != tu_b_) {                                                         \
+            TU_FAIL_HEAD(__FILE__, __LINE__);                                         \
+            fprintf(stderr, "expected %s == %s, got %llu (0x%llx) vs %llu (0x%llx)\n", \
+                    #a, #b, tu_a_, tu_a_, tu_b_, tu_b_);                              \
+            tu_fail_exit();                                                           \
+        }                                                                             \
+    } while (0)
+
+#define ASSERT_PTR_NE(a, b)                                                           \
+    do {                                                                              \
+        if ((const void *)(a) == (const void *)(b)) {                                 \
+            TU_FAIL_HEAD(__FILE__, __LINE__);                                         \
+            fprintf(stderr, "expected %s != %s, both %p\n", #a, #b, (const void *)(a)); \
+            tu_fail_exit();                                                           \
+        }                                                                             \
+    } while (0)
+
+#define ASSERT_STR_EQ(a, b)                                                           \
+    do {                                                                              \
+        const char *tu_a_ = (a), *tu_b_ = (b);                                        \
+        if (tu_a_ == NULL || tu_b_ == NULL || strcmp(tu_a_, tu_b_) != 0) {            \
+            TU_FAIL_HEAD(__FILE__, __LINE__);                                         \
+            fprintf(stderr, "expected %s == %s, got \"%s\" vs \"%s\"\n", #a, #b,      \
+                    tu_a_ ? tu_a_ : "(null)", tu_b_ ? tu_b_ : "(null)");              \
+            tu_fail_exit();                                                           \
+        }                                                                             \
+    } while (0)
+
+/* Checks that string `hay` contains `needle`. */
+#define ASSERT_CONTAINS(hay, needle)                                                  \
+    do {                                                                              \
+        const char *tu_h_ = (hay), *tu_n_ = (needle);                                 \
+        if (tu_h_ == NULL || strstr(tu_h_, tu_n_) == NULL) {                          \
+            TU_FAIL_HEAD(__FILE__, __LINE__);                                         \
+            fprintf(stderr, "expected %s to contain \"%s\", got \"%s\"\n", #hay,      \
+                    tu_n_, tu_h_ ? tu_h_ : "(null)");                                 \
+            tu_fail_exit();                                                           \
+        }                                                                             \
+    } while (0)
+
+/* Compares `n` bytes and reports the first difference with both bytes. */
+#define ASSERT_MEM_EQ(a, b, n)                                                        \
+    do {                                                                              \
+        const unsigned char *tu_a_ = (const unsigned char *)(a);                      \
+        const unsigned char *tu_b_ = (const unsigned char *)(b);                      \
+        size_t tu_n_ = (size_t)(n);                                                   \
+        if (memcmp(tu_a_, tu_b_, tu_n_) != 0) {                                       \
+            size_t tu_i_ = 0;                                                         \
+            while (tu_a_[tu_i_] == tu_b_[tu_i_])                                      \
+                tu_i_++;                                                              \
+            TU_FAIL_HEAD(__FILE__, __LINE__);                                         \
+            fprintf(stderr,                                                           \
+                    "memory %s != %s (%zu bytes): first difference at byte %zu: "     \
+                    "0x%02x vs 0x%02x\n",                                             \
+                    #a, #b, tu_n_, tu_i_, tu_a_[tu_i_], tu_b_[tu_i_]);                \
+            tu_fail_exit();                                                           \
+        }                                                                             \
+    } while (0)
+
+/* Runs a library call that must succeed; on failure prints the code, its
+ * fixed text and the thread's detailed message. */
+#define ASSERT_OK(call)                                                               \
+    do {                                                                              \
+        int tu_rc_ = (call);                                                          \
+        if (tu_rc_ != 0) {                                                            \
+            TU_FAIL_HEAD(__FILE__, __LINE__);                                         \
+            fprintf(stderr, "%s failed: %d (%s): %s\n", #call, tu_rc_,                \
+                    engram_strerror(tu_rc_), engram_errmsg());                        \
+            tu_fail_exit();                                                           \
+        }                                                                             \
+    } while (0)
+
+/* Runs a library call that must fail with exactly `code`. */
+#define ASSERT_ERR(call, code)                                                        \
+    do {                                                                              \
+        int tu_rc_ = (call);                                                          \
+        int tu_want_ = (code);                                                        \
+        if (tu_rc_ != tu_want_) {                                                     \
+            TU_FAIL_HEAD(__FILE__, __LINE__);                                         \
+            fprintf(stderr, "%s returned %d (%s), expected %s = %d (%s); errmsg: %s\n", \
+                    #call, tu_rc_, tu_rc_ ? engram_strerror(tu_rc_) : "success",      \
+                    #code, tu_want_, engram_strerror(tu_want_), engram_errmsg());     \
+            tu_fail_exit();                                                           \
+        }                                                                             \
+    } while (0)
+
+/* Runs a library call that must fail with some negative code (used where
+ * the header leaves the exact code open); yields the code. */
+#define ASSERT_FAILS(call, rcvar)                                                     \
+    do {                                                                              \
+        (rcvar) = (call);                                                             \
+        if ((rcvar) >= 0) {                                                           \
+            TU_FAIL_HEAD(__FILE__, __LINE__);                                         \
+            fprintf(stderr, "%s returned %d, expected a negative error code\n",       \
+                    #call, (rcvar));                                                  \
+            tu_fail_exit();                                                           \
+        }                                                                             \
+    } while (0)
+
+/* Runs one test case function, naming it in failures and in the log. */
+#define RUN_TEST(fn)                                                                  \
+    do {                                                                              \
+        tu_current_case = #fn;                                                        \
+        printf("-- %s\n", #fn);                                                       \
+        fflush(stdout);                                                               \
+        fn();                                                                         \
+        tu_current_case = "(between cases)";                                          \
+    } while (0)
+
+/* Exit status CTest treats as "skipped". */
+#define TU_SKIP_CODE 77
+
+/* ------------------------------------------------------------------------
+ * Memory helpers: allocation failures in a test are fatal, not errors to
+ * handle.
+ */
+static inline void *tu_xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (p == NULL) {
+        fprintf(stderr, "FAIL: out of memory allocating %zu bytes\n", n);
+        tu_fail_exit();
+    }
+    return p;
+}
+
+static inline void *tu_xcalloc(size_t n)
+{
+    void *p = calloc(1, n ? n : 1);
+    if (p == NULL) {
+        fprintf(stderr, "FAIL: out of memory allocating %zu bytes\n", n);
+        tu_fail_exit();
+    }
+    return p;
+}
+
+/* ------------------------------------------------------------------------
+ * Scratch directories.
+ */
+static char tu_scratch_path[256];
+static pid_t tu_scratch_owner;
+
+/* Makes every directory under the scratch root searchable and writable by
+ * its owner again, so tests may chmod directories freely (a test of
+ * unsafe modes, a read-only namespace) and cleanup still works without
+ * root. */
+static inline int tu_rm_fix_mode(const char *path, const struct stat *sb, int type,
+                                 struct FTW *ftw)
+{
+    (void)ftw;
+    if (type == FTW_D || type == FTW_DNR)
+        chmod(path, (sb->st_mode & 07777) | S_IRWXU);
+    return 0;
+}
+
+static inline int tu_rm_entry(const char *path, const struct stat *sb, int type,
+                              struct FTW *ftw)
+{
+    (void)sb;
+    (void)ftw;
+    if (type == FTW_DP || type == FTW_D || type == FTW_DNR)
+        rmdir(path);
+    else
+        unlink(path);
+    return 0;
+}
+
+/* Removes `path` and everything below it, never following links. */
+static inline void tu_rm_rf(const char *path)
+{
+    nftw(path, tu_rm_fix_mode, 16, FTW_PHYS);
+    nftw(path, tu_rm_entry, 16, FTW_PHYS | FTW_DEPTH);
+}
+
+static inline void tu_scratch_cleanup(void)
+{
+    const char *keep = getenv("ENGRAM_TEST_KEEP");
+    if (tu_scratch_path[0] == '\0' || getpid() != tu_scratch_owner)
+        return;
+    if (keep != NULL && keep[0] != '\0' && strcmp(keep, "0") != 0) {
+        fprintf(stderr, "keeping scratch directory %s\n", tu_scratch_path);
+        return;
+    }
+    tu_rm_rf(tu_scratch_path);
+}
+
+/* Removes scratch roots "engram-test-<pid>-*" under `base` whose process
+ * is gone: a test that died without running its exit handlers (a signal,
+ * a UBSan abort, whose runtime ignores our death callback) leaves one. */
+static inline void tu_reap_stale_scratch(const char *base)
+{
+    DIR *d = opendir(base);
+    struct dirent *e;
+    if (d == NULL)
+        return;
+    while ((e = readdir(d)) != NULL) {
+        long pid;
+        char path[512];
+        if (sscanf(e->d_name, "engram-test-%ld-", &pid) != 1 || pid <= 0)
+            continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
+        snprintf(path, sizeof path, "%s/%s", base, e->d_name);
+        tu_rm_rf(path);
+    }
+    closedir(d);
+}
+
+/* Returns the test's scratch root (created once per process, mode 0700,
+ * under /dev/shm when it exists, else /tmp), removed at exit. */
+static inline const char *tu_scratch_root(void)
+{
+    if (tu_scratch_path[0] != '\0')
+        return tu_scratch_path;
+    struct stat sb;
+    const char *base = (stat("/dev/shm", &sb) == 0 && S_ISDIR(sb.st_mode)) ? "/dev/shm" : "/tmp";
+    tu_reap_stale_scratch(base);
+    snprintf(tu_scratch_path, sizeof tu_scratch_path, "%s/engram-test-%ld-XXXXXX", base,
+             (long)getpid());
+    if (mkdtemp(tu_scratch_path) == NULL) {
+        fprintf(stderr, "FAIL: mkdtemp(%s): %s\n", tu_scratch_path, strerror(errno));
+        tu_fail_exit();
+    }
+    tu_scratch_owner = getpid();
+    atexit(tu_scratch_cleanup);
+#ifdef TU_HAVE_SANITIZER
+    __sanitizer_set_death_callback(tu_scratch_cleanup);
+#endif
+    return tu_scratch_path;
+}
+
+/* A hung test (a deadlock, a FIFO opened without O_NONBLOCK) fails after
+ * `seconds` with a message instead of blocking ctest, and still removes
+ * its scratch directory.  (The cleanup is not async-signal-safe; the
+ * process is about to exit and is single-purpose, which makes it fine in
+ * a test.) */
+static inline void tu_watchdog_fire(int sig)
+{
+    (void)sig;
+    static const char msg[] = "FAIL: watchdog: the test took too long (hang?)\n";
+    ssize_t n = write(2, msg, sizeof msg - 1);
+    (void)n;
+    tu_scratch_cleanup();
+    _exit(1);
+}
+
+static inline void tu_watchdog(unsigned seconds)
+{
+    signal(SIGALRM, tu_watchdog_fire);
+    alarm(seconds);
+}
+
+/* Formats "<scratch>/<rel>" into a static-free caller buffer. */
+static inline void tu_path(char *buf, size_t cap, const char *rel)
+{
+    int n = snprintf(buf, cap, "%s/%s", tu_scratch_root(), rel);
+    if (n < 0 || (size_t)n >= cap) {
+        fprintf(stderr, "FAIL: path too long: %s/%s\n", tu_scratch_root(), rel);
+        tu_fail_exit();
+    }
+}
+
+/* Opens namespace `ns` in the scratch root with `flags` | CREATE and
+ * `threads` gather threads (0: library default). */
+static inline engram_store *tu_open(const char *ns, uint32_t flags, int threads)
+{
+    engram_store_options o = ENGRAM_STORE_OPTIONS_INIT;
+    engram_store *st = NULL;
+    o.flags = flags | ENGRAM_OPEN_CREATE;
+    o.threads = threads;
+    int rc = engram_store_open(tu_scratch_root(), ns, &o, &st);
+    if (rc != 0 || st == NULL) {
+        fprintf(stderr, "FAIL [%s]: engram_store_open(%s, %s) = %d (%s): %s\n",
+                tu_current_case, tu_scratch_root(), ns, rc, engram_strerror(rc),
+                engram_errmsg());
+        tu_fail_exit();
+    }
+    return st;
+}
+
+/* ------------------------------------------------------------------------
+ * Deterministic row patterns.
+ */
+
+/* Byte `j` of row `i` of the table with pattern seed `seed`. */
+static inline unsigned char tu_byte(uint32_t seed, uint64_t i, uint32_t j)
+{
+    uint64_t x = (uint64_t)seed * 0x9E3779B97F4A7C15ull ^ (i + 1) * 0xC2B2AE3D27D4EB4Full ^
+                 ((uint64_t)j + 1) * 0x165667B19E3779F9ull;
+    x ^= x >> 33;
+    x *= 0xFF51AFD7ED558CCDull;
+    x ^= x >> 29;
+    return (unsigned char)(x >> 24);
+}
+
+/* Fills one row of `row_bytes` pattern bytes. */
+static inline void tu_fill_row(void *dst, uint32_t seed, uint64_t i, uint32_t row_bytes)
+{
+    unsigned char *d = (unsigned char *)dst;
+    for (uint32_t j = 0; j < row_bytes; j++)
+        d[j] = tu_byte(seed, i, j);
+}
+
+/* Returns a malloc'ed buffer of `nrows` pattern rows `stride` bytes apart;
+ * the bytes between row_bytes and stride are set to `pad` so a library
+ * that copied them would be caught. */
+static inline unsigned char *tu_make_rows(uint32_t seed, uint64_t nrows, uint32_t row_bytes,
+                                          size_t stride, unsigned char pad)
+{
+    if (stride == 0)
+        stride = row_bytes;
+    unsigned char *buf = (unsigned char *)tu_xmalloc((size_t)nrows * stride);
+    memset(buf, pad, (size_t)nrows * stride);
+    for (uint64_t i = 0; i < nrows; i++)
+        tu_fill_row(buf + i * stride, seed, i, row_bytes);
+    return buf;
+}
+
+/* Returns -1 if `p` holds row `i` of pattern `seed` exactly, else the
+ * offset of the first wrong byte. */
+static inline long tu_row_mismatch(const void *p, uint32_t seed, uint64_t i, uint32_t row_bytes)
+{
+    const unsigned char *s = (const unsigned char *)p;
+    for (uint32_t j = 0; j < row_bytes; j++)
+        if (s[j] != tu_byte(seed, i, j))
+            return (long)j;
+    return -1;
+}
+
+/* Asserts that `p` holds row `i` of pattern `seed`. */
+#define ASSERT_ROW(p, seed, i, row_bytes)                                             \
+    do {                                                                              \
+        long tu_m_ = tu_row_mismatch((p), (seed), (i), (row_bytes));                  \
+        if (tu_m_ >= 0) {                                                             \
+            TU_FAIL_HEAD(__FILE__, __LINE__);                                         \
+            fprintf(stderr, "row %llu of pattern %u differs at byte %ld: got 0x%02x, " \
+                    "expected 0x%02x\n", (unsigned long long)(i), (unsigned)(seed),   \
+                    tu_m_, ((const unsigned char *)(p))[tu_m_],                       \
+                    tu_byte((seed), (i), (uint32_t)tu_m_));                           \
+            tu_fail_exit();                                                           \
+        }                                                                             \
+    } while (0)
+
+/* Asserts that all `n` bytes at `p` equal `v`. */
+#define ASSERT_ALL_BYTES(p, v, n)                                                     \
+    do {                                                                              \
+        const unsigned char *tu_p_ = (const unsigned char *)(p);                      \
+        size_t tu_n_ = (size_t)(n);                                                   \
+        for (size_t tu_i_ = 0; tu_i_ < tu_n_; tu_i_++) {                              \
+            if (tu_p_[tu_i_] != (unsigned char)(v)) {                                 \
+                TU_FAIL_HEAD(__FILE__, __LINE__);                                     \
+                fprintf(stderr, "byte %zu of %s is 0x%02x, expected 0x%02x\n", tu_i_, \
+                        #p, tu_p_[tu_i_], (unsigned)(unsigned char)(v));              \
+                tu_fail_exit();                                                       \
+            }                                                                         \
+        }                                                                             \
+    } while (0)
+
+/* Populates table `name` of `nrows` rows of pattern `seed`. */
+static inline void tu_populate(engram_store *st, const char *name, uint32_t seed,
+                               uint64_t nrows, uint32_t row_bytes, uint32_t row_pitch)
+{
+    engram_table_spec spec = {nrows, row_bytes, row_pitch};
+    unsigned char *rows = tu_make_rows(seed, nrows, row_bytes, row_bytes, 0);
+    int rc = engram_populate(st, name, &spec, rows, 0);
+    free(rows);
+    if (rc != 0) {
+        fprintf(stderr, "FAIL [%s]: engram_populate(%s) = %d (%s): %s\n", tu_current_case,
+                name, rc, engram_strerror(rc), engram_errmsg());
+        tu_fail_exit();
+    }
+}
+
+/* Small deterministic PRNG (splitmix64) for randomized tests, so a failure
+ * reproduces from the printed seed. */
+static inline uint64_t tu_rand(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [0, n). */
+static inline uint64_t tu_rand_below(uint64_t *state, uint64_t n)
+{
+    return n ? tu_rand(state) % n : 0;
+}
+
+#endif /* ENGRAM_TESTUTIL_H */
