@@ -75,6 +75,9 @@ static inline __attribute__((always_inline)) void copy_row(unsigned char *d,
         memcpy(d, s, R);
         return;
     }
+    /* Fully unrolled: R is a constant here, and a counted loop around a
+     * 16-byte move doubles the instructions per row. */
+#pragma GCC unroll 32
     for (; o + 16 <= R; o += 16)
         memcpy(d + o, s + o, 16);
     if (o < R)
