@@ -1,20 +1,24 @@
 /*
  * gather.c - the lookup: validate the whole batch into a plan, then copy.
  *
- * A lookup is done in two passes over the ids.  The first resolves each
- * column's table and checks every id, so that an error leaves the output
- * untouched.  The second copies, prefetching each row's source a few rows
- * before copying it, which keeps several independent cache misses in
- * flight (random rows of a large table are bound by memory latency, not
- * bandwidth).
+ * A lookup is done in two passes.  The first resolves each column's table
+ * and checks every id, recording each row's source address: the plan.  An
+ * error there leaves the output untouched.  The second copies the planned
+ * rows, prefetching each source a few rows before copying it, which keeps
+ * several independent cache misses in flight (random rows of a large
+ * table are bound by memory latency, not bandwidth).  The copy loop only
+ * reads addresses, so it stays short: the fewer instructions per row, the
+ * more rows the core's out-of-order window holds and the more misses
+ * overlap.
  *
- * The copy loop is one generic routine, inlined with the row size and id
- * type as compile-time constants for the common row sizes, so the
- * compiler emits fixed-size vector moves instead of memcpy calls.
+ * The copy loop is one generic routine, inlined with the row size as a
+ * compile-time constant for the common row sizes, so the compiler emits
+ * fixed-size vector moves instead of memcpy calls.
  *
  * Large batches are split across the store's thread pool.  Nothing here
- * allocates or locks, except the per-thread column scratch that grows the
- * first time a thread looks up more than STACK_COLS columns.
+ * allocates or locks, except the per-thread plan scratch, which grows the
+ * first time a thread plans more than STACK_ROWS rows or STACK_COLS
+ * columns and is kept for the thread's next lookups (8 bytes per row).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -24,7 +28,11 @@
 #include "store.h"
 
 #define STACK_COLS 32
-#define AHEAD 8 /* rows prefetched ahead of the copy (a power of two) */
+#define STACK_ROWS 256
+#define AHEAD 8 /* rows prefetched ahead of the copy (4, 8 and 16 measured alike) */
+/* Prefetch hint: the row is copied once, soon, and not read again, so it
+ * need not displace anything from the outer caches. */
+#define PREFETCH_LOCALITY 0
 #define PART_ROWS 1024 /* rows per part of a split lookup */
 
 typedef struct col {
@@ -46,11 +54,14 @@ typedef struct plan {
     ptrdiff_t ost, osk; /* output strides in bytes */
     int zero_dead;
     int indirect; /* some column has no base address */
+    const unsigned char **src; /* [T * K] row sources: NULL skips, ZERO_ROW zero-fills */
 } plan;
 
-/* Marks a dead row that is to be zero-filled; NULL marks one to skip. */
+/* Marks a dead row that is to be zero-filled; NULL marks a row to skip (a
+ * dead id kept as is, or a row copied by the backend pass). */
 static const unsigned char zero_marker;
 #define ZERO_ROW (&zero_marker)
+
 
 static inline __attribute__((always_inline)) int64_t load_id(const plan *p, size_t t, size_t k,
                                                              const int id64)
@@ -84,66 +95,51 @@ static inline __attribute__((always_inline)) void copy_row(unsigned char *d,
         memcpy(d + R - 16, s + R - 16, 16);
 }
 
-/* Plans row (t, k): its source (NULL: skip, ZERO_ROW: zero-fill) and
- * destination, and starts loading the source's cache lines. */
-static inline __attribute__((always_inline)) void plan_row(const plan *p, size_t t, size_t k,
-                                                           const size_t R, const int id64,
-                                                           const unsigned char **src,
-                                                           unsigned char **dst)
+/* Starts loading the cache lines of a planned row source. */
+static inline __attribute__((always_inline)) void prefetch_row(const unsigned char *s,
+                                                               const size_t R)
 {
-    const col *c = &p->cols[k];
-    int64_t raw = load_id(p, t, k, id64);
-    const unsigned char *s;
-    if (raw == ENGRAM_DEAD_ID) {
-        s = p->zero_dead ? ZERO_ROW : NULL;
-    } else if (c->base) {
-        s = c->base + ((uint64_t)raw - c->off) * c->pitch;
-        for (size_t o = 0; o < R; o += 64)
-            __builtin_prefetch(s + o, 0, 0);
-        __builtin_prefetch(s + R - 1, 0, 0);
-    } else {
-        s = NULL; /* copied by the backend pass */
-    }
-    *src = s;
-    *dst = p->out + (ptrdiff_t)t * p->ost + (ptrdiff_t)k * p->osk;
+    if (!s || s == ZERO_ROW)
+        return;
+    for (size_t o = 0; o < R; o += 64)
+        __builtin_prefetch(s + o, 0, PREFETCH_LOCALITY);
+    __builtin_prefetch(s + R - 1, 0, PREFETCH_LOCALITY);
 }
 
-/* Copies rows [begin, end) of the flattened [T, K] batch, AHEAD rows
- * behind the prefetches: a rolling window keeps a steady number of row
- * misses in flight, which is what bounds random rows of a large table.
- * R, id64 and pieces are constants at every call site of the dispatcher
- * below. */
+/* Copies the planned rows [begin, end) of the flattened [T, K] batch,
+ * prefetching AHEAD rows further on: a rolling window keeps a steady
+ * number of row misses in flight.  Everything the loop needs is in
+ * locals: the copies store through unsigned char pointers, which may alias
+ * anything reached through a pointer, so fields read through `plan *`
+ * would be reloaded after every row.  R and pieces are constants at every
+ * call site of the dispatcher below. */
 static inline __attribute__((always_inline)) void copy_range(const plan *p, size_t begin,
                                                              size_t end, const size_t R,
-                                                             const int id64, const int pieces)
+                                                             const int pieces)
 {
-    const unsigned char *src[AHEAD];
-    unsigned char *dst[AHEAD];
-    size_t K = p->K, t = begin / K, k = begin % K, next = begin;
+    const unsigned char *const *const src = p->src;
+    unsigned char *const out = p->out;
+    const size_t K = p->K;
+    const ptrdiff_t ost = p->ost, osk = p->osk;
+    size_t k = begin % K;
+    ptrdiff_t oe_t = (ptrdiff_t)(begin / K) * ost, oe = oe_t + (ptrdiff_t)k * osk;
 
-    /* Plans row `next` (at cursor t, k) into its ring slot. */
-#define PLAN_NEXT()                                                                          \
-    do {                                                                                     \
-        plan_row(p, t, k, R, id64, &src[next % AHEAD], &dst[next % AHEAD]);                  \
-        next++;                                                                              \
-        if (++k == K) {                                                                      \
-            k = 0;                                                                           \
-            t++;                                                                             \
-        }                                                                                    \
-    } while (0)
-    while (next < end && next < begin + AHEAD)
-        PLAN_NEXT();
+    for (size_t n = begin; n < end && n < begin + AHEAD; n++)
+        prefetch_row(src[n], R);
     for (size_t i = begin; i < end; i++) {
-        const unsigned char *s = src[i % AHEAD];
-        unsigned char *d = dst[i % AHEAD];
-        if (next < end)
-            PLAN_NEXT(); /* reuses slot i % AHEAD: s and d are read already */
+        const unsigned char *s = src[i];
+        if (i + AHEAD < end)
+            prefetch_row(src[i + AHEAD], R);
         if (s == ZERO_ROW)
-            memset(d, 0, R);
+            memset(out + oe, 0, R);
         else if (s)
-            copy_row(d, s, R, pieces);
+            copy_row(out + oe, s, R, pieces);
+        oe += osk;
+        if (++k == K) {
+            k = 0;
+            oe = oe_t += ost;
+        }
     }
-#undef PLAN_NEXT
 }
 
 /* Row sizes copied with inline moves.  Larger rows take the generic path:
@@ -154,30 +150,17 @@ static inline __attribute__((always_inline)) void copy_range(const plan *p, size
 
 static void copy_dispatch(const plan *p, size_t begin, size_t end)
 {
-#define CASE64(r)                           \
-    case r:                                 \
-        copy_range(p, begin, end, r, 1, 1); \
+#define CASE(r)                              \
+    case r:                                  \
+        copy_range(p, begin, end, r, 1);     \
         return;
-#define CASE32(r)                           \
-    case r:                                 \
-        copy_range(p, begin, end, r, 0, 1); \
-        return;
-    if (p->id64) {
-        switch (p->R) {
-            ENGRAM__ROW_SIZES(CASE64)
-        default:
-            copy_range(p, begin, end, p->R, 1, 0);
-            return;
-        }
-    }
     switch (p->R) {
-        ENGRAM__ROW_SIZES(CASE32)
+        ENGRAM__ROW_SIZES(CASE)
     default:
-        copy_range(p, begin, end, p->R, 0, 0);
+        copy_range(p, begin, end, p->R, 0);
         return;
     }
-#undef CASE64
-#undef CASE32
+#undef CASE
 }
 
 static void copy_part(void *arg, size_t part, size_t nparts)
@@ -257,8 +240,8 @@ static int check_out_layout(size_t R, size_t T, size_t K, ptrdiff_t ost, ptrdiff
 
 static pthread_key_t scratch_key;
 static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
-static _Thread_local col *scratch;
-static _Thread_local size_t scratch_cap;
+static _Thread_local void *scratch;
+static _Thread_local size_t scratch_size;
 
 static void scratch_key_init(void)
 {
@@ -266,24 +249,67 @@ static void scratch_key_init(void)
     (void)pthread_key_create(&scratch_key, free);
 }
 
-static col *cols_for(size_t K, col *stack)
+/* This thread's plan scratch of at least `size` bytes, kept for its next
+ * lookups; NULL when out of memory. */
+static void *scratch_get(size_t size)
 {
-    if (K <= STACK_COLS)
-        return stack;
-    if (K > scratch_cap) {
-        col *v;
+    if (size > scratch_size) {
+        void *v;
         pthread_once(&scratch_once, scratch_key_init);
-        v = realloc(scratch, K * sizeof *v);
+        v = realloc(scratch, size);
         if (!v)
             return NULL;
         scratch = v;
-        scratch_cap = K;
+        scratch_size = size;
         pthread_setspecific(scratch_key, v);
     }
     return scratch;
 }
 
-/* Resolves every column and validates every id (pass one). */
+/* Checks every id and records each row's source (pass one, second half).
+ * id64 is a constant at both call sites. */
+static inline __attribute__((always_inline)) int plan_rows(plan *p, col *cols, const int id64)
+{
+    const void *const ids = p->ids;
+    const size_t T = p->T, K = p->K;
+    const unsigned char *zero = p->zero_dead ? ZERO_ROW : NULL;
+    const unsigned char **src = p->src;
+    ptrdiff_t ie_t = 0;
+
+    for (size_t t = 0; t < T; t++, ie_t += p->ist) {
+        ptrdiff_t ie = ie_t;
+        for (size_t k = 0; k < K; k++, ie += p->isk) {
+            int64_t raw = id64 ? ((const int64_t *)ids)[ie] : ((const int32_t *)ids)[ie];
+            col *c = &cols[k];
+            uint64_t row = (uint64_t)raw - c->off;
+            /* Dead is decided on the raw id, before the offset. */
+            if (raw == ENGRAM_DEAD_ID) {
+                c->dead++;
+                *src++ = zero;
+                continue;
+            }
+            /* Unsigned wrap-around makes one compare catch ids below the
+             * offset too: their difference wraps to >= 2^63 > nrows. */
+            if (ENGRAM__LIKELY(row < c->nrows)) {
+                *src++ = c->base ? c->base + row * c->pitch : NULL;
+                continue;
+            }
+            if (c->off)
+                return engram__err(ENGRAM_EBADID,
+                                   "ids[%zu][%zu] = %lld minus offset %lld is outside table '%s' "
+                                   "(0 <= id - offset < %llu)",
+                                   t, k, (long long)raw, (long long)c->off, c->t->name,
+                                   (unsigned long long)c->nrows);
+            return engram__err(ENGRAM_EBADID,
+                               "ids[%zu][%zu] = %lld is outside table '%s' (0 <= id < %llu)", t, k,
+                               (long long)raw, c->t->name, (unsigned long long)c->nrows);
+        }
+    }
+    return 0;
+}
+
+/* Resolves every column, checks the layouts and plans every row (pass
+ * one).  Nothing is written to the output here. */
 static int build_plan(engram_store *st, const engram_lookup_args *a, plan *p, col *cols)
 {
     size_t T = a->num_tokens, K = a->num_cols;
@@ -331,37 +357,13 @@ static int build_plan(engram_store *st, const engram_lookup_args *a, plan *p, co
     p->zero_dead = (a->flags & ENGRAM_LOOKUP_ZERO_DEAD) != 0;
     if (check_out_layout(p->R, T, K, p->ost, p->osk) != 0)
         return ENGRAM_ELAYOUT;
-
-    for (size_t t = 0; t < T; t++) {
-        for (size_t k = 0; k < K; k++) {
-            int64_t raw = p->id64 ? load_id(p, t, k, 1) : load_id(p, t, k, 0);
-            col *c = &cols[k];
-            /* Dead is decided on the raw id, before the offset. */
-            if (raw == ENGRAM_DEAD_ID) {
-                c->dead++;
-                continue;
-            }
-            /* Unsigned wrap-around makes one compare catch ids below the
-             * offset too: their difference wraps to >= 2^63 > nrows. */
-            if (ENGRAM__LIKELY((uint64_t)raw - c->off < c->nrows))
-                continue;
-            if (c->off)
-                return engram__err(ENGRAM_EBADID,
-                                   "ids[%zu][%zu] = %lld minus offset %lld is outside table '%s' "
-                                   "(0 <= id - offset < %llu)",
-                                   t, k, (long long)raw, (long long)c->off, c->t->name,
-                                   (unsigned long long)c->nrows);
-            return engram__err(ENGRAM_EBADID,
-                               "ids[%zu][%zu] = %lld is outside table '%s' (0 <= id < %llu)", t, k,
-                               (long long)raw, c->t->name, (unsigned long long)c->nrows);
-        }
-    }
-    return 0;
+    return p->id64 ? plan_rows(p, cols, 1) : plan_rows(p, cols, 0);
 }
 
 int engram_lookup(engram_store *st, const engram_lookup_args *a)
 {
-    col stack[STACK_COLS], *cols;
+    col stack_cols[STACK_COLS], *cols;
+    const unsigned char *stack_src[STACK_ROWS];
     plan p;
     size_t rows, live, dead = 0;
     uint64_t t0 = 0;
@@ -391,14 +393,24 @@ int engram_lookup(engram_store *st, const engram_lookup_args *a)
         err = engram__err(ENGRAM_ELAYOUT, "%zu x %zu ids overflow", a->num_tokens, a->num_cols);
         goto fail;
     }
-    if (ENGRAM__UNLIKELY(!(cols = cols_for(a->num_cols, stack)))) {
-        err = engram__err(-ENOMEM, "out of memory for %zu columns", a->num_cols);
-        goto fail;
+    rows = a->num_tokens * a->num_cols;
+    if (ENGRAM__LIKELY(a->num_cols <= STACK_COLS && rows <= STACK_ROWS)) {
+        cols = stack_cols;
+        p.src = stack_src;
+    } else {
+        /* The columns, then the row sources (col is a multiple of 8 bytes).
+         * rows * 8 cannot overflow: rows <= the number of ids in memory. */
+        cols = scratch_get(a->num_cols * sizeof(col) + rows * sizeof *p.src);
+        if (ENGRAM__UNLIKELY(!cols)) {
+            err = engram__err(-ENOMEM, "out of memory for the plan of %zu x %zu rows",
+                              a->num_tokens, a->num_cols);
+            goto fail;
+        }
+        p.src = (const unsigned char **)(void *)(cols + a->num_cols);
     }
     if ((err = build_plan(st, a, &p, cols)) != 0)
         goto fail;
 
-    rows = p.T * p.K;
     if (st->pool && rows >= st->parallel_min_rows) {
         /* Parts of ~PART_ROWS rows: small enough that the caller can take
          * over the share of a worker that is late, large enough that the
