@@ -100,29 +100,6 @@ static pid_t xfork(void)
     return pid;
 }
 
-/* Looks up all rows of `name` and checks them against pattern `seed`. */
-static void check_named(engram_store *st, const char *name, uint32_t seed, uint64_t nrows)
-{
-    engram_table_id tid;
-    ASSERT_OK(engram_table_open(st, name, &tid));
-    int64_t *ids = (int64_t *)tu_xmalloc(nrows * sizeof *ids);
-    unsigned char *out = (unsigned char *)tu_xmalloc(nrows * RB);
-    for (uint64_t i = 0; i < nrows; i++)
-        ids[i] = (int64_t)i;
-    engram_lookup_args a = ENGRAM_LOOKUP_ARGS_INIT;
-    a.num_tokens = nrows;
-    a.num_cols = 1;
-    a.tables = &tid;
-    a.ids = ids;
-    a.id_type = ENGRAM_ID_INT64;
-    a.out = out;
-    ASSERT_OK(engram_lookup(st, &a));
-    for (uint64_t i = 0; i < nrows; i++)
-        ASSERT_ROW(out + i * RB, seed, i, RB);
-    free(ids);
-    free(out);
-}
-
 /* Lists the entries of namespace `ns` that are not published tables of
  * `st` into names[] (up to cap); returns how many there are. */
 static int strays(const char *ns, engram_store *st, char names[][256], int cap)
@@ -201,7 +178,7 @@ static void race_child(const char *name, int idx, int go_fd, int res_fd, int go2
         if (tu_row_mismatch(row0, 1000 + (uint32_t)i, 0, RB) < 0)
             winner = 1000 + (uint32_t)i;
     ASSERT_NE(winner, 0);
-    check_named(st, name, winner, RACE_ROWS);
+    tu_check_named(st, name, winner, RACE_ROWS, RB);
     engram_store_close(st);
     exit(0);
 }
@@ -362,7 +339,7 @@ static void test_killed_and_live_writers(void)
     ASSERT_EQ(wait_exit(live), 0);
     close(ready[0]);
     close(res[0]);
-    check_named(st, "live", 77, 2000);
+    tu_check_named(st, "live", 77, 2000, RB);
     ASSERT_EQ(strays("kw", st, after, 8), 0);
     engram_store_close(st);
 
@@ -404,8 +381,8 @@ static void test_killed_and_live_writers(void)
     unsigned char *rows = tu_make_rows(79, 2000, RB, 0, 0);
     ASSERT_OK(engram_populate(st, "dead", &spec, rows, 0));
     free(rows);
-    check_named(st, "dead", 79, 2000);
-    check_named(st, "existing", 5, 10);
+    tu_check_named(st, "dead", 79, 2000, RB);
+    tu_check_named(st, "existing", 5, 10, RB);
     engram_store_close(st);
 }
 
@@ -601,9 +578,9 @@ static void test_threads_open_populate(void)
         snprintf(name, sizeof name, "o%d", j);
         for (int k = 0; k < j; k++)
             ASSERT_NE(ctx[0].ids[j], ctx[0].ids[k]);
-        check_named(st, name, 700 + (uint32_t)j, 100);
+        tu_check_named(st, name, 700 + (uint32_t)j, 100, RB);
     }
-    check_named(st, "same", 600, 500);
+    tu_check_named(st, "same", 600, 500, RB);
     char names[8][256];
     ASSERT_EQ(strays("topen", st, names, 8), 0);
     engram_store_close(st);

@@ -157,29 +157,12 @@ static void expect_open_fails_2(const char *ns, const char *name, int c1, int c2
     engram_store_close(st);
 }
 
-/* Looks up all rows of `name` on a fresh store and checks pattern `seed`. */
+/* Checks all rows of `name` on a fresh store of namespace `ns`. */
 static void check_named(const char *ns, const char *name, uint32_t seed, uint64_t nrows,
                         uint32_t rb)
 {
     engram_store *st = open_ns(ns, 0);
-    engram_table_id tid;
-    ASSERT_OK(engram_table_open(st, name, &tid));
-    int64_t *ids = (int64_t *)tu_xmalloc(nrows * sizeof *ids);
-    unsigned char *out = (unsigned char *)tu_xmalloc(nrows * rb);
-    for (uint64_t i = 0; i < nrows; i++)
-        ids[i] = (int64_t)i;
-    engram_lookup_args a = ENGRAM_LOOKUP_ARGS_INIT;
-    a.num_tokens = nrows;
-    a.num_cols = 1;
-    a.tables = &tid;
-    a.ids = ids;
-    a.id_type = ENGRAM_ID_INT64;
-    a.out = out;
-    ASSERT_OK(engram_lookup(st, &a));
-    for (uint64_t i = 0; i < nrows; i++)
-        ASSERT_ROW(out + i * rb, seed, i, rb);
-    free(ids);
-    free(out);
+    tu_check_named(st, name, seed, nrows, rb);
     engram_store_close(st);
 }
 

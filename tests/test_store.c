@@ -33,31 +33,6 @@ static int lookup1(engram_store *st, engram_table_id tid, const int64_t *ids, si
     return engram_lookup(st, &a);
 }
 
-/* Reads every row of table `tid` (in reverse order, to exercise random
- * access) and checks it against pattern `seed`. */
-static void check_table(engram_store *st, engram_table_id tid, uint32_t seed, uint64_t nrows,
-                        uint32_t row_bytes)
-{
-    int64_t *ids = (int64_t *)tu_xmalloc(nrows * sizeof *ids);
-    unsigned char *out = (unsigned char *)tu_xmalloc(nrows * row_bytes);
-    for (uint64_t i = 0; i < nrows; i++)
-        ids[i] = (int64_t)(nrows - 1 - i);
-    ASSERT_OK(lookup1(st, tid, ids, nrows, out, 0));
-    for (uint64_t i = 0; i < nrows; i++)
-        ASSERT_ROW(out + i * row_bytes, seed, nrows - 1 - i, row_bytes);
-    free(ids);
-    free(out);
-}
-
-/* Opens `name` and checks all its rows. */
-static void check_named(engram_store *st, const char *name, uint32_t seed, uint64_t nrows,
-                        uint32_t row_bytes)
-{
-    engram_table_id tid;
-    ASSERT_OK(engram_table_open(st, name, &tid));
-    check_table(st, tid, seed, nrows, row_bytes);
-}
-
 /* Returns 1 if `name` is in the store's list. */
 static int listed(engram_store *st, const char *name)
 {
@@ -162,7 +137,7 @@ static void test_open_create(void)
     st = NULL;
     tu_path(p, sizeof p, "newroot");
     ASSERT_OK(engram_store_open(p, "ns", NULL, &st));
-    check_named(st, "t", 1, 10, 16);
+    tu_check_named(st, "t", 1, 10, 16);
     engram_store_close(st);
 
     /* ENGRAM_OPEN_GROUP: directory 0750, files 0440. */
@@ -175,7 +150,7 @@ static void test_open_create(void)
     tu_path(p, sizeof p, "grp/g");
     ASSERT_EQ(lstat(p, &sb), 0);
     ASSERT_EQ(sb.st_mode & 07777, 0440);
-    check_named(st, "g", 2, 3, 8);
+    tu_check_named(st, "g", 2, 3, 8);
     engram_store_close(st);
 }
 
@@ -193,16 +168,16 @@ static void test_roundtrip_persistence(void)
     ASSERT_EQ(a, a2); /* same name, same id */
     ASSERT_OK(engram_table_open(st, "engram:l1:h1", &b));
     ASSERT_NE(a, b);
-    check_table(st, a, 11, n, rb);
-    check_table(st, b, 12, 7, rb);
+    tu_check_table(st, a, 11, n, rb);
+    tu_check_table(st, b, 12, 7, rb);
     ASSERT_ERR(engram_table_open(st, "engram:l1:h2", &b), -ENOENT);
     engram_store_close(st);
 
     /* A fresh store (as after a restart) reads the same bytes. */
     st = NULL;
     ASSERT_OK(engram_store_open(tu_scratch_root(), "rt", NULL, &st));
-    check_named(st, "engram:l1:h0", 11, n, rb);
-    check_named(st, "engram:l1:h1", 12, 7, rb);
+    tu_check_named(st, "engram:l1:h0", 11, n, rb);
+    tu_check_named(st, "engram:l1:h1", 12, 7, rb);
     engram_store_close(st);
 }
 
@@ -313,7 +288,7 @@ static void test_remove(void)
     engram_table_id old_id, keep_id;
     ASSERT_OK(engram_table_open(st, "t", &old_id));
     ASSERT_OK(engram_table_open(st, "keep", &keep_id));
-    check_table(st, old_id, 1, 50, 32);
+    tu_check_table(st, old_id, 1, 50, 32);
 
     ASSERT_OK(engram_remove(st, "t"));
     ASSERT_ERR(engram_remove(st, "t"), -ENOENT);
@@ -333,32 +308,32 @@ static void test_remove(void)
     ASSERT_ALL_BYTES(out, 0xA5, sizeof out);
     ASSERT(engram_errmsg()[0] != '\0');
     /* The other table is unaffected. */
-    check_table(st, keep_id, 2, 5, 32);
+    tu_check_table(st, keep_id, 2, 5, 32);
 
     /* The name is free again: a new table with other contents and size. */
     tu_populate(st, "t", 9, 20, 32, 0);
     engram_table_id new_id;
     ASSERT_OK(engram_table_open(st, "t", &new_id));
     ASSERT_NE(new_id, old_id);
-    check_table(st, new_id, 9, 20, 32);
+    tu_check_table(st, new_id, 9, 20, 32);
     ASSERT_ERR(lookup1(st, old_id, &id, 1, out, 0), ENGRAM_EREMOVED);
     ASSERT_ALL_BYTES(out, 0xA5, sizeof out);
 
     /* Another store sees the new table too. */
     engram_store *st2 = NULL;
     ASSERT_OK(engram_store_open(tu_scratch_root(), "rm", NULL, &st2));
-    check_named(st2, "t", 9, 20, 32);
+    tu_check_named(st2, "t", 9, 20, 32);
     /* Removing through the other store unlinks the file; this store's
      * mapping stays readable ("other processes keep their mappings"). */
     ASSERT_OK(engram_remove(st2, "t"));
     engram_store_close(st2);
-    check_table(st, new_id, 9, 20, 32);
+    tu_check_table(st, new_id, 9, 20, 32);
     engram_store_close(st);
 
     st = NULL;
     ASSERT_OK(engram_store_open(tu_scratch_root(), "rm", NULL, &st));
     assert_invisible(st, "t");
-    check_named(st, "keep", 2, 5, 32);
+    tu_check_named(st, "keep", 2, 5, 32);
     engram_store_close(st);
 }
 
@@ -384,7 +359,7 @@ static void test_populate_twice(void)
     ASSERT_OK(engram_get_table_info(st, "t", &after));
     ASSERT_EQ_U64(after.checksum, before.checksum);
     ASSERT_EQ_U64(after.created_ns, before.created_ns);
-    check_named(st, "t", 1, 64, 24);
+    tu_check_named(st, "t", 1, 64, 24);
     ASSERT_EQ(stray_entries("twice", st), 0);
     engram_store_close(st);
 }
@@ -400,7 +375,7 @@ static void test_bind(void)
 
     engram_table_id tid;
     ASSERT_OK(engram_table_open(st, "m", &tid));
-    check_table(st, tid, 3, n, rb);
+    tu_check_table(st, tid, 3, n, rb);
 
     engram_table_info info = ENGRAM_TABLE_INFO_INIT;
     ASSERT_OK(engram_get_table_info(st, "m", &info));
@@ -430,8 +405,8 @@ static void test_bind(void)
     ASSERT_ERR(engram_writer_begin(st, "m", &spec, &w), -EEXIST);
     ASSERT(w == NULL);
     ASSERT_ERR(engram_remove(st, "m"), ENGRAM_EBOUND);
-    check_table(st, tid, 3, n, rb); /* still served after the refusals */
-    check_named(st, "stored", 4, 4, rb);
+    tu_check_table(st, tid, 3, n, rb); /* still served after the refusals */
+    tu_check_named(st, "stored", 4, 4, rb);
 
     /* Bad arguments. */
     ASSERT_ERR(engram_bind(st, "nullmem", &spec, NULL), -EINVAL);
@@ -454,7 +429,7 @@ static void test_bind(void)
     ASSERT_OK(engram_bind(st, "pitched", &ps, pm));
     engram_table_id ptid;
     ASSERT_OK(engram_table_open(st, "pitched", &ptid));
-    check_table(st, ptid, 5, n, rb);
+    tu_check_table(st, ptid, 5, n, rb);
     ASSERT_OK(engram_get_table_info(st, "pitched", &info));
     ASSERT_EQ(info.spec.row_pitch, pitch);
     ASSERT_EQ_U64(info.data_size, n * pitch);
@@ -477,8 +452,8 @@ static void test_memory_store(void)
     ASSERT_OK(engram_bind(st, "a", &spec, mem));
     ASSERT_OK(engram_bind(st, "engram:l0:h0", &spec, mem));
     ASSERT_ERR(engram_bind(st, "a", &spec, mem), -EEXIST);
-    check_named(st, "a", 8, n, rb);
-    check_named(st, "engram:l0:h0", 8, n, rb);
+    tu_check_named(st, "a", 8, n, rb);
+    tu_check_named(st, "engram:l0:h0", 8, n, rb);
 
     /* It only serves bound tables: writing one is refused cleanly. */
     int rc;
@@ -607,7 +582,7 @@ static void test_writer_streaming(void)
     ASSERT_EQ_U64(done, n);
     assert_invisible(st, "s");
     ASSERT_OK(engram_writer_commit(w));
-    check_named(st, "s", 31, n, rb);
+    tu_check_named(st, "s", 31, n, rb);
     ASSERT_EQ(stray_entries("wr", st), 0);
 
     /* src_stride larger than row_bytes, with an explicit stride equal to
@@ -619,14 +594,14 @@ static void test_writer_streaming(void)
     ASSERT_OK(engram_writer_append(w, packed + 300 * rb, 300, rb));
     ASSERT_OK(engram_writer_append(w, wide + 600 * 512, n - 600, 512));
     ASSERT_OK(engram_writer_commit(w));
-    check_named(st, "wide", 32, n, rb);
+    tu_check_named(st, "wide", 32, n, rb);
     free(wide);
     free(packed);
 
     /* engram_populate with a source stride as well. */
     unsigned char *wide2 = tu_make_rows(33, n, rb, 1000, 0x11);
     ASSERT_OK(engram_populate(st, "wide2", &spec, wide2, 1000));
-    check_named(st, "wide2", 33, n, rb);
+    tu_check_named(st, "wide2", 33, n, rb);
     free(wide2);
 
     /* Commit with rows missing: ESTATE, nothing published, no debris. */
@@ -637,7 +612,7 @@ static void test_writer_streaming(void)
     ASSERT_EQ(stray_entries("wr", st), 0);
     /* The name is still free. */
     tu_populate(st, "short", 34, 2, rb, 0);
-    check_named(st, "short", 34, 2, rb);
+    tu_check_named(st, "short", 34, 2, rb);
 
     /* Commit with no rows at all. */
     ASSERT_OK(engram_writer_begin(st, "empty", &spec, &w));
@@ -686,7 +661,7 @@ static void test_writer_streaming(void)
     ASSERT_OK(engram_writer_append(w2, rows2, n, 0));
     ASSERT_OK(engram_writer_commit(w2));
     ASSERT_ERR(engram_writer_commit(w1), -EEXIST);
-    check_named(st, "race", 36, n, rb);
+    tu_check_named(st, "race", 36, n, rb);
     ASSERT_EQ(stray_entries("wr", st), 0);
     free(rows2);
 

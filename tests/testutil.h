@@ -482,4 +482,37 @@ static inline uint64_t tu_rand_below(uint64_t *state, uint64_t n)
     return n ? tu_rand(state) % n : 0;
 }
 
+
+/* Reads every row of table `tid` in one lookup (in reverse order, to
+ * exercise random access) and checks it against pattern `seed`. */
+static inline void tu_check_table(engram_store *st, engram_table_id tid, uint32_t seed,
+                                  uint64_t nrows, uint32_t row_bytes)
+{
+    int64_t *ids = (int64_t *)tu_xmalloc(nrows * sizeof *ids);
+    unsigned char *out = (unsigned char *)tu_xmalloc(nrows * row_bytes);
+    engram_lookup_args a = ENGRAM_LOOKUP_ARGS_INIT;
+    for (uint64_t i = 0; i < nrows; i++)
+        ids[i] = (int64_t)(nrows - 1 - i);
+    a.num_tokens = nrows;
+    a.num_cols = 1;
+    a.tables = &tid;
+    a.ids = ids;
+    a.id_type = ENGRAM_ID_INT64;
+    a.out = out;
+    ASSERT_OK(engram_lookup(st, &a));
+    for (uint64_t i = 0; i < nrows; i++)
+        ASSERT_ROW(out + i * row_bytes, seed, nrows - 1 - i, row_bytes);
+    free(ids);
+    free(out);
+}
+
+/* Opens table `name` and checks all its rows against pattern `seed`. */
+static inline void tu_check_named(engram_store *st, const char *name, uint32_t seed,
+                                  uint64_t nrows, uint32_t row_bytes)
+{
+    engram_table_id tid;
+    ASSERT_OK(engram_table_open(st, name, &tid));
+    tu_check_table(st, tid, seed, nrows, row_bytes);
+}
+
 #endif /* ENGRAM_TESTUTIL_H */
