@@ -369,9 +369,11 @@ typedef struct engram_lookup_args {
 
 /*! engram_lookup() :
  * Performs one lookup (see above).  Thread-safe: any number of threads may
- * look up on one store at once.  Allocates nothing and takes no lock for
- * batches below the parallel threshold; larger batches are split across
- * the store's gather threads when they are free.
+ * look up on one store at once.  Takes no lock; batches from the parallel
+ * threshold up are split across the store's gather threads when they are
+ * free.  Allocates nothing up to 256 rows; above that the plan (8 bytes a
+ * row) lives in a per-thread buffer that grows once and is kept for the
+ * thread's later lookups (-ENOMEM if it cannot grow).
  * @return : 0, ENGRAM_EBADID, ENGRAM_ELAYOUT, ENGRAM_EREMOVED, -EINVAL. */
 ENGRAM_API int engram_lookup(engram_store *st, const engram_lookup_args *args);
 
