@@ -33,7 +33,7 @@
 /* Prefetch hint: the row is copied once, soon, and not read again, so it
  * need not displace anything from the outer caches. */
 #define PREFETCH_LOCALITY 0
-#define PART_ROWS 1024 /* rows per part of a split lookup */
+#define PART_ROWS 256 /* rows per part of a split lookup */
 
 typedef struct col {
     const unsigned char *base; /* NULL: rows come from t->ops->read_rows */
