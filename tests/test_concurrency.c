@@ -100,37 +100,6 @@ static pid_t xfork(void)
     return pid;
 }
 
-/* Lists the entries of namespace `ns` that are not published tables of
- * `st` into names[] (up to cap); returns how many there are. */
-static int strays(const char *ns, engram_store *st, char names[][256], int cap)
-{
-    char dirp[512];
-    tu_path(dirp, sizeof dirp, ns);
-    DIR *d = opendir(dirp);
-    ASSERT(d != NULL);
-    char **tabs = NULL;
-    size_t count = 0;
-    ASSERT_OK(engram_list(st, &tabs, &count));
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        int known = 0;
-        for (size_t i = 0; i < count; i++)
-            if (strcmp(tabs[i], e->d_name) == 0)
-                known = 1;
-        if (!known) {
-            if (n < cap)
-                snprintf(names[n], 256, "%s", e->d_name);
-            n++;
-        }
-    }
-    closedir(d);
-    engram_free(tabs);
-    return n;
-}
-
 static engram_store *open_existing(const char *ns, int threads)
 {
     engram_store_options o = ENGRAM_STORE_OPTIONS_INIT;
@@ -231,7 +200,7 @@ static void test_populate_race_processes(void)
     /* No temporary files of the losers are left behind. */
     engram_store *st = open_existing("race", 1);
     char names[8][256];
-    int n = strays("race", st, names, 8);
+    int n = tu_strays("race", st, names, 8);
     for (int i = 0; i < n && i < 8; i++)
         fprintf(stderr, "   stray: %s\n", names[i]);
     ASSERT_EQ(n, 0);
@@ -313,7 +282,7 @@ static void test_killed_and_live_writers(void)
      * there. */
     engram_store *st = open_existing("kw", 1);
     char before[8][256], after[8][256];
-    int nb = strays("kw", st, before, 8);
+    int nb = tu_strays("kw", st, before, 8);
     ASSERT_EQ(nb, 1);
     engram_table_id tid;
     ASSERT_ERR(engram_table_open(st, "live", &tid), -ENOENT);
@@ -327,7 +296,7 @@ static void test_killed_and_live_writers(void)
     /* Opening the namespace again (which cleans stale temps) must leave
      * the live writer's file alone. */
     engram_store *st2 = open_existing("kw", 1);
-    int na = strays("kw", st2, after, 8);
+    int na = tu_strays("kw", st2, after, 8);
     ASSERT_EQ(na, 1);
     ASSERT_STR_EQ(after[0], before[0]);
     engram_store_close(st2);
@@ -340,7 +309,7 @@ static void test_killed_and_live_writers(void)
     close(ready[0]);
     close(res[0]);
     tu_check_named(st, "live", 77, 2000, RB);
-    ASSERT_EQ(strays("kw", st, after, 8), 0);
+    ASSERT_EQ(tu_strays("kw", st, after, 8), 0);
     engram_store_close(st);
 
     /* A writer killed mid-way. */
@@ -372,7 +341,7 @@ static void test_killed_and_live_writers(void)
     ASSERT_STR_EQ(list[1], "live");
     engram_free(list);
     /* The open above removed the stale temp file. */
-    int n = strays("kw", st, after, 8);
+    int n = tu_strays("kw", st, after, 8);
     for (int i = 0; i < n && i < 8; i++)
         fprintf(stderr, "   stray after reopen: %s\n", after[i]);
     ASSERT_EQ(n, 0);
@@ -582,7 +551,7 @@ static void test_threads_open_populate(void)
     }
     tu_check_named(st, "same", 600, 500, RB);
     char names[8][256];
-    ASSERT_EQ(strays("topen", st, names, 8), 0);
+    ASSERT_EQ(tu_strays("topen", st, names, 8), 0);
     engram_store_close(st);
 }
 

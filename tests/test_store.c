@@ -57,36 +57,6 @@ static void assert_invisible(engram_store *st, const char *name)
     ASSERT_ERR(engram_get_table_info(st, name, &info), -ENOENT);
 }
 
-/* Counts the entries of namespace directory `ns` (other than . and ..)
- * whose names are not in the store's list: temporary files, debris. */
-static int stray_entries(const char *ns, engram_store *st)
-{
-    char dirp[512];
-    tu_path(dirp, sizeof dirp, ns);
-    DIR *d = opendir(dirp);
-    ASSERT(d != NULL);
-    char **names = NULL;
-    size_t count = 0;
-    ASSERT_OK(engram_list(st, &names, &count));
-    int stray = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        int known = 0;
-        for (size_t i = 0; i < count; i++)
-            if (strcmp(names[i], e->d_name) == 0)
-                known = 1;
-        if (!known) {
-            fprintf(stderr, "   stray entry in %s: %s\n", dirp, e->d_name);
-            stray++;
-        }
-    }
-    closedir(d);
-    engram_free(names);
-    return stray;
-}
-
 static uint64_t wall_ns(void)
 {
     struct timespec ts;
@@ -360,7 +330,7 @@ static void test_populate_twice(void)
     ASSERT_EQ_U64(after.checksum, before.checksum);
     ASSERT_EQ_U64(after.created_ns, before.created_ns);
     tu_check_named(st, "t", 1, 64, 24);
-    ASSERT_EQ(stray_entries("twice", st), 0);
+    ASSERT_EQ(tu_strays("twice", st, NULL, 0), 0);
     engram_store_close(st);
 }
 
@@ -583,7 +553,7 @@ static void test_writer_streaming(void)
     assert_invisible(st, "s");
     ASSERT_OK(engram_writer_commit(w));
     tu_check_named(st, "s", 31, n, rb);
-    ASSERT_EQ(stray_entries("wr", st), 0);
+    ASSERT_EQ(tu_strays("wr", st, NULL, 0), 0);
 
     /* src_stride larger than row_bytes, with an explicit stride equal to
      * row_bytes mixed in. */
@@ -609,7 +579,7 @@ static void test_writer_streaming(void)
     ASSERT_OK(engram_writer_append(w, rows, n - 1, 0));
     ASSERT_ERR(engram_writer_commit(w), ENGRAM_ESTATE);
     assert_invisible(st, "short");
-    ASSERT_EQ(stray_entries("wr", st), 0);
+    ASSERT_EQ(tu_strays("wr", st, NULL, 0), 0);
     /* The name is still free. */
     tu_populate(st, "short", 34, 2, rb, 0);
     tu_check_named(st, "short", 34, 2, rb);
@@ -627,7 +597,7 @@ static void test_writer_streaming(void)
     printf("   append beyond num_rows: %d (%s)\n", rc, engram_strerror(rc));
     engram_writer_abort(w);
     assert_invisible(st, "over");
-    ASSERT_EQ(stray_entries("wr", st), 0);
+    ASSERT_EQ(tu_strays("wr", st, NULL, 0), 0);
 
     /* Appending all rows plus one in a single call fails as well. */
     unsigned char *more = tu_make_rows(35, n + 1, rb, 0, 0);
@@ -649,7 +619,7 @@ static void test_writer_streaming(void)
     ASSERT_OK(engram_writer_append(w, rows, n, 0));
     engram_writer_abort(w);
     assert_invisible(st, "ab");
-    ASSERT_EQ(stray_entries("wr", st), 0);
+    ASSERT_EQ(tu_strays("wr", st, NULL, 0), 0);
 
     /* Two writers of one name: both begin, the first commit wins, the
      * second gets -EEXIST and the winner's bytes stay. */
@@ -662,7 +632,7 @@ static void test_writer_streaming(void)
     ASSERT_OK(engram_writer_commit(w2));
     ASSERT_ERR(engram_writer_commit(w1), -EEXIST);
     tu_check_named(st, "race", 36, n, rb);
-    ASSERT_EQ(stray_entries("wr", st), 0);
+    ASSERT_EQ(tu_strays("wr", st, NULL, 0), 0);
     free(rows2);
 
     /* The store's view and a fresh store's view agree. */
@@ -677,7 +647,7 @@ static void test_writer_streaming(void)
     for (size_t i = 0; i < count; i++)
         ASSERT_STR_EQ(names[i], want[i]);
     engram_free(names);
-    ASSERT_EQ(stray_entries("wr", st), 0);
+    ASSERT_EQ(tu_strays("wr", st, NULL, 0), 0);
     engram_store_close(st);
     free(rows);
 }

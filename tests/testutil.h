@@ -515,4 +515,38 @@ static inline void tu_check_named(engram_store *st, const char *name, uint32_t s
     tu_check_table(st, tid, seed, nrows, row_bytes);
 }
 
+/* Counts the entries of namespace `ns` (other than . and ..) that are not
+ * in `st`'s table list (temporary files, debris), prints them, and copies
+ * up to `cap` of their names into names[]; returns how many there are. */
+static inline int tu_strays(const char *ns, engram_store *st, char names[][256], int cap)
+{
+    char dirp[512];
+    tu_path(dirp, sizeof dirp, ns);
+    DIR *d = opendir(dirp);
+    ASSERT(d != NULL);
+    char **tabs = NULL;
+    size_t count = 0;
+    ASSERT_OK(engram_list(st, &tabs, &count));
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        int known = 0;
+        for (size_t i = 0; i < count; i++)
+            if (strcmp(tabs[i], e->d_name) == 0)
+                known = 1;
+        if (!known) {
+            fprintf(stderr, "   stray entry in %s: %s\n", dirp, e->d_name);
+            if (n < cap)
+                snprintf(names[n], 256, "%s", e->d_name);
+            n++;
+        }
+    }
+    closedir(d);
+    engram_free(tabs);
+    return n;
+}
+
+
 #endif /* ENGRAM_TESTUTIL_H */
