@@ -271,38 +271,43 @@ static void *scratch_get(size_t size)
 static inline __attribute__((always_inline)) int plan_rows(plan *p, col *cols, const int id64)
 {
     const void *const ids = p->ids;
-    const size_t T = p->T, K = p->K;
-    const unsigned char *zero = p->zero_dead ? ZERO_ROW : NULL;
-    const unsigned char **src = p->src;
-    ptrdiff_t ie_t = 0;
+    const size_t K = p->K, rows = p->T * p->K;
+    const ptrdiff_t ist = p->ist, isk = p->isk;
+    const unsigned char *const zero = p->zero_dead ? ZERO_ROW : NULL;
+    const unsigned char **const src = p->src;
+    size_t k = 0;
+    ptrdiff_t ie = 0, ie_t = 0;
 
-    for (size_t t = 0; t < T; t++, ie_t += p->ist) {
-        ptrdiff_t ie = ie_t;
-        for (size_t k = 0; k < K; k++, ie += p->isk) {
-            int64_t raw = id64 ? ((const int64_t *)ids)[ie] : ((const int32_t *)ids)[ie];
-            col *c = &cols[k];
-            uint64_t row = (uint64_t)raw - c->off;
-            /* Dead is decided on the raw id, before the offset. */
-            if (raw == ENGRAM_DEAD_ID) {
-                c->dead++;
-                *src++ = zero;
-                continue;
-            }
+    /* One flat loop with a column cursor: a nested loop per token costs
+     * more than the checks themselves when K is small. */
+    for (size_t i = 0; i < rows; i++) {
+        int64_t raw = id64 ? ((const int64_t *)ids)[ie] : ((const int32_t *)ids)[ie];
+        col *c = &cols[k];
+        uint64_t row = (uint64_t)raw - c->off;
+        /* Dead is decided on the raw id, before the offset. */
+        if (raw == ENGRAM_DEAD_ID) {
+            c->dead++;
+            src[i] = zero;
+        } else if (ENGRAM__LIKELY(row < c->nrows)) {
             /* Unsigned wrap-around makes one compare catch ids below the
              * offset too: their difference wraps to >= 2^63 > nrows. */
-            if (ENGRAM__LIKELY(row < c->nrows)) {
-                *src++ = c->base ? c->base + row * c->pitch : NULL;
-                continue;
-            }
-            if (c->off)
-                return engram__err(ENGRAM_EBADID,
-                                   "ids[%zu][%zu] = %lld minus offset %lld is outside table '%s' "
-                                   "(0 <= id - offset < %llu)",
-                                   t, k, (long long)raw, (long long)c->off, c->t->name,
-                                   (unsigned long long)c->nrows);
+            src[i] = c->base ? c->base + row * c->pitch : NULL;
+        } else if (c->off) {
             return engram__err(ENGRAM_EBADID,
-                               "ids[%zu][%zu] = %lld is outside table '%s' (0 <= id < %llu)", t, k,
-                               (long long)raw, c->t->name, (unsigned long long)c->nrows);
+                               "ids[%zu][%zu] = %lld minus offset %lld is outside table '%s' "
+                               "(0 <= id - offset < %llu)",
+                               i / K, k, (long long)raw, (long long)c->off, c->t->name,
+                               (unsigned long long)c->nrows);
+        } else {
+            return engram__err(ENGRAM_EBADID,
+                               "ids[%zu][%zu] = %lld is outside table '%s' (0 <= id < %llu)",
+                               i / K, k, (long long)raw, c->t->name,
+                               (unsigned long long)c->nrows);
+        }
+        ie += isk;
+        if (++k == K) {
+            k = 0;
+            ie = ie_t += ist;
         }
     }
     return 0;
