@@ -41,11 +41,11 @@ typedef struct col {
     uint64_t off; /* offsets[k] as unsigned, subtracted with wrap-around */
     size_t pitch;
     engram__table *t;
-    uint64_t dead;
+    _Atomic uint64_t dead; /* dead ids in this column; parts of a split plan add to it */
 } col;
 
 typedef struct plan {
-    const col *cols;
+    col *cols; /* written only for the dead counts */
     size_t T, K, R;
     const unsigned char *ids;
     int id64;
@@ -268,41 +268,40 @@ static void *scratch_get(size_t size)
 
 /* Checks every id and records each row's source (pass one, second half).
  * id64 is a constant at both call sites. */
-static inline __attribute__((always_inline)) int plan_rows(plan *p, col *cols, const int id64)
+/* Plans rows [begin, end): checks each id and records the row's source.
+ * Returns the index of the first bad id, or SIZE_MAX.  It records no
+ * message, because it may run on a pool thread: the caller builds the
+ * message with bad_id() on its own thread.  id64 is a constant at both
+ * call sites in plan_dispatch(). */
+static inline __attribute__((always_inline)) size_t plan_range(const plan *p, size_t begin,
+                                                               size_t end, const int id64)
 {
     const void *const ids = p->ids;
-    const size_t K = p->K, rows = p->T * p->K;
+    col *const cols = p->cols;
+    const size_t K = p->K;
     const ptrdiff_t ist = p->ist, isk = p->isk;
     const unsigned char *const zero = p->zero_dead ? ZERO_ROW : NULL;
     const unsigned char **const src = p->src;
-    size_t k = 0;
-    ptrdiff_t ie = 0, ie_t = 0;
+    size_t k = begin % K;
+    ptrdiff_t ie_t = (ptrdiff_t)(begin / K) * ist, ie = ie_t + (ptrdiff_t)k * isk;
 
     /* One flat loop with a column cursor: a nested loop per token costs
      * more than the checks themselves when K is small. */
-    for (size_t i = 0; i < rows; i++) {
+    for (size_t i = begin; i < end; i++) {
         int64_t raw = id64 ? ((const int64_t *)ids)[ie] : ((const int32_t *)ids)[ie];
         col *c = &cols[k];
         uint64_t row = (uint64_t)raw - c->off;
         /* Dead is decided on the raw id, before the offset. */
         if (raw == ENGRAM_DEAD_ID) {
-            c->dead++;
+            /* Rare, so an atomic add is cheap; parts may share a column. */
+            atomic_fetch_add_explicit(&c->dead, 1, memory_order_relaxed);
             src[i] = zero;
         } else if (ENGRAM__LIKELY(row < c->nrows)) {
             /* Unsigned wrap-around makes one compare catch ids below the
              * offset too: their difference wraps to >= 2^63 > nrows. */
             src[i] = c->base ? c->base + row * c->pitch : NULL;
-        } else if (c->off) {
-            return engram__err(ENGRAM_EBADID,
-                               "ids[%zu][%zu] = %lld minus offset %lld is outside table '%s' "
-                               "(0 <= id - offset < %llu)",
-                               i / K, k, (long long)raw, (long long)c->off, c->t->name,
-                               (unsigned long long)c->nrows);
         } else {
-            return engram__err(ENGRAM_EBADID,
-                               "ids[%zu][%zu] = %lld is outside table '%s' (0 <= id < %llu)",
-                               i / K, k, (long long)raw, c->t->name,
-                               (unsigned long long)c->nrows);
+            return i;
         }
         ie += isk;
         if (++k == K) {
@@ -310,11 +309,53 @@ static inline __attribute__((always_inline)) int plan_rows(plan *p, col *cols, c
             ie = ie_t += ist;
         }
     }
-    return 0;
+    return SIZE_MAX;
 }
 
-/* Resolves every column, checks the layouts and plans every row (pass
- * one).  Nothing is written to the output here. */
+static size_t plan_dispatch(const plan *p, size_t begin, size_t end)
+{
+    return p->id64 ? plan_range(p, begin, end, 1) : plan_range(p, begin, end, 0);
+}
+
+/* The error for bad id number i of the flattened batch. */
+static int bad_id(const plan *p, size_t i)
+{
+    size_t t = i / p->K, k = i % p->K;
+    const col *c = &p->cols[k];
+    int64_t raw = p->id64 ? load_id(p, t, k, 1) : load_id(p, t, k, 0);
+    if (c->off)
+        return engram__err(ENGRAM_EBADID,
+                           "ids[%zu][%zu] = %lld minus offset %lld is outside table '%s' "
+                           "(0 <= id - offset < %llu)",
+                           t, k, (long long)raw, (long long)c->off, c->t->name,
+                           (unsigned long long)c->nrows);
+    return engram__err(ENGRAM_EBADID, "ids[%zu][%zu] = %lld is outside table '%s' (0 <= id < %llu)",
+                       t, k, (long long)raw, c->t->name, (unsigned long long)c->nrows);
+}
+
+/* A split plan: each part plans its rows and lowers `first_bad` to the
+ * index of its first bad id, so the error reported is the first in the
+ * batch, as in an unsplit plan. */
+typedef struct plan_job {
+    const plan *p;
+    _Atomic size_t first_bad;
+} plan_job;
+
+static void plan_part(void *arg, size_t part, size_t nparts)
+{
+    plan_job *j = arg;
+    size_t rows = j->p->T * j->p->K;
+    size_t bad = plan_dispatch(j->p, rows * part / nparts, rows * (part + 1) / nparts);
+    size_t cur = atomic_load_explicit(&j->first_bad, memory_order_relaxed);
+    while (bad < cur &&
+           !atomic_compare_exchange_weak_explicit(&j->first_bad, &cur, bad, memory_order_relaxed,
+                                                  memory_order_relaxed))
+        ;
+}
+
+/* Resolves every column and checks the layouts (pass one, first half;
+ * the rows are planned by plan_dispatch/plan_part).  Nothing is written to
+ * the output here. */
 static int build_plan(engram_store *st, const engram_lookup_args *a, plan *p, col *cols)
 {
     size_t T = a->num_tokens, K = a->num_cols;
@@ -337,7 +378,7 @@ static int build_plan(engram_store *st, const engram_lookup_args *a, plan *p, co
         cols[k].off = a->offsets ? (uint64_t)a->offsets[k] : 0;
         cols[k].pitch = t->spec.row_pitch;
         cols[k].t = t;
-        cols[k].dead = 0;
+        atomic_init(&cols[k].dead, 0);
         p->indirect |= t->base == NULL;
     }
     p->cols = cols;
@@ -360,9 +401,7 @@ static int build_plan(engram_store *st, const engram_lookup_args *a, plan *p, co
         p->ost = (ptrdiff_t)(K * p->R);
     }
     p->zero_dead = (a->flags & ENGRAM_LOOKUP_ZERO_DEAD) != 0;
-    if (check_out_layout(p->R, T, K, p->ost, p->osk) != 0)
-        return ENGRAM_ELAYOUT;
-    return p->id64 ? plan_rows(p, cols, 1) : plan_rows(p, cols, 0);
+    return check_out_layout(p->R, T, K, p->ost, p->osk);
 }
 
 int engram_lookup(engram_store *st, const engram_lookup_args *a)
@@ -419,22 +458,38 @@ int engram_lookup(engram_store *st, const engram_lookup_args *a)
     if (st->pool && rows >= st->parallel_min_rows) {
         /* Parts of ~PART_ROWS rows: small enough that the caller can take
          * over the share of a worker that is late, large enough that the
-         * claim per part is noise. */
-        size_t parts = rows / PART_ROWS;
-        par = engram__pool_run(st->pool, copy_part, &p, parts < 2 ? 2 : parts) == 0;
+         * claim per part is noise.  Planning and copying are two jobs: no
+         * row is copied before every id has been checked. */
+        size_t parts = rows / PART_ROWS < 2 ? 2 : rows / PART_ROWS;
+        plan_job pj = {&p, SIZE_MAX};
+        if (engram__pool_run(st->pool, plan_part, &pj, parts) != 0)
+            plan_part(&pj, 0, 1); /* pool busy: plan on this thread */
+        if (ENGRAM__UNLIKELY(atomic_load_explicit(&pj.first_bad, memory_order_relaxed) !=
+                             SIZE_MAX)) {
+            err = bad_id(&p, atomic_load_explicit(&pj.first_bad, memory_order_relaxed));
+            goto fail;
+        }
+        par = engram__pool_run(st->pool, copy_part, &p, parts) == 0;
+    } else {
+        size_t bad = plan_dispatch(&p, 0, rows);
+        if (ENGRAM__UNLIKELY(bad != SIZE_MAX)) {
+            err = bad_id(&p, bad);
+            goto fail;
+        }
     }
     if (!par)
         copy_dispatch(&p, 0, rows);
     if (p.indirect && (err = backend_pass(&p)) != 0)
         goto fail;
     for (size_t k = 0; k < p.K; k++)
-        dead += cols[k].dead;
+        dead += atomic_load_explicit(&cols[k].dead, memory_order_relaxed);
 
     live = rows - dead;
     for (size_t k = 0; k < p.K; k++) {
         engram__table_counters *tc = &cols[k].t->ctr[shard];
         engram__ctr_add(&tc->lookups, 1, excl);
-        engram__ctr_add(&tc->rows, p.T - cols[k].dead, excl);
+        engram__ctr_add(&tc->rows,
+                        p.T - atomic_load_explicit(&cols[k].dead, memory_order_relaxed), excl);
     }
     {
         engram__store_counters *c = &st->ctr[shard];

@@ -708,6 +708,17 @@ static void bad_ids_body(void)
     bad_id_case(&c, NULL, ids32, 4, 2, INT32_MAX, __LINE__);
     bad_id_case(&c, NULL, ids32, 4, 0, -2, __LINE__);
 
+    /* Two bad ids, far apart (in different parts of a split plan): the
+     * message names the first one in the batch. */
+    ids32[6 * K + 2] = 7777;
+    bad_id_case(&c, NULL, ids32, 1, 0, 4444, __LINE__);
+    if (strstr(engram_errmsg(), "7777") != NULL) {
+        fprintf(stderr, "FAIL [%s]: the first bad id should be reported: \"%s\"\n",
+                tu_current_case, engram_errmsg());
+        tu_fail_exit();
+    }
+    ids32[6 * K + 2] = 0;
+
     /* With ZERO_DEAD and dead ids before the bad one: still untouched. */
     c.flags = ENGRAM_LOOKUP_ZERO_DEAD;
     ids32[0] = -1;
