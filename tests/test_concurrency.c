@@ -134,14 +134,7 @@ static void race_child(const char *name, int idx, int go_fd, int res_fd, int go2
     ASSERT_OK(engram_table_open(st, name, &tid));
     unsigned char row0[RB];
     int64_t zero = 0;
-    engram_lookup_args a = ENGRAM_LOOKUP_ARGS_INIT;
-    a.num_tokens = 1;
-    a.num_cols = 1;
-    a.tables = &tid;
-    a.ids = &zero;
-    a.id_type = ENGRAM_ID_INT64;
-    a.out = row0;
-    ASSERT_OK(engram_lookup(st, &a));
+    ASSERT_OK(tu_lookup1(st, tid, &zero, 1, row0, 0));
     uint32_t winner = 0;
     for (int i = 0; i < NPROC; i++)
         if (tu_row_mismatch(row0, 1000 + (uint32_t)i, 0, RB) < 0)
@@ -594,14 +587,7 @@ static void share_lookup(engram_store *st, unsigned char *out)
     int64_t ids[SHARE_T];
     for (int i = 0; i < SHARE_T; i++)
         ids[i] = (int64_t)(((uint64_t)i * 2654435761u) % SHARE_ROWS);
-    engram_lookup_args a = ENGRAM_LOOKUP_ARGS_INIT;
-    a.num_tokens = SHARE_T;
-    a.num_cols = 1;
-    a.tables = &tid;
-    a.ids = ids;
-    a.id_type = ENGRAM_ID_INT64;
-    a.out = out;
-    ASSERT_OK(engram_lookup(st, &a));
+    ASSERT_OK(tu_lookup1(st, tid, ids, SHARE_T, out, 0));
 }
 
 static void test_two_processes(void)

@@ -416,14 +416,7 @@ static void test_data_corruption(void)
     ASSERT_OK(engram_table_open(st, "t", &tid));
     unsigned char row[RB];
     int64_t id = 123;
-    engram_lookup_args a = ENGRAM_LOOKUP_ARGS_INIT;
-    a.num_tokens = 1;
-    a.num_cols = 1;
-    a.tables = &tid;
-    a.ids = &id;
-    a.id_type = ENGRAM_ID_INT64;
-    a.out = row;
-    ASSERT_OK(engram_lookup(st, &a));
+    ASSERT_OK(tu_lookup1(st, tid, &id, 1, row, 0));
     ASSERT_EQ(row[7], tu_byte(60, 123, 7) ^ 0x40);
     engram_store_close(st);
 
@@ -825,14 +818,7 @@ static void test_group_namespace(void)
     ASSERT_OK(engram_table_open(st, "t", &tid));
     int64_t ids[3] = {0, NROWS - 1, 7};
     unsigned char out[3 * RB];
-    engram_lookup_args a = ENGRAM_LOOKUP_ARGS_INIT;
-    a.num_tokens = 3;
-    a.num_cols = 1;
-    a.tables = &tid;
-    a.ids = ids;
-    a.id_type = ENGRAM_ID_INT64;
-    a.out = out;
-    ASSERT_OK(engram_lookup(st, &a));
+    ASSERT_OK(tu_lookup1(st, tid, ids, 3, out, 0));
     for (int i = 0; i < 3; i++)
         ASSERT_ROW(out + i * RB, 110, (uint64_t)ids[i], RB);
     ASSERT_OK(engram_verify(st, "t", NULL, NULL));

@@ -17,22 +17,6 @@
 
 #define MiB (1024ull * 1024ull)
 
-/* Looks up rows ids[0..n) of one table (T = n, K = 1, int64 ids) into
- * `out` packed at row_bytes; returns the lookup's code. */
-static int lookup1(engram_store *st, engram_table_id tid, const int64_t *ids, size_t n,
-                   void *out, uint32_t flags)
-{
-    engram_lookup_args a = ENGRAM_LOOKUP_ARGS_INIT;
-    a.flags = flags;
-    a.num_tokens = n;
-    a.num_cols = 1;
-    a.tables = &tid;
-    a.ids = ids;
-    a.id_type = ENGRAM_ID_INT64;
-    a.out = out;
-    return engram_lookup(st, &a);
-}
-
 /* Returns 1 if `name` is in the store's list. */
 static int listed(engram_store *st, const char *name)
 {
@@ -274,7 +258,7 @@ static void test_remove(void)
     unsigned char out[32];
     memset(out, 0xA5, sizeof out);
     int64_t id = 3;
-    ASSERT_ERR(lookup1(st, old_id, &id, 1, out, 0), ENGRAM_EREMOVED);
+    ASSERT_ERR(tu_lookup1(st, old_id, &id, 1, out, 0), ENGRAM_EREMOVED);
     ASSERT_ALL_BYTES(out, 0xA5, sizeof out);
     ASSERT(engram_errmsg()[0] != '\0');
     /* The other table is unaffected. */
@@ -286,7 +270,7 @@ static void test_remove(void)
     ASSERT_OK(engram_table_open(st, "t", &new_id));
     ASSERT_NE(new_id, old_id);
     tu_check_table(st, new_id, 9, 20, 32);
-    ASSERT_ERR(lookup1(st, old_id, &id, 1, out, 0), ENGRAM_EREMOVED);
+    ASSERT_ERR(tu_lookup1(st, old_id, &id, 1, out, 0), ENGRAM_EREMOVED);
     ASSERT_ALL_BYTES(out, 0xA5, sizeof out);
 
     /* Another store sees the new table too. */
@@ -362,7 +346,7 @@ static void test_bind(void)
     int64_t id = 7;
     unsigned char out[264];
     mem[7 * rb + 5] ^= 0xFF;
-    ASSERT_OK(lookup1(st, tid, &id, 1, out, 0));
+    ASSERT_OK(tu_lookup1(st, tid, &id, 1, out, 0));
     ASSERT_EQ(out[5], mem[7 * rb + 5]);
     mem[7 * rb + 5] ^= 0xFF;
 

@@ -483,6 +483,22 @@ static inline uint64_t tu_rand_below(uint64_t *state, uint64_t n)
 }
 
 
+/* Looks up rows ids[0..n) of one table (T = n, K = 1, int64 ids) into
+ * `out` packed at row_bytes; returns the lookup's code. */
+static inline int tu_lookup1(engram_store *st, engram_table_id tid, const int64_t *ids,
+                             size_t n, void *out, uint32_t flags)
+{
+    engram_lookup_args a = ENGRAM_LOOKUP_ARGS_INIT;
+    a.flags = flags;
+    a.num_tokens = n;
+    a.num_cols = 1;
+    a.tables = &tid;
+    a.ids = ids;
+    a.id_type = ENGRAM_ID_INT64;
+    a.out = out;
+    return engram_lookup(st, &a);
+}
+
 /* Reads every row of table `tid` in one lookup (in reverse order, to
  * exercise random access) and checks it against pattern `seed`. */
 static inline void tu_check_table(engram_store *st, engram_table_id tid, uint32_t seed,
@@ -490,16 +506,9 @@ static inline void tu_check_table(engram_store *st, engram_table_id tid, uint32_
 {
     int64_t *ids = (int64_t *)tu_xmalloc(nrows * sizeof *ids);
     unsigned char *out = (unsigned char *)tu_xmalloc(nrows * row_bytes);
-    engram_lookup_args a = ENGRAM_LOOKUP_ARGS_INIT;
     for (uint64_t i = 0; i < nrows; i++)
         ids[i] = (int64_t)(nrows - 1 - i);
-    a.num_tokens = nrows;
-    a.num_cols = 1;
-    a.tables = &tid;
-    a.ids = ids;
-    a.id_type = ENGRAM_ID_INT64;
-    a.out = out;
-    ASSERT_OK(engram_lookup(st, &a));
+    ASSERT_OK(tu_lookup1(st, tid, ids, nrows, out, 0));
     for (uint64_t i = 0; i < nrows; i++)
         ASSERT_ROW(out + i * row_bytes, seed, nrows - 1 - i, row_bytes);
     free(ids);
