@@ -142,6 +142,10 @@ typedef struct engram_store engram_store;
                                            * per lookup, ~60 ns here) */
 #define ENGRAM_OPEN_GROUP 0x0080u         /* share the namespace with the owner's group: directory
                                            * 0750 and files 0440 instead of 0700 / 0400 */
+#define ENGRAM_OPEN_FILE_CACHE 0x0100u    /* serve table files without mapping them: rows are read
+                                           * on demand with io_uring (O_DIRECT where the file
+                                           * system allows it) through a bounded row cache; see
+                                           * cache_bytes and engram_get_cache_stats() */
 
 typedef struct engram_store_options {
     uint32_t size;     /* sizeof(engram_store_options) */
@@ -150,9 +154,18 @@ typedef struct engram_store_options {
                         * 1 = the calling thread only */
     size_t parallel_min_rows; /* split a lookup across threads from this many rows up;
                                * 0 = the measured default */
+    /* Fields below came with the row cache.  A caller built against an
+     * older header passes the old size (offsetof(engram_store_options,
+     * cache_bytes)) and gets their defaults. */
+    uint64_t cache_bytes;  /* row cache budget of the whole store (file-cache tables and
+                            * safetensors tables): 0 = 256 MiB.  See engram_get_cache_stats(). */
+    uint32_t queue_depth;  /* io_uring reads in flight per lookup: 0 = 64 (1 .. 4096) */
+    uint32_t cache_log_ms; /* print a cache stats line to stderr at most every this many ms
+                            * of lookups; 0 = the ENGRAM_CACHE_LOG_MS environment variable,
+                            * or never */
 } engram_store_options;
 
-#define ENGRAM_STORE_OPTIONS_INIT {sizeof(engram_store_options), 0u, 0, 0}
+#define ENGRAM_STORE_OPTIONS_INIT {sizeof(engram_store_options), 0u, 0, 0, 0, 0, 0}
 
 /*! engram_default_root() :
  * @return : the default root directory of namespaces: "/dev/shm/engram"
@@ -257,7 +270,8 @@ typedef uint32_t engram_table_id;
 
 /*! engram_table_open() :
  * Resolves `name` to a table id for engram_lookup(), mapping the table file
- * on first use with the store's memory options (prefault, huge pages, ...).
+ * on first use with the store's memory options (prefault, huge pages, ...),
+ * or, with ENGRAM_OPEN_FILE_CACHE, putting it behind the row cache.
  * The id stays valid until the store is closed (a removed table's id then
  * gives ENGRAM_EREMOVED).  Opening the same name twice gives the same id.
  * Thread-safe.
@@ -268,6 +282,8 @@ ENGRAM_API int engram_table_open(engram_store *st, const char *name, engram_tabl
 /* engram_table_info.kind */
 #define ENGRAM_TABLE_FILE 1  /* a table file of the namespace */
 #define ENGRAM_TABLE_BOUND 2 /* caller memory (engram_bind) */
+#define ENGRAM_TABLE_SAFETENSORS 3 /* tensors of a safetensors checkpoint
+                                    * (engram_open_safetensors) */
 
 typedef struct engram_table_info {
     uint32_t size; /* sizeof(engram_table_info) */
@@ -402,6 +418,129 @@ typedef struct engram_stats {
  * lookups may be slightly behind.  Thread-safe.
  * @return : 0 or -EINVAL. */
 ENGRAM_API int engram_store_stats(engram_store *st, engram_stats *stats);
+
+/* ------------------------------------------------------------------------
+ * Tables larger than memory: the row cache.
+ *
+ * With ENGRAM_OPEN_FILE_CACHE, a store serves its table files without
+ * mapping them, and engram_open_safetensors() serves tensors of a
+ * checkpoint the same way.  A lookup first looks each row up in the
+ * store's row cache; the rows it misses are read from the file with
+ * io_uring, up to queue_depth reads in flight, each distinct row of the
+ * lookup once.  Rows read are copied to the output and kept in the cache.
+ *
+ * The cache is exact: a row is visible in it only once all its bytes have
+ * been read and checked, so a lookup never returns stale or partial bytes.
+ * It is set-associative (ENGRAM_CACHE_WAYS rows per set, CLOCK replacement
+ * within a set, a short lock per set, no global lock).  Its budget,
+ * cache_bytes, is shared by the store's cache-backed tables: each gets a
+ * share proportional to its size among the namespace's table files and the
+ * safetensors tables opened so far, capped by what the tables opened before
+ * it left, and at least one set.
+ *
+ * Reads use O_DIRECT where the file system reports direct I/O alignment
+ * (statx STATX_DIOALIGN; ext4, xfs, ...) and a probe read succeeds;
+ * elsewhere (tmpfs and ramfs, which have no device to bypass, or a probe
+ * that fails) plain buffered reads.  Which one a table got is in
+ * engram_get_cache_stats().direct_tables.  With ENGRAM_OPEN_PREFAULT the
+ * cache memory is touched when a table is opened.
+ *
+ * Validation, ids, offsets, strides and errors are those of every lookup.
+ * A read that fails or returns fewer bytes than a row (a file truncated
+ * under us) fails the lookup with -EIO or ENGRAM_ECORRUPT; such a row is
+ * neither written to the output nor cached.  Rows of the lookup that were
+ * copied before the failure hold their correct bytes.
+ */
+#define ENGRAM_CACHE_WAYS 7
+
+typedef struct engram_cache_stats {
+    uint32_t size;          /* sizeof(engram_cache_stats) */
+    uint32_t ways;          /* rows per set (ENGRAM_CACHE_WAYS) */
+    uint64_t tables;        /* cache-backed tables open */
+    uint64_t direct_tables; /* of which read with O_DIRECT (all their files) */
+    uint64_t hits;          /* rows found in the cache */
+    uint64_t misses;        /* rows not found: each is read, or shares the read of a
+                             * duplicate id of the same lookup */
+    uint64_t dedup;         /* of the misses, rows served by another row's read */
+    uint64_t reads;         /* read requests issued (one per distinct missed row and
+                             * file region: two for a weight + scale row) */
+    uint64_t bytes_read;    /* bytes transferred by those reads (O_DIRECT reads whole
+                             * aligned blocks) */
+    uint64_t read_errors;   /* reads that failed or came back short */
+    uint64_t cache_bytes;   /* bytes of row slots allocated */
+    uint64_t slots;         /* row slots (sets x ways) */
+    uint64_t budget_bytes;  /* the store's cache_bytes */
+    uint32_t queue_depth;   /* reads in flight per lookup at most */
+    uint32_t reserved;      /* 0 */
+} engram_cache_stats;
+
+#define ENGRAM_CACHE_STATS_INIT {sizeof(engram_cache_stats), 0u, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0u, 0u}
+
+/*! engram_get_cache_stats() :
+ * Fills *stats (stats->size must be set) with the row cache counters of
+ * table `name`, or of all the store's cache-backed tables when name is
+ * NULL.  A store without any gives zeros (and budget_bytes, queue_depth).
+ * Counters are summed without stopping lookups.  Thread-safe.
+ * @return : 0, -EINVAL, or -ENOENT / ENGRAM_ESPEC for a name that is not
+ *           an open cache-backed table. */
+ENGRAM_API int engram_get_cache_stats(engram_store *st, const char *name,
+                                      engram_cache_stats *stats);
+
+/*! engram_open_safetensors() :
+ * Serves rows of a safetensors checkpoint as table `name` of store `st`,
+ * through the store's row cache, without copying the checkpoint.
+ * `path` is a .safetensors file, or a model.safetensors.index.json whose
+ * weight_map names the shard (in the same directory) holding each tensor.
+ * `weight` names a 2-D tensor [N, A]; `scale`, if not NULL, a 2-D tensor
+ * [N, B] with the same N (e.g. [N, 256] F8_E4M3 weights and [N, 8] F8_E8M0
+ * block scales).  Row i of the table is row row_start + i of `weight`
+ * followed by the same row of `scale`, packed: row_bytes = A * size +
+ * B * size (264 for the example).  [row_start, row_end) selects a shard of
+ * the rows (a TP rank's range); row_end 0 means N.
+ *
+ * Dtypes: any of BOOL U8 I8 F8_E4M3 F8_E5M2 F8_E8M0 U16 I16 F16 BF16 U32
+ * I32 F32 U64 I64 F64; bytes are served as stored (little-endian).
+ *
+ * The header is parsed with a JSON parser and checked before use: its
+ * length (at most 100 MiB and within the file), every tensor's dtype,
+ * shape and data_offsets (size = product of the shape x dtype size, no
+ * overlap, no hole, within the file), duplicate names.  The files are
+ * opened read-only with O_NOFOLLOW (a link is refused) and must be regular
+ * files.  The checkpoint must not change while served.  Thread-safe.
+ * @return : 0 and *id (may be NULL), -ENOENT (file or tensor missing),
+ *           ENGRAM_ECORRUPT (a bad header), ENGRAM_ESPEC (a bad name, shape,
+ *           dtype or row range), -EEXIST, ENGRAM_EUNSAFE (a link), -errno. */
+ENGRAM_API int engram_open_safetensors(engram_store *st, const char *name, const char *path,
+                                       const char *weight, const char *scale, uint64_t row_start,
+                                       uint64_t row_end, engram_table_id *id);
+
+/* A tensor of a safetensors file, as described by its header. */
+typedef struct engram_tensor_info {
+    uint32_t size;      /* sizeof(engram_tensor_info) */
+    uint32_t ndim;      /* 0 .. ENGRAM_TENSOR_MAX_DIMS */
+    char dtype[16];     /* "F8_E4M3", "BF16", ... */
+    uint32_t elem_size; /* bytes per element */
+    uint32_t reserved;  /* 0 */
+    uint64_t shape[8];  /* shape[0 .. ndim) */
+    uint64_t offset;    /* byte offset of the tensor's data in the file */
+    uint64_t nbytes;    /* bytes of data */
+    char shard[256];    /* with an index file: the shard holding the tensor (a file name in
+                         * the index's directory); else "" */
+} engram_tensor_info;
+
+#define ENGRAM_TENSOR_MAX_DIMS 8
+#define ENGRAM_TENSOR_INFO_INIT {sizeof(engram_tensor_info), 0u, {0}, 0u, 0u, {0}, 0, 0, {0}}
+
+/*! engram_safetensors_tensor() :
+ * Reads and validates the header of safetensors file `path` (or, for a
+ * model.safetensors.index.json, of the shard its weight_map names) and
+ * describes tensor `tensor` in *info (info->size must be set); offset is
+ * then within the shard.  Same checks as engram_open_safetensors().
+ * Thread-safe.
+ * @return : 0, -ENOENT (no such file or tensor), ENGRAM_ECORRUPT,
+ *           ENGRAM_EUNSAFE, -errno. */
+ENGRAM_API int engram_safetensors_tensor(const char *path, const char *tensor,
+                                         engram_tensor_info *info);
 
 #ifdef __cplusplus
 }

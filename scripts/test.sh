@@ -21,4 +21,4 @@ run_build() { # name, cmake options..., then -- ctest options...
 
 run_build release -DCMAKE_BUILD_TYPE=RelWithDebInfo
 run_build asan -DENGRAM_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug
-run_build tsan -DENGRAM_TSAN=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -- -R 'test_(lookup|concurrency)'
+run_build tsan -DENGRAM_TSAN=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -- -R 'test_(lookup|concurrency|filecache)'

@@ -12,15 +12,24 @@
  * after validating every id, hands it the rows of one column in batches.
  * Nothing else about such a table differs for the plan's callers.
  *
- * Version 1 of the ops table:
+ * Version 2 of the ops table:
  *   version     ENGRAM__BACKEND_VERSION; checked when a table is added.
  *   name        a short backend name for messages and stats.
- *   read_rows   copy row rows[i] (already validated: < num_rows) of table t
- *               into dsts[i] (row_bytes bytes each) for i < n.  Called from
- *               any lookup thread at once; must be thread-safe.  Returns 0
- *               or a negative code with engram__err() detail.  On failure,
- *               output rows of that column may have been written.
+ *   read_rows   copy row rows[i] (already validated: < num_rows) of table
+ *               tabs[i] into dsts[i] (row_bytes bytes each) for i < n.
+ *               Every tabs[i] has these ops, but one call may carry rows
+ *               of several tables and columns: the plan hands a backend all
+ *               its rows of a lookup (in batches of at most
+ *               ENGRAM__BACKEND_BATCH), so it can dedupe repeated rows and
+ *               keep many reads in flight at once.  The backend may serve
+ *               the rows in any order.  Called from any lookup thread at
+ *               once; must be thread-safe.  Returns 0 or a negative code
+ *               with engram__err() detail.  On failure, some output rows of
+ *               the call may have been written, each with its correct
+ *               bytes; a row whose bytes could not be read is not written.
  *   release     frees the backend's state of t at engram_store_close().
+ *
+ * Version 1 passed one table per call (the rows of one column).
  */
 #ifndef ENGRAM_BACKEND_H
 #define ENGRAM_BACKEND_H
@@ -30,14 +39,15 @@
 
 #include "engram.h"
 
-#define ENGRAM__BACKEND_VERSION 1u
+#define ENGRAM__BACKEND_VERSION 2u
+#define ENGRAM__BACKEND_BATCH 1024
 
 struct engram__table;
 
 typedef struct engram__backend_ops {
     uint32_t version;
     const char *name;
-    int (*read_rows)(struct engram__table *t, size_t n, const uint64_t *rows,
+    int (*read_rows)(size_t n, struct engram__table *const *tabs, const uint64_t *rows,
                      unsigned char *const *dsts);
     void (*release)(struct engram__table *t);
 } engram__backend_ops;

@@ -42,6 +42,7 @@ typedef struct col {
     size_t pitch;
     engram__table *t;
     _Atomic uint64_t dead; /* dead ids in this column; parts of a split plan add to it */
+    int pass_done;         /* backend_pass: the column's rows were handed on */
 } col;
 
 typedef struct plan {
@@ -170,32 +171,44 @@ static void copy_part(void *arg, size_t part, size_t nparts)
     copy_dispatch(p, rows * part / nparts, rows * (part + 1) / nparts);
 }
 
-/* Rows of columns without a base address go through their backend in
- * batches, after validation like every other row. */
+/* Rows of columns without a base address go through their backend, after
+ * validation like every other row.  All such rows of the lookup whose
+ * tables share one backend go in the same batches, whatever their column,
+ * so the backend sees repeated rows together and can keep the reads of
+ * many columns (a decode step's 24 heads) in flight at once. */
 static int backend_pass(const plan *p)
 {
-    enum { BATCH = 256 };
+    enum { BATCH = ENGRAM__BACKEND_BATCH };
+    engram__table *tabs[BATCH];
     uint64_t rows[BATCH];
     unsigned char *dsts[BATCH];
-    for (size_t k = 0; k < p->K; k++) {
-        const col *c = &p->cols[k];
+    for (size_t k0 = 0; k0 < p->K; k0++) {
+        const engram__backend_ops *ops = p->cols[k0].t->ops;
         size_t n = 0;
         int err;
-        if (c->base)
+        /* Columns of a backend are handled with its first column. */
+        if (p->cols[k0].base || p->cols[k0].pass_done)
             continue;
-        for (size_t t = 0; t < p->T; t++) {
-            int64_t raw = p->id64 ? load_id(p, t, k, 1) : load_id(p, t, k, 0);
-            if (raw == ENGRAM_DEAD_ID)
+        for (size_t k = k0; k < p->K; k++) {
+            col *c = &p->cols[k];
+            if (c->base || c->t->ops != ops)
                 continue;
-            rows[n] = (uint64_t)raw - c->off;
-            dsts[n] = p->out + (ptrdiff_t)t * p->ost + (ptrdiff_t)k * p->osk;
-            if (++n == BATCH) {
-                if ((err = c->t->ops->read_rows(c->t, n, rows, dsts)) != 0)
-                    return err;
-                n = 0;
+            c->pass_done = 1;
+            for (size_t t = 0; t < p->T; t++) {
+                int64_t raw = p->id64 ? load_id(p, t, k, 1) : load_id(p, t, k, 0);
+                if (raw == ENGRAM_DEAD_ID)
+                    continue;
+                tabs[n] = c->t;
+                rows[n] = (uint64_t)raw - c->off;
+                dsts[n] = p->out + (ptrdiff_t)t * p->ost + (ptrdiff_t)k * p->osk;
+                if (++n == BATCH) {
+                    if ((err = ops->read_rows(n, tabs, rows, dsts)) != 0)
+                        return err;
+                    n = 0;
+                }
             }
         }
-        if (n && (err = c->t->ops->read_rows(c->t, n, rows, dsts)) != 0)
+        if (n && (err = ops->read_rows(n, tabs, rows, dsts)) != 0)
             return err;
     }
     return 0;
@@ -379,6 +392,7 @@ static int build_plan(engram_store *st, const engram_lookup_args *a, plan *p, co
         cols[k].pitch = t->spec.row_pitch;
         cols[k].t = t;
         atomic_init(&cols[k].dead, 0);
+        cols[k].pass_done = 0;
         p->indirect |= t->base == NULL;
     }
     p->cols = cols;

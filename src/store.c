@@ -91,9 +91,13 @@ static int store_alloc(const engram_store_options *opts, engram_store **out)
     engram_store *st;
     long ncpu;
     *out = NULL;
-    if (opts && opts->size != sizeof(engram_store_options))
-        return engram__err(-EINVAL, "engram_store_options.size is %u, expected %zu", opts->size,
-                           sizeof(engram_store_options));
+    /* The options grew at their end: a caller built against the older,
+     * shorter struct passes its size and gets the new fields' defaults. */
+    if (opts && opts->size != sizeof(engram_store_options) &&
+        opts->size != ENGRAM__STORE_OPTIONS_V1_SIZE)
+        return engram__err(-EINVAL, "engram_store_options.size is %u, expected %zu (or %zu)",
+                           opts->size, sizeof(engram_store_options),
+                           (size_t)ENGRAM__STORE_OPTIONS_V1_SIZE);
     if (opts && opts->threads < 0)
         return engram__err(-EINVAL, "threads is %d (must be >= 0)", opts->threads);
     st = calloc(1, sizeof *st);
@@ -102,9 +106,8 @@ static int store_alloc(const engram_store_options *opts, engram_store **out)
     st->dirfd = -1;
     st->uid = geteuid();
     if (opts)
-        st->opts = *opts;
-    else
-        st->opts.size = sizeof st->opts;
+        memcpy(&st->opts, opts, opts->size);
+    st->opts.size = sizeof st->opts;
     pthread_mutex_init(&st->lock, NULL);
     ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     st->threads = st->opts.threads ? st->opts.threads : (int)(ncpu < 1 ? 1 : ncpu > 8 ? 8 : ncpu);
@@ -209,6 +212,7 @@ void engram_store_close(engram_store *st)
             t->ops->release(t);
         free(t);
     }
+    engram__fcache_destroy(st->fcache);
     for (int c = 0; c < ENGRAM__MAX_CHUNKS; c++)
         /* The chunk's elements are atomic, the allocation is not. */
         free((void *)(uintptr_t)atomic_load_explicit(&st->chunks[c], memory_order_relaxed));
@@ -357,10 +361,14 @@ int engram_table_open(engram_store *st, const char *name, engram_table_id *id)
     t->spec.row_bytes = t->hdr.row_bytes;
     t->spec.row_pitch = t->hdr.row_pitch;
     t->data_size = t->hdr.data_size;
-    if ((err = engram__map_file_table(st, t, fd)) != 0)
+    if (st->opts.flags & ENGRAM_OPEN_FILE_CACHE)
+        err = engram__fcache_attach_file(st, t, fd);
+    else
+        err = engram__map_file_table(st, t, fd);
+    if (err != 0)
         goto out;
     if ((err = registry_append_locked(st, t, id)) != 0) {
-        engram__unmap_table(t);
+        t->ops->release(t);
         goto out;
     }
     t = NULL;
@@ -557,8 +565,10 @@ int engram_remove(engram_store *st, const char *name)
     pthread_mutex_lock(&st->lock);
     t = engram__find_locked(st, name, NULL);
     if (t && t->kind != ENGRAM_TABLE_FILE) {
-        err = engram__err(ENGRAM_EBOUND, "table '%s' is bound to caller memory; close the store "
-                                         "to release it", name);
+        err = engram__err(ENGRAM_EBOUND, "table '%s' is %s, not a table file; close the store "
+                                         "to release it", name,
+                          t->kind == ENGRAM_TABLE_SAFETENSORS ? "served from a checkpoint"
+                                                              : "bound to caller memory");
         goto out;
     }
     if (st->dirfd < 0) {

@@ -14,6 +14,7 @@
 #define ENGRAM_STORE_H
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdatomic.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -58,6 +59,10 @@ typedef struct engram__table {
 } engram__table;
 
 typedef struct engram__pool engram__pool;
+typedef struct engram__fcache engram__fcache;
+
+/* sizeof(engram_store_options) before the row cache fields were added. */
+#define ENGRAM__STORE_OPTIONS_V1_SIZE offsetof(engram_store_options, cache_bytes)
 
 struct engram_store {
     int dirfd;                    /* namespace directory, or -1 for a memory store */
@@ -68,6 +73,8 @@ struct engram_store {
     _Atomic(engram__table *) *_Atomic chunks[ENGRAM__MAX_CHUNKS];
     uint32_t ntables;             /* registry length, under lock */
     engram__pool *pool;           /* NULL when threads == 1 */
+    engram__fcache *fcache;       /* the row cache's shared state (filecache.c), created
+                                   * with the first cache-backed table; under lock */
     int threads;
     size_t parallel_min_rows;
     engram__store_counters ctr[ENGRAM__SHARDS];
@@ -121,6 +128,13 @@ int engram__smaps_coverage(const void *addr, size_t len, uint64_t *resident, uin
 /* XXH3-64 of the data of an open table file, with progress. */
 int engram__checksum_fd(int fd, const engram__header *h, const char *what,
                         engram_progress_fn progress, void *ud, uint64_t *sum);
+
+/* Cache-backed tables (filecache.c).  attach_file serves the open table
+ * file `fd` (not consumed) through the row cache instead of mapping it;
+ * call with st->lock held.  destroy frees the shared state after every
+ * table was released; accepts NULL. */
+int engram__fcache_attach_file(engram_store *st, engram__table *t, int fd);
+void engram__fcache_destroy(engram__fcache *fc);
 
 /* Stale temporary files of dead writers (writer.c). */
 void engram__clean_temps(engram_store *st);

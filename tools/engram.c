@@ -328,6 +328,9 @@ enum {
     OPT_SMALL,
     OPT_TOKENS,
     OPT_KEEP,
+    OPT_SAFETENSORS,
+    OPT_WEIGHT,
+    OPT_SCALE,
     OPT_COUNT
 };
 
@@ -346,6 +349,8 @@ static const struct opt_def {
     [OPT_COLS] = {"cols", 1},      [OPT_HUGE] = {"huge", 0},
     [OPT_SMALL] = {"small", 0},    [OPT_TOKENS] = {"tokens", 1},
     [OPT_KEEP] = {"keep", 0},
+    [OPT_SAFETENSORS] = {"safetensors", 1}, [OPT_WEIGHT] = {"weight", 1},
+    [OPT_SCALE] = {"scale", 1},
 };
 
 #define O(x) (1u << OPT_##x)
@@ -677,9 +682,201 @@ static int npy_read_header(int fd, uint64_t file_size, struct npy_info *info, ch
     return rc;
 }
 
+/* ------------------------------------------------------------------------
+ * import --safetensors: a weight tensor [N, A] (and a scale tensor [N, B])
+ * of a checkpoint, repacked into rows of A + B elements' bytes.
+ */
+static uint64_t rng_next(uint64_t *s);
+
+struct st_source {
+    int fd[2];
+    uint64_t off[2];  /* file offset of row 0 of the imported range */
+    uint32_t len[2];  /* bytes per row of each tensor */
+    unsigned n;       /* 1 or 2 tensors */
+    unsigned char *tmp;
+    const char *path;
+};
+
+static int st_rows(void *ctx, unsigned char *buf, uint64_t first, uint64_t n)
+{
+    struct st_source *s = ctx;
+    uint32_t row = s->len[0] + (s->n > 1 ? s->len[1] : 0), at = 0;
+    for (unsigned g = 0; g < s->n; g++) {
+        /* One sequential read per tensor and chunk, then interleave. */
+        int rc = pread_full(s->fd[g], s->tmp, (size_t)(n * s->len[g]),
+                            (off_t)(s->off[g] + first * s->len[g]));
+        if (rc != 0)
+            return fail("read '%s': %s", s->path,
+                        rc == -ENODATA ? "the file ended early" : strerror(-rc));
+        for (uint64_t i = 0; i < n; i++)
+            memcpy(buf + i * row + at, s->tmp + i * s->len[g], s->len[g]);
+        at += s->len[g];
+    }
+    return 0;
+}
+
+/* Parses "START:END" (END may be empty: to the end). */
+static int parse_range(const char *v, uint64_t *a, uint64_t *b)
+{
+    const char *colon = strchr(v, ':');
+    char head[32];
+    if (!colon || (size_t)(colon - v) >= sizeof head)
+        return -1;
+    memcpy(head, v, (size_t)(colon - v));
+    head[colon - v] = '\0';
+    if (parse_u64(head, a) != 0)
+        return -1;
+    if (colon[1] == '\0') {
+        *b = 0;
+        return 0;
+    }
+    return parse_u64(colon + 1, b);
+}
+
+/* Opens the file holding tensor info->... : the shard beside an index. */
+static int open_tensor_file(const char *path, const engram_tensor_info *ti, char *file,
+                            size_t cap)
+{
+    const char *slash = strrchr(path, '/');
+    if (ti->shard[0] && slash)
+        snprintf(file, cap, "%.*s/%s", (int)(slash - path), path, ti->shard);
+    else
+        snprintf(file, cap, "%s", ti->shard[0] ? ti->shard : path);
+    return open(file, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+}
+
+static int import_safetensors(struct cli *cli)
+{
+    const char *name = cli->args[0], *path = cli->opt[OPT_SAFETENSORS];
+    const char *tn[2] = {cli->opt[OPT_WEIGHT], cli->opt[OPT_SCALE]};
+    engram_tensor_info ti[2] = {ENGRAM_TENSOR_INFO_INIT, ENGRAM_TENSOR_INFO_INIT};
+    struct st_source src = {{-1, -1}, {0, 0}, {0, 0}, 0, NULL, path};
+    engram_table_spec spec = {0, 0, 0};
+    uint64_t start = 0, end = 0, nrows = 0, row = 0;
+    engram_store *st = NULL;
+    char file[4096];
+    int status, rc;
+
+    if (!tn[0])
+        return usage_error(cli, "--safetensors needs --weight NAME");
+    if (cli->nargs != 1)
+        return usage_error(cli, "with --safetensors, give only the table name");
+    if (cli->opt[OPT_ROW_BYTES])
+        return usage_error(cli, "--row-bytes does not apply to --safetensors");
+    if ((status = check_name(cli, name)) != 0)
+        return status;
+    if ((status = read_pitch(cli, &spec)) != 0)
+        return status;
+    if (cli->opt[OPT_ROWS] && parse_range(cli->opt[OPT_ROWS], &start, &end) != 0)
+        return usage_error(cli, "--rows: '%s' is not START:END", cli->opt[OPT_ROWS]);
+    src.n = tn[1] ? 2 : 1;
+    for (unsigned g = 0; g < src.n; g++) {
+        uint64_t rb;
+        if ((rc = engram_safetensors_tensor(path, tn[g], &ti[g])) != 0) {
+            status = lib_fail(rc, "import '%s': tensor '%s' of '%s'", name, tn[g], path);
+            goto out;
+        }
+        if (ti[g].ndim != 2 || ti[g].shape[0] == 0 || (g && ti[g].shape[0] != nrows) ||
+            __builtin_mul_overflow(ti[g].shape[1], ti[g].elem_size, &rb) ||
+            rb > ENGRAM_ROW_BYTES_MAX) {
+            status = fail("import '%s': tensor '%s' is not [N, C]%s (ndim %u, %s)", name, tn[g],
+                          g ? " with the weight's N" : "", ti[g].ndim, ti[g].dtype);
+            goto out;
+        }
+        nrows = ti[g].shape[0];
+        src.len[g] = (uint32_t)rb;
+        row += rb;
+        if ((src.fd[g] = open_tensor_file(path, &ti[g], file, sizeof file)) < 0) {
+            status = fail("import '%s': open '%s': %s", name, file, strerror(errno));
+            goto out;
+        }
+    }
+    if (end == 0)
+        end = nrows;
+    if (start >= end || end > nrows) {
+        status = fail("import '%s': --rows %" PRIu64 ":%" PRIu64 " is not within the %" PRIu64
+                      " rows of '%s'", name, start, end, nrows, tn[0]);
+        goto out;
+    }
+    for (unsigned g = 0; g < src.n; g++)
+        src.off[g] = ti[g].offset + start * src.len[g];
+    spec.num_rows = end - start;
+    spec.row_bytes = (uint32_t)row;
+    if (row > ENGRAM_ROW_BYTES_MAX || engram_spec_check(&spec) != 0) {
+        status = lib_fail(ENGRAM_ESPEC, "import '%s': rows of %" PRIu64 " bytes", name, row);
+        goto out;
+    }
+    if (!(src.tmp = malloc(CHUNK_BYTES + ENGRAM_ROW_BYTES_MAX))) {
+        status = fail("import '%s': out of memory", name);
+        goto out;
+    }
+    if (open_store(cli, ENGRAM_OPEN_CREATE, 1, &st, 0, &status) != 0)
+        goto out;
+    /* The writer syncs the file before it publishes it. */
+    if ((status = write_table(st, "import", name, &spec, st_rows, &src)) != 0)
+        goto out;
+    /* Verify: the checksum of what reached the disk, then rows read back
+     * through a lookup against the checkpoint's bytes. */
+    {
+        struct progress pr;
+        engram_table_id tid;
+        int64_t ids[1024];
+        unsigned char *got = malloc((size_t)1024 * row), *want = malloc((size_t)row);
+        uint64_t seed = 12345;
+        progress_init(&pr, "verify");
+        rc = engram_verify(st, name, progress_cb, &pr);
+        progress_end(&pr);
+        if (rc != 0) {
+            free(got);
+            free(want);
+            status = lib_fail(rc, "import '%s': verify", name);
+            goto out;
+        }
+        if (!got || !want || (rc = engram_table_open(st, name, &tid)) != 0) {
+            free(got);
+            free(want);
+            status = got && want ? lib_fail(rc, "import '%s': open", name)
+                                 : fail("import '%s': out of memory", name);
+            goto out;
+        }
+        for (int i = 0; i < 1024; i++)
+            ids[i] = (int64_t)(i == 0 ? 0 : i == 1 ? spec.num_rows - 1
+                                                   : rng_next(&seed) % spec.num_rows);
+        engram_lookup_args a = ENGRAM_LOOKUP_ARGS_INIT;
+        a.num_tokens = 1024;
+        a.num_cols = 1;
+        a.tables = &tid;
+        a.ids = ids;
+        a.id_type = ENGRAM_ID_INT64;
+        a.out = got;
+        if ((rc = engram_lookup(st, &a)) != 0)
+            status = lib_fail(rc, "import '%s': read back", name);
+        for (int i = 0; i < 1024 && status == 0; i++) {
+            if ((status = st_rows(&src, want, (uint64_t)ids[i], 1)) != 0)
+                break;
+            if (memcmp(want, got + (size_t)i * row, row) != 0)
+                status = fail("import '%s': row %" PRId64 " read back differs from the checkpoint",
+                              name, ids[i]);
+        }
+        free(got);
+        free(want);
+        if (status == 0)
+            printf("imported %s: %" PRIu64 " rows of %" PRIu64 " bytes from %s (%s%s%s), "
+                   "verified\n", name, spec.num_rows, row, path, tn[0], tn[1] ? " + " : "",
+                   tn[1] ? tn[1] : "");
+    }
+out:
+    engram_store_close(st);
+    for (unsigned g = 0; g < 2; g++)
+        if (src.fd[g] >= 0)
+            close(src.fd[g]);
+    free(src.tmp);
+    return status;
+}
+
 static int cmd_import(struct cli *cli)
 {
-    const char *name = cli->args[0], *path = cli->args[1];
+    const char *name = cli->args[0], *path = cli->nargs > 1 ? cli->args[1] : NULL;
     engram_table_spec spec = {0, 0, 0};
     struct file_source src;
     uint64_t row_bytes = 0, file_size;
@@ -688,6 +885,12 @@ static int cmd_import(struct cli *cli)
     struct stat sb;
     int fd = -1, status, is_npy = 0;
 
+    if (cli->opt[OPT_SAFETENSORS])
+        return import_safetensors(cli);
+    if (cli->opt[OPT_WEIGHT] || cli->opt[OPT_SCALE] || cli->opt[OPT_ROWS])
+        return usage_error(cli, "--weight, --scale and --rows go with --safetensors");
+    if (!path)
+        return usage_error(cli, "missing FILE; usage: engram %s", cli->cmd->synopsis);
     if ((status = check_name(cli, name)) != 0)
         return status;
     if ((status = opt_u64(cli, OPT_ROW_BYTES, 1, ENGRAM_ROW_BYTES_MAX, &row_bytes)) != 0)
@@ -1798,8 +2001,10 @@ static const struct command commands[] = {
      "  z ^ z>>31   (all mod 2^64).\n"
      "random: the same construction with other constants for every word; reproducible\n"
      "from --seed.\n"},
-    {"import", cmd_import, O(ROW_BYTES) | O(PITCH), 2, 2,
-     "import NAME FILE [--row-bytes R] [--pitch P]",
+    {"import", cmd_import,
+     O(ROW_BYTES) | O(PITCH) | O(SAFETENSORS) | O(WEIGHT) | O(SCALE) | O(ROWS), 1, 2,
+     "import NAME FILE [--row-bytes R] [--pitch P] | import --safetensors CKPT --weight W "
+     "[--scale S] [--rows A:B] [--pitch P] NAME",
      "Creates table NAME from FILE, streamed in 8 MiB chunks.\n"
      "\n"
      "FILE is either an .npy file (recognised by its magic bytes; format 1.0, 2.0 or\n"
@@ -1808,7 +2013,20 @@ static const struct command commands[] = {
      "of it.\n"
      "\n"
      "  --row-bytes R     bytes per row (raw files; checked against .npy files)\n"
-     "  --pitch P         bytes between row starts in the table (>= R; default R)\n"},
+     "  --pitch P         bytes between row starts in the table (>= R; default R)\n"
+     "\n"
+     "With --safetensors, NAME is made of rows A:B (default: all) of the 2-D weight\n"
+     "tensor W [N, C] of checkpoint CKPT, each followed by the same row of the scale\n"
+     "tensor S [N, D] if given (e.g. [N, 256] F8_E4M3 + [N, 8] F8_E8M0 = 264-byte\n"
+     "rows).  CKPT is a .safetensors file or a model.safetensors.index.json whose\n"
+     "weight_map names the shard of each tensor.  The header is validated first; the\n"
+     "rows are streamed with a progress bar on a terminal, synced, then verified (the\n"
+     "table's checksum, and 1024 rows read back against the checkpoint).\n"
+     "\n"
+     "  --safetensors CKPT  the checkpoint\n"
+     "  --weight W          the weight tensor\n"
+     "  --scale S           the scale tensor (optional)\n"
+     "  --rows A:B          import rows [A, B) only (a TP shard); B empty = N\n"},
     {"ls", cmd_ls, O(JSON), 0, 0, "ls [--json]",
      "Lists the tables of the namespace with their rows, row bytes, pitch and data\n"
      "size.\n"

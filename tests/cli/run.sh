@@ -577,6 +577,62 @@ run bench nosuch --iters 1
 check "bench of a missing table -> 1" eval 'fails_with 1 "nosuch"'
 
 # ---------------------------------------------------------------------------
+# import --safetensors: checkpoints written byte by byte (8-byte little-endian
+# header length, JSON header, data).  Weight row i is bytes 0x10+4i..0x13+4i,
+# scale row i is 0xa0+2i, 0xa1+2i.
+# make_st FILE JSON DATA: DATA is a printf format of octal escapes.
+make_st() {
+    _len=${#2}
+    {
+        printf "$(octal $((_len % 256)))$(octal $((_len / 256)))\000\000\000\000\000\000"
+        printf '%s' "$2"
+        printf "$3"
+    } >"$1"
+}
+W16='\020\021\022\023\024\025\026\027\030\031\032\033\034\035\036\037'
+S8='\240\241\242\243\244\245\246\247'
+WS_JSON='{"w":{"dtype":"F8_E4M3","shape":[4,4],"data_offsets":[0,16]},"s":{"dtype":"F8_E8M0","shape":[4,2],"data_offsets":[16,24]}}'
+make_st m.safetensors "$WS_JSON" "$W16$S8"
+run import --safetensors m.safetensors --weight w --scale s st1
+check "import --safetensors" eval 'rc_is 0 && out_has "verified"'
+run lookup st1 0 3
+check "safetensors rows are weight + scale, packed" eval 'rc_is 0 && out_is "0: 10 11 12 13 a0 a1
+3: 1c 1d 1e 1f a6 a7"'
+run import --safetensors m.safetensors --weight w --scale s --rows 1:3 st2
+check "import --safetensors --rows" eval 'rc_is 0'
+run lookup st2 0 1
+check "a row range starts at its first row" eval 'rc_is 0 && out_is "0: 14 15 16 17 a2 a3
+1: 18 19 1a 1b a4 a5"'
+run import --safetensors m.safetensors --weight w st3
+run lookup st3 2
+check "import of weights only" eval 'rc_is 0 && out_is "2: 18 19 1a 1b"'
+# Sharded: the weight and the scale in two files named by an index.
+make_st shard-1.safetensors '{"w":{"dtype":"F8_E4M3","shape":[4,4],"data_offsets":[0,16]}}' "$W16"
+make_st shard-2.safetensors '{"s":{"dtype":"F8_E8M0","shape":[4,2],"data_offsets":[0,8]}}' "$S8"
+printf '{"metadata":{},"weight_map":{"w":"shard-1.safetensors","s":"shard-2.safetensors"}}' \
+    >model.safetensors.index.json
+run import --safetensors model.safetensors.index.json --weight w --scale s st4
+run lookup st4 3
+check "import from a sharded checkpoint" eval 'rc_is 0 && out_is "3: 1c 1d 1e 1f a6 a7"'
+# Bad inputs.
+run import --safetensors m.safetensors st5
+check "import --safetensors without --weight -> 2" usage_fails
+run import st5 m.safetensors --weight w
+check "--weight without --safetensors -> 2" usage_fails
+run import --safetensors m.safetensors --weight w --rows 3:9 st5
+check "import --rows outside the tensor -> 1" eval 'fails_with 1 "not within"'
+run import --safetensors m.safetensors --weight w --scale nope st5
+check "import of a missing tensor -> 1" eval 'fails_with 1 "no tensor .nope."'
+make_st bad.safetensors '{"w":{"dtype":"F8_E4M3","shape":[4,4],"data_offsets":[0,16]}' "$W16"
+run import --safetensors bad.safetensors --weight w st5
+check "import of a header that is not JSON -> 1" eval 'fails_with 1 "not valid JSON"'
+make_st short.safetensors "$WS_JSON" "$W16"
+run import --safetensors short.safetensors --weight w st5
+check "import of a truncated checkpoint -> 1" eval 'fails_with 1 "truncated"'
+run ls
+check "failed imports published nothing" eval 'rc_is 0 && out_lacks "st5"'
+
+# ---------------------------------------------------------------------------
 # demo --small: creates, checks, measures and removes its own namespace.
 run demo --small --iters 20
 check "demo --small" eval 'rc_is 0 && out_has "engram:l1:h0" && out_has "^ *4096 " && out_has "store stats"'

@@ -10,7 +10,7 @@ awk '/^```c$/{on=1; next} /^```$/{if(on) exit} on' "$ENGRAM_SRC/README.md" |
   sed "s|/tmp/engram-readme|$scratch/root|" > "$scratch/example.c"
 [ -s "$scratch/example.c" ] || { echo "no C example found in README.md"; exit 1; }
 ${CC:-cc} -std=c11 ${EXTRA_CFLAGS:-} -Wall -Wextra -Werror -I"$ENGRAM_SRC/include" "$scratch/example.c" \
-  "$ENGRAM_LIB" -lxxhash -lpthread -o "$scratch/example"
+  "$ENGRAM_LIB" -lxxhash -luring -lcjson -lpthread -o "$scratch/example"
 expected="18 16 238 0
 ids[1][0] = 17 is outside table 'engram:l1:h0' (0 <= id < 17)"
 for run in first second; do   # the second run finds the tables already stored

@@ -1,0 +1,591 @@
+/*
+ * safetensors.c - safetensors checkpoints: the header parser, index files
+ * of sharded checkpoints, and tables served from a weight tensor (plus an
+ * optional scale tensor) through the row cache.
+ *
+ * Nothing in a checkpoint is trusted: the header goes through
+ * engram__st_parse() (see safetensors.h for every check), index files
+ * through cJSON with their shard names restricted to plain file names in
+ * the index's directory, and files are opened with O_NOFOLLOW and must be
+ * regular files that others cannot write.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "filecache.h"
+#include "safetensors.h"
+
+#define INT_MAX_EXACT ((double)((uint64_t)1 << 53)) /* integers a JSON double holds exactly */
+#define INDEX_MAX ((uint64_t)64 << 20)
+
+static const struct {
+    const char *name;
+    uint32_t size;
+} dtypes[] = {
+    {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E4M3", 1}, {"F8_E5M2", 1}, {"F8_E8M0", 1},
+    {"U16", 2},  {"I16", 2}, {"F16", 2}, {"BF16", 2},    {"U32", 4},     {"I32", 4},
+    {"F32", 4},  {"U64", 8}, {"I64", 8}, {"F64", 8},
+};
+
+/* Reads a JSON number that must be an integer in [0, 2^53]. */
+static int json_uint(const cJSON *j, uint64_t *v)
+{
+    double d;
+    if (!cJSON_IsNumber(j))
+        return -1;
+    d = j->valuedouble;
+    if (!(d >= 0 && d <= INT_MAX_EXACT) || d != floor(d))
+        return -1;
+    *v = (uint64_t)d;
+    return 0;
+}
+
+static int cmp_begin(const void *a, const void *b)
+{
+    const engram__st_tensor *x = a, *y = b;
+    if (x->begin != y->begin)
+        return x->begin < y->begin ? -1 : 1;
+    return x->end < y->end ? -1 : x->end > y->end;
+}
+
+static int cmp_name(const void *a, const void *b)
+{
+    return strcmp((*(const engram__st_tensor *const *)a)->name,
+                  (*(const engram__st_tensor *const *)b)->name);
+}
+
+void engram__st_free(engram__st_header *h)
+{
+    if (!h)
+        return;
+    free(h->t);
+    free(h->names);
+    h->t = NULL;
+    h->names = NULL;
+    h->n = 0;
+}
+
+/* Fills tensor *t from JSON object j; returns 0 or an error. */
+static int parse_tensor(const cJSON *j, const char *name, const char *what, engram__st_tensor *t)
+{
+    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(j, "dtype");
+    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(j, "shape");
+    const cJSON *of = cJSON_GetObjectItemCaseSensitive(j, "data_offsets");
+    const cJSON *e;
+    uint64_t count = 1, bytes;
+    size_t d;
+
+    if (!cJSON_IsObject(j))
+        return engram__err(ENGRAM_ECORRUPT, "%s: tensor '%.64s' is not a JSON object", what, name);
+    if (!cJSON_IsString(dt) || !cJSON_IsArray(sh) || !cJSON_IsArray(of))
+        return engram__err(ENGRAM_ECORRUPT,
+                           "%s: tensor '%.64s' needs a string \"dtype\" and arrays \"shape\" "
+                           "and \"data_offsets\"",
+                           what, name);
+    for (d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++)
+        if (strcmp(dt->valuestring, dtypes[d].name) == 0)
+            break;
+    if (d == sizeof dtypes / sizeof dtypes[0])
+        return engram__err(ENGRAM_ECORRUPT, "%s: tensor '%.64s' has unknown dtype '%.32s'", what,
+                           name, dt->valuestring);
+    snprintf(t->dtype, sizeof t->dtype, "%s", dtypes[d].name);
+    t->elem_size = dtypes[d].size;
+    t->ndim = 0;
+    cJSON_ArrayForEach(e, sh)
+    {
+        uint64_t v;
+        if (t->ndim == ENGRAM_TENSOR_MAX_DIMS)
+            return engram__err(ENGRAM_ECORRUPT, "%s: tensor '%.64s' has more than %d dimensions",
+                               what, name, ENGRAM_TENSOR_MAX_DIMS);
+        if (json_uint(e, &v) != 0)
+            return engram__err(ENGRAM_ECORRUPT,
+                               "%s: tensor '%.64s': shape[%u] is not an integer in [0, 2^53]",
+                               what, name, t->ndim);
+        t->shape[t->ndim++] = v;
+        if (engram__mul_u64(count, v, &count))
+            return engram__err(ENGRAM_ECORRUPT, "%s: tensor '%.64s': element count overflows",
+                               what, name);
+    }
+    if (cJSON_GetArraySize(of) != 2 || json_uint(cJSON_GetArrayItem(of, 0), &t->begin) != 0 ||
+        json_uint(cJSON_GetArrayItem(of, 1), &t->end) != 0 || t->begin > t->end)
+        return engram__err(ENGRAM_ECORRUPT,
+                           "%s: tensor '%.64s': data_offsets must be [begin, end], integers with "
+                           "begin <= end",
+                           what, name);
+    if (engram__mul_u64(count, t->elem_size, &bytes) || bytes != t->end - t->begin)
+        return engram__err(ENGRAM_ECORRUPT,
+                           "%s: tensor '%.64s': data_offsets [%" PRIu64 ", %" PRIu64
+                           "] hold %" PRIu64 " bytes, but its shape and dtype need %" PRIu64
+                           " x %u",
+                           what, name, t->begin, t->end, t->end - t->begin, count, t->elem_size);
+    return 0;
+}
+
+int engram__st_parse(const unsigned char *buf, size_t len, uint64_t file_size, const char *what,
+                     engram__st_header *h)
+{
+    cJSON *root = NULL;
+    const cJSON *e;
+    const char *end = NULL;
+    engram__st_tensor **byname = NULL;
+    size_t n = 0, names_len = 0, pos = 0;
+    uint64_t hl = 0;
+    int err = 0;
+
+    memset(h, 0, sizeof *h);
+    if (len < 8 || file_size < 8)
+        return engram__err(ENGRAM_ECORRUPT, "%s: shorter than the 8-byte header length: not a "
+                                            "safetensors file", what);
+    for (int i = 7; i >= 0; i--)
+        hl = (hl << 8) | buf[i];
+    if (hl < 2 || hl > ENGRAM__ST_HEADER_MAX)
+        return engram__err(ENGRAM_ECORRUPT, "%s: header length %" PRIu64 " is outside [2, %" PRIu64
+                                            "]: not a safetensors file",
+                           what, hl, ENGRAM__ST_HEADER_MAX);
+    if (hl > file_size - 8)
+        return engram__err(ENGRAM_ECORRUPT, "%s: header length %" PRIu64 " runs past the end of "
+                                            "the %" PRIu64 "-byte file (truncated?)",
+                           what, hl, file_size);
+    if (hl > len - 8)
+        return engram__err(ENGRAM_ECORRUPT, "%s: only %zu of the %" PRIu64 " header bytes could "
+                                            "be read (truncated?)",
+                           what, len - 8, hl);
+    h->header_len = hl;
+    h->data_start = 8 + hl;
+    h->data_size = file_size - h->data_start;
+
+    root = cJSON_ParseWithLengthOpts((const char *)buf + 8, (size_t)hl, &end, 0);
+    if (!root) {
+        size_t at = end ? (size_t)(end - (const char *)buf - 8) : 0;
+        return engram__err(ENGRAM_ECORRUPT, "%s: the header is not valid JSON (error near byte "
+                                            "%zu of %" PRIu64 ")",
+                           what, at, hl);
+    }
+    /* The format pads the header with spaces; anything else is garbage. */
+    for (const char *p = end; p < (const char *)buf + 8 + hl; p++)
+        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
+            err = engram__err(ENGRAM_ECORRUPT, "%s: bytes after the header's JSON object (at "
+                                               "byte %zu)",
+                              what, (size_t)(p - (const char *)buf - 8));
+            goto out;
+        }
+    if (!cJSON_IsObject(root)) {
+        err = engram__err(ENGRAM_ECORRUPT, "%s: the header is not a JSON object", what);
+        goto out;
+    }
+    cJSON_ArrayForEach(e, root)
+    {
+        if (strcmp(e->string, "__metadata__") == 0)
+            continue;
+        n++;
+        names_len += strlen(e->string) + 1;
+    }
+    if (n && (!(h->t = calloc(n, sizeof *h->t)) || !(h->names = malloc(names_len)) ||
+              !(byname = malloc(n * sizeof *byname)))) {
+        err = engram__err(-ENOMEM, "%s: out of memory for %zu tensors", what, n);
+        goto out;
+    }
+    h->n = 0;
+    cJSON_ArrayForEach(e, root)
+    {
+        engram__st_tensor *t;
+        size_t l;
+        if (strcmp(e->string, "__metadata__") == 0) {
+            const cJSON *m;
+            if (!cJSON_IsObject(e)) {
+                err = engram__err(ENGRAM_ECORRUPT, "%s: __metadata__ is not an object", what);
+                goto out;
+            }
+            cJSON_ArrayForEach(m, e) if (!cJSON_IsString(m))
+            {
+                err = engram__err(ENGRAM_ECORRUPT, "%s: __metadata__ value '%.64s' is not a "
+                                                   "string",
+                                  what, m->string);
+                goto out;
+            }
+            continue;
+        }
+        t = &h->t[h->n];
+        l = strlen(e->string) + 1;
+        if (l == 1) {
+            err = engram__err(ENGRAM_ECORRUPT, "%s: a tensor has an empty name", what);
+            goto out;
+        }
+        memcpy(h->names + pos, e->string, l);
+        t->name = h->names + pos;
+        pos += l;
+        if ((err = parse_tensor(e, t->name, what, t)) != 0)
+            goto out;
+        if (t->end > h->data_size) {
+            err = engram__err(ENGRAM_ECORRUPT,
+                              "%s: tensor '%.64s' ends at data byte %" PRIu64 ", past the %" PRIu64
+                              " data bytes of the file (truncated?)",
+                              what, t->name, t->end, h->data_size);
+            goto out;
+        }
+        byname[h->n] = t;
+        h->n++;
+    }
+    if (h->n > 1) {
+        qsort(byname, h->n, sizeof *byname, cmp_name);
+        for (size_t i = 1; i < h->n; i++)
+            if (strcmp(byname[i - 1]->name, byname[i]->name) == 0) {
+                err = engram__err(ENGRAM_ECORRUPT, "%s: tensor '%.64s' is defined twice", what,
+                                  byname[i]->name);
+                goto out;
+            }
+        qsort(h->t, h->n, sizeof *h->t, cmp_begin);
+    }
+    /* The tensors must tile the data: no overlap, no hole, no tail. */
+    {
+        uint64_t at = 0;
+        for (size_t i = 0; i < h->n; i++) {
+            if (h->t[i].begin < at) {
+                err = engram__err(ENGRAM_ECORRUPT,
+                                  "%s: tensors '%.64s' and '%.64s' overlap (data bytes %" PRIu64
+                                  " .. %" PRIu64 ")",
+                                  what, h->t[i - 1].name, h->t[i].name, h->t[i].begin, at);
+                goto out;
+            }
+            if (h->t[i].begin > at) {
+                err = engram__err(ENGRAM_ECORRUPT,
+                                  "%s: data bytes %" PRIu64 " .. %" PRIu64 " before tensor '%.64s' "
+                                  "belong to no tensor",
+                                  what, at, h->t[i].begin, h->t[i].name);
+                goto out;
+            }
+            at = h->t[i].end;
+        }
+        if (at != h->data_size) {
+            err = engram__err(ENGRAM_ECORRUPT,
+                              "%s: the file has %" PRIu64 " data bytes but its tensors cover "
+                              "%" PRIu64,
+                              what, h->data_size, at);
+            goto out;
+        }
+    }
+out:
+    free(byname);
+    cJSON_Delete(root);
+    if (err)
+        engram__st_free(h);
+    return err;
+}
+
+const engram__st_tensor *engram__st_find(const engram__st_header *h, const char *name)
+{
+    for (size_t i = 0; i < h->n; i++)
+        if (strcmp(h->t[i].name, name) == 0)
+            return &h->t[i];
+    return NULL;
+}
+
+/* Reads exactly len bytes at off (0 or -errno; -ENODATA at end of file). */
+static int read_at(int fd, void *buf, size_t len, uint64_t off)
+{
+    size_t got = 0;
+    while (got < len) {
+        ssize_t r = pread(fd, (char *)buf + got, len - got, (off_t)(off + got));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return -errno;
+        if (r == 0)
+            return -ENODATA;
+        got += (size_t)r;
+    }
+    return 0;
+}
+
+int engram__st_read(int fd, uint64_t file_size, const char *what, engram__st_header *h)
+{
+    unsigned char len8[8] = {0}, *buf;
+    uint64_t hl = 0;
+    int err;
+    memset(h, 0, sizeof *h);
+    if (file_size < 8)
+        return engram__st_parse(len8, 0, file_size, what, h);
+    if ((err = read_at(fd, len8, 8, 0)) != 0)
+        return engram__errno(-err, "read %s", what);
+    for (int i = 7; i >= 0; i--)
+        hl = (hl << 8) | len8[i];
+    /* The parser rejects bad lengths with its own messages; read only
+     * what a valid header could be. */
+    if (hl > ENGRAM__ST_HEADER_MAX || hl > file_size - 8)
+        return engram__st_parse(len8, 8, file_size, what, h);
+    if (!(buf = malloc(8 + (size_t)hl)))
+        return engram__err(-ENOMEM, "%s: out of memory for a %" PRIu64 "-byte header", what, hl);
+    err = read_at(fd, buf, 8 + (size_t)hl, 0);
+    if (err == 0)
+        err = engram__st_parse(buf, 8 + (size_t)hl, file_size, what, h);
+    else if (err == -ENODATA)
+        err = engram__err(ENGRAM_ECORRUPT, "%s: the file ended inside its header", what);
+    else
+        err = engram__errno(-err, "read the header of %s", what);
+    free(buf);
+    return err;
+}
+
+/* ------------------------------------------------------------------------
+ * Files and index files.
+ */
+
+/* Opens a checkpoint file read-only: no link, a regular file, not
+ * writable by others. */
+static int open_checked(const char *path, struct stat *sb)
+{
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK), err;
+    if (fd < 0) {
+        err = errno;
+        if (err == ELOOP)
+            return engram__err(ENGRAM_EUNSAFE, "%s is a symbolic link; refusing to follow it",
+                               path);
+        if (err == ENOENT)
+            return engram__err(-ENOENT, "%s does not exist", path);
+        return engram__errno(err, "open %s", path);
+    }
+    if (fstat(fd, sb) != 0) {
+        err = engram__errno(errno, "fstat %s", path);
+        goto fail;
+    }
+    if (!S_ISREG(sb->st_mode)) {
+        err = engram__err(ENGRAM_EUNSAFE, "%s is not a regular file", path);
+        goto fail;
+    }
+    if (sb->st_mode & S_IWOTH) {
+        err = engram__err(ENGRAM_EUNSAFE, "%s is writable by others (mode %03o)", path,
+                          (unsigned)(sb->st_mode & 0777));
+        goto fail;
+    }
+    if (fcntl(fd, F_SETFL, 0) != 0) {
+        err = engram__errno(errno, "fcntl %s", path);
+        goto fail;
+    }
+    return fd;
+fail:
+    close(fd);
+    return err;
+}
+
+static int is_index(const char *path)
+{
+    size_t l = strlen(path);
+    return l >= 5 && strcmp(path + l - 5, ".json") == 0;
+}
+
+/* Resolves `tensor` through the index file at `path` into the path of
+ * its shard (same directory), in out[cap]; shard[] gets the bare name. */
+static int index_resolve(const char *path, const char *tensor, char *out, size_t cap,
+                         char *shard, size_t shard_cap)
+{
+    struct stat sb;
+    char *buf = NULL;
+    cJSON *root = NULL;
+    const cJSON *map, *v;
+    const char *slash;
+    int fd, err = 0, n;
+
+    if ((fd = open_checked(path, &sb)) < 0)
+        return fd;
+    if ((uint64_t)sb.st_size > INDEX_MAX) {
+        err = engram__err(ENGRAM_ECORRUPT, "%s: an index of %lld bytes is too large", path,
+                          (long long)sb.st_size);
+        goto out;
+    }
+    if (!(buf = malloc((size_t)sb.st_size + 1))) {
+        err = engram__err(-ENOMEM, "out of memory reading %s", path);
+        goto out;
+    }
+    if ((err = read_at(fd, buf, (size_t)sb.st_size, 0)) != 0) {
+        err = err == -ENODATA ? engram__err(ENGRAM_ECORRUPT, "%s changed while read", path)
+                              : engram__errno(-err, "read %s", path);
+        goto out;
+    }
+    root = cJSON_ParseWithLengthOpts(buf, (size_t)sb.st_size, NULL, 0);
+    map = root ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
+    if (!cJSON_IsObject(map)) {
+        err = engram__err(ENGRAM_ECORRUPT, "%s: not JSON with a \"weight_map\" object", path);
+        goto out;
+    }
+    v = cJSON_GetObjectItemCaseSensitive(map, tensor);
+    if (!v) {
+        err = engram__err(-ENOENT, "%s: no tensor '%s' in the weight_map", path, tensor);
+        goto out;
+    }
+    /* A shard is a plain file name beside the index: never a path. */
+    if (!cJSON_IsString(v) || v->valuestring[0] == '\0' || v->valuestring[0] == '.' ||
+        strchr(v->valuestring, '/') || strlen(v->valuestring) >= shard_cap) {
+        err = engram__err(ENGRAM_ECORRUPT, "%s: the shard of tensor '%s' is not a plain file "
+                                           "name in the index's directory",
+                          path, tensor);
+        goto out;
+    }
+    snprintf(shard, shard_cap, "%s", v->valuestring);
+    slash = strrchr(path, '/');
+    n = slash ? snprintf(out, cap, "%.*s/%s", (int)(slash - path), path, v->valuestring)
+              : snprintf(out, cap, "%s", v->valuestring);
+    if (n < 0 || (size_t)n >= cap)
+        err = engram__err(-ENAMETOOLONG, "%s: shard path too long", path);
+out:
+    cJSON_Delete(root);
+    free(buf);
+    close(fd);
+    return err;
+}
+
+/* Opens the file holding `tensor` (through an index if path is one),
+ * parses its header and finds the tensor.  On success *fd is open. */
+static int open_tensor(const char *path, const char *tensor, int *fd, struct stat *sb,
+                       engram__st_header *h, const engram__st_tensor **t, char *shard,
+                       size_t shard_cap)
+{
+    char file[4096];
+    int err;
+    *fd = -1;
+    shard[0] = '\0';
+    if (!tensor || !tensor[0])
+        return engram__err(-EINVAL, "a tensor name is required");
+    if (is_index(path)) {
+        if ((err = index_resolve(path, tensor, file, sizeof file, shard, shard_cap)) != 0)
+            return err;
+        path = file;
+    }
+    if ((*fd = open_checked(path, sb)) < 0) {
+        err = *fd;
+        *fd = -1;
+        return err;
+    }
+    if ((err = engram__st_read(*fd, (uint64_t)sb->st_size, path, h)) != 0)
+        goto fail;
+    if (!(*t = engram__st_find(h, tensor))) {
+        err = engram__err(-ENOENT, "%s: no tensor '%s'", path, tensor);
+        engram__st_free(h);
+        goto fail;
+    }
+    return 0;
+fail:
+    close(*fd);
+    *fd = -1;
+    return err;
+}
+
+int engram_safetensors_tensor(const char *path, const char *tensor, engram_tensor_info *info)
+{
+    engram__st_header h;
+    const engram__st_tensor *t;
+    struct stat sb;
+    char shard[256];
+    int fd, err;
+    if (!path || !info || info->size != sizeof(engram_tensor_info))
+        return engram__err(-EINVAL, "path and info (with size = sizeof(engram_tensor_info)) are "
+                                    "required");
+    if ((err = open_tensor(path, tensor, &fd, &sb, &h, &t, shard, sizeof shard)) != 0)
+        return err;
+    memset(info, 0, sizeof *info);
+    info->size = sizeof *info;
+    info->ndim = t->ndim;
+    memcpy(info->dtype, t->dtype, sizeof info->dtype);
+    info->elem_size = t->elem_size;
+    memcpy(info->shape, t->shape, sizeof info->shape);
+    info->offset = h.data_start + t->begin;
+    info->nbytes = t->end - t->begin;
+    memcpy(info->shard, shard, sizeof info->shard);
+    engram__st_free(&h);
+    close(fd);
+    return 0;
+}
+
+int engram_open_safetensors(engram_store *st, const char *name, const char *path,
+                            const char *weight, const char *scale, uint64_t row_start,
+                            uint64_t row_end, engram_table_id *id)
+{
+    engram__fc_seg segs[2];
+    const char *tn[2] = {weight, scale};
+    const engram__backend_ops *ops;
+    engram_table_spec spec = {0, 0, 0};
+    uint64_t nrows = 0, row_bytes = 0;
+    unsigned nseg = scale ? 2 : 1, opened = 0;
+    void *state = NULL;
+    engram_table_id tmp;
+    int err = 0;
+
+    if (!st || !path || !weight)
+        return engram__err(-EINVAL, "store, path and weight tensor are required");
+    if ((err = engram_name_check(name)) != 0)
+        return err;
+    for (unsigned g = 0; g < nseg; g++) {
+        engram__st_header h;
+        const engram__st_tensor *t;
+        struct stat sb;
+        char shard[256];
+        uint64_t rb;
+        int fd;
+        if ((err = open_tensor(path, tn[g], &fd, &sb, &h, &t, shard, sizeof shard)) != 0)
+            goto fail;
+        if (t->ndim != 2 || t->shape[0] == 0 || t->shape[1] == 0 ||
+            (g > 0 && t->shape[0] != nrows) ||
+            engram__mul_u64(t->shape[1], t->elem_size, &rb) || rb > ENGRAM_ROW_BYTES_MAX) {
+            err = engram__err(ENGRAM_ESPEC,
+                              "%s: tensor '%s' has shape [%" PRIu64 "%s%" PRIu64 "%s] of %s; "
+                              "expected [N, C] with N >= 1%s",
+                              path, tn[g], t->ndim ? t->shape[0] : 0, t->ndim > 1 ? ", " : "",
+                              t->ndim > 1 ? t->shape[1] : 0, t->ndim > 2 ? ", ..." : "",
+                              t->dtype, g > 0 ? " equal to the weight's N" : "");
+            engram__st_free(&h);
+            close(fd);
+            goto fail;
+        }
+        nrows = t->shape[0];
+        segs[g].fd = fd;
+        segs[g].stride = rb;
+        segs[g].len = (uint32_t)rb;
+        segs[g].base = h.data_start + t->begin;
+        segs[g].file_size = (uint64_t)sb.st_size;
+        row_bytes += rb;
+        opened++;
+        engram__st_free(&h);
+    }
+    if (row_end == 0)
+        row_end = nrows;
+    if (row_start >= row_end || row_end > nrows) {
+        err = engram__err(ENGRAM_ESPEC, "%s: row range [%" PRIu64 ", %" PRIu64 ") is not within "
+                                        "the %" PRIu64 " rows of '%s' (or is empty)",
+                          path, row_start, row_end, nrows, weight);
+        goto fail;
+    }
+    if (row_bytes > ENGRAM_ROW_BYTES_MAX) {
+        err = engram__err(ENGRAM_ESPEC, "%s: rows of %" PRIu64 " bytes exceed the maximum",
+                          path, row_bytes);
+        goto fail;
+    }
+    for (unsigned g = 0; g < nseg; g++)
+        segs[g].base += row_start * segs[g].stride;
+    spec.num_rows = row_end - row_start;
+    spec.row_bytes = (uint32_t)row_bytes;
+    if ((err = engram_spec_check(&spec)) != 0)
+        goto fail;
+    opened = 0; /* new_table consumes the descriptors */
+    if ((err = engram__fcache_new_table(st, segs, nseg, spec.num_rows, spec.num_rows * row_bytes,
+                                        name, 0, &ops, &state)) != 0)
+        goto fail;
+    if ((err = engram__store_add_table(st, name, &spec, NULL, ops, state, id ? id : &tmp)) != 0)
+        goto fail;
+    pthread_mutex_lock(&st->lock);
+    engram__table_get(st, id ? *id : tmp)->kind = ENGRAM_TABLE_SAFETENSORS;
+    pthread_mutex_unlock(&st->lock);
+    return 0;
+fail:
+    for (unsigned g = 0; g < opened; g++)
+        close(segs[g].fd);
+    engram__fcache_free_state(state);
+    return err;
+}

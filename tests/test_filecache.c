@@ -1,0 +1,621 @@
+/*
+ * test_filecache.c - file-backed tables behind the row cache
+ * (ENGRAM_OPEN_FILE_CACHE): exactness against the memory-mapped table,
+ * budgets, concurrency, failures, O_DIRECT on and off, stats.
+ *
+ * Every lookup through the cache is compared byte for byte with the same
+ * lookup on a second store that maps the same namespace (the memory
+ * path), and with the known pattern of the rows.  Failures are injected
+ * through the test-only read hook of src/filecache.h, or by truncating a
+ * table file under an open store.
+ */
+#include "testutil.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <sys/statfs.h>
+
+#include "filecache.h"
+
+enum { R = 264, PITCH = 272, NROWS = 5003 };
+
+static engram_store *open_cache(const char *root, const char *ns, uint64_t budget,
+                                uint32_t qd, int threads)
+{
+    engram_store_options o = ENGRAM_STORE_OPTIONS_INIT;
+    engram_store *st = NULL;
+    o.flags = ENGRAM_OPEN_CREATE | ENGRAM_OPEN_FILE_CACHE;
+    o.cache_bytes = budget;
+    o.queue_depth = qd;
+    o.threads = threads;
+    ASSERT_OK(engram_store_open(root, ns, &o, &st));
+    return st;
+}
+
+static engram_cache_stats cstats(engram_store *st, const char *name)
+{
+    engram_cache_stats s = ENGRAM_CACHE_STATS_INIT;
+    ASSERT_OK(engram_get_cache_stats(st, name, &s));
+    return s;
+}
+
+/* Looks up ids[n] of `name` in both stores and checks both outputs
+ * against each other and the pattern. */
+static void lookup_both(engram_store *fc, engram_store *mem, const char *name, uint32_t seed,
+                        const int64_t *ids, size_t n)
+{
+    engram_table_id a, b;
+    unsigned char *o1 = tu_xmalloc(n * R), *o2 = tu_xmalloc(n * R);
+    memset(o1, 0xEE, n * R);
+    memset(o2, 0xEE, n * R);
+    ASSERT_OK(engram_table_open(fc, name, &a));
+    ASSERT_OK(engram_table_open(mem, name, &b));
+    ASSERT_OK(tu_lookup1(fc, a, ids, n, o1, 0));
+    ASSERT_OK(tu_lookup1(mem, b, ids, n, o2, 0));
+    ASSERT_MEM_EQ(o1, o2, n * R);
+    for (size_t i = 0; i < n; i++) {
+        if (ids[i] == ENGRAM_DEAD_ID)
+            ASSERT_ALL_BYTES(o1 + i * R, 0xEE, R);
+        else
+            ASSERT_ROW(o1 + i * R, seed, (uint64_t)ids[i], R);
+    }
+    free(o1);
+    free(o2);
+}
+
+static void test_exact_patterns(void)
+{
+    engram_store *mem = tu_open("pat", 0, 1), *fc;
+    engram_cache_stats s0, s1;
+    engram_table_info info = ENGRAM_TABLE_INFO_INIT;
+    enum { N = 3000 };
+    static int64_t ids[N];
+    uint64_t rng = 11;
+
+    tu_populate(mem, "t", 5, NROWS, R, PITCH);
+    /* 64 KiB: about 240 slots for 5003 rows. */
+    fc = open_cache(tu_scratch_root(), "pat", 64 << 10, 32, 1);
+
+    /* All misses: distinct rows never read before. */
+    for (int i = 0; i < N; i++)
+        ids[i] = (int64_t)((uint64_t)i * 7919 % NROWS);
+    lookup_both(fc, mem, "t", 5, ids, N);
+    s0 = cstats(fc, "t");
+    ASSERT_EQ(s0.hits, 0);
+    ASSERT_EQ(s0.misses, N);
+    ASSERT_EQ(s0.dedup, 0);
+    ASSERT_EQ(s0.reads, N);
+    ASSERT_EQ(s0.read_errors, 0);
+    ASSERT_EQ(s0.tables, 1);
+    ASSERT_EQ(s0.ways, ENGRAM_CACHE_WAYS);
+    ASSERT_LE(s0.cache_bytes, 64 << 10);
+    ASSERT_GT(s0.slots, 100);
+    ASSERT_EQ_U64(s0.slots % ENGRAM_CACHE_WAYS, 0);
+    ASSERT_GE(s0.bytes_read, (uint64_t)N * R);
+
+    /* One row repeated: read once, the rest deduplicated or hits. */
+    for (int i = 0; i < N; i++)
+        ids[i] = 4321;
+    lookup_both(fc, mem, "t", 5, ids, N);
+    s1 = cstats(fc, "t");
+    ASSERT_LE(s1.reads - s0.reads, 1);
+    ASSERT_EQ(s1.hits + s1.misses - s0.hits - s0.misses, N);
+
+    /* All hits: a small working set, looked up twice. */
+    for (int i = 0; i < 64; i++)
+        ids[i] = (int64_t)tu_rand_below(&rng, NROWS);
+    lookup_both(fc, mem, "t", 5, ids, 64);
+    s0 = cstats(fc, "t");
+    lookup_both(fc, mem, "t", 5, ids, 64);
+    s1 = cstats(fc, "t");
+    /* 64 rows in ~240 slots of 7-way sets: a few may collide out, most
+     * must hit. */
+    ASSERT_GE(s1.hits - s0.hits, 48);
+    ASSERT_EQ(s1.hits - s0.hits + s1.misses - s0.misses, 64);
+
+    /* Random with dead ids and the ends of the table. */
+    for (int i = 0; i < N; i++)
+        ids[i] = i % 13 == 0 ? -1 : (int64_t)tu_rand_below(&rng, NROWS);
+    ids[1] = 0;
+    ids[2] = NROWS - 1;
+    lookup_both(fc, mem, "t", 5, ids, N);
+
+    /* The table is not mapped. */
+    ASSERT_OK(engram_get_table_info(fc, "t", &info));
+    ASSERT_EQ(info.kind, ENGRAM_TABLE_FILE);
+    ASSERT_EQ(info.mapped, 0);
+    ASSERT_EQ(info.rows, (uint64_t)N * 3 + 64 * 2 - (N / 13 + 1));
+    engram_store_close(fc);
+    engram_store_close(mem);
+}
+
+/* Many distinct rows through a cache of one set: every set is the same,
+ * so rows evict each other constantly (CLOCK within one set). */
+static void test_one_set_thrash(void)
+{
+    engram_store *mem = tu_open("thr", 0, 1), *fc;
+    engram_cache_stats s;
+    enum { N = 4096 };
+    static int64_t ids[N];
+    uint64_t rng = 3;
+    tu_populate(mem, "t", 9, NROWS, R, 0);
+    /* A budget far smaller than one batch: the floor of one set. */
+    fc = open_cache(tu_scratch_root(), "thr", 1, 8, 1);
+    for (int round = 0; round < 4; round++) {
+        for (int i = 0; i < N; i++)
+            ids[i] = (int64_t)tu_rand_below(&rng, round < 2 ? 20 : NROWS);
+        lookup_both(fc, mem, "t", 9, ids, N);
+    }
+    s = cstats(fc, NULL);
+    ASSERT_EQ(s.slots, ENGRAM_CACHE_WAYS);
+    ASSERT_EQ(s.hits + s.misses, 4 * N);
+    ASSERT_GT(s.dedup, 0);
+    engram_store_close(fc);
+    engram_store_close(mem);
+}
+
+/* Several columns, offsets, head-major strides, int32 ids, a bound
+ * memory table in the same lookup, and ZERO_DEAD. */
+static void test_multi_column(void)
+{
+    engram_store *mem = tu_open("mc", 0, 1), *fc;
+    enum { T = 700, K = 4 };
+    static int32_t ids[T][K];
+    static unsigned char o1[K][T][R], o2[K][T][R];
+    int64_t offs[K] = {0, 100, NROWS, 0};
+    unsigned char *bound = tu_make_rows(77, 100, R, R, 0);
+    engram_table_spec bspec = {100, R, 0};
+    engram_table_id ta[K], tb[K];
+    uint64_t rng = 5;
+    tu_populate(mem, "a", 1, NROWS, R, PITCH);
+    tu_populate(mem, "b", 2, NROWS / 2, R, 0);
+    fc = open_cache(tu_scratch_root(), "mc", 256 << 10, 16, 2);
+    ASSERT_OK(engram_bind(fc, "m", &bspec, bound));
+    ASSERT_OK(engram_bind(mem, "m", &bspec, bound));
+    ASSERT_OK(engram_table_open(fc, "a", &ta[0]));
+    ASSERT_OK(engram_table_open(fc, "b", &ta[1]));
+    ASSERT_OK(engram_table_open(fc, "a", &ta[2]));
+    ASSERT_OK(engram_table_open(fc, "m", &ta[3]));
+    ASSERT_OK(engram_table_open(mem, "a", &tb[0]));
+    ASSERT_OK(engram_table_open(mem, "b", &tb[1]));
+    ASSERT_OK(engram_table_open(mem, "a", &tb[2]));
+    ASSERT_OK(engram_table_open(mem, "m", &tb[3]));
+    for (int t = 0; t < T; t++) {
+        ids[t][0] = (int32_t)tu_rand_below(&rng, NROWS);
+        ids[t][1] = (int32_t)(100 + tu_rand_below(&rng, NROWS / 2));
+        ids[t][2] = t % 9 == 0 ? -1 : (int32_t)(NROWS + tu_rand_below(&rng, 50));
+        ids[t][3] = (int32_t)tu_rand_below(&rng, 100);
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        engram_lookup_args a = ENGRAM_LOOKUP_ARGS_INIT;
+        memset(o1, 0x5A, sizeof o1);
+        memset(o2, 0x5A, sizeof o2);
+        a.flags = pass ? ENGRAM_LOOKUP_ZERO_DEAD : 0;
+        a.num_tokens = T;
+        a.num_cols = K;
+        a.offsets = offs;
+        a.ids = ids;
+        a.id_type = ENGRAM_ID_INT32;
+        a.out_stride_t = R;
+        a.out_stride_k = (ptrdiff_t)T * R;
+        a.tables = ta;
+        a.out = o1;
+        ASSERT_OK(engram_lookup(fc, &a));
+        a.tables = tb;
+        a.out = o2;
+        ASSERT_OK(engram_lookup(mem, &a));
+        ASSERT_MEM_EQ(o1, o2, sizeof o1);
+        for (int t = 0; t < T; t++) {
+            ASSERT_ROW(o1[0][t], 1, (uint64_t)ids[t][0], R);
+            ASSERT_ROW(o1[1][t], 2, (uint64_t)ids[t][1] - 100, R);
+            ASSERT_ROW(o1[3][t], 77, (uint64_t)ids[t][3], R);
+        }
+    }
+    /* A bad id in a cache-backed column: nothing written, no read. */
+    {
+        engram_cache_stats s0 = cstats(fc, NULL), s1;
+        engram_lookup_args a = ENGRAM_LOOKUP_ARGS_INIT;
+        ids[T - 1][1] = NROWS; /* minus offset 100: still >= NROWS / 2 */
+        memset(o1, 0x5A, sizeof o1);
+        a.num_tokens = T;
+        a.num_cols = K;
+        a.offsets = offs;
+        a.ids = ids;
+        a.id_type = ENGRAM_ID_INT32;
+        a.tables = ta;
+        a.out = o1;
+        ASSERT_ERR(engram_lookup(fc, &a), ENGRAM_EBADID);
+        ASSERT_ALL_BYTES(o1, 0x5A, sizeof o1);
+        s1 = cstats(fc, NULL);
+        ASSERT_EQ(s1.hits + s1.misses, s0.hits + s0.misses);
+    }
+    /* The budget is split by size: a (PITCH x NROWS) gets about twice
+     * b's share, and both together stay within it. */
+    {
+        engram_cache_stats sa = cstats(fc, "a"), sb = cstats(fc, "b"), sall = cstats(fc, NULL);
+        ASSERT_EQ(sall.tables, 2);
+        ASSERT_LE(sall.cache_bytes, 256 << 10);
+        ASSERT_GT(sa.cache_bytes, sb.cache_bytes);
+        ASSERT_EQ(sall.cache_bytes, sa.cache_bytes + sb.cache_bytes);
+        ASSERT_ERR(engram_get_cache_stats(fc, "m", &sa), -ENOENT);
+    }
+    engram_store_close(fc);
+    engram_store_close(mem);
+    free(bound);
+}
+
+/* ------------------------------------------------------------------------
+ * Threads.
+ */
+typedef struct worker {
+    engram_store *st;
+    engram_table_id tid;
+    uint64_t seed;
+    int bad;
+} worker;
+
+static void *worker_main(void *arg)
+{
+    worker *w = arg;
+    enum { N = 600 };
+    int64_t ids[N];
+    unsigned char *out = tu_xmalloc((size_t)N * R);
+    for (int it = 0; it < 40 && !w->bad; it++) {
+        /* A hot set shared by all threads plus cold rows: hits, misses
+         * and insertions race on the same sets. */
+        for (int i = 0; i < N; i++)
+            ids[i] = (int64_t)(i % 3 ? tu_rand_below(&w->seed, 200)
+                                     : tu_rand_below(&w->seed, NROWS));
+        if (tu_lookup1(w->st, w->tid, ids, N, out, 0) != 0) {
+            fprintf(stderr, "lookup failed: %s\n", engram_errmsg());
+            w->bad = 1;
+        }
+        for (int i = 0; i < N && !w->bad; i++)
+            if (tu_row_mismatch(out + (size_t)i * R, 21, (uint64_t)ids[i], R) >= 0)
+                w->bad = 1;
+    }
+    free(out);
+    return NULL;
+}
+
+static void test_threads(void)
+{
+    engram_store *mem = tu_open("thd", 0, 1), *fc;
+    enum { NT = 4 };
+    pthread_t th[NT];
+    worker w[NT];
+    engram_table_id tid;
+    engram_cache_stats s;
+    tu_populate(mem, "t", 21, NROWS, R, PITCH);
+    fc = open_cache(tu_scratch_root(), "thd", 48 << 10, 16, 2);
+    ASSERT_OK(engram_table_open(fc, "t", &tid));
+    for (int i = 0; i < NT; i++) {
+        w[i] = (worker){fc, tid, (uint64_t)i * 1000 + 1, 0};
+        ASSERT_EQ(pthread_create(&th[i], NULL, worker_main, &w[i]), 0);
+    }
+    for (int i = 0; i < NT; i++) {
+        pthread_join(th[i], NULL);
+        ASSERT_EQ(w[i].bad, 0);
+    }
+    s = cstats(fc, NULL);
+    ASSERT_EQ(s.hits + s.misses, (uint64_t)NT * 40 * 600);
+    ASSERT_GT(s.hits, 0);
+    ASSERT_EQ(s.read_errors, 0);
+    engram_store_close(fc);
+    engram_store_close(mem);
+}
+
+/* ------------------------------------------------------------------------
+ * Failures.
+ */
+typedef struct hook_cfg {
+    uint64_t row;    /* fail reads of this row ... */
+    int res;         /* ... with this result */
+    int probe_res;   /* result for the O_DIRECT probe (0: leave it) */
+    int einval_once; /* fail the next read with -EINVAL, once */
+    int calls;
+} hook_cfg;
+
+static hook_cfg hk;
+
+static int hook(void *ud, const char *table, uint64_t row, unsigned seg, int res,
+                unsigned char *data)
+{
+    (void)ud;
+    (void)table;
+    (void)seg;
+    (void)data;
+    if (row == UINT64_MAX)
+        return hk.probe_res ? hk.probe_res : res;
+    hk.calls++;
+    if (hk.einval_once) {
+        hk.einval_once = 0;
+        return -EINVAL;
+    }
+    if (row == hk.row)
+        return hk.res;
+    return res;
+}
+
+static void test_read_errors(void)
+{
+    engram_store *mem = tu_open("err", 0, 1), *fc;
+    engram_table_id tid;
+    engram_cache_stats s0, s1;
+    int64_t ids[5] = {10, 20, 30, 20, 40};
+    unsigned char out[5][R];
+    tu_populate(mem, "t", 31, NROWS, R, PITCH);
+    fc = open_cache(tu_scratch_root(), "err", 1 << 20, 4, 1);
+    ASSERT_OK(engram_table_open(fc, "t", &tid));
+    hk.row = 20;
+    hk.res = -EIO;
+    engram__fcache_set_read_hook(hook, NULL);
+    memset(out, 0xEE, sizeof out);
+    ASSERT_ERR(tu_lookup1(fc, tid, ids, 5, out, 0), -EIO);
+    ASSERT_CONTAINS(engram_errmsg(), "read of row 20");
+    ASSERT_CONTAINS(engram_errmsg(), "'t'");
+    /* The failed row (twice in the batch) is untouched; the others are
+     * right (they were read in the same batch). */
+    ASSERT_ALL_BYTES(out[1], 0xEE, R);
+    ASSERT_ALL_BYTES(out[3], 0xEE, R);
+    for (int i = 0; i < 5; i += 2)
+        if (out[i][0] != 0xEE || out[i][1] != 0xEE)
+            ASSERT_ROW(out[i], 31, (uint64_t)ids[i], R);
+    s0 = cstats(fc, "t");
+    ASSERT_EQ(s0.read_errors, 1);
+
+    /* A short read is a truncated file. */
+    hk.res = 100;
+    ASSERT_ERR(tu_lookup1(fc, tid, &ids[1], 1, out[1], 0), ENGRAM_ECORRUPT);
+    ASSERT_CONTAINS(engram_errmsg(), "shorter");
+    ASSERT_ALL_BYTES(out[1], 0xEE, R);
+
+    /* Without the fault, the row is read again (it was never cached) and
+     * right. */
+    engram__fcache_set_read_hook(NULL, NULL);
+    s0 = cstats(fc, "t");
+    ASSERT_OK(tu_lookup1(fc, tid, ids, 5, out, 0));
+    s1 = cstats(fc, "t");
+    ASSERT_GE(s1.reads - s0.reads, 1);
+    for (int i = 0; i < 5; i++)
+        ASSERT_ROW(out[i], 31, (uint64_t)ids[i], R);
+    engram_store_close(fc);
+    engram_store_close(mem);
+}
+
+static void test_truncated_file(void)
+{
+    engram_store *mem = tu_open("trunc", 0, 1), *fc;
+    engram_table_info info = ENGRAM_TABLE_INFO_INIT;
+    engram_table_id tid;
+    char path[512];
+    int64_t ids[3] = {5, NROWS - 1, 6};
+    unsigned char out[3][R];
+    tu_populate(mem, "t", 41, NROWS, R, PITCH);
+    fc = open_cache(tu_scratch_root(), "trunc", 1 << 20, 8, 1);
+    ASSERT_OK(engram_table_open(fc, "t", &tid));
+    ASSERT_OK(engram_get_table_info(fc, "t", &info));
+    engram_store_close(mem); /* its mapping must not see the truncation */
+    /* Cut the file in the middle of the data, under the open store. */
+    tu_path(path, sizeof path, "trunc/t");
+    ASSERT_EQ(chmod(path, 0600), 0);
+    ASSERT_EQ(truncate(path, (off_t)(info.data_offset + (uint64_t)(NROWS / 2) * PITCH + 7)), 0);
+    memset(out, 0xEE, sizeof out);
+    ASSERT_ERR(tu_lookup1(fc, tid, ids, 3, out, 0), ENGRAM_ECORRUPT);
+    ASSERT_CONTAINS(engram_errmsg(), "row 5002");
+    ASSERT_CONTAINS(engram_errmsg(), "truncated");
+    ASSERT_ALL_BYTES(out[1], 0xEE, R);
+    ASSERT_ROW(out[0], 41, 5, R);
+    ASSERT_ROW(out[2], 41, 6, R);
+    /* Rows before the cut still work. */
+    ASSERT_OK(tu_lookup1(fc, tid, ids, 1, out, 0));
+    ASSERT_ROW(out[0], 41, 5, R);
+    engram_store_close(fc);
+}
+
+/* ------------------------------------------------------------------------
+ * O_DIRECT.
+ */
+
+/* A root on a disk file system (ext4/xfs under /var/tmp), or NULL. */
+static char disk_root[256];
+
+static void disk_cleanup(void)
+{
+    if (disk_root[0])
+        tu_rm_rf(disk_root);
+}
+
+static const char *make_disk_root(void)
+{
+    struct statfs fs;
+    const char *bases[] = {getenv("ENGRAM_TEST_DISK_DIR"), "/var/tmp", "."};
+    for (size_t i = 0; i < sizeof bases / sizeof bases[0]; i++) {
+        if (!bases[i] || statfs(bases[i], &fs) != 0 || fs.f_type == 0x01021994 /* tmpfs */)
+            continue;
+        snprintf(disk_root, sizeof disk_root, "%s/engram-test-disk-XXXXXX", bases[i]);
+        if (mkdtemp(disk_root)) {
+            atexit(disk_cleanup);
+            return disk_root;
+        }
+    }
+    disk_root[0] = 0;
+    return NULL;
+}
+
+static void test_direct_modes(void)
+{
+    const char *droot = make_disk_root();
+    engram_store *mem = tu_open("dio", 0, 1), *fc, *dmem;
+    engram_cache_stats s;
+    int64_t ids[300];
+    uint64_t rng = 9;
+
+    /* tmpfs: buffered. */
+    tu_populate(mem, "t", 51, NROWS, R, PITCH);
+    fc = open_cache(tu_scratch_root(), "dio", 1 << 20, 16, 1);
+    for (int i = 0; i < 300; i++)
+        ids[i] = (int64_t)tu_rand_below(&rng, NROWS);
+    lookup_both(fc, mem, "t", 51, ids, 300);
+    s = cstats(fc, NULL);
+    ASSERT_EQ(s.direct_tables, 0);
+    ASSERT_EQ(s.bytes_read, s.reads * R); /* buffered: exactly the rows */
+    engram_store_close(fc);
+    engram_store_close(mem);
+
+    if (!droot) {
+        printf("   (no disk file system for the O_DIRECT cases: skipped)\n");
+        return;
+    }
+    {
+        engram_store_options o = ENGRAM_STORE_OPTIONS_INIT;
+        o.flags = ENGRAM_OPEN_CREATE;
+        ASSERT_OK(engram_store_open(droot, "dio", &o, &dmem));
+    }
+    tu_populate(dmem, "t", 52, NROWS, R, 0); /* pitch 264: rows straddle blocks */
+    {
+        /* The file system's own word on direct I/O decides what to expect. */
+        char p[512];
+        int supported = 0;
+        snprintf(p, sizeof p, "%s/dio/t", droot);
+#ifdef STATX_DIOALIGN
+        {
+            struct statx sx;
+            if (statx(AT_FDCWD, p, 0, STATX_DIOALIGN, &sx) == 0 &&
+                (sx.stx_mask & STATX_DIOALIGN))
+                supported = sx.stx_dio_offset_align != 0;
+        }
+#endif
+        fc = open_cache(droot, "dio", 1 << 20, 16, 1);
+        for (int i = 0; i < 300; i++)
+            ids[i] = (int64_t)tu_rand_below(&rng, NROWS);
+        ids[0] = NROWS - 1; /* the last row: an aligned read past the end of the file */
+        lookup_both(fc, dmem, "t", 52, ids, 300);
+        s = cstats(fc, NULL);
+        printf("   %s: O_DIRECT %s (statx says %s)\n", droot, s.direct_tables ? "on" : "off",
+               supported ? "supported" : "not supported or unknown");
+        if (supported) {
+            ASSERT_EQ(s.direct_tables, 1);
+            ASSERT_GT(s.bytes_read, s.reads * R); /* whole aligned blocks */
+        }
+        /* A direct read refused with EINVAL: retried buffered, and the
+         * table stays buffered. */
+        if (s.direct_tables) {
+            hk = (hook_cfg){UINT64_MAX, 0, 0, 1, 0};
+            engram__fcache_set_read_hook(hook, NULL);
+            for (int i = 0; i < 300; i++)
+                ids[i] = (int64_t)tu_rand_below(&rng, NROWS);
+            lookup_both(fc, dmem, "t", 52, ids, 300);
+            engram__fcache_set_read_hook(NULL, NULL);
+            s = cstats(fc, NULL);
+            ASSERT_EQ(s.direct_tables, 0);
+            ASSERT_EQ(s.read_errors, 0);
+        }
+        engram_store_close(fc);
+
+        /* The O_DIRECT probe failing at open: buffered from the start. */
+        hk = (hook_cfg){UINT64_MAX, 0, -EINVAL, 0, 0};
+        engram__fcache_set_read_hook(hook, NULL);
+        fc = open_cache(droot, "dio", 1 << 20, 16, 1);
+        lookup_both(fc, dmem, "t", 52, ids, 300);
+        engram__fcache_set_read_hook(NULL, NULL);
+        s = cstats(fc, NULL);
+        ASSERT_EQ(s.direct_tables, 0);
+        ASSERT_EQ(s.bytes_read, s.reads * R);
+        engram_store_close(fc);
+    }
+    engram_store_close(dmem);
+}
+
+/* ------------------------------------------------------------------------
+ * Options and the stats log.
+ */
+static void test_options_and_log(void)
+{
+    engram_store *mem = tu_open("opt", 0, 1), *st;
+    engram_store_options o = ENGRAM_STORE_OPTIONS_INIT;
+    engram_table_id tid;
+    engram_cache_stats s;
+    int64_t ids[64];
+    unsigned char out[64][R];
+    char logp[512], buf[4096];
+    int saved, fd;
+    ssize_t n;
+    tu_populate(mem, "t", 61, 500, R, 0);
+
+    /* A caller built against the older, shorter options struct. */
+    o.flags = ENGRAM_OPEN_FILE_CACHE;
+    o.size = (uint32_t)offsetof(engram_store_options, cache_bytes);
+    ASSERT_OK(engram_store_open(tu_scratch_root(), "opt", &o, &st));
+    ASSERT_OK(engram_table_open(st, "t", &tid));
+    s = cstats(st, NULL);
+    ASSERT_EQ_U64(s.budget_bytes, (uint64_t)256 << 20);
+    ASSERT_EQ(s.queue_depth, 64);
+    /* The whole table fits: the cache is capped by the table's size. */
+    ASSERT_LE(s.slots, 500 + ENGRAM_CACHE_WAYS);
+    engram_store_close(st);
+
+    o = (engram_store_options)ENGRAM_STORE_OPTIONS_INIT;
+    o.size = 12;
+    ASSERT_ERR(engram_store_open(tu_scratch_root(), "opt", &o, &st), -EINVAL);
+
+    o = (engram_store_options)ENGRAM_STORE_OPTIONS_INIT;
+    o.flags = ENGRAM_OPEN_FILE_CACHE;
+    o.queue_depth = 5000;
+    ASSERT_OK(engram_store_open(tu_scratch_root(), "opt", &o, &st));
+    ASSERT_ERR(engram_table_open(st, "t", &tid), -EINVAL);
+    ASSERT_CONTAINS(engram_errmsg(), "queue_depth");
+    engram_store_close(st);
+
+    /* Queue depth 1 and a stats line every millisecond, to a file. */
+    o.queue_depth = 1;
+    o.cache_log_ms = 1;
+    ASSERT_OK(engram_store_open(tu_scratch_root(), "opt", &o, &st));
+    ASSERT_OK(engram_table_open(st, "t", &tid));
+    tu_path(logp, sizeof logp, "log.txt");
+    fflush(stderr);
+    saved = dup(2);
+    fd = open(logp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ASSERT(saved >= 0 && fd >= 0);
+    dup2(fd, 2);
+    close(fd);
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < 64; i++)
+            ids[i] = (int64_t)((i * 37 + round) % 500);
+        ASSERT_OK(tu_lookup1(st, tid, ids, 64, out, 0));
+        for (int i = 0; i < 64; i++)
+            ASSERT_ROW(out[i], 61, (uint64_t)ids[i], R);
+        usleep(3000);
+    }
+    ASSERT_OK(tu_lookup1(st, tid, ids, 64, out, 0));
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    fd = open(logp, O_RDONLY);
+    n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    ASSERT_GT(n, 0);
+    buf[n] = 0;
+    ASSERT_CONTAINS(buf, "engram: cache ");
+    ASSERT_CONTAINS(buf, "hit rate");
+    ASSERT_CONTAINS(buf, "slots (7 ways)");
+    ASSERT_CONTAINS(buf, "0/1 tables O_DIRECT");
+    engram_store_close(st);
+    engram_store_close(mem);
+}
+
+int main(void)
+{
+    tu_watchdog(240);
+    RUN_TEST(test_exact_patterns);
+    RUN_TEST(test_one_set_thrash);
+    RUN_TEST(test_multi_column);
+    RUN_TEST(test_threads);
+    RUN_TEST(test_read_errors);
+    RUN_TEST(test_truncated_file);
+    RUN_TEST(test_direct_modes);
+    RUN_TEST(test_options_and_log);
+    printf("test_filecache: all passed\n");
+    return 0;
+}

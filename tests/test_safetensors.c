@@ -1,0 +1,341 @@
+/*
+ * test_safetensors.c - tables served from safetensors checkpoints
+ * (engram_open_safetensors, engram_safetensors_tensor): packed weight +
+ * scale rows for a row range, sharded checkpoints through an index file,
+ * and clear errors for bad headers, names, shapes, ranges, links and read
+ * failures.
+ *
+ * The checkpoints are written here byte by byte: an 8-byte little-endian
+ * header length, the JSON header, the data.  Weight byte (i, j) is
+ * tu_byte(1, i, j) and scale byte (i, j) is tu_byte(2, i, j), so every
+ * returned row is checked against values computed independently.
+ */
+#include "testutil.h"
+
+#include <fcntl.h>
+
+#include "filecache.h"
+
+enum { N = 1000, W = 256, S = 8 };
+
+/* Writes a safetensors file: header `json`, then `n` data bytes. */
+static void write_st(const char *path, const char *json, const unsigned char *data, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    uint64_t hl = strlen(json);
+    unsigned char len8[8];
+    ASSERT(f != NULL);
+    for (int i = 0; i < 8; i++)
+        len8[i] = (unsigned char)(hl >> (8 * i));
+    ASSERT_EQ(fwrite(len8, 1, 8, f), 8);
+    ASSERT_EQ(fwrite(json, 1, hl, f), hl);
+    if (n)
+        ASSERT_EQ(fwrite(data, 1, n, f), n);
+    ASSERT_EQ(fclose(f), 0);
+}
+
+static void fill_plane(unsigned char *p, uint32_t seed, uint64_t rows, uint32_t cols)
+{
+    for (uint64_t i = 0; i < rows; i++)
+        for (uint32_t j = 0; j < cols; j++)
+            p[i * cols + j] = tu_byte(seed, i, j);
+}
+
+/* The checkpoint used by most cases: a BF16 tensor first (so the weight
+ * does not start at data offset 0), the weight, then the scales. */
+static void write_model(const char *path)
+{
+    size_t other = 6, n = other + (size_t)N * W + (size_t)N * S;
+    unsigned char *d = tu_xcalloc(n);
+    char json[512];
+    fill_plane(d + other, 1, N, W);
+    fill_plane(d + other + (size_t)N * W, 2, N, S);
+    snprintf(json, sizeof json,
+             "{\"__metadata__\":{\"format\":\"pt\"},"
+             "\"model.other\":{\"dtype\":\"BF16\",\"shape\":[3],\"data_offsets\":[0,6]},"
+             "\"engram.w\":{\"dtype\":\"F8_E4M3\",\"shape\":[%d,%d],\"data_offsets\":[6,%zu]},"
+             "\"engram.s\":{\"dtype\":\"F8_E8M0\",\"shape\":[%d,%d],"
+             "\"data_offsets\":[%zu,%zu]}}   ",
+             N, W, other + (size_t)N * W, N, S, other + (size_t)N * W, n);
+    write_st(path, json, d, n);
+    free(d);
+}
+
+/* Checks that row r of the table (global row r + start) is the packed
+ * weight + scale row. */
+static void check_row(const unsigned char *row, uint64_t g, int with_scale)
+{
+    for (uint32_t j = 0; j < W; j++)
+        if (row[j] != tu_byte(1, g, j)) {
+            fprintf(stderr, "weight byte %u of row %llu wrong\n", j, (unsigned long long)g);
+            ASSERT(0);
+        }
+    if (with_scale)
+        for (uint32_t j = 0; j < S; j++)
+            if (row[W + j] != tu_byte(2, g, j)) {
+                fprintf(stderr, "scale byte %u of row %llu wrong\n", j, (unsigned long long)g);
+                ASSERT(0);
+            }
+}
+
+static void test_packed_rows(void)
+{
+    char path[512];
+    engram_store *st;
+    engram_store_options o = ENGRAM_STORE_OPTIONS_INIT;
+    engram_table_id tid, tid2;
+    engram_table_info info = ENGRAM_TABLE_INFO_INIT;
+    engram_table_spec spec = {10, W + S, 0};
+    engram_cache_stats cs = ENGRAM_CACHE_STATS_INIT;
+    unsigned char *bound = tu_make_rows(9, 10, W + S, 0, 0);
+    enum { T = 500 };
+    static int64_t ids[T][2];
+    static unsigned char out[T][2][W + S];
+    uint64_t rng = 4;
+
+    tu_path(path, sizeof path, "model.safetensors");
+    write_model(path);
+    o.cache_bytes = 32 << 10; /* far less than the 800 rows */
+    o.queue_depth = 8;
+    ASSERT_OK(engram_store_open_memory(&o, &st));
+    ASSERT_OK(engram_open_safetensors(st, "engram:l1", path, "engram.w", "engram.s", 100, 900,
+                                      &tid));
+    ASSERT_OK(engram_bind(st, "mem", &spec, bound));
+    ASSERT_OK(engram_table_open(st, "mem", &tid2));
+    ASSERT_OK(engram_get_table_info(st, "engram:l1", &info));
+    ASSERT_EQ(info.kind, ENGRAM_TABLE_SAFETENSORS);
+    ASSERT_EQ(info.spec.num_rows, 800);
+    ASSERT_EQ(info.spec.row_bytes, W + S);
+    ASSERT_EQ(info.mapped, 0);
+
+    for (int pass = 0; pass < 3; pass++) {
+        engram_lookup_args a = ENGRAM_LOOKUP_ARGS_INIT;
+        engram_table_id tabs[2] = {tid, tid2};
+        int64_t offs[2] = {100, 0}; /* global ids of the shard */
+        for (int t = 0; t < T; t++) {
+            ids[t][0] = t % 50 == 0 ? -1 : 100 + (int64_t)tu_rand_below(&rng, pass ? 40 : 800);
+            ids[t][1] = (int64_t)tu_rand_below(&rng, 10);
+        }
+        ids[1][0] = 100;
+        ids[2][0] = 899;
+        memset(out, 0xEE, sizeof out);
+        a.num_tokens = T;
+        a.num_cols = 2;
+        a.tables = tabs;
+        a.offsets = offs;
+        a.ids = ids;
+        a.id_type = ENGRAM_ID_INT64;
+        a.out = out;
+        ASSERT_OK(engram_lookup(st, &a));
+        for (int t = 0; t < T; t++) {
+            if (ids[t][0] == -1)
+                ASSERT_ALL_BYTES(out[t][0], 0xEE, W + S);
+            else
+                check_row(out[t][0], (uint64_t)ids[t][0], 1);
+            ASSERT_ROW(out[t][1], 9, (uint64_t)ids[t][1], W + S);
+        }
+        /* Ids of other ranks are outside this shard. */
+        ids[3][0] = 99;
+        ASSERT_ERR(engram_lookup(st, &a), ENGRAM_EBADID);
+        ids[3][0] = 900;
+        ASSERT_ERR(engram_lookup(st, &a), ENGRAM_EBADID);
+    }
+    ASSERT_OK(engram_get_cache_stats(st, "engram:l1", &cs));
+    ASSERT_EQ(cs.tables, 1);
+    ASSERT_GT(cs.hits, 0);
+    ASSERT_GT(cs.misses, 0);
+    ASSERT_LE(cs.cache_bytes, 32 << 10);
+    ASSERT_EQ(cs.reads % 2, 0); /* two reads per row: the weight and the scale */
+    ASSERT_ERR(engram_remove(st, "engram:l1"), ENGRAM_EBOUND);
+    ASSERT_ERR(engram_open_safetensors(st, "engram:l1", path, "engram.w", NULL, 0, 0, NULL),
+               -EEXIST);
+
+    /* Weights only, all rows. */
+    ASSERT_OK(engram_open_safetensors(st, "w-only", path, "engram.w", NULL, 0, 0, &tid));
+    {
+        int64_t one[3] = {0, 999, 500};
+        unsigned char o3[3][W];
+        ASSERT_OK(tu_lookup1(st, tid, one, 3, o3, 0));
+        for (int i = 0; i < 3; i++)
+            check_row(o3[i], (uint64_t)one[i], 0);
+    }
+    engram_store_close(st);
+    free(bound);
+}
+
+static void test_sharded_index(void)
+{
+    char p1[512], p2[512], idx[512], bad[512];
+    unsigned char *w = tu_xmalloc((size_t)N * W), *s = tu_xmalloc((size_t)N * S);
+    char json[256];
+    engram_tensor_info ti = ENGRAM_TENSOR_INFO_INIT;
+    engram_store *st;
+    engram_table_id tid;
+    int64_t ids[4] = {0, 17, 999, 17};
+    unsigned char out[4][W + S];
+    FILE *f;
+
+    fill_plane(w, 1, N, W);
+    fill_plane(s, 2, N, S);
+    tu_path(p1, sizeof p1, "model-00001-of-00002.safetensors");
+    tu_path(p2, sizeof p2, "model-00002-of-00002.safetensors");
+    tu_path(idx, sizeof idx, "model.safetensors.index.json");
+    snprintf(json, sizeof json,
+             "{\"engram.w\":{\"dtype\":\"F8_E4M3\",\"shape\":[%d,%d],\"data_offsets\":[0,%d]}}",
+             N, W, N * W);
+    write_st(p1, json, w, (size_t)N * W);
+    snprintf(json, sizeof json,
+             "{\"engram.s\":{\"dtype\":\"F8_E8M0\",\"shape\":[%d,%d],\"data_offsets\":[0,%d]}}",
+             N, S, N * S);
+    write_st(p2, json, s, (size_t)N * S);
+    f = fopen(idx, "w");
+    ASSERT(f != NULL);
+    fprintf(f, "{\"metadata\":{\"total_size\":%d},\"weight_map\":{"
+               "\"engram.w\":\"model-00001-of-00002.safetensors\","
+               "\"engram.s\":\"model-00002-of-00002.safetensors\","
+               "\"evil\":\"../etc/passwd\"}}",
+            N * (W + S));
+    fclose(f);
+
+    ASSERT_OK(engram_safetensors_tensor(idx, "engram.s", &ti));
+    ASSERT_STR_EQ(ti.shard, "model-00002-of-00002.safetensors");
+    ASSERT_STR_EQ(ti.dtype, "F8_E8M0");
+    ASSERT_EQ(ti.ndim, 2);
+    ASSERT_EQ(ti.shape[0], N);
+    ASSERT_EQ(ti.shape[1], S);
+    ASSERT_EQ(ti.elem_size, 1);
+    ASSERT_EQ(ti.nbytes, N * S);
+    ASSERT_EQ(ti.offset, 8 + strlen(json) - 0); /* the second shard's own header */
+
+    ASSERT_OK(engram_store_open_memory(NULL, &st));
+    ASSERT_OK(engram_open_safetensors(st, "t", idx, "engram.w", "engram.s", 0, 0, &tid));
+    ASSERT_OK(tu_lookup1(st, tid, ids, 4, out, 0));
+    for (int i = 0; i < 4; i++)
+        check_row(out[i], (uint64_t)ids[i], 1);
+    ASSERT_ERR(engram_open_safetensors(st, "t2", idx, "missing", NULL, 0, 0, NULL), -ENOENT);
+    ASSERT_CONTAINS(engram_errmsg(), "weight_map");
+    ASSERT_ERR(engram_open_safetensors(st, "t2", idx, "evil", NULL, 0, 0, NULL), ENGRAM_ECORRUPT);
+    ASSERT_CONTAINS(engram_errmsg(), "plain file name");
+    tu_path(bad, sizeof bad, "bad.index.json");
+    f = fopen(bad, "w");
+    fputs("{\"weight_map\": [1, 2]}", f);
+    fclose(f);
+    ASSERT_ERR(engram_open_safetensors(st, "t2", bad, "engram.w", NULL, 0, 0, NULL),
+               ENGRAM_ECORRUPT);
+    engram_store_close(st);
+    free(w);
+    free(s);
+}
+
+/* A header that must be refused, with a phrase of the message. */
+static void expect_corrupt(engram_store *st, const char *json, size_t data, const char *phrase)
+{
+    char path[512];
+    unsigned char *d = tu_xcalloc(data);
+    tu_path(path, sizeof path, "bad.safetensors");
+    unlink(path);
+    write_st(path, json, d, data);
+    free(d);
+    ASSERT_ERR(engram_open_safetensors(st, "bad", path, "w", NULL, 0, 0, NULL), ENGRAM_ECORRUPT);
+    ASSERT_CONTAINS(engram_errmsg(), phrase);
+    ASSERT_CONTAINS(engram_errmsg(), "bad.safetensors");
+}
+
+static void test_bad_inputs(void)
+{
+    char path[512], link[512], raw[512];
+    engram_store *st;
+    engram_table_id tid;
+    ASSERT_OK(engram_store_open_memory(NULL, &st));
+    expect_corrupt(st, "{\"w\":{\"dtype\":\"U8\",\"shape\":[4,2],\"data_offsets\":[0,8]", 8,
+                   "not valid JSON");
+    expect_corrupt(st, "{\"w\":{\"dtype\":\"U8\",\"shape\":[4,2],\"data_offsets\":[0,8]}}", 5,
+                   "truncated");
+    expect_corrupt(st,
+                   "{\"w\":{\"dtype\":\"U8\",\"shape\":[4,2],\"data_offsets\":[0,8]},"
+                   "\"v\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[6,8]}}",
+                   8, "overlap");
+    expect_corrupt(st, "{\"w\":{\"dtype\":\"Q4\",\"shape\":[4,2],\"data_offsets\":[0,8]}}", 8,
+                   "unknown dtype");
+    expect_corrupt(st, "{\"w\":{\"dtype\":\"U8\",\"shape\":[4,3],\"data_offsets\":[0,8]}}", 8,
+                   "need 12 x 1");
+    expect_corrupt(st, "{\"w\":{\"dtype\":\"U8\",\"shape\":[4,2],\"data_offsets\":[0,8]}}", 9,
+                   "cover 8");
+    /* The header length field itself: past the end of the file. */
+    tu_path(raw, sizeof raw, "len.safetensors");
+    {
+        FILE *f = fopen(raw, "wb");
+        fwrite("\xff\x00\x00\x00\x00\x00\x00\x00{}", 1, 10, f);
+        fclose(f);
+    }
+    ASSERT_ERR(engram_open_safetensors(st, "bad", raw, "w", NULL, 0, 0, NULL), ENGRAM_ECORRUPT);
+    ASSERT_CONTAINS(engram_errmsg(), "past the end");
+
+    /* Shapes, ranges, names, links. */
+    tu_path(path, sizeof path, "model.safetensors");
+    write_model(path);
+    ASSERT_ERR(engram_open_safetensors(st, "x", path, "model.other", NULL, 0, 0, NULL),
+               ENGRAM_ESPEC);
+    ASSERT_CONTAINS(engram_errmsg(), "expected [N, C]");
+    ASSERT_ERR(engram_open_safetensors(st, "x", path, "engram.w", "nope", 0, 0, NULL), -ENOENT);
+    ASSERT_ERR(engram_open_safetensors(st, "x", path, "engram.w", "engram.s", 5, 5, NULL),
+               ENGRAM_ESPEC);
+    ASSERT_ERR(engram_open_safetensors(st, "x", path, "engram.w", "engram.s", 0, N + 1, NULL),
+               ENGRAM_ESPEC);
+    ASSERT_CONTAINS(engram_errmsg(), "row range");
+    ASSERT_ERR(engram_open_safetensors(st, "bad/name", path, "engram.w", NULL, 0, 0, NULL),
+               ENGRAM_ESPEC);
+    tu_path(link, sizeof link, "link.safetensors");
+    ASSERT_EQ(symlink(path, link), 0);
+    ASSERT_ERR(engram_open_safetensors(st, "x", link, "engram.w", NULL, 0, 0, NULL),
+               ENGRAM_EUNSAFE);
+    ASSERT_ERR(engram_open_safetensors(st, "x", "/nonexistent/m.safetensors", "engram.w", NULL, 0,
+                                       0, NULL),
+               -ENOENT);
+    /* Nothing was left behind by the failures: the name is still free. */
+    ASSERT_OK(engram_open_safetensors(st, "x", path, "engram.w", "engram.s", 0, 0, &tid));
+    engram_store_close(st);
+}
+
+static int fail_row_7(void *ud, const char *table, uint64_t row, unsigned seg, int res,
+                      unsigned char *data)
+{
+    (void)ud;
+    (void)table;
+    (void)data;
+    return row == 7 && seg == 1 ? -EIO : res;
+}
+
+static void test_read_error(void)
+{
+    char path[512];
+    engram_store *st;
+    engram_table_id tid;
+    int64_t ids[3] = {6, 7, 8};
+    unsigned char out[3][W + S];
+    tu_path(path, sizeof path, "model.safetensors");
+    write_model(path);
+    ASSERT_OK(engram_store_open_memory(NULL, &st));
+    ASSERT_OK(engram_open_safetensors(st, "t", path, "engram.w", "engram.s", 0, 0, &tid));
+    engram__fcache_set_read_hook(fail_row_7, NULL);
+    memset(out, 0xEE, sizeof out);
+    ASSERT_ERR(tu_lookup1(st, tid, ids, 3, out, 0), -EIO);
+    ASSERT_CONTAINS(engram_errmsg(), "read of row 7");
+    ASSERT_ALL_BYTES(out[1], 0xEE, W + S); /* its weight half arrived, but is not written */
+    engram__fcache_set_read_hook(NULL, NULL);
+    ASSERT_OK(tu_lookup1(st, tid, ids, 3, out, 0));
+    for (int i = 0; i < 3; i++)
+        check_row(out[i], (uint64_t)ids[i], 1);
+    engram_store_close(st);
+}
+
+int main(void)
+{
+    tu_watchdog(120);
+    RUN_TEST(test_packed_rows);
+    RUN_TEST(test_sharded_index);
+    RUN_TEST(test_bad_inputs);
+    RUN_TEST(test_read_error);
+    printf("test_safetensors: all passed\n");
+    return 0;
+}
