@@ -420,6 +420,41 @@ typedef struct engram_stats {
 ENGRAM_API int engram_store_stats(engram_store *st, engram_stats *stats);
 
 /* ------------------------------------------------------------------------
+ * For GPU and other accelerator paths (libengram_cuda, engram_cuda.h).
+ */
+
+/*! engram_table_memory() :
+ * Gives the memory of table `id` for callers that read rows themselves
+ * (the CUDA library registers it with the GPU): *base receives the address
+ * of row 0 of a memory-resident table (a mapped table file, its private
+ * huge-page copy, or memory bound with engram_bind()), and *spec its spec
+ * with row_pitch resolved (never 0).  Row i is at base + i * row_pitch.
+ * The memory is read-only and stays valid until the store is closed, even
+ * after engram_remove().  Tables whose rows are not addressable memory
+ * (backends that read rows on demand) have no base: the call then fills
+ * *spec, sets *base to NULL and returns -ENOTSUP.  `base` or `spec` may be
+ * NULL when not wanted.  Thread-safe.
+ * @return : 0, -ENOTSUP (no base address), ENGRAM_EREMOVED, or -EINVAL (id
+ *           not issued by this store). */
+ENGRAM_API int engram_table_memory(engram_store *st, engram_table_id id, const void **base,
+                                   engram_table_spec *spec);
+
+/*! engram_dequant_fp8_e4m3_e8m0_ref() :
+ * Reference dequantisation of `n` FP8 values with E8M0 block scales to
+ * BF16, the exact definition the CUDA dequant kernel matches bit for bit.
+ * values[i] is OCP FP8 E4M3 "fn" (bias 7, subnormals, no infinities;
+ * 0x7f and 0xff are NaN); scales[i / 32] is E8M0: byte e means 2^(e-127),
+ * so byte 0 is 2^-127 (not 0) and byte 255 is NaN.  out[i] receives the
+ * BF16 bits of values[i] * scale rounded to nearest, ties to even (results
+ * beyond the BF16 range become +-inf, tiny ones BF16 subnormals or +-0).
+ * Every NaN result is 0x7fc0.  For a packed 264-byte row, values = row and
+ * scales = row + 256 with n = 256.  Thread-safe; allocates nothing.
+ * @return : 0, or -EINVAL if n is not a multiple of 32 or a pointer is NULL
+ *           while n > 0. */
+ENGRAM_API int engram_dequant_fp8_e4m3_e8m0_ref(const void *values, const void *scales, size_t n,
+                                                uint16_t *out);
+
+/* ------------------------------------------------------------------------
  * Tables larger than memory: the row cache.
  *
  * With ENGRAM_OPEN_FILE_CACHE, a store serves its table files without

@@ -26,11 +26,15 @@
 #endif
 
 /* Records a formatted detail message for `code` on this thread and returns
- * `code`, so a failure site reads `return engram__err(ENGRAM_ESPEC, ...)`. */
-int engram__err(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+ * `code`, so a failure site reads `return engram__err(ENGRAM_ESPEC, ...)`.
+ * These two are exported from the shared library (but are not public API)
+ * so that libengram_cuda reports through the same per-thread message that
+ * engram_errmsg() reads. */
+ENGRAM_API int engram__err(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Records errno-style failure `-errno_value` of `what` (e.g. "open 'x'"). */
-int engram__errno(int errno_value, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+ENGRAM_API int engram__errno(int errno_value, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 /* Overflow-checked size arithmetic: return 0 on success, -1 on overflow. */
 static inline int engram__mul_u64(uint64_t a, uint64_t b, uint64_t *out)

@@ -380,6 +380,26 @@ out:
     return err;
 }
 
+int engram_table_memory(engram_store *st, engram_table_id id, const void **base,
+                        engram_table_spec *spec)
+{
+    engram__table *t;
+    if (base)
+        *base = NULL;
+    if (!st || !(t = engram__table_get(st, id)))
+        return engram__err(-EINVAL, "table id %u is not a table id of this store", (unsigned)id);
+    if (atomic_load_explicit(&t->removed, memory_order_acquire))
+        return engram__err(ENGRAM_EREMOVED, "table '%s' was removed", t->name);
+    if (spec)
+        *spec = t->spec;
+    if (!t->base)
+        return engram__err(-ENOTSUP, "table '%s' (backend '%s') has no base address: its rows "
+                                     "are read on demand", t->name, t->ops->name);
+    if (base)
+        *base = t->base;
+    return 0;
+}
+
 static void counters_sum(const engram__table *t, uint64_t *lookups, uint64_t *rows)
 {
     *lookups = *rows = 0;

@@ -1,0 +1,75 @@
+/*
+ * ctx.h - the context and plan objects of libengram_cuda, shared by ctx.c
+ * (contexts, registration, reports, stats) and plan.c (plans, lookups)
+ * (internal, C only).
+ *
+ * Locking: ctx->lock serialises registration, plan creation and
+ * destruction and the table array.  Lookups take no lock: a plan is
+ * immutable once created, and the counters are relaxed atomics.
+ */
+#ifndef ENGRAM_CUDA_CTX_H
+#define ENGRAM_CUDA_CTX_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "common.h"
+#include "cuda_internal.h"
+#include "engram_cuda.h"
+
+typedef struct engram__cuda_reg engram__cuda_reg;
+
+/* How a context reads one table. */
+typedef struct engram__cuda_table {
+    int mode;                  /* ENGRAM_CUDA_TABLE_* */
+    engram_table_spec spec;    /* row_pitch resolved */
+    const unsigned char *host; /* row 0 in host memory; NULL on the host path */
+    const unsigned char *dev;  /* device address of row 0 (MAPPED, COPY) */
+    size_t bytes;              /* (num_rows - 1) * pitch + row_bytes: what rows span */
+    engram__cuda_reg *reg;     /* MAPPED: the shared registration */
+    void *copy;                /* COPY: the pinned copy */
+    size_t copy_len;
+    int copy_huge;             /* 1: our mmap + cudaHostRegister; 0: cudaHostAlloc */
+    uint32_t plans;            /* columns of live plans that read the table */
+} engram__cuda_table;
+
+struct engram_cuda_ctx {
+    engram_store *st;
+    uint32_t flags;
+    int device;
+    int sms;
+    unsigned max_blocks;       /* blocks of 256 threads resident on the whole device */
+    unsigned background_sms;
+    pthread_mutex_t lock;
+    engram__cuda_table *tables; /* indexed by table id */
+    size_t ntables;             /* entries of `tables` */
+    engram__cuda_bad *bad;      /* device: the bad-id report */
+    engram__cuda_bad *bad_snap; /* device: where engram_cuda_check() takes it to */
+    cudaStream_t stream;        /* internal, non-blocking: checks */
+    struct engram_cuda_plan *plans; /* live plans (doubly linked) */
+    uint64_t nplans;
+    _Atomic uint64_t lookups, host_gathers;
+    /* The host path's first error since the last check. */
+    pthread_mutex_t err_lock;
+    int host_err;
+    char host_msg[512];
+};
+
+/* Records a CUDA failure like engram__err(): -ENOMEM, -ENODEV or -EIO with
+ * "<what>: <cuda error name> (<text>)"; clears the runtime's last error. */
+int engram__cuda_err(cudaError_t e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Makes the context's device current; *prev receives the caller's. */
+int engram__cuda_enter(const engram_cuda_ctx *c, int *prev);
+void engram__cuda_leave(const engram_cuda_ctx *c, int prev);
+
+/* engram_cuda_register() with ctx->lock held; *t receives the entry. */
+int engram__cuda_register_locked(engram_cuda_ctx *c, engram_table_id id, engram__cuda_table **t);
+
+/* Destroys a plan with ctx->lock held and the device current. */
+void engram__cuda_plan_free_locked(struct engram_cuda_plan *p);
+
+/* The host path's error sink (engram__cuda_host.on_error). */
+int engram__cuda_host_error(void *ud, int code, const char *msg);
+
+#endif

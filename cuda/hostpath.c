@@ -1,0 +1,42 @@
+/*
+ * hostpath.c - the CPU half of the host path: gathers staged ids into
+ * staged rows with the core library, inside a cudaLaunchHostFunc node.
+ *
+ * It runs on a CUDA driver thread, between a device-to-host copy of the
+ * ids and a host-to-device copy of the rows on the lookup's stream.  It
+ * must not call the CUDA API, and it cannot fail the lookup: a failure is
+ * handed to the context's error sink, which engram_cuda_check() reads.
+ */
+#include "common.h"
+#include "cuda_internal.h"
+
+int engram__cuda_host_gather(const engram__cuda_host *h, size_t T)
+{
+    engram_lookup_args a = ENGRAM_LOOKUP_ARGS_INIT;
+    int err;
+
+    /* A bad id would fail the whole CPU lookup; the GPU path skips it
+     * instead, and the kernel that moves these rows to the output reports
+     * it from its own copy of the ids.  Make it dead here so the CPU
+     * gathers every good row. */
+    for (size_t t = 0; t < T; t++) {
+        for (size_t k = 0; k < h->K; k++) {
+            int64_t *id = &h->ids[t * h->K + k];
+            if (*id != ENGRAM_DEAD_ID && (uint64_t)*id - (uint64_t)h->offsets[k] >= h->nrows[k])
+                *id = ENGRAM_DEAD_ID;
+        }
+    }
+    a.num_tokens = T;
+    a.num_cols = h->K;
+    a.tables = h->tables;
+    a.offsets = h->offsets;
+    a.ids = h->ids;
+    a.id_type = ENGRAM_ID_INT64;
+    a.out = h->rows;
+    err = engram_lookup(h->store, &a);
+    /* engram_errmsg() is this thread's: read it here, before returning to
+     * the driver. */
+    if (err && h->on_error)
+        h->on_error(h->ud, err, engram_errmsg());
+    return err;
+}

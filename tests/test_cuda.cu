@@ -1,0 +1,978 @@
+/*
+ * test_cuda.cu - the CUDA stream lookup against the CPU lookup, on a GPU.
+ *
+ * Every GPU lookup here is compared byte for byte with engram_lookup() on
+ * the same ids into a copy of the same sentinel-filled output buffer
+ * (margins included), so a wrong row, a byte written into a gap or past a
+ * row, or a dead row that should have been kept is caught by one buffer
+ * comparison.  Covered: many random shapes (row sizes and pitches that
+ * select every load/store width, both id types, dead ids, offsets,
+ * token-major, padded and head-major outputs at odd alignments, background
+ * mode), bad-id reporting (and the debug mode), graph capture and replay
+ * with new ids, a side stream with events (and a negative control showing
+ * the comparison detects a missing wait), registration with several stores
+ * and contexts, pinned-copy fallback, the host path, and the dequant op
+ * against engram_dequant_fp8_e4m3_e8m0_ref().
+ *
+ * Without a CUDA device it exits 77 ("no CUDA device"): skipped.
+ * Compiled by nvcc as C++ (host code only).
+ */
+#include <unistd.h>
+
+#include "testutil.h"
+
+extern "C" {
+#include "backend.h" /* C headers without their own extern "C" */
+#include "common.h"
+}
+#include "engram_cuda.h"
+
+#define CK(call)                                                                      \
+    do {                                                                              \
+        cudaError_t ck_e_ = (call);                                                   \
+        if (ck_e_ != cudaSuccess) {                                                   \
+            TU_FAIL_HEAD(__FILE__, __LINE__);                                         \
+            fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(ck_e_));           \
+            tu_fail_exit();                                                           \
+        }                                                                             \
+    } while (0)
+
+#define SENTINEL 0x5A
+
+/* A table of the fixture. */
+typedef struct gt {
+    const char *name;
+    uint32_t seed, rb, pitch;
+    uint64_t nrows;
+    engram_table_id id;
+} gt;
+
+static gt tabs[] = {
+    {"r264p272a", 1, 264, 272, 1000, 0}, {"r264p272b", 2, 264, 272, 777, 0},
+    {"r264p264", 3, 264, 264, 513, 0},   {"r272", 4, 272, 272, 300, 0},
+    {"r40p48", 5, 40, 48, 200, 0},       {"r40p41", 6, 40, 41, 211, 0},
+    {"r7", 7, 7, 7, 100, 0},             {"r16", 8, 16, 16, 64, 0},
+    {"r1", 9, 1, 1, 50, 0},              {"r1000p1024", 10, 1000, 1024, 90, 0},
+    {"r6p6", 11, 6, 6, 70, 0},           {"r264p268", 12, 264, 268, 123, 0},
+};
+#define NTABS (sizeof tabs / sizeof tabs[0])
+
+static engram_store *st;
+static engram_cuda_ctx *ctx;
+
+static void *dmalloc(size_t n)
+{
+    void *p;
+    CK(cudaMalloc(&p, n ? n : 1));
+    return p;
+}
+
+/* ------------------------------------------------------------------------
+ * One lookup case, run on both sides.
+ */
+typedef struct gcase {
+    size_t T, K;
+    engram_table_id tables[16];
+    int64_t offsets[16];
+    int use_offsets;
+    int id_type;
+    void *ids;           /* host */
+    size_t ids_bytes;
+    ptrdiff_t ist, isk;  /* as passed */
+    ptrdiff_t ost, osk;  /* as passed */
+    uint32_t flags;      /* lookup flags */
+    size_t R, out_R;
+    unsigned char *buf;  /* host, with margins */
+    size_t len, base;
+} gcase;
+
+static void resolved_out(const gcase *c, ptrdiff_t *ost, ptrdiff_t *osk)
+{
+    if (c->ost == 0 && c->osk == 0) {
+        *osk = (ptrdiff_t)c->out_R;
+        *ost = (ptrdiff_t)(c->K * c->out_R);
+    } else {
+        *ost = c->ost;
+        *osk = c->osk;
+    }
+}
+
+static void alloc_out(gcase *c, size_t margin, size_t misalign)
+{
+    ptrdiff_t ost, osk, lo = 0, hi = 0;
+    ptrdiff_t corners[4];
+    resolved_out(c, &ost, &osk);
+    corners[0] = 0;
+    corners[1] = (ptrdiff_t)(c->T - 1) * ost;
+    corners[2] = (ptrdiff_t)(c->K - 1) * osk;
+    corners[3] = corners[1] + corners[2];
+    for (int i = 0; i < 4; i++) {
+        if (corners[i] < lo)
+            lo = corners[i];
+        if (corners[i] > hi)
+            hi = corners[i];
+    }
+    hi += (ptrdiff_t)c->out_R;
+    c->base = margin + (size_t)(-lo) + misalign;
+    c->len = c->base + (size_t)hi + margin;
+    c->buf = (unsigned char *)tu_xmalloc(c->len);
+}
+
+/* Runs the CPU lookup of `c` into exp (a copy of the sentinel buffer). */
+static void cpu_lookup(const gcase *c, unsigned char *exp)
+{
+    engram_lookup_args a = ENGRAM_LOOKUP_ARGS_INIT;
+    a.flags = c->flags & ENGRAM_LOOKUP_ZERO_DEAD;
+    a.num_tokens = c->T;
+    a.num_cols = c->K;
+    a.tables = c->tables;
+    a.offsets = c->use_offsets ? c->offsets : NULL;
+    a.ids = c->ids;
+    a.id_type = c->id_type;
+    a.id_stride_t = c->ist;
+    a.id_stride_k = c->isk;
+    a.out = exp + c->base;
+    a.out_stride_t = c->ost;
+    a.out_stride_k = c->osk;
+    ASSERT_OK(engram_lookup(st, &a));
+}
+
+static engram_cuda_lookup_args gpu_args(const gcase *c, const void *dids, unsigned char *dbuf)
+{
+    engram_cuda_lookup_args a = ENGRAM_CUDA_LOOKUP_ARGS_INIT;
+    a.flags = c->flags;
+    a.num_tokens = c->T;
+    a.ids = dids;
+    a.id_type = c->id_type;
+    a.id_stride_t = c->ist;
+    a.id_stride_k = c->isk;
+    a.out = dbuf + c->base;
+    a.out_stride_t = c->ost;
+    a.out_stride_k = c->osk;
+    return a;
+}
+
+static void report_diff(const gcase *c, const unsigned char *exp, const unsigned char *got,
+                        int line)
+{
+    size_t i = 0;
+    while (exp[i] == got[i])
+        i++;
+    fprintf(stderr,
+            "FAIL [%s] (line %d): GPU output differs at buffer byte %zu (out offset %td): got "
+            "0x%02x, expected 0x%02x (T=%zu K=%zu R=%zu strides out %td,%td ids %td,%td "
+            "id_type %d flags 0x%x base %zu)\n",
+            tu_current_case, line, i, (ptrdiff_t)i - (ptrdiff_t)c->base, got[i], exp[i], c->T,
+            c->K, c->R, c->ost, c->osk, c->ist, c->isk, c->id_type, c->flags, c->base);
+    tu_fail_exit();
+}
+
+/* Runs `c` on the GPU with plan `p` and on the CPU; compares everything. */
+static void check_case(gcase *c, engram_cuda_plan *p, cudaStream_t s, int line)
+{
+    unsigned char *exp = (unsigned char *)tu_xmalloc(c->len);
+    unsigned char *got = (unsigned char *)tu_xmalloc(c->len);
+    unsigned char *dbuf = (unsigned char *)dmalloc(c->len);
+    void *dids = dmalloc(c->ids_bytes);
+    engram_cuda_lookup_args a;
+    engram_cuda_report rep = ENGRAM_CUDA_REPORT_INIT;
+
+    memset(c->buf, SENTINEL, c->len);
+    memcpy(exp, c->buf, c->len);
+    cpu_lookup(c, exp);
+    CK(cudaMemcpy(dbuf, c->buf, c->len, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dids, c->ids, c->ids_bytes, cudaMemcpyHostToDevice));
+    a = gpu_args(c, dids, dbuf);
+    ASSERT_OK(engram_cuda_lookup(p, &a, s));
+    CK(cudaStreamSynchronize(s));
+    CK(cudaMemcpy(got, dbuf, c->len, cudaMemcpyDeviceToHost));
+    if (memcmp(exp, got, c->len) != 0)
+        report_diff(c, exp, got, line);
+    ASSERT_OK(engram_cuda_check(ctx, &rep));
+    ASSERT_EQ_U64(rep.bad_ids, 0);
+    CK(cudaFree(dbuf));
+    CK(cudaFree(dids));
+    free(exp);
+    free(got);
+}
+
+/* Fills c->ids for the resolved strides with valid ids (dead with
+ * probability 1/dead_every), as c->id_type. */
+static void make_ids(gcase *c, uint64_t *rng, int dead_every)
+{
+    ptrdiff_t ist = c->ist, isk = c->isk;
+    size_t n;
+    if (ist == 0 && isk == 0) {
+        ist = (ptrdiff_t)c->K;
+        isk = 1;
+    }
+    n = (size_t)((ptrdiff_t)(c->T - 1) * ist + (ptrdiff_t)(c->K - 1) * isk + 1);
+    c->ids_bytes = n * (c->id_type == ENGRAM_ID_INT64 ? 8 : 4);
+    c->ids = tu_xmalloc(c->ids_bytes);
+    memset(c->ids, 0x7f, c->ids_bytes); /* gaps hold huge ids: reading one would be caught */
+    for (size_t t = 0; t < c->T; t++)
+        for (size_t k = 0; k < c->K; k++) {
+            const gt *tb = NULL;
+            for (size_t i = 0; i < NTABS; i++)
+                if (tabs[i].id == c->tables[k])
+                    tb = &tabs[i];
+            int64_t v = dead_every && tu_rand_below(rng, (uint64_t)dead_every) == 0
+                            ? -1
+                            : (int64_t)tu_rand_below(rng, tb->nrows) +
+                                  (c->use_offsets ? c->offsets[k] : 0);
+            ptrdiff_t e = (ptrdiff_t)t * ist + (ptrdiff_t)k * isk;
+            if (c->id_type == ENGRAM_ID_INT64)
+                ((int64_t *)c->ids)[e] = v;
+            else
+                ((int32_t *)c->ids)[e] = (int32_t)v;
+        }
+}
+
+static engram_cuda_plan *make_plan(const gcase *c)
+{
+    engram_cuda_plan_args pa = ENGRAM_CUDA_PLAN_ARGS_INIT;
+    engram_cuda_plan *p = NULL;
+    pa.num_cols = c->K;
+    pa.tables = c->tables;
+    pa.offsets = c->use_offsets ? c->offsets : NULL;
+    ASSERT_OK(engram_cuda_plan_create(ctx, &pa, &p));
+    ASSERT_EQ(engram_cuda_plan_out_row_bytes(p), c->R);
+    return p;
+}
+
+/* ------------------------------------------------------------------------
+ * Random shapes.
+ */
+static void test_random_shapes(void)
+{
+    static const size_t groups[][4] = {{0, 1, 2, 11}, {3, 3, 3, 3}, {4, 5, 4, 5}, {6, 6, 6, 6},
+                                       {7, 7, 7, 7},  {8, 8, 8, 8}, {9, 9, 9, 9}, {10, 10, 10, 10}};
+    uint64_t rng = 20260501;
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    tu_current_case = "random shapes vs the CPU lookup";
+    for (int iter = 0; iter < 240; iter++) {
+        gcase c;
+        const size_t *g = groups[tu_rand_below(&rng, sizeof groups / sizeof groups[0])];
+        int layout = (int)tu_rand_below(&rng, 4);
+        memset(&c, 0, sizeof c);
+        c.T = 1 + (size_t)tu_rand_below(&rng, iter % 10 == 0 ? 3000 : 200);
+        c.K = 1 + (size_t)tu_rand_below(&rng, 6);
+        for (size_t k = 0; k < c.K; k++) {
+            c.tables[k] = tabs[g[tu_rand_below(&rng, 4)]].id;
+            c.offsets[k] = (int64_t)tu_rand_below(&rng, 5000);
+        }
+        c.R = c.out_R = tabs[g[0]].rb;
+        c.use_offsets = (int)tu_rand_below(&rng, 2);
+        c.id_type = tu_rand_below(&rng, 2) ? ENGRAM_ID_INT64 : ENGRAM_ID_INT32;
+        c.flags = (tu_rand_below(&rng, 2) ? ENGRAM_LOOKUP_ZERO_DEAD : 0) |
+                  (tu_rand_below(&rng, 4) == 0 ? ENGRAM_CUDA_LOOKUP_BACKGROUND : 0);
+        if (tu_rand_below(&rng, 3) == 0) { /* head-major or padded ids */
+            c.ist = 1;
+            c.isk = (ptrdiff_t)c.T + (ptrdiff_t)tu_rand_below(&rng, 3);
+        }
+        switch (layout) {
+        case 0: /* contiguous [T, K, R] */
+            break;
+        case 1: /* token-major with padding: odd strides select narrow stores */
+            c.osk = (ptrdiff_t)(c.R + tu_rand_below(&rng, 9));
+            c.ost = c.osk * (ptrdiff_t)c.K + (ptrdiff_t)tu_rand_below(&rng, 17);
+            break;
+        case 2: /* head-major [K, T, R] */
+            c.ost = (ptrdiff_t)c.R;
+            c.osk = (ptrdiff_t)(c.T * c.R);
+            break;
+        default: /* reversed tokens: negative stride */
+            c.osk = (ptrdiff_t)c.R;
+            c.ost = -(ptrdiff_t)(c.K * c.R);
+            break;
+        }
+        make_ids(&c, &rng, 9);
+        alloc_out(&c, 64, (size_t)tu_rand_below(&rng, 16));
+        engram_cuda_plan *p = make_plan(&c);
+        check_case(&c, p, s, __LINE__);
+        engram_cuda_plan_destroy(p);
+        free(c.ids);
+        free(c.buf);
+    }
+    CK(cudaStreamDestroy(s));
+}
+
+/* ------------------------------------------------------------------------
+ * Bad ids.
+ */
+static void test_bad_ids(void)
+{
+    gcase c;
+    engram_cuda_plan *p;
+    engram_cuda_report rep = ENGRAM_CUDA_REPORT_INIT;
+    uint64_t rng = 77;
+    unsigned char *dbuf, *got, *exp;
+    void *dids;
+    engram_cuda_lookup_args a;
+    int64_t *ids;
+
+    tu_current_case = "bad ids: skipped, counted, first reported";
+    memset(&c, 0, sizeof c);
+    c.T = 2000;
+    c.K = 3;
+    c.tables[0] = tabs[0].id;
+    c.tables[1] = tabs[1].id;
+    c.tables[2] = tabs[0].id;
+    c.use_offsets = 1;
+    c.offsets[1] = 100;
+    c.id_type = ENGRAM_ID_INT64;
+    c.R = c.out_R = 264;
+    make_ids(&c, &rng, 0);
+    alloc_out(&c, 64, 0);
+    ids = (int64_t *)c.ids;
+    /* Bad ids late and early in the batch: the report must name the
+     * smallest (token, column) whatever order the blocks ran in. */
+    ids[1990 * 3 + 0] = 1000;      /* past the end of tabs[0] (1000 rows) */
+    ids[1500 * 3 + 2] = -7;        /* negative */
+    ids[700 * 3 + 1] = 99;         /* below column 1's offset */
+    ids[700 * 3 + 2] = 5000000000; /* same token, later column */
+    p = make_plan(&c);
+    exp = (unsigned char *)tu_xmalloc(c.len);
+    got = (unsigned char *)tu_xmalloc(c.len);
+    dbuf = (unsigned char *)dmalloc(c.len);
+    dids = dmalloc(c.ids_bytes);
+    for (int round = 0; round < 3; round++) {
+        memset(c.buf, SENTINEL, c.len);
+        CK(cudaMemcpy(dbuf, c.buf, c.len, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dids, c.ids, c.ids_bytes, cudaMemcpyHostToDevice));
+        a = gpu_args(&c, dids, dbuf);
+        ASSERT_OK(engram_cuda_lookup(p, &a, 0));
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(got, dbuf, c.len, cudaMemcpyDeviceToHost));
+        /* The reference: the CPU lookup with the bad ids made dead (dead
+         * rows are kept, like skipped bad rows, without ZERO_DEAD). */
+        {
+            int64_t save[4] = {ids[1990 * 3], ids[1500 * 3 + 2], ids[700 * 3 + 1],
+                               ids[700 * 3 + 2]};
+            ids[1990 * 3] = ids[1500 * 3 + 2] = ids[700 * 3 + 1] = ids[700 * 3 + 2] = -1;
+            memcpy(exp, c.buf, c.len);
+            cpu_lookup(&c, exp);
+            ids[1990 * 3] = save[0];
+            ids[1500 * 3 + 2] = save[1];
+            ids[700 * 3 + 1] = save[2];
+            ids[700 * 3 + 2] = save[3];
+        }
+        if (memcmp(exp, got, c.len) != 0)
+            report_diff(&c, exp, got, __LINE__);
+        ASSERT_ERR(engram_cuda_check(ctx, &rep), ENGRAM_EBADID);
+        ASSERT_CONTAINS(engram_errmsg(), "ids[700][1] = 99");
+        ASSERT_EQ_U64(rep.bad_ids, 4);
+        ASSERT_EQ_U64(rep.first_token, 700);
+        ASSERT_EQ(rep.first_col, 1);
+        ASSERT_EQ(rep.first_id, 99);
+        ASSERT_EQ(rep.first_table, tabs[1].id);
+        /* Read and cleared. */
+        ASSERT_OK(engram_cuda_check(ctx, &rep));
+        ASSERT_EQ_U64(rep.bad_ids, 0);
+    }
+
+    tu_current_case = "bad ids: the debug option fails the lookup at once";
+    {
+        engram_cuda_options o = ENGRAM_CUDA_OPTIONS_INIT;
+        engram_cuda_ctx *dbg;
+        engram_cuda_plan *dp;
+        engram_cuda_plan_args pa = ENGRAM_CUDA_PLAN_ARGS_INIT;
+        o.flags = ENGRAM_CUDA_DEBUG_SYNC;
+        ASSERT_OK(engram_cuda_open(st, &o, &dbg));
+        pa.num_cols = c.K;
+        pa.tables = c.tables;
+        pa.offsets = c.offsets;
+        ASSERT_OK(engram_cuda_plan_create(dbg, &pa, &dp));
+        ASSERT_ERR(engram_cuda_lookup(dp, &a, 0), ENGRAM_EBADID);
+        ASSERT_CONTAINS(engram_errmsg(), "ids[700][1] = 99");
+        ids[1990 * 3] = ids[1500 * 3 + 2] = ids[700 * 3 + 2] = 5;
+        ids[700 * 3 + 1] = 105; /* column 1 has offset 100 */
+        CK(cudaMemcpy(dids, c.ids, c.ids_bytes, cudaMemcpyHostToDevice));
+        ASSERT_OK(engram_cuda_lookup(dp, &a, 0));
+        engram_cuda_close(dbg); /* also destroys dp */
+    }
+
+    tu_current_case = "argument errors enqueue nothing";
+    a.id_type = 3;
+    ASSERT_ERR(engram_cuda_lookup(p, &a, 0), ENGRAM_ELAYOUT);
+    a.id_type = ENGRAM_ID_INT64;
+    a.out_stride_t = 264;
+    a.out_stride_k = 100; /* rows overlap */
+    ASSERT_ERR(engram_cuda_lookup(p, &a, 0), ENGRAM_ELAYOUT);
+    a.out_stride_t = a.out_stride_k = 0;
+    a.ids = (const char *)dids + 4; /* misaligned int64 ids */
+    ASSERT_ERR(engram_cuda_lookup(p, &a, 0), ENGRAM_ELAYOUT);
+    a.ids = NULL;
+    ASSERT_ERR(engram_cuda_lookup(p, &a, 0), -EINVAL);
+
+    engram_cuda_plan_destroy(p);
+    CK(cudaFree(dbuf));
+    CK(cudaFree(dids));
+    free(exp);
+    free(got);
+    free(c.ids);
+    free(c.buf);
+}
+
+/* ------------------------------------------------------------------------
+ * Graph capture and replay with new ids.
+ */
+static void graph_round(engram_cuda_plan *p, gcase *c, uint64_t *rng)
+{
+    cudaStream_t s;
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    unsigned char *dbuf = (unsigned char *)dmalloc(c->len);
+    unsigned char *exp = (unsigned char *)tu_xmalloc(c->len);
+    unsigned char *got = (unsigned char *)tu_xmalloc(c->len);
+    void *dids = dmalloc(c->ids_bytes);
+    engram_cuda_lookup_args a = gpu_args(c, dids, dbuf);
+
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    ASSERT_OK(engram_cuda_lookup(p, &a, s));
+    CK(cudaStreamEndCapture(s, &g));
+    CK(cudaGraphInstantiate(&ge, g, 0));
+    for (int replay = 0; replay < 4; replay++) {
+        free(c->ids);
+        make_ids(c, rng, 7); /* new ids, same buffer on the device */
+        memset(c->buf, SENTINEL, c->len);
+        memcpy(exp, c->buf, c->len);
+        cpu_lookup(c, exp);
+        CK(cudaMemcpy(dbuf, c->buf, c->len, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dids, c->ids, c->ids_bytes, cudaMemcpyHostToDevice));
+        CK(cudaGraphLaunch(ge, s));
+        CK(cudaStreamSynchronize(s));
+        CK(cudaMemcpy(got, dbuf, c->len, cudaMemcpyDeviceToHost));
+        if (memcmp(exp, got, c->len) != 0)
+            report_diff(c, exp, got, __LINE__);
+    }
+    CK(cudaGraphExecDestroy(ge));
+    CK(cudaGraphDestroy(g));
+    CK(cudaStreamDestroy(s));
+    CK(cudaFree(dbuf));
+    CK(cudaFree(dids));
+    free(exp);
+    free(got);
+}
+
+static void test_graph(void)
+{
+    gcase c;
+    uint64_t rng = 4242;
+    engram_cuda_plan *p;
+    tu_current_case = "graph capture, replayed with new ids";
+    memset(&c, 0, sizeof c);
+    c.T = 256;
+    c.K = 4;
+    for (size_t k = 0; k < 4; k++)
+        c.tables[k] = tabs[k % 2].id;
+    c.id_type = ENGRAM_ID_INT32;
+    c.flags = ENGRAM_LOOKUP_ZERO_DEAD;
+    c.R = c.out_R = 264;
+    make_ids(&c, &rng, 7);
+    alloc_out(&c, 64, 0);
+    p = make_plan(&c);
+    graph_round(p, &c, &rng);
+    engram_cuda_plan_destroy(p);
+    free(c.ids);
+    free(c.buf);
+}
+
+/* ------------------------------------------------------------------------
+ * Side stream with events, and the negative control.
+ */
+static void CUDART_CB sleep_fn(void *arg)
+{
+    (void)arg;
+    usleep(300 * 1000);
+}
+
+static void test_side_stream(void)
+{
+    gcase c;
+    uint64_t rng = 99;
+    engram_cuda_plan *p;
+    cudaStream_t main_s, side;
+    cudaEvent_t ev;
+    unsigned char *dbuf, *exp, *got;
+    void *dids;
+    engram_cuda_lookup_args a;
+
+    memset(&c, 0, sizeof c);
+    c.T = 256;
+    c.K = 16;
+    for (size_t k = 0; k < c.K; k++)
+        c.tables[k] = tabs[k % 2].id;
+    c.id_type = ENGRAM_ID_INT64;
+    c.R = c.out_R = 264;
+    make_ids(&c, &rng, 0);
+    alloc_out(&c, 0, 0);
+    p = make_plan(&c);
+    dbuf = (unsigned char *)dmalloc(c.len);
+    dids = dmalloc(c.ids_bytes);
+    CK(cudaMallocHost((void **)&got, c.len));
+    exp = (unsigned char *)tu_xmalloc(c.len);
+    memset(c.buf, SENTINEL, c.len);
+    memcpy(exp, c.buf, c.len);
+    cpu_lookup(&c, exp);
+    CK(cudaMemcpy(dids, c.ids, c.ids_bytes, cudaMemcpyHostToDevice));
+    CK(cudaStreamCreateWithFlags(&main_s, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+    CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    a = gpu_args(&c, dids, dbuf);
+
+    for (int wait = 0; wait < 2; wait++) {
+        tu_current_case = wait ? "side stream: the consumer waits on the event"
+                                : "side stream: negative control without the wait";
+        CK(cudaMemset(dbuf, SENTINEL, c.len));
+        CK(cudaDeviceSynchronize());
+        /* The side stream is held up before the lookup, as a busy
+         * prefetch stream would be. */
+        CK(cudaLaunchHostFunc(side, sleep_fn, NULL));
+        ASSERT_OK(engram_cuda_lookup(p, &a, side));
+        CK(cudaEventRecord(ev, side));
+        if (wait)
+            CK(cudaStreamWaitEvent(main_s, ev, 0));
+        CK(cudaMemcpyAsync(got, dbuf, c.len, cudaMemcpyDeviceToHost, main_s));
+        CK(cudaStreamSynchronize(main_s));
+        if (wait) {
+            if (memcmp(exp, got, c.len) != 0)
+                report_diff(&c, exp, got, __LINE__);
+        } else {
+            /* Without the wait the consumer read the buffer before the
+             * lookup ran: the comparison must see it. */
+            ASSERT(memcmp(exp, got, c.len) != 0);
+        }
+        CK(cudaStreamSynchronize(side));
+    }
+    CK(cudaEventDestroy(ev));
+    CK(cudaStreamDestroy(main_s));
+    CK(cudaStreamDestroy(side));
+    CK(cudaFree(dbuf));
+    CK(cudaFree(dids));
+    CK(cudaFreeHost(got));
+    free(exp);
+    engram_cuda_plan_destroy(p);
+    free(c.ids);
+    free(c.buf);
+}
+
+/* ------------------------------------------------------------------------
+ * Registration with several stores and contexts.
+ */
+
+/* Looks up rows 0..n-1 of table `id` of `s` through context `cx` and
+ * checks them against pattern `seed`. */
+static void lookup_all(engram_cuda_ctx *cx, engram_table_id id, uint32_t seed, uint64_t n,
+                       uint32_t rb)
+{
+    engram_cuda_plan_args pa = ENGRAM_CUDA_PLAN_ARGS_INIT;
+    engram_cuda_plan *p;
+    engram_cuda_lookup_args a = ENGRAM_CUDA_LOOKUP_ARGS_INIT;
+    int64_t *ids = (int64_t *)tu_xmalloc(n * 8);
+    unsigned char *out = (unsigned char *)tu_xmalloc(n * rb);
+    void *dids = dmalloc(n * 8), *dout = dmalloc(n * rb);
+    for (uint64_t i = 0; i < n; i++)
+        ids[i] = (int64_t)(n - 1 - i);
+    pa.num_cols = 1;
+    pa.tables = &id;
+    ASSERT_OK(engram_cuda_plan_create(cx, &pa, &p));
+    CK(cudaMemcpy(dids, ids, n * 8, cudaMemcpyHostToDevice));
+    a.num_tokens = n;
+    a.ids = dids;
+    a.id_type = ENGRAM_ID_INT64;
+    a.out = dout;
+    ASSERT_OK(engram_cuda_lookup(p, &a, 0));
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(out, dout, n * rb, cudaMemcpyDeviceToHost));
+    for (uint64_t i = 0; i < n; i++)
+        ASSERT_ROW(out + i * rb, seed, n - 1 - i, rb);
+    ASSERT_OK(engram_cuda_check(cx, NULL));
+    engram_cuda_plan_destroy(p);
+    CK(cudaFree(dids));
+    CK(cudaFree(dout));
+    free(ids);
+    free(out);
+}
+
+static void test_registration(void)
+{
+    engram_store *st2, *mem;
+    engram_cuda_ctx *c1, *c2, *c3, *cm, *ccopy;
+    engram_cuda_options o = ENGRAM_CUDA_OPTIONS_INIT;
+    engram_cuda_stats s = ENGRAM_CUDA_STATS_INIT;
+    engram_table_id id2, b1, b2;
+    engram_table_spec spec = {100, 40, 40};
+    unsigned char *page = (unsigned char *)tu_xmalloc(3 * 4096 + 100 * 40 * 2 + 64);
+    unsigned char *rows1 = page + 8, *rows2 = rows1 + 100 * 40; /* share a page */
+    engram_cuda_plan_args pa = ENGRAM_CUDA_PLAN_ARGS_INIT;
+    engram_cuda_plan *p;
+    int m;
+
+    tu_current_case = "registration: two contexts of one store share the range";
+    ASSERT_OK(engram_cuda_open(st, NULL, &c1));
+    ASSERT_OK(engram_cuda_open(st, NULL, &c2));
+    ASSERT_OK(engram_cuda_register(c1, tabs[0].id));
+    ASSERT_OK(engram_cuda_register(c1, tabs[0].id)); /* no-op */
+    m = engram_cuda_table_mode(c1, tabs[0].id);
+    ASSERT(m == ENGRAM_CUDA_TABLE_MAPPED || m == ENGRAM_CUDA_TABLE_COPY);
+    if (m == ENGRAM_CUDA_TABLE_COPY)
+        printf("  note: this driver refused to register the read-only table mapping in place; "
+               "served from a pinned copy\n");
+    ASSERT_OK(engram_cuda_register(c2, tabs[0].id));
+    ASSERT_EQ(engram_cuda_table_mode(c2, tabs[0].id), m);
+    lookup_all(c1, tabs[0].id, tabs[0].seed, tabs[0].nrows, tabs[0].rb);
+    lookup_all(c2, tabs[0].id, tabs[0].seed, tabs[0].nrows, tabs[0].rb);
+    /* Closing one context keeps the other's registration alive. */
+    engram_cuda_close(c1);
+    lookup_all(c2, tabs[0].id, tabs[0].seed, tabs[0].nrows, tabs[0].rb);
+
+    tu_current_case = "registration: a plan holds its tables";
+    pa.num_cols = 1;
+    pa.tables = &tabs[0].id;
+    ASSERT_OK(engram_cuda_plan_create(c2, &pa, &p));
+    ASSERT_ERR(engram_cuda_unregister(c2, tabs[0].id), ENGRAM_ESTATE);
+    engram_cuda_plan_destroy(p);
+    ASSERT_OK(engram_cuda_unregister(c2, tabs[0].id));
+    ASSERT_EQ(engram_cuda_table_mode(c2, tabs[0].id), ENGRAM_CUDA_TABLE_NONE);
+    ASSERT_ERR(engram_cuda_unregister(c2, tabs[0].id), -ENOENT);
+    ASSERT_OK(engram_cuda_register(c2, tabs[0].id)); /* again after unregistering */
+    lookup_all(c2, tabs[0].id, tabs[0].seed, tabs[0].nrows, tabs[0].rb);
+
+    tu_current_case = "registration: a second store of the same namespace";
+    st2 = tu_open("g", 0, 1);
+    ASSERT_OK(engram_table_open(st2, tabs[1].name, &id2));
+    ASSERT_OK(engram_cuda_open(st2, NULL, &c3));
+    lookup_all(c3, id2, tabs[1].seed, tabs[1].nrows, tabs[1].rb);
+    lookup_all(c2, tabs[1].id, tabs[1].seed, tabs[1].nrows, tabs[1].rb);
+    engram_cuda_close(c3);
+    engram_store_close(st2);
+    lookup_all(c2, tabs[1].id, tabs[1].seed, tabs[1].nrows, tabs[1].rb);
+
+    tu_current_case = "registration: bound memory, unaligned, two tables in one page";
+    for (int i = 0; i < 100; i++) {
+        tu_fill_row(rows1 + i * 40, 31, (uint64_t)i, 40);
+        tu_fill_row(rows2 + i * 40, 32, (uint64_t)i, 40);
+    }
+    ASSERT_OK(engram_store_open_memory(NULL, &mem));
+    ASSERT_OK(engram_bind(mem, "b1", &spec, rows1));
+    ASSERT_OK(engram_bind(mem, "b2", &spec, rows2));
+    ASSERT_OK(engram_table_open(mem, "b1", &b1));
+    ASSERT_OK(engram_table_open(mem, "b2", &b2));
+    ASSERT_OK(engram_cuda_open(mem, NULL, &cm));
+    lookup_all(cm, b1, 31, 100, 40);
+    lookup_all(cm, b2, 32, 100, 40);
+    m = engram_cuda_table_mode(cm, b1);
+    ASSERT(m == ENGRAM_CUDA_TABLE_MAPPED || m == ENGRAM_CUDA_TABLE_COPY);
+    ASSERT(engram_cuda_table_mode(cm, b2) == ENGRAM_CUDA_TABLE_MAPPED ||
+           engram_cuda_table_mode(cm, b2) == ENGRAM_CUDA_TABLE_COPY);
+    ASSERT_OK(engram_cuda_get_stats(cm, &s));
+    ASSERT_EQ_U64(s.tables_mapped + s.tables_copied, 2);
+    ASSERT_EQ_U64(s.mapped_bytes + s.copied_bytes, 2 * 100 * 40);
+    engram_cuda_close(cm);
+
+    tu_current_case = "registration: ENGRAM_CUDA_COPY_TABLES serves pinned copies";
+    o.flags = ENGRAM_CUDA_COPY_TABLES;
+    ASSERT_OK(engram_cuda_open(st, &o, &ccopy));
+    lookup_all(ccopy, tabs[2].id, tabs[2].seed, tabs[2].nrows, tabs[2].rb);
+    ASSERT_EQ(engram_cuda_table_mode(ccopy, tabs[2].id), ENGRAM_CUDA_TABLE_COPY);
+    ASSERT_OK(engram_cuda_get_stats(ccopy, &s));
+    ASSERT_EQ_U64(s.tables_copied, 1);
+    ASSERT_EQ_U64(s.copied_bytes, (tabs[2].nrows - 1) * tabs[2].pitch + tabs[2].rb);
+    engram_cuda_close(ccopy);
+    engram_cuda_close(c2);
+    engram_store_close(mem);
+    free(page);
+
+    tu_current_case = "registration: bad ids of tables";
+    ASSERT_OK(engram_cuda_open(st, NULL, &c1));
+    ASSERT_ERR(engram_cuda_register(c1, 1u << 20), -EINVAL);
+    engram_cuda_close(c1);
+}
+
+/* ------------------------------------------------------------------------
+ * Host path: a table without a base address.
+ */
+static const unsigned char *fake_rows;
+enum { FAKE_ROWS = 400 };
+
+static int fake_read(size_t n, struct engram__table *const *t, const uint64_t *rows,
+                     unsigned char *const *dsts)
+{
+    (void)t;
+    for (size_t i = 0; i < n; i++)
+        memcpy(dsts[i], fake_rows + rows[i] * 264, 264);
+    return 0;
+}
+
+static const engram__backend_ops fake_ops = {ENGRAM__BACKEND_VERSION, "fake", fake_read, NULL};
+
+static void test_host_path(void)
+{
+    engram_table_spec spec = {FAKE_ROWS, 264, 264};
+    unsigned char *rows = tu_make_rows(50, FAKE_ROWS, 264, 264, 0);
+    engram_table_id fid;
+    engram_cuda_plan_args pa = ENGRAM_CUDA_PLAN_ARGS_INIT;
+    engram_cuda_plan *p;
+    engram_cuda_stats s = ENGRAM_CUDA_STATS_INIT;
+    gcase c;
+    uint64_t rng = 11;
+    cudaStream_t strm;
+
+    tu_current_case = "host path: mixed with mapped columns";
+    fake_rows = rows;
+    ASSERT_OK(engram__store_add_table(st, "ondemand", &spec, NULL, &fake_ops, NULL, &fid));
+    {
+        /* A fixture entry so make_ids knows its size. */
+        static gt extra = {"ondemand", 50, 264, 264, FAKE_ROWS, 0};
+        extra.id = fid;
+        tabs[NTABS - 1] = extra; /* replaces r264p268, not used below */
+    }
+    memset(&c, 0, sizeof c);
+    c.T = 300;
+    c.K = 3;
+    c.tables[0] = tabs[0].id;
+    c.tables[1] = fid;
+    c.tables[2] = tabs[1].id;
+    c.use_offsets = 1;
+    c.offsets[1] = 17;
+    c.id_type = ENGRAM_ID_INT32;
+    c.flags = ENGRAM_LOOKUP_ZERO_DEAD;
+    c.R = c.out_R = 264;
+    make_ids(&c, &rng, 6);
+    alloc_out(&c, 64, 0);
+    pa.num_cols = 3;
+    pa.tables = c.tables;
+    pa.offsets = c.offsets;
+    ASSERT_ERR(engram_cuda_plan_create(ctx, &pa, &p), -EINVAL); /* no max_tokens */
+    pa.max_tokens = 512;
+    ASSERT_OK(engram_cuda_plan_create(ctx, &pa, &p));
+    ASSERT_EQ(engram_cuda_table_mode(ctx, fid), ENGRAM_CUDA_TABLE_HOST);
+    CK(cudaStreamCreateWithFlags(&strm, cudaStreamNonBlocking));
+    check_case(&c, p, strm, __LINE__);
+    c.flags = 0;
+    check_case(&c, p, strm, __LINE__);
+
+    tu_current_case = "host path: bad ids reported like the GPU path";
+    {
+        unsigned char *dbuf = (unsigned char *)dmalloc(c.len);
+        void *dids = dmalloc(c.ids_bytes);
+        engram_cuda_report rep = ENGRAM_CUDA_REPORT_INIT;
+        engram_cuda_lookup_args a;
+        ((int32_t *)c.ids)[10 * 3 + 1] = 16; /* below the offset */
+        CK(cudaMemcpy(dids, c.ids, c.ids_bytes, cudaMemcpyHostToDevice));
+        a = gpu_args(&c, dids, dbuf);
+        ASSERT_OK(engram_cuda_lookup(p, &a, strm));
+        CK(cudaStreamSynchronize(strm));
+        ASSERT_ERR(engram_cuda_check(ctx, &rep), ENGRAM_EBADID);
+        ASSERT_EQ_U64(rep.bad_ids, 1);
+        ASSERT_EQ_U64(rep.first_token, 10);
+        ASSERT_EQ(rep.first_col, 1);
+        ASSERT_EQ(rep.host_error, 0);
+        a.num_tokens = 513;
+        ASSERT_ERR(engram_cuda_lookup(p, &a, strm), -EINVAL); /* over max_tokens */
+        ((int32_t *)c.ids)[10 * 3 + 1] = 17;
+        CK(cudaFree(dbuf));
+        CK(cudaFree(dids));
+    }
+
+    tu_current_case = "host path: graph capture and replay";
+    graph_round(p, &c, &rng);
+    ASSERT_OK(engram_cuda_get_stats(ctx, &s));
+    ASSERT_GE(s.host_gathers, 4 + 3);
+    ASSERT_GE(s.tables_host, 1);
+
+    CK(cudaStreamDestroy(strm));
+    engram_cuda_plan_destroy(p);
+    free(c.ids);
+    free(c.buf);
+    /* The store keeps reading `rows` until it closes (at exit). */
+}
+
+/* ------------------------------------------------------------------------
+ * Dequant.
+ */
+static void dequant_check(engram_cuda_plan *p, const unsigned char *const *wmem, const uint32_t *wpitch,
+                          const unsigned char *const *smem, size_t K, size_t T, size_t misalign,
+                          uint32_t flags)
+{
+    size_t N = 256, orow = 2 * N, len = T * K * orow + misalign;
+    int64_t *ids = (int64_t *)tu_xmalloc(T * K * 8);
+    uint16_t *exp = (uint16_t *)tu_xmalloc(len + 2), *got = (uint16_t *)tu_xmalloc(len + 2);
+    unsigned char *dout = (unsigned char *)dmalloc(len);
+    void *dids = dmalloc(T * K * 8);
+    engram_cuda_lookup_args a = ENGRAM_CUDA_LOOKUP_ARGS_INIT;
+    uint64_t rng = T * 31 + K;
+    memset(exp, 0x77, len);
+    for (size_t t = 0; t < T; t++)
+        for (size_t k = 0; k < K; k++) {
+            int64_t id = tu_rand_below(&rng, 8) == 0 ? -1 : (int64_t)tu_rand_below(&rng, 300);
+            unsigned char *o = (unsigned char *)exp + misalign + (t * K + k) * orow;
+            ids[t * K + k] = id;
+            if (id == -1) {
+                if (flags & ENGRAM_LOOKUP_ZERO_DEAD)
+                    memset(o, 0, orow);
+                continue;
+            }
+            {
+                const unsigned char *row = wmem[k] + (size_t)id * wpitch[k];
+                const unsigned char *scales = smem ? smem[k] + (size_t)id * 8 : row + 256;
+                uint16_t tmp[256];
+                ASSERT_OK(engram_dequant_fp8_e4m3_e8m0_ref(row, scales, N, tmp));
+                memcpy(o, tmp, orow);
+            }
+        }
+    CK(cudaMemset(dout, 0x77, len)); /* dead rows stay 0x77 unless zero-filled */
+    CK(cudaMemcpy(dids, ids, T * K * 8, cudaMemcpyHostToDevice));
+    a.flags = flags;
+    a.num_tokens = T;
+    a.ids = dids;
+    a.id_type = ENGRAM_ID_INT64;
+    a.out = dout + misalign;
+    ASSERT_OK(engram_cuda_lookup(p, &a, 0));
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(got, dout, len, cudaMemcpyDeviceToHost));
+    if (memcmp(exp, got, len) != 0) {
+        size_t i = 0;
+        while (((unsigned char *)exp)[i] == ((unsigned char *)got)[i])
+            i++;
+        fprintf(stderr, "FAIL [%s]: dequant output differs at byte %zu (T=%zu K=%zu misalign %zu)\n",
+                tu_current_case, i, T, K, misalign);
+        tu_fail_exit();
+    }
+    ASSERT_OK(engram_cuda_check(ctx, NULL));
+    CK(cudaFree(dout));
+    CK(cudaFree(dids));
+    free(ids);
+    free(exp);
+    free(got);
+}
+
+static void test_dequant(void)
+{
+    engram_store *mem;
+    unsigned char *packed = (unsigned char *)tu_xmalloc(300 * 264);
+    unsigned char *odd = (unsigned char *)tu_xmalloc(300 * 265);
+    unsigned char *wts = (unsigned char *)tu_xmalloc(300 * 256);
+    unsigned char *scl = (unsigned char *)tu_xmalloc(300 * 8);
+    engram_table_spec sp_packed = {300, 264, 264}, sp_odd = {300, 264, 265};
+    engram_table_spec sp_w = {300, 256, 256}, sp_s = {300, 8, 8};
+    engram_table_id tp, to, tw, ts;
+    engram_cuda_ctx *saved = ctx;
+    engram_cuda_plan_args pa = ENGRAM_CUDA_PLAN_ARGS_INIT;
+    engram_cuda_plan *p;
+    uint64_t rng = 123;
+
+    /* Random bytes: every E4M3 code including NaN, and scales spread over
+     * the whole E8M0 range including 0 and 255. */
+    for (size_t i = 0; i < 300 * 264; i++)
+        packed[i] = (unsigned char)tu_rand(&rng);
+    for (size_t i = 0; i < 300; i++)
+        memcpy(odd + i * 265, packed + i * 264, 264);
+    for (size_t i = 0; i < 300; i++) {
+        memcpy(wts + i * 256, packed + i * 264, 256);
+        memcpy(scl + i * 8, packed + i * 264 + 256, 8);
+    }
+    ASSERT_OK(engram_store_open_memory(NULL, &mem));
+    ASSERT_OK(engram_bind(mem, "packed", &sp_packed, packed));
+    ASSERT_OK(engram_bind(mem, "odd", &sp_odd, odd));
+    ASSERT_OK(engram_bind(mem, "w", &sp_w, wts));
+    ASSERT_OK(engram_bind(mem, "s", &sp_s, scl));
+    ASSERT_OK(engram_table_open(mem, "packed", &tp));
+    ASSERT_OK(engram_table_open(mem, "odd", &to));
+    ASSERT_OK(engram_table_open(mem, "w", &tw));
+    ASSERT_OK(engram_table_open(mem, "s", &ts));
+    ASSERT_OK(engram_cuda_open(mem, NULL, &ctx));
+
+    tu_current_case = "dequant: packed rows, vector and scalar variants";
+    {
+        engram_table_id t2[2] = {tp, tp};
+        const unsigned char *wm[2] = {packed, packed};
+        uint32_t wp[2] = {264, 264};
+        pa.op = ENGRAM_CUDA_OP_DEQUANT_FP8;
+        pa.num_cols = 2;
+        pa.tables = t2;
+        ASSERT_OK(engram_cuda_plan_create(ctx, &pa, &p));
+        ASSERT_EQ(engram_cuda_plan_out_row_bytes(p), 512);
+        dequant_check(p, wm, wp, NULL, 2, 1, 0, 0);
+        dequant_check(p, wm, wp, NULL, 2, 700, 0, ENGRAM_LOOKUP_ZERO_DEAD);
+        dequant_check(p, wm, wp, NULL, 2, 300, 2, 0); /* 2-aligned output: scalar */
+        engram_cuda_plan_destroy(p);
+    }
+    tu_current_case = "dequant: packed rows at an odd pitch (byte loads)";
+    {
+        const unsigned char *wm[1] = {odd};
+        uint32_t wp[1] = {265};
+        pa.num_cols = 1;
+        pa.tables = &to;
+        ASSERT_OK(engram_cuda_plan_create(ctx, &pa, &p));
+        dequant_check(p, wm, wp, NULL, 1, 500, 0, ENGRAM_LOOKUP_ZERO_DEAD);
+        engram_cuda_plan_destroy(p);
+    }
+    tu_current_case = "dequant: planar weights and scales";
+    {
+        const unsigned char *wm[1] = {wts}, *sm[1] = {scl};
+        uint32_t wp[1] = {256};
+        pa.num_cols = 1;
+        pa.tables = &tw;
+        pa.scale_tables = &ts;
+        ASSERT_OK(engram_cuda_plan_create(ctx, &pa, &p));
+        ASSERT_EQ(engram_cuda_plan_out_row_bytes(p), 512);
+        dequant_check(p, wm, wp, sm, 1, 400, 0, 0);
+        dequant_check(p, wm, wp, sm, 1, 33, 16, ENGRAM_LOOKUP_ZERO_DEAD);
+        engram_cuda_plan_destroy(p);
+    }
+    tu_current_case = "dequant: shape errors";
+    pa.tables = &tw;
+    pa.scale_tables = NULL; /* 256-byte rows are not packed FP8 rows */
+    ASSERT_ERR(engram_cuda_plan_create(ctx, &pa, &p), ENGRAM_ELAYOUT);
+    pa.tables = &tp;
+    pa.scale_tables = &ts; /* planar weight rows of 264 values: not a multiple of 32 */
+    ASSERT_ERR(engram_cuda_plan_create(ctx, &pa, &p), ENGRAM_ELAYOUT);
+    engram_cuda_close(ctx);
+    ctx = saved;
+    engram_store_close(mem);
+    free(packed);
+    free(odd);
+    free(wts);
+    free(scl);
+}
+
+int main(void)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        printf("test_cuda: skipped: no CUDA device (%s)\n",
+               e != cudaSuccess ? cudaGetErrorString(e) : "none");
+        return 77;
+    }
+    tu_watchdog(240);
+    st = tu_open("g", ENGRAM_OPEN_PREFAULT, 1);
+    for (size_t i = 0; i < NTABS; i++) {
+        tu_populate(st, tabs[i].name, tabs[i].seed, tabs[i].nrows, tabs[i].rb, tabs[i].pitch);
+        ASSERT_OK(engram_table_open(st, tabs[i].name, &tabs[i].id));
+    }
+    ASSERT_OK(engram_cuda_open(st, NULL, &ctx));
+    ASSERT_OK(engram_cuda_warmup(ctx));
+    test_random_shapes();
+    test_bad_ids();
+    test_graph();
+    test_side_stream();
+    test_registration();
+    test_dequant();
+    test_host_path();
+    {
+        engram_cuda_stats s = ENGRAM_CUDA_STATS_INIT;
+        ASSERT_OK(engram_cuda_get_stats(ctx, &s));
+        printf("test_cuda: tables mapped %llu copied %llu host %llu, lookups %llu\n",
+               (unsigned long long)s.tables_mapped, (unsigned long long)s.tables_copied,
+               (unsigned long long)s.tables_host, (unsigned long long)s.lookups);
+    }
+    engram_cuda_close(ctx);
+    engram_store_close(st);
+    printf("test_cuda: ok\n");
+    return 0;
+}
