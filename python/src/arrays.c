@@ -179,6 +179,20 @@ static PyObject *device_refusal(const char *arg, const char *how)
     return NULL;
 }
 
+/* Hands a taken DLPack tensor back to its producer. */
+static void dl_delete(void *managed, int versioned)
+{
+    if (versioned) {
+        dl_managed_v *mv = managed;
+        if (mv->deleter)
+            mv->deleter(mv);
+    } else {
+        dl_managed *mt = managed;
+        if (mt->deleter)
+            mt->deleter(mt);
+    }
+}
+
 static int from_dlpack(PyObject *obj, const char *arg, int writable, ext_array *a)
 {
     PyObject *m = NULL, *cap = NULL, *kw = NULL, *args = NULL;
@@ -282,15 +296,7 @@ static int from_dlpack(PyObject *obj, const char *arg, int writable, ext_array *
 
 fail_taken:
     /* The capsule is ours now but was not renamed: release it by hand. */
-    if (versioned) {
-        dl_managed_v *mv = a->dl_managed;
-        if (mv->deleter)
-            mv->deleter(mv);
-    } else {
-        dl_managed *mt = a->dl_managed;
-        if (mt->deleter)
-            mt->deleter(mt);
-    }
+    dl_delete(a->dl_managed, versioned);
     a->dl_managed = NULL;
 fail:
     Py_XDECREF(cap);
@@ -342,15 +348,7 @@ void ext_array_release(ext_array *a)
         a->has_view = 0;
     }
     if (a->dl_capsule) {
-        if (a->dl_versioned) {
-            dl_managed_v *mv = a->dl_managed;
-            if (mv->deleter)
-                mv->deleter(mv);
-        } else {
-            dl_managed *mt = a->dl_managed;
-            if (mt->deleter)
-                mt->deleter(mt);
-        }
+        dl_delete(a->dl_managed, a->dl_versioned);
         Py_CLEAR(a->dl_capsule);
         a->dl_managed = NULL;
     }

@@ -934,20 +934,29 @@ PyDoc_STRVAR(remove_doc,
 "processes keep the mapping they have; this store's later lookups of the name\n"
 "find the table gone.  Bound tables cannot be removed (StateError).");
 
-static PyObject *Store_remove(StoreObject *s, PyObject *name)
+/* Calls fn(store, name) with the GIL released: 0, or -1 with the
+ * library's error raised. */
+static int call_named(StoreObject *s, PyObject *name, int (*fn)(engram_store *, const char *))
 {
     const char *cname;
     int rc;
-    if (!(cname = name_arg(name, "name")))
-        return NULL;
-    if (enter(s) < 0)
-        return NULL;
+    if (!(cname = name_arg(name, "name")) || enter(s) < 0)
+        return -1;
     Py_BEGIN_ALLOW_THREADS
-    rc = engram_remove(s->st, cname);
+    rc = fn(s->st, cname);
     leave(s);
     Py_END_ALLOW_THREADS
-    if (rc < 0)
-        return ext_raise(rc, NULL);
+    if (rc < 0) {
+        ext_raise(rc, NULL);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *Store_remove(StoreObject *s, PyObject *name)
+{
+    if (call_named(s, name, engram_remove) < 0)
+        return NULL;
     /* The next lookup of the name resolves it afresh. */
     memo_clear(s);
     if (PyDict_DelItem(s->tables, name) < 0) {
@@ -963,20 +972,15 @@ PyDoc_STRVAR(verify_doc,
 "Re-reads stored table `name` and checks its header and data checksum\n"
 "(CorruptTableError if they disagree).  The GIL is released meanwhile.");
 
+static int verify_quiet(engram_store *st, const char *name)
+{
+    return engram_verify(st, name, NULL, NULL);
+}
+
 static PyObject *Store_verify(StoreObject *s, PyObject *name)
 {
-    const char *cname;
-    int rc;
-    if (!(cname = name_arg(name, "name")))
+    if (call_named(s, name, verify_quiet) < 0)
         return NULL;
-    if (enter(s) < 0)
-        return NULL;
-    Py_BEGIN_ALLOW_THREADS
-    rc = engram_verify(s->st, cname, NULL, NULL);
-    leave(s);
-    Py_END_ALLOW_THREADS
-    if (rc < 0)
-        return ext_raise(rc, NULL);
     Py_RETURN_NONE;
 }
 
