@@ -379,9 +379,12 @@ typedef struct engram_lookup_args {
     void *out;                     /* output base */
     ptrdiff_t out_stride_t;        /* in bytes; 0 with out_stride_k 0 = contiguous [T,K,R] */
     ptrdiff_t out_stride_k;        /* in bytes */
+    size_t row_bytes;              /* bytes per output row as the caller sized it: a table
+                                    * whose row_bytes differs is ENGRAM_ELAYOUT; 0 = take
+                                    * the tables' row_bytes unchecked */
 } engram_lookup_args;
 
-#define ENGRAM_LOOKUP_ARGS_INIT {sizeof(engram_lookup_args), 0u, 0, 0, NULL, NULL, NULL, 0, 0, 0, NULL, 0, 0}
+#define ENGRAM_LOOKUP_ARGS_INIT {sizeof(engram_lookup_args), 0u, 0, 0, NULL, NULL, NULL, 0, 0, 0, NULL, 0, 0, 0}
 
 /*! engram_lookup() :
  * Performs one lookup (see above).  Thread-safe: any number of threads may

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and testing engram needs on a fresh Debian/Ubuntu
-# machine: a C toolchain, CMake, pkg-config, libxxhash, liburing and cJSON.
-# Python and numpy are optional (the numpy baseline of the benchmark).  Runs apt-get
+# machine: a C toolchain, CMake, pkg-config, libxxhash, liburing, cJSON, and
+# Python 3 with venv and its headers (for the engramstore package;
+# scripts/test.sh installs numpy and pytest from PyPI into build/venv).  Runs apt-get
 # only when something is missing, so repeated runs are fast.
 set -euo pipefail
 
@@ -14,6 +15,14 @@ command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 [ -f /usr/include/liburing.h ] || need+=(liburing-dev)
 [ -f /usr/include/cjson/cJSON.h ] || need+=(libcjson-dev)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
+# The Python package builds in a virtual environment against Python's headers.
+if command -v python3 >/dev/null 2>&1; then
+  python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
+  python3 -c 'import os, sysconfig; raise SystemExit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+    || need+=(python3-dev)
+else
+  need+=(python3-venv python3-dev)
+fi
 if [ "${ENGRAM_SETUP_CLANG:-0}" = 1 ]; then
   command -v clang >/dev/null 2>&1 || need+=(clang)
 fi

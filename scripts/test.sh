@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Builds engram and runs every test: a release build with warnings as
-# errors, then an ASan+UBSan build, then a ThreadSanitizer build of the
-# threaded tests.  Each ends with CTest's summary line.
+# errors (the Python extension included), then an ASan+UBSan build, then a
+# ThreadSanitizer build of the threaded tests, each ending with CTest's
+# summary line; then the Python package, installed with `pip install .`
+# into the virtual environment build/venv, and its pytest suite, which
+# ends the run with pytest's summary line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -19,6 +22,13 @@ run_build() { # name, cmake options..., then -- ctest options...
   (cd "build/$name" && ctest --output-on-failure -j"$jobs" "${topts[@]}")
 }
 
-run_build release -DCMAKE_BUILD_TYPE=RelWithDebInfo
+run_build release -DCMAKE_BUILD_TYPE=RelWithDebInfo -DENGRAM_PYTHON=ON
 run_build asan -DENGRAM_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug
 run_build tsan -DENGRAM_TSAN=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -- -R 'test_(lookup|concurrency|filecache)'
+
+echo "== python package"
+[ -x build/venv/bin/python ] || python3 -m venv build/venv
+build/venv/bin/python -m pip install -q --disable-pip-version-check numpy pytest
+build/venv/bin/python -m pip install -q --disable-pip-version-check . -C cmake.define.ENGRAM_WERROR=ON
+# Run from outside the source tree, so `import engramstore` is the installed package.
+(cd tests/python && ../../build/venv/bin/python -m pytest -q -p no:cacheprovider .)

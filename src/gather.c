@@ -395,6 +395,10 @@ static int build_plan(engram_store *st, const engram_lookup_args *a, plan *p, co
         cols[k].pass_done = 0;
         p->indirect |= t->base == NULL;
     }
+    if (ENGRAM__UNLIKELY(a->row_bytes && a->row_bytes != cols[0].t->spec.row_bytes))
+        return engram__err(ENGRAM_ELAYOUT, "output rows are %zu bytes but table '%s' has "
+                           "row_bytes %u", a->row_bytes, cols[0].t->name,
+                           cols[0].t->spec.row_bytes);
     p->cols = cols;
     p->T = T;
     p->K = K;

@@ -43,6 +43,7 @@ struct engram__pool {
     _Atomic(engram__job_fn) fn; /* the current job */
     _Atomic(void *) arg;
     _Atomic int stop;
+    _Atomic int sleepers;       /* workers in (or about to enter) futex_wait */
     uint64_t jobs;              /* job counter, owned by the busy holder */
     int nworkers;
     pid_t pid;                  /* the process whose threads these are */
@@ -96,10 +97,17 @@ static void *worker_main(void *arg)
         uint32_t g;
         int spins = 0;
         while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen) {
-            if (++spins < SPIN_ITERS)
+            if (++spins < SPIN_ITERS) {
                 cpu_relax();
-            else
+            } else {
+                /* Counted before the futex re-checks gen: a poster that
+                 * bumps gen and then reads sleepers == 0 is seen here
+                 * (futex_wait returns at once); one that reads it later
+                 * wakes us.  Both sides are seq_cst. */
+                atomic_fetch_add(&p->sleepers, 1);
                 futex_wait(&p->gen, seen);
+                atomic_fetch_sub(&p->sleepers, 1);
+            }
         }
         seen = g;
         if (atomic_load_explicit(&p->stop, memory_order_acquire))
@@ -162,8 +170,11 @@ int engram__pool_run(engram__pool *p, engram__job_fn fn, void *arg, size_t npart
     /* Release: publishes fn/arg/done with the new claim word. */
     atomic_store_explicit(&p->claim, (p->jobs << (2 * PART_BITS)) | ((uint64_t)nparts << PART_BITS),
                           memory_order_release);
-    atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
-    futex_wake_all(&p->gen);
+    atomic_fetch_add(&p->gen, 1);
+    /* The system call only when a worker sleeps: spinning workers see the
+     * new gen by themselves, and a wake costs a few microseconds. */
+    if (atomic_load(&p->sleepers) > 0)
+        futex_wake_all(&p->gen);
     run_parts(p);
     /* Only parts that a worker claimed can still be running. */
     while (atomic_load_explicit(&p->done, memory_order_acquire) != nparts)

@@ -887,6 +887,17 @@ static void bad_args_body(void)
     ASSERT_ALL_BYTES(out, SENTINEL, sizeof out);
     ASSERT_ERR(engram_lookup(st, NULL), -EINVAL);
 
+    /* The caller's row size, when given, must be the tables' row_bytes
+     * ('a' has 264): a smaller output row is refused before any write. */
+    b = a;
+    b.row_bytes = 263;
+    ASSERT_ERR(engram_lookup(st, &b), ENGRAM_ELAYOUT);
+    ASSERT(strstr(engram_errmsg(), "263") != NULL);
+    b.row_bytes = 265;
+    ASSERT_ERR(engram_lookup(st, &b), ENGRAM_ELAYOUT);
+    ASSERT_ALL_BYTES(out, SENTINEL, sizeof out);
+    b.row_bytes = 264;
+    ASSERT_OK(engram_lookup(st, &b));
 }
 
 static void test_bad_args(void)

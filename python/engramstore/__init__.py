@@ -1,0 +1,183 @@
+"""engramstore: Engram embedding tables held in shared memory and gathered
+fast into caller-owned arrays.
+
+Two APIs over one implementation (the C library libengram):
+
+* the table API: ``EngramStore(tables={...}, namespace=..., local_dir=...)``
+  with ``populate``, ``lookup``, ``get_table_spec``, ``list_tables``,
+  ``remove``, ``stats`` and ``close``;
+* the layer API, compatible with Mooncake's EngramStore:
+  ``EngramStore({layer_id: EngramStoreConfig}, store=None)`` with
+  ``populate``, ``bind_local``, ``lookup_into``, ``remove_from_store`` and
+  the ``get_*`` queries.  Layer L head h is the table ``engram:l{L}:h{h}``.
+
+Arrays are taken as they are (buffer protocol, DLPack): never converted or
+copied.  A wrong dtype, shape or layout raises TypeError or ValueError
+naming the argument; a failed library call raises an EngramError subclass.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from . import _engram
+from ._engram import (  # noqa: F401  (re-exported)
+    DEAD_ID,
+    EBADID,
+    EBOUND,
+    ECHECKSUM,
+    ECORRUPT,
+    ELAYOUT,
+    EMISMATCH,
+    EREMOVED,
+    ESPEC,
+    ESTATE,
+    EUNSAFE,
+    EVERSION,
+    BadIdError,
+    CorruptTableError,
+    EngramError,
+    LayoutError,
+    LayoutMismatchError,
+    SpecError,
+    StateError,
+    StoreClosedError,
+    TableExistsError,
+    TableNotFoundError,
+    TableRemovedError,
+    UnsafePathError,
+    default_root,
+    library_version,
+    strerror,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "EngramStore", "TableStore", "LocalStore", "LayerStore", "EngramStoreConfig",
+    "EngramError", "TableExistsError", "TableNotFoundError", "TableRemovedError",
+    "SpecError", "LayoutMismatchError", "LayoutError", "BadIdError",
+    "CorruptTableError", "UnsafePathError", "StateError", "StoreClosedError",
+    "default_root", "library_version", "strerror", "DEAD_ID",
+]
+
+_DEFAULT = object()  # local_dir not given: the library's default root
+
+
+class EngramStore:
+    """A store of Engram tables; the constructor picks the API by its form.
+
+    ``EngramStore(tables=..., namespace=..., local_dir=..., **options)``
+    opens a table store (a :class:`TableStore`).
+
+    ``EngramStore({layer_id: EngramStoreConfig, ...}, store=None)`` makes a
+    layer store (a :class:`LayerStore`, Mooncake-compatible).
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, *args, **kwargs):
+        if cls is EngramStore:
+            target = LayerStore if _is_layer_form(args, kwargs) else TableStore
+            return target.__new__(target, *args, **kwargs)
+        return object.__new__(cls)
+
+
+def _is_layer_form(args, kwargs) -> bool:
+    """The layer form is a map of int layer ids to EngramStoreConfig (and
+    maybe a store); the table form is all keywords (tables=, namespace=)."""
+    if "store" in kwargs or "layers" in kwargs:
+        return True
+    if args and isinstance(args[0], Mapping):
+        m = args[0]
+        if not m:
+            return not kwargs
+        return any(isinstance(k, int) for k in m) or any(
+            isinstance(v, EngramStoreConfig) for v in m.values())
+    return False
+
+
+def _spec_kwargs(name, spec) -> dict:
+    if isinstance(spec, Mapping):
+        unknown = set(spec) - {"num_rows", "row_bytes", "row_pitch"}
+        if unknown:
+            raise ValueError(f"tables[{name!r}]: unknown keys {sorted(unknown)} "
+                             "(expected num_rows, row_bytes and optionally row_pitch)")
+        missing = {"num_rows", "row_bytes"} - set(spec)
+        if missing:
+            raise ValueError(f"tables[{name!r}]: missing {sorted(missing)}")
+        return dict(spec)
+    if isinstance(spec, tuple) and len(spec) in (2, 3):
+        return dict(zip(("num_rows", "row_bytes", "row_pitch"), spec))
+    raise TypeError(f"tables[{name!r}]: expected a dict with num_rows and row_bytes "
+                    f"(or a (num_rows, row_bytes[, row_pitch]) tuple), got {type(spec).__name__}")
+
+
+class TableStore(_engram.Store, EngramStore):
+    """The table API: one namespace of named tables.
+
+    ``TableStore(tables=None, namespace=None, local_dir=default_root(), *,
+    create=True, prefault=False, random=False, huge_pages=False, mlock=False,
+    verify=False, timing=False, group=False, threads=0)``
+
+    ``tables`` declares specs, ``{name: {"num_rows": N, "row_bytes": R[,
+    "row_pitch": P]}}``; tables already stored under the namespace are
+    reopened (and must match).  ``local_dir=None`` (with no namespace) makes
+    a memory-only store that serves arrays given to :meth:`bind`.
+
+    Options: ``create`` the namespace if missing; ``prefault`` the mappings;
+    ``random`` access advice; ``huge_pages``: serve a private huge-page copy
+    instead of the shared mapping; ``mlock``; ``verify`` checksums when a
+    table is first mapped; ``timing`` of lookups in stats; ``group``-readable
+    namespace; ``threads`` for large lookups (0: one per CPU, at most 8).
+    """
+
+    def __init__(self, tables=None, namespace=None, local_dir=_DEFAULT, **options):
+        if local_dir is _DEFAULT:
+            local_dir = default_root()
+        if local_dir is not None and namespace is None:
+            raise TypeError("namespace: required (or local_dir=None for a memory-only store)")
+        if tables is not None and not isinstance(tables, Mapping):
+            raise TypeError(f"tables: expected a dict of name -> spec, got {type(tables).__name__}")
+        super().__init__(namespace, local_dir, **options)
+        try:
+            for name, spec in (tables or {}).items():
+                self.define(name, **_spec_kwargs(name, spec))
+        except BaseException:
+            self.close()
+            raise
+
+    def __repr__(self) -> str:
+        state = " (closed)" if self.closed else ""
+        return f"<engramstore.{type(self).__name__} {self.path!r}{state}>"
+
+
+class LocalStore(TableStore):
+    """A store client for the layer API: the namespace ``namespace`` under
+    the directory ``local_dir`` (typically on /dev/shm), shared by every
+    process of the node.  It is a :class:`TableStore`; options as there."""
+
+    def __init__(self, local_dir=_DEFAULT, namespace=None, **options):
+        if local_dir is None:
+            raise ValueError("local_dir: a LocalStore needs a directory "
+                             "(use store=None for caller memory)")
+        if namespace is None:
+            raise TypeError("namespace: required")
+        super().__init__(None, namespace, local_dir, **options)
+
+
+class EngramStoreConfig:
+    """One layer's tables: ``table_vocab_sizes[h]`` rows for head h, each of
+    ``row_bytes`` bytes.  ``row_bytes`` defaults to 0 and must be set."""
+
+    __slots__ = ("table_vocab_sizes", "row_bytes")
+
+    def __init__(self, table_vocab_sizes=None, row_bytes: int = 0):
+        self.table_vocab_sizes = list(table_vocab_sizes) if table_vocab_sizes is not None else []
+        self.row_bytes = row_bytes
+
+    def __repr__(self) -> str:
+        return (f"EngramStoreConfig(table_vocab_sizes={self.table_vocab_sizes!r}, "
+                f"row_bytes={self.row_bytes!r})")
+
+
+from ._layer import LayerStore  # noqa: E402  (needs the names above)

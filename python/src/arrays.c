@@ -1,0 +1,395 @@
+/*
+ * arrays.c - taking arrays from Python objects, without copying or
+ * converting them.
+ *
+ * Three kinds of objects are told apart, in this order:
+ *  1. anything with the buffer protocol (numpy arrays, memoryviews,
+ *     np.memmap, bytearray, ...): the view gives data, shape, strides and
+ *     the struct-module format, from which the dtype is read;
+ *  2. device arrays (__cuda_array_interface__, or __dlpack_device__ naming
+ *     a CUDA device): refused with NotImplementedError, because this build
+ *     has no CUDA path;
+ *  3. host arrays that only speak DLPack (torch CPU tensors): the capsule
+ *     from __dlpack__() is taken, renamed "used_..." as the protocol asks,
+ *     and its deleter is called on release.
+ * Nothing is ever converted: the caller checks dtype and shape and raises
+ * if they are not what the argument needs.
+ */
+#include "ext.h"
+
+#include <string.h>
+
+/* ---- DLPack ABI (https://dmlc.github.io/dlpack/latest/c_api.html) -------
+ * The few structs of the stable C ABI this file reads.  Legacy capsules
+ * are named "dltensor" and hold a DLManagedTensor; DLPack >= 1.0 producers
+ * asked for max_version=(1, 0) return "dltensor_versioned" holding a
+ * DLManagedTensorVersioned, which also carries a read-only flag. */
+typedef struct {
+    int32_t device_type;
+    int32_t device_id;
+} dl_device;
+typedef struct {
+    uint8_t code;
+    uint8_t bits;
+    uint16_t lanes;
+} dl_dtype;
+typedef struct {
+    void *data;
+    dl_device device;
+    int32_t ndim;
+    dl_dtype dtype;
+    int64_t *shape;
+    int64_t *strides; /* in elements; NULL = C-contiguous */
+    uint64_t byte_offset;
+} dl_tensor;
+typedef struct dl_managed {
+    dl_tensor t;
+    void *manager_ctx;
+    void (*deleter)(struct dl_managed *self);
+} dl_managed;
+typedef struct dl_managed_v {
+    struct {
+        uint32_t major, minor;
+    } version;
+    void *manager_ctx;
+    void (*deleter)(struct dl_managed_v *self);
+    uint64_t flags;
+    dl_tensor t;
+} dl_managed_v;
+
+#define DL_CPU 1
+#define DL_CUDA 2
+#define DL_CUDA_HOST 3
+#define DL_CUDA_MANAGED 13
+#define DL_INT 0
+#define DL_UINT 1
+#define DL_FLAG_READ_ONLY 1u
+
+/* getattr(obj, name, None) without masking errors other than
+ * AttributeError: 0 with *res set (or NULL if absent), -1 on error. */
+static int ext_getattr_opt(PyObject *obj, const char *name, PyObject **res)
+{
+    *res = PyObject_GetAttrString(obj, name);
+    if (*res)
+        return 0;
+    if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+        return -1;
+    PyErr_Clear();
+    return 0;
+}
+
+/* Parses a struct-module format of one element: an optional native or
+ * little-endian prefix, then one integer code.  Anything else is "other". */
+static void parse_format(const char *fmt, Py_ssize_t itemsize, ext_array *a)
+{
+    a->kind = EXT_KIND_OTHER;
+    a->itemsize = (int)itemsize;
+    if (!fmt) { /* no format requested/given means unsigned bytes */
+        a->kind = EXT_KIND_UINT;
+        return;
+    }
+    if (*fmt == '@' || *fmt == '=' || *fmt == '<')
+        fmt++;
+    if (!fmt[0] || fmt[1])
+        return;
+    if (strchr("bhilq", fmt[0]))
+        a->kind = EXT_KIND_INT;
+    else if (strchr("BHILQ", fmt[0]))
+        a->kind = EXT_KIND_UINT;
+}
+
+static int from_buffer(PyObject *obj, const char *arg, int writable, ext_array *a)
+{
+    /* Ask for a read-only view first, so a read-only output gets our own
+     * message instead of the exporter's BufferError. */
+    if (PyObject_GetBuffer(obj, &a->view, PyBUF_RECORDS_RO) < 0) {
+        PyObject *et, *ev, *tb, *msg;
+        PyErr_Fetch(&et, &ev, &tb);
+        msg = ev ? PyObject_Str(ev) : NULL;
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(tb);
+        PyErr_Format(PyExc_ValueError, "%s: cannot take a strided view of this %.100s (%S)", arg,
+                     Py_TYPE(obj)->tp_name, msg ? msg : Py_None);
+        Py_XDECREF(msg);
+        return -1;
+    }
+    a->has_view = 1;
+    if (a->view.ndim > EXT_MAX_DIMS) {
+        PyErr_Format(PyExc_ValueError, "%s: %d dimensions is more than %d", arg, a->view.ndim,
+                     EXT_MAX_DIMS);
+        goto fail;
+    }
+    if (a->view.format && (a->view.format[0] == '>' || a->view.format[0] == '!')) {
+        PyErr_Format(PyExc_TypeError, "%s: big-endian data is not accepted (format '%s')", arg,
+                     a->view.format);
+        goto fail;
+    }
+    if (writable && a->view.readonly) {
+        PyErr_Format(PyExc_ValueError, "%s: the array is read-only; a writable array is needed",
+                     arg);
+        goto fail;
+    }
+    a->data = a->view.buf;
+    a->ndim = a->view.ndim;
+    a->readonly = a->view.readonly;
+    parse_format(a->view.format, a->view.itemsize, a);
+    for (int i = 0; i < a->ndim; i++) {
+        a->shape[i] = a->view.shape[i];
+        a->strides[i] = a->view.strides[i];
+    }
+    return 0;
+fail:
+    PyBuffer_Release(&a->view);
+    a->has_view = 0;
+    return -1;
+}
+
+/* Calls obj.__dlpack_device__() if present: 1 and *type on success, 0 if
+ * the object has no such method, -1 on error. */
+static int dlpack_device(PyObject *obj, const char *arg, int *type)
+{
+    PyObject *m, *r;
+    if (ext_getattr_opt(obj, "__dlpack_device__", &m) < 0)
+        return -1;
+    if (!m)
+        return 0;
+    r = PyObject_CallNoArgs(m);
+    Py_DECREF(m);
+    if (!r)
+        return -1;
+    if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 2 || !PyLong_Check(PyTuple_GET_ITEM(r, 0))) {
+        Py_DECREF(r);
+        PyErr_Format(PyExc_TypeError, "%s: __dlpack_device__() did not return (type, id)", arg);
+        return -1;
+    }
+    *type = (int)PyLong_AsLong(PyTuple_GET_ITEM(r, 0));
+    Py_DECREF(r);
+    if (*type == -1 && PyErr_Occurred())
+        return -1;
+    return 1;
+}
+
+static PyObject *device_refusal(const char *arg, const char *how)
+{
+    PyErr_Format(PyExc_NotImplementedError,
+                 "%s: CUDA device memory (%s) is not supported yet: this build of engramstore "
+                 "gathers into host memory only",
+                 arg, how);
+    return NULL;
+}
+
+/* Hands a taken DLPack tensor back to its producer. */
+static void dl_delete(void *managed, int versioned)
+{
+    if (versioned) {
+        dl_managed_v *mv = managed;
+        if (mv->deleter)
+            mv->deleter(mv);
+    } else {
+        dl_managed *mt = managed;
+        if (mt->deleter)
+            mt->deleter(mt);
+    }
+}
+
+static int from_dlpack(PyObject *obj, const char *arg, int writable, ext_array *a)
+{
+    PyObject *m = NULL, *cap = NULL, *kw = NULL, *args = NULL;
+    dl_tensor *t;
+    int versioned = 0;
+
+    if (ext_getattr_opt(obj, "__dlpack__", &m) < 0)
+        return -1;
+    if (!m) {
+        PyErr_Format(PyExc_TypeError,
+                     "%s: expected an array (buffer protocol or DLPack), got %.100s", arg,
+                     Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    /* Ask for a versioned capsule (it says whether the memory is
+     * read-only); producers older than DLPack 1.0 reject the keyword. */
+    args = PyTuple_New(0);
+    kw = Py_BuildValue("{s:(ii)}", "max_version", 1, 0);
+    if (!args || !kw)
+        goto fail;
+    cap = PyObject_Call(m, args, kw);
+    if (!cap && PyErr_ExceptionMatches(PyExc_TypeError)) {
+        PyErr_Clear();
+        cap = PyObject_CallNoArgs(m);
+    }
+    if (!cap)
+        goto fail;
+    if (PyCapsule_IsValid(cap, "dltensor_versioned")) {
+        dl_managed_v *mv = PyCapsule_GetPointer(cap, "dltensor_versioned");
+        if (!mv)
+            goto fail;
+        if (mv->version.major != 1) {
+            PyErr_Format(PyExc_TypeError, "%s: DLPack version %u.%u is not supported", arg,
+                         mv->version.major, mv->version.minor);
+            goto fail;
+        }
+        versioned = 1;
+        a->dl_managed = mv;
+        a->readonly = (mv->flags & DL_FLAG_READ_ONLY) != 0;
+        t = &mv->t;
+        if (PyCapsule_SetName(cap, "used_dltensor_versioned") < 0)
+            goto fail_taken;
+    } else if (PyCapsule_IsValid(cap, "dltensor")) {
+        dl_managed *mt = PyCapsule_GetPointer(cap, "dltensor");
+        if (!mt)
+            goto fail;
+        a->dl_managed = mt;
+        t = &mt->t;
+        if (PyCapsule_SetName(cap, "used_dltensor") < 0)
+            goto fail_taken;
+    } else {
+        PyErr_Format(PyExc_TypeError, "%s: __dlpack__() did not return a DLPack capsule", arg);
+        goto fail;
+    }
+    a->dl_capsule = cap;
+    a->dl_versioned = versioned;
+    cap = NULL;
+    Py_CLEAR(m);
+    Py_CLEAR(kw);
+    Py_CLEAR(args);
+
+    if (t->device.device_type == DL_CUDA || t->device.device_type == DL_CUDA_MANAGED) {
+        device_refusal(arg, "DLPack");
+        goto fail_held;
+    }
+    if (t->device.device_type != DL_CPU && t->device.device_type != DL_CUDA_HOST) {
+        PyErr_Format(PyExc_TypeError, "%s: DLPack device type %d is not host memory", arg,
+                     (int)t->device.device_type);
+        goto fail_held;
+    }
+    if (writable && a->readonly) {
+        PyErr_Format(PyExc_ValueError, "%s: the array is read-only; a writable array is needed",
+                     arg);
+        goto fail_held;
+    }
+    if (t->ndim < 0 || t->ndim > EXT_MAX_DIMS) {
+        PyErr_Format(PyExc_ValueError, "%s: %d dimensions is more than %d", arg, (int)t->ndim,
+                     EXT_MAX_DIMS);
+        goto fail_held;
+    }
+    if (t->dtype.lanes != 1 || t->dtype.bits % 8 || t->dtype.bits == 0) {
+        a->kind = EXT_KIND_OTHER;
+        a->itemsize = 0;
+    } else {
+        a->itemsize = t->dtype.bits / 8;
+        a->kind = t->dtype.code == DL_INT    ? EXT_KIND_INT
+                  : t->dtype.code == DL_UINT ? EXT_KIND_UINT
+                                             : EXT_KIND_OTHER;
+    }
+    a->ndim = (int)t->ndim;
+    a->data = (char *)t->data + t->byte_offset;
+    {
+        Py_ssize_t step = a->itemsize;
+        for (int i = a->ndim - 1; i >= 0; i--) {
+            a->shape[i] = (Py_ssize_t)t->shape[i];
+            a->strides[i] = t->strides ? (Py_ssize_t)t->strides[i] * a->itemsize : step;
+            step *= a->shape[i];
+        }
+    }
+    return 0;
+
+fail_taken:
+    /* The capsule is ours now but was not renamed: release it by hand. */
+    dl_delete(a->dl_managed, versioned);
+    a->dl_managed = NULL;
+fail:
+    Py_XDECREF(cap);
+    Py_XDECREF(m);
+    Py_XDECREF(kw);
+    Py_XDECREF(args);
+    return -1;
+fail_held:
+    ext_array_release(a);
+    return -1;
+}
+
+int ext_array_get(PyObject *obj, const char *arg, int writable, ext_array *a)
+{
+    PyObject *cai;
+    int dev, r;
+
+    memset(a, 0, sizeof *a);
+    if (PyObject_CheckBuffer(obj))
+        return from_buffer(obj, arg, writable, a);
+    if (PyList_Check(obj) || PyTuple_Check(obj)) {
+        PyErr_Format(PyExc_TypeError,
+                     "%s: expected an array, got a Python %.20s (no implicit conversion: "
+                     "pass a numpy array of the right dtype)",
+                     arg, Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    if (ext_getattr_opt(obj, "__cuda_array_interface__", &cai) < 0)
+        return -1;
+    if (cai) {
+        Py_DECREF(cai);
+        device_refusal(arg, "__cuda_array_interface__");
+        return -1;
+    }
+    r = dlpack_device(obj, arg, &dev);
+    if (r < 0)
+        return -1;
+    if (r > 0 && (dev == DL_CUDA || dev == DL_CUDA_MANAGED)) {
+        device_refusal(arg, "DLPack");
+        return -1;
+    }
+    return from_dlpack(obj, arg, writable, a);
+}
+
+void ext_array_release(ext_array *a)
+{
+    if (a->has_view) {
+        PyBuffer_Release(&a->view);
+        a->has_view = 0;
+    }
+    if (a->dl_capsule) {
+        dl_delete(a->dl_managed, a->dl_versioned);
+        Py_CLEAR(a->dl_capsule);
+        a->dl_managed = NULL;
+    }
+}
+
+const char *ext_array_dtype(const ext_array *a, char *buf, size_t len)
+{
+    if (a->kind == EXT_KIND_INT || a->kind == EXT_KIND_UINT)
+        PyOS_snprintf(buf, len, "%sint%d", a->kind == EXT_KIND_UINT ? "u" : "", a->itemsize * 8);
+    else if (a->has_view && a->view.format) {
+        const char *f = a->view.format + (strchr("@=<>!", a->view.format[0]) ? 1 : 0);
+        const char *name = !strcmp(f, "e") ? "float16" : !strcmp(f, "f") ? "float32"
+                         : !strcmp(f, "d") ? "float64" : !strcmp(f, "?") ? "bool" : NULL;
+        if (name)
+            PyOS_snprintf(buf, len, "%s", name);
+        else
+            PyOS_snprintf(buf, len, "format '%s'", a->view.format);
+    }
+    else
+        PyOS_snprintf(buf, len, "a %d-byte non-integer type", a->itemsize);
+    return buf;
+}
+
+const char *ext_array_shape(const ext_array *a, char *buf, size_t len)
+{
+    size_t n = 0;
+    n += (size_t)PyOS_snprintf(buf, len, "(");
+    for (int i = 0; i < a->ndim && n < len; i++)
+        n += (size_t)PyOS_snprintf(buf + n, len - n, "%s%zd", i ? ", " : "", a->shape[i]);
+    if (n < len)
+        PyOS_snprintf(buf + n, len - n, a->ndim == 1 ? ",)" : ")");
+    return buf;
+}
+
+int ext_array_c_contiguous(const ext_array *a)
+{
+    Py_ssize_t step = a->itemsize;
+    for (int i = a->ndim - 1; i >= 0; i--) {
+        if (a->shape[i] != 1 && a->strides[i] != step)
+            return 0;
+        step *= a->shape[i];
+    }
+    return 1;
+}

@@ -1,0 +1,93 @@
+/*
+ * ext.h - what the files of the engramstore._engram extension share.
+ *
+ * module.c   the module: init, the exception hierarchy, error mapping
+ * arrays.c   taking arrays from Python: the buffer protocol, DLPack, and
+ *            the refusal of device memory (__cuda_array_interface__)
+ * store.c    the Store type: the table API over one engram_store
+ */
+#ifndef ENGRAMSTORE_EXT_H
+#define ENGRAMSTORE_EXT_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdint.h>
+
+#include <engram.h>
+
+/* ---- module.c ---------------------------------------------------------- */
+
+/* The exception classes, created at module init (strong references held by
+ * the module for its lifetime). */
+extern PyObject *ext_EngramError;
+extern PyObject *ext_StoreClosedError;
+
+/* Raises the exception that matches library code `rc` (negative), with
+ * `what` (may be NULL) and engram_errmsg() as the message, and sets its
+ * `errno` attribute to -rc.  Returns NULL for `return ext_raise(...)`. */
+PyObject *ext_raise(int rc, const char *what);
+
+/* The exception class for library code `rc` (borrowed). */
+PyObject *ext_exc_for(int rc);
+
+/* Raises exception class `cls` with a formatted message and errno = -rc. */
+PyObject *ext_raise_cls(PyObject *cls, int rc, const char *fmt, ...);
+
+/* ---- arrays.c ---------------------------------------------------------- */
+
+#define EXT_MAX_DIMS 8
+
+/* Element kinds, as in numpy's dtype.kind. */
+#define EXT_KIND_INT 'i'
+#define EXT_KIND_UINT 'u'
+#define EXT_KIND_OTHER '?'
+
+/* An array taken from a Python object for the length of a call (or, for
+ * bound tables, the life of a store).  Exactly one of the two sources is
+ * held: a buffer-protocol view or a DLPack capsule. */
+typedef struct ext_array {
+    char *data;
+    int ndim;
+    char kind;          /* EXT_KIND_* */
+    int itemsize;       /* bytes */
+    int readonly;
+    Py_ssize_t shape[EXT_MAX_DIMS];
+    Py_ssize_t strides[EXT_MAX_DIMS]; /* bytes */
+    /* sources */
+    int has_view;
+    Py_buffer view;
+    PyObject *dl_capsule;  /* the capsule, renamed "used_..." once taken */
+    void *dl_managed;      /* DLManagedTensor[Versioned] * */
+    int dl_versioned;
+} ext_array;
+
+/* Fills *a from `obj`.  `arg` names the argument in error messages.  With
+ * `writable`, read-only memory is refused.  Python sequences, objects with
+ * neither the buffer protocol nor DLPack, big-endian data and more than
+ * EXT_MAX_DIMS dimensions raise TypeError/ValueError; device memory raises
+ * NotImplementedError (the CUDA path is not part of this build).
+ * Returns 0, or -1 with an exception set (and nothing held). */
+int ext_array_get(PyObject *obj, const char *arg, int writable, ext_array *a);
+
+/* Releases what ext_array_get() took.  Safe on a zeroed or released array. */
+void ext_array_release(ext_array *a);
+
+/* "int64", "uint8", ... for messages. */
+const char *ext_array_dtype(const ext_array *a, char *buf, size_t len);
+
+/* Writes "(3, 2, 264)" into buf. */
+const char *ext_array_shape(const ext_array *a, char *buf, size_t len);
+
+/* 1 if the array's elements are laid out C-contiguously. */
+int ext_array_c_contiguous(const ext_array *a);
+
+/* ---- store.c ----------------------------------------------------------- */
+
+int ext_store_init(PyObject *module);
+
+/* _check_rows(rows, arg, num_rows, row_bytes): raises unless rows is a
+ * C-contiguous uint8 [num_rows, row_bytes] array; takes nothing. */
+PyObject *ext_check_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+
+#endif

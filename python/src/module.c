@@ -1,0 +1,231 @@
+/*
+ * module.c - the engramstore._engram module: init, the exception
+ * hierarchy and the mapping of library codes to it.
+ *
+ * Every library failure raises a subclass of EngramError carrying
+ * `errno`: the library's code negated, so a system error has its usual
+ * positive errno (errno.ENOSPC) and a library error its ENGRAM_E* value
+ * negated (engramstore.EBADID == 4001).  Bad arguments caught before the
+ * library is called raise TypeError/ValueError; ENOMEM raises MemoryError.
+ */
+#include "ext.h"
+
+#include <errno.h>
+#include <stdarg.h>
+
+PyObject *ext_EngramError;
+PyObject *ext_StoreClosedError;
+
+/* One row per class: its name, the names of its bases among the rows
+ * above it (or a builtin), the codes that raise it, and its docstring. */
+typedef struct exc_def {
+    const char *name;
+    const char *base;  /* a class defined above, or NULL for EngramError's own base */
+    PyObject **builtin; /* a builtin second base, or NULL */
+    int codes[4];       /* 0-terminated */
+    const char *doc;
+    PyObject *cls;
+} exc_def;
+
+static exc_def excs[] = {
+    {"EngramError", NULL, NULL, {0}, "Base class of every error engramstore raises for a failed "
+     "library call.  `errno` holds the code: a positive errno for system errors, "
+     "engramstore.E* for the library's own.", NULL},
+    {"TableExistsError", "EngramError", NULL, {-EEXIST}, "A table of that name is already stored "
+     "or bound (tables are create-only).", NULL},
+    {"TableNotFoundError", "EngramError", NULL, {-ENOENT}, "No table (or namespace) of that name.",
+     NULL},
+    {"TableRemovedError", "EngramError", NULL, {ENGRAM_EREMOVED}, "The table was removed while "
+     "this store had it open.", NULL},
+    {"SpecError", "EngramError", &PyExc_ValueError, {ENGRAM_ESPEC}, "An invalid table spec or "
+     "name.", NULL},
+    {"LayoutMismatchError", "EngramError", &PyExc_ValueError, {ENGRAM_EMISMATCH}, "A spec that "
+     "disagrees with the stored table.", NULL},
+    {"LayoutError", "EngramError", &PyExc_ValueError, {ENGRAM_ELAYOUT}, "An array layout the "
+     "lookup cannot use (overlapping output rows, row sizes that differ between tables).",
+     NULL},
+    {"BadIdError", "EngramError", &PyExc_IndexError, {ENGRAM_EBADID}, "A row id outside its "
+     "table; the message names its position and value, and the output was not modified.",
+     NULL},
+    {"CorruptTableError", "EngramError", NULL, {ENGRAM_ECORRUPT, ENGRAM_ECHECKSUM,
+     ENGRAM_EVERSION}, "A table file that is truncated, corrupt, fails its checksum or has an "
+     "unsupported format version.", NULL},
+    {"UnsafePathError", "EngramError", NULL, {ENGRAM_EUNSAFE}, "A refused directory entry: a "
+     "link, owned by another user, or writable by others.", NULL},
+    {"StateError", "EngramError", NULL, {ENGRAM_EBOUND, ENGRAM_ESTATE}, "An operation not "
+     "allowed in the object's current state.", NULL},
+    {"StoreClosedError", "StateError", NULL, {0}, "The store was closed.", NULL},
+};
+#define NEXCS (sizeof excs / sizeof excs[0])
+
+PyObject *ext_exc_for(int rc)
+{
+    for (size_t i = 1; i < NEXCS; i++)
+        for (int j = 0; excs[i].codes[j]; j++)
+            if (excs[i].codes[j] == rc)
+                return excs[i].cls;
+    return ext_EngramError;
+}
+
+static PyObject *raise_msg(PyObject *cls, int rc, PyObject *msg)
+{
+    PyObject *exc, *num;
+    if (!msg)
+        return NULL;
+    exc = PyObject_CallOneArg(cls, msg);
+    Py_DECREF(msg);
+    if (!exc)
+        return NULL;
+    num = PyLong_FromLong(-(long)rc);
+    if (!num || PyObject_SetAttrString(exc, "errno", num) < 0) {
+        Py_XDECREF(num);
+        Py_DECREF(exc);
+        return NULL;
+    }
+    Py_DECREF(num);
+    PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+    Py_DECREF(exc);
+    return NULL;
+}
+
+PyObject *ext_raise(int rc, const char *what)
+{
+    const char *detail = engram_errmsg();
+    if (!detail || !detail[0])
+        detail = engram_strerror(rc);
+    if (rc == -ENOMEM)
+        return PyErr_Format(PyExc_MemoryError, "%s%s%s", what ? what : "", what ? ": " : "",
+                            detail);
+    return raise_msg(ext_exc_for(rc), rc,
+                     what ? PyUnicode_FromFormat("%s: %s", what, detail)
+                          : PyUnicode_FromString(detail));
+}
+
+PyObject *ext_raise_cls(PyObject *cls, int rc, const char *fmt, ...)
+{
+    va_list ap;
+    PyObject *msg;
+    va_start(ap, fmt);
+    msg = PyUnicode_FromFormatV(fmt, ap);
+    va_end(ap);
+    return raise_msg(cls, rc, msg);
+}
+
+static PyObject *find_class(const char *name)
+{
+    for (size_t i = 0; i < NEXCS; i++)
+        if (excs[i].cls && !strcmp(excs[i].name, name))
+            return excs[i].cls;
+    return NULL;
+}
+
+static int add_exceptions(PyObject *m)
+{
+    char qual[96];
+    for (size_t i = 0; i < NEXCS; i++) {
+        exc_def *d = &excs[i];
+        PyObject *bases, *dict;
+        PyObject *base = d->base ? find_class(d->base) : PyExc_Exception;
+        if (!base)
+            return -1;
+        bases = d->builtin ? PyTuple_Pack(2, base, *d->builtin) : PyTuple_Pack(1, base);
+        dict = PyDict_New();
+        if (!bases || !dict || PyDict_SetItemString(dict, "errno", Py_None) < 0) {
+            Py_XDECREF(bases);
+            Py_XDECREF(dict);
+            return -1;
+        }
+        PyOS_snprintf(qual, sizeof qual, "engramstore.%s", d->name);
+        d->cls = PyErr_NewExceptionWithDoc(qual, d->doc, bases, dict);
+        Py_DECREF(bases);
+        Py_DECREF(dict);
+        if (!d->cls)
+            return -1;
+        if (PyModule_AddObjectRef(m, d->name, d->cls) < 0)
+            return -1;
+    }
+    ext_EngramError = find_class("EngramError");
+    ext_StoreClosedError = find_class("StoreClosedError");
+    return 0;
+}
+
+static int add_codes(PyObject *m)
+{
+#define ADD_CODE(name, value, text)                              \
+    if (PyModule_AddIntConstant(m, #name, -(value)) < 0)         \
+        return -1;
+    ENGRAM_ERRNO_MAP(ADD_CODE)
+#undef ADD_CODE
+    return 0;
+}
+
+PyDoc_STRVAR(strerror_doc, "strerror(errno) -> str\n\n"
+                           "The library's fixed description of an error number (the `errno` of "
+                           "an EngramError).");
+
+static PyObject *mod_strerror(PyObject *self, PyObject *arg)
+{
+    long e = PyLong_AsLong(arg);
+    (void)self;
+    if (e == -1 && PyErr_Occurred())
+        return NULL;
+    if (e < 0 || e > 100000)
+        return PyErr_Format(PyExc_ValueError, "errno: %ld is not an error number", e);
+    return PyUnicode_FromString(engram_strerror(-(int)e));
+}
+
+PyDoc_STRVAR(default_root_doc, "default_root() -> str\n\n"
+                               "The default root directory of namespaces: /dev/shm/engram when "
+                               "/dev/shm exists, else /tmp/engram.");
+
+static PyObject *mod_default_root(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    return PyUnicode_FromString(engram_default_root());
+}
+
+static PyMethodDef methods[] = {
+    {"strerror", mod_strerror, METH_O, strerror_doc},
+    {"default_root", mod_default_root, METH_NOARGS, default_root_doc},
+    {"_check_rows", (PyCFunction)(void (*)(void))ext_check_rows, METH_FASTCALL,
+     "_check_rows(rows, arg, num_rows, row_bytes): checks a layer buffer, copying nothing."},
+    {NULL, NULL, 0, NULL},
+};
+
+static int exec_module(PyObject *m)
+{
+    if (add_exceptions(m) < 0 || add_codes(m) < 0)
+        return -1;
+    if (PyModule_AddStringConstant(m, "library_version", engram_version_string()) < 0)
+        return -1;
+    if (PyModule_AddIntConstant(m, "DEAD_ID", ENGRAM_DEAD_ID) < 0)
+        return -1;
+    return ext_store_init(m);
+}
+
+PyDoc_STRVAR(module_doc, "engramstore._engram: the C extension over libengram.  Use the "
+                         "engramstore package, which re-exports everything public.");
+
+static PyModuleDef moddef = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "engramstore._engram",
+    .m_doc = module_doc,
+    .m_size = 0,
+    .m_methods = methods,
+};
+
+PyMODINIT_FUNC PyInit__engram(void);
+PyMODINIT_FUNC PyInit__engram(void)
+{
+    /* Single-phase init: the exception classes and type are process-wide
+     * (the library's error state is too). */
+    PyObject *m = PyModule_Create(&moddef);
+    if (!m)
+        return NULL;
+    if (exec_module(m) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,1302 @@
+/*
+ * store.c - engramstore._engram.Store: the table API over one engram_store.
+ *
+ * A Store owns one engram_store (a namespace directory, or memory only)
+ * and remembers:
+ *   tables    name -> resolved table (id | row_bytes << 32), filled on the
+ *             first lookup that names a table, so later lookups resolve a
+ *             name with one dict probe;
+ *   declared  name -> (num_rows, row_bytes, row_pitch) from define():
+ *             checked against stored tables when they are resolved;
+ *   holds     the arrays bound with bind(), released at close().
+ *
+ * The GIL is released around every library call.  close() may be called
+ * while other threads are inside one: each such call is counted in
+ * `active` (incremented with the GIL held, before it is released, and
+ * decremented without it when the library returns); close() marks the
+ * store closing, so no new call starts, waits for `active` to drain, and
+ * only then closes the engram_store.  Calls that arrive after close()
+ * raise StoreClosedError.
+ */
+#include "ext.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#define STACK_COLS 64
+
+typedef struct {
+    PyObject_HEAD
+    engram_store *st;
+    PyObject *path;     /* str, for repr */
+    PyObject *tables;   /* dict */
+    /* The names of the last lookup (strong references) and their ids: a
+     * lookup naming the very same objects skips resolution. */
+    Py_ssize_t memo_k;
+    PyObject *memo_names[STACK_COLS];
+    engram_table_id memo_ids[STACK_COLS];
+    uint32_t memo_R;
+    PyObject *declared; /* dict */
+    PyObject *holds;    /* list of capsules */
+    atomic_long active;
+    atomic_int closing;
+    int sync_ready;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+} StoreObject;
+
+/* ---- the close guard ----------------------------------------------------- */
+
+/* With the GIL held: 0 if the store is open (and counts the caller in),
+ * -1 with StoreClosedError if not. */
+static int enter(StoreObject *s)
+{
+    if (!s->st || atomic_load(&s->closing)) {
+        ext_raise_cls(ext_StoreClosedError, ENGRAM_ESTATE, "the store is closed");
+        return -1;
+    }
+    atomic_fetch_add(&s->active, 1);
+    return 0;
+}
+
+/* Without the GIL (or with it): counts the caller out, waking close(). */
+static void leave(StoreObject *s)
+{
+    if (atomic_fetch_sub(&s->active, 1) == 1 && atomic_load(&s->closing)) {
+        pthread_mutex_lock(&s->mu);
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+    }
+}
+
+/* ---- small helpers ----------------------------------------------------- */
+
+static void memo_clear(StoreObject *s)
+{
+    Py_ssize_t k = s->memo_k;
+    s->memo_k = 0;
+    for (Py_ssize_t i = 0; i < k; i++)
+        Py_CLEAR(s->memo_names[i]);
+}
+
+static const char *name_arg(PyObject *name, const char *arg)
+{
+    Py_ssize_t len;
+    const char *c;
+    if (!PyUnicode_Check(name)) {
+        PyErr_Format(PyExc_TypeError, "%s: expected a table name (str), got %.100s", arg,
+                     Py_TYPE(name)->tp_name);
+        return NULL;
+    }
+    if (!(c = PyUnicode_AsUTF8AndSize(name, &len)))
+        return NULL;
+    if ((size_t)len != strlen(c)) {
+        PyErr_Format(PyExc_ValueError, "%s: a table name cannot contain NUL", arg);
+        return NULL;
+    }
+    return c;
+}
+
+static PyObject *spec_tuple(const engram_table_spec *sp)
+{
+    return Py_BuildValue("(KII)", (unsigned long long)sp->num_rows, sp->row_bytes,
+                         sp->row_pitch ? sp->row_pitch : sp->row_bytes);
+}
+
+static int spec_from_tuple(PyObject *t, engram_table_spec *sp)
+{
+    unsigned long long n;
+    unsigned int r, p;
+    if (!PyArg_ParseTuple(t, "KII", &n, &r, &p))
+        return -1;
+    sp->num_rows = n;
+    sp->row_bytes = r;
+    sp->row_pitch = p;
+    return 0;
+}
+
+/* Declared spec of `name`, if any: 1 and *sp, 0 if none, -1 on error. */
+static int declared_spec(StoreObject *s, PyObject *name, engram_table_spec *sp)
+{
+    PyObject *t = PyDict_GetItemWithError(s->declared, name);
+    if (!t)
+        return PyErr_Occurred() ? -1 : 0;
+    return spec_from_tuple(t, sp) < 0 ? -1 : 1;
+}
+
+/* 1 if a stored/bound table has the declared spec (a declared pitch of 0
+ * or equal to row_bytes accepts any stored pitch). */
+static int spec_matches(const engram_table_spec *decl, const engram_table_spec *have)
+{
+    uint32_t dp = decl->row_pitch;
+    return decl->num_rows == have->num_rows && decl->row_bytes == have->row_bytes &&
+           (dp == 0 || dp == decl->row_bytes || dp == have->row_pitch);
+}
+
+static PyObject *mismatch(PyObject *name, const engram_table_spec *decl,
+                          const engram_table_spec *have)
+{
+    return ext_raise_cls(ext_exc_for(ENGRAM_EMISMATCH), ENGRAM_EMISMATCH,
+                         "table '%U' is stored with num_rows=%llu, row_bytes=%u, row_pitch=%u "
+                         "but declared with num_rows=%llu, row_bytes=%u, row_pitch=%u",
+                         name, (unsigned long long)have->num_rows, have->row_bytes,
+                         have->row_pitch, (unsigned long long)decl->num_rows, decl->row_bytes,
+                         decl->row_pitch ? decl->row_pitch : decl->row_bytes);
+}
+
+/* Stored (or bound) table info of `name`.  Caller has entered. */
+static int table_info(StoreObject *s, const char *cname, engram_table_info *info)
+{
+    int rc;
+    info->size = sizeof *info;
+    Py_BEGIN_ALLOW_THREADS
+    rc = engram_get_table_info(s->st, cname, info);
+    Py_END_ALLOW_THREADS
+    return rc;
+}
+
+/* Resolves table name -> (id, row_bytes), opening (mapping) the table on
+ * first use.  Caller has entered.  0 or -1 with an exception. */
+static int resolve(StoreObject *s, PyObject *name, engram_table_id *id, uint32_t *row_bytes,
+                   Py_ssize_t k)
+{
+    PyObject *v = PyDict_GetItemWithError(s->tables, name);
+    engram_table_info info;
+    engram_table_spec decl;
+    const char *cname;
+    char what[48];
+    int rc, d;
+
+    if (v) {
+        unsigned long long x = PyLong_AsUnsignedLongLong(v);
+        *id = (engram_table_id)(x & 0xffffffffu);
+        *row_bytes = (uint32_t)(x >> 32);
+        return 0;
+    }
+    if (PyErr_Occurred())
+        return -1;
+    PyOS_snprintf(what, sizeof what, "tables[%zd]", k);
+    if (!(cname = name_arg(name, what)))
+        return -1;
+    Py_INCREF(name);
+    rc = table_info(s, cname, &info);
+    if (rc == 0) {
+        Py_BEGIN_ALLOW_THREADS
+        rc = engram_table_open(s->st, cname, id);
+        Py_END_ALLOW_THREADS
+    }
+    if (rc < 0) {
+        ext_raise(rc, what);
+        goto fail;
+    }
+    if ((d = declared_spec(s, name, &decl)) < 0)
+        goto fail;
+    if (d && !spec_matches(&decl, &info.spec)) {
+        mismatch(name, &decl, &info.spec);
+        goto fail;
+    }
+    *row_bytes = info.spec.row_bytes;
+    v = PyLong_FromUnsignedLongLong((unsigned long long)*id |
+                                    ((unsigned long long)*row_bytes << 32));
+    if (!v || PyDict_SetItem(s->tables, name, v) < 0) {
+        Py_XDECREF(v);
+        goto fail;
+    }
+    Py_DECREF(v);
+    Py_DECREF(name);
+    return 0;
+fail:
+    Py_DECREF(name);
+    return -1;
+}
+
+/* ---- argument parsing for vectorcall methods -------------------------- */
+
+/* Fills vals[i] (borrowed, NULL if absent) for names[i] from positional
+ * args (at most npos) and keywords; the first nreq are required. */
+static int parse_args(const char *fn, PyObject *const *args, Py_ssize_t nargs,
+                      PyObject *kwnames, const char *const *names, int nnames, int npos,
+                      int nreq, PyObject **vals)
+{
+    for (int i = 0; i < nnames; i++)
+        vals[i] = NULL;
+    if (nargs > npos) {
+        PyErr_Format(PyExc_TypeError, "%s() takes at most %d positional arguments (%zd given)",
+                     fn, npos, nargs);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < nargs; i++)
+        vals[i] = args[i];
+    if (kwnames) {
+        Py_ssize_t nk = PyTuple_GET_SIZE(kwnames);
+        for (Py_ssize_t j = 0; j < nk; j++) {
+            PyObject *kw = PyTuple_GET_ITEM(kwnames, j);
+            int i;
+            for (i = 0; i < nnames; i++)
+                if (PyUnicode_CompareWithASCIIString(kw, names[i]) == 0)
+                    break;
+            if (i == nnames) {
+                PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%U'", fn,
+                             kw);
+                return -1;
+            }
+            if (vals[i]) {
+                PyErr_Format(PyExc_TypeError, "%s() got multiple values for argument '%s'", fn,
+                             names[i]);
+                return -1;
+            }
+            vals[i] = args[nargs + j];
+        }
+    }
+    for (int i = 0; i < nreq; i++)
+        if (!vals[i]) {
+            PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s'", fn, names[i]);
+            return -1;
+        }
+    return 0;
+}
+
+/* ---- lookup ------------------------------------------------------------ */
+
+/* Collapses dims [0, lead) of `a` into one stride: 0 and *n, *stride, or -1
+ * with ValueError if they are not evenly spaced. */
+static int collapse_lead(const ext_array *a, int lead, const char *arg, Py_ssize_t *n,
+                         Py_ssize_t *stride)
+{
+    Py_ssize_t cnt = 1, st = 0;
+    int have = 0;
+    for (int i = 0; i < lead; i++)
+        if (a->shape[i] == 0) {
+            *n = 0;
+            *stride = 0;
+            return 0;
+        }
+    for (int i = lead - 1; i >= 0; i--) {
+        if (a->shape[i] == 1)
+            continue;
+        if (!have) {
+            st = a->strides[i];
+            have = 1;
+        } else if (a->strides[i] != st * cnt) {
+            PyErr_Format(PyExc_ValueError,
+                         "%s: its leading dimensions cannot be flattened into one (a view "
+                         "with stride[0] == shape[1] * stride[1] is needed)",
+                         arg);
+            return -1;
+        }
+        cnt *= a->shape[i];
+    }
+    *n = cnt;
+    *stride = st;
+    return 0;
+}
+
+typedef struct lookup_in {
+    PyObject *tables, *ids, *out, *offsets;
+    int zero_dead;
+    int lead;       /* leading token dimensions: 1 ([T, K]) or 2 ([B, L, H]) */
+    int ids_contig; /* require C-contiguous ids */
+    const char *ids_arg, *out_arg;
+} lookup_in;
+
+static PyObject *do_lookup(StoreObject *s, const lookup_in *in)
+{
+    engram_table_id tid_stack[STACK_COLS], *tids = tid_stack;
+    int64_t off_stack[STACK_COLS], *offs = NULL;
+    ext_array ids = {0}, out = {0}, oa = {0};
+    engram_lookup_args a = ENGRAM_LOOKUP_ARGS_INIT;
+    Py_ssize_t K, T, T2, ist, ost;
+    uint32_t R = 0;
+    char b1[64], b2[64];
+    const int lead = in->lead;
+    int rc, entered = 0;
+    PyObject *ret = NULL;
+
+    if (!PyList_Check(in->tables) && !PyTuple_Check(in->tables)) {
+        PyErr_Format(PyExc_TypeError, "tables: expected a list or tuple of table names, got %.100s",
+                     Py_TYPE(in->tables)->tp_name);
+        return NULL;
+    }
+    if (enter(s) < 0)
+        return NULL;
+    entered = 1;
+    K = PySequence_Fast_GET_SIZE(in->tables);
+    if (K > STACK_COLS) {
+        tids = PyMem_Malloc((size_t)K * (sizeof *tids + sizeof *offs));
+        if (!tids) {
+            PyErr_NoMemory();
+            goto out;
+        }
+    }
+    offs = K > STACK_COLS ? (int64_t *)(void *)(tids + K) : off_stack;
+    if (K > 0 && K == s->memo_k) {
+        Py_ssize_t k = 0;
+        while (k < K && PySequence_Fast_GET_ITEM(in->tables, k) == s->memo_names[k])
+            k++;
+        if (k == K) {
+            memcpy(tids, s->memo_ids, (size_t)K * sizeof *tids);
+            R = s->memo_R;
+            goto resolved;
+        }
+    }
+    for (Py_ssize_t k = 0; k < K; k++) {
+        uint32_t rb;
+        /* The list may change while a table is being opened (the GIL is
+         * released there): re-read its length each time. */
+        if (k >= PySequence_Fast_GET_SIZE(in->tables)) {
+            PyErr_SetString(PyExc_RuntimeError, "tables: the list changed during the lookup");
+            goto out;
+        }
+        if (resolve(s, PySequence_Fast_GET_ITEM(in->tables, k), &tids[k], &rb, k) < 0)
+            goto out;
+        if (k == 0)
+            R = rb;
+    }
+    if (K != PySequence_Fast_GET_SIZE(in->tables)) {
+        PyErr_SetString(PyExc_RuntimeError, "tables: the list changed during the lookup");
+        goto out;
+    }
+    if (K <= STACK_COLS) {
+        memo_clear(s);
+        for (Py_ssize_t k = 0; k < K; k++)
+            s->memo_names[k] = Py_NewRef(PySequence_Fast_GET_ITEM(in->tables, k));
+        memcpy(s->memo_ids, tids, (size_t)K * sizeof *tids);
+        s->memo_R = R;
+        s->memo_k = K;
+    }
+resolved:
+
+    /* ids: [T, K] (or [B, L, H]) of int32 or int64. */
+    if (ext_array_get(in->ids, in->ids_arg, 0, &ids) < 0)
+        goto out;
+    if (ids.kind != EXT_KIND_INT || (ids.itemsize != 4 && ids.itemsize != 8)) {
+        PyErr_Format(PyExc_TypeError, "%s: expected int32 or int64, got %s", in->ids_arg,
+                     ext_array_dtype(&ids, b1, sizeof b1));
+        goto out;
+    }
+    if (ids.ndim != lead + 1) {
+        PyErr_Format(PyExc_ValueError, "%s: expected %s, got shape %s", in->ids_arg,
+                     lead == 1 ? "a 2-D array [T, K]" : "a 3-D array [B, L, H]",
+                     ext_array_shape(&ids, b1, sizeof b1));
+        goto out;
+    }
+    if (ids.shape[lead] != K) {
+        PyErr_Format(PyExc_ValueError, "%s: shape %s has %zd columns but %zd tables are named",
+                     in->ids_arg, ext_array_shape(&ids, b1, sizeof b1), ids.shape[lead], K);
+        goto out;
+    }
+    if (in->ids_contig && !ext_array_c_contiguous(&ids)) {
+        PyErr_Format(PyExc_ValueError, "%s: must be C-contiguous", in->ids_arg);
+        goto out;
+    }
+    for (int i = 0; i <= lead; i++)
+        if (ids.strides[i] % ids.itemsize) {
+            PyErr_Format(PyExc_ValueError, "%s: strides must be multiples of the item size",
+                         in->ids_arg);
+            goto out;
+        }
+    if (collapse_lead(&ids, lead, in->ids_arg, &T, &ist) < 0)
+        goto out;
+
+    /* out: [T, K, R] (or [B, L, H, R]) of uint8, writable, rows contiguous. */
+    if (ext_array_get(in->out, in->out_arg, 1, &out) < 0)
+        goto out;
+    if (out.kind != EXT_KIND_UINT || out.itemsize != 1) {
+        PyErr_Format(PyExc_TypeError, "%s: expected uint8, got %s", in->out_arg,
+                     ext_array_dtype(&out, b1, sizeof b1));
+        goto out;
+    }
+    {
+        int bad = out.ndim != lead + 2;
+        for (int i = 0; !bad && i < lead; i++)
+            bad = out.shape[i] != ids.shape[i];
+        if (!bad)
+            bad = out.shape[lead] != K || (K > 0 && out.shape[lead + 1] != (Py_ssize_t)R);
+        if (bad) {
+            char want[96];
+            if (lead == 1)
+                PyOS_snprintf(want, sizeof want, "(%zd, %zd, %u)", ids.shape[0], K, R);
+            else
+                PyOS_snprintf(want, sizeof want, "(%zd, %zd, %zd, %u)", ids.shape[0],
+                              ids.shape[1], K, R);
+            PyErr_Format(PyExc_ValueError, "%s: expected shape %s (%s x row_bytes), got %s",
+                         in->out_arg, want, lead == 1 ? "ids.shape" : "row_ids.shape",
+                         ext_array_shape(&out, b2, sizeof b2));
+            goto out;
+        }
+    }
+    if (R > 1 && out.strides[lead + 1] != 1) {
+        PyErr_Format(PyExc_ValueError, "%s: the bytes of each row must be contiguous "
+                     "(last stride 1, got %zd)", in->out_arg, out.strides[lead + 1]);
+        goto out;
+    }
+    if (collapse_lead(&out, lead, in->out_arg, &T2, &ost) < 0)
+        goto out;
+
+    /* offsets: [K] int64, any stride. */
+    if (in->offsets && in->offsets != Py_None) {
+        if (ext_array_get(in->offsets, "offsets", 0, &oa) < 0)
+            goto out;
+        if (oa.kind != EXT_KIND_INT || oa.itemsize != 8) {
+            PyErr_Format(PyExc_TypeError, "offsets: expected int64, got %s",
+                         ext_array_dtype(&oa, b1, sizeof b1));
+            goto out;
+        }
+        if (oa.ndim != 1 || oa.shape[0] != K) {
+            PyErr_Format(PyExc_ValueError, "offsets: expected shape (%zd,), got %s", K,
+                         ext_array_shape(&oa, b1, sizeof b1));
+            goto out;
+        }
+        for (Py_ssize_t k = 0; k < K; k++)
+            memcpy(&offs[k], oa.data + k * oa.strides[0], sizeof offs[k]);
+        a.offsets = offs;
+    }
+
+    a.flags = in->zero_dead ? ENGRAM_LOOKUP_ZERO_DEAD : 0;
+    a.num_tokens = (size_t)T;
+    a.num_cols = (size_t)K;
+    a.tables = tids;
+    a.ids = ids.data;
+    a.id_type = ids.itemsize == 8 ? ENGRAM_ID_INT64 : ENGRAM_ID_INT32;
+    a.id_stride_t = ist / ids.itemsize;
+    a.id_stride_k = ids.strides[lead] / ids.itemsize;
+    a.out = out.data;
+    a.out_stride_t = ost;
+    a.out_stride_k = out.strides[lead];
+    a.row_bytes = R;
+    /* A [T, K] view whose T is 1 may carry any stride for it; the library
+     * reads 0, 0 as "contiguous", so give it a nonzero one. */
+    if (a.id_stride_t == 0 && a.id_stride_k == 0)
+        a.id_stride_t = K;
+    if (a.out_stride_t == 0 && a.out_stride_k == 0)
+        a.out_stride_t = (ptrdiff_t)K * R;
+
+    Py_BEGIN_ALLOW_THREADS
+    rc = engram_lookup(s->st, &a);
+    leave(s);
+    Py_END_ALLOW_THREADS
+    entered = 0;
+    if (rc < 0)
+        ext_raise(rc, NULL);
+    else
+        ret = Py_NewRef(Py_None);
+out:
+    if (entered)
+        leave(s);
+    ext_array_release(&oa);
+    ext_array_release(&out);
+    ext_array_release(&ids);
+    if (tids != tid_stack)
+        PyMem_Free(tids);
+    return ret;
+}
+
+PyDoc_STRVAR(lookup_doc,
+"lookup(tables, ids, out, offsets=None, stream=None, *, zero_dead=False) -> None\n\n"
+"Gathers rows: for every token t and column k, the row ids[t, k] - offsets[k]\n"
+"of table tables[k] is copied to out[t, k].\n\n"
+"tables: list or tuple of K table names (names may repeat).\n"
+"ids: int32 or int64 array [T, K], any strides.\n"
+"out: writable uint8 array [T, K, row_bytes]; any non-overlapping strides with\n"
+"     each row's bytes contiguous (e.g. out_km.transpose(1, 0, 2) for head-major).\n"
+"offsets: None or int64 array [K], subtracted from the ids of each column.\n"
+"stream: None (CUDA streams need the CUDA build).\n"
+"zero_dead: id -1 zero-fills its output row instead of leaving it untouched.\n\n"
+"Every id is checked before any byte is written: an id outside its table raises\n"
+"BadIdError naming its position and value, and out is left untouched.  The GIL\n"
+"is released while rows are copied; any number of threads may look up at once.");
+
+static PyObject *Store_lookup(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
+                              PyObject *kwnames)
+{
+    static const char *const names[] = {"tables", "ids", "out", "offsets", "stream", "zero_dead"};
+    PyObject *v[6];
+    lookup_in in;
+    if (parse_args("lookup", args, nargs, kwnames, names, 6, 5, 3, v) < 0)
+        return NULL;
+    if (v[4] && v[4] != Py_None) {
+        PyErr_SetString(PyExc_NotImplementedError,
+                        "stream: CUDA streams are not supported yet: this build of engramstore "
+                        "gathers into host memory only (pass stream=None)");
+        return NULL;
+    }
+    in.tables = v[0];
+    in.ids = v[1];
+    in.out = v[2];
+    in.offsets = v[3];
+    in.zero_dead = 0;
+    if (v[5] && (in.zero_dead = PyObject_IsTrue(v[5])) < 0)
+        return NULL;
+    in.lead = 1;
+    in.ids_contig = 0;
+    in.ids_arg = "ids";
+    in.out_arg = "out";
+    return do_lookup(s, &in);
+}
+
+PyDoc_STRVAR(lookup_layer_doc,
+"_lookup_layer(tables, row_ids, output) -> None\n\n"
+"The layer API's lookup: row_ids int64/int32 C-contiguous [B, L, H], output\n"
+"uint8 [B, L, H, row_bytes]; tables names the H tables.  Used by\n"
+"engramstore.EngramStore.lookup_into.");
+
+static PyObject *Store_lookup_layer(StoreObject *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    lookup_in in;
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "_lookup_layer() takes 3 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    in.tables = args[0];
+    in.ids = args[1];
+    in.out = args[2];
+    in.offsets = NULL;
+    in.zero_dead = 0;
+    in.lead = 2;
+    in.ids_contig = 1;
+    in.ids_arg = "row_ids";
+    in.out_arg = "output";
+    return do_lookup(s, &in);
+}
+
+/* ---- rows for populate and bind ----------------------------------------- */
+
+/* Checks `a` is uint8 [N, R] with contiguous row bytes and a row stride of
+ * at least R; fills *sp (pitch = the row stride) from it. */
+static int rows_layout(const ext_array *a, const char *arg, engram_table_spec *sp)
+{
+    char b[64];
+    if (a->kind != EXT_KIND_UINT || a->itemsize != 1) {
+        PyErr_Format(PyExc_TypeError, "%s: expected uint8, got %s", arg,
+                     ext_array_dtype(a, b, sizeof b));
+        return -1;
+    }
+    if (a->ndim != 2) {
+        PyErr_Format(PyExc_ValueError, "%s: expected a 2-D array [num_rows, row_bytes], got shape %s",
+                     arg, ext_array_shape(a, b, sizeof b));
+        return -1;
+    }
+    if ((a->shape[1] > 1 && a->strides[1] != 1) ||
+        (a->shape[0] > 1 && a->strides[0] < a->shape[1])) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s: rows must be stored one after another with their bytes contiguous "
+                     "(strides (>= row_bytes, 1)), got strides (%zd, %zd)",
+                     arg, a->strides[0], a->strides[1]);
+        return -1;
+    }
+    if (a->shape[0] < 1 || a->shape[1] < 1 || a->shape[1] > (Py_ssize_t)ENGRAM_ROW_BYTES_MAX) {
+        PyErr_Format(PyExc_ValueError, "%s: shape %s is not a table (1 <= row_bytes <= %u, "
+                     "num_rows >= 1)", arg, ext_array_shape(a, b, sizeof b),
+                     (unsigned)ENGRAM_ROW_BYTES_MAX);
+        return -1;
+    }
+    sp->num_rows = (uint64_t)a->shape[0];
+    sp->row_bytes = (uint32_t)a->shape[1];
+    sp->row_pitch = a->shape[0] > 1 ? (uint32_t)a->strides[0] : sp->row_bytes;
+    if (a->shape[0] > 1 && a->strides[0] > (Py_ssize_t)ENGRAM_ROW_BYTES_MAX) {
+        PyErr_Format(PyExc_ValueError, "%s: row stride %zd is more than %u", arg, a->strides[0],
+                     (unsigned)ENGRAM_ROW_BYTES_MAX);
+        return -1;
+    }
+    return 0;
+}
+
+/* The declared spec of `name` must agree with the rows' shape. */
+static int rows_match_declared(StoreObject *s, PyObject *name, const char *arg,
+                               const ext_array *a, const engram_table_spec *have)
+{
+    engram_table_spec decl;
+    int d = declared_spec(s, name, &decl);
+    char b[64];
+    if (d <= 0)
+        return d;
+    if (decl.num_rows != have->num_rows || decl.row_bytes != have->row_bytes) {
+        PyErr_Format(PyExc_ValueError, "%s: expected shape (%llu, %u) for table '%U', got %s", arg,
+                     (unsigned long long)decl.num_rows, decl.row_bytes, name,
+                     ext_array_shape(a, b, sizeof b));
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(populate_doc,
+"populate(name, rows) -> None\n\n"
+"Stores rows (uint8 [num_rows, row_bytes], rows stored one after another) as\n"
+"table `name`: create-only and atomic.  If the name was declared (tables= or\n"
+"define()), the shape must match it; otherwise the shape is the spec.  Raises\n"
+"TableExistsError if the name is already stored or bound.  The GIL is released\n"
+"while the table is written.");
+
+static PyObject *Store_populate(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
+                                PyObject *kwnames)
+{
+    static const char *const names[] = {"name", "rows"};
+    PyObject *v[2];
+    ext_array a = {0};
+    engram_table_spec sp, decl;
+    const char *cname;
+    int rc, d;
+    if (parse_args("populate", args, nargs, kwnames, names, 2, 2, 2, v) < 0)
+        return NULL;
+    if (!(cname = name_arg(v[0], "name")))
+        return NULL;
+    if (ext_array_get(v[1], "rows", 0, &a) < 0)
+        return NULL;
+    if (rows_layout(&a, "rows", &sp) < 0 || rows_match_declared(s, v[0], "rows", &a, &sp) < 0)
+        goto fail;
+    {
+        size_t src_stride = sp.row_pitch;
+        if ((d = declared_spec(s, v[0], &decl)) < 0)
+            goto fail;
+        sp.row_pitch = d ? decl.row_pitch : 0;
+        if (enter(s) < 0)
+            goto fail;
+        Py_BEGIN_ALLOW_THREADS
+        rc = engram_populate(s->st, cname, &sp, a.data, src_stride);
+        leave(s);
+        Py_END_ALLOW_THREADS
+    }
+    ext_array_release(&a);
+    if (rc < 0)
+        return ext_raise(rc, NULL);
+    Py_RETURN_NONE;
+fail:
+    ext_array_release(&a);
+    return NULL;
+}
+
+static void hold_destroy(PyObject *cap)
+{
+    ext_array *a = PyCapsule_GetPointer(cap, "engramstore.hold");
+    if (a) {
+        ext_array_release(a);
+        PyMem_Free(a);
+    }
+}
+
+PyDoc_STRVAR(bind_doc,
+"bind(name, rows) -> None\n\n"
+"Serves caller memory as table `name` without copying: rows is a uint8\n"
+"[num_rows, row_bytes] array (any row stride >= row_bytes, e.g. an np.memmap).\n"
+"The store keeps a reference to it until close(); its contents must not change\n"
+"meanwhile.  Raises TableExistsError if the name is bound or stored.");
+
+static PyObject *Store_bind(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
+                            PyObject *kwnames)
+{
+    static const char *const names[] = {"name", "rows"};
+    PyObject *v[2], *cap = NULL;
+    ext_array *a;
+    engram_table_spec sp;
+    const char *cname;
+    int rc;
+    if (parse_args("bind", args, nargs, kwnames, names, 2, 2, 2, v) < 0)
+        return NULL;
+    if (!(cname = name_arg(v[0], "name")))
+        return NULL;
+    if (!(a = PyMem_Calloc(1, sizeof *a)))
+        return PyErr_NoMemory();
+    if (ext_array_get(v[1], "rows", 0, a) < 0) {
+        PyMem_Free(a);
+        return NULL;
+    }
+    if (!(cap = PyCapsule_New(a, "engramstore.hold", hold_destroy))) {
+        ext_array_release(a);
+        PyMem_Free(a);
+        return NULL;
+    }
+    if (rows_layout(a, "rows", &sp) < 0 || rows_match_declared(s, v[0], "rows", a, &sp) < 0)
+        goto fail;
+    /* Hold the array before binding it: once bound, the store must never
+     * outlive its reference. */
+    if (PyList_Append(s->holds, cap) < 0 || enter(s) < 0)
+        goto fail_held;
+    Py_BEGIN_ALLOW_THREADS
+    rc = engram_bind(s->st, cname, &sp, a->data);
+    leave(s);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        ext_raise(rc, NULL);
+        goto fail_held;
+    }
+    Py_DECREF(cap);
+    Py_RETURN_NONE;
+fail_held:
+    /* Drop our entry (the last one with this capsule) again. */
+    for (Py_ssize_t i = PyList_GET_SIZE(s->holds) - 1; i >= 0; i--)
+        if (PyList_GET_ITEM(s->holds, i) == cap) {
+            PyObject *et, *ev, *tb;
+            PyErr_Fetch(&et, &ev, &tb);
+            if (PyList_SetSlice(s->holds, i, i + 1, NULL) < 0)
+                PyErr_Clear();
+            PyErr_Restore(et, ev, tb);
+            break;
+        }
+fail:
+    Py_DECREF(cap);
+    return NULL;
+}
+
+PyObject *ext_check_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    ext_array a;
+    engram_table_spec sp;
+    const char *arg;
+    unsigned long long n;
+    unsigned long r;
+    int bad = 0;
+    char b[64];
+    (void)self;
+    if (nargs != 4 || !PyUnicode_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "_check_rows(rows, arg: str, num_rows, row_bytes)");
+        return NULL;
+    }
+    if (!(arg = PyUnicode_AsUTF8(args[1])))
+        return NULL;
+    n = PyLong_AsUnsignedLongLong(args[2]);
+    r = PyLong_AsUnsignedLong(args[3]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (ext_array_get(args[0], arg, 0, &a) < 0)
+        return NULL;
+    if (rows_layout(&a, arg, &sp) < 0) {
+        ext_array_release(&a);
+        return NULL;
+    }
+    bad = sp.num_rows != n || sp.row_bytes != r;
+    if (bad)
+        PyErr_Format(PyExc_ValueError, "%s: expected shape (%llu, %lu), got %s", arg, n, r,
+                     ext_array_shape(&a, b, sizeof b));
+    else if (!ext_array_c_contiguous(&a)) {
+        PyErr_Format(PyExc_ValueError, "%s: must be C-contiguous", arg);
+        bad = 1;
+    }
+    ext_array_release(&a);
+    if (bad)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* ---- definitions and queries ------------------------------------------- */
+
+PyDoc_STRVAR(define_doc,
+"define(name, num_rows, row_bytes, row_pitch=0) -> None\n\n"
+"Declares table `name` with its spec.  If the table is already stored, the\n"
+"spec must match it (LayoutMismatchError otherwise); a name declared twice must\n"
+"be declared the same way.  Declared tables are checked again when they are\n"
+"first looked up, and populate() of a declared name takes its spec from here.");
+
+static PyObject *Store_define(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
+                              PyObject *kwnames)
+{
+    static const char *const names[] = {"name", "num_rows", "row_bytes", "row_pitch"};
+    PyObject *v[4], *t;
+    engram_table_spec sp = {0, 0, 0}, old;
+    engram_table_info info;
+    const char *cname;
+    int rc, d;
+    if (parse_args("define", args, nargs, kwnames, names, 4, 4, 3, v) < 0)
+        return NULL;
+    if (!(cname = name_arg(v[0], "name")))
+        return NULL;
+    for (int i = 1; i < 4; i++) {
+        if (v[i] && !PyLong_Check(v[i])) {
+            PyErr_Format(PyExc_TypeError, "%s: expected an int, got %.100s", names[i],
+                         Py_TYPE(v[i])->tp_name);
+            return NULL;
+        }
+    }
+    {
+        long long n = PyLong_AsLongLong(v[1]);
+        long long r = PyLong_AsLongLong(v[2]);
+        long long p = v[3] ? PyLong_AsLongLong(v[3]) : 0;
+        if (PyErr_Occurred())
+            return NULL;
+        if (n < 1 || r < 1 || r > ENGRAM_ROW_BYTES_MAX || p < 0 || p > ENGRAM_ROW_BYTES_MAX ||
+            (p && p < r))
+            return ext_raise_cls(ext_exc_for(ENGRAM_ESPEC), ENGRAM_ESPEC,
+                                 "table '%s': num_rows=%lld, row_bytes=%lld, row_pitch=%lld is "
+                                 "not a spec (num_rows >= 1, 1 <= row_bytes <= %u, row_pitch 0 "
+                                 "or row_bytes..%u)",
+                                 cname, n, r, p, (unsigned)ENGRAM_ROW_BYTES_MAX,
+                                 (unsigned)ENGRAM_ROW_BYTES_MAX);
+        sp.num_rows = (uint64_t)n;
+        sp.row_bytes = (uint32_t)r;
+        sp.row_pitch = (uint32_t)p;
+    }
+    if ((rc = engram_name_check(cname)) < 0 || (rc = engram_spec_check(&sp)) < 0)
+        return ext_raise(rc, "name");
+    if ((d = declared_spec(s, v[0], &old)) < 0)
+        return NULL;
+    if (d && (old.num_rows != sp.num_rows || old.row_bytes != sp.row_bytes ||
+              (old.row_pitch ? old.row_pitch : old.row_bytes) !=
+                  (sp.row_pitch ? sp.row_pitch : sp.row_bytes)))
+        return mismatch(v[0], &sp, &old);
+    if (enter(s) < 0)
+        return NULL;
+    rc = table_info(s, cname, &info);
+    leave(s);
+    if (rc == 0 && !spec_matches(&sp, &info.spec))
+        return mismatch(v[0], &sp, &info.spec);
+    if (rc < 0 && rc != -ENOENT)
+        return ext_raise(rc, NULL);
+    if (!(t = spec_tuple(&sp)))
+        return NULL;
+    rc = PyDict_SetItem(s->declared, v[0], t);
+    Py_DECREF(t);
+    if (rc < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static const char *kind_name(uint32_t kind)
+{
+    return kind == ENGRAM_TABLE_FILE ? "file" : kind == ENGRAM_TABLE_BOUND ? "bound" : "other";
+}
+
+PyDoc_STRVAR(get_table_spec_doc,
+"get_table_spec(name) -> dict\n\n"
+"The spec of table `name`: num_rows, row_bytes, row_pitch, and `stored` (False\n"
+"for a name that is declared but not populated yet).  Stored tables also give\n"
+"kind ('file' or 'bound'), data_size, checksum (XXH3-64) and created_ns.\n"
+"Raises TableNotFoundError for a name neither stored nor declared.");
+
+static PyObject *Store_get_table_spec(StoreObject *s, PyObject *name)
+{
+    engram_table_info info;
+    engram_table_spec decl;
+    const char *cname;
+    int rc, d;
+    if (!(cname = name_arg(name, "name")))
+        return NULL;
+    if (enter(s) < 0)
+        return NULL;
+    rc = table_info(s, cname, &info);
+    leave(s);
+    if (rc == 0)
+        return Py_BuildValue("{s:K,s:I,s:I,s:O,s:s,s:K,s:K,s:K}", "num_rows",
+                             (unsigned long long)info.spec.num_rows, "row_bytes",
+                             info.spec.row_bytes, "row_pitch", info.spec.row_pitch, "stored",
+                             Py_True, "kind", kind_name(info.kind), "data_size",
+                             (unsigned long long)info.data_size, "checksum",
+                             (unsigned long long)info.checksum, "created_ns",
+                             (unsigned long long)info.created_ns);
+    if (rc == -ENOENT) {
+        if ((d = declared_spec(s, name, &decl)) < 0)
+            return NULL;
+        if (d)
+            return Py_BuildValue("{s:K,s:I,s:I,s:O}", "num_rows",
+                                 (unsigned long long)decl.num_rows, "row_bytes", decl.row_bytes,
+                                 "row_pitch", decl.row_pitch ? decl.row_pitch : decl.row_bytes,
+                                 "stored", Py_False);
+    }
+    return ext_raise(rc, NULL);
+}
+
+PyDoc_STRVAR(list_tables_doc, "list_tables() -> list[str]\n\n"
+                              "The names of the stored and bound tables, sorted.");
+
+static PyObject *Store_list_tables(StoreObject *s, PyObject *unused)
+{
+    char **names = NULL;
+    size_t n = 0;
+    int rc;
+    PyObject *list;
+    (void)unused;
+    if (enter(s) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = engram_list(s->st, &names, &n);
+    leave(s);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        return ext_raise(rc, NULL);
+    if (!(list = PyList_New((Py_ssize_t)n)))
+        goto out;
+    for (size_t i = 0; i < n; i++) {
+        PyObject *u = PyUnicode_FromString(names[i]);
+        if (!u) {
+            Py_CLEAR(list);
+            goto out;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, u);
+    }
+out:
+    engram_free(names);
+    return list;
+}
+
+PyDoc_STRVAR(remove_doc,
+"remove(name) -> None\n\n"
+"Unpublishes stored table `name` (the name is free again at once).  Other\n"
+"processes keep the mapping they have; this store's later lookups of the name\n"
+"find the table gone.  Bound tables cannot be removed (StateError).");
+
+/* Calls fn(store, name) with the GIL released: 0, or -1 with the
+ * library's error raised. */
+static int call_named(StoreObject *s, PyObject *name, int (*fn)(engram_store *, const char *))
+{
+    const char *cname;
+    int rc;
+    if (!(cname = name_arg(name, "name")) || enter(s) < 0)
+        return -1;
+    Py_BEGIN_ALLOW_THREADS
+    rc = fn(s->st, cname);
+    leave(s);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        ext_raise(rc, NULL);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *Store_remove(StoreObject *s, PyObject *name)
+{
+    if (call_named(s, name, engram_remove) < 0)
+        return NULL;
+    /* The next lookup of the name resolves it afresh. */
+    memo_clear(s);
+    if (PyDict_DelItem(s->tables, name) < 0) {
+        if (!PyErr_ExceptionMatches(PyExc_KeyError))
+            return NULL;
+        PyErr_Clear();
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(verify_doc,
+"verify(name) -> None\n\n"
+"Re-reads stored table `name` and checks its header and data checksum\n"
+"(CorruptTableError if they disagree).  The GIL is released meanwhile.");
+
+static int verify_quiet(engram_store *st, const char *name)
+{
+    return engram_verify(st, name, NULL, NULL);
+}
+
+static PyObject *Store_verify(StoreObject *s, PyObject *name)
+{
+    if (call_named(s, name, verify_quiet) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(stats_doc,
+"stats() -> dict\n\n"
+"The store's counters (lookups, failed, rows, dead_rows, bytes, parallel,\n"
+"time_ns, threads, tables_open, mapped_bytes) and, under 'tables', per table\n"
+"looked up through this object: lookups, rows, bytes, resident_bytes,\n"
+"huge_bytes, private_copy, map_minor_faults, map_major_faults.");
+
+static PyObject *Store_stats(StoreObject *s, PyObject *unused)
+{
+    engram_stats es = ENGRAM_STATS_INIT;
+    PyObject *d = NULL, *tabs = NULL, *key, *val;
+    Py_ssize_t pos = 0;
+    int rc;
+    (void)unused;
+    if (enter(s) < 0)
+        return NULL;
+    rc = engram_store_stats(s->st, &es);
+    leave(s);
+    if (rc < 0)
+        return ext_raise(rc, NULL);
+    if (!(tabs = PyDict_New()))
+        return NULL;
+    while (PyDict_Next(s->tables, &pos, &key, &val)) {
+        engram_table_info info;
+        PyObject *td;
+        const char *cname = PyUnicode_AsUTF8(key);
+        if (!cname || enter(s) < 0)
+            goto fail;
+        rc = table_info(s, cname, &info);
+        leave(s);
+        if (rc == -ENOENT)
+            continue; /* removed meanwhile */
+        if (rc < 0) {
+            ext_raise(rc, NULL);
+            goto fail;
+        }
+        td = Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:O,s:K,s:K}", "lookups",
+                           (unsigned long long)info.lookups, "rows",
+                           (unsigned long long)info.rows, "bytes", (unsigned long long)info.bytes,
+                           "resident_bytes", (unsigned long long)info.resident_bytes,
+                           "huge_bytes", (unsigned long long)info.huge_bytes, "private_copy",
+                           info.private_copy ? Py_True : Py_False, "map_minor_faults",
+                           (unsigned long long)info.map_minor_faults, "map_major_faults",
+                           (unsigned long long)info.map_major_faults);
+        if (!td || PyDict_SetItem(tabs, key, td) < 0) {
+            Py_XDECREF(td);
+            goto fail;
+        }
+        Py_DECREF(td);
+    }
+    d = Py_BuildValue("{s:I,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:O}", "threads", es.threads,
+                      "lookups", (unsigned long long)es.lookups, "failed",
+                      (unsigned long long)es.failed, "rows", (unsigned long long)es.rows,
+                      "dead_rows", (unsigned long long)es.dead_rows, "bytes",
+                      (unsigned long long)es.bytes, "parallel", (unsigned long long)es.parallel,
+                      "time_ns", (unsigned long long)es.time_ns, "tables_open",
+                      (unsigned long long)es.tables_open, "mapped_bytes",
+                      (unsigned long long)es.mapped_bytes, "tables", tabs);
+fail:
+    Py_DECREF(tabs);
+    return d;
+}
+
+/* ---- open and close ---------------------------------------------------- */
+
+PyDoc_STRVAR(close_doc,
+"close() -> None\n\n"
+"Closes the store: waits for lookups running in other threads to finish, then\n"
+"unmaps every table and releases bound arrays.  Later calls raise\n"
+"StoreClosedError.  Closing twice is allowed.");
+
+static PyObject *Store_close(StoreObject *s, PyObject *unused)
+{
+    (void)unused;
+    if (!s->st)
+        Py_RETURN_NONE;
+    atomic_store(&s->closing, 1);
+    if (atomic_load(&s->active) > 0) {
+        Py_BEGIN_ALLOW_THREADS
+        pthread_mutex_lock(&s->mu);
+        while (atomic_load(&s->active) > 0)
+            pthread_cond_wait(&s->cv, &s->mu);
+        pthread_mutex_unlock(&s->mu);
+        Py_END_ALLOW_THREADS
+    }
+    if (!s->st) /* another thread's close() finished first */
+        Py_RETURN_NONE;
+    {
+        engram_store *st = s->st;
+        s->st = NULL;
+        Py_BEGIN_ALLOW_THREADS
+        engram_store_close(st);
+        Py_END_ALLOW_THREADS
+    }
+    PyDict_Clear(s->tables);
+    memo_clear(s);
+    if (PyList_SetSlice(s->holds, 0, PyList_GET_SIZE(s->holds), NULL) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Store_enter(StoreObject *s, PyObject *unused)
+{
+    (void)unused;
+    if (!s->st)
+        return ext_raise_cls(ext_StoreClosedError, ENGRAM_ESTATE, "the store is closed");
+    return Py_NewRef((PyObject *)s);
+}
+
+static PyObject *Store_exit(StoreObject *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)args;
+    (void)nargs;
+    return Store_close(s, NULL);
+}
+
+static PyObject *Store_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    StoreObject *s = (StoreObject *)type->tp_alloc(type, 0);
+    (void)args;
+    (void)kw;
+    if (!s)
+        return NULL;
+    s->tables = PyDict_New();
+    s->declared = PyDict_New();
+    s->holds = PyList_New(0);
+    s->path = Py_NewRef(Py_None);
+    atomic_init(&s->active, 0);
+    atomic_init(&s->closing, 0);
+    if (!s->tables || !s->declared || !s->holds) {
+        Py_DECREF(s);
+        return NULL;
+    }
+    if (pthread_mutex_init(&s->mu, NULL) != 0 || pthread_cond_init(&s->cv, NULL) != 0) {
+        Py_DECREF(s);
+        return PyErr_NoMemory();
+    }
+    s->sync_ready = 1;
+    return (PyObject *)s;
+}
+
+static int Store_init(StoreObject *s, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"namespace", "local_dir", "create", "prefault", "random",
+                             "huge_pages", "mlock", "verify", "timing", "group", "threads", NULL};
+    PyObject *ns = Py_None, *dir = NULL, *dirb = NULL;
+    int create = 1, prefault = 0, rnd = 0, huge = 0, mlck = 0, verify = 0, timing = 0,
+        group = 0, threads = 0, rc;
+    engram_store_options o = ENGRAM_STORE_OPTIONS_INIT;
+    engram_store *st = NULL;
+    const char *cns = NULL, *cdir = NULL;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OO$ppppppppi:Store", kwlist, &ns, &dir, &create,
+                                     &prefault, &rnd, &huge, &mlck, &verify, &timing, &group,
+                                     &threads))
+        return -1;
+    if (s->st || atomic_load(&s->closing)) {
+        PyErr_SetString(PyExc_RuntimeError, "Store.__init__ called twice");
+        return -1;
+    }
+    if (threads < 0) {
+        PyErr_Format(PyExc_ValueError, "threads: expected >= 0 (0 = one per CPU), got %d",
+                     threads);
+        return -1;
+    }
+    o.flags = (create ? ENGRAM_OPEN_CREATE : 0) | (prefault ? ENGRAM_OPEN_PREFAULT : 0) |
+              (rnd ? ENGRAM_OPEN_RANDOM : 0) | (huge ? ENGRAM_OPEN_PRIVATE_HUGE : 0) |
+              (mlck ? ENGRAM_OPEN_MLOCK : 0) | (verify ? ENGRAM_OPEN_VERIFY : 0) |
+              (timing ? ENGRAM_OPEN_TIMING : 0) | (group ? ENGRAM_OPEN_GROUP : 0);
+    o.threads = threads;
+    if (dir == Py_None) {
+        if (ns != Py_None) {
+            PyErr_SetString(PyExc_ValueError,
+                            "namespace: a memory-only store (local_dir=None) has no namespace");
+            return -1;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        rc = engram_store_open_memory(&o, &st);
+        Py_END_ALLOW_THREADS
+        if (rc < 0) {
+            ext_raise(rc, "open");
+            return -1;
+        }
+        Py_SETREF(s->path, PyUnicode_FromString("<memory>"));
+    } else {
+        if (!PyUnicode_Check(ns)) {
+            PyErr_Format(PyExc_TypeError, "namespace: expected a str, got %.100s",
+                         Py_TYPE(ns)->tp_name);
+            return -1;
+        }
+        if (!(cns = PyUnicode_AsUTF8(ns)))
+            return -1;
+        if (dir) {
+            if (!PyUnicode_FSConverter(dir, &dirb))
+                return -1;
+            cdir = PyBytes_AS_STRING(dirb);
+        }
+        Py_BEGIN_ALLOW_THREADS
+        rc = engram_store_open(cdir, cns, &o, &st);
+        Py_END_ALLOW_THREADS
+        if (rc < 0) {
+            ext_raise(rc, "open");
+            Py_XDECREF(dirb);
+            return -1;
+        }
+        Py_SETREF(s->path, PyUnicode_FromFormat("%s/%s", cdir ? cdir : engram_default_root(), cns));
+        Py_XDECREF(dirb);
+    }
+    s->st = st;
+    return s->path ? 0 : -1;
+}
+
+static void Store_dealloc(StoreObject *s)
+{
+    PyTypeObject *tp = Py_TYPE(s);
+    /* No other thread can be inside a method: each holds a reference. */
+    if (s->st) {
+        engram_store_close(s->st);
+        s->st = NULL;
+    }
+    memo_clear(s);
+    Py_CLEAR(s->tables);
+    Py_CLEAR(s->declared);
+    Py_CLEAR(s->holds);
+    Py_CLEAR(s->path);
+    if (s->sync_ready) {
+        pthread_mutex_destroy(&s->mu);
+        pthread_cond_destroy(&s->cv);
+    }
+    tp->tp_free((PyObject *)s);
+    Py_DECREF(tp);
+}
+
+static PyObject *Store_repr(StoreObject *s)
+{
+    return PyUnicode_FromFormat("<%s %R%s>", Py_TYPE(s)->tp_name, s->path,
+                                s->st ? "" : " (closed)");
+}
+
+static PyObject *Store_get_closed(StoreObject *s, void *unused)
+{
+    (void)unused;
+    return PyBool_FromLong(s->st == NULL);
+}
+
+static PyObject *Store_get_path(StoreObject *s, void *unused)
+{
+    (void)unused;
+    return Py_NewRef(s->path);
+}
+
+static PyMethodDef Store_methods[] = {
+    {"lookup", (PyCFunction)(void (*)(void))Store_lookup, METH_FASTCALL | METH_KEYWORDS,
+     lookup_doc},
+    {"_lookup_layer", (PyCFunction)(void (*)(void))Store_lookup_layer, METH_FASTCALL,
+     lookup_layer_doc},
+    {"populate", (PyCFunction)(void (*)(void))Store_populate, METH_FASTCALL | METH_KEYWORDS,
+     populate_doc},
+    {"bind", (PyCFunction)(void (*)(void))Store_bind, METH_FASTCALL | METH_KEYWORDS, bind_doc},
+    {"define", (PyCFunction)(void (*)(void))Store_define, METH_FASTCALL | METH_KEYWORDS,
+     define_doc},
+    {"get_table_spec", (PyCFunction)Store_get_table_spec, METH_O, get_table_spec_doc},
+    {"list_tables", (PyCFunction)Store_list_tables, METH_NOARGS, list_tables_doc},
+    {"remove", (PyCFunction)Store_remove, METH_O, remove_doc},
+    {"verify", (PyCFunction)Store_verify, METH_O, verify_doc},
+    {"stats", (PyCFunction)Store_stats, METH_NOARGS, stats_doc},
+    {"close", (PyCFunction)Store_close, METH_NOARGS, close_doc},
+    {"__enter__", (PyCFunction)Store_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)(void (*)(void))Store_exit, METH_FASTCALL, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Store_getset[] = {
+    {"closed", (getter)Store_get_closed, NULL, "True once close() has run.", NULL},
+    {"path", (getter)Store_get_path, NULL, "root/namespace, or '<memory>'.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+PyDoc_STRVAR(Store_doc,
+"Store(namespace=None, local_dir=None, *, create=True, prefault=False,\n"
+"      random=False, huge_pages=False, mlock=False, verify=False, timing=False,\n"
+"      group=False, threads=0)\n\n"
+"One namespace of tables: the directory local_dir/namespace (local_dir None with\n"
+"a namespace: the default root), or, with local_dir=None and namespace=None, a\n"
+"memory-only store that serves bound arrays.  Use engramstore.EngramStore.");
+
+static PyType_Slot Store_slots[] = {
+    {Py_tp_new, Store_new},
+    {Py_tp_init, Store_init},
+    {Py_tp_dealloc, Store_dealloc},
+    {Py_tp_repr, Store_repr},
+    {Py_tp_methods, Store_methods},
+    {Py_tp_getset, Store_getset},
+    {Py_tp_doc, (void *)(uintptr_t)Store_doc},
+    {0, NULL},
+};
+
+static PyType_Spec Store_spec = {
+    .name = "engramstore._engram.Store",
+    .basicsize = sizeof(StoreObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .slots = Store_slots,
+};
+
+int ext_store_init(PyObject *m)
+{
+    PyObject *t = PyType_FromSpec(&Store_spec);
+    if (!t)
+        return -1;
+    if (PyModule_AddObjectRef(m, "Store", t) < 0) {
+        Py_DECREF(t);
+        return -1;
+    }
+    Py_DECREF(t);
+    return 0;
+}
