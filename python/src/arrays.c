@@ -218,6 +218,20 @@ static int from_dlpack(PyObject *obj, const char *arg, int writable, ext_array *
         PyErr_Clear();
         cap = PyObject_CallNoArgs(m);
     }
+    if (!cap && PyErr_ExceptionMatches(PyExc_BufferError)) {
+        /* The producer cannot export it (e.g. numpy refuses a read-only
+         * array to a pre-1.0 DLPack request): name the argument, as the
+         * buffer path does. */
+        PyObject *et, *ev, *tb, *msg;
+        PyErr_Fetch(&et, &ev, &tb);
+        msg = ev ? PyObject_Str(ev) : NULL;
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(tb);
+        PyErr_Format(PyExc_ValueError, "%s: cannot take this %.100s through DLPack (%S)", arg,
+                     Py_TYPE(obj)->tp_name, msg ? msg : Py_None);
+        Py_XDECREF(msg);
+    }
     if (!cap)
         goto fail;
     if (PyCapsule_IsValid(cap, "dltensor_versioned")) {

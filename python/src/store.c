@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 
 #define STACK_COLS 64
@@ -293,6 +294,21 @@ static int collapse_lead(const ext_array *a, int lead, const char *arg, Py_ssize
     return 0;
 }
 
+/* The library names a bad id by its position in the flattened [T, K] batch,
+ * "ids[t][k] = ...".  The layer API's caller passed row_ids [B, L, H]: name
+ * the id there, "row_ids[b][l][h] = ...". */
+static void raise_bad_row_id(int rc, const ext_array *ids, const char *arg)
+{
+    const char *msg = engram_errmsg();
+    unsigned long long t, k, L = (unsigned long long)ids->shape[1];
+    int n = 0;
+    if (!msg || L == 0 || sscanf(msg, "ids[%llu][%llu]%n", &t, &k, &n) != 2 || n == 0) {
+        ext_raise(rc, NULL);
+        return;
+    }
+    ext_raise_cls(ext_exc_for(rc), rc, "%s[%llu][%llu][%llu]%s", arg, t / L, t % L, k, msg + n);
+}
+
 typedef struct lookup_in {
     PyObject *tables, *ids, *out, *offsets;
     int zero_dead;
@@ -324,13 +340,16 @@ static PyObject *do_lookup(StoreObject *s, const lookup_in *in)
     entered = 1;
     K = PySequence_Fast_GET_SIZE(in->tables);
     if (K > STACK_COLS) {
-        tids = PyMem_Malloc((size_t)K * (sizeof *tids + sizeof *offs));
-        if (!tids) {
+        /* One block: the int64 offsets first, so they are aligned, then the
+         * table ids. */
+        offs = PyMem_Malloc((size_t)K * (sizeof *offs + sizeof *tids));
+        if (!offs) {
             PyErr_NoMemory();
             goto out;
         }
-    }
-    offs = K > STACK_COLS ? (int64_t *)(void *)(tids + K) : off_stack;
+        tids = (engram_table_id *)(void *)(offs + K);
+    } else
+        offs = off_stack;
     if (K > 0 && K == s->memo_k) {
         Py_ssize_t k = 0;
         while (k < K && PySequence_Fast_GET_ITEM(in->tables, k) == s->memo_names[k])
@@ -478,7 +497,9 @@ resolved:
     leave(s);
     Py_END_ALLOW_THREADS
     entered = 0;
-    if (rc < 0)
+    if (rc == ENGRAM_EBADID && lead == 2)
+        raise_bad_row_id(rc, &ids, in->ids_arg);
+    else if (rc < 0)
         ext_raise(rc, NULL);
     else
         ret = Py_NewRef(Py_None);
@@ -488,8 +509,8 @@ out:
     ext_array_release(&oa);
     ext_array_release(&out);
     ext_array_release(&ids);
-    if (tids != tid_stack)
-        PyMem_Free(tids);
+    if (offs && offs != off_stack)
+        PyMem_Free(offs);
     return ret;
 }
 
@@ -994,8 +1015,7 @@ PyDoc_STRVAR(stats_doc,
 static PyObject *Store_stats(StoreObject *s, PyObject *unused)
 {
     engram_stats es = ENGRAM_STATS_INIT;
-    PyObject *d = NULL, *tabs = NULL, *key, *val;
-    Py_ssize_t pos = 0;
+    PyObject *d = NULL, *tabs = NULL, *names = NULL, *key;
     int rc;
     (void)unused;
     if (enter(s) < 0)
@@ -1006,10 +1026,17 @@ static PyObject *Store_stats(StoreObject *s, PyObject *unused)
         return ext_raise(rc, NULL);
     if (!(tabs = PyDict_New()))
         return NULL;
-    while (PyDict_Next(s->tables, &pos, &key, &val)) {
+    /* A snapshot of the names, holding them: the GIL is released for each
+     * table, and other threads may add names (lookup) or drop them
+     * (remove, close) meanwhile. */
+    if (!(names = PyDict_Keys(s->tables)))
+        goto fail;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(names); i++) {
         engram_table_info info;
         PyObject *td;
-        const char *cname = PyUnicode_AsUTF8(key);
+        const char *cname;
+        key = PyList_GET_ITEM(names, i);
+        cname = PyUnicode_AsUTF8(key);
         if (!cname || enter(s) < 0)
             goto fail;
         rc = table_info(s, cname, &info);
@@ -1043,6 +1070,7 @@ static PyObject *Store_stats(StoreObject *s, PyObject *unused)
                       (unsigned long long)es.tables_open, "mapped_bytes",
                       (unsigned long long)es.mapped_bytes, "tables", tabs);
 fail:
+    Py_XDECREF(names);
     Py_DECREF(tabs);
     return d;
 }

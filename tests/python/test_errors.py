@@ -1,0 +1,261 @@
+"""The exception hierarchy, errno codes, corrupt and unsafe table files, and
+bad names."""
+from __future__ import annotations
+
+import errno
+import os
+
+import numpy as np
+import pytest
+
+import engramstore
+from esutil import SENTINEL, data_offset, make_rows, sentinel, table_path
+
+CLASSES = ["TableExistsError", "TableNotFoundError", "LayoutMismatchError", "BadIdError",
+           "SpecError", "LayoutError", "CorruptTableError", "UnsafePathError", "StateError",
+           "StoreClosedError", "TableRemovedError"]
+
+CODES = {"EBADID": 4001, "ESPEC": 4002, "EMISMATCH": 4003, "ELAYOUT": 4004, "ECORRUPT": 4005,
+         "ECHECKSUM": 4006, "EVERSION": 4007, "EUNSAFE": 4008, "EBOUND": 4009,
+         "EREMOVED": 4010, "ESTATE": 4011}
+
+
+def one(shape_k=1, row_bytes=264):
+    return np.zeros((1, shape_k), np.int64), sentinel((1, shape_k, row_bytes))
+
+
+def test_hierarchy():
+    base = engramstore.EngramError
+    assert issubclass(base, Exception)
+    assert base.__module__ == "engramstore"
+    for name in CLASSES:
+        cls = getattr(engramstore, name)
+        assert issubclass(cls, base), name
+        assert cls.__name__ == name
+    assert issubclass(engramstore.BadIdError, IndexError)
+    for name in ("SpecError", "LayoutMismatchError", "LayoutError"):
+        assert issubclass(getattr(engramstore, name), ValueError), name
+    assert issubclass(engramstore.StoreClosedError, engramstore.StateError)
+    assert len({getattr(engramstore, n) for n in CLASSES}) == len(CLASSES)
+    e = engramstore.EngramError("x")
+    assert e.errno is None
+
+
+def test_codes_and_strerror():
+    for name, value in CODES.items():
+        assert getattr(engramstore, name) == value, name
+        text = engramstore.strerror(value)
+        assert isinstance(text, str) and text
+    assert len({engramstore.strerror(v) for v in CODES.values()}) == len(CODES)
+
+
+def test_each_error_carries_its_errno(ab, local_dir, rows_a):
+    st, _ = ab
+    got = {}
+
+    def catch(call):
+        with pytest.raises(engramstore.EngramError) as ei:
+            call()
+        got[type(ei.value).__name__] = ei.value.errno
+        return ei.value
+
+    catch(lambda: st.populate("a", rows_a))
+    catch(lambda: st.get_table_spec("nope"))
+    catch(lambda: engramstore.EngramStore(tables={"a": (18, 264)}, namespace="model-x",
+                                          local_dir=local_dir))
+    catch(lambda: st.lookup(["a"], np.array([[17]], np.int64), sentinel((1, 1, 264))))
+    catch(lambda: st.populate("a/b", rows_a))
+    st.populate("s", make_rows(2, 8, 1))
+    catch(lambda: st.lookup(["a", "s"], *one(2)))
+    mem = engramstore.TableStore(local_dir=None)
+    mem.bind("x", rows_a)
+    catch(lambda: mem.remove("x"))
+    mem.close()
+    catch(lambda: mem.list_tables())
+    assert got == {"TableExistsError": errno.EEXIST, "TableNotFoundError": errno.ENOENT,
+                   "LayoutMismatchError": engramstore.EMISMATCH,
+                   "BadIdError": engramstore.EBADID, "SpecError": engramstore.ESPEC,
+                   "LayoutError": engramstore.ELAYOUT, "StateError": engramstore.EBOUND,
+                   "StoreClosedError": engramstore.ESTATE}
+    assert all(isinstance(v, int) and v > 0 for v in got.values())
+
+
+# ---- corrupt files ----------------------------------------------------------
+
+def flip(path, offset):
+    os.chmod(path, 0o600)
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        b = f.read(1)
+        f.seek(offset)
+        f.write(bytes([b[0] ^ 0xFF]))
+    os.chmod(path, 0o400)
+
+
+def test_flipped_data_byte_fails_verify(ab, local_dir):
+    st, tabs = ab
+    st.verify("a")  # intact
+    path = table_path(st, "a")
+    flip(path, data_offset(path, 17 * 264) + 5 * 264 + 100)
+    with pytest.raises(engramstore.CorruptTableError, match="checksum") as ei:
+        st.verify("a")
+    assert ei.value.errno == engramstore.ECHECKSUM
+    st.verify("b")  # the other table is fine
+    # a store that verifies on open refuses it, and writes nothing
+    with engramstore.EngramStore(namespace="model-x", local_dir=local_dir, verify=True) as v:
+        out = sentinel((1, 1, 264))
+        with pytest.raises(engramstore.CorruptTableError, match=r"^tables\[0\]: ") as ei:
+            v.lookup(["a"], np.zeros((1, 1), np.int64), out)
+        assert ei.value.errno == engramstore.ECHECKSUM
+        assert (out == SENTINEL).all()
+        v.lookup(["b"], np.zeros((1, 1), np.int64), out)
+        np.testing.assert_array_equal(out[0, 0], tabs["b"][0])
+
+
+def test_flipped_header_byte_is_corrupt(ab, local_dir):
+    st, _ = ab
+    path = table_path(st, "b")
+    flip(path, 0)
+    with engramstore.EngramStore(namespace="model-x", local_dir=local_dir) as s2:
+        for call in (lambda: s2.get_table_spec("b"), lambda: s2.verify("b"),
+                     lambda: s2.lookup(["b"], *one())):
+            with pytest.raises(engramstore.CorruptTableError) as ei:
+                call()
+            assert ei.value.errno == engramstore.ECORRUPT
+
+
+@pytest.mark.parametrize("delta", [-1, -264, +1, +4096])
+def test_truncated_or_extended_file_is_corrupt(ab, local_dir, delta):
+    st, _ = ab
+    path = table_path(st, "a")
+    size = os.path.getsize(path)
+    os.chmod(path, 0o600)
+    os.truncate(path, size + delta)
+    os.chmod(path, 0o400)
+    with engramstore.EngramStore(namespace="model-x", local_dir=local_dir) as s2:
+        out = sentinel((1, 1, 264))
+        with pytest.raises(engramstore.CorruptTableError) as ei:
+            s2.lookup(["a"], np.zeros((1, 1), np.int64), out)
+        assert ei.value.errno == engramstore.ECORRUPT
+        assert (out == SENTINEL).all()
+        with pytest.raises(engramstore.CorruptTableError):
+            s2.get_table_spec("a")
+        with pytest.raises(engramstore.CorruptTableError):
+            s2.verify("a")
+
+
+def test_truncated_to_nothing_and_foreign_files(store, local_dir):
+    for name, content in [("empty", b""), ("junk", b"not an engram table" * 1000),
+                          ("short", b"\x00" * 7)]:
+        p = os.path.join(store.path, name)
+        with open(p, "wb") as f:
+            f.write(content)
+        os.chmod(p, 0o400)
+        with pytest.raises(engramstore.CorruptTableError):
+            store.lookup([name], *one())
+        with pytest.raises(engramstore.CorruptTableError):
+            store.get_table_spec(name)
+
+
+# ---- unsafe paths ------------------------------------------------------------
+
+def test_symlink_in_place_of_a_table(ab, local_dir, tmp_path):
+    st, _ = ab
+    path = table_path(st, "a")
+    real = tmp_path / "elsewhere"
+    os.rename(path, real)
+    os.symlink(real, path)
+    with engramstore.EngramStore(namespace="model-x", local_dir=local_dir) as s2:
+        out = sentinel((1, 1, 264))
+        with pytest.raises(engramstore.UnsafePathError, match="link") as ei:
+            s2.lookup(["a"], np.zeros((1, 1), np.int64), out)
+        assert ei.value.errno == engramstore.EUNSAFE
+        assert (out == SENTINEL).all()
+        with pytest.raises(engramstore.UnsafePathError):
+            s2.get_table_spec("a")
+        assert "a" not in s2.list_tables()
+        s2.lookup(["b"], np.zeros((1, 1), np.int64), out)  # the rest still serves
+        # and populate does not write through the link
+        with pytest.raises(engramstore.EngramError):
+            s2.populate("a", make_rows(17, 264, 5))
+    assert os.path.islink(path)
+
+
+def test_symlinked_namespace_is_refused(ab, local_dir):
+    os.symlink(os.path.join(local_dir, "model-x"), os.path.join(local_dir, "alias"))
+    with pytest.raises(engramstore.UnsafePathError) as ei:
+        engramstore.EngramStore(namespace="alias", local_dir=local_dir)
+    assert ei.value.errno == engramstore.EUNSAFE
+
+
+def test_world_writable_namespace_is_refused(ab, local_dir):
+    st, _ = ab
+    os.chmod(st.path, 0o777)
+    try:
+        with pytest.raises(engramstore.UnsafePathError, match="writable"):
+            engramstore.EngramStore(namespace="model-x", local_dir=local_dir)
+    finally:
+        os.chmod(st.path, 0o700)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+def test_table_owned_by_another_user_is_refused(ab, local_dir):
+    st, _ = ab
+    os.chown(table_path(st, "b"), 65534, 65534)
+    with engramstore.EngramStore(namespace="model-x", local_dir=local_dir) as s2:
+        with pytest.raises(engramstore.UnsafePathError, match="owned"):
+            s2.lookup(["b"], *one())
+
+
+# ---- bad names ---------------------------------------------------------------
+
+BAD_NAMES = ["../x", "", "a/b", ".hidden", "a b", "x" * 129, "é", "/abs", "..", "a\\b"]
+
+
+@pytest.mark.parametrize("name", BAD_NAMES)
+def test_bad_table_names(store, local_dir, name, rows_a):
+    with pytest.raises(engramstore.SpecError) as ei:
+        store.populate(name, rows_a)
+    assert ei.value.errno == engramstore.ESPEC
+    assert isinstance(ei.value, ValueError)
+    with pytest.raises(engramstore.SpecError):
+        store.define(name, 17, 264)
+    with pytest.raises(engramstore.SpecError):
+        engramstore.EngramStore(tables={name: (17, 264)}, namespace="n2", local_dir=local_dir)
+    with pytest.raises(engramstore.SpecError):
+        store.lookup([name], *one())
+    with pytest.raises(engramstore.SpecError):
+        engramstore.EngramStore(namespace=name, local_dir=local_dir)
+    assert store.list_tables() == []
+    assert sorted(os.listdir(local_dir)) in (["model-x"], ["model-x", "n2"])
+    assert os.listdir(store.path) == []
+
+
+def test_good_names(store):
+    rows = make_rows(2, 8, 3)
+    names = ["engram:l1:h0", "A-Z_0.9", "x" * 128, "a.b"]
+    for n in names:
+        store.populate(n, rows)
+    assert store.list_tables() == sorted(names)
+
+
+def test_name_with_nul_or_wrong_type(store, rows_a):
+    with pytest.raises(ValueError, match="NUL"):
+        store.populate("a\0b", rows_a)
+    with pytest.raises(TypeError, match="^name:"):
+        store.populate(b"a", rows_a)
+    with pytest.raises(TypeError, match="^name:"):
+        store.remove(None)
+
+
+def test_removed_table_while_open_is_gone_or_removed(ab):
+    # After remove() this store's lookups of the name fail: the name
+    # resolves afresh (TableNotFoundError), never to stale or wrong rows.
+    st, tabs = ab
+    out = sentinel((1, 1, 264))
+    st.lookup(["b"], np.array([[4]], np.int64), out)
+    st.remove("b")
+    out[:] = SENTINEL
+    with pytest.raises((engramstore.TableNotFoundError, engramstore.TableRemovedError)):
+        st.lookup(["b"], np.array([[4]], np.int64), out)
+    assert (out == SENTINEL).all()

@@ -1,0 +1,41 @@
+"""Runs every ```python block of README.md, each in its own interpreter with a
+scratch directory as the working directory, so the README cannot drift from
+the package."""
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
+FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.M | re.S)
+
+
+def python_blocks():
+    text = README.read_text(encoding="utf-8")
+    return [(text.count("\n", 0, m.start()) + 1, m.group(1)) for m in FENCE.finditer(text)]
+
+
+def test_fence_pattern_finds_blocks():
+    sample = "x\n```python\nprint(1)\n```\n```sh\nls\n```\n```python\nprint(2)\n```\n"
+    assert [m.group(1) for m in FENCE.finditer(sample)] == ["print(1)\n", "print(2)\n"]
+
+
+BLOCKS = python_blocks()
+
+
+@pytest.mark.skipif(not BLOCKS, reason="README.md has no ```python block yet")
+@pytest.mark.parametrize("line,code", BLOCKS, ids=[f"README.md:{ln}" for ln, _ in BLOCKS])
+def test_readme_python_block(tmp_path, line, code):
+    script = tmp_path / "example.py"
+    script.write_text(code, encoding="utf-8")
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, (
+        f"README.md block at line {line} failed (exit {proc.returncode}):\n"
+        f"--- code ---\n{code}--- stdout ---\n{proc.stdout}--- stderr ---\n{proc.stderr}")
