@@ -17,8 +17,16 @@ mkdir -p "$out"
 jobs=$(nproc 2>/dev/null || echo 4)
 t0=$(date +%s)
 
-echo "== build (release, ENGRAM_CUDA=ON, warnings as errors)"
-cmake -S . -B build/gpu -DCMAKE_BUILD_TYPE=RelWithDebInfo -DENGRAM_CUDA=ON -DENGRAM_WERROR=ON >/dev/null
+# The Python package's GPU tests run where python3 has numpy and pytest
+# (the machine may have no network to install them).
+py=OFF
+if python3 -c 'import numpy, pytest, os, sysconfig; raise SystemExit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' 2>/dev/null; then
+  py=ON
+fi
+
+echo "== build (release, ENGRAM_CUDA=ON, warnings as errors, Python extension: $py)"
+cmake -S . -B build/gpu -DCMAKE_BUILD_TYPE=RelWithDebInfo -DENGRAM_CUDA=ON -DENGRAM_WERROR=ON \
+  -DENGRAM_PYTHON=$py >/dev/null
 cmake --build build/gpu -j"$jobs" >/dev/null
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 
@@ -35,6 +43,17 @@ echo "== GPU tests"
     fi
   done
 } 2>&1 | tee "$out/gpu_tests.txt"
+
+if [ "$py" = ON ]; then
+  echo "== Python GPU tests"
+  rm -rf build/gpu/pkg && mkdir -p build/gpu/pkg/engramstore
+  cp python/engramstore/*.py python/engramstore/*.pyi build/gpu/_engram*.so build/gpu/pkg/engramstore/
+  (cd tests/python && PYTHONPATH="$PWD/../../build/gpu/pkg" python3 -m pytest -q -p no:cacheprovider \
+     -rs test_cuda_gpu.py test_arrays.py) 2>&1 | tee -a "$out/gpu_tests.txt"
+else
+  echo "gpu.sh: python3 with numpy, pytest and headers not found: Python GPU tests not run" |
+    tee -a "$out/gpu_tests.txt"
+fi
 
 echo "== the whole test suite of this build"
 (cd build/gpu && ctest --output-on-failure -j"$jobs" -E 'test_cuda$')

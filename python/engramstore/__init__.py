@@ -23,6 +23,7 @@ from . import _engram
 from ._engram import (  # noqa: F401  (re-exported)
     DEAD_ID,
     EBADID,
+    HAVE_CUDA,
     EBOUND,
     ECHECKSUM,
     ECORRUPT,
@@ -57,7 +58,7 @@ __all__ = [
     "EngramError", "TableExistsError", "TableNotFoundError", "TableRemovedError",
     "SpecError", "LayoutMismatchError", "LayoutError", "BadIdError",
     "CorruptTableError", "UnsafePathError", "StateError", "StoreClosedError",
-    "default_root", "library_version", "strerror", "DEAD_ID",
+    "default_root", "library_version", "strerror", "DEAD_ID", "HAVE_CUDA",
 ]
 
 _DEFAULT = object()  # local_dir not given: the library's default root

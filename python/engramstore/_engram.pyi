@@ -7,6 +7,7 @@ from typing_extensions import Buffer, Self  # Buffer: any object with the buffer
 ArrayLike = Buffer | Any  # also objects with __dlpack__ (host memory)
 
 DEAD_ID: Final[int]
+HAVE_CUDA: Final[bool]  # built with libengram_cuda: lookup() takes GPU arrays
 library_version: Final[str]
 EBADID: Final[int]
 ESPEC: Final[int]
@@ -77,11 +78,12 @@ class Store:
         ids: ArrayLike,
         out: ArrayLike,
         offsets: ArrayLike | None = None,
-        stream: None = None,
+        stream: int | Any | None = None,
         *,
         zero_dead: bool = False,
     ) -> None: ...
     def _lookup_layer(self, tables: Sequence[str], row_ids: ArrayLike, output: ArrayLike) -> None: ...
+    def cuda_check(self) -> None: ...
     def get_table_spec(self, name: str) -> TableSpec: ...
     def list_tables(self) -> list[str]: ...
     def remove(self, name: str) -> None: ...

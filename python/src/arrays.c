@@ -17,6 +17,7 @@
  */
 #include "ext.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- DLPack ABI (https://dmlc.github.io/dlpack/latest/c_api.html) -------
@@ -98,7 +99,7 @@ static void parse_format(const char *fmt, Py_ssize_t itemsize, ext_array *a)
         a->kind = EXT_KIND_UINT;
 }
 
-static int from_buffer(PyObject *obj, const char *arg, int writable, ext_array *a)
+static int from_buffer(PyObject *obj, const char *arg, unsigned flags, ext_array *a)
 {
     /* Ask for a read-only view first, so a read-only output gets our own
      * message instead of the exporter's BufferError. */
@@ -125,7 +126,7 @@ static int from_buffer(PyObject *obj, const char *arg, int writable, ext_array *
                      a->view.format);
         goto fail;
     }
-    if (writable && a->view.readonly) {
+    if ((flags & EXT_WRITABLE) && a->view.readonly) {
         PyErr_Format(PyExc_ValueError, "%s: the array is read-only; a writable array is needed",
                      arg);
         goto fail;
@@ -170,16 +171,101 @@ static int dlpack_device(PyObject *obj, const char *arg, int *type)
     return 1;
 }
 
-static PyObject *device_refusal(const char *arg, const char *how)
+static PyObject *device_refusal(const char *arg, const char *how, unsigned flags)
 {
+#ifdef ENGRAMSTORE_HAVE_CUDA
+    if (!(flags & EXT_DEVICE_OK)) {
+        PyErr_Format(PyExc_TypeError, "%s: CUDA device memory (%s) is not accepted here; pass a "
+                     "host array", arg, how);
+        return NULL;
+    }
+#endif
+    (void)flags;
     PyErr_Format(PyExc_NotImplementedError,
                  "%s: CUDA device memory (%s) is not supported yet: this build of engramstore "
-                 "gathers into host memory only",
+                 "has no CUDA library (build it where nvcc is found)",
                  arg, how);
     return NULL;
 }
 
-/* Hands a taken DLPack tensor back to its producer. */
+/* Parses a __cuda_array_interface__ dict (version 2 or 3): data pointer,
+ * shape, strides (None = C-contiguous) and typestr ("<i8", "|u1", ...). */
+static int from_cai(PyObject *cai, const char *arg, unsigned flags, ext_array *a)
+{
+    PyObject *shape, *strides, *typestr, *data, *mask;
+    const char *ts;
+    unsigned long long ptr;
+    int readonly;
+    Py_ssize_t step;
+
+    if (!PyDict_Check(cai))
+        goto bad;
+    shape = PyDict_GetItemString(cai, "shape");
+    strides = PyDict_GetItemString(cai, "strides");
+    typestr = PyDict_GetItemString(cai, "typestr");
+    data = PyDict_GetItemString(cai, "data");
+    mask = PyDict_GetItemString(cai, "mask");
+    if (!shape || !PyTuple_Check(shape) || !typestr || !PyUnicode_Check(typestr) || !data ||
+        !PyTuple_Check(data) || PyTuple_GET_SIZE(data) != 2)
+        goto bad;
+    if (mask && mask != Py_None) {
+        PyErr_Format(PyExc_ValueError, "%s: masked device arrays are not accepted", arg);
+        return -1;
+    }
+    ptr = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(data, 0));
+    if (ptr == (unsigned long long)-1 && PyErr_Occurred())
+        return -1;
+    if ((readonly = PyObject_IsTrue(PyTuple_GET_ITEM(data, 1))) < 0)
+        return -1;
+    if (!(ts = PyUnicode_AsUTF8(typestr)))
+        return -1;
+    if (ts[0] == '>') {
+        PyErr_Format(PyExc_TypeError, "%s: big-endian data is not accepted (typestr '%s')", arg,
+                     ts);
+        return -1;
+    }
+    a->kind = ts[0] && (ts[1] == 'i' || ts[1] == 'u') ? (ts[1] == 'i' ? EXT_KIND_INT
+                                                                      : EXT_KIND_UINT)
+                                                      : EXT_KIND_OTHER;
+    a->itemsize = ts[0] && ts[1] ? atoi(ts + 2) : 0;
+    if (a->itemsize <= 0) {
+        a->kind = EXT_KIND_OTHER;
+        a->itemsize = 1;
+    }
+    a->ndim = (int)PyTuple_GET_SIZE(shape);
+    if (a->ndim > EXT_MAX_DIMS) {
+        PyErr_Format(PyExc_ValueError, "%s: %d dimensions is more than %d", arg, a->ndim,
+                     EXT_MAX_DIMS);
+        return -1;
+    }
+    if (strides && strides != Py_None &&
+        (!PyTuple_Check(strides) || PyTuple_GET_SIZE(strides) != a->ndim))
+        goto bad;
+    step = a->itemsize;
+    for (int i = a->ndim - 1; i >= 0; i--) {
+        a->shape[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, i));
+        a->strides[i] = strides && strides != Py_None
+                            ? PyLong_AsSsize_t(PyTuple_GET_ITEM(strides, i))
+                            : step;
+        if (PyErr_Occurred())
+            return -1;
+        step *= a->shape[i];
+    }
+    if ((flags & EXT_WRITABLE) && readonly) {
+        PyErr_Format(PyExc_ValueError, "%s: the array is read-only; a writable array is needed",
+                     arg);
+        return -1;
+    }
+    a->data = (char *)(uintptr_t)ptr;
+    a->readonly = readonly;
+    a->device = EXT_DEVICE_CUDA;
+    a->device_id = -1; /* the interface does not say: the current device */
+    return 0;
+bad:
+    PyErr_Format(PyExc_TypeError, "%s: malformed __cuda_array_interface__", arg);
+    return -1;
+}
+
 static void dl_delete(void *managed, int versioned)
 {
     if (versioned) {
@@ -193,7 +279,7 @@ static void dl_delete(void *managed, int versioned)
     }
 }
 
-static int from_dlpack(PyObject *obj, const char *arg, int writable, ext_array *a)
+static int from_dlpack(PyObject *obj, const char *arg, unsigned flags, ext_array *a)
 {
     PyObject *m = NULL, *cap = NULL, *kw = NULL, *args = NULL;
     dl_tensor *t;
@@ -269,15 +355,23 @@ static int from_dlpack(PyObject *obj, const char *arg, int writable, ext_array *
     Py_CLEAR(args);
 
     if (t->device.device_type == DL_CUDA || t->device.device_type == DL_CUDA_MANAGED) {
-        device_refusal(arg, "DLPack");
-        goto fail_held;
-    }
+#ifdef ENGRAMSTORE_HAVE_CUDA
+        if (flags & EXT_DEVICE_OK) {
+            a->device = EXT_DEVICE_CUDA;
+            a->device_id = (int)t->device.device_id;
+        } else
+#endif
+        {
+            device_refusal(arg, "DLPack", flags);
+            goto fail_held;
+        }
+    } else
     if (t->device.device_type != DL_CPU && t->device.device_type != DL_CUDA_HOST) {
         PyErr_Format(PyExc_TypeError, "%s: DLPack device type %d is not host memory", arg,
                      (int)t->device.device_type);
         goto fail_held;
     }
-    if (writable && a->readonly) {
+    if ((flags & EXT_WRITABLE) && a->readonly) {
         PyErr_Format(PyExc_ValueError, "%s: the array is read-only; a writable array is needed",
                      arg);
         goto fail_held;
@@ -323,14 +417,14 @@ fail_held:
     return -1;
 }
 
-int ext_array_get(PyObject *obj, const char *arg, int writable, ext_array *a)
+int ext_array_get(PyObject *obj, const char *arg, unsigned flags, ext_array *a)
 {
     PyObject *cai;
     int dev, r;
 
     memset(a, 0, sizeof *a);
     if (PyObject_CheckBuffer(obj))
-        return from_buffer(obj, arg, writable, a);
+        return from_buffer(obj, arg, flags, a);
     if (PyList_Check(obj) || PyTuple_Check(obj)) {
         PyErr_Format(PyExc_TypeError,
                      "%s: expected an array, got a Python %.20s (no implicit conversion: "
@@ -341,18 +435,25 @@ int ext_array_get(PyObject *obj, const char *arg, int writable, ext_array *a)
     if (ext_getattr_opt(obj, "__cuda_array_interface__", &cai) < 0)
         return -1;
     if (cai) {
+#ifdef ENGRAMSTORE_HAVE_CUDA
+        if (flags & EXT_DEVICE_OK) {
+            r = from_cai(cai, arg, flags, a);
+            Py_DECREF(cai);
+            return r;
+        }
+#endif
         Py_DECREF(cai);
-        device_refusal(arg, "__cuda_array_interface__");
+        device_refusal(arg, "__cuda_array_interface__", flags);
         return -1;
     }
     r = dlpack_device(obj, arg, &dev);
     if (r < 0)
         return -1;
-    if (r > 0 && (dev == DL_CUDA || dev == DL_CUDA_MANAGED)) {
-        device_refusal(arg, "DLPack");
+    if (r > 0 && (dev == DL_CUDA || dev == DL_CUDA_MANAGED) && !(flags & EXT_DEVICE_OK)) {
+        device_refusal(arg, "DLPack", flags);
         return -1;
     }
-    return from_dlpack(obj, arg, writable, a);
+    return from_dlpack(obj, arg, flags, a);
 }
 
 void ext_array_release(ext_array *a)

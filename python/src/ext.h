@@ -5,6 +5,7 @@
  * arrays.c   taking arrays from Python: the buffer protocol, DLPack, and
  *            the refusal of device memory (__cuda_array_interface__)
  * store.c    the Store type: the table API over one engram_store
+ * cuda.c     lookups into GPU memory through libengram_cuda (CUDA builds)
  */
 #ifndef ENGRAMSTORE_EXT_H
 #define ENGRAMSTORE_EXT_H
@@ -52,6 +53,8 @@ typedef struct ext_array {
     char kind;          /* EXT_KIND_* */
     int itemsize;       /* bytes */
     int readonly;
+    int device;         /* EXT_DEVICE_HOST or EXT_DEVICE_CUDA */
+    int device_id;      /* CUDA device ordinal, -1 = not known (the current one) */
     Py_ssize_t shape[EXT_MAX_DIMS];
     Py_ssize_t strides[EXT_MAX_DIMS]; /* bytes */
     /* sources */
@@ -62,13 +65,21 @@ typedef struct ext_array {
     int dl_versioned;
 } ext_array;
 
-/* Fills *a from `obj`.  `arg` names the argument in error messages.  With
- * `writable`, read-only memory is refused.  Python sequences, objects with
- * neither the buffer protocol nor DLPack, big-endian data and more than
- * EXT_MAX_DIMS dimensions raise TypeError/ValueError; device memory raises
- * NotImplementedError (the CUDA path is not part of this build).
+#define EXT_DEVICE_HOST 0
+#define EXT_DEVICE_CUDA 1
+
+/* ext_array_get() flags */
+#define EXT_WRITABLE 1u  /* refuse read-only memory */
+#define EXT_DEVICE_OK 2u /* accept CUDA device memory (builds with the CUDA library) */
+
+/* Fills *a from `obj`.  `arg` names the argument in error messages.
+ * Python sequences, objects with neither the buffer protocol nor DLPack,
+ * big-endian data and more than EXT_MAX_DIMS dimensions raise
+ * TypeError/ValueError.  Device memory (__cuda_array_interface__ or DLPack
+ * on a CUDA device) is taken with EXT_DEVICE_OK in a CUDA build; otherwise
+ * it raises TypeError, or NotImplementedError in a build without CUDA.
  * Returns 0, or -1 with an exception set (and nothing held). */
-int ext_array_get(PyObject *obj, const char *arg, int writable, ext_array *a);
+int ext_array_get(PyObject *obj, const char *arg, unsigned flags, ext_array *a);
 
 /* Releases what ext_array_get() took.  Safe on a zeroed or released array. */
 void ext_array_release(ext_array *a);
@@ -89,5 +100,24 @@ int ext_store_init(PyObject *module);
 /* _check_rows(rows, arg, num_rows, row_bytes): raises unless rows is a
  * C-contiguous uint8 [num_rows, row_bytes] array; takes nothing. */
 PyObject *ext_check_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+
+/* ---- cuda.c (ENGRAMSTORE_HAVE_CUDA builds) ------------------------------ */
+
+typedef struct ext_cuda ext_cuda;
+
+#ifdef ENGRAMSTORE_HAVE_CUDA
+/* Enqueues lookup `a` (ids and out in device memory) on the stream named
+ * by `stream` (None, an int handle, or a CUDA stream object), creating
+ * the store's CUDA context in *slot and the plan of a's tables and offsets
+ * on first use.  Called with the GIL held; releases it around library
+ * calls.  0, or -1 with an exception set. */
+int ext_cuda_lookup(ext_cuda **slot, engram_store *st, const engram_lookup_args *a,
+                    PyObject *stream);
+/* Raises BadIdError for the first bad id the GPU skipped since the last
+ * check (and clears the report); None if there was none or no context. */
+PyObject *ext_cuda_check(ext_cuda *c);
+/* Waits for the context's device, then closes the context and its plans. */
+void ext_cuda_close(ext_cuda *c);
+#endif
 
 #endif

@@ -201,6 +201,13 @@ static int exec_module(PyObject *m)
         return -1;
     if (PyModule_AddIntConstant(m, "DEAD_ID", ENGRAM_DEAD_ID) < 0)
         return -1;
+#ifdef ENGRAMSTORE_HAVE_CUDA
+    if (PyModule_AddObjectRef(m, "HAVE_CUDA", Py_True) < 0)
+        return -1;
+#else
+    if (PyModule_AddObjectRef(m, "HAVE_CUDA", Py_False) < 0)
+        return -1;
+#endif
     return ext_store_init(m);
 }
 

@@ -46,6 +46,7 @@ typedef struct {
     int sync_ready;
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    ext_cuda *cuda; /* created by the first lookup into device memory */
 } StoreObject;
 
 /* ---- the close guard ----------------------------------------------------- */
@@ -310,7 +311,7 @@ static void raise_bad_row_id(int rc, const ext_array *ids, const char *arg)
 }
 
 typedef struct lookup_in {
-    PyObject *tables, *ids, *out, *offsets;
+    PyObject *tables, *ids, *out, *offsets, *stream;
     int zero_dead;
     int lead;       /* leading token dimensions: 1 ([T, K]) or 2 ([B, L, H]) */
     int ids_contig; /* require C-contiguous ids */
@@ -388,7 +389,7 @@ static PyObject *do_lookup(StoreObject *s, const lookup_in *in)
 resolved:
 
     /* ids: [T, K] (or [B, L, H]) of int32 or int64. */
-    if (ext_array_get(in->ids, in->ids_arg, 0, &ids) < 0)
+    if (ext_array_get(in->ids, in->ids_arg, EXT_DEVICE_OK, &ids) < 0)
         goto out;
     if (ids.kind != EXT_KIND_INT || (ids.itemsize != 4 && ids.itemsize != 8)) {
         PyErr_Format(PyExc_TypeError, "%s: expected int32 or int64, got %s", in->ids_arg,
@@ -420,8 +421,19 @@ resolved:
         goto out;
 
     /* out: [T, K, R] (or [B, L, H, R]) of uint8, writable, rows contiguous. */
-    if (ext_array_get(in->out, in->out_arg, 1, &out) < 0)
+    if (ext_array_get(in->out, in->out_arg, EXT_WRITABLE | EXT_DEVICE_OK, &out) < 0)
         goto out;
+    if (ids.device != out.device) {
+        PyErr_Format(PyExc_ValueError, "%s and %s: both must be host arrays or both GPU arrays "
+                     "(%s is %s memory)", in->ids_arg, in->out_arg, in->out_arg,
+                     out.device == EXT_DEVICE_CUDA ? "GPU" : "host");
+        goto out;
+    }
+    if (out.device == EXT_DEVICE_HOST && in->stream && in->stream != Py_None) {
+        PyErr_SetString(PyExc_ValueError, "stream: a CUDA stream orders GPU lookups only; "
+                        "ids and out are host arrays (pass stream=None)");
+        goto out;
+    }
     if (out.kind != EXT_KIND_UINT || out.itemsize != 1) {
         PyErr_Format(PyExc_TypeError, "%s: expected uint8, got %s", in->out_arg,
                      ext_array_dtype(&out, b1, sizeof b1));
@@ -492,6 +504,13 @@ resolved:
     if (a.out_stride_t == 0 && a.out_stride_k == 0)
         a.out_stride_t = (ptrdiff_t)K * R;
 
+#ifdef ENGRAMSTORE_HAVE_CUDA
+    if (out.device == EXT_DEVICE_CUDA) {
+        if (ext_cuda_lookup(&s->cuda, s->st, &a, in->stream) == 0)
+            ret = Py_NewRef(Py_None);
+        goto out;
+    }
+#endif
     Py_BEGIN_ALLOW_THREADS
     rc = engram_lookup(s->st, &a);
     leave(s);
@@ -523,7 +542,9 @@ PyDoc_STRVAR(lookup_doc,
 "out: writable uint8 array [T, K, row_bytes]; any non-overlapping strides with\n"
 "     each row's bytes contiguous (e.g. out_km.transpose(1, 0, 2) for head-major).\n"
 "offsets: None or int64 array [K], subtracted from the ids of each column.\n"
-"stream: None (CUDA streams need the CUDA build).\n"
+"stream: for GPU arrays, the CUDA stream to enqueue on: an int handle, a\n"
+"        torch.cuda.Stream, or None for the default stream.  The call returns\n"
+"        once the work is enqueued; bad ids are reported by cuda_check().\n"
 "zero_dead: id -1 zero-fills its output row instead of leaving it untouched.\n\n"
 "Every id is checked before any byte is written: an id outside its table raises\n"
 "BadIdError naming its position and value, and out is left untouched.  The GIL\n"
@@ -537,12 +558,15 @@ static PyObject *Store_lookup(StoreObject *s, PyObject *const *args, Py_ssize_t 
     lookup_in in;
     if (parse_args("lookup", args, nargs, kwnames, names, 6, 5, 3, v) < 0)
         return NULL;
+#ifndef ENGRAMSTORE_HAVE_CUDA
     if (v[4] && v[4] != Py_None) {
         PyErr_SetString(PyExc_NotImplementedError,
                         "stream: CUDA streams are not supported yet: this build of engramstore "
-                        "gathers into host memory only (pass stream=None)");
+                        "has no CUDA library (pass stream=None)");
         return NULL;
     }
+#endif
+    in.stream = v[4];
     in.tables = v[0];
     in.ids = v[1];
     in.out = v[2];
@@ -574,6 +598,7 @@ static PyObject *Store_lookup_layer(StoreObject *s, PyObject *const *args, Py_ss
     in.ids = args[1];
     in.out = args[2];
     in.offsets = NULL;
+    in.stream = NULL;
     in.zero_dead = 0;
     in.lead = 2;
     in.ids_contig = 1;
@@ -1099,6 +1124,10 @@ static PyObject *Store_close(StoreObject *s, PyObject *unused)
     }
     if (!s->st) /* another thread's close() finished first */
         Py_RETURN_NONE;
+#ifdef ENGRAMSTORE_HAVE_CUDA
+    ext_cuda_close(s->cuda);
+    s->cuda = NULL;
+#endif
     {
         engram_store *st = s->st;
         s->st = NULL;
@@ -1228,6 +1257,10 @@ static void Store_dealloc(StoreObject *s)
 {
     PyTypeObject *tp = Py_TYPE(s);
     /* No other thread can be inside a method: each holds a reference. */
+#ifdef ENGRAMSTORE_HAVE_CUDA
+    ext_cuda_close(s->cuda);
+    s->cuda = NULL;
+#endif
     if (s->st) {
         engram_store_close(s->st);
         s->st = NULL;
@@ -1263,7 +1296,28 @@ static PyObject *Store_get_path(StoreObject *s, void *unused)
     return Py_NewRef(s->path);
 }
 
+PyDoc_STRVAR(cuda_check_doc,
+"cuda_check() -> None\n\n"
+"GPU lookups cannot raise for a bad id: the kernel skips it (its output row is\n"
+"left untouched) and keeps the first one.  After synchronising with the\n"
+"lookups to check, cuda_check() raises BadIdError naming that id (position,\n"
+"value, table) and clears the report; it returns None if there was none, or if\n"
+"no lookup went to the GPU.");
+
+static PyObject *Store_cuda_check(StoreObject *s, PyObject *unused)
+{
+    (void)unused;
+    if (!s->st)
+        return ext_raise_cls(ext_StoreClosedError, ENGRAM_ESTATE, "the store is closed");
+#ifdef ENGRAMSTORE_HAVE_CUDA
+    return ext_cuda_check(s->cuda);
+#else
+    Py_RETURN_NONE;
+#endif
+}
+
 static PyMethodDef Store_methods[] = {
+    {"cuda_check", (PyCFunction)Store_cuda_check, METH_NOARGS, cuda_check_doc},
     {"lookup", (PyCFunction)(void (*)(void))Store_lookup, METH_FASTCALL | METH_KEYWORDS,
      lookup_doc},
     {"_lookup_layer", (PyCFunction)(void (*)(void))Store_lookup_layer, METH_FASTCALL,

@@ -4,7 +4,9 @@ ValueError naming the argument; device memory is refused."""
 from __future__ import annotations
 
 import array
+import errno
 import gc
+import os
 import sys
 
 import numpy as np
@@ -327,6 +329,12 @@ def test_dlpack_bind_local_holds_until_close(config, rows_a, rows_b):
 
 # ---- device memory and streams ----------------------------------------------
 
+NO_GPU = not os.path.exists("/dev/nvidia0")
+cuda_build = pytest.mark.skipif(not engramstore.HAVE_CUDA, reason="built without CUDA")
+no_cuda_build = pytest.mark.skipif(engramstore.HAVE_CUDA, reason="built with CUDA")
+
+
+@no_cuda_build
 def test_device_memory_is_not_supported_yet(ab, layer):
     st, _ = ab
     out = sentinel((3, 3, 264))
@@ -350,6 +358,7 @@ def test_device_memory_is_not_supported_yet(ab, layer):
     assert st.list_tables() == ["a", "b"]
 
 
+@no_cuda_build
 @pytest.mark.parametrize("stream", [0, 1, object(), "cuda"])
 def test_stream_is_not_supported_yet(ab, stream):
     st, _ = ab
@@ -359,6 +368,85 @@ def test_stream_is_not_supported_yet(ab, stream):
     with pytest.raises(NotImplementedError, match="^stream:"):
         st.lookup(NAMES, IDS, out, None, stream)
     assert (out == SENTINEL).all()
+
+
+@cuda_build
+def test_device_memory_refused_where_host_memory_is_needed(ab, layer):
+    st, _ = ab
+    out = sentinel((3, 3, 264))
+    fakes = [FakeCudaArrayInterface, lambda: FakeDLPackDevice(2), lambda: FakeDLPackDevice(13)]
+    for make in fakes:
+        calls = [
+            ("offsets", lambda f: st.lookup(NAMES, IDS, out, offsets=f)),
+            ("rows", lambda f: st.populate("c", f)),
+            (r"embedding_buffers\[0\]", lambda f: layer.bind_local(1, [f, f])),
+        ]
+        for arg, call in calls:
+            fake = make()
+            with pytest.raises(TypeError, match=rf"^{arg}: CUDA device memory .*not accepted"):
+                call(fake)
+            assert not getattr(fake, "dlpack_called", False)
+    assert (out == SENTINEL).all()
+    assert st.list_tables() == ["a", "b"]
+
+
+@cuda_build
+def test_device_and_host_arrays_do_not_mix(ab, layer):
+    st, _ = ab
+    out = sentinel((3, 3, 264))
+    with pytest.raises(ValueError, match="^ids and out: both must be host arrays or both GPU"):
+        st.lookup(NAMES, FakeCudaArrayInterface((3, 3), "<i8"), out)
+    with pytest.raises(ValueError, match="^ids and out: both must be host arrays or both GPU"):
+        st.lookup(NAMES, IDS, FakeCudaArrayInterface((3, 3, 264), "|u1"))
+    with pytest.raises(ValueError, match="^row_ids and output: both must"):
+        layer.lookup_into(1, np.zeros((1, 1, 2), np.int64), FakeCudaArrayInterface((1, 1, 2, 264), "|u1"))
+    assert (out == SENTINEL).all()
+
+
+@cuda_build
+@pytest.mark.parametrize("stream", [0, 1, object(), "cuda"])
+def test_stream_with_host_arrays_is_an_error(ab, stream):
+    st, _ = ab
+    out = sentinel((3, 3, 264))
+    with pytest.raises(ValueError, match="^stream: a CUDA stream orders GPU lookups only"):
+        st.lookup(NAMES, IDS, out, stream=stream)
+    assert (out == SENTINEL).all()
+
+
+@cuda_build
+def test_device_arrays_are_checked_before_the_gpu_is_used(ab):
+    st, _ = ab
+    dev = FakeCudaArrayInterface
+    with pytest.raises(TypeError, match="^ids: expected int32 or int64"):
+        st.lookup(NAMES, dev((3, 3), "<f8"), dev((3, 3, 264), "|u1"))
+    with pytest.raises(TypeError, match="^out: expected uint8"):
+        st.lookup(NAMES, dev((3, 3), "<i8"), dev((3, 3, 264), "<i2"))
+    with pytest.raises(ValueError, match=r"^out: expected shape \(3, 3, 264\)"):
+        st.lookup(NAMES, dev((3, 3), "<i8"), dev((3, 3, 263), "|u1"))
+    ro = dev((3, 3, 264), "|u1")
+    ro.__cuda_array_interface__["data"] = (0x7F0000000000, True)
+    with pytest.raises(ValueError, match="^out: the array is read-only"):
+        st.lookup(NAMES, dev((3, 3), "<i8"), ro)
+    with pytest.raises(TypeError, match="^stream: expected None, an int stream handle"):
+        st.lookup(NAMES, dev((3, 3), "<i8"), dev((3, 3, 264), "|u1"), stream="cuda")
+    bad = dev((3, 3), "<i8")
+    del bad.__cuda_array_interface__["data"]
+    with pytest.raises(TypeError, match="^ids: malformed __cuda_array_interface__"):
+        st.lookup(NAMES, bad, dev((3, 3, 264), "|u1"))
+
+
+@cuda_build
+@pytest.mark.skipif(not NO_GPU, reason="a GPU is present: the fake device pointer must not be used")
+def test_gpu_lookup_without_a_gpu_says_so(ab):
+    st, _ = ab
+    dev = FakeCudaArrayInterface
+    with pytest.raises(engramstore.EngramError, match="no CUDA device") as ei:
+        st.lookup(NAMES, dev((3, 3), "<i8"), dev((3, 3, 264), "|u1"))
+    assert ei.value.errno == errno.ENODEV
+    assert st.cuda_check() is None  # no context: nothing to report
+    out = sentinel((3, 3, 264))
+    st.lookup(NAMES, IDS, out)  # the store still serves host lookups
+    assert not (out == SENTINEL).all()
 
 
 def test_stream_none_positional(ab):

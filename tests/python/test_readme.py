@@ -13,6 +13,8 @@ import pytest
 
 README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
 FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.M | re.S)
+# A README line `print(...)  # -> TEXT` promises that the block prints TEXT.
+PROMISE = re.compile(r"^\s*print\(.*#\s*->\s*(.*?)\s*$", re.M)
 
 
 def python_blocks():
@@ -39,3 +41,7 @@ def test_readme_python_block(tmp_path, line, code):
     assert proc.returncode == 0, (
         f"README.md block at line {line} failed (exit {proc.returncode}):\n"
         f"--- code ---\n{code}--- stdout ---\n{proc.stdout}--- stderr ---\n{proc.stderr}")
+    promised = PROMISE.findall(code)
+    assert proc.stdout.splitlines() == promised, (
+        f"README.md block at line {line} printed\n{proc.stdout}but its comments promise\n"
+        + "\n".join(promised))

@@ -1,0 +1,142 @@
+"""GPU lookups through the Python package, compared byte for byte with the
+CPU lookup.  They need a CUDA build of the package and a GPU; device
+buffers are made with the CUDA runtime through ctypes, so neither torch nor
+cupy is needed.  Elsewhere they are skipped with the reason."""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+
+import numpy as np
+import pytest
+
+import engramstore
+
+pytestmark = [
+    pytest.mark.skipif(not engramstore.HAVE_CUDA, reason="engramstore built without CUDA"),
+    pytest.mark.skipif(not os.path.exists("/dev/nvidia0"), reason="no GPU on this machine"),
+]
+
+H2D, D2H = 1, 2
+
+
+def runtime():
+    for name in ("libcudart.so.13", "libcudart.so", ctypes.util.find_library("cudart")):
+        if name:
+            try:
+                return ctypes.CDLL(name)
+            except OSError:
+                pass
+    pytest.skip("the CUDA runtime library cannot be loaded")
+
+
+class DeviceArray:
+    """A device copy of a numpy array, announced with __cuda_array_interface__
+    (optionally as a strided view: shape/strides given in bytes)."""
+
+    def __init__(self, rt, host: np.ndarray, shape=None, strides=None):
+        self.rt, self.nbytes, self.dtype = rt, host.nbytes, host.dtype
+        self.ptr = ctypes.c_void_p()
+        assert rt.cudaMalloc(ctypes.byref(self.ptr), ctypes.c_size_t(max(1, host.nbytes))) == 0
+        host = np.ascontiguousarray(host)
+        assert rt.cudaMemcpy(self.ptr, host.ctypes.data_as(ctypes.c_void_p),
+                             ctypes.c_size_t(host.nbytes), H2D) == 0
+        self.base_shape = host.shape
+        self.__cuda_array_interface__ = {
+            "shape": tuple(shape or host.shape), "typestr": host.dtype.str,
+            "data": (self.ptr.value, False), "strides": strides, "version": 3}
+
+    def numpy(self) -> np.ndarray:
+        out = np.empty(self.base_shape, self.dtype)
+        assert self.rt.cudaMemcpy(out.ctypes.data_as(ctypes.c_void_p), self.ptr,
+                                  ctypes.c_size_t(self.nbytes), D2H) == 0
+        return out
+
+    def free(self):
+        self.rt.cudaFree(self.ptr)
+
+
+@pytest.fixture
+def rt():
+    return runtime()
+
+
+@pytest.fixture
+def gst(tmp_path):
+    rng = np.random.default_rng(7)
+    rows = {"a": rng.integers(0, 256, (1000, 264), np.uint8),
+            "b": rng.integers(0, 256, (333, 264), np.uint8)}
+    st = engramstore.EngramStore(tables={n: {"num_rows": r.shape[0], "row_bytes": 264}
+                                         for n, r in rows.items()},
+                                 namespace="gpu", local_dir=str(tmp_path))
+    for n, r in rows.items():
+        st.populate(n, r)
+    yield st, rows
+    st.close()
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_gpu_matches_cpu(rt, gst, dtype):
+    st, rows = gst
+    rng = np.random.default_rng(1)
+    names = ["a", "b", "a"]
+    offsets = np.array([0, 1000, 5], np.int64)
+    ids = np.stack([rng.integers(0, 1000, 257), rng.integers(1000, 1333, 257),
+                    rng.integers(5, 1005, 257)], axis=1).astype(dtype)
+    ids[3, 1] = -1
+    want = np.full((257, 3, 264), 0xAB, np.uint8)
+    st.lookup(names, ids, want, offsets=offsets)
+    d_ids, d_out = DeviceArray(rt, ids), DeviceArray(rt, np.full((257, 3, 264), 0xAB, np.uint8))
+    st.lookup(names, d_ids, d_out, offsets=offsets)
+    np.testing.assert_array_equal(d_out.numpy(), want)
+    assert st.cuda_check() is None
+    d_ids.free(), d_out.free()
+
+
+def test_gpu_head_major_zero_dead_and_stream(rt, gst):
+    st, rows = gst
+    ids = np.array([[0, 5], [-1, 332], [999, -1]], np.int64)
+    want_km = np.full((2, 3, 264), 0x11, np.uint8)
+    st.lookup(["a", "b"], ids, want_km.transpose(1, 0, 2), zero_dead=True)
+    d_ids = DeviceArray(rt, ids)
+    # out: a [K, T, R] buffer seen as [T, K, R] through strides.
+    d_out = DeviceArray(rt, np.full((2, 3, 264), 0x11, np.uint8), shape=(3, 2, 264),
+                        strides=(264, 3 * 264, 1))
+    stream = ctypes.c_void_p()
+    assert rt.cudaStreamCreate(ctypes.byref(stream)) == 0
+    st.lookup(["a", "b"], d_ids, d_out, stream=stream.value or 0, zero_dead=True)
+    assert rt.cudaStreamSynchronize(stream) == 0
+    np.testing.assert_array_equal(d_out.numpy(), want_km)
+    rt.cudaStreamDestroy(stream)
+    d_ids.free(), d_out.free()
+
+
+def test_gpu_bad_id_is_skipped_and_reported(rt, gst):
+    st, rows = gst
+    ids = np.array([[0], [1000], [7]], np.int64)  # 1000 is outside 'a'
+    d_ids, d_out = DeviceArray(rt, ids), DeviceArray(rt, np.full((3, 1, 264), 0x5A, np.uint8))
+    st.lookup(["a"], d_ids, d_out)
+    got = d_out.numpy()  # synchronises (legacy default stream)
+    np.testing.assert_array_equal(got[0, 0], rows["a"][0])
+    assert (got[1, 0] == 0x5A).all()  # skipped: untouched
+    np.testing.assert_array_equal(got[2, 0], rows["a"][7])
+    with pytest.raises(engramstore.BadIdError, match="1000"):
+        st.cuda_check()
+    assert st.cuda_check() is None  # read and cleared
+    d_ids.free(), d_out.free()
+
+
+def test_gpu_layer_api(rt, tmp_path):
+    cfg = engramstore.EngramStoreConfig([17, 19], 264)
+    heads = [np.full((n, 264), h + 1, np.uint8) for h, n in enumerate([17, 19])]
+    t = engramstore.EngramStore({3: cfg}, store=None)
+    t.bind_local(3, heads)
+    row_ids = np.array([[[16, 18], [0, -1]]], np.int64)
+    d_ids = DeviceArray(rt, row_ids)
+    d_out = DeviceArray(rt, np.zeros((1, 2, 2, 264), np.uint8))
+    t.lookup_into(3, d_ids, d_out)
+    got = d_out.numpy()
+    assert (got[0, 0, 0] == 1).all() and (got[0, 0, 1] == 2).all() and (got[0, 1, 1] == 0).all()
+    t.close()
+    d_ids.free(), d_out.free()
