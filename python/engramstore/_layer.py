@@ -170,19 +170,24 @@ class LayerStore(EngramStore):
         return removed
 
     def get_layer_ids(self) -> list[int]:
+        """The configured layer ids, sorted."""
         return sorted(self._specs)
 
     def get_table_vocab_sizes(self, layer_id: int) -> list[int]:
+        """The row count of each head's table of the layer."""
         return list(self._layer(layer_id)[0])
 
     def get_store_keys(self, layer_id: int) -> list[str]:
+        """The table names of the layer's heads: ``engram:l{layer}:h{head}``."""
         self._layer(layer_id)
         return list(self._keys[layer_id])
 
     def get_num_heads(self, layer_id: int) -> int:
+        """The number of heads (tables) of the layer."""
         return len(self._layer(layer_id)[0])
 
     def get_row_bytes(self, layer_id: int) -> int:
+        """The bytes of one row of the layer's tables."""
         return self._layer(layer_id)[1]
 
     # -- lifetime -----------------------------------------------------------
@@ -193,6 +198,7 @@ class LayerStore(EngramStore):
         return None if self._owned else self._store
 
     def stats(self) -> dict:
+        """The underlying table store's stats (see TableStore.stats)."""
         return self._store.stats()
 
     def close(self) -> None:
