@@ -387,42 +387,6 @@ int engram_cuda_plan_create(engram_cuda_ctx *c, const engram_cuda_plan_args *a,
  * Lookups.
  */
 
-/* Output rows of R bytes at the given strides must not overlap: the inner
- * dimension's stride covers a row, the outer one the inner extent (the
- * rule of the CPU lookup). */
-static int check_out_layout(size_t R, size_t T, size_t K, ptrdiff_t ost, ptrdiff_t osk)
-{
-    uint64_t n[2], s[2], span;
-    int d = 0;
-    if (T > 1) {
-        n[d] = T;
-        s[d++] = (uint64_t)(ost < 0 ? -ost : ost);
-    }
-    if (K > 1) {
-        n[d] = K;
-        s[d++] = (uint64_t)(osk < 0 ? -osk : osk);
-    }
-    if (d == 2 && s[0] < s[1]) {
-        uint64_t tn = n[0], ts = s[0];
-        n[0] = n[1];
-        s[0] = s[1];
-        n[1] = tn;
-        s[1] = ts;
-    }
-    if (d >= 1 && s[d - 1] < R)
-        return engram__err(ENGRAM_ELAYOUT,
-                           "output rows overlap: stride %llu bytes is smaller than a row (%zu)",
-                           (unsigned long long)s[d - 1], R);
-    if (d == 2 && (engram__mul_u64(s[1], n[1] - 1, &span) || engram__add_u64(span, R, &span) ||
-                   s[0] < span))
-        return engram__err(ENGRAM_ELAYOUT,
-                           "output rows overlap or interleave: outer stride %llu bytes is smaller "
-                           "than the inner extent (%llu x %llu + %zu)",
-                           (unsigned long long)s[0], (unsigned long long)n[1] - 1,
-                           (unsigned long long)s[1], R);
-    return 0;
-}
-
 static void CUDART_CB host_fn(void *arg)
 {
     host_slot *s = arg;
@@ -502,7 +466,7 @@ int engram_cuda_lookup(engram_cuda_plan *p, const engram_cuda_lookup_args *a, cu
     if ((uintptr_t)a->ids % (L.id64 ? 8u : 4u) != 0)
         return engram__err(ENGRAM_ELAYOUT, "ids at %p are not aligned to their type",
                            a->ids);
-    if ((err = check_out_layout(p->out_R, L.T, L.K, L.ost, L.osk)) != 0)
+    if ((err = engram__check_out_layout(p->out_R, L.T, L.K, L.ost, L.osk)) != 0)
         return err;
     out_align = align_of((uintptr_t)a->out);
     if (L.T > 1 && align_of((uint64_t)L.ost) < out_align)

@@ -36,6 +36,13 @@ ENGRAM_API int engram__err(int code, const char *fmt, ...) __attribute__((format
 ENGRAM_API int engram__errno(int errno_value, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* Checks that T x K output rows of R bytes at byte strides (ost, osk) never
+ * overlap: the inner dimension's stride must cover a row and the outer
+ * one the whole inner extent.  0 or ENGRAM_ELAYOUT with the reason.
+ * Exported like engram__err: the CUDA lookup applies the same rule. */
+ENGRAM_API int engram__check_out_layout(size_t R, size_t T, size_t K, ptrdiff_t ost,
+                                        ptrdiff_t osk);
+
 /* Overflow-checked size arithmetic: return 0 on success, -1 on overflow. */
 static inline int engram__mul_u64(uint64_t a, uint64_t b, uint64_t *out)
 {

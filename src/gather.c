@@ -214,43 +214,6 @@ static int backend_pass(const plan *p)
     return 0;
 }
 
-/* Checks that T x K rows of R bytes at the given strides never overlap:
- * the inner dimension's stride must cover a row and the outer dimension's
- * stride must cover the whole inner extent. */
-static int check_out_layout(size_t R, size_t T, size_t K, ptrdiff_t ost, ptrdiff_t osk)
-{
-    uint64_t n[2], s[2], span;
-    int d = 0;
-    if (T > 1) {
-        n[d] = T;
-        s[d++] = (uint64_t)(ost < 0 ? -ost : ost);
-    }
-    if (K > 1) {
-        n[d] = K;
-        s[d++] = (uint64_t)(osk < 0 ? -osk : osk);
-    }
-    if (d == 2 && s[0] < s[1]) {
-        uint64_t tn = n[0], ts = s[0];
-        n[0] = n[1];
-        s[0] = s[1];
-        n[1] = tn;
-        s[1] = ts;
-    }
-    /* Now dimension d-1 is the inner one. */
-    if (d >= 1 && s[d - 1] < R)
-        return engram__err(ENGRAM_ELAYOUT,
-                           "output rows overlap: stride %llu bytes is smaller than a row (%zu)",
-                           (unsigned long long)s[d - 1], R);
-    if (d == 2 && (engram__mul_u64(s[1], n[1] - 1, &span) || engram__add_u64(span, R, &span) ||
-                   s[0] < span))
-        return engram__err(ENGRAM_ELAYOUT,
-                           "output rows overlap or interleave: outer stride %llu bytes is smaller "
-                           "than the inner extent (%llu x %llu + %zu)",
-                           (unsigned long long)s[0], (unsigned long long)n[1] - 1,
-                           (unsigned long long)s[1], R);
-    return 0;
-}
-
 static pthread_key_t scratch_key;
 static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
 static _Thread_local void *scratch;
@@ -419,7 +382,7 @@ static int build_plan(engram_store *st, const engram_lookup_args *a, plan *p, co
         p->ost = (ptrdiff_t)(K * p->R);
     }
     p->zero_dead = (a->flags & ENGRAM_LOOKUP_ZERO_DEAD) != 0;
-    return check_out_layout(p->R, T, K, p->ost, p->osk);
+    return engram__check_out_layout(p->R, T, K, p->ost, p->osk);
 }
 
 int engram_lookup(engram_store *st, const engram_lookup_args *a)

@@ -99,20 +99,27 @@ static void parse_format(const char *fmt, Py_ssize_t itemsize, ext_array *a)
         a->kind = EXT_KIND_UINT;
 }
 
+/* Replaces the pending exception, raised by the exporter of `obj`, with a
+ * ValueError that names the argument and keeps the exporter's text. */
+static void reraise_named(const char *arg, PyObject *obj, const char *what)
+{
+    PyObject *et, *ev, *tb, *msg;
+    PyErr_Fetch(&et, &ev, &tb);
+    msg = ev ? PyObject_Str(ev) : NULL;
+    Py_XDECREF(et);
+    Py_XDECREF(ev);
+    Py_XDECREF(tb);
+    PyErr_Format(PyExc_ValueError, "%s: cannot take %s of this %.100s (%S)", arg, what,
+                 Py_TYPE(obj)->tp_name, msg ? msg : Py_None);
+    Py_XDECREF(msg);
+}
+
 static int from_buffer(PyObject *obj, const char *arg, unsigned flags, ext_array *a)
 {
     /* Ask for a read-only view first, so a read-only output gets our own
      * message instead of the exporter's BufferError. */
     if (PyObject_GetBuffer(obj, &a->view, PyBUF_RECORDS_RO) < 0) {
-        PyObject *et, *ev, *tb, *msg;
-        PyErr_Fetch(&et, &ev, &tb);
-        msg = ev ? PyObject_Str(ev) : NULL;
-        Py_XDECREF(et);
-        Py_XDECREF(ev);
-        Py_XDECREF(tb);
-        PyErr_Format(PyExc_ValueError, "%s: cannot take a strided view of this %.100s (%S)", arg,
-                     Py_TYPE(obj)->tp_name, msg ? msg : Py_None);
-        Py_XDECREF(msg);
+        reraise_named(arg, obj, "a strided view");
         return -1;
     }
     a->has_view = 1;
@@ -304,20 +311,11 @@ static int from_dlpack(PyObject *obj, const char *arg, unsigned flags, ext_array
         PyErr_Clear();
         cap = PyObject_CallNoArgs(m);
     }
-    if (!cap && PyErr_ExceptionMatches(PyExc_BufferError)) {
+    if (!cap && PyErr_ExceptionMatches(PyExc_BufferError))
         /* The producer cannot export it (e.g. numpy refuses a read-only
          * array to a pre-1.0 DLPack request): name the argument, as the
          * buffer path does. */
-        PyObject *et, *ev, *tb, *msg;
-        PyErr_Fetch(&et, &ev, &tb);
-        msg = ev ? PyObject_Str(ev) : NULL;
-        Py_XDECREF(et);
-        Py_XDECREF(ev);
-        Py_XDECREF(tb);
-        PyErr_Format(PyExc_ValueError, "%s: cannot take this %.100s through DLPack (%S)", arg,
-                     Py_TYPE(obj)->tp_name, msg ? msg : Py_None);
-        Py_XDECREF(msg);
-    }
+        reraise_named(arg, obj, "a DLPack tensor");
     if (!cap)
         goto fail;
     if (PyCapsule_IsValid(cap, "dltensor_versioned")) {
