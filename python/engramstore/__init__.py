@@ -129,7 +129,10 @@ class TableStore(_engram.Store, EngramStore):
     ``random`` access advice; ``huge_pages``: serve a private huge-page copy
     instead of the shared mapping; ``mlock``; ``verify`` checksums when a
     table is first mapped; ``timing`` of lookups in stats; ``group``-readable
-    namespace; ``threads`` for large lookups (0: one per CPU, at most 8).
+    namespace; ``threads`` for large lookups (0: one per CPU, at most 8);
+    ``file_cache``: read table files on demand (io_uring) through a row cache
+    of ``cache_bytes`` (0: 256 MiB) with ``queue_depth`` reads in flight (0:
+    64), for tables larger than memory.
     """
 
     def __init__(self, tables=None, namespace=None, local_dir=_DEFAULT, **options):

@@ -44,7 +44,7 @@ class TableSpec(TypedDict, total=False):
     row_bytes: int
     row_pitch: int
     stored: bool
-    kind: Literal["file", "bound", "other"]
+    kind: Literal["file", "bound", "safetensors", "other"]
     data_size: int
     checksum: int
     created_ns: int
@@ -64,6 +64,9 @@ class Store:
         timing: bool = False,
         group: bool = False,
         threads: int = 0,
+        file_cache: bool = False,
+        cache_bytes: int = 0,
+        queue_depth: int = 0,
     ) -> None: ...
     @property
     def closed(self) -> bool: ...
@@ -72,6 +75,15 @@ class Store:
     def define(self, name: str, num_rows: int, row_bytes: int, row_pitch: int = 0) -> None: ...
     def populate(self, name: str, rows: ArrayLike) -> None: ...
     def bind(self, name: str, rows: ArrayLike) -> None: ...
+    def open_safetensors(
+        self,
+        name: str,
+        path: str | bytes | Any,
+        weight: str,
+        scale: str | None = None,
+        row_start: int = 0,
+        row_end: int = 0,
+    ) -> None: ...
     def lookup(
         self,
         tables: Sequence[str],

@@ -825,6 +825,53 @@ PyObject *ext_check_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(open_safetensors_doc,
+"open_safetensors(name, path, weight, scale=None, row_start=0, row_end=0) -> None\n\n"
+"Serves rows of a safetensors checkpoint as table `name`, read on demand\n"
+"through the store's row cache (no copy of the checkpoint): row i is row\n"
+"row_start + i of tensor `weight` followed by the same row of `scale` (e.g.\n"
+"[N, 256] F8_E4M3 values and [N, 8] F8_E8M0 scales give 264-byte rows).\n"
+"`path` is a .safetensors file or a model.safetensors.index.json; row_end 0\n"
+"means all rows.  The header is validated before use (CorruptTableError).");
+
+static PyObject *Store_open_safetensors(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
+                                        PyObject *kwnames)
+{
+    static const char *const names[] = {"name", "path", "weight", "scale", "row_start",
+                                        "row_end"};
+    PyObject *v[6], *pathb = NULL;
+    const char *cname, *cweight, *cscale = NULL;
+    unsigned long long r0 = 0, r1 = 0;
+    engram_table_id id;
+    int rc;
+    if (parse_args("open_safetensors", args, nargs, kwnames, names, 6, 6, 3, v) < 0)
+        return NULL;
+    if (!(cname = name_arg(v[0], "name")) || !(cweight = name_arg(v[2], "weight")))
+        return NULL;
+    if (v[3] && v[3] != Py_None && !(cscale = name_arg(v[3], "scale")))
+        return NULL;
+    if ((v[4] && (r0 = PyLong_AsUnsignedLongLong(v[4])) == (unsigned long long)-1 &&
+         PyErr_Occurred()) ||
+        (v[5] && (r1 = PyLong_AsUnsignedLongLong(v[5])) == (unsigned long long)-1 &&
+         PyErr_Occurred()))
+        return NULL;
+    if (!PyUnicode_FSConverter(v[1], &pathb))
+        return NULL;
+    if (enter(s) < 0) {
+        Py_DECREF(pathb);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = engram_open_safetensors(s->st, cname, PyBytes_AS_STRING(pathb), cweight, cscale, r0, r1,
+                                 &id);
+    leave(s);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(pathb);
+    if (rc < 0)
+        return ext_raise(rc, NULL);
+    Py_RETURN_NONE;
+}
+
 /* ---- definitions and queries ------------------------------------------- */
 
 PyDoc_STRVAR(define_doc,
@@ -899,7 +946,10 @@ static PyObject *Store_define(StoreObject *s, PyObject *const *args, Py_ssize_t 
 
 static const char *kind_name(uint32_t kind)
 {
-    return kind == ENGRAM_TABLE_FILE ? "file" : kind == ENGRAM_TABLE_BOUND ? "bound" : "other";
+    return kind == ENGRAM_TABLE_FILE          ? "file"
+           : kind == ENGRAM_TABLE_BOUND       ? "bound"
+           : kind == ENGRAM_TABLE_SAFETENSORS ? "safetensors"
+                                              : "other";
 }
 
 PyDoc_STRVAR(get_table_spec_doc,
@@ -1040,7 +1090,7 @@ PyDoc_STRVAR(stats_doc,
 static PyObject *Store_stats(StoreObject *s, PyObject *unused)
 {
     engram_stats es = ENGRAM_STATS_INIT;
-    PyObject *d = NULL, *tabs = NULL, *names = NULL, *key;
+    PyObject *d = NULL, *tabs = NULL, *names = NULL, *cache = NULL, *key;
     int rc;
     (void)unused;
     if (enter(s) < 0)
@@ -1086,15 +1136,40 @@ static PyObject *Store_stats(StoreObject *s, PyObject *unused)
         }
         Py_DECREF(td);
     }
-    d = Py_BuildValue("{s:I,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:O}", "threads", es.threads,
+    {
+        engram_cache_stats cs = ENGRAM_CACHE_STATS_INIT;
+        if (enter(s) < 0)
+            goto fail;
+        rc = engram_get_cache_stats(s->st, NULL, &cs);
+        leave(s);
+        if (rc < 0) {
+            ext_raise(rc, NULL);
+            goto fail;
+        }
+        cache = Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:I,s:I}", "tables",
+                              (unsigned long long)cs.tables, "direct_tables",
+                              (unsigned long long)cs.direct_tables, "hits",
+                              (unsigned long long)cs.hits, "misses",
+                              (unsigned long long)cs.misses, "dedup",
+                              (unsigned long long)cs.dedup, "reads", (unsigned long long)cs.reads,
+                              "bytes_read", (unsigned long long)cs.bytes_read, "read_errors",
+                              (unsigned long long)cs.read_errors, "cache_bytes",
+                              (unsigned long long)cs.cache_bytes, "slots",
+                              (unsigned long long)cs.slots, "ways", cs.ways, "queue_depth",
+                              cs.queue_depth);
+        if (!cache)
+            goto fail;
+    }
+    d = Py_BuildValue("{s:I,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:O,s:O}", "threads", es.threads,
                       "lookups", (unsigned long long)es.lookups, "failed",
                       (unsigned long long)es.failed, "rows", (unsigned long long)es.rows,
                       "dead_rows", (unsigned long long)es.dead_rows, "bytes",
                       (unsigned long long)es.bytes, "parallel", (unsigned long long)es.parallel,
                       "time_ns", (unsigned long long)es.time_ns, "tables_open",
                       (unsigned long long)es.tables_open, "mapped_bytes",
-                      (unsigned long long)es.mapped_bytes, "tables", tabs);
+                      (unsigned long long)es.mapped_bytes, "tables", tabs, "cache", cache);
 fail:
+    Py_XDECREF(cache);
     Py_XDECREF(names);
     Py_DECREF(tabs);
     return d;
@@ -1185,17 +1260,20 @@ static PyObject *Store_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 static int Store_init(StoreObject *s, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"namespace", "local_dir", "create", "prefault", "random",
-                             "huge_pages", "mlock", "verify", "timing", "group", "threads", NULL};
+                             "huge_pages", "mlock", "verify", "timing", "group", "threads",
+                             "file_cache", "cache_bytes", "queue_depth", NULL};
     PyObject *ns = Py_None, *dir = NULL, *dirb = NULL;
     int create = 1, prefault = 0, rnd = 0, huge = 0, mlck = 0, verify = 0, timing = 0,
-        group = 0, threads = 0, rc;
+        group = 0, threads = 0, fcache = 0, rc;
+    unsigned long long cache_bytes = 0;
+    unsigned int queue_depth = 0;
     engram_store_options o = ENGRAM_STORE_OPTIONS_INIT;
     engram_store *st = NULL;
     const char *cns = NULL, *cdir = NULL;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OO$ppppppppi:Store", kwlist, &ns, &dir, &create,
-                                     &prefault, &rnd, &huge, &mlck, &verify, &timing, &group,
-                                     &threads))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OO$ppppppppipKI:Store", kwlist, &ns, &dir,
+                                     &create, &prefault, &rnd, &huge, &mlck, &verify, &timing,
+                                     &group, &threads, &fcache, &cache_bytes, &queue_depth))
         return -1;
     if (s->st || atomic_load(&s->closing)) {
         PyErr_SetString(PyExc_RuntimeError, "Store.__init__ called twice");
@@ -1209,8 +1287,11 @@ static int Store_init(StoreObject *s, PyObject *args, PyObject *kw)
     o.flags = (create ? ENGRAM_OPEN_CREATE : 0) | (prefault ? ENGRAM_OPEN_PREFAULT : 0) |
               (rnd ? ENGRAM_OPEN_RANDOM : 0) | (huge ? ENGRAM_OPEN_PRIVATE_HUGE : 0) |
               (mlck ? ENGRAM_OPEN_MLOCK : 0) | (verify ? ENGRAM_OPEN_VERIFY : 0) |
-              (timing ? ENGRAM_OPEN_TIMING : 0) | (group ? ENGRAM_OPEN_GROUP : 0);
+              (timing ? ENGRAM_OPEN_TIMING : 0) | (group ? ENGRAM_OPEN_GROUP : 0) |
+              (fcache ? ENGRAM_OPEN_FILE_CACHE : 0);
     o.threads = threads;
+    o.cache_bytes = cache_bytes;
+    o.queue_depth = queue_depth;
     if (dir == Py_None) {
         if (ns != Py_None) {
             PyErr_SetString(PyExc_ValueError,
@@ -1327,6 +1408,8 @@ static PyMethodDef Store_methods[] = {
     {"bind", (PyCFunction)(void (*)(void))Store_bind, METH_FASTCALL | METH_KEYWORDS, bind_doc},
     {"define", (PyCFunction)(void (*)(void))Store_define, METH_FASTCALL | METH_KEYWORDS,
      define_doc},
+    {"open_safetensors", (PyCFunction)(void (*)(void))Store_open_safetensors,
+     METH_FASTCALL | METH_KEYWORDS, open_safetensors_doc},
     {"get_table_spec", (PyCFunction)Store_get_table_spec, METH_O, get_table_spec_doc},
     {"list_tables", (PyCFunction)Store_list_tables, METH_NOARGS, list_tables_doc},
     {"remove", (PyCFunction)Store_remove, METH_O, remove_doc},
@@ -1347,7 +1430,7 @@ static PyGetSetDef Store_getset[] = {
 PyDoc_STRVAR(Store_doc,
 "Store(namespace=None, local_dir=None, *, create=True, prefault=False,\n"
 "      random=False, huge_pages=False, mlock=False, verify=False, timing=False,\n"
-"      group=False, threads=0)\n\n"
+"      group=False, threads=0, file_cache=False, cache_bytes=0, queue_depth=0)\n\n"
 "One namespace of tables: the directory local_dir/namespace (local_dir None with\n"
 "a namespace: the default root), or, with local_dir=None and namespace=None, a\n"
 "memory-only store that serves bound arrays.  Use engramstore.EngramStore.");
