@@ -2,9 +2,10 @@
 # Builds engram and runs every test: a release build with warnings as
 # errors (the Python extension included), then an ASan+UBSan build, then a
 # ThreadSanitizer build of the threaded tests, each ending with CTest's
-# summary line; then the Python package, installed with `pip install .`
-# into the virtual environment build/venv, and its pytest suite, which
-# ends the run with pytest's summary line.
+# summary line; then the Python tests, first against the extension of the
+# ASan+UBSan build, then against the package installed with `pip install .`
+# into the virtual environment build/venv; pytest's summary line ends the
+# run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -23,12 +24,22 @@ run_build() { # name, cmake options..., then -- ctest options...
 }
 
 run_build release -DCMAKE_BUILD_TYPE=RelWithDebInfo -DENGRAM_PYTHON=ON
-run_build asan -DENGRAM_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug
+run_build asan -DENGRAM_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug -DENGRAM_PYTHON=ON
 run_build tsan -DENGRAM_TSAN=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -- -R 'test_(lookup|concurrency|filecache)'
 
 echo "== python package"
 [ -x build/venv/bin/python ] || python3 -m venv build/venv
 build/venv/bin/python -m pip install -q --disable-pip-version-check numpy pytest
+
+# The extension of the ASan+UBSan build (no CUDA there), run with the
+# sanitizer runtimes preloaded into the interpreter.
+rm -rf build/asan/pkg && mkdir -p build/asan/pkg/engramstore
+cp python/engramstore/*.py build/asan/_engram*.so build/asan/pkg/engramstore/
+(cd tests/python && PYTHONPATH="$PWD/../../build/asan/pkg" ASAN_OPTIONS=detect_leaks=0 \
+   LD_PRELOAD="$(${CC:-cc} -print-file-name=libasan.so) $(${CC:-cc} -print-file-name=libubsan.so)" \
+   ../../build/venv/bin/python -m pytest -q -p no:cacheprovider .)
+
+# Then the package as users get it: pip install . (with CUDA where nvcc is).
 build/venv/bin/python -m pip install -q --disable-pip-version-check . -C cmake.define.ENGRAM_WERROR=ON
 # Run from outside the source tree, so `import engramstore` is the installed package.
 (cd tests/python && ../../build/venv/bin/python -m pytest -q -p no:cacheprovider .)

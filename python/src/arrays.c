@@ -195,6 +195,7 @@ static PyObject *device_refusal(const char *arg, const char *how, unsigned flags
     return NULL;
 }
 
+#ifdef ENGRAMSTORE_HAVE_CUDA
 /* Parses a __cuda_array_interface__ dict (version 2 or 3): data pointer,
  * shape, strides (None = C-contiguous) and typestr ("<i8", "|u1", ...). */
 static int from_cai(PyObject *cai, const char *arg, unsigned flags, ext_array *a)
@@ -272,6 +273,7 @@ bad:
     PyErr_Format(PyExc_TypeError, "%s: malformed __cuda_array_interface__", arg);
     return -1;
 }
+#endif
 
 static void dl_delete(void *managed, int versioned)
 {
@@ -421,6 +423,9 @@ int ext_array_get(PyObject *obj, const char *arg, unsigned flags, ext_array *a)
     int dev, r;
 
     memset(a, 0, sizeof *a);
+#ifndef ENGRAMSTORE_HAVE_CUDA
+    flags &= ~EXT_DEVICE_OK; /* nothing here can use device memory */
+#endif
     if (PyObject_CheckBuffer(obj))
         return from_buffer(obj, arg, flags, a);
     if (PyList_Check(obj) || PyTuple_Check(obj)) {
