@@ -9,7 +9,7 @@
  *
  * A table whose rows are not in memory (a file behind a row cache, a
  * remote store) leaves `base` NULL and provides ops->read_rows: the plan,
- * after validating every id, hands it the rows of one column in batches.
+ * after validating every id, hands it all its rows of the lookup at once.
  * Nothing else about such a table differs for the plan's callers.
  *
  * Version 2 of the ops table:
@@ -19,14 +19,18 @@
  *               tabs[i] into dsts[i] (row_bytes bytes each) for i < n.
  *               Every tabs[i] has these ops, but one call may carry rows
  *               of several tables and columns: the plan hands a backend all
- *               its rows of a lookup (in batches of at most
- *               ENGRAM__BACKEND_BATCH), so it can dedupe repeated rows and
- *               keep many reads in flight at once.  The backend may serve
- *               the rows in any order.  Called from any lookup thread at
- *               once; must be thread-safe.  Returns 0 or a negative code
- *               with engram__err() detail.  On failure, some output rows of
- *               the call may have been written, each with its correct
- *               bytes; a row whose bytes could not be read is not written.
+ *               its rows of a lookup in one call (in batches of
+ *               ENGRAM__BACKEND_BATCH only beyond that many rows), so it
+ *               can dedupe repeated rows and keep its reads in flight over
+ *               all of them: reads drain only at the end of a call.  A
+ *               call from the plan has at most ENGRAM__BACKEND_BATCH
+ *               rows, so a backend may size its scratch by it.  The
+ *               backend may serve the rows in any order.  Called from any
+ *               lookup thread at once; must be thread-safe.  Returns 0 or
+ *               a negative code with engram__err() detail.  On failure,
+ *               some output rows of the call may have been written, each
+ *               with its correct bytes; a row whose bytes could not be
+ *               read is not written.
  *   release     frees the backend's state of t at engram_store_close().
  *
  * Version 1 passed one table per call (the rows of one column).
@@ -40,7 +44,11 @@
 #include "engram.h"
 
 #define ENGRAM__BACKEND_VERSION 2u
-#define ENGRAM__BACKEND_BATCH 1024
+/* Rows of one read_rows call at most from the plan: large enough that
+ * the drain at the end of a call is noise (one read latency per 65536
+ * rows), small enough to bound the scratch of a huge lookup (24 bytes a
+ * row in the plan, about 60 in the file cache). */
+#define ENGRAM__BACKEND_BATCH 65536
 
 struct engram__table;
 

@@ -414,6 +414,88 @@ static void test_truncated_file(void)
     engram_store_close(fc);
 }
 
+/* Lookups of many more rows than the plan's old 1024-row batches.  The
+ * backend gets all the rows of a lookup in one call (up to
+ * ENGRAM__BACKEND_BATCH), so each distinct row is read once per lookup even
+ * through a one-set cache that keeps none of them.  A read that fails late
+ * in the call (the failing row sorts after most others) leaves the failed
+ * row unwritten at both its positions and every other row either right or
+ * untouched, and is never cached. */
+static void test_large_lookup(void)
+{
+    engram_store *mem = tu_open("big", 0, 1), *fc;
+    engram_table_id tid;
+    engram_cache_stats s0, s1;
+    enum { N = 20000, M = 4000, NB = ENGRAM__BACKEND_BATCH + 3000 };
+    int64_t *ids = tu_xmalloc((N + NB) * sizeof *ids);
+    unsigned char *out = tu_xmalloc((size_t)(N + NB) * R);
+    static unsigned char seen[NROWS];
+    const int fails[2] = {-EIO, 100}, codes[2] = {-EIO, ENGRAM_ECORRUPT};
+    uint64_t rng = 17, distinct = 0;
+    tu_populate(mem, "t", 71, NROWS, R, PITCH);
+    fc = open_cache(tu_scratch_root(), "big", 1, 8, 1);
+    ASSERT_OK(engram_table_open(fc, "t", &tid));
+
+    for (int i = 0; i < N; i++) {
+        ids[i] = (int64_t)tu_rand_below(&rng, NROWS);
+        distinct += seen[ids[i]]++ == 0;
+    }
+    s0 = cstats(fc, "t");
+    lookup_both(fc, mem, "t", 71, ids, N);
+    s1 = cstats(fc, "t");
+    ASSERT_EQ(s1.misses - s0.misses, N);
+    ASSERT_EQ_U64(s1.reads - s0.reads, distinct);
+    ASSERT_EQ_U64(s1.dedup - s0.dedup, N - distinct);
+
+    /* M distinct rows, the failing one (row 4500, late in the sorted
+     * order) at positions 2500 and 3900. */
+    for (int f = 0; f < 2; f++) {
+        int written = 0;
+        for (int i = 0; i < M; i++)
+            ids[i] = (int64_t)((uint64_t)i * 7919 % NROWS);
+        ids[2500] = ids[3900] = 4500;
+        hk = (hook_cfg){4500, fails[f], 0, 0, 0};
+        engram__fcache_set_read_hook(hook, NULL);
+        memset(out, 0xEE, (size_t)M * R);
+        s0 = cstats(fc, "t");
+        ASSERT_ERR(tu_lookup1(fc, tid, ids, M, out, 0), codes[f]);
+        ASSERT_CONTAINS(engram_errmsg(), "row 4500");
+        s1 = cstats(fc, "t");
+        ASSERT_EQ(s1.read_errors - s0.read_errors, 1);
+        ASSERT_ALL_BYTES(out + (size_t)2500 * R, 0xEE, R);
+        ASSERT_ALL_BYTES(out + (size_t)3900 * R, 0xEE, R);
+        for (int i = 0; i < M; i++) {
+            unsigned char *o = out + (size_t)i * R;
+            if (tu_row_mismatch(o, 71, (uint64_t)ids[i], R) < 0)
+                written++;
+            else
+                ASSERT_ALL_BYTES(o, 0xEE, R);
+        }
+        /* The rows that sort before the failing one were read first. */
+        ASSERT_GT(written, 1024);
+    }
+    /* Without the fault: the failed row is read again (never cached). */
+    engram__fcache_set_read_hook(NULL, NULL);
+    s0 = cstats(fc, "t");
+    lookup_both(fc, mem, "t", 71, ids, M);
+    s1 = cstats(fc, "t");
+    ASSERT_GE(s1.reads - s0.reads, 1);
+    ASSERT_EQ(s1.read_errors, s0.read_errors);
+
+    /* More rows than one backend call: two calls, the same rows. */
+    for (int i = 0; i < NB; i++)
+        ids[i] = i % 11 == 0 ? -1 : (int64_t)tu_rand_below(&rng, NROWS);
+    s0 = cstats(fc, "t");
+    lookup_both(fc, mem, "t", 71, ids, NB);
+    s1 = cstats(fc, "t");
+    ASSERT_EQ(s1.hits + s1.misses - s0.hits - s0.misses, NB - (NB + 10) / 11);
+    ASSERT_LE(s1.reads - s0.reads, 2 * NROWS);
+    engram_store_close(fc);
+    engram_store_close(mem);
+    free(ids);
+    free(out);
+}
+
 /* ------------------------------------------------------------------------
  * O_DIRECT.
  */
@@ -614,6 +696,7 @@ int main(void)
     RUN_TEST(test_threads);
     RUN_TEST(test_read_errors);
     RUN_TEST(test_truncated_file);
+    RUN_TEST(test_large_lookup);
     RUN_TEST(test_direct_modes);
     RUN_TEST(test_options_and_log);
     printf("test_filecache: all passed\n");
