@@ -249,6 +249,9 @@ int main(int argc, char **argv)
             for (size_t i = 0; i < n; i++)
                 ids[i] = (int64_t)(rnd() % table_rows);
             CK(cudaMemcpy(dids, ids, n * 8, cudaMemcpyHostToDevice));
+            /* The lookups run on non-blocking streams, which a pageable cudaMemcpy
+             * does not order: wait until the ids have landed. */
+            CK(cudaDeviceSynchronize());
             memset(&g.a, 0, sizeof g.a);
             g.plan = p;
             g.a.size = sizeof g.a;
@@ -287,6 +290,7 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < 6144; i++)
             ids[i] = (int64_t)(rnd() % table_rows);
         CK(cudaMemcpy(dids, ids, 6144 * 8, cudaMemcpyHostToDevice));
+        CK(cudaDeviceSynchronize());
         memset(&g.a, 0, sizeof g.a);
         g.plan = p;
         g.a.size = sizeof g.a;
@@ -323,6 +327,7 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < MAX_ROWS; i++)
             ids[i] = (int64_t)(rnd() % table_rows);
         CK(cudaMemcpy(dids, ids, MAX_ROWS * 8, cudaMemcpyHostToDevice));
+        CK(cudaDeviceSynchronize());
         memset(&g.a, 0, sizeof g.a);
         g.plan = p;
         g.a.size = sizeof g.a;

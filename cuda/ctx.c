@@ -124,23 +124,25 @@ int engram_cuda_open(engram_store *st, const engram_cuda_options *opts, engram_c
         return engram__err(-ENODEV, "no CUDA device: %s",
                            e != cudaSuccess ? cudaGetErrorString(e) : "the driver reports none");
     }
+    if (o.device < -1)
+        return engram__err(-EINVAL, "engram_cuda_options.device is %d (-1 = the current device)",
+                           o.device);
     if (o.device >= n)
         return engram__err(-ENODEV, "CUDA device %d does not exist (%d devices)", o.device, n);
     if (!(c = calloc(1, sizeof *c)))
         return engram__err(-ENOMEM, "out of memory");
     pthread_mutex_init(&c->lock, NULL);
     pthread_mutex_init(&c->err_lock, NULL);
+    pthread_mutex_init(&c->check_lock, NULL);
     c->st = st;
     c->flags = o.flags;
     if ((e = cudaGetDevice(&prev)) != cudaSuccess) {
-        free(c);
-        return engram__cuda_err(e, "cudaGetDevice");
+        err = engram__cuda_err(e, "cudaGetDevice");
+        goto fail_early;
     }
     c->device = o.device < 0 ? prev : o.device;
-    if ((err = engram__cuda_enter(c, &prev)) != 0) {
-        free(c);
-        return err;
-    }
+    if ((err = engram__cuda_enter(c, &prev)) != 0)
+        goto fail_early;
     if ((e = cudaDeviceGetAttribute(&c->sms, cudaDevAttrMultiProcessorCount, c->device)) != 0 ||
         (e = cudaDeviceGetAttribute(&threads, cudaDevAttrMaxThreadsPerMultiProcessor,
                                     c->device)) != 0) {
@@ -174,6 +176,12 @@ int engram_cuda_open(engram_store *st, const engram_cuda_options *opts, engram_c
 fail:
     engram__cuda_leave(c, prev);
     engram_cuda_close(c);
+    return err;
+fail_early:
+    pthread_mutex_destroy(&c->lock);
+    pthread_mutex_destroy(&c->err_lock);
+    pthread_mutex_destroy(&c->check_lock);
+    free(c);
     return err;
 }
 
@@ -438,6 +446,7 @@ void engram_cuda_close(engram_cuda_ctx *c)
     engram__cuda_leave(c, prev);
     pthread_mutex_destroy(&c->lock);
     pthread_mutex_destroy(&c->err_lock);
+    pthread_mutex_destroy(&c->check_lock);
     free(c);
 }
 
@@ -457,14 +466,19 @@ int engram_cuda_check(engram_cuda_ctx *c, engram_cuda_report *r)
                                     "sizeof(engram_cuda_report)) required");
     if ((err = engram__cuda_enter(c, &prev)) != 0)
         return err;
+    /* One check at a time: the take and the copy of bad_snap must not
+     * interleave with another thread's (see check_lock). */
+    pthread_mutex_lock(&c->check_lock);
     if ((e = engram__cuda_launch_take_bad(c->bad, c->bad_snap, c->stream)) != cudaSuccess ||
         (e = cudaMemcpyAsync(&snap, c->bad_snap, sizeof snap, cudaMemcpyDeviceToHost,
                              c->stream)) != cudaSuccess ||
         (e = cudaStreamSynchronize(c->stream)) != cudaSuccess) {
+        pthread_mutex_unlock(&c->check_lock);
         err = engram__cuda_err(e, "reading the bad-id report");
         engram__cuda_leave(c, prev);
         return err;
     }
+    pthread_mutex_unlock(&c->check_lock);
     engram__cuda_leave(c, prev);
     pthread_mutex_lock(&c->err_lock);
     host_err = c->host_err;

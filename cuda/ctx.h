@@ -45,7 +45,11 @@ struct engram_cuda_ctx {
     size_t ntables;             /* entries of `tables` */
     engram__cuda_bad *bad;      /* device: the bad-id report */
     engram__cuda_bad *bad_snap; /* device: where engram_cuda_check() takes it to */
-    cudaStream_t stream;        /* internal, non-blocking: checks */
+    cudaStream_t stream;        /* internal, non-blocking: checks, descriptor uploads */
+    /* Serialises engram_cuda_check(): bad_snap is one buffer, so two checks
+     * whose take kernels and copies interleave on `stream` would both read
+     * the second take and lose the first. */
+    pthread_mutex_t check_lock;
     struct engram_cuda_plan *plans; /* live plans (doubly linked) */
     uint64_t nplans;
     _Atomic uint64_t lookups, host_gathers;

@@ -314,29 +314,34 @@ extern "C" int engram__cuda_launch_dequant(const engram__cuda_launch *L, cudaStr
                   L, s);
 }
 
+/* The small kernels are launched with cudaLaunchKernel() too, not <<<>>> and
+ * cudaGetLastError(): the latter would also return (and clear) an earlier
+ * error of an unrelated call on this thread and fail the lookup for it. */
 extern "C" int engram__cuda_launch_pack_ids(const void *ids, int id64, ptrdiff_t ist,
                                             ptrdiff_t isk, uint64_t T, const uint32_t *cols,
                                             uint32_t ncols, int64_t *dst, cudaStream_t s)
 {
     uint64_t n = T * ncols, blocks = (n + 255) / 256;
+    void *args[] = {&ids, &id64, &ist, &isk, &T, &cols, &ncols, &dst};
     if (n == 0)
         return cudaSuccess;
-    pack_ids_kernel<<<(unsigned)(blocks < 1024 ? blocks : 1024), 256, 0, s>>>(ids, id64, ist, isk,
-                                                                             T, cols, ncols, dst);
-    return cudaGetLastError();
+    return cudaLaunchKernel(reinterpret_cast<const void *>(pack_ids_kernel),
+                            dim3((unsigned)(blocks < 1024 ? blocks : 1024)), dim3(256), args, 0, s);
 }
 
 extern "C" int engram__cuda_launch_take_bad(engram__cuda_bad *bad, engram__cuda_bad *snap,
                                             cudaStream_t s)
 {
-    take_bad_kernel<<<1, 1, 0, s>>>(bad, snap);
-    return cudaGetLastError();
+    void *args[] = {&bad, &snap};
+    return cudaLaunchKernel(reinterpret_cast<const void *>(take_bad_kernel), dim3(1), dim3(1),
+                            args, 0, s);
 }
 
 extern "C" int engram__cuda_launch_init_bad(engram__cuda_bad *bad, cudaStream_t s)
 {
-    init_bad_kernel<<<1, 1, 0, s>>>(bad);
-    return cudaGetLastError();
+    void *args[] = {&bad};
+    return cudaLaunchKernel(reinterpret_cast<const void *>(init_bad_kernel), dim3(1), dim3(1),
+                            args, 0, s);
 }
 
 extern "C" int engram__cuda_preload(void)

@@ -216,9 +216,12 @@ static int host_alloc(engram_cuda_plan *p, engram__cuda_table **tab, const int64
         p->slots[t].p = p;
         p->slots[t].T = t;
     }
+    /* See plan_build_locked() for why the upload is stream-ordered and
+     * waited for. */
     if ((e = cudaMalloc((void **)&p->d_hcols, p->Kh * sizeof *hcols)) != cudaSuccess ||
-        (e = cudaMemcpy(p->d_hcols, hcols, p->Kh * sizeof *hcols, cudaMemcpyHostToDevice)) !=
-            cudaSuccess ||
+        (e = cudaMemcpyAsync(p->d_hcols, hcols, p->Kh * sizeof *hcols, cudaMemcpyHostToDevice,
+                             c->stream)) != cudaSuccess ||
+        (e = cudaStreamSynchronize(c->stream)) != cudaSuccess ||
         (e = cudaMalloc((void **)&p->d_hids, (size_t)nids * sizeof(int64_t))) != cudaSuccess ||
         (e = cudaMalloc((void **)&p->d_hrows, (size_t)nbytes)) != cudaSuccess ||
         (e = cudaHostAlloc((void **)&p->h_ids, (size_t)nids * sizeof(int64_t), 0)) !=
@@ -297,9 +300,14 @@ static int plan_build_locked(engram_cuda_plan *p, const engram_cuda_plan_args *a
         if (align_of(col->pitch) < p->in_align)
             p->in_align = align_of(col->pitch);
     }
+    /* A plain cudaMemcpy from pageable memory may return before its DMA
+     * has landed, and it is ordered only with the legacy default stream: a
+     * first lookup on a non-blocking stream could read the descriptors
+     * before they arrive.  Copy on the context's stream and wait for it. */
     if ((e = cudaMalloc((void **)&p->d_cols, p->K * sizeof *cols)) != cudaSuccess ||
-        (e = cudaMemcpy(p->d_cols, cols, p->K * sizeof *cols, cudaMemcpyHostToDevice)) !=
-            cudaSuccess) {
+        (e = cudaMemcpyAsync(p->d_cols, cols, p->K * sizeof *cols, cudaMemcpyHostToDevice,
+                             c->stream)) != cudaSuccess ||
+        (e = cudaStreamSynchronize(c->stream)) != cudaSuccess) {
         err = engram__cuda_err(e, "uploading the descriptors of %u columns", p->K);
         goto out;
     }
@@ -440,6 +448,16 @@ int engram_cuda_lookup(engram_cuda_plan *p, const engram_cuda_lookup_args *a, cu
     if (ENGRAM__UNLIKELY(p->Kh && a->num_tokens > p->max_T))
         return engram__err(-EINVAL, "%zu tokens exceed the plan's max_tokens (%zu) of its host "
                                     "path", a->num_tokens, p->max_T);
+    {
+        /* A kernel launched on another device would read this context's
+         * device pointers there and fault, which poisons the CUDA context
+         * for good; cudaGetDevice is allowed under stream capture. */
+        int cur = -1;
+        if (ENGRAM__UNLIKELY(cudaGetDevice(&cur) != cudaSuccess || cur != c->device))
+            return engram__err(-EINVAL, "the current CUDA device is %d but the context is on "
+                                        "device %d: make it current first (cudaSetDevice)",
+                               cur, c->device);
+    }
 
     memset(&L, 0, sizeof L);
     L.cols = p->d_cols;

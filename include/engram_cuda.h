@@ -236,7 +236,9 @@ typedef struct engram_cuda_lookup_args {
  * copy, a host function and a host-to-device row copy on the same stream;
  * its staging is per plan, so lookups of one plan with host-path tables
  * must be ordered (same stream or events).  Lookups of plans without a
- * host path may run concurrently on any streams.  Thread-safe.
+ * host path may run concurrently on any streams.  The context's device
+ * must be current (-EINVAL otherwise: a kernel on another device would
+ * fault on this context's pointers).  Thread-safe.
  * @return : 0, -EINVAL, ENGRAM_ELAYOUT, ENGRAM_EBADID (DEBUG_SYNC only),
  *           -EIO (launch failure). */
 ENGRAM_API int engram_cuda_lookup(engram_cuda_plan *plan, const engram_cuda_lookup_args *args,

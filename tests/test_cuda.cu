@@ -182,6 +182,9 @@ static void check_case(gcase *c, engram_cuda_plan *p, cudaStream_t s, int line)
     cpu_lookup(c, exp);
     CK(cudaMemcpy(dbuf, c->buf, c->len, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dids, c->ids, c->ids_bytes, cudaMemcpyHostToDevice));
+    /* A cudaMemcpy from pageable memory may return before its DMA lands,
+     * and a non-blocking stream is not ordered after it: wait for it. */
+    CK(cudaDeviceSynchronize());
     a = gpu_args(c, dids, dbuf);
     ASSERT_OK(engram_cuda_lookup(p, &a, s));
     CK(cudaStreamSynchronize(s));
@@ -442,6 +445,7 @@ static void graph_round(engram_cuda_plan *p, gcase *c, uint64_t *rng)
         cpu_lookup(c, exp);
         CK(cudaMemcpy(dbuf, c->buf, c->len, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(dids, c->ids, c->ids_bytes, cudaMemcpyHostToDevice));
+        CK(cudaDeviceSynchronize()); /* s is non-blocking: see check_case() */
         CK(cudaGraphLaunch(ge, s));
         CK(cudaStreamSynchronize(s));
         CK(cudaMemcpy(got, dbuf, c->len, cudaMemcpyDeviceToHost));
@@ -763,6 +767,7 @@ static void test_host_path(void)
         engram_cuda_lookup_args a;
         ((int32_t *)c.ids)[10 * 3 + 1] = 16; /* below the offset */
         CK(cudaMemcpy(dids, c.ids, c.ids_bytes, cudaMemcpyHostToDevice));
+        CK(cudaDeviceSynchronize()); /* strm is non-blocking: see check_case() */
         a = gpu_args(&c, dids, dbuf);
         ASSERT_OK(engram_cuda_lookup(p, &a, strm));
         CK(cudaStreamSynchronize(strm));
