@@ -79,6 +79,46 @@ static int ext_getattr_opt(PyObject *obj, const char *name, PyObject **res)
     return 0;
 }
 
+/* *r = x * y for x, y >= 0, or 0 with *r untouched if it overflows. */
+static int mul_ok(Py_ssize_t x, Py_ssize_t y, Py_ssize_t *r)
+{
+    if (x && y > PY_SSIZE_T_MAX / x)
+        return 0;
+    *r = x * y;
+    return 1;
+}
+
+/* Checks shape and strides that a DLPack producer or a
+ * __cuda_array_interface__ gave (the buffer protocol's are checked by
+ * CPython): no negative dimension, and an extent, sum of |stride| *
+ * (shape - 1) plus the item, that fits in Py_ssize_t, so no offset computed
+ * from them overflows.  0, or -1 with ValueError naming the argument. */
+static int check_extent(const ext_array *a, const char *arg)
+{
+    Py_ssize_t span = a->itemsize, d;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] < 0) {
+            PyErr_Format(PyExc_ValueError, "%s: dimension %d has negative size %zd", arg, i,
+                         a->shape[i]);
+            return -1;
+        }
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] == 0)
+            return 0; /* empty: nothing is ever addressed */
+    for (int i = 0; i < a->ndim; i++) {
+        Py_ssize_t st = a->strides[i];
+        if (st == PY_SSIZE_T_MIN || !mul_ok(st < 0 ? -st : st, a->shape[i] - 1, &d) ||
+            span > PY_SSIZE_T_MAX - d) {
+            PyErr_Format(PyExc_ValueError, "%s: shape and strides address more memory than "
+                         "there can be (dimension %d: size %zd, stride %zd bytes)", arg, i,
+                         a->shape[i], st);
+            return -1;
+        }
+        span += d;
+    }
+    return 0;
+}
+
 /* Parses a struct-module format of one element: an optional native or
  * little-endian prefix, then one integer code.  Anything else is "other". */
 static void parse_format(const char *fmt, Py_ssize_t itemsize, ext_array *a)
@@ -252,13 +292,18 @@ static int from_cai(PyObject *cai, const char *arg, unsigned flags, ext_array *a
     step = a->itemsize;
     for (int i = a->ndim - 1; i >= 0; i--) {
         a->shape[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, i));
+        if (a->shape[i] == -1 && PyErr_Occurred())
+            return -1;
         a->strides[i] = strides && strides != Py_None
                             ? PyLong_AsSsize_t(PyTuple_GET_ITEM(strides, i))
                             : step;
         if (PyErr_Occurred())
             return -1;
-        step *= a->shape[i];
+        if (a->shape[i] >= 0 && !mul_ok(step, a->shape[i], &step))
+            step = PY_SSIZE_T_MAX; /* too big: check_extent() refuses it */
     }
+    if (check_extent(a, arg) < 0)
+        return -1;
     if ((flags & EXT_WRITABLE) && readonly) {
         PyErr_Format(PyExc_ValueError, "%s: the array is read-only; a writable array is needed",
                      arg);
@@ -395,16 +440,32 @@ static int from_dlpack(PyObject *obj, const char *arg, unsigned flags, ext_array
     {
         Py_ssize_t step = a->itemsize;
         for (int i = a->ndim - 1; i >= 0; i--) {
-            a->shape[i] = (Py_ssize_t)t->shape[i];
-            a->strides[i] = t->strides ? (Py_ssize_t)t->strides[i] * a->itemsize : step;
-            step *= a->shape[i];
+            int64_t n = t->shape[i], st = t->strides ? t->strides[i] : 0;
+            Py_ssize_t bytes;
+            /* Strides come in elements: refuse what does not fit in bytes
+             * (check_extent() refuses negative sizes). */
+            if (n > PY_SSIZE_T_MAX || n < -PY_SSIZE_T_MAX || st > PY_SSIZE_T_MAX ||
+                st < -PY_SSIZE_T_MAX ||
+                !mul_ok(st < 0 ? -(Py_ssize_t)st : (Py_ssize_t)st, a->itemsize, &bytes)) {
+                PyErr_Format(PyExc_ValueError, "%s: dimension %d: size %lld or stride %lld "
+                             "elements is out of range", arg, i, (long long)n, (long long)st);
+                goto fail_held;
+            }
+            a->shape[i] = (Py_ssize_t)n;
+            a->strides[i] = t->strides ? (st < 0 ? -bytes : bytes) : step;
+            if (n >= 0 && !mul_ok(step, (Py_ssize_t)n, &step))
+                step = PY_SSIZE_T_MAX; /* only ever a stride of a bigger
+                                        * dimension: check_extent() refuses it */
         }
     }
+    if (check_extent(a, arg) < 0)
+        goto fail_held;
     return 0;
 
 fail_taken:
-    /* The capsule is ours now but was not renamed: release it by hand. */
-    dl_delete(a->dl_managed, versioned);
+    /* Not renamed: the capsule still owns the tensor, and its destructor
+     * calls the deleter when it goes (calling it here too would free it
+     * twice). */
     a->dl_managed = NULL;
 fail:
     Py_XDECREF(cap);

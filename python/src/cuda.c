@@ -29,7 +29,7 @@ struct ext_cuda {
 /* A stream argument: None (the legacy default stream), an int handle, an
  * object with `cuda_stream` (torch.cuda.Stream) or __cuda_stream__()
  * (the CUDA stream protocol: (version, handle)). */
-static int parse_stream(PyObject *obj, cudaStream_t *out)
+int ext_cuda_stream(PyObject *obj, void **out)
 {
     PyObject *h = NULL;
     unsigned long long v;
@@ -61,7 +61,7 @@ static int parse_stream(PyObject *obj, cudaStream_t *out)
     Py_DECREF(h);
     if (v == (unsigned long long)-1 && PyErr_Occurred())
         return -1;
-    *out = (cudaStream_t)(uintptr_t)v;
+    *out = (void *)(uintptr_t)v;
     return 0;
 }
 
@@ -154,15 +154,15 @@ out:
 }
 
 int ext_cuda_lookup(ext_cuda **slot, engram_store *st, const engram_lookup_args *a,
-                    PyObject *stream_obj)
+                    void *stream_handle)
 {
     engram_cuda_lookup_args ca = ENGRAM_CUDA_LOOKUP_ARGS_INIT;
     engram_cuda_plan *plan;
-    cudaStream_t stream;
+    cudaStream_t stream = (cudaStream_t)stream_handle;
     ext_cuda *c;
     int rc;
 
-    if (parse_stream(stream_obj, &stream) < 0 || !(c = cuda_get(slot, st)))
+    if (!(c = cuda_get(slot, st)))
         return -1;
     if (a->num_tokens == 0 || a->num_cols == 0)
         return 0;

@@ -106,13 +106,17 @@ PyObject *ext_check_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 typedef struct ext_cuda ext_cuda;
 
 #ifdef ENGRAMSTORE_HAVE_CUDA
-/* Enqueues lookup `a` (ids and out in device memory) on the stream named
- * by `stream` (None, an int handle, or a CUDA stream object), creating
- * the store's CUDA context in *slot and the plan of a's tables and offsets
- * on first use.  Called with the GIL held; releases it around library
- * calls.  0, or -1 with an exception set. */
+/* The cudaStream_t named by `stream` (NULL or None: the legacy default
+ * stream, an int handle, or a CUDA stream object).  May run Python code,
+ * so call it before entering the store.  0, or -1 with an exception set. */
+int ext_cuda_stream(PyObject *stream, void **handle);
+/* Enqueues lookup `a` (ids and out in device memory) on `stream` (from
+ * ext_cuda_stream()), creating the store's CUDA context in *slot and the
+ * plan of a's tables and offsets on first use.  Called with the GIL held
+ * and the store entered; releases the GIL around library calls.  0, or -1
+ * with an exception set. */
 int ext_cuda_lookup(ext_cuda **slot, engram_store *st, const engram_lookup_args *a,
-                    PyObject *stream);
+                    void *stream);
 /* Raises BadIdError for the first bad id the GPU skipped since the last
  * check (and clears the report); None if there was none or no context. */
 PyObject *ext_cuda_check(ext_cuda *c);

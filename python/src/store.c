@@ -6,6 +6,10 @@
  *   tables    name -> resolved table (id | row_bytes << 32), filled on the
  *             first lookup that names a table, so later lookups resolve a
  *             name with one dict probe;
+ *   memo      the names of the last lookup and their ids;
+ *   gen       bumped by remove() and close(): an id resolved while the GIL
+ *             was released is cached (tables, memo) only if gen did not
+ *             change meanwhile, so a removed table's id is never kept;
  *   declared  name -> (num_rows, row_bytes, row_pitch) from define():
  *             checked against stored tables when they are resolved;
  *   holds     the arrays bound with bind(), released at close().
@@ -16,7 +20,9 @@
  * decremented without it when the library returns); close() marks the
  * store closing, so no new call starts, waits for `active` to drain, and
  * only then closes the engram_store.  Calls that arrive after close()
- * raise StoreClosedError.
+ * raise StoreClosedError.  No Python code may run between enter() and
+ * leave(): code that calls close() there (a __dlpack__, a str subclass's
+ * __hash__, a finalizer run by the GC) would wait for its own thread.
  */
 #include "ext.h"
 
@@ -39,6 +45,7 @@ typedef struct {
     PyObject *memo_names[STACK_COLS];
     engram_table_id memo_ids[STACK_COLS];
     uint32_t memo_R;
+    uint64_t gen;       /* see above; read and written with the GIL */
     PyObject *declared; /* dict */
     PyObject *holds;    /* list of capsules */
     atomic_long active;
@@ -75,12 +82,28 @@ static void leave(StoreObject *s)
 
 /* ---- small helpers ----------------------------------------------------- */
 
+/* Replaces the memo with k names (references stolen) and their ids.  The
+ * old names are dropped last: that may run Python code (a str subclass's
+ * __del__), which may look up and fill the memo again. */
+static void memo_set(StoreObject *s, PyObject *const *names, Py_ssize_t k,
+                     const engram_table_id *ids, uint32_t R)
+{
+    PyObject *old[STACK_COLS];
+    Py_ssize_t n = s->memo_k;
+    memcpy(old, s->memo_names, (size_t)n * sizeof *old);
+    if (k)
+        memcpy(s->memo_names, names, (size_t)k * sizeof *names);
+    if (k)
+        memcpy(s->memo_ids, ids, (size_t)k * sizeof *ids);
+    s->memo_R = R;
+    s->memo_k = k;
+    for (Py_ssize_t i = 0; i < n; i++)
+        Py_DECREF(old[i]);
+}
+
 static void memo_clear(StoreObject *s)
 {
-    Py_ssize_t k = s->memo_k;
-    s->memo_k = 0;
-    for (Py_ssize_t i = 0; i < k; i++)
-        Py_CLEAR(s->memo_names[i]);
+    memo_set(s, NULL, 0, NULL, 0);
 }
 
 static const char *name_arg(PyObject *name, const char *arg)
@@ -119,13 +142,28 @@ static int spec_from_tuple(PyObject *t, engram_table_spec *sp)
     return 0;
 }
 
-/* Declared spec of `name`, if any: 1 and *sp, 0 if none, -1 on error. */
+/* A new reference to `name` (a str, checked by name_arg) as an exact str:
+ * the key of the tables and declared dicts. */
+static PyObject *name_key(PyObject *name)
+{
+    return PyUnicode_CheckExact(name) ? Py_NewRef(name) : PyUnicode_FromObject(name);
+}
+
+/* Declared spec of `name` (a str), if any: 1 and *sp, 0 if none, -1 on
+ * error. */
 static int declared_spec(StoreObject *s, PyObject *name, engram_table_spec *sp)
 {
-    PyObject *t = PyDict_GetItemWithError(s->declared, name);
+    PyObject *key = name_key(name), *t;
+    int r;
+    if (!key)
+        return -1;
+    t = PyDict_GetItemWithError(s->declared, key);
     if (!t)
-        return PyErr_Occurred() ? -1 : 0;
-    return spec_from_tuple(t, sp) < 0 ? -1 : 1;
+        r = PyErr_Occurred() ? -1 : 0;
+    else
+        r = spec_from_tuple(t, sp) < 0 ? -1 : 1;
+    Py_DECREF(key);
+    return r;
 }
 
 /* 1 if a stored/bound table has the declared spec (a declared pitch of 0
@@ -160,57 +198,83 @@ static int table_info(StoreObject *s, const char *cname, engram_table_info *info
 }
 
 /* Resolves table name -> (id, row_bytes), opening (mapping) the table on
- * first use.  Caller has entered.  0 or -1 with an exception. */
+ * first use.  The caches are keyed by exact str copies of the names, so
+ * that probing them runs no Python code (a str subclass's __hash__ or
+ * __eq__) and every spelling of a name hits one entry.  Enters the store
+ * around the library calls only.  0 or -1 with an exception. */
 static int resolve(StoreObject *s, PyObject *name, engram_table_id *id, uint32_t *row_bytes,
                    Py_ssize_t k)
 {
-    PyObject *v = PyDict_GetItemWithError(s->tables, name);
+    PyObject *key, *v;
     engram_table_info info;
     engram_table_spec decl;
     const char *cname;
     char what[48];
+    uint64_t gen;
     int rc, d;
 
-    if (v) {
-        unsigned long long x = PyLong_AsUnsignedLongLong(v);
-        *id = (engram_table_id)(x & 0xffffffffu);
-        *row_bytes = (uint32_t)(x >> 32);
-        return 0;
+    if (PyUnicode_CheckExact(name)) {
+        v = PyDict_GetItemWithError(s->tables, name);
+        if (v) {
+            unsigned long long x = PyLong_AsUnsignedLongLong(v);
+            *id = (engram_table_id)(x & 0xffffffffu);
+            *row_bytes = (uint32_t)(x >> 32);
+            return 0;
+        }
+        if (PyErr_Occurred())
+            return -1;
     }
-    if (PyErr_Occurred())
-        return -1;
     PyOS_snprintf(what, sizeof what, "tables[%zd]", k);
-    if (!(cname = name_arg(name, what)))
+    if (!(cname = name_arg(name, what)) || !(key = name_key(name)))
         return -1;
-    Py_INCREF(name);
-    rc = table_info(s, cname, &info);
-    if (rc == 0) {
-        Py_BEGIN_ALLOW_THREADS
-        rc = engram_table_open(s->st, cname, id);
-        Py_END_ALLOW_THREADS
+    if (key != name) {
+        v = PyDict_GetItemWithError(s->tables, key);
+        if (v) {
+            unsigned long long x = PyLong_AsUnsignedLongLong(v);
+            *id = (engram_table_id)(x & 0xffffffffu);
+            *row_bytes = (uint32_t)(x >> 32);
+            Py_DECREF(key);
+            return 0;
+        }
+        if (PyErr_Occurred())
+            goto fail;
     }
+    if (enter(s) < 0)
+        goto fail;
+    gen = s->gen;
+    info.size = sizeof info;
+    Py_BEGIN_ALLOW_THREADS
+    rc = engram_get_table_info(s->st, cname, &info);
+    if (rc == 0)
+        rc = engram_table_open(s->st, cname, id);
+    leave(s);
+    Py_END_ALLOW_THREADS
     if (rc < 0) {
         ext_raise(rc, what);
         goto fail;
     }
-    if ((d = declared_spec(s, name, &decl)) < 0)
+    if ((d = declared_spec(s, key, &decl)) < 0)
         goto fail;
     if (d && !spec_matches(&decl, &info.spec)) {
-        mismatch(name, &decl, &info.spec);
+        mismatch(key, &decl, &info.spec);
         goto fail;
     }
     *row_bytes = info.spec.row_bytes;
     v = PyLong_FromUnsignedLongLong((unsigned long long)*id |
                                     ((unsigned long long)*row_bytes << 32));
-    if (!v || PyDict_SetItem(s->tables, name, v) < 0) {
-        Py_XDECREF(v);
+    if (!v)
+        goto fail;
+    /* Cache the id unless remove() or close() ran while the GIL was
+     * released (the name may be gone: resolve it afresh next time). */
+    if (s->gen == gen && PyDict_SetItem(s->tables, key, v) < 0) {
+        Py_DECREF(v);
         goto fail;
     }
     Py_DECREF(v);
-    Py_DECREF(name);
+    Py_DECREF(key);
     return 0;
 fail:
-    Py_DECREF(name);
+    Py_DECREF(key);
     return -1;
 }
 
@@ -328,17 +392,21 @@ static PyObject *do_lookup(StoreObject *s, const lookup_in *in)
     uint32_t R = 0;
     char b1[64], b2[64];
     const int lead = in->lead;
-    int rc, entered = 0;
+    int rc;
     PyObject *ret = NULL;
+    PyObject *rn[STACK_COLS]; /* the names resolved, held (K <= STACK_COLS) */
+    Py_ssize_t nrn = 0;
+    uint64_t gen = s->gen;
 
     if (!PyList_Check(in->tables) && !PyTuple_Check(in->tables)) {
         PyErr_Format(PyExc_TypeError, "tables: expected a list or tuple of table names, got %.100s",
                      Py_TYPE(in->tables)->tp_name);
         return NULL;
     }
-    if (enter(s) < 0)
-        return NULL;
-    entered = 1;
+    /* The store is entered only around library calls (see enter()); this
+     * just fails early. */
+    if (!s->st || atomic_load(&s->closing))
+        return ext_raise_cls(ext_StoreClosedError, ENGRAM_ESTATE, "the store is closed");
     K = PySequence_Fast_GET_SIZE(in->tables);
     if (K > STACK_COLS) {
         /* One block: the int64 offsets first, so they are aligned, then the
@@ -362,14 +430,22 @@ static PyObject *do_lookup(StoreObject *s, const lookup_in *in)
         }
     }
     for (Py_ssize_t k = 0; k < K; k++) {
+        PyObject *name;
         uint32_t rb;
         /* The list may change while a table is being opened (the GIL is
-         * released there): re-read its length each time. */
+         * released there): re-read its length each time, and hold the
+         * names resolved, to check them and memoize them with their ids. */
         if (k >= PySequence_Fast_GET_SIZE(in->tables)) {
             PyErr_SetString(PyExc_RuntimeError, "tables: the list changed during the lookup");
             goto out;
         }
-        if (resolve(s, PySequence_Fast_GET_ITEM(in->tables, k), &tids[k], &rb, k) < 0)
+        name = Py_NewRef(PySequence_Fast_GET_ITEM(in->tables, k));
+        rc = resolve(s, name, &tids[k], &rb, k);
+        if (K <= STACK_COLS)
+            rn[nrn++] = name;
+        else
+            Py_DECREF(name);
+        if (rc < 0)
             goto out;
         if (k == 0)
             R = rb;
@@ -378,13 +454,16 @@ static PyObject *do_lookup(StoreObject *s, const lookup_in *in)
         PyErr_SetString(PyExc_RuntimeError, "tables: the list changed during the lookup");
         goto out;
     }
-    if (K <= STACK_COLS) {
-        memo_clear(s);
-        for (Py_ssize_t k = 0; k < K; k++)
-            s->memo_names[k] = Py_NewRef(PySequence_Fast_GET_ITEM(in->tables, k));
-        memcpy(s->memo_ids, tids, (size_t)K * sizeof *tids);
-        s->memo_R = R;
-        s->memo_k = K;
+    for (Py_ssize_t k = 0; k < nrn; k++)
+        if (PySequence_Fast_GET_ITEM(in->tables, k) != rn[k]) {
+            PyErr_SetString(PyExc_RuntimeError, "tables: the list changed during the lookup");
+            goto out;
+        }
+    /* Memoize the names with the ids they resolved to, unless remove() or
+     * close() ran meanwhile (an id may be a removed table's). */
+    if (K <= STACK_COLS && s->gen == gen) {
+        nrn = 0; /* the memo takes the names */
+        memo_set(s, rn, K, tids, R);
     }
 resolved:
 
@@ -497,25 +576,50 @@ resolved:
     a.out_stride_t = ost;
     a.out_stride_k = out.strides[lead];
     a.row_bytes = R;
-    /* A [T, K] view whose T is 1 may carry any stride for it; the library
-     * reads 0, 0 as "contiguous", so give it a nonzero one. */
-    if (a.id_stride_t == 0 && a.id_stride_k == 0)
-        a.id_stride_t = K;
-    if (a.out_stride_t == 0 && a.out_stride_k == 0)
-        a.out_stride_t = (ptrdiff_t)K * R;
+    /* The library reads strides 0, 0 as "contiguous [T, K]": never pass
+     * them for a view that is not.  A stride of a dimension of size 1 is
+     * never used, so it can be made nonzero; zero strides of T > 1 tokens
+     * and K > 1 columns describe ids no stride pair can (one element read
+     * everywhere), or output rows that overlap. */
+    if (a.id_stride_t == 0 && a.id_stride_k == 0) {
+        if (T <= 1)
+            a.id_stride_t = K > 0 ? K : 1;
+        else if (K <= 1)
+            a.id_stride_k = 1;
+        else {
+            PyErr_Format(PyExc_ValueError, "%s: every stride is 0 (one id broadcast to "
+                         "every token and column); pass the ids as an array", in->ids_arg);
+            goto out;
+        }
+    }
+    if (a.out_stride_t == 0 && a.out_stride_k == 0) {
+        if (T > 1) {
+            ext_raise_cls(ext_exc_for(ENGRAM_ELAYOUT), ENGRAM_ELAYOUT,
+                          "%s: output rows overlap (the strides of its token and column "
+                          "dimensions are 0)", in->out_arg);
+            goto out;
+        }
+        a.out_stride_t = K > 0 && R > 0 ? (ptrdiff_t)K * R : 1;
+    }
 
 #ifdef ENGRAMSTORE_HAVE_CUDA
     if (out.device == EXT_DEVICE_CUDA) {
-        if (ext_cuda_lookup(&s->cuda, s->st, &a, in->stream) == 0)
+        void *stream;
+        if (ext_cuda_stream(in->stream, &stream) < 0 || enter(s) < 0)
+            goto out;
+        rc = ext_cuda_lookup(&s->cuda, s->st, &a, stream);
+        leave(s);
+        if (rc == 0)
             ret = Py_NewRef(Py_None);
         goto out;
     }
 #endif
+    if (enter(s) < 0)
+        goto out;
     Py_BEGIN_ALLOW_THREADS
     rc = engram_lookup(s->st, &a);
     leave(s);
     Py_END_ALLOW_THREADS
-    entered = 0;
     if (rc == ENGRAM_EBADID && lead == 2)
         raise_bad_row_id(rc, &ids, in->ids_arg);
     else if (rc < 0)
@@ -523,13 +627,13 @@ resolved:
     else
         ret = Py_NewRef(Py_None);
 out:
-    if (entered)
-        leave(s);
     ext_array_release(&oa);
     ext_array_release(&out);
     ext_array_release(&ids);
     if (offs && offs != off_stack)
         PyMem_Free(offs);
+    for (Py_ssize_t k = 0; k < nrn; k++)
+        Py_DECREF(rn[k]);
     return ret;
 }
 
@@ -885,7 +989,7 @@ static PyObject *Store_define(StoreObject *s, PyObject *const *args, Py_ssize_t 
                               PyObject *kwnames)
 {
     static const char *const names[] = {"name", "num_rows", "row_bytes", "row_pitch"};
-    PyObject *v[4], *t;
+    PyObject *v[4], *t, *key;
     engram_table_spec sp = {0, 0, 0}, old;
     engram_table_info info;
     const char *cname;
@@ -937,7 +1041,12 @@ static PyObject *Store_define(StoreObject *s, PyObject *const *args, Py_ssize_t 
         return ext_raise(rc, NULL);
     if (!(t = spec_tuple(&sp)))
         return NULL;
-    rc = PyDict_SetItem(s->declared, v[0], t);
+    if (!(key = name_key(v[0]))) {
+        Py_DECREF(t);
+        return NULL;
+    }
+    rc = PyDict_SetItem(s->declared, key, t);
+    Py_DECREF(key);
     Py_DECREF(t);
     if (rc < 0)
         return NULL;
@@ -1053,13 +1162,13 @@ static PyObject *Store_remove(StoreObject *s, PyObject *name)
 {
     if (call_named(s, name, engram_remove) < 0)
         return NULL;
-    /* The next lookup of the name resolves it afresh. */
+    /* The next lookup of the name resolves it afresh; resolutions running
+     * in other threads (the GIL released) must not cache what they found.
+     * The whole cache goes: removing is rare, and every other name
+     * resolves again to the id it had. */
+    s->gen++;
     memo_clear(s);
-    if (PyDict_DelItem(s->tables, name) < 0) {
-        if (!PyErr_ExceptionMatches(PyExc_KeyError))
-            return NULL;
-        PyErr_Clear();
-    }
+    PyDict_Clear(s->tables);
     Py_RETURN_NONE;
 }
 
@@ -1189,6 +1298,7 @@ static PyObject *Store_close(StoreObject *s, PyObject *unused)
     if (!s->st)
         Py_RETURN_NONE;
     atomic_store(&s->closing, 1);
+    s->gen++; /* ids resolved meanwhile are not to be cached */
     if (atomic_load(&s->active) > 0) {
         Py_BEGIN_ALLOW_THREADS
         pthread_mutex_lock(&s->mu);
@@ -1197,15 +1307,21 @@ static PyObject *Store_close(StoreObject *s, PyObject *unused)
         pthread_mutex_unlock(&s->mu);
         Py_END_ALLOW_THREADS
     }
-    if (!s->st) /* another thread's close() finished first */
+    if (!s->st) /* another thread's close() got here first */
         Py_RETURN_NONE;
-#ifdef ENGRAMSTORE_HAVE_CUDA
-    ext_cuda_close(s->cuda);
-    s->cuda = NULL;
-#endif
     {
+        /* Detach everything before the GIL is released again: a second
+         * close() (or cuda_check()) arriving meanwhile must find the
+         * store closed, not close the same context twice. */
         engram_store *st = s->st;
+#ifdef ENGRAMSTORE_HAVE_CUDA
+        ext_cuda *c = s->cuda;
+        s->cuda = NULL;
+#endif
         s->st = NULL;
+#ifdef ENGRAMSTORE_HAVE_CUDA
+        ext_cuda_close(c);
+#endif
         Py_BEGIN_ALLOW_THREADS
         engram_store_close(st);
         Py_END_ALLOW_THREADS
@@ -1388,11 +1504,20 @@ PyDoc_STRVAR(cuda_check_doc,
 static PyObject *Store_cuda_check(StoreObject *s, PyObject *unused)
 {
     (void)unused;
+#ifdef ENGRAMSTORE_HAVE_CUDA
+    {
+        /* Entered: close() must not free the context while the check,
+         * the GIL released, reads it. */
+        PyObject *r;
+        if (enter(s) < 0)
+            return NULL;
+        r = ext_cuda_check(s->cuda);
+        leave(s);
+        return r;
+    }
+#else
     if (!s->st)
         return ext_raise_cls(ext_StoreClosedError, ENGRAM_ESTATE, "the store is closed");
-#ifdef ENGRAMSTORE_HAVE_CUDA
-    return ext_cuda_check(s->cuda);
-#else
     Py_RETURN_NONE;
 #endif
 }
