@@ -353,8 +353,11 @@ ENGRAM_API int engram_verify(engram_store *st, const char *name, engram_progress
  * untouched, or zero-fills it with ENGRAM_LOOKUP_ZERO_DEAD.  Any other id
  * outside [0, num_rows) after the offset is an error.
  *
- * Everything is validated before the first byte is written: on any error
- * the output is untouched and engram_errmsg() names the position and value.
+ * Everything is validated before the first byte is written: on any
+ * validation error the output is untouched and engram_errmsg() names the
+ * position and value.  Only a table behind the row cache can fail after
+ * that, when a read fails (see "the row cache" below): rows already copied
+ * then hold their correct bytes, and the failed rows are untouched.
  * The output rows must not overlap each other (checked), nor the ids or a
  * table (not checked).  T == 0 or K == 0 is a no-op.
  */
@@ -393,7 +396,9 @@ typedef struct engram_lookup_args {
  * free.  Allocates nothing up to 256 rows; above that the plan (8 bytes a
  * row) lives in a per-thread buffer that grows once and is kept for the
  * thread's later lookups (-ENOMEM if it cannot grow).
- * @return : 0, ENGRAM_EBADID, ENGRAM_ELAYOUT, ENGRAM_EREMOVED, -EINVAL. */
+ * @return : 0, ENGRAM_EBADID, ENGRAM_ELAYOUT, ENGRAM_EREMOVED, -EINVAL,
+ *           -ENOMEM; for row cache tables also -EIO (or another -errno of
+ *           a read) and ENGRAM_ECORRUPT (a file truncated under us). */
 ENGRAM_API int engram_lookup(engram_store *st, const engram_lookup_args *args);
 
 /* ------------------------------------------------------------------------
@@ -480,12 +485,16 @@ ENGRAM_API int engram_dequant_fp8_e4m3_e8m0_ref(const void *values, const void *
  * (statx STATX_DIOALIGN; ext4, xfs, ...) and a probe read succeeds;
  * elsewhere (tmpfs and ramfs, which have no device to bypass, or a probe
  * that fails) plain buffered reads.  Which one a table got is in
- * engram_get_cache_stats().direct_tables.  With ENGRAM_OPEN_PREFAULT the
- * cache memory is touched when a table is opened.
+ * engram_get_cache_stats().direct_tables.  Where io_uring cannot be set
+ * up (disabled by sysctl or seccomp, a small RLIMIT_MEMLOCK on older
+ * kernels, ...), the same reads run one pread at a time.  With
+ * ENGRAM_OPEN_PREFAULT the cache memory is touched when a table is opened.
  *
  * Validation, ids, offsets, strides and errors are those of every lookup.
- * A read that fails or returns fewer bytes than a row (a file truncated
- * under us) fails the lookup with -EIO or ENGRAM_ECORRUPT; such a row is
+ * A short read is completed by a read of the rest, and a read failing with
+ * -EAGAIN or -EINTR is retried.  A read that fails otherwise, or reaches
+ * the end of the file before the row's end (a file truncated under us),
+ * fails the lookup with -EIO (or the error) or ENGRAM_ECORRUPT; such a row is
  * neither written to the output nor cached.  Rows of the lookup that were
  * copied before the failure hold their correct bytes.
  */
@@ -501,7 +510,8 @@ typedef struct engram_cache_stats {
                              * duplicate id of the same lookup */
     uint64_t dedup;         /* of the misses, rows served by another row's read */
     uint64_t reads;         /* read requests issued (one per distinct missed row and
-                             * file region: two for a weight + scale row) */
+                             * file region: two for a weight + scale row; more
+                             * where a read is retried or completed) */
     uint64_t bytes_read;    /* bytes transferred by those reads (O_DIRECT reads whole
                              * aligned blocks) */
     uint64_t read_errors;   /* reads that failed or came back short */

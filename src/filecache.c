@@ -15,8 +15,10 @@
  *  2. The missed rows are sorted by (table, row); each distinct row is read
  *     once, duplicates share its bytes.  Reads go to a staging buffer of
  *     one of the store's io_uring rings, queue_depth of them in flight; as
- *     each row completes it is checked (a short read is a truncated file),
- *     copied to every output row that asked for it, and only then inserted
+ *     each row completes it is checked (a short read is completed by a
+ *     read of the rest, and a read that returns nothing before the row's
+ *     end is a truncated file; -EAGAIN and -EINTR are retried), copied to
+ *     every output row that asked for it, and only then inserted
  *     in its set (CLOCK replacement), under the set's lock.  A row whose
  *     read failed is never copied nor cached: the cache is exact.  Each
  *     completion frees a staging slot that the next distinct row's read
@@ -59,6 +61,7 @@
 #define PF_SET 16 /* rows ahead whose set line is prefetched */
 #define PF_SLOT 8 /* rows ahead whose slot (from a peek at the tags) is prefetched */
 #define STAGE_ALIGN 4096u
+#define OP_RETRIES 16 /* retries of a read that failed with -EAGAIN or -EINTR */
 
 _Static_assert(WAYS <= 8, "the CLOCK reference bits are one byte");
 
@@ -100,6 +103,7 @@ typedef struct fc_seg {
 typedef struct fc_table {
     engram__fcache *fc;
     unsigned nseg;
+    int in_namespace;      /* ENGRAM__FC_IN_NAMESPACE: size_bytes is not in fc->extra */
     fc_seg seg[ENGRAM__FC_MAX_SEGS];
     uint32_t row_bytes, slot_bytes;
     uint64_t nsets, size_bytes, cache_bytes;
@@ -115,8 +119,10 @@ typedef struct fc_op {
     uint32_t u;      /* index into the distinct rows */
     uint32_t seg;
     uint32_t skip;   /* bytes before the row's bytes in the staging slot */
-    uint32_t want;   /* bytes the read must return at least */
-    int direct;      /* submitted on the O_DIRECT descriptor */
+    uint32_t want;   /* bytes the slot must hold: skip + the row's bytes */
+    uint32_t done;   /* bytes already in the slot (a short read's first part) */
+    uint32_t again;  /* reads retried after -EAGAIN or -EINTR */
+    int direct;      /* the next read goes to the O_DIRECT descriptor */
 } fc_op;
 
 /* A missed row of the call, and after sorting, the distinct rows. */
@@ -312,21 +318,21 @@ static void ring_free(fc_ring *r)
 static int ring_ready(engram__fcache *fc, fc_ring *r, size_t slot)
 {
     if (r->state == 0) {
-        int err;
-        r->ops = calloc(fc->qd, sizeof *r->ops);
-        r->free_slots = calloc(fc->qd, sizeof *r->free_slots);
+        /* Kept across a failed call and a ring set up again (see
+         * ring_abandon()), so never allocated twice. */
+        if (!r->ops)
+            r->ops = calloc(fc->qd, sizeof *r->ops);
+        if (!r->free_slots)
+            r->free_slots = calloc(fc->qd, sizeof *r->free_slots);
         if (!r->ops || !r->free_slots)
             return engram__err(-ENOMEM, "out of memory for an io_uring ring");
-        err = io_uring_queue_init(fc->qd, &r->ring, 0);
-        if (err == 0) {
-            r->state = 1;
-        } else if (err == -ENOSYS || err == -EPERM || err == -EACCES) {
-            /* io_uring disabled (kernel.io_uring_disabled, seccomp): the
-             * same reads, one pread at a time. */
-            r->state = -1;
-        } else {
-            return engram__errno(-err, "io_uring_queue_init(%u entries)", fc->qd);
-        }
+        /* Any failure here means no io_uring for this ring, not a failed
+         * lookup: ENOSYS, EPERM or EACCES where it is disabled
+         * (kernel.io_uring_disabled, seccomp: containers), ENOMEM where the
+         * ring's memory counts against a small RLIMIT_MEMLOCK (kernels
+         * before 5.12, containers again), EMFILE, ...  The same reads
+         * then run one pread at a time. */
+        r->state = io_uring_queue_init(fc->qd, &r->ring, 0) == 0 ? 1 : -1;
     }
     if (slot > r->stage_slot) {
         void *p = NULL;
@@ -403,8 +409,8 @@ typedef struct fill_ctx {
     int excl;
 } fill_ctx;
 
-/* Prepares read op `o` (of distinct row u, segment g) on the ring or, in
- * pread mode, performs it; returns the pread result or 1 (submitted). */
+/* Prepares read op `o` (of distinct row u, segment gi): what to read
+ * where.  op_queue() or op_run() then performs it. */
 static void op_setup(fill_ctx *c, uint32_t o, uint32_t u, uint32_t gi)
 {
     fc_ring *r = c->r;
@@ -414,6 +420,8 @@ static void op_setup(fill_ctx *c, uint32_t o, uint32_t u, uint32_t gi)
     uint64_t off = g->base + m->row * g->stride;
     op->u = u;
     op->seg = gi;
+    op->done = 0;
+    op->again = 0;
     op->direct = g->dfd >= 0 && atomic_load_explicit(&g->direct, memory_order_relaxed);
     if (op->direct) {
         uint64_t a = off & ~((uint64_t)g->align - 1);
@@ -425,18 +433,25 @@ static void op_setup(fill_ctx *c, uint32_t o, uint32_t u, uint32_t gi)
     }
 }
 
-static int op_read_len(const fc_ring *r, const fc_op *op, const fc_seg *g)
+/* The next read of op: its length, file offset and buffer.  A direct read
+ * covers the aligned blocks around the row (done is 0 then: the rest of a
+ * short read is read buffered); a buffered one the bytes still missing. */
+static int op_read_len(const fc_op *op, const fc_seg *g)
 {
-    (void)r;
     if (op->direct)
         return (int)engram__align_up(op->want, g->align);
-    return (int)g->len;
+    return (int)(op->want - op->done);
 }
 
 static uint64_t op_offset(const fc_ring *r, const fc_op *op, const fc_seg *g)
 {
     const fc_miss *m = &r->miss[r->uniq[op->u].first];
-    return g->base + m->row * g->stride - op->skip;
+    return g->base + m->row * g->stride - op->skip + op->done;
+}
+
+static unsigned char *op_buf(const fc_ring *r, uint32_t o)
+{
+    return r->stage + (size_t)o * r->stage_slot + r->ops[o].done;
 }
 
 /* Queues op o on the ring.  The SQ has room: it has qd entries and at
@@ -448,8 +463,8 @@ static void op_queue(fill_ctx *c, uint32_t o)
     const fc_miss *m = &r->miss[r->uniq[op->u].first];
     fc_seg *g = &m->ft->seg[op->seg];
     struct io_uring_sqe *sqe = io_uring_get_sqe(&r->ring);
-    io_uring_prep_read(sqe, op->direct ? g->dfd : g->fd, r->stage + (size_t)o * r->stage_slot,
-                       (unsigned)op_read_len(r, op, g), op_offset(r, op, g));
+    io_uring_prep_read(sqe, op->direct ? g->dfd : g->fd, op_buf(r, o),
+                       (unsigned)op_read_len(op, g), op_offset(r, op, g));
     io_uring_sqe_set_data64(sqe, o);
 }
 
@@ -462,8 +477,8 @@ static int op_pread(fill_ctx *c, uint32_t o)
     fc_seg *g = &m->ft->seg[op->seg];
     ssize_t n;
     do
-        n = pread(op->direct ? g->dfd : g->fd, r->stage + (size_t)o * r->stage_slot,
-                  (size_t)op_read_len(r, op, g), (off_t)op_offset(r, op, g));
+        n = pread(op->direct ? g->dfd : g->fd, op_buf(r, o), (size_t)op_read_len(op, g),
+                  (off_t)op_offset(r, op, g));
     while (n < 0 && errno == EINTR);
     return n < 0 ? -errno : (int)n;
 }
@@ -486,8 +501,12 @@ static void row_done(fill_ctx *c, uint32_t u)
     cache_put(ft, r->miss[q->first].row, pieces);
 }
 
-/* Handles the result `res` of op o.  Returns 1 if the op was resubmitted
- * (an O_DIRECT read the file system refused, retried buffered). */
+/* Handles the result `res` of a read of op o.  Returns 1 when the op
+ * needs another read, already set up in r->ops[o]: an O_DIRECT read the
+ * file system refused (redone buffered), a read that failed with -EAGAIN
+ * or -EINTR (retried, OP_RETRIES times at most), or a short read that is
+ * not at the end of the file (the rest is read).  The caller queues it or
+ * runs it (op_run()).  Returns 0 once the op is over, well or not. */
 static int op_complete(fill_ctx *c, uint32_t o, int res)
 {
     fc_ring *r = c->r;
@@ -498,7 +517,7 @@ static int op_complete(fill_ctx *c, uint32_t o, int res)
     fc_seg *g = &ft->seg[op->seg];
     fc_counters *ctr = &ft->ctr[c->shard];
 
-    res = apply_hook(m->t->name, m->row, op->seg, res, r->stage + (size_t)o * r->stage_slot);
+    res = apply_hook(m->t->name, m->row, op->seg, res, op_buf(r, o));
     if (res > 0)
         engram__ctr_add(&ctr->bytes, (uint64_t)res, c->excl);
     if (res == -EINVAL && op->direct) {
@@ -507,13 +526,29 @@ static int op_complete(fill_ctx *c, uint32_t o, int res)
         atomic_store_explicit(&g->direct, 0, memory_order_relaxed);
         op_setup(c, o, op->u, op->seg);
         engram__ctr_add(&ctr->reads, 1, c->excl);
-        if (r->state == 1) {
-            op_queue(c, o);
-            return 1;
-        }
-        return op_complete(c, o, op_pread(c, o));
+        return 1;
     }
-    if (res < 0 || (uint32_t)res < op->want) {
+    if ((res == -EAGAIN || res == -EINTR) && op->again < OP_RETRIES) {
+        /* Transient: io_uring can pass either up from a file system or a
+         * device that is out of request slots.  The same read again. */
+        op->again++;
+        engram__ctr_add(&ctr->reads, 1, c->excl);
+        return 1;
+    }
+    if (res > 0 && (uint64_t)op->done + (uint64_t)res < op->want) {
+        /* A short read.  Local file systems return one only at the end of
+         * the file, but FUSE (direct_io) and network file systems may
+         * return one anywhere, and a signal can cut a read short.  Read
+         * the rest, buffered (any offset and length will do); a read that
+         * returns nothing there is the end of the file.  Each read returns
+         * at least one byte, so this ends. */
+        op->done += (uint32_t)res;
+        op->direct = 0;
+        engram__ctr_add(&ctr->reads, 1, c->excl);
+        return 1;
+    }
+    if (res <= 0) {
+        uint32_t got = op->done > op->skip ? op->done - op->skip : 0;
         engram__ctr_add(&ctr->errors, 1, c->excl);
         if (!q->failed && c->err == 0) {
             if (res < 0)
@@ -523,10 +558,10 @@ static int op_complete(fill_ctx *c, uint32_t o, int res)
                                        g->base + m->row * g->stride);
             else
                 c->err = engram__err(ENGRAM_ECORRUPT,
-                                     "table '%s': read of row %" PRIu64 " returned %d of %u "
+                                     "table '%s': read of row %" PRIu64 " returned %u of %u "
                                      "bytes at offset %" PRIu64 ": the file is shorter than "
                                      "its header says (truncated?)",
-                                     m->t->name, m->row, res - (int)op->skip, g->len,
+                                     m->t->name, m->row, got, g->len,
                                      g->base + m->row * g->stride);
         }
         q->failed = 1;
@@ -538,6 +573,13 @@ static int op_complete(fill_ctx *c, uint32_t o, int res)
             r->free_slots[c->nfree++] = q->slot[s];
     }
     return 0;
+}
+
+/* Runs op o to its end with pread (rings without io_uring). */
+static void op_run(fill_ctx *c, uint32_t o)
+{
+    while (op_complete(c, o, op_pread(c, o)))
+        ;
 }
 
 /* Issues the reads of distinct rows u >= *next while staging slots are
@@ -562,12 +604,44 @@ static uint32_t issue(fill_ctx *c, uint32_t *next)
                 op_queue(c, o);
                 queued++;
             } else {
-                op_complete(c, o, op_pread(c, o));
+                op_run(c, o);
             }
         }
         (*next)++;
     }
     return queued;
+}
+
+/* After io_uring_enter() failed for good: no read of this call may outlive
+ * it, because the next call on the ring reuses the staging slots and op
+ * indices.  The reads the kernel took are reaped (they complete; their
+ * rows stay unwritten); the SQ entries it did not take would go out with
+ * the next call's submit and complete into that call, so they are dropped
+ * with the ring, which the next call sets up again. */
+static void ring_abandon(fill_ctx *c)
+{
+    fc_ring *r = c->r;
+    unsigned pending = io_uring_sq_ready(&r->ring);
+    uint32_t taken = c->inflight > pending ? c->inflight - pending : 0;
+    while (taken > 0) {
+        struct io_uring_cqe *cqe;
+        int e = io_uring_wait_cqe(&r->ring, &cqe);
+        if (e == -EINTR || e == -EAGAIN)
+            continue;
+        if (e < 0)
+            break;
+        io_uring_cqe_seen(&r->ring, cqe);
+        taken--;
+    }
+    if (taken > 0) {
+        /* Reads we could not reap may still write into the staging
+         * buffer: leave it to them (leaked) rather than reuse it. */
+        r->stage = NULL;
+        r->stage_slot = 0;
+    }
+    io_uring_queue_exit(&r->ring);
+    r->state = 0;
+    c->inflight = 0;
 }
 
 static int cmp_miss(const void *a, const void *b)
@@ -621,21 +695,20 @@ static int fill_misses(engram__fcache *fc, fc_ring *r, uint32_t nm, unsigned cha
             break;
         if ((err = io_uring_submit_and_wait(&r->ring, 1)) < 0 && err != -EINTR &&
             err != -EAGAIN && err != -EBUSY) {
-            /* Nothing submitted can be left behind with its buffer about
-             * to be reused: wait for what the kernel did take. */
             if (c.err == 0)
                 c.err = engram__errno(-err, "io_uring_submit");
-            while (c.inflight > 0 && io_uring_wait_cqe(&r->ring, &cqe) == 0) {
-                io_uring_cqe_seen(&r->ring, cqe);
-                c.inflight--;
-            }
+            ring_abandon(&c);
             break;
         }
         io_uring_for_each_cqe(&r->ring, head, cqe)
         {
             uint32_t o = (uint32_t)io_uring_cqe_get_data64(cqe);
             seen++;
-            if (!op_complete(&c, o, cqe->res))
+            /* Another read of the op takes the SQ entry its last one
+             * freed: the SQ has qd entries, at most qd ops are in flight. */
+            if (op_complete(&c, o, cqe->res))
+                op_queue(&c, o);
+            else
                 c.inflight--;
         }
         io_uring_cq_advance(&r->ring, seen);
@@ -723,7 +796,19 @@ static const engram__backend_ops fc_ops = {ENGRAM__BACKEND_VERSION, "file-cache"
 
 void engram__fcache_free_state(void *state)
 {
-    fc_table_free(state);
+    fc_table *ft = state;
+    if (ft) {
+        /* No table took it: give its share of the budget back, or every
+         * failed open (a name that exists, ...) would shrink the cache of
+         * the tables opened after it. */
+        engram_store *st = ft->fc->st;
+        pthread_mutex_lock(&st->lock);
+        ft->fc->assigned -= ft->cache_bytes;
+        if (!ft->in_namespace)
+            ft->fc->extra -= ft->size_bytes;
+        pthread_mutex_unlock(&st->lock);
+    }
+    fc_table_free(ft);
 }
 
 /* ------------------------------------------------------------------------
@@ -891,7 +976,7 @@ int engram__fcache_new_table(engram_store *st, const engram__fc_seg *segs, unsig
     const int locked = (flags & ENGRAM__FC_LOCKED) != 0;
     engram__fcache *fc;
     fc_table *ft = NULL;
-    uint64_t total, share, left, slots, max_sets;
+    uint64_t total, extra, share, left, slots, max_sets;
     uint32_t off = 0;
     int err = 0, prefault;
 
@@ -919,6 +1004,7 @@ int engram__fcache_new_table(engram_store *st, const engram__fc_seg *segs, unsig
     memset(ft, 0, sizeof *ft);
     ft->fc = fc;
     ft->nseg = nseg;
+    ft->in_namespace = (flags & ENGRAM__FC_IN_NAMESPACE) != 0;
     for (unsigned g = 0; g < nseg; g++) {
         ft->seg[g].fd = -1;
         ft->seg[g].dfd = -1;
@@ -941,9 +1027,8 @@ int engram__fcache_new_table(engram_store *st, const engram__fc_seg *segs, unsig
     /* The budget rule (engram.h): a share proportional to the table's size
      * among the namespace's files and the safetensors tables so far,
      * capped by what is left and by the table itself, at least one set. */
-    if (!(flags & ENGRAM__FC_IN_NAMESPACE))
-        fc->extra += size_bytes;
-    total = namespace_bytes(st) + fc->extra;
+    extra = fc->extra + (ft->in_namespace ? 0 : size_bytes); /* kept only on success */
+    total = namespace_bytes(st) + extra;
     if (total < size_bytes)
         total = size_bytes;
     share = (uint64_t)(((unsigned __int128)fc->budget * size_bytes) / total);
@@ -968,6 +1053,7 @@ int engram__fcache_new_table(engram_store *st, const engram__fc_seg *segs, unsig
         goto fail;
     }
     fc->assigned += ft->cache_bytes;
+    fc->extra = extra;
     if (!locked)
         pthread_mutex_unlock(&st->lock);
     *ops = &fc_ops;

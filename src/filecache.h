@@ -48,12 +48,15 @@ int engram__fcache_new_table(engram_store *st, const engram__fc_seg *segs, unsig
                              uint64_t num_rows, uint64_t size_bytes, const char *what,
                              unsigned flags, const engram__backend_ops **ops, void **state);
 
-/* Frees a state from engram__fcache_new_table() that no table took. */
+/* Frees a state from engram__fcache_new_table() that no table took, and
+ * gives its share of the cache budget back (takes st->lock). */
 void engram__fcache_free_state(void *state);
 
 /* Test hook: called with each completed read before it is checked, with
  * the kernel's result `res` (bytes or -errno) and the bytes read; returns
- * the result to use instead (e.g. -EIO, or fewer bytes).  row is
+ * the result to use instead (e.g. -EIO, or fewer bytes: the rest of the
+ * row is then read, and the hook called again; 0 there is the end of the
+ * file).  row is
  * UINT64_MAX for the O_DIRECT probe read made when a table is opened
  * (a negative result there makes the table use buffered reads).  NULL
  * removes the hook.  Not for production use; set it while no lookup runs. */

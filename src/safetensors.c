@@ -498,7 +498,9 @@ int engram_safetensors_tensor(const char *path, const char *tensor, engram_tenso
     memcpy(info->shape, t->shape, sizeof info->shape);
     info->offset = h.data_start + t->begin;
     info->nbytes = t->end - t->begin;
-    memcpy(info->shard, shard, sizeof info->shard);
+    /* Only the name: the rest of shard[] is not initialised, and the
+     * caller gets zeros after it (memset above), never our stack. */
+    snprintf(info->shard, sizeof info->shard, "%s", shard);
     engram__st_free(&h);
     close(fd);
     return 0;

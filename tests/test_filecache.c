@@ -12,9 +12,16 @@
 #include "testutil.h"
 
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stddef.h>
+#include <sys/prctl.h>
 #include <sys/statfs.h>
+#include <sys/syscall.h>
+
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 
 #include "filecache.h"
 
@@ -310,12 +317,17 @@ static void test_threads(void)
  * Failures.
  */
 typedef struct hook_cfg {
-    uint64_t row;    /* fail reads of this row ... */
+    uint64_t row;    /* fail the first read of this row ... */
     int res;         /* ... with this result */
     int probe_res;   /* result for the O_DIRECT probe (0: leave it) */
     int einval_once; /* fail the next read with -EINVAL, once */
     int calls;
+    int after;       /* result of the row's later reads (the rest of a short read, a
+                      * retry): 0 = end of file, PASS = the real result */
+    int fired;       /* the first read of the row was failed */
 } hook_cfg;
+
+#define PASS INT_MIN
 
 static hook_cfg hk;
 
@@ -333,8 +345,13 @@ static int hook(void *ud, const char *table, uint64_t row, unsigned seg, int res
         hk.einval_once = 0;
         return -EINVAL;
     }
-    if (row == hk.row)
-        return hk.res;
+    if (row == hk.row) {
+        if (!hk.fired) {
+            hk.fired = 1;
+            return hk.res;
+        }
+        return hk.after == PASS ? res : hk.after;
+    }
     return res;
 }
 
@@ -365,10 +382,12 @@ static void test_read_errors(void)
     s0 = cstats(fc, "t");
     ASSERT_EQ(s0.read_errors, 1);
 
-    /* A short read is a truncated file. */
+    /* A short read whose rest is at the end of the file: truncated. */
     hk.res = 100;
+    hk.fired = 0;
     ASSERT_ERR(tu_lookup1(fc, tid, &ids[1], 1, out[1], 0), ENGRAM_ECORRUPT);
     ASSERT_CONTAINS(engram_errmsg(), "shorter");
+    ASSERT_CONTAINS(engram_errmsg(), "returned 100 of 264");
     ASSERT_ALL_BYTES(out[1], 0xEE, R);
 
     /* Without the fault, the row is read again (it was never cached) and
@@ -414,6 +433,161 @@ static void test_truncated_file(void)
     engram_store_close(fc);
 }
 
+/* Reads that need another go.  A short read that is not at the end of the
+ * file (FUSE, NFS, a signal) is completed by a read of the rest, and a read
+ * failing with -EAGAIN or -EINTR is retried: both give exact rows, which
+ * the cache then serves.  A short read whose rest is at the end of the file
+ * is a truncated file, and an -EAGAIN that never goes away fails after a
+ * few retries.  Used on every read path: io_uring (buffered and O_DIRECT)
+ * and pread. */
+static void retry_cases(engram_store *fc, engram_table_id tid, uint32_t seed)
+{
+    static const struct {
+        int res, after, code;
+    } cases[] = {
+        {100, PASS, 0},  {1, PASS, 0},          {-EAGAIN, PASS, 0},
+        {-EINTR, PASS, 0}, {100, 0, ENGRAM_ECORRUPT}, {-EAGAIN, -EAGAIN, -EAGAIN},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        uint64_t base = 100 + 50 * c;
+        int64_t ids[5] = {(int64_t)base, (int64_t)base + 1, (int64_t)base + 2, (int64_t)base + 1,
+                          (int64_t)base + 3};
+        unsigned char out[5][R];
+        engram_cache_stats s0, s1;
+        /* Rows no lookup of this store has read before: the fault hits. */
+        hk = (hook_cfg){base + 1, cases[c].res, 0, 0, 0, cases[c].after, 0};
+        engram__fcache_set_read_hook(hook, NULL);
+        memset(out, 0xEE, sizeof out);
+        s0 = cstats(fc, NULL);
+        if (cases[c].code == 0) {
+            ASSERT_OK(tu_lookup1(fc, tid, ids, 5, out, 0));
+            ASSERT(hk.fired);
+            s1 = cstats(fc, NULL);
+            ASSERT_EQ(s1.read_errors, s0.read_errors);
+            /* Each distinct missed row read once, and one of them twice. */
+            ASSERT_GT(s1.reads - s0.reads, (s1.misses - s0.misses) - (s1.dedup - s0.dedup));
+            for (int i = 0; i < 5; i++)
+                ASSERT_ROW(out[i], seed, (uint64_t)ids[i], R);
+        } else {
+            ASSERT_ERR(tu_lookup1(fc, tid, ids, 5, out, 0), cases[c].code);
+            ASSERT_CONTAINS(engram_errmsg(), "read of row");
+            s1 = cstats(fc, NULL);
+            ASSERT_EQ(s1.read_errors - s0.read_errors, 1);
+            ASSERT_ALL_BYTES(out[1], 0xEE, R);
+            ASSERT_ALL_BYTES(out[3], 0xEE, R);
+        }
+        engram__fcache_set_read_hook(NULL, NULL);
+        /* The cache holds exactly what a read without faults gives. */
+        memset(out, 0xEE, sizeof out);
+        ASSERT_OK(tu_lookup1(fc, tid, ids, 5, out, 0));
+        for (int i = 0; i < 5; i++)
+            ASSERT_ROW(out[i], seed, (uint64_t)ids[i], R);
+    }
+}
+
+static void test_retried_reads(void)
+{
+    engram_store *mem = tu_open("retry", 0, 1), *fc;
+    engram_table_id tid;
+    tu_populate(mem, "t", 33, NROWS, R, PITCH);
+    fc = open_cache(tu_scratch_root(), "retry", 1 << 20, 4, 1);
+    ASSERT_OK(engram_table_open(fc, "t", &tid));
+    retry_cases(fc, tid, 33);
+    engram_store_close(fc);
+    engram_store_close(mem);
+}
+
+/* ------------------------------------------------------------------------
+ * No io_uring: containers deny io_uring_setup (seccomp: EPERM or ENOSYS),
+ * and before Linux 5.12 a ring counts against RLIMIT_MEMLOCK, which is
+ * small in containers (ENOMEM).  Lookups must then read with pread, not
+ * fail.  A seccomp filter on one thread stands in for the container.
+ */
+#if defined(__x86_64__)
+#define TEST_AUDIT_ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define TEST_AUDIT_ARCH AUDIT_ARCH_AARCH64
+#endif
+
+/* Makes io_uring_setup fail with `err` on the calling thread (and threads
+ * it starts); -1 where seccomp filters are not available. */
+static int deny_io_uring(int err)
+{
+#if defined(TEST_AUDIT_ARCH) && defined(__NR_io_uring_setup)
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, TEST_AUDIT_ARCH, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ((unsigned)err & SECCOMP_RET_DATA)),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {(unsigned short)(sizeof f / sizeof f[0]), f};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+        prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
+        return -1;
+    return 0;
+#else
+    (void)err;
+    return -1;
+#endif
+}
+
+typedef struct noring_arg {
+    engram_store *fc;
+    engram_table_id tid;
+    int err;
+    int ran;
+} noring_arg;
+
+static void *noring_main(void *p)
+{
+    noring_arg *a = p;
+    int64_t ids[64];
+    unsigned char out[64][R];
+    if (deny_io_uring(a->err) != 0)
+        return NULL;
+#ifdef __NR_io_uring_setup
+    {
+        /* The filter works: io_uring is gone for this thread. */
+        unsigned char params[120] = {0}; /* struct io_uring_params */
+        errno = 0;
+        ASSERT_EQ(syscall(__NR_io_uring_setup, 4, params), -1);
+        ASSERT_EQ(errno, a->err);
+    }
+#endif
+    a->ran = 1;
+    for (int i = 0; i < 64; i++)
+        ids[i] = (int64_t)((uint64_t)i * 97 % NROWS);
+    memset(out, 0xEE, sizeof out);
+    ASSERT_OK(tu_lookup1(a->fc, a->tid, ids, 64, out, 0));
+    for (int i = 0; i < 64; i++)
+        ASSERT_ROW(out[i], 81, (uint64_t)ids[i], R);
+    retry_cases(a->fc, a->tid, 81);
+    return NULL;
+}
+
+static void test_no_io_uring(void)
+{
+    engram_store *mem = tu_open("noring", 0, 1);
+    const int errs[3] = {EPERM, ENOSYS, ENOMEM};
+    tu_populate(mem, "t", 81, NROWS, R, PITCH);
+    for (int e = 0; e < 3; e++) {
+        noring_arg a = {open_cache(tu_scratch_root(), "noring", 1 << 20, 8, 1), 0, errs[e], 0};
+        pthread_t th;
+        ASSERT_OK(engram_table_open(a.fc, "t", &a.tid));
+        ASSERT_EQ(pthread_create(&th, NULL, noring_main, &a), 0);
+        ASSERT_EQ(pthread_join(th, NULL), 0);
+        engram_store_close(a.fc);
+        if (!a.ran) {
+            printf("   (no seccomp filters here: skipped)\n");
+            break;
+        }
+    }
+    engram_store_close(mem);
+}
+
 /* Lookups of many more rows than the plan's old 1024-row batches.  The
  * backend gets all the rows of a lookup in one call (up to
  * ENGRAM__BACKEND_BATCH), so each distinct row is read once per lookup even
@@ -454,7 +628,7 @@ static void test_large_lookup(void)
         for (int i = 0; i < M; i++)
             ids[i] = (int64_t)((uint64_t)i * 7919 % NROWS);
         ids[2500] = ids[3900] = 4500;
-        hk = (hook_cfg){4500, fails[f], 0, 0, 0};
+        hk = (hook_cfg){4500, fails[f], 0, 0, 0, 0, 0};
         engram__fcache_set_read_hook(hook, NULL);
         memset(out, 0xEE, (size_t)M * R);
         s0 = cstats(fc, "t");
@@ -526,6 +700,13 @@ static const char *make_disk_root(void)
     return NULL;
 }
 
+static engram_table_id tid_of(engram_store *st, const char *name)
+{
+    engram_table_id id;
+    ASSERT_OK(engram_table_open(st, name, &id));
+    return id;
+}
+
 static void test_direct_modes(void)
 {
     const char *droot = make_disk_root();
@@ -581,10 +762,18 @@ static void test_direct_modes(void)
             ASSERT_EQ(s.direct_tables, 1);
             ASSERT_GT(s.bytes_read, s.reads * R); /* whole aligned blocks */
         }
+        /* Short and transient direct reads: the rest of a short one is
+         * read buffered, at an offset inside the aligned block. */
+        if (s.direct_tables) {
+            engram_store *fresh = open_cache(droot, "dio", 1 << 20, 16, 1);
+            retry_cases(fresh, tid_of(fresh, "t"), 52);
+            ASSERT_EQ(cstats(fresh, NULL).direct_tables, 1);
+            engram_store_close(fresh);
+        }
         /* A direct read refused with EINVAL: retried buffered, and the
          * table stays buffered. */
         if (s.direct_tables) {
-            hk = (hook_cfg){UINT64_MAX, 0, 0, 1, 0};
+            hk = (hook_cfg){UINT64_MAX, 0, 0, 1, 0, 0, 0};
             engram__fcache_set_read_hook(hook, NULL);
             for (int i = 0; i < 300; i++)
                 ids[i] = (int64_t)tu_rand_below(&rng, NROWS);
@@ -597,7 +786,7 @@ static void test_direct_modes(void)
         engram_store_close(fc);
 
         /* The O_DIRECT probe failing at open: buffered from the start. */
-        hk = (hook_cfg){UINT64_MAX, 0, -EINVAL, 0, 0};
+        hk = (hook_cfg){UINT64_MAX, 0, -EINVAL, 0, 0, 0, 0};
         engram__fcache_set_read_hook(hook, NULL);
         fc = open_cache(droot, "dio", 1 << 20, 16, 1);
         lookup_both(fc, dmem, "t", 52, ids, 300);
@@ -696,6 +885,8 @@ int main(void)
     RUN_TEST(test_threads);
     RUN_TEST(test_read_errors);
     RUN_TEST(test_truncated_file);
+    RUN_TEST(test_retried_reads);
+    RUN_TEST(test_no_io_uring);
     RUN_TEST(test_large_lookup);
     RUN_TEST(test_direct_modes);
     RUN_TEST(test_options_and_log);

@@ -329,6 +329,63 @@ static void test_read_error(void)
     engram_store_close(st);
 }
 
+/* An open that fails after the cache state was made (here: the name
+ * exists) gives the state's share of the cache budget back.  Before, each
+ * such failure kept its share, and a table opened later got less cache:
+ * after a few, one set.  Two stores, one with failed opens, must give the
+ * table opened next the same cache. */
+static void test_failed_open_keeps_budget(void)
+{
+    char path[512];
+    engram_store_options o = ENGRAM_STORE_OPTIONS_INIT;
+    engram_cache_stats s[2] = {ENGRAM_CACHE_STATS_INIT, ENGRAM_CACHE_STATS_INIT};
+    tu_path(path, sizeof path, "model.safetensors");
+    write_model(path);
+    o.cache_bytes = 64 << 10; /* less than the whole tensor's rows */
+    for (int k = 0; k < 2; k++) {
+        engram_store *st;
+        ASSERT_OK(engram_store_open_memory(&o, &st));
+        ASSERT_OK(engram_open_safetensors(st, "small", path, "engram.w", "engram.s", 0, 10, NULL));
+        for (int i = 0; k == 0 && i < 3; i++)
+            ASSERT_ERR(engram_open_safetensors(st, "small", path, "engram.w", "engram.s", 0, 0,
+                                               NULL),
+                       -EEXIST);
+        ASSERT_OK(engram_open_safetensors(st, "big", path, "engram.w", "engram.s", 0, 0, NULL));
+        ASSERT_OK(engram_get_cache_stats(st, "big", &s[k]));
+        engram_store_close(st);
+    }
+    ASSERT_EQ_U64(s[0].cache_bytes, s[1].cache_bytes);
+    ASSERT_GT(s[0].slots, ENGRAM_CACHE_WAYS); /* more than the one set of a starved table */
+}
+
+/* Leaves a pattern on the stack below the caller's frame, where the next
+ * call's locals will be. */
+static __attribute__((noinline)) void dirty_stack(void)
+{
+    volatile unsigned char junk[16384];
+    for (size_t i = 0; i < sizeof junk; i++)
+        junk[i] = 0xA5;
+}
+
+/* engram_tensor_info.shard is a C string padded with zeros: bytes after
+ * the name are never stack garbage of the library. */
+static void test_tensor_info_shard(void)
+{
+    char path[512];
+    engram_tensor_info ti = ENGRAM_TENSOR_INFO_INIT;
+    tu_path(path, sizeof path, "model.safetensors");
+    write_model(path);
+    for (int round = 0; round < 2; round++) {
+        memset(&ti, 0x5A, sizeof ti);
+        ti.size = sizeof ti;
+        dirty_stack();
+        ASSERT_OK(engram_safetensors_tensor(path, "engram.w", &ti));
+        ASSERT_ALL_BYTES(ti.shard, 0, sizeof ti.shard);
+        ASSERT_EQ(ti.reserved, 0);
+        ASSERT_STR_EQ(ti.dtype, "F8_E4M3");
+    }
+}
+
 int main(void)
 {
     tu_watchdog(120);
@@ -336,6 +393,8 @@ int main(void)
     RUN_TEST(test_sharded_index);
     RUN_TEST(test_bad_inputs);
     RUN_TEST(test_read_error);
+    RUN_TEST(test_failed_open_keeps_budget);
+    RUN_TEST(test_tensor_info_shard);
     printf("test_safetensors: all passed\n");
     return 0;
 }
