@@ -391,9 +391,12 @@ typedef struct engram_lookup_args {
 
 /*! engram_lookup() :
  * Performs one lookup (see above).  Thread-safe: any number of threads may
- * look up on one store at once.  Takes no lock; batches from the parallel
- * threshold up are split across the store's gather threads when they are
- * free.  Allocates nothing up to 256 rows; above that the plan (8 bytes a
+ * look up on one store at once.  Lookups of memory-resident tables take
+ * no lock (tables behind the row cache take a short lock per cache set
+ * and, for their misses, one of the store's read rings, and the periodic
+ * cache stats line takes the store's lock once per interval); batches
+ * from the parallel threshold up are split across the store's gather
+ * threads when they are free.  Allocates nothing up to 256 rows; above that the plan (8 bytes a
  * row) lives in a per-thread buffer that grows once and is kept for the
  * thread's later lookups (-ENOMEM if it cannot grow).
  * @return : 0, ENGRAM_EBADID, ENGRAM_ELAYOUT, ENGRAM_EREMOVED, -EINVAL,
