@@ -30,6 +30,7 @@
 
 #include <xxhash.h>
 
+#include "corpus_store.h"
 #include "common.h"
 #include "format.h"
 
@@ -46,34 +47,11 @@
 #define MIB ((uint64_t)1 << 20)
 #define SEED_MAX (8 + 4096)
 
-static const char *outdir;
-static unsigned written, skipped;
 
 static void put_le(unsigned char *p, uint64_t v, int n)
 {
     for (int i = 0; i < n; i++)
         p[i] = (unsigned char)(v >> (8 * i));
-}
-
-/* Stores `len` bytes under their content name in outdir. */
-static void store(const unsigned char *buf, size_t len)
-{
-    XXH128_hash_t hash = XXH3_128bits(buf, len);
-    char path[4096];
-    int fd;
-
-    snprintf(path, sizeof path, "%s/%016llx%016llx", outdir, (unsigned long long)hash.high64,
-             (unsigned long long)hash.low64);
-    fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
-    if (fd < 0 && errno == EEXIST) {
-        skipped++;
-        return;
-    }
-    if (fd < 0 || write(fd, buf, len) != (ssize_t)len || close(fd) != 0) {
-        fprintf(stderr, "make_corpus: cannot write %s: %s\n", path, strerror(errno));
-        exit(1);
-    }
-    written++;
 }
 
 /* A valid header for `rows` x `row_bytes` at `pitch`, data at `offset`. */
@@ -130,7 +108,7 @@ static void emit(const seed *s, int expect, const char *what)
                 expect, rc ? engram_errmsg() : "accepted");
         exit(1);
     }
-    store(s->b, 8 + s->len);
+    corpus_store(s->b, 8 + s->len);
 }
 
 static void valid_seeds(void)
@@ -223,10 +201,10 @@ static void broken_seeds(void)
     emit(&s, ENGRAM_EVERSION, "future version");
     h.version = 0;
     seed_from(&s, &h);
-    emit(&s, ENGRAM_EVERSION, "version 0");
+    emit(&s, ENGRAM_ECORRUPT, "version 0"); /* no table was ever written as version 0 */
     h.version = UINT32_MAX;
     seed_from(&s, &h);
-    emit(&s, ENGRAM_EVERSION, "version max");
+    emit(&s, ENGRAM_ECORRUPT, "version max"); /* beyond any plausible version */
     seed_from(&s, &good);
     put_le(s.b + 8 + OFF_HSIZE, 1024, 4);
     reseal(&s);
@@ -362,41 +340,17 @@ static void broken_seeds(void)
     emit(&s, ENGRAM_ECORRUPT, "last reserved byte set");
 }
 
-/* Copies each extra input in under its content name. */
-static void import(const char *path)
-{
-    unsigned char *buf;
-    struct stat st;
-    FILE *f = fopen(path, "rb");
-    if (!f || fstat(fileno(f), &st) != 0 || st.st_size > (1 << 20)) {
-        fprintf(stderr, "make_corpus: cannot use %s\n", path);
-        exit(1);
-    }
-    buf = malloc((size_t)st.st_size + 1);
-    if (!buf || fread(buf, 1, (size_t)st.st_size, f) != (size_t)st.st_size) {
-        fprintf(stderr, "make_corpus: cannot read %s\n", path);
-        exit(1);
-    }
-    fclose(f);
-    store(buf, (size_t)st.st_size);
-    free(buf);
-}
-
 int main(int argc, char **argv)
 {
     if (argc < 2) {
         fprintf(stderr, "usage: %s OUTDIR [FILE...]\n", argv[0]);
         return 2;
     }
-    outdir = argv[1];
-    if (mkdir(outdir, 0755) != 0 && errno != EEXIST) {
-        fprintf(stderr, "make_corpus: cannot create %s: %s\n", outdir, strerror(errno));
-        return 1;
-    }
+    corpus_open(argv[1]);
     valid_seeds();
     broken_seeds();
     for (int i = 2; i < argc; i++)
-        import(argv[i]);
-    printf("make_corpus: %u written, %u already present\n", written, skipped);
+        corpus_import(argv[i]);
+    corpus_report();
     return 0;
 }

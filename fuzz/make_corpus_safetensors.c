@@ -29,29 +29,9 @@
 
 #include <xxhash.h>
 
+#include "corpus_store.h"
 #include "safetensors.h"
 
-static const char *outdir;
-static unsigned written, skipped;
-
-static void store(const unsigned char *buf, size_t len)
-{
-    XXH128_hash_t hash = XXH3_128bits(buf, len);
-    char path[4096];
-    int fd;
-    snprintf(path, sizeof path, "%s/%016llx%016llx", outdir, (unsigned long long)hash.high64,
-             (unsigned long long)hash.low64);
-    fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
-    if (fd < 0 && errno == EEXIST) {
-        skipped++;
-        return;
-    }
-    if (fd < 0 || write(fd, buf, len) != (ssize_t)len || close(fd) != 0) {
-        fprintf(stderr, "make_corpus_safetensors: cannot write %s: %s\n", path, strerror(errno));
-        exit(1);
-    }
-    written++;
-}
 
 /* A seed: header `json` (padded with `pad` spaces), `data` bytes of data
  * (at most 64 are stored; file_size says the rest exist), header length
@@ -82,7 +62,7 @@ static void seed(const char *json, unsigned pad, uint64_t data, uint64_t hl, con
         exit(1);
     }
     engram__st_free(&h);
-    store(b, len);
+    corpus_store(b, len);
     free(b);
 }
 
@@ -92,7 +72,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: %s OUTDIR [FILE...]\n", argv[0]);
         return 2;
     }
-    outdir = argv[1];
+    corpus_prog = "make_corpus_safetensors";
+    corpus_open(argv[1]);
     /* Accepted. */
     seed("{}", 0, 0, 0, NULL);
     seed("{\"w\":{\"dtype\":\"F8_E4M3\",\"shape\":[4,256],\"data_offsets\":[0,1024]},"
@@ -146,18 +127,8 @@ int main(int argc, char **argv)
     seed("{\"w\":{\"dtype\":\"U8\",\"shape\":[1]}}", 0, 1, 0, "needs a string");
     seed("{\"\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 0, 1, 0,
          "empty name");
-    for (int i = 2; i < argc; i++) {
-        FILE *f = fopen(argv[i], "rb");
-        unsigned char buf[1 << 16];
-        size_t n;
-        if (!f) {
-            fprintf(stderr, "make_corpus_safetensors: %s: %s\n", argv[i], strerror(errno));
-            return 1;
-        }
-        n = fread(buf, 1, sizeof buf, f);
-        fclose(f);
-        store(buf, n);
-    }
-    printf("make_corpus_safetensors: %u written, %u already there\n", written, skipped);
+    for (int i = 2; i < argc; i++)
+        corpus_import(argv[i]);
+    corpus_report();
     return 0;
 }
