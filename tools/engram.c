@@ -77,6 +77,19 @@ __attribute__((format(printf, 2, 3))) static int lib_fail(int rc, const char *fm
     return EXIT_FAIL;
 }
 
+/* Maps table `name` first when `map` is set, then reads its info into *t
+ * (t->size must be set).  0, or the exit status of the failure. */
+static int open_info(engram_store *st, const char *name, int map, engram_table_id *id,
+                     engram_table_info *t)
+{
+    int rc;
+    if (map && (rc = engram_table_open(st, name, id)) != 0)
+        return lib_fail(rc, "open '%s'", name);
+    if ((rc = engram_get_table_info(st, name, t)) != 0)
+        return lib_fail(rc, "info '%s'", name);
+    return 0;
+}
+
 /* Reports a failure that is not a library call (a file, a parse). */
 __attribute__((format(printf, 1, 2))) static int fail(const char *fmt, ...)
 {
@@ -1063,7 +1076,7 @@ static int cmd_info(struct cli *cli)
     engram_store *st = NULL;
     engram_table_id id;
     char path[PATH_MAX * 2], created[64] = "", sz[32];
-    int status = 0, rc;
+    int status = 0;
     time_t secs;
     struct tm tm;
 
@@ -1071,18 +1084,8 @@ static int cmd_info(struct cli *cli)
         return status;
     if (open_store(cli, 0, 1, &st, 0, &status) != 0)
         return status;
-    if (cli->opt[OPT_MAP]) {
-        rc = engram_table_open(st, name, &id);
-        if (rc != 0) {
-            status = lib_fail(rc, "open '%s'", name);
-            goto out;
-        }
-    }
-    rc = engram_get_table_info(st, name, &t);
-    if (rc != 0) {
-        status = lib_fail(rc, "info '%s'", name);
+    if ((status = open_info(st, name, cli->opt[OPT_MAP] != 0, &id, &t)) != 0)
         goto out;
-    }
     snprintf(path, sizeof(path), "%s/%s/%s", cli_root(cli), cli->ns, name);
     secs = (time_t)(t.created_ns / 1000000000u);
     if (t.kind == ENGRAM_TABLE_FILE && gmtime_r(&secs, &tm))
@@ -1244,16 +1247,8 @@ static int cmd_lookup(struct cli *cli)
     }
     if (open_store(cli, 0, 1, &st, 0, &status) != 0)
         goto out;
-    rc = engram_table_open(st, name, &id);
-    if (rc != 0) {
-        status = lib_fail(rc, "open '%s'", name);
+    if ((status = open_info(st, name, 1, &id, &t)) != 0)
         goto out;
-    }
-    rc = engram_get_table_info(st, name, &t);
-    if (rc != 0) {
-        status = lib_fail(rc, "info '%s'", name);
-        goto out;
-    }
     if (!mul_ok(n, t.spec.row_bytes, &out_bytes) || out_bytes > SIZE_MAX ||
         !(out = malloc((size_t)out_bytes))) {
         status = fail("lookup: out of memory for %zu rows of %" PRIu32 " bytes", n,
