@@ -753,22 +753,37 @@ static int rows_layout(const ext_array *a, const char *arg, engram_table_spec *s
     return 0;
 }
 
-/* The declared spec of `name` must agree with the rows' shape. */
-static int rows_match_declared(StoreObject *s, PyObject *name, const char *arg,
-                               const ext_array *a, const engram_table_spec *have)
+/* The (name, rows) arguments of populate() and bind(): parses them, takes
+ * the array into *a, checks it is a table ([num_rows, row_bytes] uint8,
+ * rows one after another) agreeing with any declared spec of the name.
+ * *sp receives the array's layout (row_pitch = its row stride) and
+ * *decl_pitch the declared pitch (0 if the name is not declared).  0, or
+ * -1 with an exception and nothing held. */
+static int take_rows(StoreObject *s, const char *fn, PyObject *const *args, Py_ssize_t nargs,
+                     PyObject *kwnames, const char **cname, ext_array *a,
+                     engram_table_spec *sp, uint32_t *decl_pitch)
 {
+    static const char *const names[] = {"name", "rows"};
+    PyObject *v[2];
     engram_table_spec decl;
-    int d = declared_spec(s, name, &decl);
     char b[64];
-    if (d <= 0)
-        return d;
-    if (decl.num_rows != have->num_rows || decl.row_bytes != have->row_bytes) {
-        PyErr_Format(PyExc_ValueError, "%s: expected shape (%llu, %u) for table '%U', got %s", arg,
-                     (unsigned long long)decl.num_rows, decl.row_bytes, name,
-                     ext_array_shape(a, b, sizeof b));
+    int d;
+    if (parse_args(fn, args, nargs, kwnames, names, 2, 2, 2, v) < 0 ||
+        !(*cname = name_arg(v[0], "name")) || ext_array_get(v[1], "rows", 0, a) < 0)
         return -1;
+    if (rows_layout(a, "rows", sp) < 0 || (d = declared_spec(s, v[0], &decl)) < 0)
+        goto fail;
+    if (d && (decl.num_rows != sp->num_rows || decl.row_bytes != sp->row_bytes)) {
+        PyErr_Format(PyExc_ValueError, "rows: expected shape (%llu, %u) for table '%U', got %s",
+                     (unsigned long long)decl.num_rows, decl.row_bytes, v[0],
+                     ext_array_shape(a, b, sizeof b));
+        goto fail;
     }
+    *decl_pitch = d ? decl.row_pitch : 0;
     return 0;
+fail:
+    ext_array_release(a);
+    return -1;
 }
 
 PyDoc_STRVAR(populate_doc,
@@ -782,39 +797,30 @@ PyDoc_STRVAR(populate_doc,
 static PyObject *Store_populate(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
                                 PyObject *kwnames)
 {
-    static const char *const names[] = {"name", "rows"};
-    PyObject *v[2];
-    ext_array a = {0};
-    engram_table_spec sp, decl;
+    ext_array a;
+    engram_table_spec sp;
     const char *cname;
-    int rc, d;
-    if (parse_args("populate", args, nargs, kwnames, names, 2, 2, 2, v) < 0)
+    uint32_t decl_pitch;
+    size_t src_stride;
+    int rc;
+    if (take_rows(s, "populate", args, nargs, kwnames, &cname, &a, &sp, &decl_pitch) < 0)
         return NULL;
-    if (!(cname = name_arg(v[0], "name")))
+    /* The rows are read at their own stride and stored at the declared
+     * pitch (or packed). */
+    src_stride = sp.row_pitch;
+    sp.row_pitch = decl_pitch;
+    if (enter(s) < 0) {
+        ext_array_release(&a);
         return NULL;
-    if (ext_array_get(v[1], "rows", 0, &a) < 0)
-        return NULL;
-    if (rows_layout(&a, "rows", &sp) < 0 || rows_match_declared(s, v[0], "rows", &a, &sp) < 0)
-        goto fail;
-    {
-        size_t src_stride = sp.row_pitch;
-        if ((d = declared_spec(s, v[0], &decl)) < 0)
-            goto fail;
-        sp.row_pitch = d ? decl.row_pitch : 0;
-        if (enter(s) < 0)
-            goto fail;
-        Py_BEGIN_ALLOW_THREADS
-        rc = engram_populate(s->st, cname, &sp, a.data, src_stride);
-        leave(s);
-        Py_END_ALLOW_THREADS
     }
+    Py_BEGIN_ALLOW_THREADS
+    rc = engram_populate(s->st, cname, &sp, a.data, src_stride);
+    leave(s);
+    Py_END_ALLOW_THREADS
     ext_array_release(&a);
     if (rc < 0)
         return ext_raise(rc, NULL);
     Py_RETURN_NONE;
-fail:
-    ext_array_release(&a);
-    return NULL;
 }
 
 static void hold_destroy(PyObject *cap)
@@ -836,19 +842,17 @@ PyDoc_STRVAR(bind_doc,
 static PyObject *Store_bind(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
                             PyObject *kwnames)
 {
-    static const char *const names[] = {"name", "rows"};
-    PyObject *v[2], *cap = NULL;
+    PyObject *cap = NULL;
     ext_array *a;
     engram_table_spec sp;
     const char *cname;
+    uint32_t decl_pitch;
     int rc;
-    if (parse_args("bind", args, nargs, kwnames, names, 2, 2, 2, v) < 0)
-        return NULL;
-    if (!(cname = name_arg(v[0], "name")))
-        return NULL;
     if (!(a = PyMem_Calloc(1, sizeof *a)))
         return PyErr_NoMemory();
-    if (ext_array_get(v[1], "rows", 0, a) < 0) {
+    /* Bound rows are served where they are: the pitch is the array's row
+     * stride, whatever was declared. */
+    if (take_rows(s, "bind", args, nargs, kwnames, &cname, a, &sp, &decl_pitch) < 0) {
         PyMem_Free(a);
         return NULL;
     }
@@ -857,8 +861,6 @@ static PyObject *Store_bind(StoreObject *s, PyObject *const *args, Py_ssize_t na
         PyMem_Free(a);
         return NULL;
     }
-    if (rows_layout(a, "rows", &sp) < 0 || rows_match_declared(s, v[0], "rows", a, &sp) < 0)
-        goto fail;
     /* Hold the array before binding it: once bound, the store must never
      * outlive its reference. */
     if (PyList_Append(s->holds, cap) < 0 || enter(s) < 0)
@@ -884,7 +886,6 @@ fail_held:
             PyErr_Restore(et, ev, tb);
             break;
         }
-fail:
     Py_DECREF(cap);
     return NULL;
 }
