@@ -119,3 +119,52 @@ def test_forked_child_can_use_the_inherited_store(local_dir):
 def _lookup_or_exit(store, name, ids, rows):
     # runs in a forked child (not pickled): exit status 0 = right rows
     os._exit(0 if esutil.child_lookup_with(store, name, ids, rows) else 3)
+
+
+_KILLED_WRITER = """
+import sys
+import numpy as np
+import engramstore
+st = engramstore.EngramStore(namespace="killed", local_dir=sys.argv[1])
+st.populate("big", np.zeros((2 * 1024 * 1024, 256), np.uint8))  # 512 MiB
+print("finished")
+"""
+
+
+def test_writer_killed_mid_populate_leaves_nothing(local_dir):
+    """A process SIGKILLed while it populates: no table is published, its
+    temporary file is removed by the next open, and the name is free."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    ns_dir = os.path.join(local_dir, "killed")
+    child = subprocess.Popen([sys.executable, "-c", _KILLED_WRITER, local_dir],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        temps = []
+        while not temps and time.monotonic() < deadline and child.poll() is None:
+            if os.path.isdir(ns_dir):
+                temps = [e for e in os.listdir(ns_dir) if e.startswith(".tmp.big.")]
+            time.sleep(0.001)
+        assert temps, "the writer never started its temporary file"
+        child.send_signal(signal.SIGKILL)
+        child.wait(30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == -signal.SIGKILL, child.communicate()
+    assert "big" not in os.listdir(ns_dir)
+    with engramstore.EngramStore(namespace="killed", local_dir=local_dir) as st:
+        assert [e for e in os.listdir(ns_dir) if e.startswith(".tmp.")] == []
+        assert st.list_tables() == []
+        with pytest.raises(engramstore.TableNotFoundError):
+            st.get_table_spec("big")
+        rows = make_rows(4, 256, seed=3)
+        st.populate("big", rows)
+        out = sentinel((4, 1, 256))
+        st.lookup(["big"], np.arange(4, dtype=np.int64).reshape(4, 1), out)
+        np.testing.assert_array_equal(out[:, 0], rows)
