@@ -25,12 +25,28 @@
  * of the whole device normally, one block per SM of the background share
  * in background mode.
  */
+#ifdef ENGRAM_CUDA_EMU
+#include "emu_device.h" /* test_cuda_emu: the kernels run on the host (tests/cuda_emu) */
+#else
 #include <cuda_runtime.h>
+#endif
 
 #include "cuda_internal.h"
 #include "dequant.h"
 
 namespace {
+
+#ifndef ENGRAM_CUDA_EMU
+/* Launches f with its arguments in args (pointers to each).  Every launch
+ * goes through cudaLaunchKernel(), not <<<>>> and cudaGetLastError(): the
+ * latter would also return (and clear) an earlier error of an unrelated
+ * call on this thread and fail the lookup for it. */
+template <class... P>
+cudaError_t launch_kernel(void (*f)(P...), dim3 grid, dim3 block, void **args, cudaStream_t s)
+{
+    return cudaLaunchKernel(reinterpret_cast<const void *>(f), grid, block, args, 0, s);
+}
+#endif
 
 template <int W> struct vec;
 template <> struct vec<16> { typedef uint4 t; };
@@ -294,8 +310,7 @@ int launch(kernel_fn fn, const engram__cuda_launch *L, cudaStream_t s)
     unsigned grid = grid_for(L);
     if (grid == 0)
         return cudaSuccess;
-    return cudaLaunchKernel(reinterpret_cast<const void *>(fn), dim3(grid), dim3(L->block), args,
-                            0, s);
+    return launch_kernel(fn, dim3(grid), dim3(L->block), args, s);
 }
 
 } // namespace
@@ -314,9 +329,6 @@ extern "C" int engram__cuda_launch_dequant(const engram__cuda_launch *L, cudaStr
                   L, s);
 }
 
-/* The small kernels are launched with cudaLaunchKernel() too, not <<<>>> and
- * cudaGetLastError(): the latter would also return (and clear) an earlier
- * error of an unrelated call on this thread and fail the lookup for it. */
 extern "C" int engram__cuda_launch_pack_ids(const void *ids, int id64, ptrdiff_t ist,
                                             ptrdiff_t isk, uint64_t T, const uint32_t *cols,
                                             uint32_t ncols, int64_t *dst, cudaStream_t s)
@@ -325,23 +337,21 @@ extern "C" int engram__cuda_launch_pack_ids(const void *ids, int id64, ptrdiff_t
     void *args[] = {&ids, &id64, &ist, &isk, &T, &cols, &ncols, &dst};
     if (n == 0)
         return cudaSuccess;
-    return cudaLaunchKernel(reinterpret_cast<const void *>(pack_ids_kernel),
-                            dim3((unsigned)(blocks < 1024 ? blocks : 1024)), dim3(256), args, 0, s);
+    return launch_kernel(pack_ids_kernel, dim3((unsigned)(blocks < 1024 ? blocks : 1024)), dim3(256),
+                         args, s);
 }
 
 extern "C" int engram__cuda_launch_take_bad(engram__cuda_bad *bad, engram__cuda_bad *snap,
                                             cudaStream_t s)
 {
     void *args[] = {&bad, &snap};
-    return cudaLaunchKernel(reinterpret_cast<const void *>(take_bad_kernel), dim3(1), dim3(1),
-                            args, 0, s);
+    return launch_kernel(take_bad_kernel, dim3(1), dim3(1), args, s);
 }
 
 extern "C" int engram__cuda_launch_init_bad(engram__cuda_bad *bad, cudaStream_t s)
 {
     void *args[] = {&bad};
-    return cudaLaunchKernel(reinterpret_cast<const void *>(init_bad_kernel), dim3(1), dim3(1),
-                            args, 0, s);
+    return launch_kernel(init_bad_kernel, dim3(1), dim3(1), args, s);
 }
 
 extern "C" int engram__cuda_preload(void)

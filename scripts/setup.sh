@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what building and testing engram needs on a fresh Debian/Ubuntu
-# machine: a C toolchain, CMake, pkg-config, libxxhash, liburing, cJSON, and
+# machine: a C and C++ toolchain, CMake, pkg-config, libxxhash, liburing, cJSON, and
 # Python 3 with venv and its headers (for the engramstore package;
 # scripts/test.sh installs numpy and pytest from PyPI into build/venv).  Runs apt-get
 # only when something is missing, so repeated runs are fast.
@@ -10,6 +10,8 @@ need=()
 command -v cmake >/dev/null 2>&1 || need+=(cmake)
 command -v cc >/dev/null 2>&1 || need+=(gcc)
 command -v make >/dev/null 2>&1 || need+=(make)
+# C++: nvcc's host compiler, and test_cuda_emu where the CUDA headers are.
+command -v c++ >/dev/null 2>&1 || need+=(g++)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 [ -f /usr/include/xxhash.h ] || need+=(libxxhash-dev)
 [ -f /usr/include/liburing.h ] || need+=(liburing-dev)
