@@ -257,9 +257,9 @@ static void test_random_shapes(void)
     for (int iter = 0; iter < 240; iter++) {
         gcase c;
         const size_t *g = groups[tu_rand_below(&rng, sizeof groups / sizeof groups[0])];
-        int layout = (int)tu_rand_below(&rng, 4);
+        int layout = (int)tu_rand_below(&rng, 5);
         memset(&c, 0, sizeof c);
-        c.T = 1 + (size_t)tu_rand_below(&rng, iter % 10 == 0 ? 3000 : 200);
+        c.T = 1 + (size_t)tu_rand_below(&rng, iter % 10 == 0 ? 3000 : iter % 10 == 1 ? 2 : 200);
         c.K = 1 + (size_t)tu_rand_below(&rng, 6);
         for (size_t k = 0; k < c.K; k++) {
             c.tables[k] = tabs[g[tu_rand_below(&rng, 4)]].id;
@@ -285,13 +285,18 @@ static void test_random_shapes(void)
             c.ost = (ptrdiff_t)c.R;
             c.osk = (ptrdiff_t)(c.T * c.R);
             break;
-        default: /* reversed tokens: negative stride */
+        case 3: /* reversed tokens: negative stride */
             c.osk = (ptrdiff_t)c.R;
             c.ost = -(ptrdiff_t)(c.K * c.R);
             break;
+        default: /* rows padded to 16 bytes, 16-byte aligned: 16-byte stores
+                  * and, for R % 16 != 0, a row tail narrower than them */
+            c.osk = (ptrdiff_t)((c.R + 15) / 16 * 16);
+            c.ost = c.osk * (ptrdiff_t)c.K;
+            break;
         }
         make_ids(&c, &rng, 9);
-        alloc_out(&c, 64, (size_t)tu_rand_below(&rng, 16));
+        alloc_out(&c, 64, layout == 4 ? 0 : (size_t)tu_rand_below(&rng, 16));
         engram_cuda_plan *p = make_plan(&c);
         check_case(&c, p, s, __LINE__);
         engram_cuda_plan_destroy(p);
