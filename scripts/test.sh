@@ -3,9 +3,10 @@
 # errors (the Python extension included), then an ASan+UBSan build, then a
 # ThreadSanitizer build of the threaded tests, each ending with CTest's
 # summary line; then the Python tests, first against the extension of the
-# ASan+UBSan build, then against the package installed with `pip install .`
-# into the virtual environment build/venv; pytest's summary line ends the
-# run.
+# ASan+UBSan build (and its GPU tests against that extension over the
+# emulated CUDA runtime), then against the package installed with
+# `pip install .` into the virtual environment build/venv; pytest's summary
+# line ends the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -31,13 +32,25 @@ echo "== python package"
 [ -x build/venv/bin/python ] || python3 -m venv build/venv
 build/venv/bin/python -m pip install -q --disable-pip-version-check numpy pytest
 
-# The extension of the ASan+UBSan build (no CUDA there), run with the
-# sanitizer runtimes preloaded into the interpreter.
-rm -rf build/asan/pkg && mkdir -p build/asan/pkg/engramstore
-cp python/engramstore/*.py build/asan/_engram*.so build/asan/pkg/engramstore/
-(cd tests/python && PYTHONPATH="$PWD/../../build/asan/pkg" ASAN_OPTIONS=detect_leaks=0 \
-   LD_PRELOAD="$(${CC:-cc} -print-file-name=libasan.so) $(${CC:-cc} -print-file-name=libubsan.so)" \
-   ../../build/venv/bin/python -m pytest -q -p no:cacheprovider .)
+# Runs pytest in tests/python against an extension of the ASan+UBSan build,
+# with the sanitizer runtimes preloaded into the interpreter: asan_pytest
+# <extension directory> <package directory to make> [pytest arguments].
+asan_pytest() {
+  local ext=$1 pkg=$2; shift 2
+  rm -rf "$pkg" && mkdir -p "$pkg/engramstore"
+  cp python/engramstore/*.py "$ext"/_engram*.so "$pkg/engramstore/"
+  (cd tests/python && PYTHONPATH="$PWD/../../$pkg" ASAN_OPTIONS=detect_leaks=0 \
+     LD_PRELOAD="$(${CC:-cc} -print-file-name=libasan.so) $(${CC:-cc} -print-file-name=libubsan.so)" \
+     ../../build/venv/bin/python -m pytest -q -p no:cacheprovider "$@")
+}
+# The extension of the ASan+UBSan build (no CUDA there).
+asan_pytest build/asan build/asan/pkg .
+# The GPU tests against the same extension over the emulated CUDA runtime
+# (tests/cuda_emu), where that build has it (a C++ compiler and the CUDA
+# headers): the GPU lookup path of the package without a GPU.
+if ls build/asan/emu/_engram*.so >/dev/null 2>&1; then
+  ENGRAM_TEST_CUDA_EMU=1 asan_pytest build/asan/emu build/asan/pkg-emu test_cuda_gpu.py
+fi
 
 # Then the package as users get it: pip install . (with CUDA where nvcc is).
 build/venv/bin/python -m pip install -q --disable-pip-version-check . -C cmake.define.ENGRAM_WERROR=ON

@@ -449,6 +449,11 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags)
     return cudaSuccess;
 }
 
+cudaError_t cudaStreamCreate(cudaStream_t *s)
+{
+    return cudaStreamCreateWithFlags(s, cudaStreamDefault);
+}
+
 cudaError_t cudaStreamDestroy(cudaStream_t s)
 {
     API("cudaStreamDestroy");

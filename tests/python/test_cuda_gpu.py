@@ -1,7 +1,11 @@
 """GPU lookups through the Python package, compared byte for byte with the
 CPU lookup.  They need a CUDA build of the package and a GPU; device
 buffers are made with the CUDA runtime through ctypes, so neither torch nor
-cupy is needed.  Elsewhere they are skipped with the reason."""
+cupy is needed.  Elsewhere they are skipped with the reason.
+
+With ENGRAM_TEST_CUDA_EMU=1 the package on the path is the build over the
+emulated runtime (tests/cuda_emu, see scripts/test.sh): no GPU is needed,
+and the runtime calls below go to the emulation inside the module."""
 from __future__ import annotations
 
 import ctypes
@@ -13,15 +17,19 @@ import pytest
 
 import engramstore
 
+EMU = os.environ.get("ENGRAM_TEST_CUDA_EMU") == "1"
 pytestmark = [
     pytest.mark.skipif(not engramstore.HAVE_CUDA, reason="engramstore built without CUDA"),
-    pytest.mark.skipif(not os.path.exists("/dev/nvidia0"), reason="no GPU on this machine"),
+    pytest.mark.skipif(not EMU and not os.path.exists("/dev/nvidia0"),
+                       reason="no GPU on this machine"),
 ]
 
 H2D, D2H = 1, 2
 
 
 def runtime():
+    if EMU:
+        return ctypes.CDLL(engramstore._engram.__file__)
     for name in ("libcudart.so.13", "libcudart.so", ctypes.util.find_library("cudart")):
         if name:
             try:
@@ -140,3 +148,4 @@ def test_gpu_layer_api(rt, tmp_path):
     assert (got[0, 0, 0] == 1).all() and (got[0, 0, 1] == 2).all() and (got[0, 1, 1] == 0).all()
     t.close()
     d_ids.free(), d_out.free()
+
