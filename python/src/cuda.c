@@ -7,12 +7,20 @@
  * so a repeated lookup only enqueues a kernel on the caller's stream.  The
  * lookup returns as soon as the work is enqueued; bad ids cannot raise
  * from the GPU, so they are skipped and reported by Store.cuda_check().
+ *
+ * These functions run with the store entered (store.c's close guard), so
+ * they create no Python object: an allocation could start the garbage
+ * collector, whose finalizers may call close() on this store and wait for
+ * this very call.  The plans are kept in a C table, and errors are
+ * returned as codes for the caller to raise after leaving the store.
  */
 #include "ext.h"
 
 #ifdef ENGRAMSTORE_HAVE_CUDA
 
 #include <cuda_runtime_api.h>
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <engram_cuda.h>
@@ -21,9 +29,20 @@
  * for this many tokens, or the first lookup's count if larger. */
 #define HOST_PATH_TOKENS 16384
 
+/* A plan and the (tables, offsets) it was made for. */
+typedef struct plan_entry {
+    size_t K;
+    int has_offsets;
+    engram_table_id *tables; /* [K] */
+    int64_t *offsets;        /* [K] or NULL */
+    engram_cuda_plan *plan;
+} plan_entry;
+
 struct ext_cuda {
     engram_cuda_ctx *ctx;
-    PyObject *plans; /* bytes key -> capsule(engram_cuda_plan *), destroyed with ctx */
+    plan_entry *plans; /* [nplans], read and changed with the GIL held */
+    size_t nplans, cap;
+    size_t last; /* the entry of the last lookup, tried first */
 };
 
 /* A stream argument: None (the legacy default stream), an int handle, an
@@ -65,63 +84,70 @@ int ext_cuda_stream(PyObject *obj, void **out)
     return 0;
 }
 
-static ext_cuda *cuda_get(ext_cuda **slot, engram_store *st)
+static int cuda_get(ext_cuda **slot, engram_store *st, ext_cuda_error *err)
 {
     engram_cuda_ctx *ctx = NULL;
     ext_cuda *c;
     int rc;
     if (*slot)
-        return *slot;
+        return 0;
     Py_BEGIN_ALLOW_THREADS
     rc = engram_cuda_open(st, NULL, &ctx);
     Py_END_ALLOW_THREADS
     if (rc < 0) {
-        ext_raise(rc, "CUDA");
-        return NULL;
+        err->what = "CUDA";
+        return rc;
     }
     if (*slot) { /* another thread got there while the GIL was released */
         engram_cuda_close(ctx);
-        return *slot;
+        return 0;
     }
-    if (!(c = PyMem_Calloc(1, sizeof *c)) || !(c->plans = PyDict_New())) {
-        PyMem_Free(c);
+    if (!(c = calloc(1, sizeof *c))) {
         engram_cuda_close(ctx);
-        PyErr_NoMemory();
-        return NULL;
+        err->nomem = 1;
+        return -ENOMEM;
     }
     c->ctx = ctx;
     *slot = c;
-    return c;
+    return 0;
 }
 
-static engram_cuda_plan *plan_get(ext_cuda *c, const engram_lookup_args *a)
+static int entry_matches(const plan_entry *e, const engram_lookup_args *a)
+{
+    return e->K == a->num_cols && e->has_offsets == (a->offsets != NULL) &&
+           memcmp(e->tables, a->tables, a->num_cols * sizeof *a->tables) == 0 &&
+           (!a->offsets || memcmp(e->offsets, a->offsets, a->num_cols * sizeof(int64_t)) == 0);
+}
+
+static engram_cuda_plan *plan_find(ext_cuda *c, const engram_lookup_args *a)
+{
+    if (c->last < c->nplans && entry_matches(&c->plans[c->last], a))
+        return c->plans[c->last].plan;
+    for (size_t i = 0; i < c->nplans; i++)
+        if (entry_matches(&c->plans[i], a)) {
+            c->last = i;
+            return c->plans[i].plan;
+        }
+    return NULL;
+}
+
+static void entry_free(plan_entry *e)
+{
+    free(e->tables);
+    free(e->offsets);
+}
+
+static int plan_get(ext_cuda *c, const engram_lookup_args *a, engram_cuda_plan **out,
+                    ext_cuda_error *err)
 {
     size_t K = a->num_cols;
-    PyObject *key, *cap;
-    engram_cuda_plan *plan = NULL;
     engram_cuda_plan_args pa = ENGRAM_CUDA_PLAN_ARGS_INIT;
-    char *k;
+    engram_cuda_plan *plan = NULL, *other;
+    plan_entry e = {K, a->offsets != NULL, NULL, NULL, NULL};
     int rc;
 
-    /* The key: the table ids, then the offsets if any. */
-    key = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(K * (sizeof *a->tables + sizeof(int64_t)) + 1));
-    if (!key)
-        return NULL;
-    k = PyBytes_AS_STRING(key);
-    memcpy(k, a->tables, K * sizeof *a->tables);
-    k += K * sizeof *a->tables;
-    if (a->offsets)
-        memcpy(k, a->offsets, K * sizeof(int64_t));
-    else
-        memset(k, 0, K * sizeof(int64_t));
-    k[K * sizeof(int64_t)] = a->offsets != NULL;
-    cap = PyDict_GetItemWithError(c->plans, key);
-    if (cap) {
-        Py_DECREF(key);
-        return PyCapsule_GetPointer(cap, "engramstore.cuda_plan");
-    }
-    if (PyErr_Occurred())
-        goto out;
+    if ((*out = plan_find(c, a)) != NULL)
+        return 0;
     pa.num_cols = K;
     pa.tables = a->tables;
     pa.offsets = a->offsets;
@@ -130,48 +156,57 @@ static engram_cuda_plan *plan_get(ext_cuda *c, const engram_lookup_args *a)
     rc = engram_cuda_plan_create(c->ctx, &pa, &plan);
     Py_END_ALLOW_THREADS
     if (rc < 0) {
-        ext_raise(rc, "CUDA plan");
-        plan = NULL;
-        goto out;
+        err->what = "CUDA plan";
+        return rc;
     }
-    if ((cap = PyDict_GetItemWithError(c->plans, key)) != NULL) {
-        /* Made by another thread meanwhile: use that one. */
+    if ((other = plan_find(c, a)) != NULL) { /* made by another thread meanwhile */
         engram_cuda_plan_destroy(plan);
-        plan = PyCapsule_GetPointer(cap, "engramstore.cuda_plan");
-        goto out;
+        *out = other;
+        return 0;
     }
-    if (PyErr_Occurred() || !(cap = PyCapsule_New(plan, "engramstore.cuda_plan", NULL)) ||
-        PyDict_SetItem(c->plans, key, cap) < 0) {
-        Py_XDECREF(cap);
-        engram_cuda_plan_destroy(plan);
-        plan = NULL;
-        goto out;
+    if (c->nplans == c->cap) {
+        size_t cap = c->cap ? 2 * c->cap : 8;
+        plan_entry *p = realloc(c->plans, cap * sizeof *p);
+        if (!p)
+            goto nomem;
+        c->plans = p;
+        c->cap = cap;
     }
-    Py_DECREF(cap);
-out:
-    Py_DECREF(key);
-    return plan;
+    if (!(e.tables = malloc(K * sizeof *e.tables)) ||
+        (a->offsets && !(e.offsets = malloc(K * sizeof *e.offsets))))
+        goto nomem;
+    memcpy(e.tables, a->tables, K * sizeof *e.tables);
+    if (a->offsets)
+        memcpy(e.offsets, a->offsets, K * sizeof *e.offsets);
+    e.plan = plan;
+    c->last = c->nplans;
+    c->plans[c->nplans++] = e;
+    *out = plan;
+    return 0;
+nomem:
+    entry_free(&e);
+    engram_cuda_plan_destroy(plan);
+    err->nomem = 1;
+    return -ENOMEM;
 }
 
 int ext_cuda_lookup(ext_cuda **slot, engram_store *st, const engram_lookup_args *a,
-                    void *stream_handle)
+                    void *stream_handle, ext_cuda_error *err)
 {
     engram_cuda_lookup_args ca = ENGRAM_CUDA_LOOKUP_ARGS_INIT;
     engram_cuda_plan *plan;
     cudaStream_t stream = (cudaStream_t)stream_handle;
-    ext_cuda *c;
     int rc;
 
-    if (!(c = cuda_get(slot, st)))
-        return -1;
+    if ((rc = cuda_get(slot, st, err)) < 0)
+        return rc;
     if (a->num_tokens == 0 || a->num_cols == 0)
         return 0;
-    if (!(plan = plan_get(c, a)))
-        return -1;
+    if ((rc = plan_get(*slot, a, &plan, err)) < 0)
+        return rc;
     if (engram_cuda_plan_out_row_bytes(plan) != a->row_bytes) {
-        PyErr_Format(PyExc_ValueError, "out: rows of %zu bytes, but the tables' rows are %zu",
-                     a->row_bytes, engram_cuda_plan_out_row_bytes(plan));
-        return -1;
+        err->row_bytes = engram_cuda_plan_out_row_bytes(plan);
+        return ENGRAM_ELAYOUT;
     }
     ca.flags = a->flags;
     ca.num_tokens = a->num_tokens;
@@ -185,24 +220,30 @@ int ext_cuda_lookup(ext_cuda **slot, engram_store *st, const engram_lookup_args 
     Py_BEGIN_ALLOW_THREADS
     rc = engram_cuda_lookup(plan, &ca, stream);
     Py_END_ALLOW_THREADS
-    if (rc < 0) {
-        ext_raise(rc, NULL);
-        return -1;
-    }
-    return 0;
+    return rc;
 }
 
-PyObject *ext_cuda_check(ext_cuda *c)
+PyObject *ext_cuda_raise(int rc, const ext_cuda_error *err, size_t row_bytes)
+{
+    if (err->nomem)
+        return PyErr_NoMemory();
+    if (err->row_bytes) {
+        PyErr_Format(PyExc_ValueError, "out: rows of %zu bytes, but the tables' rows are %zu",
+                     row_bytes, err->row_bytes);
+        return NULL;
+    }
+    return ext_raise(rc, err->what);
+}
+
+int ext_cuda_check(ext_cuda *c)
 {
     int rc;
     if (!c)
-        Py_RETURN_NONE;
+        return 0;
     Py_BEGIN_ALLOW_THREADS
     rc = engram_cuda_check(c->ctx, NULL);
     Py_END_ALLOW_THREADS
-    if (rc < 0)
-        return ext_raise(rc, NULL);
-    Py_RETURN_NONE;
+    return rc;
 }
 
 void ext_cuda_close(ext_cuda *c)
@@ -220,10 +261,12 @@ void ext_cuda_close(ext_cuda *c)
             (void)cudaSetDevice(prev);
         }
     }
-    engram_cuda_close(c->ctx);
+    engram_cuda_close(c->ctx); /* destroys the plans too */
     Py_END_ALLOW_THREADS
-    Py_CLEAR(c->plans);
-    PyMem_Free(c);
+    for (size_t i = 0; i < c->nplans; i++)
+        entry_free(&c->plans[i]);
+    free(c->plans);
+    free(c);
 }
 
 #endif /* ENGRAMSTORE_HAVE_CUDA */

@@ -110,16 +110,29 @@ typedef struct ext_cuda ext_cuda;
  * stream, an int handle, or a CUDA stream object).  May run Python code,
  * so call it before entering the store.  0, or -1 with an exception set. */
 int ext_cuda_stream(PyObject *stream, void **handle);
+/* Why ext_cuda_lookup() failed, for ext_cuda_raise(). */
+typedef struct ext_cuda_error {
+    const char *what; /* prefix of the library's message, or NULL */
+    size_t row_bytes; /* nonzero: the plan's output rows, not a->row_bytes */
+    int nomem;
+} ext_cuda_error;
 /* Enqueues lookup `a` (ids and out in device memory) on `stream` (from
  * ext_cuda_stream()), creating the store's CUDA context in *slot and the
  * plan of a's tables and offsets on first use.  Called with the GIL held
- * and the store entered; releases the GIL around library calls.  0, or -1
- * with an exception set. */
+ * and the store entered; releases the GIL around library calls and
+ * creates no Python object (see cuda.c).  0, or an engram error code with
+ * *err (zeroed by the caller) filled in: raise it with ext_cuda_raise()
+ * once the store is left. */
 int ext_cuda_lookup(ext_cuda **slot, engram_store *st, const engram_lookup_args *a,
-                    void *stream);
-/* Raises BadIdError for the first bad id the GPU skipped since the last
- * check (and clears the report); None if there was none or no context. */
-PyObject *ext_cuda_check(ext_cuda *c);
+                    void *stream, ext_cuda_error *err);
+/* Raises the error of a failed ext_cuda_lookup() of rows of row_bytes;
+ * returns NULL. */
+PyObject *ext_cuda_raise(int rc, const ext_cuda_error *err, size_t row_bytes);
+/* Reads and clears the report of bad ids the GPU skipped since the last
+ * check: 0 if there was none (or no context), else ENGRAM_EBADID (or
+ * another engram error) with the library's message, to raise with
+ * ext_raise() once the store is left.  Creates no Python object. */
+int ext_cuda_check(ext_cuda *c);
 /* Waits for the context's device, then closes the context and its plans. */
 void ext_cuda_close(ext_cuda *c);
 #endif

@@ -605,12 +605,15 @@ resolved:
 #ifdef ENGRAMSTORE_HAVE_CUDA
     if (out.device == EXT_DEVICE_CUDA) {
         void *stream;
+        ext_cuda_error cerr = {NULL, 0, 0};
         if (ext_cuda_stream(in->stream, &stream) < 0 || enter(s) < 0)
             goto out;
-        rc = ext_cuda_lookup(&s->cuda, s->st, &a, stream);
+        rc = ext_cuda_lookup(&s->cuda, s->st, &a, stream, &cerr);
         leave(s);
         if (rc == 0)
             ret = Py_NewRef(Py_None);
+        else
+            ext_cuda_raise(rc, &cerr, a.row_bytes);
         goto out;
     }
 #endif
@@ -1509,12 +1512,14 @@ static PyObject *Store_cuda_check(StoreObject *s, PyObject *unused)
     {
         /* Entered: close() must not free the context while the check,
          * the GIL released, reads it. */
-        PyObject *r;
+        int rc;
         if (enter(s) < 0)
             return NULL;
-        r = ext_cuda_check(s->cuda);
+        rc = ext_cuda_check(s->cuda);
         leave(s);
-        return r;
+        if (rc < 0)
+            return ext_raise(rc, NULL);
+        Py_RETURN_NONE;
     }
 #else
     if (!s->st)

@@ -149,3 +149,72 @@ def test_gpu_layer_api(rt, tmp_path):
     t.close()
     d_ids.free(), d_out.free()
 
+
+FINALIZER_SCRIPT = r"""
+import gc, sys
+sys.path.insert(0, sys.argv[1])
+import numpy as np
+import engramstore
+import test_cuda_gpu as t
+
+rt = t.runtime()
+
+
+class Closer:
+    # A reference cycle: only the garbage collector frees it, at whatever
+    # allocation comes next, and its finalizer closes the store.
+    def __init__(self, st):
+        self.st, self.me = st, self
+
+    def __del__(self):
+        self.st.close()
+
+
+class Trap:
+    # A device array whose interface, when the lookup reads it, leaves a
+    # Closer behind as garbage.
+    def __init__(self, inner, st):
+        self.inner, self.st = inner, st
+
+    @property
+    def __cuda_array_interface__(self):
+        Closer(self.st)
+        return self.inner.__cuda_array_interface__
+
+
+d_ids = t.DeviceArray(rt, np.array([[1], [2]], np.int64))
+d_out = t.DeviceArray(rt, np.zeros((2, 1, 264), np.uint8))
+outcomes = {"closed": 0, "done": 0}
+for i in range(40):
+    st = engramstore.EngramStore(tables={"a": {"num_rows": 10, "row_bytes": 264}},
+                                 namespace=f"fin{i}", local_dir=sys.argv[2])
+    st.populate("a", np.full((10, 264), 7, np.uint8))
+    gc.collect()
+    gc.set_threshold(1)
+    try:
+        st.lookup(["a"], Trap(d_ids, st), Trap(d_out, st))
+        outcomes["done"] += 1
+    except engramstore.StoreClosedError:
+        outcomes["closed"] += 1
+    finally:
+        gc.set_threshold(700)
+    gc.collect()
+    st.close()
+d_ids.free(), d_out.free()
+print("finished", outcomes)
+"""
+
+
+def test_gpu_lookup_survives_a_finalizer_that_closes_the_store(rt, tmp_path):
+    """A finalizer run by the garbage collector may close the store while
+    a GPU lookup is between its argument checks and its return.  The
+    lookup must never wait for itself: it creates no Python object while
+    it holds the store.  Run in a child, so a hang is a timeout, not a
+    stuck suite."""
+    import subprocess
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    r = subprocess.run([sys.executable, "-c", FINALIZER_SCRIPT, here, str(tmp_path)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "finished" in r.stdout, r.stdout
