@@ -36,6 +36,26 @@ static const struct {
     {"F32", 4},  {"U64", 8}, {"I64", 8}, {"F64", 8},
 };
 
+size_t engram__json_values_bound(const char *s, size_t n)
+{
+    size_t count = 1;
+    int in_string = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (in_string) {
+            if (c == '\\')
+                i++; /* the escaped character, even a quote */
+            else if (c == '"')
+                in_string = 0;
+        } else if (c == '"') {
+            in_string = 1;
+        } else if (c == ',' || c == '[' || c == '{') {
+            count++;
+        }
+    }
+    return count;
+}
+
 /* Reads a JSON number that must be an integer in [0, 2^53]. */
 static int json_uint(const cJSON *j, uint64_t *v)
 {
@@ -163,6 +183,10 @@ int engram__st_parse(const unsigned char *buf, size_t len, uint64_t file_size, c
     h->data_start = 8 + hl;
     h->data_size = file_size - h->data_start;
 
+    if (engram__json_values_bound((const char *)buf + 8, (size_t)hl) > ENGRAM__ST_VALUES_MAX)
+        return engram__err(ENGRAM_ECORRUPT, "%s: the header holds more than %zu JSON values: "
+                                            "refused before parsing",
+                           what, ENGRAM__ST_VALUES_MAX);
     root = cJSON_ParseWithLengthOpts((const char *)buf + 8, (size_t)hl, &end, 0);
     if (!root) {
         size_t at = end ? (size_t)(end - (const char *)buf - 8) : 0;
@@ -408,6 +432,12 @@ static int index_resolve(const char *path, const char *tensor, char *out, size_t
     if ((err = read_at(fd, buf, (size_t)sb.st_size, 0)) != 0) {
         err = err == -ENODATA ? engram__err(ENGRAM_ECORRUPT, "%s changed while read", path)
                               : engram__errno(-err, "read %s", path);
+        goto out;
+    }
+    if (engram__json_values_bound(buf, (size_t)sb.st_size) > ENGRAM__ST_VALUES_MAX) {
+        err = engram__err(ENGRAM_ECORRUPT, "%s: the index holds more than %zu JSON values: "
+                                           "refused before parsing",
+                          path, ENGRAM__ST_VALUES_MAX);
         goto out;
     }
     root = cJSON_ParseWithLengthOpts(buf, (size_t)sb.st_size, NULL, 0);

@@ -9,8 +9,8 @@
  * engram__st_parse() is the only reader of these bytes, which come from
  * whoever wrote the checkpoint: it parses the JSON with cJSON and checks
  * everything before anything is used (fuzz/fuzz_safetensors.c drives it):
- * the header length (2 .. ENGRAM__ST_HEADER_MAX, within the file), that
- * the JSON ends with nothing but spaces after it, each tensor's dtype
+ * the header length (2 .. ENGRAM__ST_HEADER_MAX, within the file), at most
+ * ENGRAM__ST_VALUES_MAX JSON values (before cJSON sees them), that the JSON ends with nothing but spaces after it, each tensor's dtype
  * (known), shape (integers, at most ENGRAM_TENSOR_MAX_DIMS dims) and
  * offsets (integers, begin <= end, end - begin = elements x dtype size
  * without overflow), unique names, and that the tensors tile the data
@@ -26,6 +26,11 @@
 #include "engram.h"
 
 #define ENGRAM__ST_HEADER_MAX ((uint64_t)100 << 20) /* the format's own limit */
+/* The most JSON values a header or index may hold (counted before parsing,
+ * see engram__json_values_bound()): cJSON allocates an item and a key copy
+ * per value, about 100 bytes, so this bounds a parse to a few hundred MB.
+ * A tensor entry is 8 values; the largest checkpoints have ~100k tensors. */
+#define ENGRAM__ST_VALUES_MAX ((size_t)2 << 20)
 
 typedef struct engram__st_tensor {
     const char *name;  /* points into the header's name storage */
@@ -59,5 +64,9 @@ int engram__st_read(int fd, uint64_t file_size, const char *what, engram__st_hea
 const engram__st_tensor *engram__st_find(const engram__st_header *h, const char *name);
 
 void engram__st_free(engram__st_header *h);
+
+/* An upper bound of the number of JSON values in s[0, n): one, plus one
+ * per ',', '[' and '{' outside strings. */
+size_t engram__json_values_bound(const char *s, size_t n);
 
 #endif

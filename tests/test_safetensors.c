@@ -15,6 +15,7 @@
 #include <fcntl.h>
 
 #include "filecache.h"
+#include "safetensors.h"
 
 enum { N = 1000, W = 256, S = 8 };
 
@@ -261,6 +262,28 @@ static void test_bad_inputs(void)
                    "need 12 x 1");
     expect_corrupt(st, "{\"w\":{\"dtype\":\"U8\",\"shape\":[4,2],\"data_offsets\":[0,8]}}", 9,
                    "cover 8");
+    /* Too many JSON values, refused before cJSON allocates for them: the
+     * bound itself, then a header of 4 MiB of "0," just over the limit,
+     * then the same header just under it, which gets parsed (and refused
+     * for what it says). */
+    {
+        const char *q = "{\"a\":\"x,[{\\\",\",\"b\":[1,2]}";
+        size_t n = (size_t)2 << 20, len = 9 + 2 * n;
+        char *big = tu_xmalloc(len + 1);
+        /* Quoted separators and an escaped quote do not count. */
+        ASSERT_EQ(engram__json_values_bound(q, strlen(q)), 5); /* 1 + '{' ',' '[' ',' */
+        memcpy(big, "{\"w\":[", 6);
+        for (size_t i = 0; i < n; i++)
+            memcpy(big + 6 + 2 * i, "0,", 2);
+        memcpy(big + 6 + 2 * n, "0]}", 4);
+        ASSERT_EQ(strlen(big), len);
+        ASSERT(engram__json_values_bound(big, strlen(big)) > ENGRAM__ST_VALUES_MAX);
+        expect_corrupt(st, big, 8, "more than 2097152 JSON values");
+        memcpy(big + 6 + 2 * (n - 4), "0]}", 4); /* 1 + '{' + '[' + n - 4 commas */
+        ASSERT_EQ(engram__json_values_bound(big, strlen(big)), ENGRAM__ST_VALUES_MAX - 1);
+        expect_corrupt(st, big, 8, "tensor 'w' is not a JSON object");
+        free(big);
+    }
     /* The header length field itself: past the end of the file. */
     tu_path(raw, sizeof raw, "len.safetensors");
     {
