@@ -37,6 +37,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <deque>
 #include <functional>
 #include <map>
@@ -64,7 +65,8 @@ struct CUstream_st {
 };
 struct CUevent_st {
     CUstream_st *s = nullptr;
-    size_t at = 0; /* s->queued when recorded */
+    size_t at = 0;              /* s->queued when recorded */
+    std::shared_ptr<double> ms; /* host clock when the record ran, or < 0 */
 };
 
 namespace {
@@ -309,6 +311,18 @@ cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int d)
     return cudaSuccess;
 }
 
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d)
+{
+    API("cudaGetDeviceProperties");
+    if (d != 0)
+        return fail(cudaErrorInvalidDevice);
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "host emulation (tests/cuda_emu)");
+    p->multiProcessorCount = 4;
+    p->maxThreadsPerMultiProcessor = 2048;
+    return cudaSuccess;
+}
+
 cudaError_t cudaFuncGetAttributes(cudaFuncAttributes *fa, const void *f)
 {
     API("cudaFuncGetAttributes");
@@ -534,6 +548,11 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags)
     return cudaSuccess;
 }
 
+cudaError_t cudaEventCreate(cudaEvent_t *e)
+{
+    return cudaEventCreateWithFlags(e, cudaEventDefault);
+}
+
 cudaError_t cudaEventDestroy(cudaEvent_t e)
 {
     API("cudaEventDestroy");
@@ -550,8 +569,42 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
         fprintf(stderr, "emu: event record under capture not emulated\n");
         abort();
     }
+    /* The record is an op of the stream: it stamps the time it runs at
+     * (for cudaEventElapsedTime), and waiting for the event means running
+     * the stream up to and including it. */
+    std::shared_ptr<double> ms = std::make_shared<double>(-1.0);
+    if (cudaError_t err = enqueue(s, [ms]() {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            *ms = (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+        }))
+        return err;
     ev->s = st;
     ev->at = st->queued;
+    ev->ms = ms;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t e)
+{
+    API("cudaEventSynchronize");
+    CUevent_st *ev = reinterpret_cast<CUevent_st *>(e);
+    if (capturing)
+        return fail(cudaErrorStreamCaptureUnsupported);
+    if (ev->s)
+        drain(ev->s, ev->at);
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
+{
+    API("cudaEventElapsedTime");
+    CUevent_st *x = reinterpret_cast<CUevent_st *>(a), *y = reinterpret_cast<CUevent_st *>(b);
+    if (!x->ms || !y->ms)
+        return fail(cudaErrorInvalidResourceHandle);
+    if (*x->ms < 0 || *y->ms < 0)
+        return fail(cudaErrorNotReady);
+    *ms = (float)(*y->ms - *x->ms);
     return cudaSuccess;
 }
 
