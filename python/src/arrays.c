@@ -7,8 +7,11 @@
  *     np.memmap, bytearray, ...): the view gives data, shape, strides and
  *     the struct-module format, from which the dtype is read;
  *  2. device arrays (__cuda_array_interface__, or __dlpack_device__ naming
- *     a CUDA device): refused with NotImplementedError, because this build
- *     has no CUDA path;
+ *     a CUDA device): taken where the caller accepts them in a build with
+ *     the CUDA library, with the stream handshake of each protocol (the
+ *     consumer's stream passed to __dlpack__(stream=...); the producer's
+ *     stream of __cuda_array_interface__ v3 returned for the consumer to
+ *     wait for); refused otherwise (NotImplementedError without CUDA);
  *  3. host arrays that only speak DLPack (torch CPU tensors): the capsule
  *     from __dlpack__() is taken, renamed "used_..." as the protocol asks,
  *     and its deleter is called on release.
@@ -260,6 +263,27 @@ static int from_cai(PyObject *cai, const char *arg, unsigned flags, ext_array *a
         PyErr_Format(PyExc_ValueError, "%s: masked device arrays are not accepted", arg);
         return -1;
     }
+    /* Version 3: the stream the producer's writes are ordered on (absent
+     * or None: nothing to wait for; 0 is disallowed as ambiguous). */
+    {
+        PyObject *stream = PyDict_GetItemString(cai, "stream");
+        if (stream && stream != Py_None) {
+            unsigned long long h;
+            if (!PyLong_Check(stream))
+                goto bad;
+            h = PyLong_AsUnsignedLongLong(stream);
+            if (h == (unsigned long long)-1 && PyErr_Occurred())
+                return -1;
+            if (h == 0) {
+                PyErr_Format(PyExc_ValueError, "%s: __cuda_array_interface__ stream 0 is "
+                             "disallowed by the interface (ambiguous): use 1 for the legacy "
+                             "default stream", arg);
+                return -1;
+            }
+            a->has_sync_stream = 1;
+            a->sync_stream = (uintptr_t)h;
+        }
+    }
     ptr = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(data, 0));
     if (ptr == (unsigned long long)-1 && PyErr_Occurred())
         return -1;
@@ -333,7 +357,11 @@ static void dl_delete(void *managed, int versioned)
     }
 }
 
-static int from_dlpack(PyObject *obj, const char *arg, unsigned flags, ext_array *a)
+/* Takes obj's DLPack capsule.  `stream` is the consumer's stream handle
+ * for a producer on a CUDA device (1 for the legacy default stream), or 0
+ * to pass none (host memory). */
+static int from_dlpack(PyObject *obj, const char *arg, unsigned flags, uintptr_t stream,
+                       ext_array *a)
 {
     PyObject *m = NULL, *cap = NULL, *kw = NULL, *args = NULL;
     dl_tensor *t;
@@ -348,15 +376,28 @@ static int from_dlpack(PyObject *obj, const char *arg, unsigned flags, ext_array
         return -1;
     }
     /* Ask for a versioned capsule (it says whether the memory is
-     * read-only); producers older than DLPack 1.0 reject the keyword. */
+     * read-only); producers older than DLPack 1.0 reject the keyword.  A
+     * device producer also gets the consumer's stream, on which it makes
+     * its pending writes visible. */
     args = PyTuple_New(0);
-    kw = Py_BuildValue("{s:(ii)}", "max_version", 1, 0);
+    kw = stream ? Py_BuildValue("{s:(ii),s:K}", "max_version", 1, 0, "stream",
+                                (unsigned long long)stream)
+                : Py_BuildValue("{s:(ii)}", "max_version", 1, 0);
     if (!args || !kw)
         goto fail;
     cap = PyObject_Call(m, args, kw);
     if (!cap && PyErr_ExceptionMatches(PyExc_TypeError)) {
         PyErr_Clear();
-        cap = PyObject_CallNoArgs(m);
+        Py_CLEAR(kw);
+        if (stream) {
+            if (!(kw = Py_BuildValue("{s:K}", "stream", (unsigned long long)stream)))
+                goto fail;
+            cap = PyObject_Call(m, args, kw);
+        }
+        if (!stream || (!cap && PyErr_ExceptionMatches(PyExc_TypeError))) {
+            PyErr_Clear(); /* a producer that knows no keywords */
+            cap = PyObject_CallNoArgs(m);
+        }
     }
     if (!cap && PyErr_ExceptionMatches(PyExc_BufferError))
         /* The producer cannot export it (e.g. numpy refuses a read-only
@@ -480,7 +521,14 @@ fail_held:
 
 int ext_array_get(PyObject *obj, const char *arg, unsigned flags, ext_array *a)
 {
+    return ext_array_get_gpu(obj, arg, flags, NULL, a);
+}
+
+int ext_array_get_gpu(PyObject *obj, const char *arg, unsigned flags, PyObject *stream,
+                      ext_array *a)
+{
     PyObject *cai;
+    uintptr_t dl_stream = 0;
     int dev, r;
 
     memset(a, 0, sizeof *a);
@@ -513,11 +561,22 @@ int ext_array_get(PyObject *obj, const char *arg, unsigned flags, ext_array *a)
     r = dlpack_device(obj, arg, &dev);
     if (r < 0)
         return -1;
-    if (r > 0 && (dev == DL_CUDA || dev == DL_CUDA_MANAGED) && !(flags & EXT_DEVICE_OK)) {
-        device_refusal(arg, "DLPack", flags);
-        return -1;
+    if (r > 0 && (dev == DL_CUDA || dev == DL_CUDA_MANAGED)) {
+        if (!(flags & EXT_DEVICE_OK)) {
+            device_refusal(arg, "DLPack", flags);
+            return -1;
+        }
+#ifdef ENGRAMSTORE_HAVE_CUDA
+        {
+            void *h;
+            if (ext_cuda_stream(stream, &h) < 0)
+                return -1;
+            dl_stream = h ? (uintptr_t)h : 1; /* 1: the legacy default stream */
+        }
+#endif
     }
-    return from_dlpack(obj, arg, flags, a);
+    (void)stream;
+    return from_dlpack(obj, arg, flags, dl_stream, a);
 }
 
 void ext_array_release(ext_array *a)

@@ -40,6 +40,7 @@ typedef struct plan_entry {
 
 struct ext_cuda {
     engram_cuda_ctx *ctx;
+    cudaEvent_t ev;    /* orders a lookup after a producer's stream */
     plan_entry *plans; /* [nplans], read and changed with the GIL held */
     size_t nplans, cap;
     size_t last; /* the entry of the last lookup, tried first */
@@ -106,6 +107,15 @@ static int cuda_get(ext_cuda **slot, engram_store *st, ext_cuda_error *err)
         engram_cuda_close(ctx);
         err->nomem = 1;
         return -ENOMEM;
+    }
+    /* On the current device, the one engram_cuda_open() took. */
+    if ((rc = cudaEventCreateWithFlags(&c->ev, cudaEventDisableTiming)) != cudaSuccess) {
+        (void)cudaGetLastError();
+        engram_cuda_close(ctx);
+        free(c);
+        err->cuda = rc;
+        err->doing = "creating an event";
+        return -EIO;
     }
     c->ctx = ctx;
     *slot = c;
@@ -190,8 +200,45 @@ nomem:
     return -ENOMEM;
 }
 
+/* Makes `consumer` wait for the work enqueued so far on `producer` (a
+ * __cuda_array_interface__ v3 stream: 1 legacy, 2 per-thread, else a
+ * handle).  The GIL is held, so the one event is not shared meanwhile. */
+static int order_after(ext_cuda *c, uintptr_t producer, cudaStream_t consumer,
+                       ext_cuda_error *err)
+{
+    cudaStream_t p = producer == 1   ? cudaStreamLegacy
+                     : producer == 2 ? cudaStreamPerThread
+                                     : (cudaStream_t)producer;
+    cudaStream_t q = consumer ? consumer : cudaStreamLegacy;
+    enum cudaStreamCaptureStatus cq = cudaStreamCaptureStatusNone, cp = cudaStreamCaptureStatusNone;
+    cudaError_t e;
+    if (p == q)
+        return 0;
+    /* While the consumer is captured into a graph, a producer outside the
+     * capture made its data before the capture began: there is nothing
+     * to order within the graph (and waiting for an event recorded
+     * outside a capture is not allowed in it). */
+    if ((e = cudaStreamIsCapturing(q, &cq)) != cudaSuccess)
+        goto fail;
+    if (cq != cudaStreamCaptureStatusNone) {
+        if ((e = cudaStreamIsCapturing(p, &cp)) != cudaSuccess)
+            goto fail;
+        if (cp == cudaStreamCaptureStatusNone)
+            return 0;
+    }
+    if ((e = cudaEventRecord(c->ev, p)) != cudaSuccess ||
+        (e = cudaStreamWaitEvent(q, c->ev, 0)) != cudaSuccess)
+        goto fail;
+    return 0;
+fail:
+    (void)cudaGetLastError();
+    err->cuda = e;
+    err->doing = "ordering the lookup after an array's __cuda_array_interface__ stream";
+    return -EIO;
+}
+
 int ext_cuda_lookup(ext_cuda **slot, engram_store *st, const engram_lookup_args *a,
-                    void *stream_handle, ext_cuda_error *err)
+                    void *stream_handle, const uintptr_t *wait, int nwait, ext_cuda_error *err)
 {
     engram_cuda_lookup_args ca = ENGRAM_CUDA_LOOKUP_ARGS_INIT;
     engram_cuda_plan *plan;
@@ -208,6 +255,9 @@ int ext_cuda_lookup(ext_cuda **slot, engram_store *st, const engram_lookup_args 
         err->row_bytes = engram_cuda_plan_out_row_bytes(plan);
         return ENGRAM_ELAYOUT;
     }
+    for (int i = 0; i < nwait; i++)
+        if ((rc = order_after(*slot, wait[i], stream, err)) < 0)
+            return rc;
     ca.flags = a->flags;
     ca.num_tokens = a->num_tokens;
     ca.ids = a->ids;
@@ -227,6 +277,9 @@ PyObject *ext_cuda_raise(int rc, const ext_cuda_error *err, size_t row_bytes)
 {
     if (err->nomem)
         return PyErr_NoMemory();
+    if (err->cuda)
+        return ext_raise_cls(ext_exc_for(rc), rc, "%s: %s", err->doing,
+                             cudaGetErrorString((cudaError_t)err->cuda));
     if (err->row_bytes) {
         PyErr_Format(PyExc_ValueError, "out: rows of %zu bytes, but the tables' rows are %zu",
                      row_bytes, err->row_bytes);
@@ -258,9 +311,13 @@ void ext_cuda_close(ext_cuda *c)
         int prev = 0;
         if (cudaGetDevice(&prev) == cudaSuccess && cudaSetDevice(stats.device) == cudaSuccess) {
             (void)cudaDeviceSynchronize();
+            (void)cudaEventDestroy(c->ev);
+            c->ev = NULL;
             (void)cudaSetDevice(prev);
         }
     }
+    if (c->ev)
+        (void)cudaEventDestroy(c->ev);
     engram_cuda_close(c->ctx); /* destroys the plans too */
     Py_END_ALLOW_THREADS
     for (size_t i = 0; i < c->nplans; i++)

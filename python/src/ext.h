@@ -63,6 +63,11 @@ typedef struct ext_array {
     PyObject *dl_capsule;  /* the capsule, renamed "used_..." once taken */
     void *dl_managed;      /* DLManagedTensor[Versioned] * */
     int dl_versioned;
+    /* __cuda_array_interface__ v3 "stream": the producer's stream, which
+     * the consumer must order its work after (1: the legacy default
+     * stream, 2: the per-thread default stream, else a cudaStream_t). */
+    int has_sync_stream;
+    uintptr_t sync_stream;
 } ext_array;
 
 #define EXT_DEVICE_HOST 0
@@ -80,6 +85,13 @@ typedef struct ext_array {
  * it raises TypeError, or NotImplementedError in a build without CUDA.
  * Returns 0, or -1 with an exception set (and nothing held). */
 int ext_array_get(PyObject *obj, const char *arg, unsigned flags, ext_array *a);
+/* ext_array_get() with the consumer's stream argument (`stream`, as given
+ * to lookup(); NULL or None: the legacy default stream), which a DLPack
+ * producer on a CUDA device is passed as __dlpack__(stream=...) so that
+ * it orders its pending writes before the consumer's work.  A
+ * __cuda_array_interface__ v3 "stream" is returned in a->sync_stream. */
+int ext_array_get_gpu(PyObject *obj, const char *arg, unsigned flags, PyObject *stream,
+                      ext_array *a);
 
 /* Releases what ext_array_get() took.  Safe on a zeroed or released array. */
 void ext_array_release(ext_array *a);
@@ -115,16 +127,20 @@ typedef struct ext_cuda_error {
     const char *what; /* prefix of the library's message, or NULL */
     size_t row_bytes; /* nonzero: the plan's output rows, not a->row_bytes */
     int nomem;
+    int cuda;          /* nonzero: this CUDA runtime error, while ... */
+    const char *doing; /* ... doing this */
 } ext_cuda_error;
 /* Enqueues lookup `a` (ids and out in device memory) on `stream` (from
- * ext_cuda_stream()), creating the store's CUDA context in *slot and the
- * plan of a's tables and offsets on first use.  Called with the GIL held
+ * ext_cuda_stream()), after the work already enqueued on each of the
+ * nwait producer streams `wait` (ext_array.sync_stream values), creating
+ * the store's CUDA context in *slot and the plan of a's tables and offsets
+ * on first use.  Called with the GIL held
  * and the store entered; releases the GIL around library calls and
  * creates no Python object (see cuda.c).  0, or an engram error code with
  * *err (zeroed by the caller) filled in: raise it with ext_cuda_raise()
  * once the store is left. */
 int ext_cuda_lookup(ext_cuda **slot, engram_store *st, const engram_lookup_args *a,
-                    void *stream, ext_cuda_error *err);
+                    void *stream, const uintptr_t *wait, int nwait, ext_cuda_error *err);
 /* Raises the error of a failed ext_cuda_lookup() of rows of row_bytes;
  * returns NULL. */
 PyObject *ext_cuda_raise(int rc, const ext_cuda_error *err, size_t row_bytes);

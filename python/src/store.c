@@ -468,7 +468,7 @@ static PyObject *do_lookup(StoreObject *s, const lookup_in *in)
 resolved:
 
     /* ids: [T, K] (or [B, L, H]) of int32 or int64. */
-    if (ext_array_get(in->ids, in->ids_arg, EXT_DEVICE_OK, &ids) < 0)
+    if (ext_array_get_gpu(in->ids, in->ids_arg, EXT_DEVICE_OK, in->stream, &ids) < 0)
         goto out;
     if (ids.kind != EXT_KIND_INT || (ids.itemsize != 4 && ids.itemsize != 8)) {
         PyErr_Format(PyExc_TypeError, "%s: expected int32 or int64, got %s", in->ids_arg,
@@ -500,7 +500,8 @@ resolved:
         goto out;
 
     /* out: [T, K, R] (or [B, L, H, R]) of uint8, writable, rows contiguous. */
-    if (ext_array_get(in->out, in->out_arg, EXT_WRITABLE | EXT_DEVICE_OK, &out) < 0)
+    if (ext_array_get_gpu(in->out, in->out_arg, EXT_WRITABLE | EXT_DEVICE_OK, in->stream, &out) <
+        0)
         goto out;
     if (ids.device != out.device) {
         PyErr_Format(PyExc_ValueError, "%s and %s: both must be host arrays or both GPU arrays "
@@ -605,10 +606,16 @@ resolved:
 #ifdef ENGRAMSTORE_HAVE_CUDA
     if (out.device == EXT_DEVICE_CUDA) {
         void *stream;
-        ext_cuda_error cerr = {NULL, 0, 0};
+        ext_cuda_error cerr = {NULL, 0, 0, 0, NULL};
+        uintptr_t wait[2];
+        int nwait = 0;
+        if (ids.has_sync_stream)
+            wait[nwait++] = ids.sync_stream;
+        if (out.has_sync_stream)
+            wait[nwait++] = out.sync_stream;
         if (ext_cuda_stream(in->stream, &stream) < 0 || enter(s) < 0)
             goto out;
-        rc = ext_cuda_lookup(&s->cuda, s->st, &a, stream, &cerr);
+        rc = ext_cuda_lookup(&s->cuda, s->st, &a, stream, wait, nwait, &cerr);
         leave(s);
         if (rc == 0)
             ret = Py_NewRef(Py_None);

@@ -620,6 +620,16 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags)
     return enqueue(s, [=]() { drain(w, at); });
 }
 
+cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus *status)
+{
+    API("cudaStreamIsCapturing");
+    CUstream_st *st = S(s);
+    if (st == &legacy && capturing)
+        return fail(cudaErrorStreamCaptureImplicit);
+    *status = st->capture ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusNone;
+    return cudaSuccess;
+}
+
 cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode)
 {
     API("cudaStreamBeginCapture");

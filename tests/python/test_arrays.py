@@ -429,6 +429,10 @@ def test_device_arrays_are_checked_before_the_gpu_is_used(ab):
         st.lookup(NAMES, dev((3, 3), "<i8"), ro)
     with pytest.raises(TypeError, match="^stream: expected None, an int stream handle"):
         st.lookup(NAMES, dev((3, 3), "<i8"), dev((3, 3, 264), "|u1"), stream="cuda")
+    zero = dev((3, 3), "<i8")
+    zero.__cuda_array_interface__["stream"] = 0
+    with pytest.raises(ValueError, match="^ids: __cuda_array_interface__ stream 0 is disallowed"):
+        st.lookup(NAMES, zero, dev((3, 3, 264), "|u1"))
     bad = dev((3, 3), "<i8")
     del bad.__cuda_array_interface__["data"]
     with pytest.raises(TypeError, match="^ids: malformed __cuda_array_interface__"):

@@ -161,6 +161,108 @@ def test_gpu_lookup_goes_on_the_given_stream(rt, gst, kind):
     d_ids.free(), d_out.free()
 
 
+@pytest.mark.parametrize("announce", [True, False])
+def test_gpu_lookup_waits_for_the_cai_stream_of_its_arrays(rt, gst, announce):
+    """__cuda_array_interface__ v3 names the stream the producer wrote on;
+    the lookup, on another stream, must wait for it.  (announce=False is
+    the control, meaningful on the emulation only: there the copy has not
+    run when only the lookup's stream is waited for.)"""
+    if not announce and not EMU:
+        pytest.skip("the control needs the emulation's deferred streams")
+    st, rows = gst
+    producer, consumer = ctypes.c_void_p(), ctypes.c_void_p()
+    assert rt.cudaStreamCreateWithFlags(ctypes.byref(producer), 1) == 0
+    assert rt.cudaStreamCreateWithFlags(ctypes.byref(consumer), 1) == 0
+    host_ids = np.array([[5], [6], [7]], np.int64)
+    d_ids = DeviceArray(rt, np.zeros((3, 1), np.int64))
+    d_out = DeviceArray(rt, np.zeros((3, 1, 264), np.uint8))
+    # The producer writes the ids on its own stream.
+    assert rt.cudaMemcpyAsync(d_ids.ptr, host_ids.ctypes.data_as(ctypes.c_void_p),
+                              ctypes.c_size_t(host_ids.nbytes), H2D, producer) == 0
+    if announce:
+        d_ids.__cuda_array_interface__["stream"] = producer.value
+    st.lookup(["a"], d_ids, d_out, stream=consumer.value)
+    assert rt.cudaStreamSynchronize(consumer) == 0
+    want = rows["a"][[5, 6, 7]]
+    if EMU:
+        got = np.frombuffer(ctypes.string_at(d_out.ptr.value, want.nbytes), np.uint8)
+        assert np.array_equal(got.reshape(want.shape), want) == announce
+    if announce:
+        np.testing.assert_array_equal(d_out.numpy()[:, 0], want)
+    assert rt.cudaStreamSynchronize(producer) == 0
+    rt.cudaStreamDestroy(producer), rt.cudaStreamDestroy(consumer)
+    d_ids.free(), d_out.free()
+
+
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+class DLManagedTensor(ctypes.Structure):
+    _fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p),
+                ("deleter", ctypes.c_void_p)]
+
+
+class DLPackDevice:
+    """A device array that speaks only DLPack, as a pre-1.0 producer
+    (legacy "dltensor" capsules, no max_version), on CUDA device 0.
+    Records the stream of each __dlpack__ call."""
+
+    def __init__(self, d: DeviceArray):
+        self.d, self.streams, self.keep = d, [], []
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+    def __dlpack__(self, stream=None):
+        self.streams.append(stream)
+        shape = (ctypes.c_int64 * len(self.d.base_shape))(*self.d.base_shape)
+        m = DLManagedTensor()
+        m.dl_tensor.data = self.d.ptr.value
+        m.dl_tensor.device = DLDevice(2, 0)
+        m.dl_tensor.ndim = len(self.d.base_shape)
+        kind = {"i": 0, "u": 1}[self.d.dtype.kind]
+        m.dl_tensor.dtype = DLDataType(kind, self.d.dtype.itemsize * 8, 1)
+        m.dl_tensor.shape = shape
+        self.keep.append((m, shape))
+        new = ctypes.pythonapi.PyCapsule_New
+        new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p,
+                                                       ctypes.c_void_p]
+        return new(ctypes.addressof(m), b"dltensor", None)
+
+
+def test_gpu_lookup_takes_dlpack_device_arrays_and_passes_its_stream(rt, gst):
+    st, rows = gst
+    ids = np.array([[1, 2], [3, -1]], np.int64)
+    want = np.zeros((2, 2, 264), np.uint8)
+    st.lookup(["a", "b"], ids, want)
+    d_ids, d_out = DeviceArray(rt, ids), DeviceArray(rt, np.zeros((2, 2, 264), np.uint8))
+    dl_ids, dl_out = DLPackDevice(d_ids), DLPackDevice(d_out)
+    stream = ctypes.c_void_p()
+    assert rt.cudaStreamCreateWithFlags(ctypes.byref(stream), 1) == 0
+    st.lookup(["a", "b"], dl_ids, dl_out, stream=stream.value)
+    # The consumer's stream goes to the producer, which orders its writes
+    # before it (DLPack's handshake).
+    assert dl_ids.streams == [stream.value] and dl_out.streams == [stream.value]
+    assert rt.cudaStreamSynchronize(stream) == 0
+    np.testing.assert_array_equal(d_out.numpy(), want)
+    st.lookup(["a", "b"], dl_ids, dl_out)  # the legacy default stream is 1
+    assert dl_ids.streams[-1] == 1 and dl_out.streams[-1] == 1
+    assert rt.cudaDeviceSynchronize() == 0
+    rt.cudaStreamDestroy(stream)
+    d_ids.free(), d_out.free()
+
+
 def test_gpu_bad_id_is_skipped_and_reported(rt, gst):
     st, rows = gst
     ids = np.array([[0], [1000], [7]], np.int64)  # 1000 is outside 'a'
