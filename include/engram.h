@@ -404,6 +404,29 @@ typedef struct engram_lookup_args {
  *           a read) and ENGRAM_ECORRUPT (a file truncated under us). */
 ENGRAM_API int engram_lookup(engram_store *st, const engram_lookup_args *args);
 
+/* The first bad id of a lookup that failed with ENGRAM_EBADID, as numbers
+ * (the id engram_errmsg() names in words). */
+typedef struct engram_bad_id {
+    uint32_t size;         /* sizeof(engram_bad_id) */
+    engram_table_id table; /* tables[k] */
+    uint64_t token;        /* t */
+    uint64_t col;          /* k */
+    int64_t id;            /* ids[t][k] as passed */
+    int64_t offset;        /* offsets[k] (0 without offsets) */
+    uint64_t num_rows;     /* rows of the table */
+} engram_bad_id;
+
+#define ENGRAM_BAD_ID_INIT {sizeof(engram_bad_id), 0u, 0, 0, 0, 0, 0}
+
+/*! engram_last_bad_id() :
+ * After engram_lookup() returned ENGRAM_EBADID on this thread, fills *bad
+ * with that lookup's first bad id (thread-local, like engram_errmsg(): any
+ * later failing call on the thread replaces it).  Lets a caller point at
+ * the id without parsing the message.
+ * @return : 0, -ENOENT if the thread's last failure was not a bad id, or
+ *           -EINVAL if bad is NULL or bad->size is not sizeof *bad. */
+ENGRAM_API int engram_last_bad_id(engram_bad_id *bad);
+
 /* ------------------------------------------------------------------------
  * Statistics.
  */

@@ -36,6 +36,10 @@ ENGRAM_API int engram__err(int code, const char *fmt, ...) __attribute__((format
 ENGRAM_API int engram__errno(int errno_value, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* Records the bad id of the failure just reported with engram__err(), for
+ * engram_last_bad_id(). */
+void engram__set_bad_id(const engram_bad_id *bad);
+
 /* Checks that T x K output rows of R bytes at byte strides (ost, osk) never
  * overlap: the inner dimension's stride must cover a row and the outer
  * one the whole inner extent.  0 or ENGRAM_ELAYOUT with the reason.

@@ -14,6 +14,9 @@
 #include "common.h"
 
 static _Thread_local char errbuf[512];
+/* The bad id of the thread's last failure, if it was one (see verr()). */
+static _Thread_local engram_bad_id last_bad;
+static _Thread_local int last_bad_valid;
 
 const char *engram_version_string(void)
 {
@@ -61,7 +64,24 @@ __attribute__((format(printf, 2, 0))) static int verr(int code, const char *fmt,
     char tmp[sizeof errbuf];
     vsnprintf(tmp, sizeof tmp, fmt, ap);
     memcpy(errbuf, tmp, sizeof errbuf);
+    last_bad_valid = 0; /* a new failure: the record is not its */
     return code;
+}
+
+void engram__set_bad_id(const engram_bad_id *bad)
+{
+    last_bad = *bad;
+    last_bad_valid = 1;
+}
+
+int engram_last_bad_id(engram_bad_id *bad)
+{
+    if (!bad || bad->size != sizeof *bad)
+        return -EINVAL;
+    if (!last_bad_valid)
+        return -ENOENT;
+    *bad = last_bad;
+    return 0;
 }
 
 int engram__err(int code, const char *fmt, ...)

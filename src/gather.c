@@ -314,20 +314,31 @@ static size_t plan_dispatch(const plan *p, size_t begin, size_t end)
     return p->id64 ? plan_range(p, begin, end, 1) : plan_range(p, begin, end, 0);
 }
 
-/* The error for bad id number i of the flattened batch. */
-static int bad_id(const plan *p, size_t i)
+/* The error for bad id number i of the flattened batch of lookup `a`, in
+ * words (engram_errmsg()) and numbers (engram_last_bad_id()). */
+static int bad_id(const plan *p, const engram_lookup_args *a, size_t i)
 {
     size_t t = i / p->K, k = i % p->K;
     const col *c = &p->cols[k];
     int64_t raw = p->id64 ? load_id(p, t, k, 1) : load_id(p, t, k, 0);
+    engram_bad_id b = ENGRAM_BAD_ID_INIT;
     if (c->off)
-        return engram__err(ENGRAM_EBADID,
-                           "ids[%zu][%zu] = %lld minus offset %lld is outside table '%s' "
-                           "(0 <= id - offset < %llu)",
-                           t, k, (long long)raw, (long long)c->off, c->t->name,
-                           (unsigned long long)c->nrows);
-    return engram__err(ENGRAM_EBADID, "ids[%zu][%zu] = %lld is outside table '%s' (0 <= id < %llu)",
-                       t, k, (long long)raw, c->t->name, (unsigned long long)c->nrows);
+        engram__err(ENGRAM_EBADID,
+                    "ids[%zu][%zu] = %lld minus offset %lld is outside table '%s' "
+                    "(0 <= id - offset < %llu)",
+                    t, k, (long long)raw, (long long)c->off, c->t->name,
+                    (unsigned long long)c->nrows);
+    else
+        engram__err(ENGRAM_EBADID, "ids[%zu][%zu] = %lld is outside table '%s' (0 <= id < %llu)",
+                    t, k, (long long)raw, c->t->name, (unsigned long long)c->nrows);
+    b.col = k;
+    b.token = t;
+    b.id = raw;
+    b.offset = (int64_t)c->off;
+    b.num_rows = c->nrows;
+    b.table = a->tables[k];
+    engram__set_bad_id(&b);
+    return ENGRAM_EBADID;
 }
 
 /* A split plan: each part plans its rows and lowers `first_bad` to the
@@ -469,14 +480,14 @@ int engram_lookup(engram_store *st, const engram_lookup_args *a)
             plan_part(&pj, 0, 1); /* pool busy: plan on this thread */
         if (ENGRAM__UNLIKELY(atomic_load_explicit(&pj.first_bad, memory_order_relaxed) !=
                              SIZE_MAX)) {
-            err = bad_id(&p, atomic_load_explicit(&pj.first_bad, memory_order_relaxed));
+            err = bad_id(&p, a, atomic_load_explicit(&pj.first_bad, memory_order_relaxed));
             goto fail;
         }
         par = engram__pool_run(st->pool, copy_part, &p, parts) == 0;
     } else {
         size_t bad = plan_dispatch(&p, 0, rows);
         if (ENGRAM__UNLIKELY(bad != SIZE_MAX)) {
-            err = bad_id(&p, bad);
+            err = bad_id(&p, a, bad);
             goto fail;
         }
     }

@@ -659,6 +659,18 @@ static void bad_id_case(lk_call *c, int64_t *ids64, int32_t *ids32, size_t bt, s
                 tu_current_case, line, pos, val, c->tabs[bk]->name, m);
         tu_fail_exit();
     }
+    /* The same id as numbers. */
+    {
+        engram_bad_id b = ENGRAM_BAD_ID_INIT;
+        int64_t v = c->id_type == ENGRAM_ID_INT64 ? value : (int64_t)(int32_t)value;
+        ASSERT_OK(engram_last_bad_id(&b));
+        ASSERT_EQ_U64(b.token, bt);
+        ASSERT_EQ_U64(b.col, bk);
+        ASSERT_EQ(b.id, v);
+        ASSERT_EQ(b.offset, c->offsets ? c->offsets[bk] : 0);
+        ASSERT_EQ_U64(b.num_rows, c->tabs[bk]->nrows);
+        ASSERT_EQ(b.table, c->tabs[bk]->id[cur_store]);
+    }
     if (c->id_type == ENGRAM_ID_INT64)
         ids64[bt * c->K + bk] = saved64;
     else
@@ -728,6 +740,33 @@ static void bad_ids_body(void)
     ids32[0] = 0;
     ids32[1] = 0;
     CHECK(&c);
+
+    /* With an offset: the record carries it, and the id as passed. */
+    {
+        int64_t offs[K] = {0, 5, 0};
+        c.id_type = ENGRAM_ID_INT64;
+        c.ids = ids64;
+        c.offsets = offs;
+        for (int t = 0; t < T; t++)
+            ids64[t * K + 1] += 5;
+        CHECK(&c);
+        bad_id_case(&c, ids64, NULL, 2, 1, 4, __LINE__); /* 4 - 5 wraps around */
+        for (int t = 0; t < T; t++)
+            ids64[t * K + 1] -= 5;
+        c.offsets = NULL;
+    }
+
+    /* Any later failure replaces the record; bad arguments are refused. */
+    {
+        engram_bad_id b = ENGRAM_BAD_ID_INIT;
+        c.id_type = 3;
+        CHECK_FAILS(&c, ENGRAM_ELAYOUT);
+        ASSERT_ERR(engram_last_bad_id(&b), -ENOENT);
+        ASSERT_ERR(engram_last_bad_id(NULL), -EINVAL);
+        b.size = 8;
+        ASSERT_ERR(engram_last_bad_id(&b), -EINVAL);
+        c.id_type = ENGRAM_ID_INT64;
+    }
 }
 
 static void test_bad_ids(void)

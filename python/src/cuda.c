@@ -288,13 +288,13 @@ PyObject *ext_cuda_raise(int rc, const ext_cuda_error *err, size_t row_bytes)
     return ext_raise(rc, err->what);
 }
 
-int ext_cuda_check(ext_cuda *c)
+int ext_cuda_check(ext_cuda *c, engram_cuda_report *rep)
 {
     int rc;
     if (!c)
         return 0;
     Py_BEGIN_ALLOW_THREADS
-    rc = engram_cuda_check(c->ctx, NULL);
+    rc = engram_cuda_check(c->ctx, rep);
     Py_END_ALLOW_THREADS
     return rc;
 }

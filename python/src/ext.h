@@ -116,6 +116,7 @@ PyObject *ext_check_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 /* ---- cuda.c (ENGRAMSTORE_HAVE_CUDA builds) ------------------------------ */
 
 typedef struct ext_cuda ext_cuda;
+struct engram_cuda_report;
 
 #ifdef ENGRAMSTORE_HAVE_CUDA
 /* The cudaStream_t named by `stream` (NULL or None: the legacy default
@@ -145,10 +146,10 @@ int ext_cuda_lookup(ext_cuda **slot, engram_store *st, const engram_lookup_args 
  * returns NULL. */
 PyObject *ext_cuda_raise(int rc, const ext_cuda_error *err, size_t row_bytes);
 /* Reads and clears the report of bad ids the GPU skipped since the last
- * check: 0 if there was none (or no context), else ENGRAM_EBADID (or
- * another engram error) with the library's message, to raise with
- * ext_raise() once the store is left.  Creates no Python object. */
-int ext_cuda_check(ext_cuda *c);
+ * check into *rep: 0 if there was none (or no context), else ENGRAM_EBADID
+ * (or another engram error) with the library's message, to raise once the
+ * store is left.  Creates no Python object. */
+int ext_cuda_check(ext_cuda *c, struct engram_cuda_report *rep);
 /* Waits for the context's device, then closes the context and its plans. */
 void ext_cuda_close(ext_cuda *c);
 #endif

@@ -32,6 +32,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#ifdef ENGRAMSTORE_HAVE_CUDA
+#include <engram_cuda.h>
+#endif
+
 #define STACK_COLS 64
 
 typedef struct {
@@ -359,19 +363,61 @@ static int collapse_lead(const ext_array *a, int lead, const char *arg, Py_ssize
     return 0;
 }
 
-/* The library names a bad id by its position in the flattened [T, K] batch,
- * "ids[t][k] = ...".  The layer API's caller passed row_ids [B, L, H]: name
- * the id there, "row_ids[b][l][h] = ...". */
-static void raise_bad_row_id(int rc, const ext_array *ids, const char *arg)
+/* Gives the exception being raised the bad id's `position` (a tuple of
+ * indices into the caller's ids array) and `id` (its value). */
+static void bad_id_attrs(PyObject *position, long long id)
 {
+    PyObject *type, *value, *tb, *v;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    v = PyLong_FromLongLong(id);
+    if (!value || !position || !v || PyObject_SetAttrString(value, "position", position) < 0 ||
+        PyObject_SetAttrString(value, "id", v) < 0) {
+        /* Out of memory: that is the error now. */
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+        Py_XDECREF(position);
+        Py_XDECREF(v);
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
+        return;
+    }
+    Py_DECREF(position);
+    Py_DECREF(v);
+    PyErr_Restore(type, value, tb);
+}
+
+/* Raises BadIdError for a host lookup's first bad id (engram_last_bad_id()).
+ * The library names it by its place in the flattened [T, K] batch,
+ * "ids[t][k] = ..."; the layer API's caller passed row_ids [B, L, H] (lead
+ * 2), so it is named there, "row_ids[b][l][h] = ...", and its `position`
+ * is (b, l, h); else (t, k). */
+static void raise_bad_id(int rc, const ext_array *ids, const char *arg, int lead)
+{
+    engram_bad_id b = ENGRAM_BAD_ID_INIT;
     const char *msg = engram_errmsg();
-    unsigned long long t, k, L = (unsigned long long)ids->shape[1];
-    int n = 0;
-    if (!msg || L == 0 || sscanf(msg, "ids[%llu][%llu]%n", &t, &k, &n) != 2 || n == 0) {
+    unsigned long long t, k, L = lead == 2 ? (unsigned long long)ids->shape[1] : 0;
+    char head[64];
+    int n;
+    if (engram_last_bad_id(&b) != 0) {
         ext_raise(rc, NULL);
         return;
     }
-    ext_raise_cls(ext_exc_for(rc), rc, "%s[%llu][%llu][%llu]%s", arg, t / L, t % L, k, msg + n);
+    t = b.token;
+    k = b.col;
+    n = snprintf(head, sizeof head, "ids[%llu][%llu]", t, k);
+    if (L == 0) {
+        ext_raise(rc, NULL);
+        bad_id_attrs(Py_BuildValue("(KK)", t, k), b.id);
+        return;
+    }
+    if (n > 0 && strncmp(msg, head, (size_t)n) == 0)
+        ext_raise_cls(ext_exc_for(rc), rc, "%s[%llu][%llu][%llu]%s", arg, t / L, t % L, k,
+                      msg + n);
+    else
+        ext_raise(rc, NULL);
+    bad_id_attrs(Py_BuildValue("(KKK)", t / L, t % L, k), b.id);
 }
 
 typedef struct lookup_in {
@@ -630,8 +676,8 @@ resolved:
     rc = engram_lookup(s->st, &a);
     leave(s);
     Py_END_ALLOW_THREADS
-    if (rc == ENGRAM_EBADID && lead == 2)
-        raise_bad_row_id(rc, &ids, in->ids_arg);
+    if (rc == ENGRAM_EBADID)
+        raise_bad_id(rc, &ids, in->ids_arg, lead);
     else if (rc < 0)
         ext_raise(rc, NULL);
     else
@@ -1509,8 +1555,9 @@ PyDoc_STRVAR(cuda_check_doc,
 "GPU lookups cannot raise for a bad id: the kernel skips it (its output row is\n"
 "left untouched) and keeps the first one.  After synchronising with the\n"
 "lookups to check, cuda_check() raises BadIdError naming that id (position,\n"
-"value, table) and clears the report; it returns None if there was none, or if\n"
-"no lookup went to the GPU.");
+"value, table; its attributes position = (token, column) and id) and clears\n"
+"the report; it returns None if there was none, or if no lookup went to the\n"
+"GPU.");
 
 static PyObject *Store_cuda_check(StoreObject *s, PyObject *unused)
 {
@@ -1519,11 +1566,19 @@ static PyObject *Store_cuda_check(StoreObject *s, PyObject *unused)
     {
         /* Entered: close() must not free the context while the check,
          * the GIL released, reads it. */
+        engram_cuda_report rep = ENGRAM_CUDA_REPORT_INIT;
         int rc;
         if (enter(s) < 0)
             return NULL;
-        rc = ext_cuda_check(s->cuda);
+        rc = ext_cuda_check(s->cuda, &rep);
         leave(s);
+        if (rc == ENGRAM_EBADID) {
+            ext_raise(rc, NULL);
+            bad_id_attrs(Py_BuildValue("(KI)", (unsigned long long)rep.first_token,
+                                       (unsigned)rep.first_col),
+                         rep.first_id);
+            return NULL;
+        }
         if (rc < 0)
             return ext_raise(rc, NULL);
         Py_RETURN_NONE;

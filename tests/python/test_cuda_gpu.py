@@ -272,8 +272,9 @@ def test_gpu_bad_id_is_skipped_and_reported(rt, gst):
     np.testing.assert_array_equal(got[0, 0], rows["a"][0])
     assert (got[1, 0] == 0x5A).all()  # skipped: untouched
     np.testing.assert_array_equal(got[2, 0], rows["a"][7])
-    with pytest.raises(engramstore.BadIdError, match="1000"):
+    with pytest.raises(engramstore.BadIdError, match="1000") as ei:
         st.cuda_check()
+    assert (ei.value.position, ei.value.id) == ((1, 0), 1000)
     assert st.cuda_check() is None  # read and cleared
     d_ids.free(), d_out.free()
 

@@ -375,11 +375,13 @@ def test_bad_row_id_in_layer_lookup(populated):
         t.lookup_into(1, row_ids, out)
     assert str(ei.value) == ("row_ids[1][2][1] = 19 is outside table 'engram:l1:h1' "
                              "(0 <= id < 19)")
+    assert (ei.value.position, ei.value.id) == ((1, 2, 1), 19)
     assert ei.value.errno == engramstore.EBADID
     assert (out == SENTINEL).all()
     row_ids[1, 2, 1] = -5
-    with pytest.raises(engramstore.BadIdError, match=r"^row_ids\[1\]\[2\]\[1\] = -5 "):
+    with pytest.raises(engramstore.BadIdError, match=r"^row_ids\[1\]\[2\]\[1\] = -5 ") as ei:
         t.lookup_into(1, row_ids.astype(np.int32), out)
+    assert (ei.value.position, ei.value.id) == ((1, 2, 1), -5)
     assert (out == SENTINEL).all()
 
 

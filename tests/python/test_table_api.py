@@ -125,6 +125,7 @@ def test_offset_that_makes_an_id_negative_is_bad(ab):
     with pytest.raises(engramstore.BadIdError, match=r"ids\[0\]\[0\] = 99") as ei:
         st.lookup(NAMES, ids, out, offsets=np.array([100, 0, 0], np.int64))
     assert ei.value.errno == engramstore.EBADID
+    assert (ei.value.position, ei.value.id) == ((0, 0), 99)  # the id as passed
     assert (out == SENTINEL).all()
 
 
@@ -135,6 +136,7 @@ def test_bad_id_message_and_output_untouched(ab):
     with pytest.raises(engramstore.BadIdError) as ei:
         st.lookup(NAMES, ids, out)
     assert str(ei.value) == "ids[2][1] = 19 is outside table 'b' (0 <= id < 19)"
+    assert (ei.value.position, ei.value.id) == ((2, 1), 19)
     assert isinstance(ei.value, IndexError)
     assert ei.value.errno == engramstore.EBADID
     assert (out == SENTINEL).all()
@@ -148,8 +150,9 @@ def test_bad_ids_of_every_kind(ab, bad, pos):
     ids[pos] = bad
     out = sentinel((2, 3, 264))
     with pytest.raises(engramstore.BadIdError,
-                       match=re.escape(f"ids[{pos[0]}][{pos[1]}] = {bad} is outside")):
+                       match=re.escape(f"ids[{pos[0]}][{pos[1]}] = {bad} is outside")) as ei:
         st.lookup(NAMES, ids, out)
+    assert (ei.value.position, ei.value.id) == (pos, bad)
     assert (out == SENTINEL).all()
 
 
@@ -160,8 +163,9 @@ def test_bad_id_in_a_large_batch_leaves_everything_untouched(ab):
     ids = rng.integers(0, 17, (T, 3)).astype(np.int32)
     ids[T - 1, 2] = 17
     out = sentinel((T, 3, 264))
-    with pytest.raises(engramstore.BadIdError, match=rf"ids\[{T - 1}\]\[2\] = 17"):
+    with pytest.raises(engramstore.BadIdError, match=rf"ids\[{T - 1}\]\[2\] = 17") as ei:
         st.lookup(NAMES, ids, out)
+    assert (ei.value.position, ei.value.id) == ((T - 1, 2), 17)
     assert (out == SENTINEL).all()
 
 
