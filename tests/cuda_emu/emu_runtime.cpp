@@ -13,8 +13,8 @@
  *    fast a real GPU would have been.  Synchronous calls (cudaMemcpy,
  *    cudaMemset) order with the legacy stream and the blocking streams
  *    only, as on a GPU: a stream created cudaStreamNonBlocking is not
- *    waited for.  cudaMemset is asynchronous to the host on the legacy
- *    stream, as documented for device memory.
+ *    waited for.  cudaMemset, and cudaMemcpy from pageable host memory
+ *    to the device, return before their bytes land, as documented.
  *  - Stream capture records work into a graph instead of queueing it, and
  *    while any capture is running (cudaStreamCaptureModeGlobal) the calls
  *    that a capture forbids (allocation, registration, synchronous copies
@@ -502,13 +502,25 @@ cudaError_t cudaDeviceSynchronize(void)
     return cudaSuccess;
 }
 
+/* As documented ("API synchronization behavior"): a copy from pageable
+ * host memory to the device waits for the legacy stream, stages the bytes
+ * and returns before they land (here: when the legacy stream next runs);
+ * one from pinned memory, or to the host, is complete on return; one
+ * between device buffers does not synchronise with the host at all. */
 cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind k)
 {
     API("cudaMemcpy");
     if (cudaError_t e = capture_forbidden("cudaMemcpy"))
         return e;
     copy_check(d, s, n, k, false);
-    drain_sync(); /* the copy runs on the legacy stream, and the call waits for it */
+    if (k == cudaMemcpyDeviceToDevice)
+        return enqueue(nullptr, [=]() { memcpy(d, s, n); });
+    drain_sync();
+    if (k == cudaMemcpyHostToDevice && !host_visible(s, n)) {
+        std::shared_ptr<std::vector<char>> staged =
+            std::make_shared<std::vector<char>>((const char *)s, (const char *)s + n);
+        return enqueue(nullptr, [=]() { memcpy(d, staged->data(), n); });
+    }
     memcpy(d, s, n);
     return cudaSuccess;
 }

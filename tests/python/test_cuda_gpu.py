@@ -50,6 +50,9 @@ class DeviceArray:
         host = np.ascontiguousarray(host)
         assert rt.cudaMemcpy(self.ptr, host.ctypes.data_as(ctypes.c_void_p),
                              ctypes.c_size_t(host.nbytes), H2D) == 0
+        # From pageable memory, cudaMemcpy may return before the bytes land,
+        # and lookups on non-blocking streams do not wait for it.
+        assert rt.cudaDeviceSynchronize() == 0
         self.base_shape = host.shape
         self.__cuda_array_interface__ = {
             "shape": tuple(shape or host.shape), "typestr": host.dtype.str,
