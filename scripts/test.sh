@@ -47,9 +47,10 @@ asan_pytest() {
 asan_pytest build/asan build/asan/pkg .
 # The GPU tests against the same extension over the emulated CUDA runtime
 # (tests/cuda_emu), where that build has it (a C++ compiler and the CUDA
-# headers): the GPU lookup path of the package without a GPU.
+# headers): the GPU lookup path of the package without a GPU, with two
+# emulated GPUs so that arrays on another GPU than the current one are met.
 if ls build/asan/emu/_engram*.so >/dev/null 2>&1; then
-  ENGRAM_TEST_CUDA_EMU=1 asan_pytest build/asan/emu build/asan/pkg-emu test_cuda_gpu.py
+  ENGRAM_EMU_DEVICES=2 ENGRAM_TEST_CUDA_EMU=1 asan_pytest build/asan/emu build/asan/pkg-emu test_cuda_gpu.py
 fi
 
 # Then the package as users get it: pip install . (with CUDA where nvcc is).

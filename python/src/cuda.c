@@ -20,6 +20,8 @@
 
 #include <cuda_runtime_api.h>
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,10 +31,15 @@
  * for this many tokens, or the first lookup's count if larger. */
 #define HOST_PATH_TOKENS 16384
 
-/* A plan and the (tables, offsets) it was made for. */
+/* A plan and the (tables, offsets) it was made for.  A plan whose host
+ * path (tables without a base address) stages rows per plan serves one
+ * stream only: lookups on two streams would share its staging unordered
+ * (engram_cuda.h), so it is made per stream. */
 typedef struct plan_entry {
     size_t K;
     int has_offsets;
+    int per_stream;
+    cudaStream_t stream; /* per_stream: the stream it serves */
     engram_table_id *tables; /* [K] */
     int64_t *offsets;        /* [K] or NULL */
     engram_cuda_plan *plan;
@@ -40,11 +47,39 @@ typedef struct plan_entry {
 
 struct ext_cuda {
     engram_cuda_ctx *ctx;
+    engram_store *st;
+    int device;        /* the context's: every lookup runs there */
     cudaEvent_t ev;    /* orders a lookup after a producer's stream */
     plan_entry *plans; /* [nplans], read and changed with the GIL held */
     size_t nplans, cap;
     size_t last; /* the entry of the last lookup, tried first */
 };
+
+/* Our own refusal, raised once the store is left (as ValueError with code
+ * 0, else as the exception of `code`). */
+static int refuse(ext_cuda_error *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int refuse(ext_cuda_error *err, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    va_end(ap);
+    err->code = code;
+    return code ? code : -EINVAL;
+}
+
+/* 1 if work enqueued on `s` now would go into a graph being captured (or,
+ * for the legacy stream, break another stream's capture). */
+static int capturing(cudaStream_t s)
+{
+    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(s ? s : cudaStreamLegacy, &cs) != cudaSuccess) {
+        (void)cudaGetLastError(); /* cudaErrorStreamCaptureImplicit */
+        return 1;
+    }
+    return cs != cudaStreamCaptureStatusNone;
+}
 
 /* A stream argument: None (the legacy default stream), an int handle, an
  * object with `cuda_stream` (torch.cuda.Stream) or __cuda_stream__()
@@ -85,13 +120,20 @@ int ext_cuda_stream(PyObject *obj, void **out)
     return 0;
 }
 
-static int cuda_get(ext_cuda **slot, engram_store *st, ext_cuda_error *err)
+static const char warm_up[] =
+    "runs before any capture: it registers the tables with the GPU and uploads descriptors, "
+    "which a capture forbids (do one such lookup on this stream first)";
+
+static int cuda_get(ext_cuda **slot, engram_store *st, cudaStream_t stream, ext_cuda_error *err)
 {
     engram_cuda_ctx *ctx = NULL;
+    engram_cuda_stats stats = ENGRAM_CUDA_STATS_INIT;
     ext_cuda *c;
     int rc;
     if (*slot)
         return 0;
+    if (capturing(stream))
+        return refuse(err, ENGRAM_ESTATE, "the store's first GPU lookup %s", warm_up);
     Py_BEGIN_ALLOW_THREADS
     rc = engram_cuda_open(st, NULL, &ctx);
     Py_END_ALLOW_THREADS
@@ -117,24 +159,28 @@ static int cuda_get(ext_cuda **slot, engram_store *st, ext_cuda_error *err)
         err->doing = "creating an event";
         return -EIO;
     }
+    (void)engram_cuda_get_stats(ctx, &stats);
     c->ctx = ctx;
+    c->st = st;
+    c->device = stats.device;
     *slot = c;
     return 0;
 }
 
-static int entry_matches(const plan_entry *e, const engram_lookup_args *a)
+static int entry_matches(const plan_entry *e, const engram_lookup_args *a, cudaStream_t s)
 {
     return e->K == a->num_cols && e->has_offsets == (a->offsets != NULL) &&
+           (!e->per_stream || e->stream == s) &&
            memcmp(e->tables, a->tables, a->num_cols * sizeof *a->tables) == 0 &&
            (!a->offsets || memcmp(e->offsets, a->offsets, a->num_cols * sizeof(int64_t)) == 0);
 }
 
-static engram_cuda_plan *plan_find(ext_cuda *c, const engram_lookup_args *a)
+static engram_cuda_plan *plan_find(ext_cuda *c, const engram_lookup_args *a, cudaStream_t s)
 {
-    if (c->last < c->nplans && entry_matches(&c->plans[c->last], a))
+    if (c->last < c->nplans && entry_matches(&c->plans[c->last], a, s))
         return c->plans[c->last].plan;
     for (size_t i = 0; i < c->nplans; i++)
-        if (entry_matches(&c->plans[i], a)) {
+        if (entry_matches(&c->plans[i], a, s)) {
             c->last = i;
             return c->plans[i].plan;
         }
@@ -147,17 +193,22 @@ static void entry_free(plan_entry *e)
     free(e->offsets);
 }
 
-static int plan_get(ext_cuda *c, const engram_lookup_args *a, engram_cuda_plan **out,
-                    ext_cuda_error *err)
+static int plan_get(ext_cuda *c, const engram_lookup_args *a, cudaStream_t stream,
+                    engram_cuda_plan **out, ext_cuda_error *err)
 {
     size_t K = a->num_cols;
     engram_cuda_plan_args pa = ENGRAM_CUDA_PLAN_ARGS_INIT;
     engram_cuda_plan *plan = NULL, *other;
-    plan_entry e = {K, a->offsets != NULL, NULL, NULL, NULL};
+    plan_entry e = {K, a->offsets != NULL, 0, stream, NULL, NULL, NULL};
     int rc;
 
-    if ((*out = plan_find(c, a)) != NULL)
+    if ((*out = plan_find(c, a, stream)) != NULL)
         return 0;
+    if (capturing(stream))
+        return refuse(err, ENGRAM_ESTATE, "the first GPU lookup of these tables and offsets %s",
+                      warm_up);
+    for (size_t k = 0; k < K && !e.per_stream; k++)
+        e.per_stream = engram_table_memory(c->st, a->tables[k], NULL, NULL) == -ENOTSUP;
     pa.num_cols = K;
     pa.tables = a->tables;
     pa.offsets = a->offsets;
@@ -169,7 +220,7 @@ static int plan_get(ext_cuda *c, const engram_lookup_args *a, engram_cuda_plan *
         err->what = "CUDA plan";
         return rc;
     }
-    if ((other = plan_find(c, a)) != NULL) { /* made by another thread meanwhile */
+    if ((other = plan_find(c, a, stream)) != NULL) { /* made by another thread meanwhile */
         engram_cuda_plan_destroy(plan);
         *out = other;
         return 0;
@@ -217,15 +268,18 @@ static int order_after(ext_cuda *c, uintptr_t producer, cudaStream_t consumer,
     /* While the consumer is captured into a graph, a producer outside the
      * capture made its data before the capture began: there is nothing
      * to order within the graph (and waiting for an event recorded
-     * outside a capture is not allowed in it). */
-    if ((e = cudaStreamIsCapturing(q, &cq)) != cudaSuccess)
-        goto fail;
-    if (cq != cudaStreamCaptureStatusNone) {
-        if ((e = cudaStreamIsCapturing(p, &cp)) != cudaSuccess)
-            goto fail;
-        if (cp == cudaStreamCaptureStatusNone)
-            return 0;
+     * outside a capture is not allowed in it).  The legacy stream cannot
+     * be asked while a blocking stream captures (it answers
+     * cudaErrorStreamCaptureImplicit), and recording on it then would
+     * break that capture: its data is taken as made before. */
+    if ((e = cudaStreamIsCapturing(p, &cp)) == cudaErrorStreamCaptureImplicit) {
+        (void)cudaGetLastError();
+        return 0;
     }
+    if (e != cudaSuccess || (e = cudaStreamIsCapturing(q, &cq)) != cudaSuccess)
+        goto fail;
+    if (cq != cudaStreamCaptureStatusNone && cp == cudaStreamCaptureStatusNone)
+        return 0;
     if ((e = cudaEventRecord(c->ev, p)) != cudaSuccess ||
         (e = cudaStreamWaitEvent(q, c->ev, 0)) != cudaSuccess)
         goto fail;
@@ -237,26 +291,55 @@ fail:
     return -EIO;
 }
 
-int ext_cuda_lookup(ext_cuda **slot, engram_store *st, const engram_lookup_args *a,
-                    void *stream_handle, const uintptr_t *wait, int nwait, ext_cuda_error *err)
+/* The device the arrays of `call` live on, or -1 if they do not say and
+ * this is a single-GPU machine; -2 after a refusal. */
+static int arrays_device(const ext_cuda_call *call, ext_cuda_error *err)
+{
+    int dev[2], n = 0;
+    for (int i = 0; i < 2; i++) {
+        struct cudaPointerAttributes pa;
+        dev[i] = call->device[i];
+        if (dev[i] >= 0)
+            continue;
+        /* __cuda_array_interface__ does not name the device.  Ask where
+         * the memory is, where there is more than one GPU to choose. */
+        if (n == 0 && (cudaGetDeviceCount(&n) != cudaSuccess || n < 2)) {
+            (void)cudaGetLastError();
+            n = 1;
+        }
+        if (n > 1 && cudaPointerGetAttributes(&pa, call->ptr[i]) == cudaSuccess &&
+            (pa.type == cudaMemoryTypeDevice || pa.type == cudaMemoryTypeManaged))
+            dev[i] = pa.device;
+        (void)cudaGetLastError();
+    }
+    if (dev[0] >= 0 && dev[1] >= 0 && dev[0] != dev[1]) {
+        refuse(err, 0, "ids and out: ids are on GPU %d but out is on GPU %d", dev[0], dev[1]);
+        return -2;
+    }
+    return dev[0] >= 0 ? dev[0] : dev[1];
+}
+
+/* The lookup proper, on the context's device (current). */
+static int lookup_here(ext_cuda **slot, engram_store *st, const engram_lookup_args *a,
+                       const ext_cuda_call *call, ext_cuda_error *err)
 {
     engram_cuda_lookup_args ca = ENGRAM_CUDA_LOOKUP_ARGS_INIT;
     engram_cuda_plan *plan;
-    cudaStream_t stream = (cudaStream_t)stream_handle;
+    cudaStream_t stream = (cudaStream_t)call->stream;
     int rc;
 
-    if ((rc = cuda_get(slot, st, err)) < 0)
+    if ((rc = cuda_get(slot, st, stream, err)) < 0)
         return rc;
     if (a->num_tokens == 0 || a->num_cols == 0)
         return 0;
-    if ((rc = plan_get(*slot, a, &plan, err)) < 0)
+    if ((rc = plan_get(*slot, a, stream, &plan, err)) < 0)
         return rc;
     if (engram_cuda_plan_out_row_bytes(plan) != a->row_bytes) {
         err->row_bytes = engram_cuda_plan_out_row_bytes(plan);
         return ENGRAM_ELAYOUT;
     }
-    for (int i = 0; i < nwait; i++)
-        if ((rc = order_after(*slot, wait[i], stream, err)) < 0)
+    for (int i = 0; i < call->nwait; i++)
+        if ((rc = order_after(*slot, call->wait[i], stream, err)) < 0)
             return rc;
     ca.flags = a->flags;
     ca.num_tokens = a->num_tokens;
@@ -273,10 +356,50 @@ int ext_cuda_lookup(ext_cuda **slot, engram_store *st, const engram_lookup_args 
     return rc;
 }
 
+int ext_cuda_lookup(ext_cuda **slot, engram_store *st, const engram_lookup_args *a,
+                    const ext_cuda_call *call, ext_cuda_error *err)
+{
+    int cur = 0, dev, rc;
+    cudaError_t e;
+    if ((e = cudaGetDevice(&cur)) != cudaSuccess) {
+        (void)cudaGetLastError();
+        err->cuda = e;
+        err->doing = "cudaGetDevice";
+        return -ENODEV;
+    }
+    if ((dev = arrays_device(call, err)) == -2)
+        return -EINVAL;
+    if (dev < 0)
+        dev = *slot ? (*slot)->device : cur;
+    if (*slot && (*slot)->device != dev)
+        return refuse(err, 0, "ids and out are on GPU %d, but this store's GPU lookups run on "
+                              "GPU %d, where its first one ran: use one store per GPU",
+                      dev, (*slot)->device);
+    /* A kernel launched on the wrong device would fault on these pointers
+     * (and poison the CUDA context for good): run on theirs. */
+    if (dev != cur && (e = cudaSetDevice(dev)) != cudaSuccess) {
+        (void)cudaGetLastError();
+        err->cuda = e;
+        err->doing = "making the arrays' GPU current";
+        return -EIO;
+    }
+    rc = lookup_here(slot, st, a, call, err);
+    if (dev != cur)
+        (void)cudaSetDevice(cur);
+    return rc;
+}
+
 PyObject *ext_cuda_raise(int rc, const ext_cuda_error *err, size_t row_bytes)
 {
     if (err->nomem)
         return PyErr_NoMemory();
+    if (err->msg[0]) {
+        if (!err->code) {
+            PyErr_SetString(PyExc_ValueError, err->msg);
+            return NULL;
+        }
+        return ext_raise_cls(ext_exc_for(err->code), err->code, "%s", err->msg);
+    }
     if (err->cuda)
         return ext_raise_cls(ext_exc_for(rc), rc, "%s: %s", err->doing,
                              cudaGetErrorString((cudaError_t)err->cuda));

@@ -123,25 +123,36 @@ struct engram_cuda_report;
  * stream, an int handle, or a CUDA stream object).  May run Python code,
  * so call it before entering the store.  0, or -1 with an exception set. */
 int ext_cuda_stream(PyObject *stream, void **handle);
-/* Why ext_cuda_lookup() failed, for ext_cuda_raise(). */
+/* Why ext_cuda_lookup() failed, for ext_cuda_raise() (zero it first). */
 typedef struct ext_cuda_error {
     const char *what; /* prefix of the library's message, or NULL */
     size_t row_bytes; /* nonzero: the plan's output rows, not a->row_bytes */
     int nomem;
     int cuda;          /* nonzero: this CUDA runtime error, while ... */
     const char *doing; /* ... doing this */
+    int code;          /* with msg: 0 for ValueError, else the engram code */
+    char msg[256];     /* nonempty: our own refusal */
 } ext_cuda_error;
-/* Enqueues lookup `a` (ids and out in device memory) on `stream` (from
- * ext_cuda_stream()), after the work already enqueued on each of the
- * nwait producer streams `wait` (ext_array.sync_stream values), creating
- * the store's CUDA context in *slot and the plan of a's tables and offsets
- * on first use.  Called with the GIL held
+
+/* What ext_cuda_lookup() needs besides the lookup. */
+typedef struct ext_cuda_call {
+    void *stream;         /* from ext_cuda_stream() */
+    uintptr_t wait[2];    /* producer streams to order after (ext_array.sync_stream) */
+    int nwait;
+    const void *ptr[2];   /* ids, out: device addresses */
+    int device[2];        /* their GPUs as the arrays said (DLPack), or -1 */
+} ext_cuda_call;
+/* Enqueues lookup `a` (ids and out in device memory) on call->stream,
+ * after the work already enqueued on each producer stream of call->wait,
+ * on the arrays' GPU (made current for the call), creating the store's
+ * CUDA context in *slot and the plan of a's tables and offsets on first
+ * use (refused while the stream is being captured into a graph).  Called with the GIL held
  * and the store entered; releases the GIL around library calls and
  * creates no Python object (see cuda.c).  0, or an engram error code with
  * *err (zeroed by the caller) filled in: raise it with ext_cuda_raise()
  * once the store is left. */
 int ext_cuda_lookup(ext_cuda **slot, engram_store *st, const engram_lookup_args *a,
-                    void *stream, const uintptr_t *wait, int nwait, ext_cuda_error *err);
+                    const ext_cuda_call *call, ext_cuda_error *err);
 /* Raises the error of a failed ext_cuda_lookup() of rows of row_bytes;
  * returns NULL. */
 PyObject *ext_cuda_raise(int rc, const ext_cuda_error *err, size_t row_bytes);

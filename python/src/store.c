@@ -651,17 +651,21 @@ resolved:
 
 #ifdef ENGRAMSTORE_HAVE_CUDA
     if (out.device == EXT_DEVICE_CUDA) {
-        void *stream;
-        ext_cuda_error cerr = {NULL, 0, 0, 0, NULL};
-        uintptr_t wait[2];
-        int nwait = 0;
+        ext_cuda_error cerr;
+        ext_cuda_call call;
+        memset(&cerr, 0, sizeof cerr);
+        memset(&call, 0, sizeof call);
         if (ids.has_sync_stream)
-            wait[nwait++] = ids.sync_stream;
+            call.wait[call.nwait++] = ids.sync_stream;
         if (out.has_sync_stream)
-            wait[nwait++] = out.sync_stream;
-        if (ext_cuda_stream(in->stream, &stream) < 0 || enter(s) < 0)
+            call.wait[call.nwait++] = out.sync_stream;
+        call.ptr[0] = ids.data;
+        call.ptr[1] = out.data;
+        call.device[0] = ids.device_id;
+        call.device[1] = out.device_id;
+        if (ext_cuda_stream(in->stream, &call.stream) < 0 || enter(s) < 0)
             goto out;
-        rc = ext_cuda_lookup(&s->cuda, s->st, &a, stream, wait, nwait, &cerr);
+        rc = ext_cuda_lookup(&s->cuda, s->st, &a, &call, &cerr);
         leave(s);
         if (rc == 0)
             ret = Py_NewRef(Py_None);

@@ -28,8 +28,12 @@
  *    overlap a registered one, like the driver.
  *
  * The device pointer of host memory is the host pointer (UVA).  There is
- * one device with 4 SMs of 2048 threads, so grids stay small.  Threads of
- * a kernel run one after another, so nothing here finds a data race.
+ * one device with 4 SMs of 2048 threads, so grids stay small, or
+ * ENGRAM_EMU_DEVICES of them: each thread has a current device, memory
+ * from cudaMalloc belongs to the device current then, and a kernel that
+ * loads another device's memory aborts (on a GPU without peer access, a
+ * fault that poisons the context).  Threads of a kernel run one after
+ * another, so nothing here finds a data race.
  */
 #include <cuda_runtime_api.h>
 
@@ -78,6 +82,16 @@ int capturing;           /* streams in capture */
 int in_host_fn;
 cudaError_t last_error;
 std::map<uintptr_t, size_t> dev_mem, pinned_mem, registered;
+std::map<uintptr_t, int> dev_mem_device; /* the device of each dev_mem block */
+thread_local int current_device;
+int running_device = -1; /* the device of the kernel being run, or -1 */
+
+int devices()
+{
+    static int n = getenv("ENGRAM_EMU_DEVICES") ? atoi(getenv("ENGRAM_EMU_DEVICES")) : 1;
+    return n > 0 ? n : 1;
+}
+
 
 /* Every entry point takes the lock and refuses calls from host functions. */
 struct api_call {
@@ -186,6 +200,15 @@ bool visible(const void *p, size_t n)
     return within(dev_mem, p, n) || host_visible(p, n);
 }
 
+/* The device of the cudaMalloc block holding p, or -1. */
+int device_of(const void *p)
+{
+    auto it = dev_mem_device.upper_bound(reinterpret_cast<uintptr_t>(p));
+    if (it == dev_mem_device.begin() || !within(dev_mem, p, 1))
+        return -1;
+    return (--it)->second;
+}
+
 void need_visible(const void *p, size_t n, const char *what)
 {
     if (n && !visible(p, n)) {
@@ -248,7 +271,15 @@ unsigned coprime_step(unsigned n, uint64_t r)
 bool emu_device_visible(const void *p, size_t n)
 {
     std::lock_guard<std::recursive_mutex> g(mu);
-    return visible(p, n);
+    int d;
+    if (!visible(p, n))
+        return false;
+    if (running_device >= 0 && (d = device_of(p)) >= 0 && d != running_device) {
+        fprintf(stderr, "emu: a kernel on device %d loads memory of device %d\n", running_device,
+                d);
+        abort();
+    }
+    return true;
 }
 
 cudaError_t emu_enqueue_kernel(cudaStream_t s, unsigned grid, unsigned block,
@@ -256,6 +287,7 @@ cudaError_t emu_enqueue_kernel(cudaStream_t s, unsigned grid, unsigned block,
 {
     API("a kernel launch");
     std::shared_ptr<void> keep(arg, del);
+    int dev = current_device;
     return enqueue(s, [=]() {
         /* A GPU runs blocks in no set order: take them, and the threads
          * of each, in a pseudo-random order (xorshift, fixed seed). */
@@ -265,12 +297,14 @@ cudaError_t emu_enqueue_kernel(cudaStream_t s, unsigned grid, unsigned block,
         rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
         gridDim = dim3(grid);
         blockDim = dim3(block);
+        running_device = dev;
         for (unsigned i = 0; i < grid; i++)
             for (unsigned j = 0; j < block; j++) {
                 blockIdx = uint3{(unsigned)((b0 + (uint64_t)i * bstep) % grid), 0, 0};
                 threadIdx = uint3{(unsigned)((t0 + (uint64_t)j * tstep) % block), 0, 0};
                 body(keep.get());
             }
+        running_device = -1;
     });
 }
 
@@ -279,27 +313,48 @@ extern "C" {
 cudaError_t cudaGetDeviceCount(int *n)
 {
     API("cudaGetDeviceCount");
-    *n = 1;
+    *n = devices();
     return cudaSuccess;
 }
 
 cudaError_t cudaGetDevice(int *d)
 {
     API("cudaGetDevice");
-    *d = 0;
+    *d = current_device;
     return cudaSuccess;
 }
 
 cudaError_t cudaSetDevice(int d)
 {
     API("cudaSetDevice");
-    return d == 0 ? cudaSuccess : fail(cudaErrorInvalidDevice);
+    if (d < 0 || d >= devices())
+        return fail(cudaErrorInvalidDevice);
+    current_device = d;
+    return cudaSuccess;
+}
+
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *a, const void *p)
+{
+    API("cudaPointerGetAttributes");
+    memset(a, 0, sizeof *a);
+    a->device = -1;
+    if (within(dev_mem, p, 1)) {
+        a->type = cudaMemoryTypeDevice;
+        a->device = device_of(p);
+        a->devicePointer = const_cast<void *>(p);
+    } else if (host_visible(p, 1)) {
+        a->type = cudaMemoryTypeHost;
+        a->devicePointer = a->hostPointer = const_cast<void *>(p);
+    } else {
+        a->type = cudaMemoryTypeUnregistered;
+    }
+    return cudaSuccess;
 }
 
 cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int d)
 {
     API("cudaDeviceGetAttribute");
-    if (d != 0)
+    if (d < 0 || d >= devices())
         return fail(cudaErrorInvalidDevice);
     switch (a) {
     case cudaDevAttrMultiProcessorCount: *v = 4; break;
@@ -314,7 +369,7 @@ cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int d)
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d)
 {
     API("cudaGetDeviceProperties");
-    if (d != 0)
+    if (d < 0 || d >= devices())
         return fail(cudaErrorInvalidDevice);
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "host emulation (tests/cuda_emu)");
@@ -365,6 +420,7 @@ cudaError_t cudaMalloc(void **p, size_t n)
         return fail(cudaErrorMemoryAllocation);
     memset(*p, 0xA5, n); /* device memory starts with garbage, not zeros */
     dev_mem[reinterpret_cast<uintptr_t>(*p)] = n;
+    dev_mem_device[reinterpret_cast<uintptr_t>(*p)] = current_device;
     return cudaSuccess;
 }
 
@@ -376,6 +432,7 @@ cudaError_t cudaFree(void *p)
     drain_device(); /* cudaFree synchronises the device */
     if (!p)
         return cudaSuccess;
+    dev_mem_device.erase(reinterpret_cast<uintptr_t>(p));
     if (!dev_mem.erase(reinterpret_cast<uintptr_t>(p))) {
         fprintf(stderr, "emu: cudaFree(%p): not a cudaMalloc block\n", p);
         abort();

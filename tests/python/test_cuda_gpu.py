@@ -266,6 +266,79 @@ def test_gpu_lookup_takes_dlpack_device_arrays_and_passes_its_stream(rt, gst):
     d_ids.free(), d_out.free()
 
 
+def device_count(rt) -> int:
+    n = ctypes.c_int()
+    assert rt.cudaGetDeviceCount(ctypes.byref(n)) == 0
+    return n.value
+
+
+def current_device(rt) -> int:
+    d = ctypes.c_int()
+    assert rt.cudaGetDevice(ctypes.byref(d)) == 0
+    return d.value
+
+
+def test_gpu_lookup_runs_on_the_gpu_of_its_arrays(rt, gst):
+    """Arrays on GPU 1 while GPU 0 is current (torch does not switch for a
+    cuda:1 tensor): the lookup must run on GPU 1, where the pointers are,
+    and leave GPU 0 current; later arrays on another GPU are refused."""
+    if device_count(rt) < 2:
+        pytest.skip("needs two GPUs (the emulation has two with ENGRAM_EMU_DEVICES=2)")
+    st, rows = gst
+    ids = np.array([[1], [2]], np.int64)
+    assert rt.cudaSetDevice(1) == 0
+    d_ids, d_out = DeviceArray(rt, ids), DeviceArray(rt, np.zeros((2, 1, 264), np.uint8))
+    assert rt.cudaSetDevice(0) == 0
+    st.lookup(["a"], d_ids, d_out)
+    assert current_device(rt) == 0
+    assert rt.cudaSetDevice(1) == 0
+    np.testing.assert_array_equal(d_out.numpy()[:, 0], rows["a"][[1, 2]])
+    assert rt.cudaSetDevice(0) == 0
+    e_ids, e_out = DeviceArray(rt, ids), DeviceArray(rt, np.zeros((2, 1, 264), np.uint8))
+    with pytest.raises(ValueError, match="on GPU 0, but this store's GPU lookups run on GPU 1"):
+        st.lookup(["a"], e_ids, e_out)
+    with pytest.raises(ValueError, match="ids are on GPU 0 but out is on GPU 1"):
+        st.lookup(["a"], e_ids, d_out)
+    e_ids.free(), e_out.free()
+    assert rt.cudaSetDevice(1) == 0
+    d_ids.free(), d_out.free()
+    assert rt.cudaSetDevice(0) == 0
+
+
+def test_gpu_lookup_in_a_captured_graph(rt, gst):
+    """A lookup captured into a CUDA graph and replayed with new ids in the
+    same buffer; the first lookup of a store or of new tables cannot be
+    captured (it registers and uploads), which is refused clearly."""
+    st, rows = gst
+    ids = np.array([[1, 2]], np.int64)
+    d_ids, d_out = DeviceArray(rt, ids), DeviceArray(rt, np.zeros((1, 2, 264), np.uint8))
+    s, graph, exe = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+    assert rt.cudaStreamCreateWithFlags(ctypes.byref(s), 1) == 0
+    assert rt.cudaStreamBeginCapture(s, 0) == 0  # cudaStreamCaptureModeGlobal
+    with pytest.raises(engramstore.StateError, match="runs before any capture"):
+        st.lookup(["a", "b"], d_ids, d_out, stream=s.value)
+    assert rt.cudaStreamEndCapture(s, ctypes.byref(graph)) == 0
+    rt.cudaGraphDestroy(graph)
+    st.lookup(["a", "b"], d_ids, d_out, stream=s.value)  # the warm-up
+    assert rt.cudaStreamSynchronize(s) == 0
+    assert rt.cudaStreamBeginCapture(s, 0) == 0
+    st.lookup(["a", "b"], d_ids, d_out, stream=s.value)
+    assert rt.cudaStreamEndCapture(s, ctypes.byref(graph)) == 0
+    assert rt.cudaGraphInstantiate(ctypes.byref(exe), graph, ctypes.c_ulonglong(0)) == 0
+    for new in ([[7, 8]], [[999, 332]]):
+        new = np.array(new, np.int64)
+        assert rt.cudaMemcpy(d_ids.ptr, new.ctypes.data_as(ctypes.c_void_p),
+                             ctypes.c_size_t(new.nbytes), H2D) == 0
+        assert rt.cudaDeviceSynchronize() == 0
+        assert rt.cudaGraphLaunch(exe, s) == 0
+        assert rt.cudaStreamSynchronize(s) == 0
+        got = d_out.numpy()
+        np.testing.assert_array_equal(got[0, 0], rows["a"][new[0, 0]])
+        np.testing.assert_array_equal(got[0, 1], rows["b"][new[0, 1]])
+    rt.cudaGraphExecDestroy(exe), rt.cudaGraphDestroy(graph), rt.cudaStreamDestroy(s)
+    d_ids.free(), d_out.free()
+
+
 def test_gpu_bad_id_is_skipped_and_reported(rt, gst):
     st, rows = gst
     ids = np.array([[0], [1000], [7]], np.int64)  # 1000 is outside 'a'
