@@ -39,7 +39,7 @@ echo "== GPU tests"
 {
   for t in test_cuda test_cuda_hostpath test_dequant test_table_memory; do
     set +e
-    timeout 300 "build/gpu/$t"
+    CUDA_MODULE_LOADING=LAZY timeout 300 "build/gpu/$t"
     rc=$?
     set -e
     if [ $rc -ne 0 ]; then

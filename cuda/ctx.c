@@ -95,10 +95,15 @@ int engram_cuda_warmup(engram_cuda_ctx *c)
     cudaError_t e;
     if (!c)
         return engram__err(-EINVAL, "engram_cuda_warmup: ctx is NULL");
+    if (atomic_load_explicit(&c->warm, memory_order_acquire))
+        return 0; /* loaded kernels stay loaded */
     if ((err = engram__cuda_enter(c, &prev)) != 0)
         return err;
-    if ((e = engram__cuda_preload()) != cudaSuccess)
+    if ((e = engram__cuda_preload(c->stream)) != cudaSuccess ||
+        (e = cudaStreamSynchronize(c->stream)) != cudaSuccess)
         err = engram__cuda_err(e, "loading the engram kernels on device %d", c->device);
+    else
+        atomic_store_explicit(&c->warm, 1, memory_order_release);
     engram__cuda_leave(c, prev);
     return err;
 }
@@ -161,7 +166,7 @@ int engram_cuda_open(engram_store *st, const engram_cuda_options *opts, engram_c
         goto fail;
     }
     c->bad_snap = c->bad + 1;
-    if ((e = engram__cuda_preload()) != cudaSuccess) {
+    if ((e = engram__cuda_preload(c->stream)) != cudaSuccess) {
         err = engram__cuda_err(e, "loading the engram kernels on device %d", c->device);
         goto fail;
     }
@@ -170,6 +175,7 @@ int engram_cuda_open(engram_store *st, const engram_cuda_options *opts, engram_c
         err = engram__cuda_err(e, "initialising the bad-id report");
         goto fail;
     }
+    atomic_store_explicit(&c->warm, 1, memory_order_release);
     engram__cuda_leave(c, prev);
     *out = c;
     return 0;

@@ -53,6 +53,7 @@ struct engram_cuda_ctx {
     struct engram_cuda_plan *plans; /* live plans (doubly linked) */
     uint64_t nplans;
     _Atomic uint64_t lookups, host_gathers;
+    atomic_int warm; /* every kernel variant has been launched on the device */
     /* The host path's first error since the last check. */
     pthread_mutex_t err_lock;
     int host_err;

@@ -86,9 +86,9 @@ int engram__cuda_launch_pack_ids(const void *ids, int id64, ptrdiff_t ist, ptrdi
 int engram__cuda_launch_take_bad(engram__cuda_bad *bad, engram__cuda_bad *snap, cudaStream_t s);
 /* Resets a fresh report. */
 int engram__cuda_launch_init_bad(engram__cuda_bad *bad, cudaStream_t s);
-/* Loads every kernel variant on the current device (no lazy loading
- * later, e.g. under stream capture). */
-int engram__cuda_preload(void);
+/* Loads every kernel variant on the current device by launching each on
+ * `s` with no work (no lazy loading later, e.g. under stream capture). */
+int engram__cuda_preload(cudaStream_t s);
 
 /* ------------------------------------------------------------------------
  * Host path, the CPU part (hostpath.c).  Testable without a GPU: it only

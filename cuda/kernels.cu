@@ -31,6 +31,8 @@
 #include <cuda_runtime.h>
 #endif
 
+#include <string.h>
+
 #include "cuda_internal.h"
 #include "dequant.h"
 
@@ -354,21 +356,36 @@ extern "C" int engram__cuda_launch_init_bad(engram__cuda_bad *bad, cudaStream_t 
     return launch_kernel(init_bad_kernel, dim3(1), dim3(1), args, s);
 }
 
-extern "C" int engram__cuda_preload(void)
+extern "C" int engram__cuda_preload(cudaStream_t s)
 {
+    /* Under lazy loading (CUDA_MODULE_LOADING=LAZY, the default since
+     * CUDA 12.2) a kernel is loaded when first used, and a launch is the
+     * use that certainly loads it: launch every variant once with no
+     * rows (its grid-stride loops do not run; nothing is read or
+     * written).  The report kernels, which write, are launched for real
+     * at open (init) and by engram_cuda_check (take), outside captures. */
+    engram__cuda_launch L;
+    const void *ids = nullptr;
+    int id64 = 0;
+    ptrdiff_t ist = 0, isk = 0;
+    uint64_t T = 0;
+    const uint32_t *cols = nullptr;
+    uint32_t ncols = 0;
+    int64_t *dst = nullptr;
+    void *largs[] = {&L};
+    void *pargs[] = {&ids, &id64, &ist, &isk, &T, &cols, &ncols, &dst};
     cudaFuncAttributes fa;
     cudaError_t e;
+    memset(&L, 0, sizeof L);
+    L.K = 1;
+    L.lanes = 1;
     for (int i = 0; i < 5; i++)
         for (int j = 0; j <= i; j++)
-            if ((e = cudaFuncGetAttributes(&fa, reinterpret_cast<const void *>(gather_table[i][j]))) !=
-                cudaSuccess)
+            if ((e = launch_kernel(gather_table[i][j], dim3(1), dim3(32), largs, s)) != cudaSuccess)
                 return e;
-    if ((e = cudaFuncGetAttributes(&fa, reinterpret_cast<const void *>(dequant_kernel<true>))) !=
-            cudaSuccess ||
-        (e = cudaFuncGetAttributes(&fa, reinterpret_cast<const void *>(dequant_kernel<false>))) !=
-            cudaSuccess ||
-        (e = cudaFuncGetAttributes(&fa, reinterpret_cast<const void *>(pack_ids_kernel))) !=
-            cudaSuccess ||
+    if ((e = launch_kernel(dequant_kernel<true>, dim3(1), dim3(32), largs, s)) != cudaSuccess ||
+        (e = launch_kernel(dequant_kernel<false>, dim3(1), dim3(32), largs, s)) != cudaSuccess ||
+        (e = launch_kernel(pack_ids_kernel, dim3(1), dim3(32), pargs, s)) != cudaSuccess ||
         (e = cudaFuncGetAttributes(&fa, reinterpret_cast<const void *>(take_bad_kernel))) !=
             cudaSuccess ||
         (e = cudaFuncGetAttributes(&fa, reinterpret_cast<const void *>(init_bad_kernel))) !=

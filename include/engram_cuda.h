@@ -93,10 +93,12 @@ ENGRAM_API int engram_cuda_open(engram_store *st, const engram_cuda_options *opt
 ENGRAM_API void engram_cuda_close(engram_cuda_ctx *ctx);
 
 /*! engram_cuda_warmup() :
- * Loads every kernel variant and queries what launches need, so that a
- * later lookup under stream capture triggers no lazy module loading.
- * engram_cuda_open() and engram_cuda_plan_create() call it; calling it
- * again is cheap.  Thread-safe.
+ * Loads every kernel variant on the context's device by launching each
+ * once with no work (under lazy module loading, CUDA_MODULE_LOADING=LAZY,
+ * a launch is what certainly loads a kernel), so that a later lookup under
+ * stream capture triggers no loading.  engram_cuda_open() does it and
+ * engram_cuda_plan_create() makes sure of it; once done, a call returns
+ * at once.  Thread-safe.
  * @return : 0 or -EIO. */
 ENGRAM_API int engram_cuda_warmup(engram_cuda_ctx *ctx);
 
