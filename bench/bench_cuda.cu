@@ -89,16 +89,31 @@ static uint64_t rnd(void)
     return z ^ (z >> 31);
 }
 
+/* len bytes at a 2 MiB boundary, huge pages advised; freed with
+ * huge_free(p, len). */
 static void *huge_alloc(size_t len)
 {
     size_t h = (size_t)2 << 20, span = (len + h - 1) / h * h;
-    void *p = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    unsigned char *p = (unsigned char *)mmap(NULL, span + h, PROT_READ | PROT_WRITE,
+                                             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    size_t lead;
     if (p == MAP_FAILED) {
         perror("mmap");
         exit(1);
     }
-    (void)madvise(p, span, MADV_HUGEPAGE);
-    return p;
+    /* Trim the mapping to the aligned span. */
+    lead = (h - (uintptr_t)p % h) % h;
+    if (lead)
+        munmap(p, lead);
+    munmap(p + lead + span, h - lead);
+    (void)madvise(p + lead, span, MADV_HUGEPAGE);
+    return p + lead;
+}
+
+static void huge_free(void *p, size_t len)
+{
+    size_t h = (size_t)2 << 20;
+    munmap(p, (len + h - 1) / h * h);
 }
 
 static int cmp_float(const void *a, const void *b)
@@ -107,7 +122,10 @@ static int cmp_float(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Median over `reps` of the time of one call of fn (events around it). */
+/* Median over `reps` of the time of one call of fn: events recorded
+ * around it on an idle stream, so a sample includes the call's host-side
+ * launch (argument checks and cudaLaunchKernel), which dominates the
+ * smallest gathers. */
 typedef void (*op_fn)(void *arg, cudaStream_t s);
 static float median_ms(op_fn fn, void *arg, cudaStream_t s, int reps)
 {
@@ -493,7 +511,7 @@ int main(int argc, char **argv)
     engram_cuda_close(ctx);
     engram_store_close(st);
     for (int i = 0; i < 3; i++)
-        munmap(mems[i], (size_t)table_rows * shapes[i].pitch);
+        huge_free(mems[i], (size_t)table_rows * shapes[i].pitch);
     CK(cudaStreamDestroy(s));
     CK(cudaStreamDestroy(side));
     CK(cudaFreeHost(pinned));
