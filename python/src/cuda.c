@@ -422,6 +422,11 @@ int ext_cuda_check(ext_cuda *c, engram_cuda_report *rep)
     return rc;
 }
 
+int ext_cuda_stats(const ext_cuda *c, struct engram_cuda_stats *out)
+{
+    return c && engram_cuda_get_stats(c->ctx, out) == 0;
+}
+
 void ext_cuda_close(ext_cuda *c)
 {
     engram_cuda_stats stats = ENGRAM_CUDA_STATS_INIT;

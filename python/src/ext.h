@@ -117,6 +117,7 @@ PyObject *ext_check_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 
 typedef struct ext_cuda ext_cuda;
 struct engram_cuda_report;
+struct engram_cuda_stats;
 
 #ifdef ENGRAMSTORE_HAVE_CUDA
 /* The cudaStream_t named by `stream` (NULL or None: the legacy default
@@ -161,6 +162,9 @@ PyObject *ext_cuda_raise(int rc, const ext_cuda_error *err, size_t row_bytes);
  * (or another engram error) with the library's message, to raise once the
  * store is left.  Creates no Python object. */
 int ext_cuda_check(ext_cuda *c, struct engram_cuda_report *rep);
+/* Fills *out with the context's counters: 1, or 0 if there is no
+ * context (no GPU lookup yet).  Creates no Python object. */
+int ext_cuda_stats(const ext_cuda *c, struct engram_cuda_stats *out);
 /* Waits for the context's device, then closes the context and its plans. */
 void ext_cuda_close(ext_cuda *c);
 #endif

@@ -1255,12 +1255,16 @@ PyDoc_STRVAR(stats_doc,
 "The store's counters (lookups, failed, rows, dead_rows, bytes, parallel,\n"
 "time_ns, threads, tables_open, mapped_bytes) and, under 'tables', per table\n"
 "looked up through this object: lookups, rows, bytes, resident_bytes,\n"
-"huge_bytes, private_copy, map_minor_faults, map_major_faults.");
+"huge_bytes, private_copy, map_minor_faults, map_major_faults.  Under\n"
+"'cache', the row cache of file-backed tables; under 'cuda', None before the\n"
+"first GPU lookup, then the GPU context's: device, tables_mapped (read in\n"
+"place), tables_copied (from a pinned copy), tables_host (the host path),\n"
+"mapped_bytes, copied_bytes, copy_huge, plans, lookups, host_gathers.");
 
 static PyObject *Store_stats(StoreObject *s, PyObject *unused)
 {
     engram_stats es = ENGRAM_STATS_INIT;
-    PyObject *d = NULL, *tabs = NULL, *names = NULL, *cache = NULL, *key;
+    PyObject *d = NULL, *tabs = NULL, *names = NULL, *cache = NULL, *cuda = NULL, *key;
     int rc;
     (void)unused;
     if (enter(s) < 0)
@@ -1330,15 +1334,45 @@ static PyObject *Store_stats(StoreObject *s, PyObject *unused)
         if (!cache)
             goto fail;
     }
-    d = Py_BuildValue("{s:I,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:O,s:O}", "threads", es.threads,
+    cuda = Py_NewRef(Py_None);
+#ifdef ENGRAMSTORE_HAVE_CUDA
+    {
+        engram_cuda_stats cst = ENGRAM_CUDA_STATS_INIT;
+        int have;
+        if (enter(s) < 0)
+            goto fail;
+        have = ext_cuda_stats(s->cuda, &cst);
+        leave(s);
+        if (have) {
+            Py_DECREF(cuda);
+            cuda = Py_BuildValue("{s:i,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "device",
+                                 cst.device, "tables_mapped",
+                                 (unsigned long long)cst.tables_mapped, "tables_copied",
+                                 (unsigned long long)cst.tables_copied, "tables_host",
+                                 (unsigned long long)cst.tables_host, "mapped_bytes",
+                                 (unsigned long long)cst.mapped_bytes, "copied_bytes",
+                                 (unsigned long long)cst.copied_bytes, "copy_huge",
+                                 (unsigned long long)cst.copy_huge, "plans",
+                                 (unsigned long long)cst.plans, "lookups",
+                                 (unsigned long long)cst.lookups, "host_gathers",
+                                 (unsigned long long)cst.host_gathers);
+            if (!cuda)
+                goto fail;
+        }
+    }
+#endif
+    d = Py_BuildValue("{s:I,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:O,s:O,s:O}", "threads",
+                      es.threads,
                       "lookups", (unsigned long long)es.lookups, "failed",
                       (unsigned long long)es.failed, "rows", (unsigned long long)es.rows,
                       "dead_rows", (unsigned long long)es.dead_rows, "bytes",
                       (unsigned long long)es.bytes, "parallel", (unsigned long long)es.parallel,
                       "time_ns", (unsigned long long)es.time_ns, "tables_open",
                       (unsigned long long)es.tables_open, "mapped_bytes",
-                      (unsigned long long)es.mapped_bytes, "tables", tabs, "cache", cache);
+                      (unsigned long long)es.mapped_bytes, "tables", tabs, "cache", cache,
+                      "cuda", cuda);
 fail:
+    Py_XDECREF(cuda);
     Py_XDECREF(cache);
     Py_XDECREF(names);
     Py_DECREF(tabs);

@@ -339,6 +339,53 @@ def test_gpu_lookup_in_a_captured_graph(rt, gst):
     d_ids.free(), d_out.free()
 
 
+def test_gpu_stats_say_how_tables_are_read(rt, gst):
+    st, rows = gst
+    assert st.stats()["cuda"] is None  # no GPU lookup yet
+    ids = np.array([[1, 2]], np.int64)
+    d_ids, d_out = DeviceArray(rt, ids), DeviceArray(rt, np.zeros((1, 2, 264), np.uint8))
+    st.lookup(["a", "b"], d_ids, d_out)
+    st.lookup(["a", "b"], d_ids, d_out)
+    assert rt.cudaDeviceSynchronize() == 0
+    cuda = st.stats()["cuda"]
+    assert cuda["device"] == current_device(rt)
+    assert cuda["tables_mapped"] + cuda["tables_copied"] == 2 and cuda["tables_host"] == 0
+    assert cuda["mapped_bytes"] + cuda["copied_bytes"] >= (1000 + 333) * 264
+    assert (cuda["plans"], cuda["lookups"], cuda["host_gathers"]) == (1, 2, 0)
+    d_ids.free(), d_out.free()
+
+
+def test_gpu_lookup_of_file_backed_tables_has_a_plan_per_stream(rt, gst, tmp_path):
+    """File-backed tables (no base address) go through the host path, whose
+    staging serves one stream: a lookup on a second stream gets its own
+    plan, and both read the right rows."""
+    st, rows = gst
+    fc = engramstore.EngramStore(namespace="gpu", local_dir=str(tmp_path), file_cache=True)
+    ids = np.array([[1, 2], [999, 332]], np.int64)
+    outs, streams = [], []
+    for _ in range(2):
+        s = ctypes.c_void_p()
+        assert rt.cudaStreamCreateWithFlags(ctypes.byref(s), 1) == 0
+        streams.append(s)
+    d_ids = DeviceArray(rt, ids)
+    for s in streams + streams:  # two lookups per stream
+        d_out = DeviceArray(rt, np.zeros((2, 2, 264), np.uint8))
+        fc.lookup(["a", "b"], d_ids, d_out, stream=s.value)
+        outs.append(d_out)
+    assert rt.cudaDeviceSynchronize() == 0
+    for d_out in outs:
+        got = d_out.numpy()
+        np.testing.assert_array_equal(got[:, 0], rows["a"][[1, 999]])
+        np.testing.assert_array_equal(got[:, 1], rows["b"][[2, 332]])
+        d_out.free()
+    cuda = fc.stats()["cuda"]
+    assert (cuda["tables_host"], cuda["plans"], cuda["host_gathers"]) == (2, 2, 4)
+    fc.close()
+    for s in streams:
+        rt.cudaStreamDestroy(s)
+    d_ids.free()
+
+
 def test_gpu_bad_id_is_skipped_and_reported(rt, gst):
     st, rows = gst
     ids = np.array([[0], [1000], [7]], np.int64)  # 1000 is outside 'a'
