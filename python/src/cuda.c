@@ -361,11 +361,9 @@ int ext_cuda_lookup(ext_cuda **slot, engram_store *st, const engram_lookup_args 
 {
     int cur = 0, dev, rc;
     cudaError_t e;
-    if ((e = cudaGetDevice(&cur)) != cudaSuccess) {
+    if ((e = cudaGetDevice(&cur)) != cudaSuccess) { /* no driver, or no device */
         (void)cudaGetLastError();
-        err->cuda = e;
-        err->doing = "cudaGetDevice";
-        return -ENODEV;
+        return refuse(err, -ENODEV, "no CUDA device: %s", cudaGetErrorString(e));
     }
     if ((dev = arrays_device(call, err)) == -2)
         return -EINVAL;
