@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +55,20 @@ size_t engram__json_values_bound(const char *s, size_t n)
         }
     }
     return count;
+}
+
+/* cJSON's parser writes a process-wide error position (global_error) on
+ * every call, success or not: two threads opening checkpoints at once
+ * would race on it.  Parses are rare (one per open), so they take turns. */
+static pthread_mutex_t json_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static cJSON *json_parse(const char *s, size_t n, const char **end)
+{
+    cJSON *root;
+    pthread_mutex_lock(&json_lock);
+    root = cJSON_ParseWithLengthOpts(s, n, end, 0);
+    pthread_mutex_unlock(&json_lock);
+    return root;
 }
 
 /* Reads a JSON number that must be an integer in [0, 2^53]. */
@@ -187,7 +202,7 @@ int engram__st_parse(const unsigned char *buf, size_t len, uint64_t file_size, c
         return engram__err(ENGRAM_ECORRUPT, "%s: the header holds more than %zu JSON values: "
                                             "refused before parsing",
                            what, ENGRAM__ST_VALUES_MAX);
-    root = cJSON_ParseWithLengthOpts((const char *)buf + 8, (size_t)hl, &end, 0);
+    root = json_parse((const char *)buf + 8, (size_t)hl, &end);
     if (!root) {
         size_t at = end ? (size_t)(end - (const char *)buf - 8) : 0;
         return engram__err(ENGRAM_ECORRUPT, "%s: the header is not valid JSON (error near byte "
@@ -440,7 +455,7 @@ static int index_resolve(const char *path, const char *tensor, char *out, size_t
                           path, ENGRAM__ST_VALUES_MAX);
         goto out;
     }
-    root = cJSON_ParseWithLengthOpts(buf, (size_t)sb.st_size, NULL, 0);
+    root = json_parse(buf, (size_t)sb.st_size, NULL);
     map = root ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
     if (!cJSON_IsObject(map)) {
         err = engram__err(ENGRAM_ECORRUPT, "%s: not JSON with a \"weight_map\" object", path);
