@@ -260,15 +260,43 @@ static void reg_release(engram__cuda_reg *r)
     pthread_mutex_unlock(&reg_lock);
 }
 
+/* MemAvailable of /proc/meminfo in bytes, or 0 if it cannot be read. */
+static uint64_t mem_available(void)
+{
+    char line[128];
+    unsigned long long kb = 0;
+    FILE *f = fopen("/proc/meminfo", "re");
+    if (!f)
+        return 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+            break;
+    fclose(f);
+    return (uint64_t)kb * 1024;
+}
+
 /* A pinned copy of the table's rows: anonymous memory, 2 MiB aligned and
  * advised for huge pages before the copy touches it (random rows over UVA
  * pay host TLB misses like the CPU does), then registered; cudaHostAlloc
- * where that fails. */
+ * where that fails.  `why` is why the table was not registered in place
+ * (cudaErrorNotSupported under ENGRAM_CUDA_COPY_TABLES).  A copy that
+ * would take more than half of the memory available is refused: a table
+ * too big to register (most often for a low memlock limit) is too big to
+ * pin twice, and trying would push the host into swap or the OOM killer. */
 static int make_copy(engram__cuda_table *t, engram_table_id id, cudaError_t why)
 {
     size_t len = (t->bytes + HUGE_SZ - 1) & ~(HUGE_SZ - 1), span = len + HUGE_SZ;
+    uint64_t avail = mem_available();
     unsigned char *raw, *p;
     cudaError_t e;
+
+    if (avail && t->bytes > avail / 2)
+        return engram__err(-ENOMEM,
+                           "table %u: registering its %zu bytes in place failed (%s; is the "
+                           "memlock limit too low? see ulimit -l), and a pinned copy would take "
+                           "more than half of the %llu bytes available: refused",
+                           (unsigned)id, t->bytes, cudaGetErrorName(why),
+                           (unsigned long long)avail);
 
     raw = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (raw != MAP_FAILED) {

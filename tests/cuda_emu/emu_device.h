@@ -47,6 +47,10 @@ bool emu_device_visible(const void *p, size_t n);
 cudaError_t emu_enqueue_kernel(cudaStream_t s, unsigned grid, unsigned block,
                                void (*body)(void *), void *arg, void (*del)(void *));
 
+/* Test hook: while on, cudaHostRegister fails with
+ * cudaErrorMemoryAllocation, as it does past the memlock limit. */
+extern "C" void emu_fail_host_register(int on);
+
 template <class T> static inline T __ldg(const T *p)
 {
     if (!emu_device_visible(p, sizeof(T))) {

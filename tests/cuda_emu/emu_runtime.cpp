@@ -85,6 +85,7 @@ std::map<uintptr_t, size_t> dev_mem, pinned_mem, registered;
 std::map<uintptr_t, int> dev_mem_device; /* the device of each dev_mem block */
 thread_local int current_device;
 int running_device = -1; /* the device of the kernel being run, or -1 */
+int fail_register;       /* emu_fail_host_register() */
 
 int devices()
 {
@@ -474,6 +475,12 @@ cudaError_t cudaFreeHost(void *p)
     return cudaSuccess;
 }
 
+void emu_fail_host_register(int on)
+{
+    std::lock_guard<std::recursive_mutex> g(mu);
+    fail_register = on;
+}
+
 cudaError_t cudaHostRegister(void *p, size_t n, unsigned flags)
 {
     API("cudaHostRegister");
@@ -481,6 +488,8 @@ cudaError_t cudaHostRegister(void *p, size_t n, unsigned flags)
     (void)flags;
     if (cudaError_t e = capture_forbidden("cudaHostRegister"))
         return e;
+    if (fail_register)
+        return fail(cudaErrorMemoryAllocation);
     if (n == 0)
         return fail(cudaErrorInvalidValue);
     for (auto &r : registered)
