@@ -47,9 +47,17 @@ bool emu_device_visible(const void *p, size_t n);
 cudaError_t emu_enqueue_kernel(cudaStream_t s, unsigned grid, unsigned block,
                                void (*body)(void *), void *arg, void (*del)(void *));
 
-/* Test hook: while on, cudaHostRegister fails with
- * cudaErrorMemoryAllocation, as it does past the memlock limit. */
+/* Test hooks.  emu_fail_host_register: while on, cudaHostRegister fails
+ * with cudaErrorMemoryAllocation, as it does past the memlock limit.
+ * emu_fail_nth_call(n): the n-th call from now that can fail on a GPU
+ * (allocations, registrations, copies, launches, syncs, queries; never a
+ * free or destroy) fails with a plausible error; 0 disarms; emu_failed()
+ * says whether it did.  emu_live_objects(): device, pinned and registered
+ * blocks, streams and events alive, for leak checks. */
 extern "C" void emu_fail_host_register(int on);
+extern "C" void emu_fail_nth_call(long n);
+extern "C" int emu_failed(void);
+extern "C" long emu_live_objects(void);
 
 template <class T> static inline T __ldg(const T *p)
 {

@@ -22,6 +22,9 @@
  *    copies between device and pageable host memory.
  *  - A host function (cudaLaunchHostFunc) must not call the runtime: any
  *    call made from one aborts.
+ *  - Any call that can fail on a GPU can be made to fail on demand
+ *    (emu_fail_nth_call(), emu_fail_host_register()), so that every error
+ *    path of the library runs; emu_live_objects() counts what is alive.
  *  - Copies and kernel loads must use device-visible memory: cudaMalloc,
  *    cudaHostAlloc/cudaMallocHost, or a cudaHostRegister'ed range; a bad
  *    pointer aborts with a message.  cudaHostRegister refuses ranges that
@@ -86,6 +89,19 @@ std::map<uintptr_t, int> dev_mem_device; /* the device of each dev_mem block */
 thread_local int current_device;
 int running_device = -1; /* the device of the kernel being run, or -1 */
 int fail_register;       /* emu_fail_host_register() */
+long fail_countdown;     /* emu_fail_nth_call(): > 0 counts failable calls down */
+int fail_happened;
+long live_events;
+
+/* A call that can fail on a GPU: it fails with `err` when it is the one
+ * emu_fail_nth_call() armed. */
+#define FAILABLE(err)                                                                  \
+    do {                                                                               \
+        if (fail_countdown > 0 && --fail_countdown == 0) {                             \
+            fail_happened = 1;                                                         \
+            return fail(err);                                                          \
+        }                                                                              \
+    } while (0)
 
 int devices()
 {
@@ -287,7 +303,8 @@ cudaError_t emu_enqueue_kernel(cudaStream_t s, unsigned grid, unsigned block,
                                void (*body)(void *), void *arg, void (*del)(void *))
 {
     API("a kernel launch");
-    std::shared_ptr<void> keep(arg, del);
+    std::shared_ptr<void> keep(arg, del); /* owned from here, launched or not */
+    FAILABLE(cudaErrorLaunchOutOfResources);
     int dev = current_device;
     return enqueue(s, [=]() {
         /* A GPU runs blocks in no set order: take them, and the threads
@@ -314,6 +331,7 @@ extern "C" {
 cudaError_t cudaGetDeviceCount(int *n)
 {
     API("cudaGetDeviceCount");
+    FAILABLE(cudaErrorInsufficientDriver);
     *n = devices();
     return cudaSuccess;
 }
@@ -321,6 +339,7 @@ cudaError_t cudaGetDeviceCount(int *n)
 cudaError_t cudaGetDevice(int *d)
 {
     API("cudaGetDevice");
+    FAILABLE(cudaErrorInsufficientDriver);
     *d = current_device;
     return cudaSuccess;
 }
@@ -328,6 +347,7 @@ cudaError_t cudaGetDevice(int *d)
 cudaError_t cudaSetDevice(int d)
 {
     API("cudaSetDevice");
+    FAILABLE(cudaErrorInvalidDevice);
     if (d < 0 || d >= devices())
         return fail(cudaErrorInvalidDevice);
     current_device = d;
@@ -355,6 +375,7 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *a, const void *p)
 cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int d)
 {
     API("cudaDeviceGetAttribute");
+    FAILABLE(cudaErrorInvalidDevice);
     if (d < 0 || d >= devices())
         return fail(cudaErrorInvalidDevice);
     switch (a) {
@@ -370,6 +391,7 @@ cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int d)
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d)
 {
     API("cudaGetDeviceProperties");
+    FAILABLE(cudaErrorInvalidDevice);
     if (d < 0 || d >= devices())
         return fail(cudaErrorInvalidDevice);
     memset(p, 0, sizeof *p);
@@ -382,6 +404,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d)
 cudaError_t cudaFuncGetAttributes(cudaFuncAttributes *fa, const void *f)
 {
     API("cudaFuncGetAttributes");
+    FAILABLE(cudaErrorInvalidDeviceFunction);
     memset(fa, 0, sizeof *fa);
     return f ? cudaSuccess : fail(cudaErrorInvalidDeviceFunction);
 }
@@ -415,6 +438,7 @@ const char *cudaGetErrorString(cudaError_t e)
 cudaError_t cudaMalloc(void **p, size_t n)
 {
     API("cudaMalloc");
+    FAILABLE(cudaErrorMemoryAllocation);
     if (cudaError_t e = capture_forbidden("cudaMalloc"))
         return e;
     if (!(*p = exact_alloc(n, 256)))
@@ -445,6 +469,7 @@ cudaError_t cudaFree(void *p)
 cudaError_t cudaHostAlloc(void **p, size_t n, unsigned flags)
 {
     API("cudaHostAlloc");
+    FAILABLE(cudaErrorMemoryAllocation);
     (void)flags;
     if (cudaError_t e = capture_forbidden("cudaHostAlloc"))
         return e;
@@ -475,6 +500,26 @@ cudaError_t cudaFreeHost(void *p)
     return cudaSuccess;
 }
 
+void emu_fail_nth_call(long n)
+{
+    std::lock_guard<std::recursive_mutex> g(mu);
+    fail_countdown = n;
+    fail_happened = 0;
+}
+
+int emu_failed(void)
+{
+    std::lock_guard<std::recursive_mutex> g(mu);
+    return fail_happened;
+}
+
+long emu_live_objects(void)
+{
+    std::lock_guard<std::recursive_mutex> g(mu);
+    return (long)(dev_mem.size() + pinned_mem.size() + registered.size() + streams.size() - 1) +
+           live_events;
+}
+
 void emu_fail_host_register(int on)
 {
     std::lock_guard<std::recursive_mutex> g(mu);
@@ -484,6 +529,7 @@ void emu_fail_host_register(int on)
 cudaError_t cudaHostRegister(void *p, size_t n, unsigned flags)
 {
     API("cudaHostRegister");
+    FAILABLE(cudaErrorMemoryAllocation);
     uintptr_t a = reinterpret_cast<uintptr_t>(p);
     (void)flags;
     if (cudaError_t e = capture_forbidden("cudaHostRegister"))
@@ -513,6 +559,7 @@ cudaError_t cudaHostUnregister(void *p)
 cudaError_t cudaHostGetDevicePointer(void **d, void *h, unsigned flags)
 {
     API("cudaHostGetDevicePointer");
+    FAILABLE(cudaErrorInvalidValue);
     if (flags != 0 || !host_visible(h, 1))
         return fail(cudaErrorInvalidValue);
     *d = h;
@@ -522,6 +569,7 @@ cudaError_t cudaHostGetDevicePointer(void **d, void *h, unsigned flags)
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags)
 {
     API("cudaStreamCreateWithFlags");
+    FAILABLE(cudaErrorMemoryAllocation);
     CUstream_st *st = new CUstream_st;
     st->blocking = !(flags & cudaStreamNonBlocking);
     streams.insert(st);
@@ -549,6 +597,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s)
 cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
     API("cudaStreamSynchronize");
+    FAILABLE(cudaErrorLaunchFailure);
     CUstream_st *st = S(s);
     if (st->capture || capturing)
         return fail(cudaErrorStreamCaptureUnsupported);
@@ -562,6 +611,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s)
 cudaError_t cudaDeviceSynchronize(void)
 {
     API("cudaDeviceSynchronize");
+    FAILABLE(cudaErrorLaunchFailure);
     if (cudaError_t e = capture_forbidden("cudaDeviceSynchronize"))
         return e;
     drain_device();
@@ -576,6 +626,7 @@ cudaError_t cudaDeviceSynchronize(void)
 cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind k)
 {
     API("cudaMemcpy");
+    FAILABLE(cudaErrorInvalidValue);
     if (cudaError_t e = capture_forbidden("cudaMemcpy"))
         return e;
     copy_check(d, s, n, k, false);
@@ -591,17 +642,33 @@ cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind k)
     return cudaSuccess;
 }
 
+/* As documented: pageable host memory is staged at once on the way to
+ * the device (the caller may reuse it on return), and a copy to pageable
+ * host memory completes before the call returns; with pinned memory both
+ * run in stream order. */
 cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind k, cudaStream_t st)
 {
     API("cudaMemcpyAsync");
+    FAILABLE(cudaErrorInvalidValue);
     if (cudaError_t e = copy_check(d, s, n, k, true))
         return e;
+    if (k == cudaMemcpyHostToDevice && !host_visible(s, n)) {
+        std::shared_ptr<std::vector<char>> staged =
+            std::make_shared<std::vector<char>>((const char *)s, (const char *)s + n);
+        return enqueue(st, [=]() { memcpy(d, staged->data(), n); });
+    }
+    if (k == cudaMemcpyDeviceToHost && !host_visible(d, n) && !S(st)->capture) {
+        drain(S(st), SIZE_MAX);
+        memcpy(d, s, n);
+        return cudaSuccess;
+    }
     return enqueue(st, [=]() { memcpy(d, s, n); });
 }
 
 cudaError_t cudaMemset(void *d, int v, size_t n)
 {
     API("cudaMemset");
+    FAILABLE(cudaErrorInvalidValue);
     if (cudaError_t e = capture_forbidden("cudaMemset"))
         return e;
     need_visible(d, n, "cudaMemset destination");
@@ -611,6 +678,7 @@ cudaError_t cudaMemset(void *d, int v, size_t n)
 cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *ud)
 {
     API("cudaLaunchHostFunc");
+    FAILABLE(cudaErrorInvalidValue);
     return enqueue(s, [=]() {
         in_host_fn++;
         fn(ud);
@@ -621,8 +689,10 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *ud)
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags)
 {
     API("cudaEventCreateWithFlags");
+    FAILABLE(cudaErrorMemoryAllocation);
     (void)flags;
     *e = reinterpret_cast<cudaEvent_t>(new CUevent_st);
+    live_events++;
     return cudaSuccess;
 }
 
@@ -635,12 +705,14 @@ cudaError_t cudaEventDestroy(cudaEvent_t e)
 {
     API("cudaEventDestroy");
     delete reinterpret_cast<CUevent_st *>(e);
+    live_events--;
     return cudaSuccess;
 }
 
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
 {
     API("cudaEventRecord");
+    FAILABLE(cudaErrorInvalidValue);
     CUevent_st *ev = reinterpret_cast<CUevent_st *>(e);
     CUstream_st *st = S(s);
     if (st->capture) {
@@ -689,6 +761,7 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags)
 {
     API("cudaStreamWaitEvent");
+    FAILABLE(cudaErrorInvalidValue);
     CUevent_st *ev = reinterpret_cast<CUevent_st *>(e);
     CUstream_st *w = ev->s;
     size_t at = ev->at;

@@ -132,11 +132,141 @@ static void test_too_big_to_copy(void)
     munmap(mem, rows * R);
 }
 
+/* ------------------------------------------------------------------------
+ * Every runtime call failing in turn.
+ *
+ * One scenario (open a context, make a plan with a mapped column and a
+ * host-path column, look up in debug mode, check, destroy, close) is run
+ * again and again, the n-th runtime call that can fail failing in run n,
+ * until a run meets no failure.  Each run must either succeed with exact
+ * rows (the library may step around a failure, e.g. a refused registration
+ * becomes a copy) or return an error with a message, and in both cases
+ * leave no device or pinned block, registration, stream or event behind.
+ */
+enum { FT = 40 };
+
+static const unsigned char *fault_mem;
+
+static int scenario(engram_store *st, const engram_table_id *ids2, const int64_t *dids,
+                    unsigned char *dout)
+{
+    engram_cuda_options o = ENGRAM_CUDA_OPTIONS_INIT;
+    engram_cuda_plan_args pa = ENGRAM_CUDA_PLAN_ARGS_INIT;
+    engram_cuda_lookup_args la = ENGRAM_CUDA_LOOKUP_ARGS_INIT;
+    engram_cuda_ctx *ctx = NULL;
+    engram_cuda_plan *plan = NULL;
+    int rc;
+
+    o.flags = ENGRAM_CUDA_DEBUG_SYNC; /* the lookup syncs and checks: no test-side calls */
+    if ((rc = engram_cuda_open(st, &o, &ctx)) != 0) {
+        ASSERT(ctx == NULL);
+        return rc;
+    }
+    pa.num_cols = 2;
+    pa.tables = ids2;
+    pa.max_tokens = FT;
+    if ((rc = engram_cuda_plan_create(ctx, &pa, &plan)) != 0) {
+        ASSERT(plan == NULL);
+        goto out;
+    }
+    la.num_tokens = FT;
+    la.ids = dids;
+    la.id_type = ENGRAM_ID_INT64;
+    la.out = dout;
+    if ((rc = engram_cuda_lookup(plan, &la, 0)) != 0)
+        goto out;
+    rc = engram_cuda_check(ctx, NULL);
+out:
+    engram_cuda_plan_destroy(plan);
+    engram_cuda_close(ctx);
+    return rc;
+}
+
+static void test_every_call_failing(void)
+{
+    engram_table_spec spec = {ROWS, R, 0};
+    engram_store *st;
+    engram_table_id tid[2];
+    int64_t ids[FT][2], *dids;
+    unsigned char *dout, *got = (unsigned char *)tu_xmalloc((size_t)FT * 2 * R);
+    unsigned char *mem = (unsigned char *)tu_xmalloc((size_t)ROWS * R);
+    uint64_t rng = 99;
+    long base, n, failures = 0, stepped_around = 0;
+
+    tu_current_case = "every runtime call failing in turn";
+    for (size_t i = 0; i < (size_t)ROWS * R; i++)
+        mem[i] = (unsigned char)(i * 37 + 1);
+    fault_mem = mem;
+    /* Column 0: bound memory (registered in place); column 1: a table file
+     * behind the row cache (no base address: the host path). */
+    {
+        engram_store *w = tu_open("faults", 0, 1);
+        tu_populate(w, "f", 5, ROWS, R, R);
+        engram_store_close(w);
+    }
+    st = tu_open("faults", ENGRAM_OPEN_FILE_CACHE, 1);
+    ASSERT_OK(engram_bind(st, "m", &spec, mem));
+    ASSERT_OK(engram_table_open(st, "m", &tid[0]));
+    ASSERT_OK(engram_table_open(st, "f", &tid[1]));
+    for (int t = 0; t < FT; t++) {
+        ids[t][0] = (int64_t)tu_rand_below(&rng, ROWS);
+        ids[t][1] = (int64_t)tu_rand_below(&rng, ROWS);
+    }
+    CK(cudaMalloc((void **)&dids, sizeof ids));
+    CK(cudaMalloc((void **)&dout, (size_t)FT * 2 * R));
+    CK(cudaMemcpy(dids, ids, sizeof ids, cudaMemcpyHostToDevice));
+    CK(cudaDeviceSynchronize());
+    base = emu_live_objects();
+
+    for (n = 1;; n++) {
+        int rc, failed;
+        ASSERT(n < 10000);
+        CK(cudaMemset(dout, 0, (size_t)FT * 2 * R));
+        CK(cudaDeviceSynchronize());
+        emu_fail_nth_call(n);
+        rc = scenario(st, tid, dids, dout);
+        failed = emu_failed();
+        emu_fail_nth_call(0);
+        if (emu_live_objects() != base) {
+            fprintf(stderr, "FAIL [%s]: with call %ld failing (rc %d: %s), %ld runtime objects "
+                            "were left behind\n", tu_current_case, n, rc, engram_errmsg(),
+                    emu_live_objects() - base);
+            tu_fail_exit();
+        }
+        if (rc != 0) {
+            ASSERT(failed); /* no error without a cause */
+            ASSERT(rc < 0);
+            ASSERT(engram_errmsg()[0] != '\0');
+            failures++;
+            continue;
+        }
+        /* Success, whether or not a call failed on the way: exact rows. */
+        CK(cudaMemcpy(got, dout, (size_t)FT * 2 * R, cudaMemcpyDeviceToHost));
+        for (int t = 0; t < FT; t++) {
+            ASSERT(memcmp(got + ((size_t)t * 2) * R, mem + (size_t)ids[t][0] * R, R) == 0);
+            ASSERT(tu_row_mismatch(got + ((size_t)t * 2 + 1) * R, 5, (uint64_t)ids[t][1], R) ==
+                   -1);
+        }
+        if (!failed)
+            break; /* every failable call of the scenario has been failed once */
+        stepped_around++;
+    }
+    printf("test_cuda_emu_faults: %ld runtime calls failed in turn: %ld errors, %ld stepped "
+           "around\n", n - 1, failures, stepped_around);
+    ASSERT(failures > 10);
+    CK(cudaFree(dids));
+    CK(cudaFree(dout));
+    engram_store_close(st);
+    free(got);
+    free(mem);
+}
+
 int main(void)
 {
     tu_watchdog(120);
     test_copy_when_registration_fails();
     test_too_big_to_copy();
+    test_every_call_failing();
     printf("test_cuda_emu_faults: ok\n");
     return 0;
 }
