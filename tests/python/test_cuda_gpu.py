@@ -485,3 +485,53 @@ def test_gpu_lookup_survives_a_finalizer_that_closes_the_store(rt, tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "finished" in r.stdout, r.stdout
+
+
+@pytest.mark.skipif(not EMU, reason="needs the emulation's fault injection")
+def test_gpu_lookup_fails_cleanly_at_every_runtime_call(rt, gst, tmp_path):
+    """The first GPU lookup of a store (context, event, plan, the wait for
+    the ids' producer stream, the launch) with the n-th runtime call that
+    can fail failing, for every n: an exception with a message, or exact
+    rows, and nothing left behind either way."""
+    _, rows = gst
+    rt.emu_fail_nth_call.argtypes = [ctypes.c_long]
+    rt.emu_live_objects.restype = ctypes.c_long
+    ids = np.array([[3, 4], [5, -1]], np.int64)
+    want = np.zeros((2, 2, 264), np.uint8)
+    want[:, 0] = rows["a"][[3, 5]]
+    want[0, 1] = rows["b"][4]
+    producer, consumer = ctypes.c_void_p(), ctypes.c_void_p()
+    assert rt.cudaStreamCreateWithFlags(ctypes.byref(producer), 1) == 0
+    assert rt.cudaStreamCreateWithFlags(ctypes.byref(consumer), 1) == 0
+    d_ids, d_out = DeviceArray(rt, ids), DeviceArray(rt, np.zeros((2, 2, 264), np.uint8))
+    d_ids.__cuda_array_interface__["stream"] = producer.value
+    base, errors = rt.emu_live_objects(), 0
+    for n in range(1, 1000):
+        st = engramstore.EngramStore(namespace="gpu", local_dir=str(tmp_path))
+        assert rt.cudaMemset(d_out.ptr, 0, ctypes.c_size_t(d_out.nbytes)) == 0
+        assert rt.cudaDeviceSynchronize() == 0
+        rt.emu_fail_nth_call(n)
+        try:
+            st.lookup(["a", "b"], d_ids, d_out, stream=consumer.value)
+            ok = True
+        except (engramstore.EngramError, MemoryError) as e:
+            assert str(e)
+            ok, errors = False, errors + 1
+        finally:
+            failed = rt.emu_failed()
+            rt.emu_fail_nth_call(0)
+        if ok:
+            assert rt.cudaStreamSynchronize(consumer) == 0
+            np.testing.assert_array_equal(d_out.numpy(), want)
+        else:
+            assert failed  # no error without a cause
+        st.close()
+        assert rt.emu_live_objects() == base, f"call {n} failing left objects behind"
+        if not failed:
+            break
+    else:
+        raise AssertionError("the lookup never ran without a failure")
+    print(f"{n - 1} runtime calls failed in turn: {errors} errors")
+    assert errors > 10
+    rt.cudaStreamDestroy(producer), rt.cudaStreamDestroy(consumer)
+    d_ids.free(), d_out.free()
