@@ -50,6 +50,27 @@ cudaError_t launch_kernel(void (*f)(P...), dim3 grid, dim3 block, void **args, c
 }
 #endif
 
+/* Every plain store and load of a kernel goes through put() or seen():
+ * on the GPU they are the bare access; on the host emulation they check
+ * that the memory is device-visible and on the kernel's device. */
+#ifdef ENGRAM_CUDA_EMU
+#define DEVICE_ACCESS(p, n) emu_device_access(p, n)
+#else
+#define DEVICE_ACCESS(p, n) ((void)0)
+#endif
+
+template <class T> __device__ __forceinline__ void put(void *d, T v)
+{
+    DEVICE_ACCESS(d, sizeof(T));
+    *reinterpret_cast<T *>(d) = v;
+}
+
+template <class T> __device__ __forceinline__ const T *seen(const T *p)
+{
+    DEVICE_ACCESS(p, sizeof(T));
+    return p;
+}
+
 template <int W> struct vec;
 template <> struct vec<16> { typedef uint4 t; };
 template <> struct vec<8> { typedef uint2 t; };
@@ -72,12 +93,12 @@ template <int LW, int SW> __device__ __forceinline__ void move(unsigned char *d,
     typedef typename vec<SW>::t S;
     L v = load<LW>(s);
     if (SW == LW) {
-        *reinterpret_cast<L *>(d) = v;
+        put(d, v);
     } else {
         const S *p = reinterpret_cast<const S *>(&v);
 #pragma unroll
         for (int i = 0; i < LW / SW; i++)
-            reinterpret_cast<S *>(d)[i] = p[i];
+            put(d + i * SW, p[i]);
     }
 }
 
@@ -97,7 +118,7 @@ template <int SW> __device__ __forceinline__ void copy_tail(unsigned char *d,
         for (; n - o >= 2; o += 2)
             move<2, 2>(d + o, s + o);
     for (; o < n; o++)
-        d[o] = s[o];
+        put(d + o, __ldg(s + o));
 }
 
 template <int SW> __device__ __forceinline__ void zero_row(unsigned char *d, unsigned R,
@@ -106,10 +127,10 @@ template <int SW> __device__ __forceinline__ void zero_row(unsigned char *d, uns
     typedef typename vec<SW>::t S;
     unsigned n = R / SW;
     for (unsigned j = sub; j < n; j += lanes)
-        reinterpret_cast<S *>(d)[j] = S();
+        put(d + j * SW, S());
     if (sub == lanes - 1)
         for (unsigned o = n * SW; o < R; o++)
-            d[o] = 0;
+            put(d + o, (unsigned char)0);
 }
 
 __device__ __forceinline__ long long load_id(const engram__cuda_launch &L, uint64_t t, uint32_t k)
@@ -151,7 +172,7 @@ template <int SW> __device__ __forceinline__ const engram__cuda_col *
 resolve(const engram__cuda_launch &L, uint64_t t, uint32_t k, unsigned char *dst, unsigned sub,
         unsigned out_bytes, uint64_t *row)
 {
-    const engram__cuda_col *c = &L.cols[k];
+    const engram__cuda_col *c = seen(&L.cols[k]);
     long long raw = load_id(L, t, k);
     if (raw == -1) { /* ENGRAM_DEAD_ID, decided before the offset */
         if (L.zero_dead)
@@ -234,12 +255,12 @@ template <bool VEC> __global__ void __launch_bounds__(1024)
                 } v;
                 v.u = load<8>(src + j * 8);
                 dequant8(o.h, v.b, s);
-                *reinterpret_cast<uint4 *>(dst + j * 16) = o.u;
+                put(dst + j * 16, o.u);
             } else {
 #pragma unroll
                 for (int i = 0; i < 8; i++)
-                    reinterpret_cast<uint16_t *>(dst + j * 16)[i] =
-                        engram__fp8_e8m0_to_bf16(__ldg(src + j * 8 + i), s);
+                    put(dst + j * 16 + 2 * i,
+                        (uint16_t)engram__fp8_e8m0_to_bf16(__ldg(src + j * 8 + i), s));
             }
         }
     }
@@ -253,8 +274,9 @@ __global__ void pack_ids_kernel(const void *ids, int id64, ptrdiff_t ist, ptrdif
          i += (uint64_t)gridDim.x * blockDim.x) {
         uint64_t t = i / ncols;
         uint32_t j = (uint32_t)(i - t * ncols);
-        ptrdiff_t e = (ptrdiff_t)t * ist + (ptrdiff_t)cols[j] * isk;
-        dst[i] = id64 ? static_cast<const long long *>(ids)[e] : static_cast<const int *>(ids)[e];
+        ptrdiff_t e = (ptrdiff_t)t * ist + (ptrdiff_t)__ldg(cols + j) * isk;
+        put(dst + i, (int64_t)(id64 ? __ldg(static_cast<const long long *>(ids) + e)
+                                    : __ldg(static_cast<const int *>(ids) + e)));
     }
 }
 

@@ -7,9 +7,11 @@
  * drained, every thread of the grid runs the kernel body to completion,
  * one after another.  That is exact for our kernels, which use neither
  * shared memory nor barriers nor warp operations, and it checks what the
- * host code hands them: every __ldg must read memory the runtime knows as
- * device-visible (cudaMalloc, pinned, registered), or the test aborts, so
- * a plan that passes a plain host pointer to a kernel is caught; device
+ * host code hands them: every __ldg, and every plain store and load of
+ * kernels.cu (put(), seen()), must touch memory the runtime knows as
+ * device-visible (cudaMalloc, pinned, registered) and, for cudaMalloc
+ * memory, on the kernel's device, or the test aborts, so a plan that
+ * passes a plain host pointer to a kernel is caught; device
  * allocations are exact heap blocks, so ASan catches a byte read or
  * written past them.  It says nothing about speed, concurrency between
  * threads, or the memory model of a real GPU.
@@ -58,6 +60,16 @@ extern "C" void emu_fail_host_register(int on);
 extern "C" void emu_fail_nth_call(long n);
 extern "C" int emu_failed(void);
 extern "C" long emu_live_objects(void);
+
+/* kernels.cu's put() and seen(): a plain access of a kernel. */
+static inline void emu_device_access(const void *p, size_t n)
+{
+    if (!emu_device_visible(p, n)) {
+        fprintf(stderr, "emu: kernel access to %p (%zu bytes), which is not device-visible "
+                        "memory\n", p, n);
+        abort();
+    }
+}
 
 template <class T> static inline T __ldg(const T *p)
 {

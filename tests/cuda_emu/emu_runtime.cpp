@@ -15,11 +15,13 @@
  *    only, as on a GPU: a stream created cudaStreamNonBlocking is not
  *    waited for.  cudaMemset, and cudaMemcpy from pageable host memory
  *    to the device, return before their bytes land, as documented.
- *  - Stream capture records work into a graph instead of queueing it, and
- *    while any capture is running (cudaStreamCaptureModeGlobal) the calls
- *    that a capture forbids (allocation, registration, synchronous copies
- *    and syncs) fail with cudaErrorStreamCaptureUnsupported, as are async
- *    copies between device and pageable host memory.
+ *  - Stream capture records work into a graph instead of queueing it.  The
+ *    calls a capture forbids (allocation, registration, synchronous copies
+ *    and syncs, pageable async copies) fail with
+ *    cudaErrorStreamCaptureUnsupported where the capture modes say so
+ *    (global, thread-local or relaxed, per capture and per thread), and
+ *    invalidate the capture: cudaStreamEndCapture then fails with
+ *    cudaErrorStreamCaptureInvalidated.
  *  - A host function (cudaLaunchHostFunc) must not call the runtime: any
  *    call made from one aborts.
  *  - Any call that can fail on a GPU can be made to fail on demand
@@ -51,6 +53,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <thread>
 #include <vector>
 
 uint3 threadIdx, blockIdx;
@@ -60,6 +63,9 @@ typedef std::function<void()> op;
 
 struct CUgraph_st {
     std::vector<op> ops;
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal; /* while capturing */
+    std::thread::id owner;                                    /* the capturing thread */
+    bool invalidated = false;
 };
 struct CUgraphExec_st {
     std::vector<op> ops;
@@ -82,6 +88,7 @@ CUstream_st legacy;
 std::set<CUstream_st *> streams = {&legacy};
 std::recursive_mutex mu; /* one runtime call at a time */
 int capturing;           /* streams in capture */
+thread_local cudaStreamCaptureMode thread_mode = cudaStreamCaptureModeGlobal;
 int in_host_fn;
 cudaError_t last_error;
 std::map<uintptr_t, size_t> dev_mem, pinned_mem, registered;
@@ -174,13 +181,44 @@ void drain_device()
     }
 }
 
+/* The rule of cudaThreadExchangeStreamCaptureMode(): in global mode a
+ * thread may not make potentially unsafe calls while it captures (unless
+ * that capture began relaxed) or while any thread captures in global
+ * mode; in thread-local mode only its own captures count; in relaxed mode
+ * nothing does.  A prohibited call fails and invalidates those captures
+ * (cudaStreamEndCapture then fails), as on a GPU. */
 cudaError_t capture_forbidden(const char *what)
 {
-    if (capturing) {
-        fprintf(stderr, "emu: %s during stream capture\n", what);
-        return fail(cudaErrorStreamCaptureUnsupported);
+    bool hit = false;
+    if (!capturing || thread_mode == cudaStreamCaptureModeRelaxed)
+        return cudaSuccess;
+    for (CUstream_st *st : streams) {
+        CUgraph_st *g = st->capture;
+        if (!g || g->mode == cudaStreamCaptureModeRelaxed)
+            continue;
+        if (g->owner == std::this_thread::get_id() ||
+            (g->mode == cudaStreamCaptureModeGlobal && thread_mode == cudaStreamCaptureModeGlobal)) {
+            g->invalidated = true;
+            hit = true;
+        }
     }
-    return cudaSuccess;
+    if (!hit)
+        return cudaSuccess;
+    fprintf(stderr, "emu: %s during stream capture\n", what);
+    return fail(cudaErrorStreamCaptureUnsupported);
+}
+
+/* 1 if a blocking stream is being captured: the legacy stream, which
+ * waits for blocking streams, cannot be used then. */
+bool blocking_capture()
+{
+    bool hit = false;
+    for (CUstream_st *st : streams)
+        if (st->capture && st->blocking) {
+            st->capture->invalidated = true;
+            hit = true;
+        }
+    return hit;
 }
 
 cudaError_t enqueue(cudaStream_t s, op f)
@@ -190,7 +228,7 @@ cudaError_t enqueue(cudaStream_t s, op f)
         st->capture->ops.push_back(std::move(f));
         return cudaSuccess;
     }
-    if (capturing && st == &legacy) /* legacy-stream work during a global capture */
+    if (st == &legacy && blocking_capture())
         return fail(cudaErrorStreamCaptureImplicit);
     st->q.push_back(std::move(f));
     st->queued++;
@@ -235,7 +273,8 @@ void need_visible(const void *p, size_t n, const char *what)
 }
 
 /* Checks a copy's pointers; returns the error a capture gives it. */
-cudaError_t copy_check(void *d, const void *s, size_t n, cudaMemcpyKind k, bool async)
+cudaError_t copy_check(void *d, const void *s, size_t n, cudaMemcpyKind k, bool async,
+                       cudaStream_t st = nullptr)
 {
     bool dev_dst = k == cudaMemcpyHostToDevice || k == cudaMemcpyDeviceToDevice;
     bool dev_src = k == cudaMemcpyDeviceToHost || k == cudaMemcpyDeviceToDevice;
@@ -250,8 +289,14 @@ cudaError_t copy_check(void *d, const void *s, size_t n, cudaMemcpyKind k, bool 
     if (async && capturing) {
         const void *h = !dev_src ? s : !dev_dst ? d : nullptr;
         if (h && !host_visible(h, n)) {
-            fprintf(stderr, "emu: captured copy with pageable host memory\n");
-            return fail(cudaErrorStreamCaptureUnsupported);
+            /* Pageable copies may synchronise: not in a capture, and
+             * unsafe while one is going on. */
+            if (CUgraph_st *g = S(st)->capture) {
+                fprintf(stderr, "emu: captured copy with pageable host memory\n");
+                g->invalidated = true;
+                return fail(cudaErrorStreamCaptureUnsupported);
+            }
+            return capture_forbidden("a pageable cudaMemcpyAsync");
         }
     }
     return cudaSuccess;
@@ -599,8 +644,12 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s)
     API("cudaStreamSynchronize");
     FAILABLE(cudaErrorLaunchFailure);
     CUstream_st *st = S(s);
-    if (st->capture || capturing)
+    if (st->capture) {
+        st->capture->invalidated = true;
         return fail(cudaErrorStreamCaptureUnsupported);
+    }
+    if (cudaError_t e = capture_forbidden("cudaStreamSynchronize"))
+        return e;
     if (st == &legacy)
         drain_sync();
     else
@@ -650,7 +699,7 @@ cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind k, 
 {
     API("cudaMemcpyAsync");
     FAILABLE(cudaErrorInvalidValue);
-    if (cudaError_t e = copy_check(d, s, n, k, true))
+    if (cudaError_t e = copy_check(d, s, n, k, true, st))
         return e;
     if (k == cudaMemcpyHostToDevice && !host_visible(s, n)) {
         std::shared_ptr<std::vector<char>> staged =
@@ -739,8 +788,8 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e)
 {
     API("cudaEventSynchronize");
     CUevent_st *ev = reinterpret_cast<CUevent_st *>(e);
-    if (capturing)
-        return fail(cudaErrorStreamCaptureUnsupported);
+    if (cudaError_t err = capture_forbidden("cudaEventSynchronize"))
+        return err;
     if (ev->s)
         drain(ev->s, ev->at);
     return cudaSuccess;
@@ -775,9 +824,11 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus *statu
 {
     API("cudaStreamIsCapturing");
     CUstream_st *st = S(s);
-    if (st == &legacy && capturing)
+    if (st == &legacy && blocking_capture())
         return fail(cudaErrorStreamCaptureImplicit);
-    *status = st->capture ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusNone;
+    *status = st->capture ? (st->capture->invalidated ? cudaStreamCaptureStatusInvalidated
+                                                      : cudaStreamCaptureStatusActive)
+                          : cudaStreamCaptureStatusNone;
     return cudaSuccess;
 }
 
@@ -785,10 +836,21 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode)
 {
     API("cudaStreamBeginCapture");
     CUstream_st *st = S(s);
-    if (st == &legacy || st->capture || mode != cudaStreamCaptureModeGlobal)
+    if (st == &legacy || st->capture)
         return fail(cudaErrorInvalidValue);
     st->capture = new CUgraph_st;
+    st->capture->mode = mode;
+    st->capture->owner = std::this_thread::get_id();
     capturing++;
+    return cudaSuccess;
+}
+
+cudaError_t cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMode *mode)
+{
+    API("cudaThreadExchangeStreamCaptureMode");
+    cudaStreamCaptureMode old = thread_mode;
+    thread_mode = *mode;
+    *mode = old;
     return cudaSuccess;
 }
 
@@ -798,9 +860,15 @@ cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g)
     CUstream_st *st = S(s);
     if (!st->capture)
         return fail(cudaErrorIllegalState);
-    *g = reinterpret_cast<cudaGraph_t>(st->capture);
+    CUgraph_st *graph = st->capture;
     st->capture = nullptr;
     capturing--;
+    if (graph->invalidated) {
+        delete graph;
+        *g = nullptr;
+        return fail(cudaErrorStreamCaptureInvalidated);
+    }
+    *g = reinterpret_cast<cudaGraph_t>(graph);
     return cudaSuccess;
 }
 
