@@ -61,20 +61,35 @@ int engram__cuda_err(cudaError_t e, const char *fmt, ...)
     return engram__err(code, "%s: %s (%s)", what, cudaGetErrorName(e), cudaGetErrorString(e));
 }
 
-int engram__cuda_enter(const engram_cuda_ctx *c, int *prev)
+int engram__cuda_enter(const engram_cuda_ctx *c, engram__cuda_scope *s)
 {
-    cudaError_t e = cudaGetDevice(prev);
+    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    cudaError_t e = cudaGetDevice(&s->device);
+    s->entered = 0;
     if (e != cudaSuccess)
         return engram__cuda_err(e, "cudaGetDevice");
-    if (*prev != c->device && (e = cudaSetDevice(c->device)) != cudaSuccess)
+    if (s->device != c->device && (e = cudaSetDevice(c->device)) != cudaSuccess)
         return engram__cuda_err(e, "cudaSetDevice(%d)", c->device);
+    /* Relaxed capture mode for the calls in between: allocation,
+     * registration and syncs of the context's own stream would otherwise
+     * invalidate a capture in progress on another stream (a torch graph
+     * being recorded), as they would from the caller's thread in global
+     * mode.  PyTorch's allocator does the same around its cudaMalloc. */
+    (void)cudaThreadExchangeStreamCaptureMode(&mode);
+    s->mode = (int)mode;
+    s->entered = 1;
     return 0;
 }
 
-void engram__cuda_leave(const engram_cuda_ctx *c, int prev)
+void engram__cuda_leave(const engram_cuda_ctx *c, const engram__cuda_scope *s)
 {
-    if (prev != c->device)
-        (void)cudaSetDevice(prev);
+    enum cudaStreamCaptureMode mode;
+    if (!s->entered)
+        return;
+    mode = (enum cudaStreamCaptureMode)s->mode;
+    (void)cudaThreadExchangeStreamCaptureMode(&mode);
+    if (s->device != c->device)
+        (void)cudaSetDevice(s->device);
 }
 
 int engram__cuda_host_error(void *ud, int code, const char *msg)
@@ -91,7 +106,8 @@ int engram__cuda_host_error(void *ud, int code, const char *msg)
 
 int engram_cuda_warmup(engram_cuda_ctx *c)
 {
-    int prev, err;
+    engram__cuda_scope prev;
+    int err;
     cudaError_t e;
     if (!c)
         return engram__err(-EINVAL, "engram_cuda_warmup: ctx is NULL");
@@ -104,7 +120,7 @@ int engram_cuda_warmup(engram_cuda_ctx *c)
         err = engram__cuda_err(e, "loading the engram kernels on device %d", c->device);
     else
         atomic_store_explicit(&c->warm, 1, memory_order_release);
-    engram__cuda_leave(c, prev);
+    engram__cuda_leave(c, &prev);
     return err;
 }
 
@@ -112,7 +128,8 @@ int engram_cuda_open(engram_store *st, const engram_cuda_options *opts, engram_c
 {
     engram_cuda_options o = ENGRAM_CUDA_OPTIONS_INIT;
     engram_cuda_ctx *c = NULL;
-    int n = 0, prev = -1, err, threads = 0;
+    engram__cuda_scope prev;
+    int n = 0, cur = -1, err, threads = 0;
     cudaError_t e;
 
     if (!st || !out)
@@ -141,11 +158,11 @@ int engram_cuda_open(engram_store *st, const engram_cuda_options *opts, engram_c
     pthread_mutex_init(&c->check_lock, NULL);
     c->st = st;
     c->flags = o.flags;
-    if ((e = cudaGetDevice(&prev)) != cudaSuccess) {
+    if ((e = cudaGetDevice(&cur)) != cudaSuccess) {
         err = engram__cuda_err(e, "cudaGetDevice");
         goto fail_early;
     }
-    c->device = o.device < 0 ? prev : o.device;
+    c->device = o.device < 0 ? cur : o.device;
     if ((err = engram__cuda_enter(c, &prev)) != 0)
         goto fail_early;
     if ((e = cudaDeviceGetAttribute(&c->sms, cudaDevAttrMultiProcessorCount, c->device)) != 0 ||
@@ -176,11 +193,11 @@ int engram_cuda_open(engram_store *st, const engram_cuda_options *opts, engram_c
         goto fail;
     }
     atomic_store_explicit(&c->warm, 1, memory_order_release);
-    engram__cuda_leave(c, prev);
+    engram__cuda_leave(c, &prev);
     *out = c;
     return 0;
 fail:
-    engram__cuda_leave(c, prev);
+    engram__cuda_leave(c, &prev);
     engram_cuda_close(c);
     return err;
 fail_early:
@@ -413,7 +430,8 @@ int engram__cuda_register_locked(engram_cuda_ctx *c, engram_table_id id, engram_
 
 int engram_cuda_register(engram_cuda_ctx *c, engram_table_id id)
 {
-    int prev, err;
+    engram__cuda_scope prev;
+    int err;
     if (!c)
         return engram__err(-EINVAL, "engram_cuda_register: ctx is NULL");
     if ((err = engram__cuda_enter(c, &prev)) != 0)
@@ -421,13 +439,14 @@ int engram_cuda_register(engram_cuda_ctx *c, engram_table_id id)
     pthread_mutex_lock(&c->lock);
     err = engram__cuda_register_locked(c, id, NULL);
     pthread_mutex_unlock(&c->lock);
-    engram__cuda_leave(c, prev);
+    engram__cuda_leave(c, &prev);
     return err;
 }
 
 int engram_cuda_unregister(engram_cuda_ctx *c, engram_table_id id)
 {
-    int prev, err = 0;
+    engram__cuda_scope prev;
+    int err = 0;
     engram__cuda_table *t;
     if (!c)
         return engram__err(-EINVAL, "engram_cuda_unregister: ctx is NULL");
@@ -444,7 +463,7 @@ int engram_cuda_unregister(engram_cuda_ctx *c, engram_table_id id)
     else
         table_release(t);
     pthread_mutex_unlock(&c->lock);
-    engram__cuda_leave(c, prev);
+    engram__cuda_leave(c, &prev);
     return err;
 }
 
@@ -461,11 +480,10 @@ int engram_cuda_table_mode(engram_cuda_ctx *c, engram_table_id id)
 
 void engram_cuda_close(engram_cuda_ctx *c)
 {
-    int prev;
+    engram__cuda_scope prev;
     if (!c)
         return;
-    if (engram__cuda_enter(c, &prev) != 0)
-        prev = c->device;
+    (void)engram__cuda_enter(c, &prev); /* close anyway: frees still free */
     pthread_mutex_lock(&c->lock);
     while (c->plans)
         engram__cuda_plan_free_locked(c->plans);
@@ -477,7 +495,7 @@ void engram_cuda_close(engram_cuda_ctx *c)
         (void)cudaFree(c->bad);
     if (c->stream)
         (void)cudaStreamDestroy(c->stream);
-    engram__cuda_leave(c, prev);
+    engram__cuda_leave(c, &prev);
     pthread_mutex_destroy(&c->lock);
     pthread_mutex_destroy(&c->err_lock);
     pthread_mutex_destroy(&c->check_lock);
@@ -492,7 +510,8 @@ int engram_cuda_check(engram_cuda_ctx *c, engram_cuda_report *r)
 {
     engram__cuda_bad snap;
     cudaError_t e;
-    int prev, err, host_err;
+    engram__cuda_scope prev;
+    int err, host_err;
     char host_msg[sizeof c->host_msg];
 
     if (!c || (r && r->size != sizeof *r))
@@ -509,11 +528,11 @@ int engram_cuda_check(engram_cuda_ctx *c, engram_cuda_report *r)
         (e = cudaStreamSynchronize(c->stream)) != cudaSuccess) {
         pthread_mutex_unlock(&c->check_lock);
         err = engram__cuda_err(e, "reading the bad-id report");
-        engram__cuda_leave(c, prev);
+        engram__cuda_leave(c, &prev);
         return err;
     }
     pthread_mutex_unlock(&c->check_lock);
-    engram__cuda_leave(c, prev);
+    engram__cuda_leave(c, &prev);
     pthread_mutex_lock(&c->err_lock);
     host_err = c->host_err;
     memcpy(host_msg, c->host_msg, sizeof host_msg);

@@ -64,9 +64,18 @@ struct engram_cuda_ctx {
  * "<what>: <cuda error name> (<text>)"; clears the runtime's last error. */
 int engram__cuda_err(cudaError_t e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* Makes the context's device current; *prev receives the caller's. */
-int engram__cuda_enter(const engram_cuda_ctx *c, int *prev);
-void engram__cuda_leave(const engram_cuda_ctx *c, int prev);
+/* What engram__cuda_enter() changed, for engram__cuda_leave() to undo. */
+typedef struct engram__cuda_scope {
+    int device;  /* the caller's current device */
+    int mode;    /* the caller's stream capture mode */
+    int entered; /* 1: the two were switched */
+} engram__cuda_scope;
+
+/* Makes the context's device current and the thread's stream capture mode
+ * relaxed, for the setup calls of the API (not lookups); leave restores
+ * both.  leave is a no-op after a failed enter. */
+int engram__cuda_enter(const engram_cuda_ctx *c, engram__cuda_scope *s);
+void engram__cuda_leave(const engram_cuda_ctx *c, const engram__cuda_scope *s);
 
 /* engram_cuda_register() with ctx->lock held; *t receives the entry. */
 int engram__cuda_register_locked(engram_cuda_ctx *c, engram_table_id id, engram__cuda_table **t);

@@ -114,16 +114,15 @@ void engram__cuda_plan_free_locked(struct engram_cuda_plan *p)
 void engram_cuda_plan_destroy(engram_cuda_plan *p)
 {
     engram_cuda_ctx *c;
-    int prev;
+    engram__cuda_scope prev;
     if (!p)
         return;
     c = p->ctx;
-    if (engram__cuda_enter(c, &prev) != 0)
-        prev = c->device;
+    (void)engram__cuda_enter(c, &prev); /* destroy anyway: frees still free */
     pthread_mutex_lock(&c->lock);
     engram__cuda_plan_free_locked(p);
     pthread_mutex_unlock(&c->lock);
-    engram__cuda_leave(c, prev);
+    engram__cuda_leave(c, &prev);
 }
 
 size_t engram_cuda_plan_out_row_bytes(const engram_cuda_plan *p)
@@ -330,7 +329,8 @@ int engram_cuda_plan_create(engram_cuda_ctx *c, const engram_cuda_plan_args *a,
                             engram_cuda_plan **out)
 {
     engram_cuda_plan *p;
-    int prev, err;
+    engram__cuda_scope prev;
+    int err;
 
     if (!c || !a || !out || a->size != sizeof *a)
         return engram__err(-EINVAL, "engram_cuda_plan_create: ctx, args (with size = "
@@ -387,7 +387,7 @@ int engram_cuda_plan_create(engram_cuda_ctx *c, const engram_cuda_plan_args *a,
         *out = p;
     }
     pthread_mutex_unlock(&c->lock);
-    engram__cuda_leave(c, prev);
+    engram__cuda_leave(c, &prev);
     return err;
 }
 

@@ -20,6 +20,7 @@
 
 #include <cuda_runtime_api.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +31,9 @@
 /* Host-path staging of a plan (tables without a base address) is sized
  * for this many tokens, or the first lookup's count if larger. */
 #define HOST_PATH_TOKENS 16384
+/* Host-path plans are per stream; at most this many streams per (tables,
+ * offsets). */
+#define HOST_PATH_STREAMS 16
 
 /* A plan and the (tables, offsets) it was made for.  A plan whose host
  * path (tables without a base address) stages rows per plan serves one
@@ -40,6 +44,7 @@ typedef struct plan_entry {
     int has_offsets;
     int per_stream;
     cudaStream_t stream; /* per_stream: the stream it serves */
+    pthread_t thread;    /* ... and for cudaStreamPerThread, whose it is */
     engram_table_id *tables; /* [K] */
     int64_t *offsets;        /* [K] or NULL */
     engram_cuda_plan *plan;
@@ -150,8 +155,16 @@ static int cuda_get(ext_cuda **slot, engram_store *st, cudaStream_t stream, ext_
         err->nomem = 1;
         return -ENOMEM;
     }
-    /* On the current device, the one engram_cuda_open() took. */
-    if ((rc = cudaEventCreateWithFlags(&c->ev, cudaEventDisableTiming)) != cudaSuccess) {
+    /* On the current device, the one engram_cuda_open() took; relaxed, as
+     * the library's own setup calls, so that a capture in progress on
+     * another stream is not invalidated. */
+    {
+        enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+        (void)cudaThreadExchangeStreamCaptureMode(&mode);
+        rc = cudaEventCreateWithFlags(&c->ev, cudaEventDisableTiming);
+        (void)cudaThreadExchangeStreamCaptureMode(&mode);
+    }
+    if (rc != cudaSuccess) {
         (void)cudaGetLastError();
         engram_cuda_close(ctx);
         free(c);
@@ -167,12 +180,22 @@ static int cuda_get(ext_cuda **slot, engram_store *st, cudaStream_t stream, ext_
     return 0;
 }
 
-static int entry_matches(const plan_entry *e, const engram_lookup_args *a, cudaStream_t s)
+static int same_stream(const plan_entry *e, cudaStream_t s)
+{
+    return e->stream == s && (s != cudaStreamPerThread || pthread_equal(e->thread, pthread_self()));
+}
+
+/* The plan's tables and offsets are a's. */
+static int key_matches(const plan_entry *e, const engram_lookup_args *a)
 {
     return e->K == a->num_cols && e->has_offsets == (a->offsets != NULL) &&
-           (!e->per_stream || e->stream == s) &&
            memcmp(e->tables, a->tables, a->num_cols * sizeof *a->tables) == 0 &&
            (!a->offsets || memcmp(e->offsets, a->offsets, a->num_cols * sizeof(int64_t)) == 0);
+}
+
+static int entry_matches(const plan_entry *e, const engram_lookup_args *a, cudaStream_t s)
+{
+    return key_matches(e, a) && (!e->per_stream || same_stream(e, s));
 }
 
 static engram_cuda_plan *plan_find(ext_cuda *c, const engram_lookup_args *a, cudaStream_t s)
@@ -199,7 +222,8 @@ static int plan_get(ext_cuda *c, const engram_lookup_args *a, cudaStream_t strea
     size_t K = a->num_cols;
     engram_cuda_plan_args pa = ENGRAM_CUDA_PLAN_ARGS_INIT;
     engram_cuda_plan *plan = NULL, *other;
-    plan_entry e = {K, a->offsets != NULL, 0, stream, NULL, NULL, NULL};
+    plan_entry e = {K, a->offsets != NULL, 0, stream, pthread_self(), NULL, NULL, NULL};
+    size_t streams = 0;
     int rc;
 
     if ((*out = plan_find(c, a, stream)) != NULL)
@@ -209,6 +233,15 @@ static int plan_get(ext_cuda *c, const engram_lookup_args *a, cudaStream_t strea
                       warm_up);
     for (size_t k = 0; k < K && !e.per_stream; k++)
         e.per_stream = engram_table_memory(c->st, a->tables[k], NULL, NULL) == -ENOTSUP;
+    /* Each such plan pins its staging (max_tokens x columns x rows) on
+     * the host and the GPU until close(): bound how many streams get one. */
+    for (size_t i = 0; e.per_stream && i < c->nplans; i++)
+        streams += key_matches(&c->plans[i], a);
+    if (streams >= HOST_PATH_STREAMS)
+        return refuse(err, ENGRAM_ESTATE, "these tables (file-backed: gathered on the CPU) "
+                                          "already have plans for %d streams, each with its "
+                                          "own staging: look them up on fewer streams",
+                      HOST_PATH_STREAMS);
     pa.num_cols = K;
     pa.tables = a->tables;
     pa.offsets = a->offsets;
@@ -280,6 +313,12 @@ static int order_after(ext_cuda *c, uintptr_t producer, cudaStream_t consumer,
         goto fail;
     if (cq != cudaStreamCaptureStatusNone && cp == cudaStreamCaptureStatusNone)
         return 0;
+    /* The other way round, waiting would pull the lookup into the
+     * producer's graph (and its capture would fail, unjoined). */
+    if (cq == cudaStreamCaptureStatusNone && cp != cudaStreamCaptureStatusNone)
+        return refuse(err, ENGRAM_ESTATE, "an array's __cuda_array_interface__ stream is being "
+                                          "captured into a graph but the lookup's stream is not: "
+                                          "look up on the captured stream");
     if ((e = cudaEventRecord(c->ev, p)) != cudaSuccess ||
         (e = cudaStreamWaitEvent(q, c->ev, 0)) != cudaSuccess)
         goto fail;
@@ -319,9 +358,9 @@ static int arrays_device(const ext_cuda_call *call, ext_cuda_error *err)
     return dev[0] >= 0 ? dev[0] : dev[1];
 }
 
-/* The lookup proper, on the context's device (current). */
+/* The lookup proper, on device `dev` (current). */
 static int lookup_here(ext_cuda **slot, engram_store *st, const engram_lookup_args *a,
-                       const ext_cuda_call *call, ext_cuda_error *err)
+                       const ext_cuda_call *call, int dev, ext_cuda_error *err)
 {
     engram_cuda_lookup_args ca = ENGRAM_CUDA_LOOKUP_ARGS_INIT;
     engram_cuda_plan *plan;
@@ -330,6 +369,10 @@ static int lookup_here(ext_cuda **slot, engram_store *st, const engram_lookup_ar
 
     if ((rc = cuda_get(slot, st, stream, err)) < 0)
         return rc;
+    if ((*slot)->device != dev) /* another thread's first lookup won, on its GPU */
+        return refuse(err, 0, "ids and out are on GPU %d, but this store's GPU lookups run on "
+                              "GPU %d, where its first one ran: use one store per GPU",
+                      dev, (*slot)->device);
     if (a->num_tokens == 0 || a->num_cols == 0)
         return 0;
     if ((rc = plan_get(*slot, a, stream, &plan, err)) < 0)
@@ -381,7 +424,7 @@ int ext_cuda_lookup(ext_cuda **slot, engram_store *st, const engram_lookup_args 
         err->doing = "making the arrays' GPU current";
         return -EIO;
     }
-    rc = lookup_here(slot, st, a, call, err);
+    rc = lookup_here(slot, st, a, call, dev, err);
     if (dev != cur)
         (void)cudaSetDevice(cur);
     return rc;

@@ -386,6 +386,133 @@ def test_gpu_lookup_of_file_backed_tables_has_a_plan_per_stream(rt, gst, tmp_pat
     d_ids.free()
 
 
+def test_first_gpu_lookup_while_another_stream_captures(rt, gst):
+    """Stream A is being captured (a torch graph, say); the store's first
+    lookup goes to stream B.  Its setup (registration, allocation) runs in
+    relaxed capture mode: the lookup works and A's capture stays valid."""
+    st, rows = gst
+    d_ids = DeviceArray(rt, np.array([[1]], np.int64))
+    d_out = DeviceArray(rt, np.zeros((1, 1, 264), np.uint8))
+    a, b, g = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+    assert rt.cudaStreamCreateWithFlags(ctypes.byref(a), 1) == 0
+    assert rt.cudaStreamCreateWithFlags(ctypes.byref(b), 1) == 0
+    assert rt.cudaStreamBeginCapture(a, 0) == 0  # global mode
+    st.lookup(["a"], d_ids, d_out, stream=b.value)
+    assert rt.cudaStreamEndCapture(a, ctypes.byref(g)) == 0  # not invalidated
+    rt.cudaGraphDestroy(g)
+    assert rt.cudaStreamSynchronize(b) == 0
+    np.testing.assert_array_equal(d_out.numpy()[0, 0], rows["a"][1])
+    rt.cudaStreamDestroy(a), rt.cudaStreamDestroy(b)
+    d_ids.free(), d_out.free()
+
+
+def test_gpu_lookup_refuses_to_join_its_producers_capture(rt, gst):
+    """The ids' producer stream is being captured but the lookup's stream is
+    not: waiting for it would pull the lookup into that graph.  Refused,
+    and the capture stays valid."""
+    st, rows = gst
+    d_ids = DeviceArray(rt, np.array([[1]], np.int64))
+    d_out = DeviceArray(rt, np.zeros((1, 1, 264), np.uint8))
+    st.lookup(["a"], d_ids, d_out)  # the warm-up
+    assert rt.cudaDeviceSynchronize() == 0
+    p, g = ctypes.c_void_p(), ctypes.c_void_p()
+    assert rt.cudaStreamCreateWithFlags(ctypes.byref(p), 1) == 0
+    d_ids.__cuda_array_interface__["stream"] = p.value
+    assert rt.cudaStreamBeginCapture(p, 0) == 0
+    with pytest.raises(engramstore.StateError, match="look up on the captured stream"):
+        st.lookup(["a"], d_ids, d_out)
+    assert rt.cudaStreamEndCapture(p, ctypes.byref(g)) == 0
+    rt.cudaGraphDestroy(g), rt.cudaStreamDestroy(p)
+    d_ids.free(), d_out.free()
+
+
+def test_two_threads_first_lookups_on_two_gpus(rt, tmp_path):
+    """Threads with arrays on GPU 0 and GPU 1 race for a store's first GPU
+    lookup: one wins, the other is refused with 'use one store per GPU',
+    never run on the winner's context from the wrong GPU."""
+    if device_count(rt) < 2:
+        pytest.skip("needs two GPUs (the emulation has two with ENGRAM_EMU_DEVICES=2)")
+    import sys
+    import threading
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    ids = np.array([[1]], np.int64)
+    arrs = {}
+    for dev in (0, 1):
+        assert rt.cudaSetDevice(dev) == 0
+        arrs[dev] = (DeviceArray(rt, ids), DeviceArray(rt, np.zeros((1, 1, 264), np.uint8)))
+    assert rt.cudaSetDevice(0) == 0
+    try:
+        for i in range(30):
+            st = engramstore.EngramStore(tables={"a": {"num_rows": 10, "row_bytes": 264}},
+                                         namespace=f"r{i}", local_dir=str(tmp_path))
+            st.populate("a", np.full((10, 264), 7, np.uint8))
+            st.lookup(["a"], ids, np.zeros((1, 1, 264), np.uint8))  # names resolved
+            bar, errs = threading.Barrier(2), {}
+
+            def run(dev):
+                bar.wait()
+                try:
+                    st.lookup(["a"], *arrs[dev])
+                except Exception as e:  # noqa: BLE001 (any failure is examined below)
+                    errs[dev] = e
+
+            threads = [threading.Thread(target=run, args=(d,)) for d in (0, 1)]
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join()
+            assert len(errs) == 1, errs  # exactly one of the two GPUs serves the store
+            for e in errs.values():
+                assert isinstance(e, ValueError) and "use one store per GPU" in str(e), e
+            assert rt.cudaDeviceSynchronize() == 0
+            st.close()
+    finally:
+        sys.setswitchinterval(switch)
+        for dev, (a, b) in arrs.items():
+            assert rt.cudaSetDevice(dev) == 0
+            a.free(), b.free()
+        assert rt.cudaSetDevice(0) == 0
+
+
+def test_file_backed_plans_per_thread_default_stream_and_bounded(rt, gst, tmp_path):
+    """cudaStreamPerThread (handle 2) is another stream in each thread, so
+    host-path plans on it are per thread; and one (tables, offsets) gets
+    plans for at most 16 streams."""
+    import threading
+    st, rows = gst
+    fc = engramstore.EngramStore(namespace="gpu", local_dir=str(tmp_path), file_cache=True)
+    d_ids = DeviceArray(rt, np.array([[1, 2]], np.int64))
+    outs = [DeviceArray(rt, np.zeros((1, 2, 264), np.uint8)) for _ in range(2)]
+
+    def run(i):
+        fc.lookup(["a", "b"], d_ids, outs[i], stream=2)
+
+    for i in range(2):
+        th = threading.Thread(target=run, args=(i,))
+        th.start()
+        th.join()
+    assert rt.cudaDeviceSynchronize() == 0
+    assert fc.stats()["cuda"]["plans"] == 2
+    for d_out in outs:
+        np.testing.assert_array_equal(d_out.numpy()[0, 0], rows["a"][1])
+    streams = []
+    with pytest.raises(engramstore.StateError, match="plans for 16 streams"):
+        for _ in range(20):
+            s = ctypes.c_void_p()
+            assert rt.cudaStreamCreateWithFlags(ctypes.byref(s), 1) == 0
+            streams.append(s)
+            fc.lookup(["a", "b"], d_ids, outs[0], stream=s.value)
+    assert len(streams) == 15  # 2 per-thread plans + 14 streams, then refused
+    assert rt.cudaDeviceSynchronize() == 0
+    fc.close()
+    for s in streams:
+        rt.cudaStreamDestroy(s)
+    d_ids.free()
+    for d_out in outs:
+        d_out.free()
+
+
 def test_gpu_bad_id_is_skipped_and_reported(rt, gst):
     st, rows = gst
     ids = np.array([[0], [1000], [7]], np.int64)  # 1000 is outside 'a'
