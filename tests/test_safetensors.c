@@ -263,25 +263,29 @@ static void test_bad_inputs(void)
     expect_corrupt(st, "{\"w\":{\"dtype\":\"U8\",\"shape\":[4,2],\"data_offsets\":[0,8]}}", 9,
                    "cover 8");
     /* Too many JSON values, refused before cJSON allocates for them: the
-     * bound itself, then a header of 4 MiB of "0," just over the limit,
-     * then the same header just under it, which gets parsed (and refused
-     * for what it says). */
+     * bound itself, then headers of 4 MiB of "0," with one value under the
+     * limit, at it, and one, two and three over it. */
     {
         const char *q = "{\"a\":\"x,[{\\\",\",\"b\":[1,2]}";
-        size_t n = (size_t)2 << 20, len = 9 + 2 * n;
-        char *big = tu_xmalloc(len + 1);
+        size_t n = (size_t)2 << 20;
+        char *big = tu_xmalloc(9 + 2 * n + 1);
         /* Quoted separators and an escaped quote do not count. */
         ASSERT_EQ(engram__json_values_bound(q, strlen(q)), 5); /* 1 + '{' ',' '[' ',' */
-        memcpy(big, "{\"w\":[", 6);
-        for (size_t i = 0; i < n; i++)
-            memcpy(big + 6 + 2 * i, "0,", 2);
-        memcpy(big + 6 + 2 * n, "0]}", 4);
-        ASSERT_EQ(strlen(big), len);
-        ASSERT(engram__json_values_bound(big, strlen(big)) > ENGRAM__ST_VALUES_MAX);
-        expect_corrupt(st, big, 8, "more than 2097152 JSON values");
-        memcpy(big + 6 + 2 * (n - 4), "0]}", 4); /* 1 + '{' + '[' + n - 4 commas */
-        ASSERT_EQ(engram__json_values_bound(big, strlen(big)), ENGRAM__ST_VALUES_MAX - 1);
-        expect_corrupt(st, big, 8, "tensor 'w' is not a JSON object");
+        /* {"w":[0,0,...,0]} with c commas holds c + 3 values: 2 Mi - 1 .. 2 Mi + 3. */
+        for (size_t c = n - 4; c <= n; c++) {
+            size_t v = c + 3;
+            memcpy(big, "{\"w\":[", 6);
+            for (size_t i = 0; i < c; i++)
+                memcpy(big + 6 + 2 * i, "0,", 2);
+            memcpy(big + 6 + 2 * c, "0]}", 4);
+            ASSERT_EQ(engram__json_values_bound(big, strlen(big)), v);
+            /* Up to the limit the JSON is parsed (and refused for what it
+             * says); past it, refused before parsing. */
+            if (v <= ENGRAM__ST_VALUES_MAX)
+                expect_corrupt(st, big, 8, "tensor 'w' is not a JSON object");
+            else
+                expect_corrupt(st, big, 8, "more than 2097152 JSON values");
+        }
         free(big);
     }
     /* The header length field itself: past the end of the file. */
