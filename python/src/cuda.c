@@ -20,8 +20,8 @@
 
 #include <cuda_runtime_api.h>
 #include <errno.h>
-#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,7 +44,7 @@ typedef struct plan_entry {
     int has_offsets;
     int per_stream;
     cudaStream_t stream; /* per_stream: the stream it serves */
-    pthread_t thread;    /* ... and for cudaStreamPerThread, whose it is */
+    uint64_t thread;     /* ... and for cudaStreamPerThread, whose (thread_key()) */
     engram_table_id *tables; /* [K] */
     int64_t *offsets;        /* [K] or NULL */
     engram_cuda_plan *plan;
@@ -180,9 +180,20 @@ static int cuda_get(ext_cuda **slot, engram_store *st, cudaStream_t stream, ext_
     return 0;
 }
 
+/* A number for the calling thread, never given to another one (a
+ * pthread_t is reused once its thread has exited). */
+static uint64_t thread_key(void)
+{
+    static atomic_uint_fast64_t next = 1;
+    static _Thread_local uint64_t key;
+    if (!key)
+        key = atomic_fetch_add(&next, 1);
+    return key;
+}
+
 static int same_stream(const plan_entry *e, cudaStream_t s)
 {
-    return e->stream == s && (s != cudaStreamPerThread || pthread_equal(e->thread, pthread_self()));
+    return e->stream == s && (s != cudaStreamPerThread || e->thread == thread_key());
 }
 
 /* The plan's tables and offsets are a's. */
@@ -222,7 +233,7 @@ static int plan_get(ext_cuda *c, const engram_lookup_args *a, cudaStream_t strea
     size_t K = a->num_cols;
     engram_cuda_plan_args pa = ENGRAM_CUDA_PLAN_ARGS_INIT;
     engram_cuda_plan *plan = NULL, *other;
-    plan_entry e = {K, a->offsets != NULL, 0, stream, pthread_self(), NULL, NULL, NULL};
+    plan_entry e = {K, a->offsets != NULL, 0, stream, thread_key(), NULL, NULL, NULL};
     size_t streams = 0;
     int rc;
 
@@ -334,7 +345,8 @@ fail:
  * this is a single-GPU machine; -2 after a refusal. */
 static int arrays_device(const ext_cuda_call *call, ext_cuda_error *err)
 {
-    int dev[2], n = 0;
+    static int gpus; /* 0 until known; read and set with the GIL held */
+    int dev[2];
     for (int i = 0; i < 2; i++) {
         struct cudaPointerAttributes pa;
         dev[i] = call->device[i];
@@ -342,14 +354,16 @@ static int arrays_device(const ext_cuda_call *call, ext_cuda_error *err)
             continue;
         /* __cuda_array_interface__ does not name the device.  Ask where
          * the memory is, where there is more than one GPU to choose. */
-        if (n == 0 && (cudaGetDeviceCount(&n) != cudaSuccess || n < 2)) {
+        if (gpus == 0 && (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < 1)) {
             (void)cudaGetLastError();
-            n = 1;
+            gpus = 1;
         }
-        if (n > 1 && cudaPointerGetAttributes(&pa, call->ptr[i]) == cudaSuccess &&
-            (pa.type == cudaMemoryTypeDevice || pa.type == cudaMemoryTypeManaged))
-            dev[i] = pa.device;
-        (void)cudaGetLastError();
+        if (gpus > 1) {
+            if (cudaPointerGetAttributes(&pa, call->ptr[i]) == cudaSuccess &&
+                (pa.type == cudaMemoryTypeDevice || pa.type == cudaMemoryTypeManaged))
+                dev[i] = pa.device;
+            (void)cudaGetLastError();
+        }
     }
     if (dev[0] >= 0 && dev[1] >= 0 && dev[0] != dev[1]) {
         refuse(err, 0, "ids and out: ids are on GPU %d but out is on GPU %d", dev[0], dev[1]);

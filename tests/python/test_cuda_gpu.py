@@ -488,7 +488,7 @@ def test_file_backed_plans_per_thread_default_stream_and_bounded(rt, gst, tmp_pa
     def run(i):
         fc.lookup(["a", "b"], d_ids, outs[i], stream=2)
 
-    for i in range(2):
+    for i in range(2):  # one after the other: the second may reuse the first's pthread_t
         th = threading.Thread(target=run, args=(i,))
         th.start()
         th.join()
