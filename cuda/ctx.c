@@ -555,9 +555,12 @@ int engram_cuda_check(engram_cuda_ctx *c, engram_cuda_report *r)
     }
     /* A check racing with a lookup may take a count whose key lands in the
      * next check, or the reverse: either is reported. */
-    if (snap.count && snap.key == ENGRAM__CUDA_NO_BAD)
+    if (snap.count && snap.key == ENGRAM__CUDA_NO_BAD) {
+        if (r)
+            r->first_col = ENGRAM_CUDA_NO_FIRST;
         return engram__err(ENGRAM_EBADID, "%llu bad id(s) skipped by GPU lookups (the first "
                                           "is reported by the next check)", snap.count);
+    }
     if (snap.key != ENGRAM__CUDA_NO_BAD) {
         unsigned long long nrows = 0;
         pthread_mutex_lock(&c->lock);

@@ -251,7 +251,7 @@ ENGRAM_API int engram_cuda_lookup(engram_cuda_plan *plan, const engram_cuda_look
  */
 typedef struct engram_cuda_report {
     uint32_t size;             /* sizeof(engram_cuda_report) */
-    uint32_t first_col;        /* column of the first bad id */
+    uint32_t first_col;        /* column of the first bad id (ENGRAM_CUDA_NO_FIRST: see below) */
     uint64_t bad_ids;          /* bad ids skipped since the last check */
     uint64_t first_token;      /* token of the first bad id: the smallest (token, column) */
     int64_t first_id;          /* its value as passed (before the offset) */
@@ -260,6 +260,9 @@ typedef struct engram_cuda_report {
 } engram_cuda_report;
 
 #define ENGRAM_CUDA_REPORT_INIT {sizeof(engram_cuda_report), 0u, 0, 0, 0, 0u, 0}
+/* first_col when bad ids were counted but the first of them is not known
+ * yet (a check that raced a lookup: the next check reports it). */
+#define ENGRAM_CUDA_NO_FIRST 0xffffffffu
 
 /*! engram_cuda_check() :
  * Reads and clears the context's bad-id report (atomically with respect to

@@ -21,7 +21,6 @@
 #include <cuda_runtime_api.h>
 #include <errno.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,7 +43,7 @@ typedef struct plan_entry {
     int has_offsets;
     int per_stream;
     cudaStream_t stream; /* per_stream: the stream it serves */
-    uint64_t thread;     /* ... and for cudaStreamPerThread, whose (thread_key()) */
+    size_t max_tokens;   /* per_stream: tokens its staging holds */
     engram_table_id *tables; /* [K] */
     int64_t *offsets;        /* [K] or NULL */
     engram_cuda_plan *plan;
@@ -79,9 +78,11 @@ static int refuse(ext_cuda_error *err, int code, const char *fmt, ...)
 static int capturing(cudaStream_t s)
 {
     enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(s ? s : cudaStreamLegacy, &cs) != cudaSuccess) {
-        (void)cudaGetLastError(); /* cudaErrorStreamCaptureImplicit */
-        return 1;
+    cudaError_t e = cudaStreamIsCapturing(s ? s : cudaStreamLegacy, &cs);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        /* Any other error (a bad handle) is left to the calls that follow. */
+        return e == cudaErrorStreamCaptureImplicit;
     }
     return cs != cudaStreamCaptureStatusNone;
 }
@@ -146,12 +147,16 @@ static int cuda_get(ext_cuda **slot, engram_store *st, cudaStream_t stream, ext_
         err->what = "CUDA";
         return rc;
     }
-    if (*slot) { /* another thread got there while the GIL was released */
+    if (*slot || !(c = calloc(1, sizeof *c))) {
+        /* Another thread got there while the GIL was released; or no
+         * memory.  (Closing frees device memory, which waits for the
+         * device: without the GIL.) */
+        int lost = *slot != NULL;
+        Py_BEGIN_ALLOW_THREADS
         engram_cuda_close(ctx);
-        return 0;
-    }
-    if (!(c = calloc(1, sizeof *c))) {
-        engram_cuda_close(ctx);
+        Py_END_ALLOW_THREADS
+        if (lost)
+            return 0;
         err->nomem = 1;
         return -ENOMEM;
     }
@@ -166,7 +171,9 @@ static int cuda_get(ext_cuda **slot, engram_store *st, cudaStream_t stream, ext_
     }
     if (rc != cudaSuccess) {
         (void)cudaGetLastError();
+        Py_BEGIN_ALLOW_THREADS
         engram_cuda_close(ctx);
+        Py_END_ALLOW_THREADS
         free(c);
         err->cuda = rc;
         err->doing = "creating an event";
@@ -180,22 +187,6 @@ static int cuda_get(ext_cuda **slot, engram_store *st, cudaStream_t stream, ext_
     return 0;
 }
 
-/* A number for the calling thread, never given to another one (a
- * pthread_t is reused once its thread has exited). */
-static uint64_t thread_key(void)
-{
-    static atomic_uint_fast64_t next = 1;
-    static _Thread_local uint64_t key;
-    if (!key)
-        key = atomic_fetch_add(&next, 1);
-    return key;
-}
-
-static int same_stream(const plan_entry *e, cudaStream_t s)
-{
-    return e->stream == s && (s != cudaStreamPerThread || e->thread == thread_key());
-}
-
 /* The plan's tables and offsets are a's. */
 static int key_matches(const plan_entry *e, const engram_lookup_args *a)
 {
@@ -206,19 +197,32 @@ static int key_matches(const plan_entry *e, const engram_lookup_args *a)
 
 static int entry_matches(const plan_entry *e, const engram_lookup_args *a, cudaStream_t s)
 {
-    return key_matches(e, a) && (!e->per_stream || same_stream(e, s));
+    return key_matches(e, a) && (!e->per_stream || e->stream == s);
 }
 
-static engram_cuda_plan *plan_find(ext_cuda *c, const engram_lookup_args *a, cudaStream_t s)
+static plan_entry *entry_find(ext_cuda *c, const engram_lookup_args *a, cudaStream_t s)
 {
     if (c->last < c->nplans && entry_matches(&c->plans[c->last], a, s))
-        return c->plans[c->last].plan;
+        return &c->plans[c->last];
     for (size_t i = 0; i < c->nplans; i++)
         if (entry_matches(&c->plans[i], a, s)) {
             c->last = i;
-            return c->plans[i].plan;
+            return &c->plans[i];
         }
     return NULL;
+}
+
+/* The entry's plan serves a lookup of a->num_tokens tokens. */
+static int entry_fits(const plan_entry *e, const engram_lookup_args *a)
+{
+    return e && (!e->per_stream || a->num_tokens <= e->max_tokens);
+}
+
+static void plan_destroy_nogil(engram_cuda_plan *p)
+{
+    Py_BEGIN_ALLOW_THREADS
+    engram_cuda_plan_destroy(p);
+    Py_END_ALLOW_THREADS
 }
 
 static void entry_free(plan_entry *e)
@@ -232,31 +236,47 @@ static int plan_get(ext_cuda *c, const engram_lookup_args *a, cudaStream_t strea
 {
     size_t K = a->num_cols;
     engram_cuda_plan_args pa = ENGRAM_CUDA_PLAN_ARGS_INIT;
-    engram_cuda_plan *plan = NULL, *other;
-    plan_entry e = {K, a->offsets != NULL, 0, stream, thread_key(), NULL, NULL, NULL};
+    engram_cuda_plan *plan = NULL;
+    plan_entry e = {K, a->offsets != NULL, 0, stream, 0, NULL, NULL, NULL}, *have;
     size_t streams = 0;
     int rc;
 
-    if ((*out = plan_find(c, a, stream)) != NULL)
+    if (entry_fits(have = entry_find(c, a, stream), a)) {
+        *out = have->plan;
         return 0;
+    }
     if (capturing(stream))
-        return refuse(err, ENGRAM_ESTATE, "the first GPU lookup of these tables and offsets %s",
+        return refuse(err, ENGRAM_ESTATE,
+                      have ? "a GPU lookup of more tokens than before on file-backed tables "
+                             "grows its staging, which %s"
+                           : "the first GPU lookup of these tables and offsets %s",
                       warm_up);
+    if (have) {
+        e.per_stream = 1;
+        e.max_tokens = have->max_tokens;
+    }
     for (size_t k = 0; k < K && !e.per_stream; k++)
         e.per_stream = engram_table_memory(c->st, a->tables[k], NULL, NULL) == -ENOTSUP;
+    if (e.per_stream && stream == cudaStreamPerThread)
+        return refuse(err, 0, "stream: file-backed tables are gathered on the CPU into staging "
+                              "kept per stream, and cudaStreamPerThread is another stream in "
+                              "each thread: pass an explicit stream");
     /* Each such plan pins its staging (max_tokens x columns x rows) on
      * the host and the GPU until close(): bound how many streams get one. */
-    for (size_t i = 0; e.per_stream && i < c->nplans; i++)
+    for (size_t i = 0; e.per_stream && !have && i < c->nplans; i++)
         streams += key_matches(&c->plans[i], a);
     if (streams >= HOST_PATH_STREAMS)
         return refuse(err, ENGRAM_ESTATE, "these tables (file-backed: gathered on the CPU) "
                                           "already have plans for %d streams, each with its "
                                           "own staging: look them up on fewer streams",
                       HOST_PATH_STREAMS);
+    e.max_tokens = a->num_tokens > 2 * e.max_tokens ? a->num_tokens : 2 * e.max_tokens;
+    if (e.max_tokens < HOST_PATH_TOKENS)
+        e.max_tokens = HOST_PATH_TOKENS;
     pa.num_cols = K;
     pa.tables = a->tables;
     pa.offsets = a->offsets;
-    pa.max_tokens = a->num_tokens > HOST_PATH_TOKENS ? a->num_tokens : HOST_PATH_TOKENS;
+    pa.max_tokens = e.max_tokens;
     Py_BEGIN_ALLOW_THREADS
     rc = engram_cuda_plan_create(c->ctx, &pa, &plan);
     Py_END_ALLOW_THREADS
@@ -264,9 +284,23 @@ static int plan_get(ext_cuda *c, const engram_lookup_args *a, cudaStream_t strea
         err->what = "CUDA plan";
         return rc;
     }
-    if ((other = plan_find(c, a, stream)) != NULL) { /* made by another thread meanwhile */
-        engram_cuda_plan_destroy(plan);
-        *out = other;
+    if (entry_fits(have = entry_find(c, a, stream), a)) { /* another thread's meanwhile */
+        plan_destroy_nogil(plan);
+        *out = have->plan;
+        return 0;
+    }
+    if (have) {
+        /* Grow: the old plan's staging may still be read by work queued
+         * on this stream (its only one): wait for it, then destroy it. */
+        engram_cuda_plan *old = have->plan;
+        have->plan = plan;
+        have->max_tokens = e.max_tokens;
+        Py_BEGIN_ALLOW_THREADS
+        if (cudaStreamSynchronize(stream) != cudaSuccess)
+            (void)cudaGetLastError();
+        engram_cuda_plan_destroy(old);
+        Py_END_ALLOW_THREADS
+        *out = plan;
         return 0;
     }
     if (c->nplans == c->cap) {
@@ -290,7 +324,7 @@ static int plan_get(ext_cuda *c, const engram_lookup_args *a, cudaStream_t strea
     return 0;
 nomem:
     entry_free(&e);
-    engram_cuda_plan_destroy(plan);
+    plan_destroy_nogil(plan);
     err->nomem = 1;
     return -ENOMEM;
 }
@@ -318,7 +352,11 @@ static int order_after(ext_cuda *c, uintptr_t producer, cudaStream_t consumer,
      * break that capture: its data is taken as made before. */
     if ((e = cudaStreamIsCapturing(p, &cp)) == cudaErrorStreamCaptureImplicit) {
         (void)cudaGetLastError();
-        return 0;
+        if (capturing(q))
+            return 0;
+        return refuse(err, ENGRAM_ESTATE, "an array's __cuda_array_interface__ stream is the "
+                                          "legacy default stream, which cannot be waited for "
+                                          "while a blocking stream is being captured");
     }
     if (e != cudaSuccess || (e = cudaStreamIsCapturing(q, &cq)) != cudaSuccess)
         goto fail;
@@ -354,9 +392,12 @@ static int arrays_device(const ext_cuda_call *call, ext_cuda_error *err)
             continue;
         /* __cuda_array_interface__ does not name the device.  Ask where
          * the memory is, where there is more than one GPU to choose. */
-        if (gpus == 0 && (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < 1)) {
-            (void)cudaGetLastError();
-            gpus = 1;
+        if (gpus == 0) {
+            int n = 0;
+            if (cudaGetDeviceCount(&n) == cudaSuccess && n > 0)
+                gpus = n; /* kept: the GPUs of a process do not change */
+            else
+                (void)cudaGetLastError();
         }
         if (gpus > 1) {
             if (cudaPointerGetAttributes(&pa, call->ptr[i]) == cudaSuccess &&
@@ -377,7 +418,7 @@ static int lookup_here(ext_cuda **slot, engram_store *st, const engram_lookup_ar
                        const ext_cuda_call *call, int dev, ext_cuda_error *err)
 {
     engram_cuda_lookup_args ca = ENGRAM_CUDA_LOOKUP_ARGS_INIT;
-    engram_cuda_plan *plan;
+    engram_cuda_plan *plan = NULL;
     cudaStream_t stream = (cudaStream_t)call->stream;
     int rc;
 
@@ -439,8 +480,14 @@ int ext_cuda_lookup(ext_cuda **slot, engram_store *st, const engram_lookup_args 
         return -EIO;
     }
     rc = lookup_here(slot, st, a, call, dev, err);
-    if (dev != cur)
-        (void)cudaSetDevice(cur);
+    if (dev != cur && (e = cudaSetDevice(cur)) != cudaSuccess) {
+        (void)cudaGetLastError();
+        if (rc == 0) { /* the lookup is queued, but the caller's GPU is not current */
+            err->cuda = e;
+            err->doing = "making the caller's GPU current again after the lookup";
+            rc = -EIO;
+        }
+    }
     return rc;
 }
 
@@ -493,14 +540,22 @@ void ext_cuda_close(ext_cuda *c)
     if (engram_cuda_get_stats(c->ctx, &stats) == 0) {
         int prev = 0;
         if (cudaGetDevice(&prev) == cudaSuccess && cudaSetDevice(stats.device) == cudaSuccess) {
+            /* Relaxed, as the library's own setup calls: no capture in
+             * another thread is invalidated by the call itself (a device
+             * with a stream being captured cannot be waited for: that
+             * fails, and the close goes on). */
+            enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+            (void)cudaThreadExchangeStreamCaptureMode(&mode);
             (void)cudaDeviceSynchronize();
             (void)cudaEventDestroy(c->ev);
             c->ev = NULL;
+            (void)cudaThreadExchangeStreamCaptureMode(&mode);
             (void)cudaSetDevice(prev);
         }
     }
     if (c->ev)
         (void)cudaEventDestroy(c->ev);
+    (void)cudaGetLastError(); /* nothing of this close is left for the caller's next call */
     engram_cuda_close(c->ctx); /* destroys the plans too */
     Py_END_ALLOW_THREADS
     for (size_t i = 0; i < c->nplans; i++)

@@ -364,13 +364,13 @@ static int collapse_lead(const ext_array *a, int lead, const char *arg, Py_ssize
 }
 
 /* Gives the exception being raised the bad id's `position` (a tuple of
- * indices into the caller's ids array) and `id` (its value). */
-static void bad_id_attrs(PyObject *position, long long id)
+ * indices into the caller's ids array) and `id` (its value), references
+ * stolen; None for both when not known. */
+static void bad_id_attrs(PyObject *position, PyObject *v)
 {
-    PyObject *type, *value, *tb, *v;
+    PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     PyErr_NormalizeException(&type, &value, &tb);
-    v = PyLong_FromLongLong(id);
     if (!value || !position || !v || PyObject_SetAttrString(value, "position", position) < 0 ||
         PyObject_SetAttrString(value, "id", v) < 0) {
         /* Out of memory: that is the error now. */
@@ -409,7 +409,7 @@ static void raise_bad_id(int rc, const ext_array *ids, const char *arg, int lead
     n = snprintf(head, sizeof head, "ids[%llu][%llu]", t, k);
     if (L == 0) {
         ext_raise(rc, NULL);
-        bad_id_attrs(Py_BuildValue("(KK)", t, k), b.id);
+        bad_id_attrs(Py_BuildValue("(KK)", t, k), PyLong_FromLongLong(b.id));
         return;
     }
     if (n > 0 && strncmp(msg, head, (size_t)n) == 0)
@@ -417,7 +417,7 @@ static void raise_bad_id(int rc, const ext_array *ids, const char *arg, int lead
                       msg + n);
     else
         ext_raise(rc, NULL);
-    bad_id_attrs(Py_BuildValue("(KKK)", t / L, t % L, k), b.id);
+    bad_id_attrs(Py_BuildValue("(KKK)", t / L, t % L, k), PyLong_FromLongLong(b.id));
 }
 
 typedef struct lookup_in {
@@ -1612,9 +1612,12 @@ static PyObject *Store_cuda_check(StoreObject *s, PyObject *unused)
         leave(s);
         if (rc == ENGRAM_EBADID) {
             ext_raise(rc, NULL);
-            bad_id_attrs(Py_BuildValue("(KI)", (unsigned long long)rep.first_token,
-                                       (unsigned)rep.first_col),
-                         rep.first_id);
+            if (rep.first_col == ENGRAM_CUDA_NO_FIRST) /* the next check has it */
+                bad_id_attrs(Py_NewRef(Py_None), Py_NewRef(Py_None));
+            else
+                bad_id_attrs(Py_BuildValue("(KI)", (unsigned long long)rep.first_token,
+                                           (unsigned)rep.first_col),
+                             PyLong_FromLongLong(rep.first_id));
             return NULL;
         }
         if (rc < 0)

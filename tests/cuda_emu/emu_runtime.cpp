@@ -824,8 +824,10 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus *statu
 {
     API("cudaStreamIsCapturing");
     CUstream_st *st = S(s);
-    if (st == &legacy && blocking_capture())
-        return fail(cudaErrorStreamCaptureImplicit);
+    if (st == &legacy) /* answers, but does not invalidate (as documented) */
+        for (CUstream_st *b : streams)
+            if (b->capture && b->blocking)
+                return fail(cudaErrorStreamCaptureImplicit);
     *status = st->capture ? (st->capture->invalidated ? cudaStreamCaptureStatusInvalidated
                                                       : cudaStreamCaptureStatusActive)
                           : cudaStreamCaptureStatusNone;

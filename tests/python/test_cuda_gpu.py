@@ -475,42 +475,71 @@ def test_two_threads_first_lookups_on_two_gpus(rt, tmp_path):
         assert rt.cudaSetDevice(0) == 0
 
 
-def test_file_backed_plans_per_thread_default_stream_and_bounded(rt, gst, tmp_path):
+def test_file_backed_plans_refuse_the_per_thread_stream_and_are_bounded(rt, gst, tmp_path):
     """cudaStreamPerThread (handle 2) is another stream in each thread, so
-    host-path plans on it are per thread; and one (tables, offsets) gets
-    plans for at most 16 streams."""
-    import threading
+    per-stream staging cannot serve it: refused.  One (tables, offsets)
+    gets plans for at most 16 streams."""
     st, rows = gst
     fc = engramstore.EngramStore(namespace="gpu", local_dir=str(tmp_path), file_cache=True)
     d_ids = DeviceArray(rt, np.array([[1, 2]], np.int64))
-    outs = [DeviceArray(rt, np.zeros((1, 2, 264), np.uint8)) for _ in range(2)]
-
-    def run(i):
-        fc.lookup(["a", "b"], d_ids, outs[i], stream=2)
-
-    for i in range(2):  # one after the other: the second may reuse the first's pthread_t
-        th = threading.Thread(target=run, args=(i,))
-        th.start()
-        th.join()
-    assert rt.cudaDeviceSynchronize() == 0
-    assert fc.stats()["cuda"]["plans"] == 2
-    for d_out in outs:
-        np.testing.assert_array_equal(d_out.numpy()[0, 0], rows["a"][1])
+    d_out = DeviceArray(rt, np.zeros((1, 2, 264), np.uint8))
+    with pytest.raises(ValueError, match="cudaStreamPerThread is another stream in each thread"):
+        fc.lookup(["a", "b"], d_ids, d_out, stream=2)
     streams = []
     with pytest.raises(engramstore.StateError, match="plans for 16 streams"):
         for _ in range(20):
             s = ctypes.c_void_p()
             assert rt.cudaStreamCreateWithFlags(ctypes.byref(s), 1) == 0
             streams.append(s)
-            fc.lookup(["a", "b"], d_ids, outs[0], stream=s.value)
-    assert len(streams) == 15  # 2 per-thread plans + 14 streams, then refused
+            fc.lookup(["a", "b"], d_ids, d_out, stream=s.value)
+    assert len(streams) == 17  # 16 plans, then refused
     assert rt.cudaDeviceSynchronize() == 0
+    np.testing.assert_array_equal(d_out.numpy()[0, 0], rows["a"][1])
+    assert fc.stats()["cuda"]["plans"] == 16
     fc.close()
     for s in streams:
         rt.cudaStreamDestroy(s)
-    d_ids.free()
-    for d_out in outs:
-        d_out.free()
+    d_ids.free(), d_out.free()
+
+
+def test_file_backed_plan_grows_for_a_larger_lookup(rt, gst, tmp_path):
+    """The staging of a file-backed plan is sized by its first lookup (16384
+    tokens at least); a larger lookup later gets a larger plan in its place,
+    not an error."""
+    st, rows = gst
+    fc = engramstore.EngramStore(namespace="gpu", local_dir=str(tmp_path), file_cache=True)
+    rng = np.random.default_rng(3)
+    for T in (1, 20000, 5, 50000):
+        ids = rng.integers(0, 1000, (T, 1)).astype(np.int64)
+        d_ids = DeviceArray(rt, ids)
+        d_out = DeviceArray(rt, np.zeros((T, 1, 264), np.uint8))
+        fc.lookup(["a"], d_ids, d_out)
+        assert rt.cudaDeviceSynchronize() == 0
+        np.testing.assert_array_equal(d_out.numpy()[:, 0], rows["a"][ids[:, 0]])
+        d_ids.free(), d_out.free()
+    assert fc.stats()["cuda"]["plans"] == 1
+    fc.close()
+
+
+def test_gpu_lookup_refuses_to_wait_for_the_legacy_stream_during_a_capture(rt, gst):
+    """The ids name the legacy stream as their producer while a blocking
+    stream is being captured: the legacy stream cannot be used then, so the
+    lookup on a stream that is not captured cannot be ordered after it."""
+    st, rows = gst
+    d_ids = DeviceArray(rt, np.array([[1]], np.int64))
+    d_out = DeviceArray(rt, np.zeros((1, 1, 264), np.uint8))
+    st.lookup(["a"], d_ids, d_out)  # the warm-up
+    assert rt.cudaDeviceSynchronize() == 0
+    blocking, other, g = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+    assert rt.cudaStreamCreateWithFlags(ctypes.byref(blocking), 0) == 0
+    assert rt.cudaStreamCreateWithFlags(ctypes.byref(other), 1) == 0
+    d_ids.__cuda_array_interface__["stream"] = 1
+    assert rt.cudaStreamBeginCapture(blocking, 2) == 0  # relaxed: only the rule under test
+    with pytest.raises(engramstore.StateError, match="legacy default stream"):
+        st.lookup(["a"], d_ids, d_out, stream=other.value)
+    assert rt.cudaStreamEndCapture(blocking, ctypes.byref(g)) == 0
+    rt.cudaGraphDestroy(g), rt.cudaStreamDestroy(blocking), rt.cudaStreamDestroy(other)
+    d_ids.free(), d_out.free()
 
 
 def test_gpu_bad_id_is_skipped_and_reported(rt, gst):
