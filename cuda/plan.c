@@ -453,7 +453,9 @@ int engram_cuda_lookup(engram_cuda_plan *p, const engram_cuda_lookup_args *a, cu
          * device pointers there and fault, which poisons the CUDA context
          * for good; cudaGetDevice is allowed under stream capture. */
         int cur = -1;
-        if (ENGRAM__UNLIKELY(cudaGetDevice(&cur) != cudaSuccess || cur != c->device))
+        if (ENGRAM__UNLIKELY((e = cudaGetDevice(&cur)) != cudaSuccess))
+            return engram__cuda_err(e, "cudaGetDevice"); /* clears it */
+        if (ENGRAM__UNLIKELY(cur != c->device))
             return engram__err(-EINVAL, "the current CUDA device is %d but the context is on "
                                         "device %d: make it current first (cudaSetDevice)",
                                cur, c->device);
