@@ -56,6 +56,12 @@ struct ext_cuda {
     cudaEvent_t ev;    /* orders a lookup after a producer's stream */
     plan_entry *plans; /* [nplans], read and changed with the GIL held */
     size_t nplans, cap;
+    /* Host-path plans replaced by larger ones: another thread may still be
+     * enqueueing a lookup with one (the GIL released), so they are kept
+     * until close().  Each replacement doubles, so they hold less staging
+     * than the plans that replaced them. */
+    engram_cuda_plan **retired;
+    size_t nretired;
     size_t last; /* the entry of the last lookup, tried first */
 };
 
@@ -290,16 +296,14 @@ static int plan_get(ext_cuda *c, const engram_lookup_args *a, cudaStream_t strea
         return 0;
     }
     if (have) {
-        /* Grow: the old plan's staging may still be read by work queued
-         * on this stream (its only one): wait for it, then destroy it. */
-        engram_cuda_plan *old = have->plan;
+        /* Grow: the old plan is retired, not destroyed (see ext_cuda). */
+        engram_cuda_plan **r = realloc(c->retired, (c->nretired + 1) * sizeof *r);
+        if (!r)
+            goto nomem;
+        c->retired = r;
+        c->retired[c->nretired++] = have->plan;
         have->plan = plan;
         have->max_tokens = e.max_tokens;
-        Py_BEGIN_ALLOW_THREADS
-        if (cudaStreamSynchronize(stream) != cudaSuccess)
-            (void)cudaGetLastError();
-        engram_cuda_plan_destroy(old);
-        Py_END_ALLOW_THREADS
         *out = plan;
         return 0;
     }
@@ -561,6 +565,7 @@ void ext_cuda_close(ext_cuda *c)
     for (size_t i = 0; i < c->nplans; i++)
         entry_free(&c->plans[i]);
     free(c->plans);
+    free(c->retired); /* engram_cuda_close() destroyed those plans too */
     free(c);
 }
 

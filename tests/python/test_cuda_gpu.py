@@ -504,8 +504,8 @@ def test_file_backed_plans_refuse_the_per_thread_stream_and_are_bounded(rt, gst,
 
 def test_file_backed_plan_grows_for_a_larger_lookup(rt, gst, tmp_path):
     """The staging of a file-backed plan is sized by its first lookup (16384
-    tokens at least); a larger lookup later gets a larger plan in its place,
-    not an error."""
+    tokens at least); a larger lookup later gets a larger plan in its place
+    (at least twice as large), not an error."""
     st, rows = gst
     fc = engramstore.EngramStore(namespace="gpu", local_dir=str(tmp_path), file_cache=True)
     rng = np.random.default_rng(3)
@@ -517,7 +517,9 @@ def test_file_backed_plan_grows_for_a_larger_lookup(rt, gst, tmp_path):
         assert rt.cudaDeviceSynchronize() == 0
         np.testing.assert_array_equal(d_out.numpy()[:, 0], rows["a"][ids[:, 0]])
         d_ids.free(), d_out.free()
-    assert fc.stats()["cuda"]["plans"] == 1
+    # 16384 tokens, then 32768 for 20000, then 65536 for 50000; the two
+    # replaced plans are kept until close (a thread may still be using one).
+    assert fc.stats()["cuda"]["plans"] == 3
     fc.close()
 
 
