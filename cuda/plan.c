@@ -56,6 +56,10 @@ struct engram_cuda_plan {
     uint64_t *h_nrows;
     engram__cuda_host host;
     host_slot *slots; /* [max_T + 1] */
+    /* Held from the host path's first enqueue to the kernel's launch: two
+     * threads' lookups on one stream would otherwise interleave their
+     * five operations, and one would copy out the other's staging. */
+    pthread_mutex_t host_lock;
 };
 
 /* The largest power of two <= 16 dividing v (16 for 0). */
@@ -106,6 +110,7 @@ void engram__cuda_plan_free_locked(struct engram_cuda_plan *p)
     free(p->h_offsets);
     free(p->h_nrows);
     free(p->slots);
+    pthread_mutex_destroy(&p->host_lock);
     free(p->tables);
     free(p->scales);
     free(p);
@@ -343,7 +348,9 @@ int engram_cuda_plan_create(engram_cuda_ctx *c, const engram_cuda_plan_args *a,
         return engram__err(-EINVAL, "unknown plan op %u", a->op);
     if (a->scale_tables && a->op != ENGRAM_CUDA_OP_DEQUANT_FP8)
         return engram__err(-EINVAL, "scale_tables are only for ENGRAM_CUDA_OP_DEQUANT_FP8");
-    if (!(p = calloc(1, sizeof *p)))
+    if ((p = calloc(1, sizeof *p)) != NULL)
+        pthread_mutex_init(&p->host_lock, NULL);
+    if (!p)
         return engram__err(-ENOMEM, "out of memory");
     p->ctx = c;
     p->op = a->op;
@@ -517,10 +524,17 @@ int engram_cuda_lookup(engram_cuda_plan *p, const engram_cuda_lookup_args *a, cu
         L.lanes = lanes_for(p->N / 8);
     }
 
-    if (p->Kh && (err = host_enqueue(p, &L, stream)) != 0)
-        return err;
+    if (p->Kh) {
+        pthread_mutex_lock(&p->host_lock);
+        if ((err = host_enqueue(p, &L, stream)) != 0) {
+            pthread_mutex_unlock(&p->host_lock);
+            return err;
+        }
+    }
     e = p->op == ENGRAM_CUDA_OP_GATHER ? engram__cuda_launch_gather(&L, stream)
                                        : engram__cuda_launch_dequant(&L, stream);
+    if (p->Kh)
+        pthread_mutex_unlock(&p->host_lock);
     if (ENGRAM__UNLIKELY(e != cudaSuccess))
         return engram__cuda_err(e, "launching a %zu x %u lookup", a->num_tokens, p->K);
     atomic_fetch_add_explicit(&c->lookups, 1, memory_order_relaxed);

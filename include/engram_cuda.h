@@ -237,8 +237,9 @@ typedef struct engram_cuda_lookup_args {
  * in the id buffer when they run).  The host path adds a device-to-host id
  * copy, a host function and a host-to-device row copy on the same stream;
  * its staging is per plan, so lookups of one plan with host-path tables
- * must be ordered (same stream or events).  Lookups of plans without a
- * host path may run concurrently on any streams.  The context's device
+ * must be ordered (same stream or events); threads may share that stream
+ * (the plan holds a lock from its first enqueue to its launch).  Lookups
+ * of plans without a host path may run concurrently on any streams.  The context's device
  * must be current (-EINVAL otherwise: a kernel on another device would
  * fault on this context's pointers).  Thread-safe.
  * @return : 0, -EINVAL, ENGRAM_ELAYOUT, ENGRAM_EBADID (DEBUG_SYNC only),

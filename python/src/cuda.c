@@ -291,8 +291,8 @@ static int plan_get(ext_cuda *c, const engram_lookup_args *a, cudaStream_t strea
         return rc;
     }
     if (entry_fits(have = entry_find(c, a, stream), a)) { /* another thread's meanwhile */
+        *out = have->plan; /* before the GIL goes: c->plans may move */
         plan_destroy_nogil(plan);
-        *out = have->plan;
         return 0;
     }
     if (have) {

@@ -523,6 +523,45 @@ def test_file_backed_plan_grows_for_a_larger_lookup(rt, gst, tmp_path):
     fc.close()
 
 
+def test_file_backed_lookups_from_two_threads_on_one_stream(rt, tmp_path):
+    """Two threads enqueue lookups of one file-backed plan on one stream: the
+    host path's five operations (pack ids, copy out, host gather, copy in,
+    kernel) of one lookup must not interleave with the other's, or one
+    copies out the other's staging."""
+    import threading
+    rows = np.arange(64, dtype=np.uint8)[:, None].repeat(8, 1)  # row r is all r
+    with engramstore.EngramStore(tables={"t": {"num_rows": 64, "row_bytes": 8}},
+                                 namespace="s2", local_dir=str(tmp_path)) as w:
+        w.populate("t", rows)
+    fc = engramstore.EngramStore(namespace="s2", local_dir=str(tmp_path), file_cache=True)
+    s = ctypes.c_void_p()
+    assert rt.cudaStreamCreateWithFlags(ctypes.byref(s), 1) == 0
+    T, N = 4, 400
+    ids = [DeviceArray(rt, np.full((T, 1), v, np.int64)) for v in (1, 2)]
+    outs = [[DeviceArray(rt, np.zeros((T, 1, 8), np.uint8)) for _ in range(N)] for _ in range(2)]
+    fc.lookup(["t"], ids[0], outs[0][0], stream=s.value)  # the plan, made once
+    assert rt.cudaStreamSynchronize(s) == 0
+    bar = threading.Barrier(2)
+
+    def run(i):
+        bar.wait()
+        for o in outs[i]:
+            fc.lookup(["t"], ids[i], o, stream=s.value)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert rt.cudaStreamSynchronize(s) == 0
+    wrong = [sum(not (o.numpy() == i + 1).all() for o in outs[i]) for i in range(2)]
+    assert wrong == [0, 0]
+    fc.close()
+    rt.cudaStreamDestroy(s)
+    for d in ids + outs[0] + outs[1]:
+        d.free()
+
+
 def test_gpu_lookup_refuses_to_wait_for_the_legacy_stream_during_a_capture(rt, gst):
     """The ids name the legacy stream as their producer while a blocking
     stream is being captured: the legacy stream cannot be used then, so the
