@@ -237,6 +237,22 @@ static void entry_free(plan_entry *e)
     free(e->offsets);
 }
 
+/* Host-path plans pin their staging (max_tokens x columns x rows) on the
+ * host and the GPU until close(): a refusal once a's tables have plans for
+ * HOST_PATH_STREAMS streams, else 0. */
+static int streams_full(const ext_cuda *c, const engram_lookup_args *a, ext_cuda_error *err)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < c->nplans; i++)
+        n += key_matches(&c->plans[i], a);
+    if (n < HOST_PATH_STREAMS)
+        return 0;
+    return refuse(err, ENGRAM_ESTATE, "these tables (file-backed: gathered on the CPU) already "
+                                      "have plans for %d streams, each with its own staging: "
+                                      "look them up on fewer streams",
+                  HOST_PATH_STREAMS);
+}
+
 static int plan_get(ext_cuda *c, const engram_lookup_args *a, cudaStream_t stream,
                     engram_cuda_plan **out, ext_cuda_error *err)
 {
@@ -244,7 +260,6 @@ static int plan_get(ext_cuda *c, const engram_lookup_args *a, cudaStream_t strea
     engram_cuda_plan_args pa = ENGRAM_CUDA_PLAN_ARGS_INIT;
     engram_cuda_plan *plan = NULL;
     plan_entry e = {K, a->offsets != NULL, 0, stream, 0, NULL, NULL, NULL}, *have;
-    size_t streams = 0;
     int rc;
 
     if (entry_fits(have = entry_find(c, a, stream), a)) {
@@ -267,15 +282,8 @@ static int plan_get(ext_cuda *c, const engram_lookup_args *a, cudaStream_t strea
         return refuse(err, 0, "stream: file-backed tables are gathered on the CPU into staging "
                               "kept per stream, and cudaStreamPerThread is another stream in "
                               "each thread: pass an explicit stream");
-    /* Each such plan pins its staging (max_tokens x columns x rows) on
-     * the host and the GPU until close(): bound how many streams get one. */
-    for (size_t i = 0; e.per_stream && !have && i < c->nplans; i++)
-        streams += key_matches(&c->plans[i], a);
-    if (streams >= HOST_PATH_STREAMS)
-        return refuse(err, ENGRAM_ESTATE, "these tables (file-backed: gathered on the CPU) "
-                                          "already have plans for %d streams, each with its "
-                                          "own staging: look them up on fewer streams",
-                      HOST_PATH_STREAMS);
+    if (e.per_stream && !have && (rc = streams_full(c, a, err)) < 0)
+        return rc;
     e.max_tokens = a->num_tokens > 2 * e.max_tokens ? a->num_tokens : 2 * e.max_tokens;
     if (e.max_tokens < HOST_PATH_TOKENS)
         e.max_tokens = HOST_PATH_TOKENS;
@@ -306,6 +314,12 @@ static int plan_get(ext_cuda *c, const engram_lookup_args *a, cudaStream_t strea
         have->max_tokens = e.max_tokens;
         *out = plan;
         return 0;
+    }
+    /* Other threads may have added plans for these tables while the GIL
+     * was released: the bound holds after the fact too. */
+    if (e.per_stream && (rc = streams_full(c, a, err)) < 0) {
+        plan_destroy_nogil(plan);
+        return rc;
     }
     if (c->nplans == c->cap) {
         size_t cap = c->cap ? 2 * c->cap : 8;
