@@ -244,6 +244,58 @@ class DLPackDevice:
         return new(ctypes.addressof(m), b"dltensor", None)
 
 
+class DLPackVersion(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
+
+
+class DLManagedTensorVersioned(ctypes.Structure):
+    _fields_ = [("version", DLPackVersion), ("manager_ctx", ctypes.c_void_p),
+                ("deleter", ctypes.c_void_p), ("flags", ctypes.c_uint64),
+                ("dl_tensor", DLTensor)]
+
+
+class DLPackDeviceV1(DLPackDevice):
+    """A DLPack 1.0 producer on CUDA device 0: "dltensor_versioned" capsules,
+    optionally flagged read-only."""
+
+    def __init__(self, d: DeviceArray, read_only=False):
+        super().__init__(d)
+        self.read_only, self.versions = read_only, []
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        self.streams.append(stream)
+        self.versions.append(max_version)
+        shape = (ctypes.c_int64 * len(self.d.base_shape))(*self.d.base_shape)
+        m = DLManagedTensorVersioned()
+        m.version = DLPackVersion(1, 0)
+        m.flags = 1 if self.read_only else 0  # DLPACK_FLAG_BITMASK_READ_ONLY
+        m.dl_tensor.data = self.d.ptr.value
+        m.dl_tensor.device = DLDevice(2, 0)
+        m.dl_tensor.ndim = len(self.d.base_shape)
+        kind = {"i": 0, "u": 1}[self.d.dtype.kind]
+        m.dl_tensor.dtype = DLDataType(kind, self.d.dtype.itemsize * 8, 1)
+        m.dl_tensor.shape = shape
+        self.keep.append((m, shape))
+        new = ctypes.pythonapi.PyCapsule_New
+        new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p,
+                                                       ctypes.c_void_p]
+        return new(ctypes.addressof(m), b"dltensor_versioned", None)
+
+
+def test_gpu_lookup_takes_versioned_dlpack_and_honours_read_only(rt, gst):
+    st, rows = gst
+    ids = np.array([[7], [8]], np.int64)
+    d_ids, d_out = DeviceArray(rt, ids), DeviceArray(rt, np.zeros((2, 1, 264), np.uint8))
+    dl_ids = DLPackDeviceV1(d_ids, read_only=True)  # ids may be read-only
+    st.lookup(["a"], dl_ids, DLPackDeviceV1(d_out))
+    assert dl_ids.versions == [(1, 0)] and dl_ids.streams == [1]
+    assert rt.cudaDeviceSynchronize() == 0
+    np.testing.assert_array_equal(d_out.numpy()[:, 0], rows["a"][[7, 8]])
+    with pytest.raises(ValueError, match="^out: the array is read-only"):
+        st.lookup(["a"], dl_ids, DLPackDeviceV1(d_out, read_only=True))
+    d_ids.free(), d_out.free()
+
+
 def test_gpu_lookup_takes_dlpack_device_arrays_and_passes_its_stream(rt, gst):
     st, rows = gst
     ids = np.array([[1, 2], [3, -1]], np.int64)
