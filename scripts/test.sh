@@ -35,13 +35,16 @@ build/venv/bin/python -m pip install -q --disable-pip-version-check numpy pytest
 # Runs pytest in tests/python against an extension of the ASan+UBSan build,
 # with the sanitizer runtimes preloaded into the interpreter: asan_pytest
 # <extension directory> <package directory to make> [pytest arguments].
+# Output is captured at the Python level only (--capture=sys), so that a
+# sanitizer report, written to file descriptor 2 just before the process
+# exits, reaches the log instead of pytest's capture file.
 asan_pytest() {
   local ext=$1 pkg=$2; shift 2
   rm -rf "$pkg" && mkdir -p "$pkg/engramstore"
   cp python/engramstore/*.py "$ext"/_engram*.so "$pkg/engramstore/"
   (cd tests/python && PYTHONPATH="$PWD/../../$pkg" ASAN_OPTIONS=detect_leaks=0 \
      LD_PRELOAD="$(${CC:-cc} -print-file-name=libasan.so) $(${CC:-cc} -print-file-name=libubsan.so)" \
-     ../../build/venv/bin/python -m pytest -q -p no:cacheprovider "$@")
+     ../../build/venv/bin/python -m pytest -q -p no:cacheprovider --capture=sys "$@")
 }
 # The extension of the ASan+UBSan build (no CUDA there).
 asan_pytest build/asan build/asan/pkg .

@@ -614,6 +614,45 @@ def test_file_backed_lookups_from_two_threads_on_one_stream(rt, tmp_path):
         d.free()
 
 
+def test_threads_racing_to_make_plans(rt, tmp_path):
+    """Sixteen threads make plans at once (four on one key, twelve on new
+    keys, past the plan table's first capacity): a thread that loses a race
+    must not read the table after another has moved it (ASan, in the
+    emulated run, sees such a read)."""
+    import threading
+    names = [f"t{i}" for i in range(20)]
+    with engramstore.EngramStore(tables={n: {"num_rows": 64, "row_bytes": 264} for n in names},
+                                 namespace="race", local_dir=str(tmp_path)) as w:
+        for n in names:
+            w.populate(n, np.full((64, 264), 7, np.uint8))
+    d_ids = DeviceArray(rt, np.array([[1]], np.int64))
+    d_out = DeviceArray(rt, np.zeros((1, 1, 264), np.uint8))
+    for _ in range(10):
+        s = engramstore.EngramStore(namespace="race", local_dir=str(tmp_path))
+        for n in names[:7]:  # 7 plans: the table's first capacity is 8
+            s.lookup([n], d_ids, d_out)
+        keys = [names[7]] * 4 + names[8:20]
+        bar, errs = threading.Barrier(len(keys)), []
+
+        def run(n):
+            bar.wait()
+            try:
+                s.lookup([n], d_ids, d_out)
+            except Exception as e:  # noqa: BLE001 (collected and shown below)
+                errs.append(e)
+
+        threads = [threading.Thread(target=run, args=(n,)) for n in keys]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        assert not errs, errs
+        assert rt.cudaDeviceSynchronize() == 0
+        assert s.stats()["cuda"]["plans"] == 20  # the 4 racers on one key made one
+        s.close()
+    d_ids.free(), d_out.free()
+
+
 def test_gpu_lookup_refuses_to_wait_for_the_legacy_stream_during_a_capture(rt, gst):
     """The ids name the legacy stream as their producer while a blocking
     stream is being captured: the legacy stream cannot be used then, so the
