@@ -191,6 +191,16 @@ resolve(const engram__cuda_launch &L, uint64_t t, uint32_t k, unsigned char *dst
     return c;
 }
 
+/* Row g of the flattened [T, K] batch: its token *t, column *k and output
+ * row.  Rows are spread over the grid `lanes` threads each, grid-stride. */
+__device__ __forceinline__ unsigned char *locate(const engram__cuda_launch &L, uint64_t g,
+                                                 uint64_t *t, uint32_t *k)
+{
+    *t = g / L.K;
+    *k = (uint32_t)(g - *t * L.K);
+    return L.out + (ptrdiff_t)*t * L.ost + (ptrdiff_t)*k * L.osk;
+}
+
 template <int LW, int SW> __global__ void __launch_bounds__(1024)
     gather_kernel(const engram__cuda_launch L)
 {
@@ -201,9 +211,9 @@ template <int LW, int SW> __global__ void __launch_bounds__(1024)
     const uint64_t step = (uint64_t)gridDim.x * per_block;
 
     for (uint64_t g = blockIdx.x * per_block + threadIdx.x / lanes; g < rows; g += step) {
-        uint64_t t = g / L.K, row;
-        uint32_t k = (uint32_t)(g - t * L.K);
-        unsigned char *dst = L.out + (ptrdiff_t)t * L.ost + (ptrdiff_t)k * L.osk;
+        uint64_t t, row;
+        uint32_t k;
+        unsigned char *dst = locate(L, g, &t, &k);
         const engram__cuda_col *c = resolve<SW>(L, t, k, dst, sub, L.R, &row);
         if (!c)
             continue;
@@ -234,9 +244,9 @@ template <bool VEC> __global__ void __launch_bounds__(1024)
     const uint64_t step = (uint64_t)gridDim.x * per_block;
 
     for (uint64_t g = blockIdx.x * per_block + threadIdx.x / lanes; g < rows; g += step) {
-        uint64_t t = g / L.K, row;
-        uint32_t k = (uint32_t)(g - t * L.K);
-        unsigned char *dst = L.out + (ptrdiff_t)t * L.ost + (ptrdiff_t)k * L.osk;
+        uint64_t t, row;
+        uint32_t k;
+        unsigned char *dst = locate(L, g, &t, &k);
         const engram__cuda_col *c = resolve<2>(L, t, k, dst, sub, 2 * N, &row);
         if (!c)
             continue;
