@@ -173,6 +173,33 @@ typedef struct gather_op {
     engram_cuda_lookup_args a;
 } gather_op;
 
+/* A lookup of `tokens` tokens of plan p: int64 ids at dids, dense output
+ * at dout. */
+static gather_op gather_of(engram_cuda_plan *p, size_t tokens, const int64_t *dids,
+                           unsigned char *dout)
+{
+    gather_op g;
+    memset(&g, 0, sizeof g);
+    g.plan = p;
+    g.a.size = sizeof g.a;
+    g.a.num_tokens = tokens;
+    g.a.ids = dids;
+    g.a.id_type = ENGRAM_ID_INT64;
+    g.a.out = dout;
+    return g;
+}
+
+/* Draws n random ids below `rows` into ids and copies them to dids.  The
+ * lookups run on non-blocking streams, which a pageable cudaMemcpy does
+ * not order: it waits until they have landed. */
+static void upload_ids(int64_t *ids, int64_t *dids, size_t n, uint64_t rows)
+{
+    for (size_t i = 0; i < n; i++)
+        ids[i] = (int64_t)(rnd() % rows);
+    CK(cudaMemcpy(dids, ids, n * 8, cudaMemcpyHostToDevice));
+    CK(cudaDeviceSynchronize());
+}
+
 static void do_gather(void *arg, cudaStream_t s)
 {
     gather_op *g = (gather_op *)arg;
@@ -312,19 +339,8 @@ int main(int argc, char **argv)
             gather_op g;
             copy_op c = {dout, pinned, n * shapes[sh].rb};
             float tg, tc;
-            for (size_t i = 0; i < n; i++)
-                ids[i] = (int64_t)(rnd() % table_rows);
-            CK(cudaMemcpy(dids, ids, n * 8, cudaMemcpyHostToDevice));
-            /* The lookups run on non-blocking streams, which a pageable cudaMemcpy
-             * does not order: wait until the ids have landed. */
-            CK(cudaDeviceSynchronize());
-            memset(&g.a, 0, sizeof g.a);
-            g.plan = p;
-            g.a.size = sizeof g.a;
-            g.a.num_tokens = n;
-            g.a.ids = dids;
-            g.a.id_type = ENGRAM_ID_INT64;
-            g.a.out = dout;
+            upload_ids(ids, dids, n, table_rows);
+            g = gather_of(p, n, dids, dout);
             tg = median_ms(do_gather, &g, s, reps(n >= 65536 ? 30 : 200));
             check_gather("gather", dout, ids, n, mem, shapes[sh].rb, shapes[sh].pitch);
             tc = median_ms(do_copy, &c, s, reps(n >= 65536 ? 30 : 200));
@@ -358,17 +374,8 @@ int main(int argc, char **argv)
         pa.num_cols = 24;
         pa.tables = cols;
         OK(engram_cuda_plan_create(ctx, &pa, &p));
-        for (size_t i = 0; i < 6144; i++)
-            ids[i] = (int64_t)(rnd() % table_rows);
-        CK(cudaMemcpy(dids, ids, 6144 * 8, cudaMemcpyHostToDevice));
-        CK(cudaDeviceSynchronize());
-        memset(&g.a, 0, sizeof g.a);
-        g.plan = p;
-        g.a.size = sizeof g.a;
-        g.a.num_tokens = 256;
-        g.a.ids = dids;
-        g.a.id_type = ENGRAM_ID_INT64;
-        g.a.out = dout;
+        upload_ids(ids, dids, 6144, table_rows);
+        g = gather_of(p, 256, dids, dout);
         tl = median_ms(do_gather, &g, s, reps(500));
         check_gather("6144-row gather", dout, ids, 6144, mems[1], 264, 272);
         CK(cudaMemset(dout, 0, 6144 * 264)); /* the graph must write it again */
@@ -400,17 +407,8 @@ int main(int argc, char **argv)
         pa.num_cols = 1;
         pa.tables = &tids[1];
         OK(engram_cuda_plan_create(ctx, &pa, &p));
-        for (size_t i = 0; i < max_rows; i++)
-            ids[i] = (int64_t)(rnd() % table_rows);
-        CK(cudaMemcpy(dids, ids, max_rows * 8, cudaMemcpyHostToDevice));
-        CK(cudaDeviceSynchronize());
-        memset(&g.a, 0, sizeof g.a);
-        g.plan = p;
-        g.a.size = sizeof g.a;
-        g.a.num_tokens = max_rows;
-        g.a.ids = dids;
-        g.a.id_type = ENGRAM_ID_INT64;
-        g.a.out = dout;
+        upload_ids(ids, dids, max_rows, table_rows);
+        g = gather_of(p, max_rows, dids, dout);
         CK(cudaMalloc((void **)&m.out, 4));
         m.blocks = prop.multiProcessorCount * 8;
         m.iters = 1;
@@ -468,13 +466,7 @@ int main(int argc, char **argv)
         OK(engram_cuda_plan_create(ctx, &pa, &pg));
         pa.op = ENGRAM_CUDA_OP_DEQUANT_FP8;
         OK(engram_cuda_plan_create(ctx, &pa, &pd));
-        memset(&g.a, 0, sizeof g.a);
-        g.a.size = sizeof g.a;
-        g.a.num_tokens = max_rows;
-        g.a.ids = dids;
-        g.a.id_type = ENGRAM_ID_INT64;
-        g.a.out = dout;
-        g.plan = pg;
+        g = gather_of(pg, max_rows, dids, dout);
         tg = median_ms(do_gather, &g, s, reps(20));
         g.plan = pd;
         td = median_ms(do_gather, &g, s, reps(20));
