@@ -334,26 +334,33 @@ cuda_build = pytest.mark.skipif(not engramstore.HAVE_CUDA, reason="built without
 no_cuda_build = pytest.mark.skipif(engramstore.HAVE_CUDA, reason="built with CUDA")
 
 
+def assert_device_refused(calls, exc, reason):
+    """Each (argument, call) of `calls`, given a device array of each kind
+    (__cuda_array_interface__, DLPack on CUDA, DLPack on another device),
+    raises `exc` naming the argument and matching `reason`, without taking
+    the DLPack capsule."""
+    fakes = [FakeCudaArrayInterface, lambda: FakeDLPackDevice(2), lambda: FakeDLPackDevice(13)]
+    for make in fakes:
+        for arg, call in calls:
+            fake = make()
+            with pytest.raises(exc, match=rf"^{arg}: {reason}"):
+                call(fake)
+            assert not getattr(fake, "dlpack_called", False)
+
+
 @no_cuda_build
 def test_device_memory_is_not_supported_yet(ab, layer):
     st, _ = ab
     out = sentinel((3, 3, 264))
-    fakes = [FakeCudaArrayInterface, lambda: FakeDLPackDevice(2), lambda: FakeDLPackDevice(13)]
-    for make in fakes:
-        calls = [
-            ("ids", lambda f: st.lookup(NAMES, f, out)),
-            ("out", lambda f: st.lookup(NAMES, IDS, f)),
-            ("offsets", lambda f: st.lookup(NAMES, IDS, out, offsets=f)),
-            ("rows", lambda f: st.populate("c", f)),
-            ("row_ids", lambda f: layer.lookup_into(1, f, sentinel((1, 1, 2, 264)))),
-            ("output", lambda f: layer.lookup_into(1, np.zeros((1, 1, 2), np.int64), f)),
-            (r"embedding_buffers\[0\]", lambda f: layer.bind_local(1, [f, f])),
-        ]
-        for arg, call in calls:
-            fake = make()
-            with pytest.raises(NotImplementedError, match=rf"^{arg}: .*not supported yet"):
-                call(fake)
-            assert not getattr(fake, "dlpack_called", False)
+    assert_device_refused([
+        ("ids", lambda f: st.lookup(NAMES, f, out)),
+        ("out", lambda f: st.lookup(NAMES, IDS, f)),
+        ("offsets", lambda f: st.lookup(NAMES, IDS, out, offsets=f)),
+        ("rows", lambda f: st.populate("c", f)),
+        ("row_ids", lambda f: layer.lookup_into(1, f, sentinel((1, 1, 2, 264)))),
+        ("output", lambda f: layer.lookup_into(1, np.zeros((1, 1, 2), np.int64), f)),
+        (r"embedding_buffers\[0\]", lambda f: layer.bind_local(1, [f, f])),
+    ], NotImplementedError, ".*not supported yet")
     assert (out == SENTINEL).all()
     assert st.list_tables() == ["a", "b"]
 
@@ -374,18 +381,11 @@ def test_stream_is_not_supported_yet(ab, stream):
 def test_device_memory_refused_where_host_memory_is_needed(ab, layer):
     st, _ = ab
     out = sentinel((3, 3, 264))
-    fakes = [FakeCudaArrayInterface, lambda: FakeDLPackDevice(2), lambda: FakeDLPackDevice(13)]
-    for make in fakes:
-        calls = [
-            ("offsets", lambda f: st.lookup(NAMES, IDS, out, offsets=f)),
-            ("rows", lambda f: st.populate("c", f)),
-            (r"embedding_buffers\[0\]", lambda f: layer.bind_local(1, [f, f])),
-        ]
-        for arg, call in calls:
-            fake = make()
-            with pytest.raises(TypeError, match=rf"^{arg}: CUDA device memory .*not accepted"):
-                call(fake)
-            assert not getattr(fake, "dlpack_called", False)
+    assert_device_refused([
+        ("offsets", lambda f: st.lookup(NAMES, IDS, out, offsets=f)),
+        ("rows", lambda f: st.populate("c", f)),
+        (r"embedding_buffers\[0\]", lambda f: layer.bind_local(1, [f, f])),
+    ], TypeError, "CUDA device memory .*not accepted")
     assert (out == SENTINEL).all()
     assert st.list_tables() == ["a", "b"]
 

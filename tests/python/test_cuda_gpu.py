@@ -227,10 +227,10 @@ class DLPackDevice:
     def __dlpack_device__(self):
         return (2, 0)
 
-    def __dlpack__(self, stream=None):
-        self.streams.append(stream)
+    def capsule(self, m, name: bytes):
+        """Describes the device array in m.dl_tensor and wraps m in a capsule
+        named `name` (m and the shape are kept alive by self)."""
         shape = (ctypes.c_int64 * len(self.d.base_shape))(*self.d.base_shape)
-        m = DLManagedTensor()
         m.dl_tensor.data = self.d.ptr.value
         m.dl_tensor.device = DLDevice(2, 0)
         m.dl_tensor.ndim = len(self.d.base_shape)
@@ -241,7 +241,11 @@ class DLPackDevice:
         new = ctypes.pythonapi.PyCapsule_New
         new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p,
                                                        ctypes.c_void_p]
-        return new(ctypes.addressof(m), b"dltensor", None)
+        return new(ctypes.addressof(m), name, None)
+
+    def __dlpack__(self, stream=None):
+        self.streams.append(stream)
+        return self.capsule(DLManagedTensor(), b"dltensor")
 
 
 class DLPackVersion(ctypes.Structure):
@@ -265,21 +269,10 @@ class DLPackDeviceV1(DLPackDevice):
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
         self.streams.append(stream)
         self.versions.append(max_version)
-        shape = (ctypes.c_int64 * len(self.d.base_shape))(*self.d.base_shape)
         m = DLManagedTensorVersioned()
         m.version = DLPackVersion(1, 0)
         m.flags = 1 if self.read_only else 0  # DLPACK_FLAG_BITMASK_READ_ONLY
-        m.dl_tensor.data = self.d.ptr.value
-        m.dl_tensor.device = DLDevice(2, 0)
-        m.dl_tensor.ndim = len(self.d.base_shape)
-        kind = {"i": 0, "u": 1}[self.d.dtype.kind]
-        m.dl_tensor.dtype = DLDataType(kind, self.d.dtype.itemsize * 8, 1)
-        m.dl_tensor.shape = shape
-        self.keep.append((m, shape))
-        new = ctypes.pythonapi.PyCapsule_New
-        new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p,
-                                                       ctypes.c_void_p]
-        return new(ctypes.addressof(m), b"dltensor_versioned", None)
+        return self.capsule(m, b"dltensor_versioned")
 
 
 def test_gpu_lookup_takes_versioned_dlpack_and_honours_read_only(rt, gst):
