@@ -272,8 +272,10 @@ static int from_cai(PyObject *cai, const char *arg, unsigned flags, ext_array *a
             if (!PyLong_Check(stream))
                 goto bad;
             h = PyLong_AsUnsignedLongLong(stream);
-            if (h == (unsigned long long)-1 && PyErr_Occurred())
-                return -1;
+            if (h == (unsigned long long)-1 && PyErr_Occurred()) {
+                PyErr_Clear(); /* negative or too large: not a stream */
+                goto bad;
+            }
             if (h == 0) {
                 PyErr_Format(PyExc_ValueError, "%s: __cuda_array_interface__ stream 0 is "
                              "disallowed by the interface (ambiguous): use 1 for the legacy "

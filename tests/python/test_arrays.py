@@ -433,6 +433,11 @@ def test_device_arrays_are_checked_before_the_gpu_is_used(ab):
     zero.__cuda_array_interface__["stream"] = 0
     with pytest.raises(ValueError, match="^ids: __cuda_array_interface__ stream 0 is disallowed"):
         st.lookup(NAMES, zero, dev((3, 3, 264), "|u1"))
+    for stream in ("1", -1, 2**64, 1.0):  # not a stream handle
+        odd = dev((3, 3, 264), "|u1")
+        odd.__cuda_array_interface__["stream"] = stream
+        with pytest.raises(TypeError, match="^out: malformed __cuda_array_interface__"):
+            st.lookup(NAMES, dev((3, 3), "<i8"), odd)
     bad = dev((3, 3), "<i8")
     del bad.__cuda_array_interface__["data"]
     with pytest.raises(TypeError, match="^ids: malformed __cuda_array_interface__"):
