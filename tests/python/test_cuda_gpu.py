@@ -565,6 +565,23 @@ def test_file_backed_plan_grows_for_a_larger_lookup(rt, gst, tmp_path):
     # 16384 tokens, then 32768 for 20000, then 65536 for 50000; the two
     # replaced plans are kept until close (a thread may still be using one).
     assert fc.stats()["cuda"]["plans"] == 3
+    # Growing allocates: not while the stream is being captured.
+    T = 70000
+    s, g = ctypes.c_void_p(), ctypes.c_void_p()
+    assert rt.cudaStreamCreateWithFlags(ctypes.byref(s), 1) == 0
+    one_id = DeviceArray(rt, np.zeros((1, 1), np.int64))
+    one_row = DeviceArray(rt, np.zeros((1, 1, 264), np.uint8))
+    fc.lookup(["a"], one_id, one_row, stream=s.value)  # the stream's plan
+    one_id.free(), one_row.free()
+    d_ids = DeviceArray(rt, np.zeros((T, 1), np.int64))
+    d_out = DeviceArray(rt, np.zeros((T, 1, 264), np.uint8))
+    assert rt.cudaStreamSynchronize(s) == 0
+    assert rt.cudaStreamBeginCapture(s, 0) == 0
+    with pytest.raises(engramstore.StateError, match="grows its staging"):
+        fc.lookup(["a"], d_ids, d_out, stream=s.value)
+    assert rt.cudaStreamEndCapture(s, ctypes.byref(g)) == 0
+    rt.cudaGraphDestroy(g), rt.cudaStreamDestroy(s)
+    d_ids.free(), d_out.free()
     fc.close()
 
 
