@@ -48,6 +48,14 @@ ENGRAM_API int engram__check_out_layout(size_t R, size_t T, size_t K, ptrdiff_t 
                                         ptrdiff_t osk);
 
 /* Overflow-checked size arithmetic: return 0 on success, -1 on overflow. */
+/* A spin-wait hint (x86 pause); nothing elsewhere. */
+static inline void engram__cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
 static inline int engram__mul_u64(uint64_t a, uint64_t b, uint64_t *out)
 {
     return __builtin_mul_overflow(a, b, out) ? -1 : 0;

@@ -65,12 +65,6 @@
 
 _Static_assert(WAYS <= 8, "the CLOCK reference bits are one byte");
 
-#if defined(__x86_64__) || defined(__i386__)
-#define CPU_RELAX() __builtin_ia32_pause()
-#else
-#define CPU_RELAX() ((void)0)
-#endif
-
 /* ------------------------------------------------------------------------
  * State.
  */
@@ -206,7 +200,7 @@ static inline void set_lock(fc_set *s)
      * visible once we own the lock. */
     while (atomic_exchange_explicit(&s->lock, 1u, memory_order_acquire)) {
         while (atomic_load_explicit(&s->lock, memory_order_relaxed))
-            CPU_RELAX();
+            engram__cpu_relax();
     }
 }
 

@@ -50,13 +50,6 @@ struct engram__pool {
     pthread_t *threads;
 };
 
-static void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-}
-
 static void futex_wait(_Atomic uint32_t *w, uint32_t v)
 {
     syscall(SYS_futex, (void *)(uintptr_t)w, FUTEX_WAIT_PRIVATE, v, NULL, NULL, 0);
@@ -98,7 +91,7 @@ static void *worker_main(void *arg)
         int spins = 0;
         while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen) {
             if (++spins < SPIN_ITERS) {
-                cpu_relax();
+                engram__cpu_relax();
             } else {
                 /* Counted before the futex re-checks gen: a poster that
                  * bumps gen and then reads sleepers == 0 is seen here
@@ -178,7 +171,7 @@ int engram__pool_run(engram__pool *p, engram__job_fn fn, void *arg, size_t npart
     run_parts(p);
     /* Only parts that a worker claimed can still be running. */
     while (atomic_load_explicit(&p->done, memory_order_acquire) != nparts)
-        cpu_relax();
+        engram__cpu_relax();
     atomic_flag_clear_explicit(&p->busy, memory_order_release);
     return 0;
 }
