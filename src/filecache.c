@@ -727,11 +727,7 @@ static int fc_read_rows(size_t n, engram__table *const *tabs, const uint64_t *ro
     unsigned shard;
     int excl, err = 0;
 
-    if (n > BATCH) {
-        for (size_t i = 0; i < n && err == 0; i += BATCH)
-            err = fc_read_rows(n - i < BATCH ? n - i : BATCH, tabs + i, rows + i, dsts + i);
-        return err;
-    }
+    ENGRAM__ASSERT(n <= BATCH); /* the plan's calls never carry more (backend.h) */
     shard = engram__shard(&excl);
     for (size_t i = 0; i < n; i++) {
         fc_table *ft = tabs[i]->state;

@@ -263,8 +263,6 @@ static int backend_pass(const plan *p)
     return 0;
 }
 
-/* Checks every id and records each row's source (pass one, second half).
- * id64 is a constant at both call sites. */
 /* Plans rows [begin, end): checks each id and records the row's source.
  * Returns the index of the first bad id, or SIZE_MAX.  It records no
  * message, because it may run on a pool thread: the caller builds the
