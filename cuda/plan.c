@@ -368,12 +368,6 @@ int engram_cuda_plan_create(engram_cuda_ctx *c, const engram_cuda_plan_args *a,
     memcpy(p->tables, a->tables, p->K * sizeof *p->tables);
     if (p->planar)
         memcpy(p->scales, a->scale_tables, p->K * sizeof *p->scales);
-    if ((err = engram_cuda_warmup(c)) != 0) {
-        free(p->tables);
-        free(p->scales);
-        free(p);
-        return err;
-    }
     if ((err = engram__cuda_enter(c, &prev)) != 0) {
         free(p->tables);
         free(p->scales);

@@ -96,9 +96,9 @@ ENGRAM_API void engram_cuda_close(engram_cuda_ctx *ctx);
  * Loads every kernel variant on the context's device by launching each
  * once with no work (under lazy module loading, CUDA_MODULE_LOADING=LAZY,
  * a launch is what certainly loads a kernel), so that a later lookup under
- * stream capture triggers no loading.  engram_cuda_open() does it and
- * engram_cuda_plan_create() makes sure of it; once done, a call returns
- * at once.  Thread-safe.
+ * stream capture triggers no loading.  engram_cuda_open() does it, so a
+ * context is always warm and a call returns at once; it stays for callers
+ * that want to say so.  Thread-safe.
  * @return : 0 or -EIO. */
 ENGRAM_API int engram_cuda_warmup(engram_cuda_ctx *ctx);
 
