@@ -51,7 +51,6 @@ typedef struct plan_entry {
 
 struct ext_cuda {
     engram_cuda_ctx *ctx;
-    engram_store *st;
     int device;        /* the context's: every lookup runs there */
     cudaEvent_t ev;    /* orders a lookup after a producer's stream */
     plan_entry *plans; /* [nplans], read and changed with the GIL held */
@@ -187,7 +186,6 @@ static int cuda_get(ext_cuda **slot, engram_store *st, cudaStream_t stream, ext_
     }
     (void)engram_cuda_get_stats(ctx, &stats);
     c->ctx = ctx;
-    c->st = st;
     c->device = stats.device;
     *slot = c;
     return 0;
@@ -253,8 +251,8 @@ static int streams_full(const ext_cuda *c, const engram_lookup_args *a, ext_cuda
                   HOST_PATH_STREAMS);
 }
 
-static int plan_get(ext_cuda *c, const engram_lookup_args *a, cudaStream_t stream,
-                    engram_cuda_plan **out, ext_cuda_error *err)
+static int plan_get(ext_cuda *c, engram_store *st, const engram_lookup_args *a,
+                    cudaStream_t stream, engram_cuda_plan **out, ext_cuda_error *err)
 {
     size_t K = a->num_cols;
     engram_cuda_plan_args pa = ENGRAM_CUDA_PLAN_ARGS_INIT;
@@ -277,7 +275,7 @@ static int plan_get(ext_cuda *c, const engram_lookup_args *a, cudaStream_t strea
         e.max_tokens = have->max_tokens;
     }
     for (size_t k = 0; k < K && !e.per_stream; k++)
-        e.per_stream = engram_table_memory(c->st, a->tables[k], NULL, NULL) == -ENOTSUP;
+        e.per_stream = engram_table_memory(st, a->tables[k], NULL, NULL) == -ENOTSUP;
     if (e.per_stream && stream == cudaStreamPerThread)
         return refuse(err, 0, "stream: file-backed tables are gathered on the CPU into staging "
                               "kept per stream, and cudaStreamPerThread is another stream in "
@@ -431,6 +429,16 @@ static int arrays_device(const ext_cuda_call *call, ext_cuda_error *err)
     return dev[0] >= 0 ? dev[0] : dev[1];
 }
 
+/* 0 if the context runs on GPU `dev` (the arrays'), else a refusal. */
+static int same_gpu(const ext_cuda *c, int dev, ext_cuda_error *err)
+{
+    if (c->device == dev)
+        return 0;
+    return refuse(err, 0, "ids and out are on GPU %d, but this store's GPU lookups run on GPU "
+                          "%d, where its first one ran: use one store per GPU",
+                  dev, c->device);
+}
+
 /* The lookup proper, on device `dev` (current). */
 static int lookup_here(ext_cuda **slot, engram_store *st, const engram_lookup_args *a,
                        const ext_cuda_call *call, int dev, ext_cuda_error *err)
@@ -442,13 +450,11 @@ static int lookup_here(ext_cuda **slot, engram_store *st, const engram_lookup_ar
 
     if ((rc = cuda_get(slot, st, stream, err)) < 0)
         return rc;
-    if ((*slot)->device != dev) /* another thread's first lookup won, on its GPU */
-        return refuse(err, 0, "ids and out are on GPU %d, but this store's GPU lookups run on "
-                              "GPU %d, where its first one ran: use one store per GPU",
-                      dev, (*slot)->device);
+    if ((rc = same_gpu(*slot, dev, err)) < 0) /* another thread's first lookup won */
+        return rc;
     if (a->num_tokens == 0 || a->num_cols == 0)
         return 0;
-    if ((rc = plan_get(*slot, a, stream, &plan, err)) < 0)
+    if ((rc = plan_get(*slot, st, a, stream, &plan, err)) < 0)
         return rc;
     if (engram_cuda_plan_out_row_bytes(plan) != a->row_bytes) {
         err->row_bytes = engram_cuda_plan_out_row_bytes(plan);
@@ -485,10 +491,8 @@ int ext_cuda_lookup(ext_cuda **slot, engram_store *st, const engram_lookup_args 
         return -EINVAL;
     if (dev < 0)
         dev = *slot ? (*slot)->device : cur;
-    if (*slot && (*slot)->device != dev)
-        return refuse(err, 0, "ids and out are on GPU %d, but this store's GPU lookups run on "
-                              "GPU %d, where its first one ran: use one store per GPU",
-                      dev, (*slot)->device);
+    if (*slot && (rc = same_gpu(*slot, dev, err)) < 0)
+        return rc;
     /* A kernel launched on the wrong device would fault on these pointers
      * (and poison the CUDA context for good): run on theirs. */
     if (dev != cur && (e = cudaSetDevice(dev)) != cudaSuccess) {

@@ -657,8 +657,8 @@ resolved:
         memset(&call, 0, sizeof call);
         if (ids.has_sync_stream)
             call.wait[call.nwait++] = ids.sync_stream;
-        if (out.has_sync_stream)
-            call.wait[call.nwait++] = out.sync_stream;
+        if (out.has_sync_stream && !(call.nwait && call.wait[0] == out.sync_stream))
+            call.wait[call.nwait++] = out.sync_stream; /* one wait per stream is enough */
         call.ptr[0] = ids.data;
         call.ptr[1] = out.data;
         call.device[0] = ids.device_id;
