@@ -1,5 +1,5 @@
 /*
- * engram.c - the `engram` command-line tool.
+ * cli_main.c - the `engram` command-line tool.
  *
  * A thin front end over the public API of engram.h: it creates, imports,
  * lists, inspects, verifies, looks up and removes tables of one namespace,
