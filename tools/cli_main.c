@@ -1,20 +1,6 @@
 /*
- * cli_main.c - the `engram` command-line tool.
- *
- * A thin front end over the public API of engram.h: it creates, imports,
- * lists, inspects, verifies, looks up and removes tables of one namespace,
- * measures lookups against baselines taken in the same run (`bench`), and
- * runs the end-to-end `demo` shown in the README (one DeepSeek-shaped
- * Engram layer, decode-shaped lookups checked byte for byte).
- *
- * Conventions: every command returns an exit status (0 ok, 1 an operation
- * failed, 2 usage error); library failures are reported as
- * "engram: <what>: <engram_errmsg()>" on stderr.  Numeric arguments are
- * parsed strictly (no signs where none belong, no trailing junk, no
- * overflow).  Big inputs are streamed in fixed-size chunks so that tables
- * larger than memory can be created and imported.  The .npy header parser,
- * which reads bytes from outside and trusts no length before checking it,
- * lives in npy.c, where the fuzz target fuzz/fuzz_npy.c can drive it.
+ * cli_main.c - main(), the command table, argument parsing and help of the
+ * `engram` command-line tool.  See cli.h for what the other files hold.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -33,48 +19,21 @@
 #include <unistd.h>
 
 #include "engram.h"
+#include "cli.h"
 #include "npy.h"
 
 /* Rows are produced and consumed in chunks of about this many bytes, so
  * memory use stays flat whatever the table size. */
 #define CHUNK_BYTES ((size_t)8 << 20)
 
-#define EXIT_FAIL 1
-#define EXIT_USAGE 2
-
 /* ------------------------------------------------------------------------
  * Small helpers: errors, numbers, sizes, time.
  */
 
-/* Set by SIGINT/SIGTERM while the demo runs, so that it can still remove
- * the gigabyte of tables it created before exiting. */
-static volatile sig_atomic_t g_interrupted;
-
 static void on_signal(int sig)
 {
     (void)sig;
-    g_interrupted = 1;
-}
-
-/* The detail of a library failure: the thread's detailed message when the
- * library left one, else the fixed text of the code. */
-static const char *lib_detail(int rc)
-{
-    const char *m = engram_errmsg();
-    return (m && m[0]) ? m : engram_strerror(rc);
-}
-
-/* Reports a failed library call as "engram: <what>: <detail>" and returns
- * the exit status for it. */
-__attribute__((format(printf, 2, 3))) static int lib_fail(int rc, const char *fmt, ...)
-{
-    va_list ap;
-    fputs("engram: ", stderr);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, ": %s\n", lib_detail(rc));
-    return EXIT_FAIL;
+    cli_interrupted = 1;
 }
 
 /* Maps table `name` first when `map` is set, then reads its info into *t
@@ -84,37 +43,9 @@ static int open_info(engram_store *st, const char *name, int map, engram_table_i
 {
     int rc;
     if (map && (rc = engram_table_open(st, name, id)) != 0)
-        return lib_fail(rc, "open '%s'", name);
+        return cli_lib_fail(rc, "open '%s'", name);
     if ((rc = engram_get_table_info(st, name, t)) != 0)
-        return lib_fail(rc, "info '%s'", name);
-    return 0;
-}
-
-/* Reports a failure that is not a library call (a file, a parse). */
-__attribute__((format(printf, 1, 2))) static int fail(const char *fmt, ...)
-{
-    va_list ap;
-    fputs("engram: ", stderr);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    return EXIT_FAIL;
-}
-
-/* Strict unsigned decimal: digits only, no sign, no junk, no overflow. */
-static int parse_u64(const char *s, uint64_t *out)
-{
-    char *end;
-    unsigned long long v;
-
-    if (!s || !isdigit((unsigned char)s[0]))
-        return -1;
-    errno = 0;
-    v = strtoull(s, &end, 10);
-    if (errno != 0 || *end != '\0')
-        return -1;
-    *out = (uint64_t)v;
+        return cli_lib_fail(rc, "info '%s'", name);
     return 0;
 }
 
@@ -139,50 +70,6 @@ static int parse_i64(const char *s, int64_t *out)
     return 0;
 }
 
-/* Multiplies with an overflow check; the one place size products are
- * formed. */
-static int mul_ok(uint64_t a, uint64_t b, uint64_t *out)
-{
-    if (a != 0 && b > UINT64_MAX / a)
-        return 0;
-    *out = a * b;
-    return 1;
-}
-
-/* Formats a byte count for humans ("1.00 GiB") into buf. */
-static const char *fmt_bytes(uint64_t n, char *buf, size_t len)
-{
-    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-    double v = (double)n;
-    unsigned u = 0;
-
-    if (n < 1024) {
-        snprintf(buf, len, "%" PRIu64 " B", n);
-        return buf;
-    }
-    while (v >= 1024.0 && u + 1 < sizeof(units) / sizeof(units[0])) {
-        v /= 1024.0;
-        u++;
-    }
-    snprintf(buf, len, "%.2f %s", v, units[u]);
-    return buf;
-}
-
-/* Formats a duration given in nanoseconds with a unit that keeps three
- * significant digits or so. */
-static const char *fmt_ns(double ns, char *buf, size_t len)
-{
-    if (ns < 1e3)
-        snprintf(buf, len, "%.0f ns", ns);
-    else if (ns < 1e6)
-        snprintf(buf, len, "%.1f us", ns / 1e3);
-    else if (ns < 1e9)
-        snprintf(buf, len, "%.2f ms", ns / 1e6);
-    else
-        snprintf(buf, len, "%.2f s", ns / 1e9);
-    return buf;
-}
-
 static uint64_t now_ns(void)
 {
     struct timespec ts;
@@ -190,163 +77,9 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* Writes s as a JSON string literal.  Table names are restricted to a safe
- * alphabet, but paths are not. */
-static void json_str(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20 || c == 0x7f)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
-}
-
-/* ------------------------------------------------------------------------
- * Deterministic row contents.
- *
- * The pattern fill makes every byte of every table predictable from
- * (seed, row, byte index), so lookups can be checked without keeping a copy:
- *   bytes 0..7 of row i hold i as a little-endian uint64 (truncated when the
- *   row is shorter), so a human reading `lookup` output sees the row;
- *   the 8 bytes from offset 8*w (w >= 1) hold, little-endian,
- *   mix64(S * 0xD6E8FEB86659FD93 ^ i * 0x9E3779B97F4A7C15 ^ w * 0xC2B2AE3D27D4EB4F)
- *   where mix64 is the splitmix64 finaliser and S the seed.
- * The random fill uses the same counter-based hash (with different
- * constants) for every word, so it is reproducible from --seed and can be
- * produced in any chunking.
- */
-static uint64_t mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static uint64_t pattern_word(uint64_t seed, uint64_t row, uint64_t w)
-{
-    return mix64((seed * 0xD6E8FEB86659FD93ull) ^ (row * 0x9E3779B97F4A7C15ull) ^
-                 (w * 0xC2B2AE3D27D4EB4Full));
-}
-
-static uint64_t random_word(uint64_t seed, uint64_t row, uint64_t w)
-{
-    return mix64((seed * 0xA0761D6478BD642Full) ^ (row * 0xE7037ED1A0B428DBull) ^
-                 (w * 0x8EBC6AF09C88C6E3ull) ^ 0x589965CC75374CC3ull);
-}
-
-enum fill { FILL_ZERO, FILL_PATTERN, FILL_RANDOM };
-
-/* Writes the first n bytes of word v, little-endian. */
-static void put_le(unsigned char *dst, uint64_t v, uint32_t n)
-{
-    for (uint32_t b = 0; b < n; b++)
-        dst[b] = (unsigned char)(v >> (8 * b));
-}
-
-/* Produces row `row` of a synthetic table into dst (row_bytes bytes). */
-static void fill_row(unsigned char *dst, enum fill fill, uint64_t seed, uint64_t row,
-                     uint32_t row_bytes)
-{
-    if (fill == FILL_ZERO) {
-        memset(dst, 0, row_bytes);
-        return;
-    }
-    for (uint32_t j = 0; j < row_bytes; j += 8) {
-        uint32_t n = row_bytes - j < 8 ? row_bytes - j : 8;
-        uint64_t w;
-        if (fill == FILL_PATTERN)
-            w = j == 0 ? row : pattern_word(seed, row, j / 8);
-        else
-            w = random_word(seed, row, j / 8);
-        put_le(dst + j, w, n);
-    }
-}
-
-/* ------------------------------------------------------------------------
- * Progress bar, drawn on stderr only when it is a terminal.
- */
-struct progress {
-    const char *label;
-    int enabled;
-    int last; /* last permille drawn, -1 before the first */
-};
-
-static void progress_init(struct progress *p, const char *label)
-{
-    p->label = label;
-    p->enabled = isatty(STDERR_FILENO);
-    p->last = -1;
-}
-
-static int progress_cb(void *ud, uint64_t done, uint64_t total)
-{
-    static const char bar[] = "##############################";
-    static const char dots[] = "..............................";
-    struct progress *p = ud;
-    const int width = 30;
-    int permille, filled;
-
-    if (g_interrupted)
-        return 1; /* cancels the library operation (-ECANCELED) */
-    if (!p->enabled)
-        return 0;
-    /* Double arithmetic: done * 1000 could overflow for huge tables. */
-    permille = total ? (int)((double)done * 1000.0 / (double)total) : 1000;
-    if (permille > 1000)
-        permille = 1000;
-    if (permille == p->last)
-        return 0;
-    p->last = permille;
-    filled = permille * width / 1000;
-    fprintf(stderr, "\r%s [%.*s%.*s] %3d%%", p->label, filled, bar, width - filled, dots,
-            permille / 10);
-    return 0;
-}
-
-static void progress_end(struct progress *p)
-{
-    if (p->enabled && p->last >= 0)
-        fputs("\r\033[K", stderr);
-    p->last = -1;
-}
-
 /* ------------------------------------------------------------------------
  * Command-line parsing.
  */
-enum {
-    OPT_ROOT,
-    OPT_NS,
-    OPT_HELP,
-    OPT_ROWS,
-    OPT_ROW_BYTES,
-    OPT_PITCH,
-    OPT_FILL,
-    OPT_SEED,
-    OPT_JSON,
-    OPT_MAP,
-    OPT_ALL,
-    OPT_OFFSET,
-    OPT_ZERO_DEAD,
-    OPT_IDS,
-    OPT_ITERS,
-    OPT_THREADS,
-    OPT_COLS,
-    OPT_HUGE,
-    OPT_SMALL,
-    OPT_TOKENS,
-    OPT_KEEP,
-    OPT_SAFETENSORS,
-    OPT_WEIGHT,
-    OPT_SCALE,
-    OPT_COUNT
-};
-
 static const struct opt_def {
     const char *name;
     int has_arg;
@@ -369,30 +102,8 @@ static const struct opt_def {
 #define O(x) (1u << OPT_##x)
 #define GLOBAL_OPTS (O(ROOT) | O(NS) | O(HELP))
 
-struct cli;
-
-struct command {
-    const char *name;
-    int (*run)(struct cli *cli);
-    uint32_t opts;  /* O(...) accepted besides the global ones */
-    int min_args;   /* positional arguments */
-    int max_args;   /* -1: no limit */
-    const char *synopsis;
-    const char *help;
-};
-
-struct cli {
-    const struct command *cmd;
-    const char *root;            /* NULL: engram_default_root() */
-    const char *ns;
-    const char *opt[OPT_COUNT];  /* value, or "" for a flag; NULL if absent */
-    char **args;                 /* positional arguments of the command */
-    int nargs;
-};
-
 /* Prints a usage error for the current command and returns 2. */
-__attribute__((format(printf, 2, 3))) static int usage_error(const struct cli *cli,
-                                                            const char *fmt, ...)
+int cli_usage_error(const struct cli *cli, const char *fmt, ...)
 {
     va_list ap;
     fputs("engram: ", stderr);
@@ -410,57 +121,30 @@ __attribute__((format(printf, 2, 3))) static int usage_error(const struct cli *c
 
 /* Reads an unsigned option into *out (left alone when the option is
  * absent), checking [min, max].  Returns 0 or the usage exit status. */
-static int opt_u64(const struct cli *cli, int id, uint64_t min, uint64_t max, uint64_t *out)
+int cli_opt_u64(const struct cli *cli, int id, uint64_t min, uint64_t max, uint64_t *out)
 {
     const char *s = cli->opt[id];
     uint64_t v;
 
     if (!s)
         return 0;
-    if (parse_u64(s, &v) != 0)
-        return usage_error(cli, "--%s: '%s' is not a non-negative decimal integer",
-                           opt_defs[id].name, s);
+    if (cli_parse_u64(s, &v) != 0)
+        return cli_usage_error(cli, "--%s: '%s' is not a non-negative decimal integer",
+                               opt_defs[id].name, s);
     if (v < min || v > max)
-        return usage_error(cli, "--%s: %" PRIu64 " is outside [%" PRIu64 ", %" PRIu64 "]",
-                           opt_defs[id].name, v, min, max);
+        return cli_usage_error(cli, "--%s: %" PRIu64 " is outside [%" PRIu64 ", %" PRIu64 "]",
+                               opt_defs[id].name, v, min, max);
     *out = v;
     return 0;
 }
 
 /* Checks a table name before any store is opened, as a usage error. */
-static int check_name(const struct cli *cli, const char *name)
+int cli_check_name(const struct cli *cli, const char *name)
 {
     int rc = engram_name_check(name);
     if (rc != 0)
-        return usage_error(cli, "invalid table name '%s': %s", name, lib_detail(rc));
+        return cli_usage_error(cli, "invalid table name '%s': %s", name, cli_lib_detail(rc));
     return 0;
-}
-
-static const char *cli_root(const struct cli *cli)
-{
-    return cli->root ? cli->root : engram_default_root();
-}
-
-/* Opens the command's store; on failure reports it and returns nonzero
- * with the exit status in *status (so callers can special-case ENOENT). */
-static int open_store(const struct cli *cli, uint32_t flags, int threads, engram_store **st,
-                      int quiet_enoent, int *status)
-{
-    engram_store_options o = ENGRAM_STORE_OPTIONS_INIT;
-    int rc;
-
-    o.flags = flags;
-    o.threads = threads;
-    rc = engram_store_open(cli->root, cli->ns, &o, st);
-    if (rc == 0)
-        return 0;
-    *st = NULL;
-    if (rc == -ENOENT && quiet_enoent) {
-        *status = 0;
-        return rc;
-    }
-    *status = lib_fail(rc, "open namespace '%s' under '%s'", cli->ns, cli_root(cli));
-    return rc;
 }
 
 /* ------------------------------------------------------------------------
@@ -481,7 +165,7 @@ static int synth_rows(void *ctx, unsigned char *buf, uint64_t first, uint64_t n)
 {
     const struct synth_source *s = ctx;
     for (uint64_t i = 0; i < n; i++)
-        fill_row(buf + i * s->row_bytes, s->fill, s->seed, first + i, s->row_bytes);
+        cli_fill_row(buf + i * s->row_bytes, s->fill, s->seed, first + i, s->row_bytes);
     return 0;
 }
 
@@ -504,10 +188,10 @@ static int file_rows(void *ctx, unsigned char *buf, uint64_t first, uint64_t n)
         if (r < 0) {
             if (errno == EINTR)
                 continue;
-            return fail("read '%s': %s", s->path, strerror(errno));
+            return cli_fail("read '%s': %s", s->path, strerror(errno));
         }
         if (r == 0)
-            return fail("read '%s': the file shrank while it was being imported", s->path);
+            return cli_fail("read '%s': the file shrank while it was being imported", s->path);
         got += (size_t)r;
     }
     return 0;
@@ -531,20 +215,20 @@ static int write_table(engram_store *st, const char *verb, const char *name,
         chunk_rows = spec->num_rows;
     buf = malloc((size_t)(chunk_rows * spec->row_bytes));
     if (!buf)
-        return fail("%s '%s': out of memory for a %" PRIu64 "-row buffer", verb, name,
-                    chunk_rows);
+        return cli_fail("%s '%s': out of memory for a %" PRIu64 "-row buffer", verb, name,
+                        chunk_rows);
     snprintf(label, sizeof(label), "%s %s", verb, name);
-    progress_init(&pr, label);
+    cli_progress_init(&pr, label);
 
     rc = engram_writer_begin(st, name, spec, &w);
     if (rc != 0) {
-        status = lib_fail(rc, "%s '%s'", verb, name);
+        status = cli_lib_fail(rc, "%s '%s'", verb, name);
         goto out;
     }
     for (uint64_t r = 0; r < spec->num_rows; r += chunk_rows) {
         uint64_t n = spec->num_rows - r < chunk_rows ? spec->num_rows - r : chunk_rows;
-        if (g_interrupted) {
-            status = fail("%s '%s': interrupted", verb, name);
+        if (cli_interrupted) {
+            status = cli_fail("%s '%s': interrupted", verb, name);
             goto out;
         }
         status = src(ctx, buf, r, n);
@@ -552,19 +236,19 @@ static int write_table(engram_store *st, const char *verb, const char *name,
             goto out;
         rc = engram_writer_append(w, buf, n, 0);
         if (rc != 0) {
-            status = lib_fail(rc, "%s '%s': append rows %" PRIu64 "..%" PRIu64, verb, name, r,
-                              r + n - 1);
+            status = cli_lib_fail(rc, "%s '%s': append rows %" PRIu64 "..%" PRIu64, verb, name, r,
+                                  r + n - 1);
             goto out;
         }
-        progress_cb(&pr, r + n, spec->num_rows);
+        cli_progress_cb(&pr, r + n, spec->num_rows);
     }
-    progress_end(&pr);
+    cli_progress_end(&pr);
     rc = engram_writer_commit(w);
     w = NULL; /* commit always frees the writer */
     if (rc != 0)
-        status = lib_fail(rc, "%s '%s': commit", verb, name);
+        status = cli_lib_fail(rc, "%s '%s': commit", verb, name);
 out:
-    progress_end(&pr);
+    cli_progress_end(&pr);
     engram_writer_abort(w);
     free(buf);
     return status;
@@ -574,7 +258,7 @@ out:
 static int read_pitch(const struct cli *cli, engram_table_spec *spec)
 {
     uint64_t pitch = 0;
-    int st = opt_u64(cli, OPT_PITCH, 0, ENGRAM_ROW_BYTES_MAX, &pitch);
+    int st = cli_opt_u64(cli, OPT_PITCH, 0, ENGRAM_ROW_BYTES_MAX, &pitch);
     spec->row_pitch = (uint32_t)pitch;
     return st;
 }
@@ -583,7 +267,7 @@ static int check_spec(const struct cli *cli, const engram_table_spec *spec)
 {
     int rc = engram_spec_check(spec);
     if (rc != 0)
-        return usage_error(cli, "invalid table shape: %s", lib_detail(rc));
+        return cli_usage_error(cli, "invalid table shape: %s", cli_lib_detail(rc));
     return 0;
 }
 
@@ -599,15 +283,15 @@ static int cmd_create(struct cli *cli)
     engram_store *st = NULL;
     int status;
 
-    if ((status = check_name(cli, name)) != 0)
+    if ((status = cli_check_name(cli, name)) != 0)
         return status;
     if (!cli->opt[OPT_ROWS] || !cli->opt[OPT_ROW_BYTES])
-        return usage_error(cli, "--rows and --row-bytes are required");
+        return cli_usage_error(cli, "--rows and --row-bytes are required");
     v = 0;
-    if ((status = opt_u64(cli, OPT_ROWS, 1, UINT64_MAX, &v)) != 0)
+    if ((status = cli_opt_u64(cli, OPT_ROWS, 1, UINT64_MAX, &v)) != 0)
         return status;
     spec.num_rows = v;
-    if ((status = opt_u64(cli, OPT_ROW_BYTES, 1, ENGRAM_ROW_BYTES_MAX, &v)) != 0)
+    if ((status = cli_opt_u64(cli, OPT_ROW_BYTES, 1, ENGRAM_ROW_BYTES_MAX, &v)) != 0)
         return status;
     spec.row_bytes = (uint32_t)v;
     if ((status = read_pitch(cli, &spec)) != 0)
@@ -621,15 +305,15 @@ static int cmd_create(struct cli *cli)
         else if (strcmp(f, "random") == 0)
             src.fill = FILL_RANDOM;
         else
-            return usage_error(cli, "--fill: '%s' is not one of zero, pattern, random", f);
+            return cli_usage_error(cli, "--fill: '%s' is not one of zero, pattern, random", f);
     }
-    if ((status = opt_u64(cli, OPT_SEED, 0, UINT64_MAX, &src.seed)) != 0)
+    if ((status = cli_opt_u64(cli, OPT_SEED, 0, UINT64_MAX, &src.seed)) != 0)
         return status;
     if ((status = check_spec(cli, &spec)) != 0)
         return status;
     src.row_bytes = spec.row_bytes;
 
-    if (open_store(cli, ENGRAM_OPEN_CREATE, 1, &st, 0, &status) != 0)
+    if (cli_open_store(cli, ENGRAM_OPEN_CREATE, 1, &st, 0, &status) != 0)
         return status;
     status = write_table(st, "create", name, &spec, synth_rows, &src);
     engram_store_close(st);
@@ -695,12 +379,6 @@ static int npy_read_header(int fd, uint64_t file_size, struct npy_info *info, ch
     return rc;
 }
 
-/* ------------------------------------------------------------------------
- * import --safetensors: a weight tensor [N, A] (and a scale tensor [N, B])
- * of a checkpoint, repacked into rows of A + B elements' bytes.
- */
-static uint64_t rng_next(uint64_t *s);
-
 struct st_source {
     int fd[2];
     uint64_t off[2];  /* file offset of row 0 of the imported range */
@@ -719,8 +397,8 @@ static int st_rows(void *ctx, unsigned char *buf, uint64_t first, uint64_t n)
         int rc = pread_full(s->fd[g], s->tmp, (size_t)(n * s->len[g]),
                             (off_t)(s->off[g] + first * s->len[g]));
         if (rc != 0)
-            return fail("read '%s': %s", s->path,
-                        rc == -ENODATA ? "the file ended early" : strerror(-rc));
+            return cli_fail("read '%s': %s", s->path,
+                            rc == -ENODATA ? "the file ended early" : strerror(-rc));
         for (uint64_t i = 0; i < n; i++)
             memcpy(buf + i * row + at, s->tmp + i * s->len[g], s->len[g]);
         at += s->len[g];
@@ -737,13 +415,13 @@ static int parse_range(const char *v, uint64_t *a, uint64_t *b)
         return -1;
     memcpy(head, v, (size_t)(colon - v));
     head[colon - v] = '\0';
-    if (parse_u64(head, a) != 0)
+    if (cli_parse_u64(head, a) != 0)
         return -1;
     if (colon[1] == '\0') {
         *b = 0;
         return 0;
     }
-    return parse_u64(colon + 1, b);
+    return cli_parse_u64(colon + 1, b);
 }
 
 /* Opens the file holding tensor info->... : the shard beside an index. */
@@ -771,44 +449,44 @@ static int import_safetensors(struct cli *cli)
     int status, rc;
 
     if (!tn[0])
-        return usage_error(cli, "--safetensors needs --weight NAME");
+        return cli_usage_error(cli, "--safetensors needs --weight NAME");
     if (cli->nargs != 1)
-        return usage_error(cli, "with --safetensors, give only the table name");
+        return cli_usage_error(cli, "with --safetensors, give only the table name");
     if (cli->opt[OPT_ROW_BYTES])
-        return usage_error(cli, "--row-bytes does not apply to --safetensors");
-    if ((status = check_name(cli, name)) != 0)
+        return cli_usage_error(cli, "--row-bytes does not apply to --safetensors");
+    if ((status = cli_check_name(cli, name)) != 0)
         return status;
     if ((status = read_pitch(cli, &spec)) != 0)
         return status;
     if (cli->opt[OPT_ROWS] && parse_range(cli->opt[OPT_ROWS], &start, &end) != 0)
-        return usage_error(cli, "--rows: '%s' is not START:END", cli->opt[OPT_ROWS]);
+        return cli_usage_error(cli, "--rows: '%s' is not START:END", cli->opt[OPT_ROWS]);
     src.n = tn[1] ? 2 : 1;
     for (unsigned g = 0; g < src.n; g++) {
         uint64_t rb;
         if ((rc = engram_safetensors_tensor(path, tn[g], &ti[g])) != 0) {
-            status = lib_fail(rc, "import '%s': tensor '%s' of '%s'", name, tn[g], path);
+            status = cli_lib_fail(rc, "import '%s': tensor '%s' of '%s'", name, tn[g], path);
             goto out;
         }
         if (ti[g].ndim != 2 || ti[g].shape[0] == 0 || (g && ti[g].shape[0] != nrows) ||
             __builtin_mul_overflow(ti[g].shape[1], ti[g].elem_size, &rb) ||
             rb > ENGRAM_ROW_BYTES_MAX) {
-            status = fail("import '%s': tensor '%s' is not [N, C]%s (ndim %u, %s)", name, tn[g],
-                          g ? " with the weight's N" : "", ti[g].ndim, ti[g].dtype);
+            status = cli_fail("import '%s': tensor '%s' is not [N, C]%s (ndim %u, %s)", name, tn[g],
+                              g ? " with the weight's N" : "", ti[g].ndim, ti[g].dtype);
             goto out;
         }
         nrows = ti[g].shape[0];
         src.len[g] = (uint32_t)rb;
         row += rb;
         if ((src.fd[g] = open_tensor_file(path, &ti[g], file, sizeof file)) < 0) {
-            status = fail("import '%s': open '%s': %s", name, file, strerror(errno));
+            status = cli_fail("import '%s': open '%s': %s", name, file, strerror(errno));
             goto out;
         }
     }
     if (end == 0)
         end = nrows;
     if (start >= end || end > nrows) {
-        status = fail("import '%s': --rows %" PRIu64 ":%" PRIu64 " is not within the %" PRIu64
-                      " rows of '%s'", name, start, end, nrows, tn[0]);
+        status = cli_fail("import '%s': --rows %" PRIu64 ":%" PRIu64 " is not within the %" PRIu64
+                          " rows of '%s'", name, start, end, nrows, tn[0]);
         goto out;
     }
     for (unsigned g = 0; g < src.n; g++)
@@ -816,14 +494,14 @@ static int import_safetensors(struct cli *cli)
     spec.num_rows = end - start;
     spec.row_bytes = (uint32_t)row;
     if (row > ENGRAM_ROW_BYTES_MAX || engram_spec_check(&spec) != 0) {
-        status = lib_fail(ENGRAM_ESPEC, "import '%s': rows of %" PRIu64 " bytes", name, row);
+        status = cli_lib_fail(ENGRAM_ESPEC, "import '%s': rows of %" PRIu64 " bytes", name, row);
         goto out;
     }
     if (!(src.tmp = malloc(CHUNK_BYTES + ENGRAM_ROW_BYTES_MAX))) {
-        status = fail("import '%s': out of memory", name);
+        status = cli_fail("import '%s': out of memory", name);
         goto out;
     }
-    if (open_store(cli, ENGRAM_OPEN_CREATE, 1, &st, 0, &status) != 0)
+    if (cli_open_store(cli, ENGRAM_OPEN_CREATE, 1, &st, 0, &status) != 0)
         goto out;
     /* The writer syncs the file before it publishes it. */
     if ((status = write_table(st, "import", name, &spec, st_rows, &src)) != 0)
@@ -836,25 +514,25 @@ static int import_safetensors(struct cli *cli)
         int64_t ids[1024];
         unsigned char *got = malloc((size_t)1024 * row), *want = malloc((size_t)row);
         uint64_t seed = 12345;
-        progress_init(&pr, "verify");
-        rc = engram_verify(st, name, progress_cb, &pr);
-        progress_end(&pr);
+        cli_progress_init(&pr, "verify");
+        rc = engram_verify(st, name, cli_progress_cb, &pr);
+        cli_progress_end(&pr);
         if (rc != 0) {
             free(got);
             free(want);
-            status = lib_fail(rc, "import '%s': verify", name);
+            status = cli_lib_fail(rc, "import '%s': verify", name);
             goto out;
         }
         if (!got || !want || (rc = engram_table_open(st, name, &tid)) != 0) {
             free(got);
             free(want);
-            status = got && want ? lib_fail(rc, "import '%s': open", name)
-                                 : fail("import '%s': out of memory", name);
+            status = got && want ? cli_lib_fail(rc, "import '%s': open", name)
+                                 : cli_fail("import '%s': out of memory", name);
             goto out;
         }
         for (int i = 0; i < 1024; i++)
             ids[i] = (int64_t)(i == 0 ? 0 : i == 1 ? spec.num_rows - 1
-                                                   : rng_next(&seed) % spec.num_rows);
+                                                   : cli_rng_next(&seed) % spec.num_rows);
         engram_lookup_args a = ENGRAM_LOOKUP_ARGS_INIT;
         a.num_tokens = 1024;
         a.num_cols = 1;
@@ -863,13 +541,13 @@ static int import_safetensors(struct cli *cli)
         a.id_type = ENGRAM_ID_INT64;
         a.out = got;
         if ((rc = engram_lookup(st, &a)) != 0)
-            status = lib_fail(rc, "import '%s': read back", name);
+            status = cli_lib_fail(rc, "import '%s': read back", name);
         for (int i = 0; i < 1024 && status == 0; i++) {
             if ((status = st_rows(&src, want, (uint64_t)ids[i], 1)) != 0)
                 break;
             if (memcmp(want, got + (size_t)i * row, row) != 0)
-                status = fail("import '%s': row %" PRId64 " read back differs from the checkpoint",
-                              name, ids[i]);
+                status = cli_fail("import '%s': row %" PRId64 " read back differs from the "
+                                  "checkpoint", name, ids[i]);
         }
         free(got);
         free(want);
@@ -901,25 +579,25 @@ static int cmd_import(struct cli *cli)
     if (cli->opt[OPT_SAFETENSORS])
         return import_safetensors(cli);
     if (cli->opt[OPT_WEIGHT] || cli->opt[OPT_SCALE] || cli->opt[OPT_ROWS])
-        return usage_error(cli, "--weight, --scale and --rows go with --safetensors");
+        return cli_usage_error(cli, "--weight, --scale and --rows go with --safetensors");
     if (!path)
-        return usage_error(cli, "missing FILE; usage: engram %s", cli->cmd->synopsis);
-    if ((status = check_name(cli, name)) != 0)
+        return cli_usage_error(cli, "missing FILE; usage: engram %s", cli->cmd->synopsis);
+    if ((status = cli_check_name(cli, name)) != 0)
         return status;
-    if ((status = opt_u64(cli, OPT_ROW_BYTES, 1, ENGRAM_ROW_BYTES_MAX, &row_bytes)) != 0)
+    if ((status = cli_opt_u64(cli, OPT_ROW_BYTES, 1, ENGRAM_ROW_BYTES_MAX, &row_bytes)) != 0)
         return status;
     if ((status = read_pitch(cli, &spec)) != 0)
         return status;
 
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return fail("import '%s': open '%s': %s", name, path, strerror(errno));
+        return cli_fail("import '%s': open '%s': %s", name, path, strerror(errno));
     if (fstat(fd, &sb) != 0) {
-        status = fail("import '%s': stat '%s': %s", name, path, strerror(errno));
+        status = cli_fail("import '%s': stat '%s': %s", name, path, strerror(errno));
         goto out;
     }
     if (!S_ISREG(sb.st_mode)) {
-        status = fail("import '%s': '%s' is not a regular file", name, path);
+        status = cli_fail("import '%s': '%s' is not a regular file", name, path);
         goto out;
     }
     file_size = (uint64_t)sb.st_size;
@@ -932,17 +610,17 @@ static int cmd_import(struct cli *cli)
         struct npy_info info = {0, 0, 0};
         char err[512];
         if (npy_read_header(fd, file_size, &info, err, sizeof(err)) != 0) {
-            status = fail("import '%s': '%s': %s", name, path, err);
+            status = cli_fail("import '%s': '%s': %s", name, path, err);
             goto out;
         }
         if (info.cols > ENGRAM_ROW_BYTES_MAX) {
-            status = fail("import '%s': '%s': rows of %" PRIu64 " bytes exceed the %u-byte "
-                          "maximum", name, path, info.cols, ENGRAM_ROW_BYTES_MAX);
+            status = cli_fail("import '%s': '%s': rows of %" PRIu64 " bytes exceed the %u-byte "
+                              "maximum", name, path, info.cols, ENGRAM_ROW_BYTES_MAX);
             goto out;
         }
         if (row_bytes != 0 && row_bytes != info.cols) {
-            status = fail("import '%s': '%s' holds rows of %" PRIu64 " bytes, not the %" PRIu64
-                          " given by --row-bytes", name, path, info.cols, row_bytes);
+            status = cli_fail("import '%s': '%s' holds rows of %" PRIu64 " bytes, not the %" PRIu64
+                              " given by --row-bytes", name, path, info.cols, row_bytes);
             goto out;
         }
         spec.num_rows = info.rows;
@@ -950,18 +628,18 @@ static int cmd_import(struct cli *cli)
         src.data_offset = info.data_offset;
     } else {
         if (row_bytes == 0) {
-            status = usage_error(cli, "'%s' is not an .npy file; raw files need --row-bytes",
-                                 path);
+            status = cli_usage_error(cli, "'%s' is not an .npy file; raw files need --row-bytes",
+                                     path);
             goto out;
         }
         if (file_size == 0) {
-            status = fail("import '%s': '%s' is empty", name, path);
+            status = cli_fail("import '%s': '%s' is empty", name, path);
             goto out;
         }
         if (file_size % row_bytes != 0) {
-            status = fail("import '%s': the size of '%s' (%" PRIu64 " bytes) is not a multiple "
-                          "of the row size (%" PRIu64 " bytes)", name, path, file_size,
-                          row_bytes);
+            status = cli_fail("import '%s': the size of '%s' (%" PRIu64 " bytes) is not a multiple "
+                              "of the row size (%" PRIu64 " bytes)", name, path, file_size,
+                              row_bytes);
             goto out;
         }
         spec.num_rows = file_size / row_bytes;
@@ -970,10 +648,10 @@ static int cmd_import(struct cli *cli)
     }
     src.row_bytes = spec.row_bytes;
     if (engram_spec_check(&spec) != 0) {
-        status = lib_fail(ENGRAM_ESPEC, "import '%s': '%s'", name, path);
+        status = cli_lib_fail(ENGRAM_ESPEC, "import '%s': '%s'", name, path);
         goto out;
     }
-    if (open_store(cli, ENGRAM_OPEN_CREATE, 1, &st, 0, &status) != 0)
+    if (cli_open_store(cli, ENGRAM_OPEN_CREATE, 1, &st, 0, &status) != 0)
         goto out;
     status = write_table(st, "import", name, &spec, file_rows, &src);
 out:
@@ -1002,7 +680,7 @@ static int cmd_ls(struct cli *cli)
     char sz[32];
 
     /* A namespace that does not exist yet simply has no tables. */
-    if (open_store(cli, 0, 1, &st, 1, &status) != 0) {
+    if (cli_open_store(cli, 0, 1, &st, 1, &status) != 0) {
         if (status == 0 && json)
             puts("[]");
         else if (status == 0)
@@ -1011,12 +689,12 @@ static int cmd_ls(struct cli *cli)
     }
     rc = engram_list(st, &names, &count);
     if (rc != 0) {
-        status = lib_fail(rc, "list namespace '%s'", cli->ns);
+        status = cli_lib_fail(rc, "list namespace '%s'", cli->ns);
         goto out;
     }
     infos = calloc(count ? count : 1, sizeof(*infos));
     if (!infos) {
-        status = fail("ls: out of memory");
+        status = cli_fail("ls: out of memory");
         goto out;
     }
     for (size_t i = 0; i < count; i++) {
@@ -1027,7 +705,7 @@ static int cmd_ls(struct cli *cli)
             /* A table removed between list and info is simply gone; a
              * corrupt one is reported but does not hide the others. */
             if (rc != -ENOENT)
-                status = lib_fail(rc, "info '%s'", names[i]);
+                status = cli_lib_fail(rc, "info '%s'", names[i]);
             infos[i].size = 0;
             continue;
         }
@@ -1042,7 +720,7 @@ static int cmd_ls(struct cli *cli)
             if (t->size == 0)
                 continue;
             printf("%s\n  {\"name\": ", first ? "" : ",");
-            json_str(stdout, names[i]);
+            cli_json_str(stdout, names[i]);
             printf(", \"kind\": \"%s\", \"rows\": %" PRIu64 ", \"row_bytes\": %" PRIu32
                    ", \"row_pitch\": %" PRIu32 ", \"size\": %" PRIu64 "}",
                    kind_name(t->kind), t->spec.num_rows, t->spec.row_bytes, t->spec.row_pitch,
@@ -1059,7 +737,7 @@ static int cmd_ls(struct cli *cli)
                 continue;
             printf("%-*s  %12" PRIu64 "  %9" PRIu32 "  %9" PRIu32 "  %s\n", (int)width,
                    names[i], t->spec.num_rows, t->spec.row_bytes, t->spec.row_pitch,
-                   fmt_bytes(t->data_size, sz, sizeof(sz)));
+                   cli_fmt_bytes(t->data_size, sz, sizeof(sz)));
         }
     }
 out:
@@ -1080,9 +758,9 @@ static int cmd_info(struct cli *cli)
     time_t secs;
     struct tm tm;
 
-    if ((status = check_name(cli, name)) != 0)
+    if ((status = cli_check_name(cli, name)) != 0)
         return status;
-    if (open_store(cli, 0, 1, &st, 0, &status) != 0)
+    if (cli_open_store(cli, 0, 1, &st, 0, &status) != 0)
         return status;
     if ((status = open_info(st, name, cli->opt[OPT_MAP] != 0, &id, &t)) != 0)
         goto out;
@@ -1093,9 +771,9 @@ static int cmd_info(struct cli *cli)
 
     if (cli->opt[OPT_JSON]) {
         printf("{\n  \"name\": ");
-        json_str(stdout, name);
+        cli_json_str(stdout, name);
         printf(",\n  \"path\": ");
-        json_str(stdout, path);
+        cli_json_str(stdout, path);
         printf(",\n  \"kind\": \"%s\",\n", kind_name(t.kind));
         printf("  \"num_rows\": %" PRIu64 ",\n", t.spec.num_rows);
         printf("  \"row_bytes\": %" PRIu32 ",\n", t.spec.row_bytes);
@@ -1125,16 +803,16 @@ static int cmd_info(struct cli *cli)
         printf("row_pitch         %" PRIu32 "\n", t.spec.row_pitch);
         printf("data_offset       %" PRIu64 "\n", t.data_offset);
         printf("data_size         %" PRIu64 " (%s)\n", t.data_size,
-               fmt_bytes(t.data_size, sz, sizeof(sz)));
+               cli_fmt_bytes(t.data_size, sz, sizeof(sz)));
         printf("checksum          xxh3-64:%016" PRIx64 "\n", t.checksum);
         printf("created           %s (%" PRIu64 " ns)\n", created[0] ? created : "-",
                t.created_ns);
         printf("mapped            %s\n", t.mapped ? "yes" : "no");
         printf("private_copy      %s\n", t.private_copy ? "yes" : "no");
         printf("resident_bytes    %" PRIu64 " (%s)\n", t.resident_bytes,
-               fmt_bytes(t.resident_bytes, sz, sizeof(sz)));
+               cli_fmt_bytes(t.resident_bytes, sz, sizeof(sz)));
         printf("huge_bytes        %" PRIu64 " (%s)\n", t.huge_bytes,
-               fmt_bytes(t.huge_bytes, sz, sizeof(sz)));
+               cli_fmt_bytes(t.huge_bytes, sz, sizeof(sz)));
         printf("map_minor_faults  %" PRIu64 "\n", t.map_minor_faults);
         printf("map_major_faults  %" PRIu64 "\n", t.map_major_faults);
         printf("lookups           %" PRIu64 "\n", t.lookups);
@@ -1157,18 +835,18 @@ static int cmd_verify(struct cli *cli)
     int status = 0, failed = 0, rc;
 
     if (cli->opt[OPT_ALL] && cli->nargs > 0)
-        return usage_error(cli, "give table names or --all, not both");
+        return cli_usage_error(cli, "give table names or --all, not both");
     if (!cli->opt[OPT_ALL] && cli->nargs == 0)
-        return usage_error(cli, "give table names or --all");
+        return cli_usage_error(cli, "give table names or --all");
     for (int i = 0; i < cli->nargs; i++)
-        if ((status = check_name(cli, cli->args[i])) != 0)
+        if ((status = cli_check_name(cli, cli->args[i])) != 0)
             return status;
-    if (open_store(cli, 0, 1, &st, 0, &status) != 0)
+    if (cli_open_store(cli, 0, 1, &st, 0, &status) != 0)
         return status;
     if (cli->opt[OPT_ALL]) {
         rc = engram_list(st, &names, &count);
         if (rc != 0) {
-            status = lib_fail(rc, "list namespace '%s'", cli->ns);
+            status = cli_lib_fail(rc, "list namespace '%s'", cli->ns);
             goto out;
         }
         list = names;
@@ -1178,15 +856,15 @@ static int cmd_verify(struct cli *cli)
     }
     for (size_t i = 0; i < count; i++) {
         struct progress pr;
-        progress_init(&pr, list[i]);
-        rc = engram_verify(st, list[i], progress_cb, &pr);
-        progress_end(&pr);
+        cli_progress_init(&pr, list[i]);
+        rc = engram_verify(st, list[i], cli_progress_cb, &pr);
+        cli_progress_end(&pr);
         if (rc == 0) {
             printf("%s: OK\n", list[i]);
         } else {
             printf("%s: FAILED\n", list[i]);
             fflush(stdout);
-            lib_fail(rc, "verify '%s'", list[i]);
+            cli_lib_fail(rc, "verify '%s'", list[i]);
             failed++;
         }
     }
@@ -1203,14 +881,14 @@ static int cmd_rm(struct cli *cli)
     int status = 0;
 
     for (int i = 0; i < cli->nargs; i++)
-        if ((status = check_name(cli, cli->args[i])) != 0)
+        if ((status = cli_check_name(cli, cli->args[i])) != 0)
             return status;
-    if (open_store(cli, 0, 1, &st, 0, &status) != 0)
+    if (cli_open_store(cli, 0, 1, &st, 0, &status) != 0)
         return status;
     for (int i = 0; i < cli->nargs; i++) {
         int rc = engram_remove(st, cli->args[i]);
         if (rc != 0)
-            status = lib_fail(rc, "rm '%s'", cli->args[i]);
+            status = cli_lib_fail(rc, "rm '%s'", cli->args[i]);
     }
     engram_store_close(st);
     return status;
@@ -1232,27 +910,28 @@ static int cmd_lookup(struct cli *cli)
     uint64_t out_bytes;
     int status = 0, rc;
 
-    if ((status = check_name(cli, name)) != 0)
+    if ((status = cli_check_name(cli, name)) != 0)
         return status;
     if (cli->opt[OPT_OFFSET] && parse_i64(cli->opt[OPT_OFFSET], &offset) != 0)
-        return usage_error(cli, "--offset: '%s' is not a decimal integer", cli->opt[OPT_OFFSET]);
+        return cli_usage_error(cli, "--offset: '%s' is not a decimal integer",
+                               cli->opt[OPT_OFFSET]);
     ids = malloc(n * sizeof(*ids));
     if (!ids)
-        return fail("lookup: out of memory");
+        return cli_fail("lookup: out of memory");
     for (size_t i = 0; i < n; i++) {
         if (parse_i64(cli->args[i + 1], &ids[i]) != 0) {
-            status = usage_error(cli, "id '%s' is not a decimal integer", cli->args[i + 1]);
+            status = cli_usage_error(cli, "id '%s' is not a decimal integer", cli->args[i + 1]);
             goto out;
         }
     }
-    if (open_store(cli, 0, 1, &st, 0, &status) != 0)
+    if (cli_open_store(cli, 0, 1, &st, 0, &status) != 0)
         goto out;
     if ((status = open_info(st, name, 1, &id, &t)) != 0)
         goto out;
-    if (!mul_ok(n, t.spec.row_bytes, &out_bytes) || out_bytes > SIZE_MAX ||
+    if (!cli_mul_ok(n, t.spec.row_bytes, &out_bytes) || out_bytes > SIZE_MAX ||
         !(out = malloc((size_t)out_bytes))) {
-        status = fail("lookup: out of memory for %zu rows of %" PRIu32 " bytes", n,
-                      t.spec.row_bytes);
+        status = cli_fail("lookup: out of memory for %zu rows of %" PRIu32 " bytes", n,
+                          t.spec.row_bytes);
         goto out;
     }
     a.flags = cli->opt[OPT_ZERO_DEAD] ? ENGRAM_LOOKUP_ZERO_DEAD : 0;
@@ -1265,7 +944,7 @@ static int cmd_lookup(struct cli *cli)
     a.out = out;
     rc = engram_lookup(st, &a);
     if (rc != 0) {
-        status = lib_fail(rc, "lookup '%s'", name);
+        status = cli_lib_fail(rc, "lookup '%s'", name);
         goto out;
     }
     for (size_t i = 0; i < n; i++) {
@@ -1316,7 +995,7 @@ static int measure(op_fn op, void *ctx, size_t fixed, uint64_t budget_ns, size_t
     int status = 0;
 
     if (!s)
-        return fail("out of memory for %zu timing samples", cap);
+        return cli_fail("out of memory for %zu timing samples", cap);
     for (size_t i = 0; i < 2 && status == 0; i++)
         status = op(ctx, i);
     start = now_ns();
@@ -1324,8 +1003,8 @@ static int measure(op_fn op, void *ctx, size_t fixed, uint64_t budget_ns, size_t
         uint64_t t0, t1;
         if (!fixed && n >= 3 && now_ns() - start >= budget_ns)
             break;
-        if (g_interrupted) {
-            status = fail("interrupted");
+        if (cli_interrupted) {
+            status = cli_fail("interrupted");
             break;
         }
         t0 = now_ns();
@@ -1370,7 +1049,7 @@ static int lookup_op_run(void *ctx, size_t iter)
 {
     const struct lookup_op *o = ctx;
     int rc = engram_lookup(o->st, &o->args[iter % o->nargs]);
-    return rc ? lib_fail(rc, "%s", o->what) : 0;
+    return rc ? cli_lib_fail(rc, "%s", o->what) : 0;
 }
 
 struct memcpy_op {
@@ -1387,18 +1066,6 @@ static int memcpy_op_run(void *ctx, size_t iter)
     return 0;
 }
 
-/* A small, fast generator for ids (xorshift64*); the modulo bias is below
- * 2^-40 for any table size the ids are drawn from. */
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t x = *s;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    *s = x;
-    return x * 0x2545F4914F6CDD1Dull;
-}
-
 static void print_stats(engram_store *st)
 {
     engram_stats s = ENGRAM_STATS_INIT;
@@ -1406,15 +1073,15 @@ static void print_stats(engram_store *st)
     int rc = engram_store_stats(st, &s);
 
     if (rc != 0) {
-        lib_fail(rc, "store stats");
+        cli_lib_fail(rc, "store stats");
         return;
     }
     printf("store stats: %" PRIu32 " gather threads, %" PRIu64 " lookups (%" PRIu64
            " failed, %" PRIu64 " split across threads), %" PRIu64 " rows + %" PRIu64
            " dead, %s copied, %" PRIu64 " tables open, %s mapped\n",
            s.threads, s.lookups, s.failed, s.parallel, s.rows, s.dead_rows,
-           fmt_bytes(s.bytes, copied, sizeof(copied)), s.tables_open,
-           fmt_bytes(s.mapped_bytes, mapped, sizeof(mapped)));
+           cli_fmt_bytes(s.bytes, copied, sizeof(copied)), s.tables_open,
+           cli_fmt_bytes(s.mapped_bytes, mapped, sizeof(mapped)));
 }
 
 /* ------------------------------------------------------------------------
@@ -1454,17 +1121,17 @@ static int cmd_bench(struct cli *cli)
     char b1[32];
 
     for (int i = 0; i < cli->nargs; i++)
-        if ((status = check_name(cli, cli->args[i])) != 0)
+        if ((status = cli_check_name(cli, cli->args[i])) != 0)
             return status;
-    if ((status = opt_u64(cli, OPT_IDS, 1, 1u << 24, &T)) != 0 ||
-        (status = opt_u64(cli, OPT_ITERS, 1, 10000000, &iters)) != 0 ||
-        (status = opt_u64(cli, OPT_THREADS, 0, 1024, &threads)) != 0 ||
-        (status = opt_u64(cli, OPT_COLS, 1, 4096, &cols)) != 0)
+    if ((status = cli_opt_u64(cli, OPT_IDS, 1, 1u << 24, &T)) != 0 ||
+        (status = cli_opt_u64(cli, OPT_ITERS, 1, 10000000, &iters)) != 0 ||
+        (status = cli_opt_u64(cli, OPT_THREADS, 0, 1024, &threads)) != 0 ||
+        (status = cli_opt_u64(cli, OPT_COLS, 1, 4096, &cols)) != 0)
         return status;
     K = cols ? cols : (uint64_t)cli->nargs;
     if (K < (uint64_t)cli->nargs)
-        return usage_error(cli, "--cols %" PRIu64 " is less than the %d tables given", K,
-                           cli->nargs);
+        return cli_usage_error(cli, "--cols %" PRIu64 " is less than the %d tables given", K,
+                               cli->nargs);
 
     info = calloc((size_t)cli->nargs, sizeof(*info));
     for (int s = 0; s < 2; s++) {
@@ -1472,27 +1139,27 @@ static int cmd_bench(struct cli *cli)
         args[s] = calloc(BENCH_RING, sizeof(*args[s]));
     }
     if (!info || !tid[0] || !tid[1] || !args[0] || !args[1]) {
-        status = fail("bench: out of memory");
+        status = cli_fail("bench: out of memory");
         goto out;
     }
     /* Store 0 runs with the configured threads, store 1 with the calling
      * thread only: the same lookups, so the ratio isolates the threads. */
-    if (open_store(cli, flags, (int)threads, &st[0], 0, &status) != 0 ||
-        open_store(cli, flags, 1, &st[1], 0, &status) != 0)
+    if (cli_open_store(cli, flags, (int)threads, &st[0], 0, &status) != 0 ||
+        cli_open_store(cli, flags, 1, &st[1], 0, &status) != 0)
         goto out;
     for (int i = 0; i < cli->nargs; i++) {
         engram_table_info init = ENGRAM_TABLE_INFO_INIT;
         info[i] = init;
         rc = engram_get_table_info(st[0], cli->args[i], &info[i]);
         if (rc != 0) {
-            status = lib_fail(rc, "info '%s'", cli->args[i]);
+            status = cli_lib_fail(rc, "info '%s'", cli->args[i]);
             goto out;
         }
         if (info[i].spec.row_bytes != info[0].spec.row_bytes) {
-            status = fail("bench: tables '%s' (%" PRIu32 " bytes) and '%s' (%" PRIu32
-                          " bytes) differ in row size; one lookup needs one row size",
-                          cli->args[0], info[0].spec.row_bytes, cli->args[i],
-                          info[i].spec.row_bytes);
+            status = cli_fail("bench: tables '%s' (%" PRIu32 " bytes) and '%s' (%" PRIu32
+                              " bytes) differ in row size; one lookup needs one row size",
+                              cli->args[0], info[0].spec.row_bytes, cli->args[i],
+                              info[i].spec.row_bytes);
             goto out;
         }
     }
@@ -1501,23 +1168,24 @@ static int cmd_bench(struct cli *cli)
             const char *name = cli->args[k % (uint64_t)cli->nargs];
             rc = engram_table_open(st[s], name, &tid[s][k]);
             if (rc != 0) {
-                status = lib_fail(rc, "open '%s'", name);
+                status = cli_lib_fail(rc, "open '%s'", name);
                 goto out;
             }
         }
     }
     R = info[0].spec.row_bytes;
     rows_per_call = T * K;
-    if (!mul_ok(rows_per_call, R, &bytes_per_call) || bytes_per_call > ((uint64_t)4 << 30)) {
-        status = usage_error(cli, "one call would gather more than 4 GiB; lower --ids or --cols");
+    if (!cli_mul_ok(rows_per_call, R, &bytes_per_call) || bytes_per_call > ((uint64_t)4 << 30)) {
+        status = cli_usage_error(cli, "one call would gather more than 4 GiB; lower --ids or "
+                                 "--cols");
         goto out;
     }
     ids = malloc((size_t)(rows_per_call * BENCH_RING) * sizeof(*ids));
     out = malloc((size_t)bytes_per_call);
     src = malloc((size_t)bytes_per_call);
     if (!ids || !out || !src) {
-        status = fail("bench: out of memory for %s of output", fmt_bytes(bytes_per_call, b1,
-                      sizeof(b1)));
+        status = cli_fail("bench: out of memory for %s of output",
+                          cli_fmt_bytes(bytes_per_call, b1, sizeof(b1)));
         goto out;
     }
     memset(out, 0, (size_t)bytes_per_call);
@@ -1526,7 +1194,7 @@ static int cmd_bench(struct cli *cli)
         for (uint64_t t = 0; t < T; t++)
             for (uint64_t k = 0; k < K; k++)
                 ids[r * rows_per_call + t * K + k] =
-                    (int64_t)(rng_next(&seed) % info[k % (uint64_t)cli->nargs].spec.num_rows);
+                    (int64_t)(cli_rng_next(&seed) % info[k % (uint64_t)cli->nargs].spec.num_rows);
     for (int s = 0; s < 2; s++) {
         for (size_t r = 0; r < BENCH_RING; r++) {
             engram_lookup_args a = ENGRAM_LOOKUP_ARGS_INIT;
@@ -1559,7 +1227,7 @@ static int cmd_bench(struct cli *cli)
             printf("{\n  \"tables\": [");
             for (int i = 0; i < cli->nargs; i++) {
                 printf("%s", i ? ", " : "");
-                json_str(stdout, cli->args[i]);
+                cli_json_str(stdout, cli->args[i]);
             }
             printf("],\n  \"cols\": %" PRIu64 ",\n  \"ids\": %" PRIu64 ",\n  \"row_bytes\": %"
                    PRIu64 ",\n  \"threads\": %" PRIu32 ",\n  \"huge\": %s,\n  \"results\": {\n",
@@ -1577,14 +1245,14 @@ static int cmd_bench(struct cli *cli)
                      stats.threads == 1 ? "" : "s");
             printf("bench: %" PRIu64 " ids x %" PRIu64 " columns of %" PRIu64
                    "-byte rows per call (%s), random ids\n",
-                   T, K, R, fmt_bytes(bytes_per_call, b1, sizeof(b1)));
+                   T, K, R, cli_fmt_bytes(bytes_per_call, b1, sizeof(b1)));
             printf("%-22s %8s %12s %12s %14s %12s\n", "", "iters", "median", "p99", "rows/s",
                    "GB/s");
             for (int i = 0; i < 3; i++) {
                 char m[32], p[32];
                 printf("%-22s %8zu %12s %12s %14.4g %12.3f\n", i == 0 ? lab0 : labels[i],
-                       tm[i].iters, fmt_ns((double)tm[i].median_ns, m, sizeof(m)),
-                       fmt_ns((double)tm[i].p99_ns, p, sizeof(p)),
+                       tm[i].iters, cli_fmt_ns((double)tm[i].median_ns, m, sizeof(m)),
+                       cli_fmt_ns((double)tm[i].p99_ns, p, sizeof(p)),
                        per_second(rows_per_call, &tm[i]),
                        per_second(bytes_per_call, &tm[i]) / 1e9);
             }
@@ -1655,7 +1323,7 @@ static int naive_gather(const struct demo *d, const int64_t *ids, size_t T, unsi
                 continue;
             r = id - d->offsets[k];
             if (r < 0 || (uint64_t)r >= d->rows[k])
-                return fail("demo: baseline: id %" PRId64 " outside column %zu", id, k);
+                return cli_fail("demo: baseline: id %" PRId64 " outside column %zu", id, k);
             memcpy(out + (t * DEMO_COLS + k) * DEMO_ROW_BYTES,
                    d->base[k] + (uint64_t)r * d->pitch[k], DEMO_ROW_BYTES);
         }
@@ -1679,7 +1347,7 @@ static int demo_check(struct demo *d, const char *who, size_t T, const int64_t *
     int all = nsamples >= total;
 
     for (size_t s = 0; s < (all ? total : nsamples); s++) {
-        size_t pos = all ? s : (size_t)(rng_next(rng) % total);
+        size_t pos = all ? s : (size_t)(cli_rng_next(rng) % total);
         size_t k = pos % DEMO_COLS;
         const unsigned char *row = out + pos * DEMO_ROW_BYTES;
         int64_t id = ids[pos];
@@ -1690,22 +1358,22 @@ static int demo_check(struct demo *d, const char *who, size_t T, const int64_t *
                 continue;
             for (size_t j = 0; j < DEMO_ROW_BYTES; j++) {
                 if (row[j] != DEMO_SENTINEL)
-                    return fail("demo: DATA ERROR: %s wrote byte %zu of the dead row at token "
-                                "%zu column %zu (0x%02x, expected it untouched: 0x%02x)", who, j,
-                                pos / DEMO_COLS, k, row[j], DEMO_SENTINEL);
+                    return cli_fail("demo: DATA ERROR: %s wrote byte %zu of the dead row at "
+                                    "token %zu column %zu (0x%02x, expected it untouched: "
+                                    "0x%02x)", who, j, pos / DEMO_COLS, k, row[j], DEMO_SENTINEL);
             }
             continue;
         }
         local = (uint64_t)(id - d->offsets[k]);
-        fill_row(d->expect, FILL_PATTERN, k + 1, local, DEMO_ROW_BYTES);
+        cli_fill_row(d->expect, FILL_PATTERN, k + 1, local, DEMO_ROW_BYTES);
         if (memcmp(row, d->expect, DEMO_ROW_BYTES) != 0) {
             size_t j = 0;
             while (row[j] == d->expect[j])
                 j++;
-            return fail("demo: DATA ERROR: %s returned wrong bytes for token %zu column %zu "
-                        "(table '%s', id %" PRId64 ", row %" PRIu64 "): byte %zu is 0x%02x, "
-                        "expected 0x%02x", who, pos / DEMO_COLS, k, d->names[k], id, local, j,
-                        row[j], d->expect[j]);
+            return cli_fail("demo: DATA ERROR: %s returned wrong bytes for token %zu column %zu "
+                            "(table '%s', id %" PRId64 ", row %" PRIu64 "): byte %zu is 0x%02x, "
+                            "expected 0x%02x", who, pos / DEMO_COLS, k, d->names[k], id, local, j,
+                            row[j], d->expect[j]);
         }
     }
     return 0;
@@ -1726,7 +1394,7 @@ static int demo_round(struct demo *d, size_t T, uint64_t fixed_iters, uint64_t b
     int status = 0, rc;
 
     if (!ids || !out || !ref) {
-        status = fail("demo: out of memory for T = %zu", T);
+        status = cli_fail("demo: out of memory for T = %zu", T);
         goto out;
     }
     /* Decode-shaped ids: per column a uniform global id (table-local row
@@ -1735,10 +1403,10 @@ static int demo_round(struct demo *d, size_t T, uint64_t fixed_iters, uint64_t b
         for (size_t i = 0; i < n; i++) {
             size_t k = i % DEMO_COLS;
             int64_t *id = &ids[r * n + i];
-            if (rng_next(rng) % 100 == 0) {
+            if (cli_rng_next(rng) % 100 == 0) {
                 *id = ENGRAM_DEAD_ID;
             } else {
-                *id = d->offsets[k] + (int64_t)(rng_next(rng) % d->rows[k]);
+                *id = d->offsets[k] + (int64_t)(cli_rng_next(rng) % d->rows[k]);
                 if (r == 0)
                     live++;
             }
@@ -1761,7 +1429,7 @@ static int demo_round(struct demo *d, size_t T, uint64_t fixed_iters, uint64_t b
     memset(ref, DEMO_SENTINEL, out_bytes);
     rc = engram_lookup(d->st, &args[0]);
     if (rc != 0) {
-        status = lib_fail(rc, "demo: lookup T=%zu", T);
+        status = cli_lib_fail(rc, "demo: lookup T=%zu", T);
         goto out;
     }
     if ((status = naive_gather(d, ids, T, ref)) != 0 ||
@@ -1769,7 +1437,8 @@ static int demo_round(struct demo *d, size_t T, uint64_t fixed_iters, uint64_t b
         (status = demo_check(d, "the baseline", T, ids, ref, 4096, rng, 1)) != 0)
         goto out;
     if (memcmp(out, ref, out_bytes) != 0) {
-        status = fail("demo: DATA ERROR: engram_lookup and the baseline disagree for T = %zu", T);
+        status = cli_fail("demo: DATA ERROR: engram_lookup and the baseline disagree for "
+                          "T = %zu", T);
         goto out;
     }
 
@@ -1795,10 +1464,10 @@ static int demo_round(struct demo *d, size_t T, uint64_t fixed_iters, uint64_t b
     {
         double re = per_second(live, &te), rb = per_second(live, &tb);
         printf("%6zu %7zu | %6zu %9s %9s %10.3g | %6zu %9s %9s %10.3g | %6.2fx\n", T, n,
-               te.iters, fmt_ns((double)te.median_ns, m1, sizeof(m1)),
-               fmt_ns((double)te.p99_ns, p1, sizeof(p1)), re, tb.iters,
-               fmt_ns((double)tb.median_ns, m2, sizeof(m2)),
-               fmt_ns((double)tb.p99_ns, p2, sizeof(p2)), rb, ratio(re, rb));
+               te.iters, cli_fmt_ns((double)te.median_ns, m1, sizeof(m1)),
+               cli_fmt_ns((double)te.p99_ns, p1, sizeof(p1)), re, tb.iters,
+               cli_fmt_ns((double)tb.median_ns, m2, sizeof(m2)),
+               cli_fmt_ns((double)tb.p99_ns, p2, sizeof(p2)), rb, ratio(re, rb));
         fflush(stdout);
     }
 out:
@@ -1823,10 +1492,10 @@ static int cmd_demo(struct cli *cli)
     uint64_t t0;
 
     if (!d)
-        return fail("demo: out of memory");
-    if ((status = opt_u64(cli, OPT_TOKENS, 1, 16384, &tokens)) != 0 ||
-        (status = opt_u64(cli, OPT_ITERS, 1, 100000, &iters)) != 0 ||
-        (status = opt_u64(cli, OPT_THREADS, 0, 1024, &threads)) != 0) {
+        return cli_fail("demo: out of memory");
+    if ((status = cli_opt_u64(cli, OPT_TOKENS, 1, 16384, &tokens)) != 0 ||
+        (status = cli_opt_u64(cli, OPT_ITERS, 1, 100000, &iters)) != 0 ||
+        (status = cli_opt_u64(cli, OPT_THREADS, 0, 1024, &threads)) != 0) {
         free(d);
         return status;
     }
@@ -1860,8 +1529,8 @@ static int cmd_demo(struct cli *cli)
     budget_ns = small ? 100000000u : 400000000u;
     base_rows = total_bytes / ((uint64_t)DEMO_COLS * DEMO_ROW_BYTES);
 
-    if (open_store(cli, ENGRAM_OPEN_CREATE | ENGRAM_OPEN_PREFAULT, (int)threads, &d->st, 0,
-                   &status) != 0)
+    if (cli_open_store(cli, ENGRAM_OPEN_CREATE | ENGRAM_OPEN_PREFAULT, (int)threads, &d->st, 0,
+                       &status) != 0)
         goto out;
     for (size_t k = 0; k < DEMO_COLS; k++) {
         uint64_t p = k == 0 ? base_rows : d->rows[k - 1] + 1;
@@ -1876,7 +1545,8 @@ static int cmd_demo(struct cli *cli)
            "(8 heads x 3 n-gram orders),\n", DEMO_COLS, DEMO_COLS - 1);
     printf("  %" PRIu64 "..%" PRIu64 " rows each (primes) of %d bytes, %s in all, in namespace "
            "%s%s\n", d->rows[0], d->rows[DEMO_COLS - 1], DEMO_ROW_BYTES,
-           fmt_bytes(data_bytes, sz, sizeof(sz)), nspath, keep ? " (kept)" : " (removed at exit)");
+           cli_fmt_bytes(data_bytes, sz, sizeof(sz)), nspath,
+           keep ? " (kept)" : " (removed at exit)");
     fflush(stdout);
 
     t0 = now_ns();
@@ -1906,14 +1576,14 @@ static int cmd_demo(struct cli *cli)
         if (rc == 0)
             rc = engram_get_table_info(d->st, d->names[k], &t);
         if (rc != 0) {
-            status = lib_fail(rc, "demo: open '%s'", d->names[k]);
+            status = cli_lib_fail(rc, "demo: open '%s'", d->names[k]);
             goto out;
         }
         d->pitch[k] = t.spec.row_pitch;
         snprintf(path, sizeof(path), "%s/%s", nspath, d->names[k]);
         fd = open(path, O_RDONLY | O_CLOEXEC);
         if (fd < 0) {
-            status = fail("demo: baseline: open '%s': %s", path, strerror(errno));
+            status = cli_fail("demo: baseline: open '%s': %s", path, strerror(errno));
             goto out;
         }
         d->map_len[k] = (size_t)t.data_size;
@@ -1922,8 +1592,8 @@ static int cmd_demo(struct cli *cli)
         close(fd);
         if (d->map[k] == MAP_FAILED) {
             d->map[k] = NULL;
-            status = fail("demo: baseline: mmap '%s' at offset %" PRIu64 ": %s", path,
-                          t.data_offset, strerror(errno));
+            status = cli_fail("demo: baseline: mmap '%s' at offset %" PRIu64 ": %s", path,
+                              t.data_offset, strerror(errno));
             goto out;
         }
         d->base[k] = d->map[k];
@@ -1959,13 +1629,13 @@ out:
                 continue;
             rc = engram_remove(d->st, d->names[k]);
             if (rc != 0 && status == 0)
-                status = lib_fail(rc, "demo: remove '%s'", d->names[k]);
+                status = cli_lib_fail(rc, "demo: remove '%s'", d->names[k]);
         }
     }
     engram_store_close(d->st);
     if (!keep && ns_created && rmdir(nspath) != 0 && errno != ENOENT && status == 0)
-        status = fail("demo: remove namespace directory '%s': %s", nspath, strerror(errno));
-    if (g_interrupted && status == 0)
+        status = cli_fail("demo: remove namespace directory '%s': %s", nspath, strerror(errno));
+    if (cli_interrupted && status == 0)
         status = EXIT_FAIL;
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
@@ -2179,14 +1849,14 @@ static int parse_and_run(int argc, char **argv)
             return 0;
         }
         if (id != OPT_ROOT && id != OPT_NS)
-            return usage_error(&cli, "unknown option '%s' before the command", argv[i]);
+            return cli_usage_error(&cli, "unknown option '%s' before the command", argv[i]);
         if (!val) {
             if (i + 1 >= argc)
-                return usage_error(&cli, "--%s needs a value", opt_defs[id].name);
+                return cli_usage_error(&cli, "--%s needs a value", opt_defs[id].name);
             val = argv[++i];
         }
         if (cli.opt[id])
-            return usage_error(&cli, "--%s given twice", opt_defs[id].name);
+            return cli_usage_error(&cli, "--%s given twice", opt_defs[id].name);
         cli.opt[id] = val;
     }
     if (i >= argc) {
@@ -2204,13 +1874,13 @@ static int parse_and_run(int argc, char **argv)
                 return 0;
             }
         }
-        return usage_error(&cli, "unknown command '%s'", argv[i + 1]);
+        return cli_usage_error(&cli, "unknown command '%s'", argv[i + 1]);
     }
     for (size_t c = 0; c < NCOMMANDS; c++)
         if (strcmp(argv[i], commands[c].name) == 0)
             cli.cmd = &commands[c];
     if (!cli.cmd)
-        return usage_error(&cli, "unknown command '%s'", argv[i]);
+        return cli_usage_error(&cli, "unknown command '%s'", argv[i]);
     i++;
 
     /* --help anywhere among the options wins over any other usage error. */
@@ -2223,7 +1893,7 @@ static int parse_and_run(int argc, char **argv)
 
     pos = calloc((size_t)argc, sizeof(*pos));
     if (!pos)
-        return fail("out of memory");
+        return cli_fail("out of memory");
     for (; i < argc; i++) {
         const char *val;
         int id;
@@ -2238,22 +1908,22 @@ static int parse_and_run(int argc, char **argv)
         id = lookup_option(argv[i], &val);
         if (id < 0 || !((GLOBAL_OPTS | cli.cmd->opts) & (1u << id))) {
             free(pos);
-            return usage_error(&cli, "unknown option '%s'", argv[i]);
+            return cli_usage_error(&cli, "unknown option '%s'", argv[i]);
         }
         if (!opt_defs[id].has_arg && val) {
             free(pos);
-            return usage_error(&cli, "--%s takes no value", opt_defs[id].name);
+            return cli_usage_error(&cli, "--%s takes no value", opt_defs[id].name);
         }
         if (opt_defs[id].has_arg && !val) {
             if (i + 1 >= argc) {
                 free(pos);
-                return usage_error(&cli, "--%s needs a value", opt_defs[id].name);
+                return cli_usage_error(&cli, "--%s needs a value", opt_defs[id].name);
             }
             val = argv[++i];
         }
         if (cli.opt[id]) {
             free(pos);
-            return usage_error(&cli, "--%s given twice", opt_defs[id].name);
+            return cli_usage_error(&cli, "--%s given twice", opt_defs[id].name);
         }
         cli.opt[id] = val ? val : "";
     }
@@ -2263,24 +1933,24 @@ static int parse_and_run(int argc, char **argv)
     if (nargs < cli.cmd->min_args || (cli.cmd->max_args >= 0 && nargs > cli.cmd->max_args)) {
         int st;
         if (nargs < cli.cmd->min_args)
-            st = usage_error(&cli, "missing arguments; usage: engram %s", cli.cmd->synopsis);
+            st = cli_usage_error(&cli, "missing arguments; usage: engram %s", cli.cmd->synopsis);
         else
-            st = usage_error(&cli, "unexpected argument '%s'", pos[cli.cmd->max_args]);
+            st = cli_usage_error(&cli, "unexpected argument '%s'", pos[cli.cmd->max_args]);
         free(pos);
         return st;
     }
     if (cli.opt[OPT_ROOT]) {
         if (cli.opt[OPT_ROOT][0] == '\0') {
             free(pos);
-            return usage_error(&cli, "--root: empty directory name");
+            return cli_usage_error(&cli, "--root: empty directory name");
         }
         cli.root = cli.opt[OPT_ROOT];
     }
     if (cli.opt[OPT_NS]) {
         int rc = engram_name_check(cli.opt[OPT_NS]);
         if (rc != 0) {
-            int st = usage_error(&cli, "invalid namespace name '%s': %s", cli.opt[OPT_NS],
-                                 lib_detail(rc));
+            int st = cli_usage_error(&cli, "invalid namespace name '%s': %s", cli.opt[OPT_NS],
+                                     cli_lib_detail(rc));
             free(pos);
             return st;
         }

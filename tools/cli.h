@@ -1,0 +1,136 @@
+/*
+ * cli.h - what the files of the `engram` command-line tool share.
+ *
+ * The tool is a thin front end over the public API of engram.h: it creates,
+ * imports, lists, inspects, verifies, looks up and removes tables of one
+ * namespace, measures lookups against baselines taken in the same run
+ * (`bench`), and runs the end-to-end `demo` shown in the README (one
+ * DeepSeek-shaped Engram layer, decode-shaped lookups checked byte for
+ * byte).  Internal to the tool; nothing here is installed.
+ *
+ * Files:
+ *   cli_main.c    main(), the command table, argument parsing, help
+ *   cli_util.c    error reports, number parsing and formatting, the row
+ *                 fills, the progress bar, opening the command's store
+ *   npy.c         the .npy header parser (npy.h)
+ *
+ * Conventions: every command returns an exit status (0 ok, 1 an operation
+ * failed, 2 usage error); library failures are reported as
+ * "engram: <what>: <engram_errmsg()>" on stderr.  Numeric arguments are
+ * parsed strictly (no signs where none belong, no trailing junk, no
+ * overflow).  Big inputs are streamed in fixed-size chunks so that tables
+ * larger than memory can be created and imported.  The .npy header parser,
+ * which reads bytes from outside and trusts no length before checking it,
+ * lives in npy.c, where the fuzz target fuzz/fuzz_npy.c can drive it.
+ *
+ * Functions shared between the files are named cli_* and declared here;
+ * each is documented where it is defined.  Everything else is static.
+ */
+#ifndef ENGRAM_TOOLS_CLI_H
+#define ENGRAM_TOOLS_CLI_H
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "engram.h"
+
+#define EXIT_FAIL 1
+#define EXIT_USAGE 2
+
+/* ------------------------------------------------------------------------
+ * The parsed command line (cli_main.c).
+ */
+
+/* Option ids: indexes of struct cli's opt[] and bits of a command's opts. */
+enum {
+    OPT_ROOT,
+    OPT_NS,
+    OPT_HELP,
+    OPT_ROWS,
+    OPT_ROW_BYTES,
+    OPT_PITCH,
+    OPT_FILL,
+    OPT_SEED,
+    OPT_JSON,
+    OPT_MAP,
+    OPT_ALL,
+    OPT_OFFSET,
+    OPT_ZERO_DEAD,
+    OPT_IDS,
+    OPT_ITERS,
+    OPT_THREADS,
+    OPT_COLS,
+    OPT_HUGE,
+    OPT_SMALL,
+    OPT_TOKENS,
+    OPT_KEEP,
+    OPT_SAFETENSORS,
+    OPT_WEIGHT,
+    OPT_SCALE,
+    OPT_COUNT
+};
+
+struct cli;
+
+struct command {
+    const char *name;
+    int (*run)(struct cli *cli);
+    uint32_t opts;  /* O(...) accepted besides the global ones */
+    int min_args;   /* positional arguments */
+    int max_args;   /* -1: no limit */
+    const char *synopsis;
+    const char *help;
+};
+
+struct cli {
+    const struct command *cmd;
+    const char *root;            /* NULL: engram_default_root() */
+    const char *ns;
+    const char *opt[OPT_COUNT];  /* value, or "" for a flag; NULL if absent */
+    char **args;                 /* positional arguments of the command */
+    int nargs;
+};
+
+__attribute__((format(printf, 2, 3))) int cli_usage_error(const struct cli *cli,
+                                                         const char *fmt, ...);
+int cli_opt_u64(const struct cli *cli, int id, uint64_t min, uint64_t max, uint64_t *out);
+int cli_check_name(const struct cli *cli, const char *name);
+
+/* ------------------------------------------------------------------------
+ * Helpers (cli_util.c).
+ */
+extern volatile sig_atomic_t cli_interrupted;
+
+const char *cli_lib_detail(int rc);
+__attribute__((format(printf, 2, 3))) int cli_lib_fail(int rc, const char *fmt, ...);
+__attribute__((format(printf, 1, 2))) int cli_fail(const char *fmt, ...);
+
+int cli_parse_u64(const char *s, uint64_t *out);
+int cli_mul_ok(uint64_t a, uint64_t b, uint64_t *out);
+const char *cli_fmt_bytes(uint64_t n, char *buf, size_t len);
+const char *cli_fmt_ns(double ns, char *buf, size_t len);
+void cli_json_str(FILE *f, const char *s);
+uint64_t cli_rng_next(uint64_t *s);
+
+/* Synthetic row contents, reproducible from a seed (cli_util.c). */
+enum fill { FILL_ZERO, FILL_PATTERN, FILL_RANDOM };
+void cli_fill_row(unsigned char *dst, enum fill fill, uint64_t seed, uint64_t row,
+                  uint32_t row_bytes);
+
+/* A progress bar on stderr, drawn only when it is a terminal. */
+struct progress {
+    const char *label;
+    int enabled;
+    int last; /* last permille drawn, -1 before the first */
+};
+void cli_progress_init(struct progress *p, const char *label);
+int cli_progress_cb(void *ud, uint64_t done, uint64_t total);
+void cli_progress_end(struct progress *p);
+
+const char *cli_root(const struct cli *cli);
+int cli_open_store(const struct cli *cli, uint32_t flags, int threads, engram_store **st,
+                   int quiet_enoent, int *status);
+
+#endif
