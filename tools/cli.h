@@ -12,6 +12,8 @@
  *   cli_main.c    main(), the command table, argument parsing, help
  *   cli_util.c    error reports, number parsing and formatting, the row
  *                 fills, the progress bar, opening the command's store
+ *   cli_import.c  writing a table from a row source; import (raw, .npy,
+ *                 safetensors)
  *   npy.c         the .npy header parser (npy.h)
  *
  * Conventions: every command returns an exit status (0 ok, 1 an operation
@@ -132,5 +134,31 @@ void cli_progress_end(struct progress *p);
 const char *cli_root(const struct cli *cli);
 int cli_open_store(const struct cli *cli, uint32_t flags, int threads, engram_store **st,
                    int quiet_enoent, int *status);
+
+/* ------------------------------------------------------------------------
+ * Writing tables (cli_import.c).
+ */
+
+/* Source of rows for cli_write_table(): fills `n` rows starting at row
+ * `first` into buf (row_bytes apart); returns 0 or an exit status after
+ * reporting. */
+typedef int (*row_source_fn)(void *ctx, unsigned char *buf, uint64_t first, uint64_t n);
+
+/* The ctx of cli_synth_rows(): synthetic rows for create and the demo. */
+struct synth_source {
+    enum fill fill;
+    uint64_t seed;
+    uint32_t row_bytes;
+};
+int cli_synth_rows(void *ctx, unsigned char *buf, uint64_t first, uint64_t n);
+
+int cli_write_table(engram_store *st, const char *verb, const char *name,
+                    const engram_table_spec *spec, row_source_fn src, void *ctx);
+int cli_read_pitch(const struct cli *cli, engram_table_spec *spec);
+
+/* ------------------------------------------------------------------------
+ * The commands, each in the file named above.
+ */
+int cli_cmd_import(struct cli *cli);
 
 #endif
