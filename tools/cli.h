@@ -12,6 +12,7 @@
  *   cli_main.c    main(), the command table, argument parsing, help
  *   cli_util.c    error reports, number parsing and formatting, the row
  *                 fills, the progress bar, opening the command's store
+ *   cli_tables.c  create, ls, info, verify, rm, lookup
  *   cli_import.c  writing a table from a row source; import (raw, .npy,
  *                 safetensors)
  *   npy.c         the .npy header parser (npy.h)
@@ -159,6 +160,12 @@ int cli_read_pitch(const struct cli *cli, engram_table_spec *spec);
 /* ------------------------------------------------------------------------
  * The commands, each in the file named above.
  */
+int cli_cmd_create(struct cli *cli);
+int cli_cmd_ls(struct cli *cli);
+int cli_cmd_info(struct cli *cli);
+int cli_cmd_verify(struct cli *cli);
+int cli_cmd_rm(struct cli *cli);
+int cli_cmd_lookup(struct cli *cli);
 int cli_cmd_import(struct cli *cli);
 
 #endif

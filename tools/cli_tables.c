@@ -1,0 +1,415 @@
+/*
+ * cli_tables.c - the commands that manage and read the tables of a
+ * namespace: create, ls, info, verify, rm and lookup.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engram.h"
+#include "cli.h"
+
+/* ------------------------------------------------------------------------
+ * Helpers of these commands.
+ */
+
+/* Maps table `name` first when `map` is set, then reads its info into *t
+ * (t->size must be set).  0, or the exit status of the failure. */
+static int open_info(engram_store *st, const char *name, int map, engram_table_id *id,
+                     engram_table_info *t)
+{
+    int rc;
+    if (map && (rc = engram_table_open(st, name, id)) != 0)
+        return cli_lib_fail(rc, "open '%s'", name);
+    if ((rc = engram_get_table_info(st, name, t)) != 0)
+        return cli_lib_fail(rc, "info '%s'", name);
+    return 0;
+}
+
+/* Strict signed decimal: an optional '-' then digits. */
+static int parse_i64(const char *s, int64_t *out)
+{
+    char *end;
+    long long v;
+    const char *p = s;
+
+    if (!s)
+        return -1;
+    if (*p == '-')
+        p++;
+    if (!isdigit((unsigned char)*p))
+        return -1;
+    errno = 0;
+    v = strtoll(s, &end, 10);
+    if (errno != 0 || *end != '\0')
+        return -1;
+    *out = (int64_t)v;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * create
+ */
+static int check_spec(const struct cli *cli, const engram_table_spec *spec)
+{
+    int rc = engram_spec_check(spec);
+    if (rc != 0)
+        return cli_usage_error(cli, "invalid table shape: %s", cli_lib_detail(rc));
+    return 0;
+}
+
+int cli_cmd_create(struct cli *cli)
+{
+    const char *name = cli->args[0];
+    engram_table_spec spec = {0, 0, 0};
+    struct synth_source src = {FILL_PATTERN, 0, 0};
+    uint64_t v;
+    engram_store *st = NULL;
+    int status;
+
+    if ((status = cli_check_name(cli, name)) != 0)
+        return status;
+    if (!cli->opt[OPT_ROWS] || !cli->opt[OPT_ROW_BYTES])
+        return cli_usage_error(cli, "--rows and --row-bytes are required");
+    v = 0;
+    if ((status = cli_opt_u64(cli, OPT_ROWS, 1, UINT64_MAX, &v)) != 0)
+        return status;
+    spec.num_rows = v;
+    if ((status = cli_opt_u64(cli, OPT_ROW_BYTES, 1, ENGRAM_ROW_BYTES_MAX, &v)) != 0)
+        return status;
+    spec.row_bytes = (uint32_t)v;
+    if ((status = cli_read_pitch(cli, &spec)) != 0)
+        return status;
+    if (cli->opt[OPT_FILL]) {
+        const char *f = cli->opt[OPT_FILL];
+        if (strcmp(f, "zero") == 0)
+            src.fill = FILL_ZERO;
+        else if (strcmp(f, "pattern") == 0)
+            src.fill = FILL_PATTERN;
+        else if (strcmp(f, "random") == 0)
+            src.fill = FILL_RANDOM;
+        else
+            return cli_usage_error(cli, "--fill: '%s' is not one of zero, pattern, random", f);
+    }
+    if ((status = cli_opt_u64(cli, OPT_SEED, 0, UINT64_MAX, &src.seed)) != 0)
+        return status;
+    if ((status = check_spec(cli, &spec)) != 0)
+        return status;
+    src.row_bytes = spec.row_bytes;
+
+    if (cli_open_store(cli, ENGRAM_OPEN_CREATE, 1, &st, 0, &status) != 0)
+        return status;
+    status = cli_write_table(st, "create", name, &spec, cli_synth_rows, &src);
+    engram_store_close(st);
+    return status;
+}
+
+/* ------------------------------------------------------------------------
+ * ls, info
+ */
+static const char *kind_name(uint32_t kind)
+{
+    return kind == ENGRAM_TABLE_FILE ? "file" : kind == ENGRAM_TABLE_BOUND ? "bound" : "unknown";
+}
+
+int cli_cmd_ls(struct cli *cli)
+{
+    int json = cli->opt[OPT_JSON] != NULL;
+    engram_store *st = NULL;
+    char **names = NULL;
+    size_t count = 0, width = 4;
+    engram_table_info *infos = NULL;
+    int status = 0, rc;
+    char sz[32];
+
+    /* A namespace that does not exist yet simply has no tables. */
+    if (cli_open_store(cli, 0, 1, &st, 1, &status) != 0) {
+        if (status == 0 && json)
+            puts("[]");
+        else if (status == 0)
+            printf("%-4s  %12s  %9s  %9s  %s\n", "NAME", "ROWS", "ROW_BYTES", "PITCH", "SIZE");
+        return status;
+    }
+    rc = engram_list(st, &names, &count);
+    if (rc != 0) {
+        status = cli_lib_fail(rc, "list namespace '%s'", cli->ns);
+        goto out;
+    }
+    infos = calloc(count ? count : 1, sizeof(*infos));
+    if (!infos) {
+        status = cli_fail("ls: out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < count; i++) {
+        engram_table_info init = ENGRAM_TABLE_INFO_INIT;
+        infos[i] = init;
+        rc = engram_get_table_info(st, names[i], &infos[i]);
+        if (rc != 0) {
+            /* A table removed between list and info is simply gone; a
+             * corrupt one is reported but does not hide the others. */
+            if (rc != -ENOENT)
+                status = cli_lib_fail(rc, "info '%s'", names[i]);
+            infos[i].size = 0;
+            continue;
+        }
+        if (strlen(names[i]) > width)
+            width = strlen(names[i]);
+    }
+    if (json) {
+        int first = 1;
+        putchar('[');
+        for (size_t i = 0; i < count; i++) {
+            const engram_table_info *t = &infos[i];
+            if (t->size == 0)
+                continue;
+            printf("%s\n  {\"name\": ", first ? "" : ",");
+            cli_json_str(stdout, names[i]);
+            printf(", \"kind\": \"%s\", \"rows\": %" PRIu64 ", \"row_bytes\": %" PRIu32
+                   ", \"row_pitch\": %" PRIu32 ", \"size\": %" PRIu64 "}",
+                   kind_name(t->kind), t->spec.num_rows, t->spec.row_bytes, t->spec.row_pitch,
+                   t->data_size);
+            first = 0;
+        }
+        puts(first ? "]" : "\n]");
+    } else {
+        printf("%-*s  %12s  %9s  %9s  %s\n", (int)width, "NAME", "ROWS", "ROW_BYTES", "PITCH",
+               "SIZE");
+        for (size_t i = 0; i < count; i++) {
+            const engram_table_info *t = &infos[i];
+            if (t->size == 0)
+                continue;
+            printf("%-*s  %12" PRIu64 "  %9" PRIu32 "  %9" PRIu32 "  %s\n", (int)width,
+                   names[i], t->spec.num_rows, t->spec.row_bytes, t->spec.row_pitch,
+                   cli_fmt_bytes(t->data_size, sz, sizeof(sz)));
+        }
+    }
+out:
+    free(infos);
+    engram_free(names);
+    engram_store_close(st);
+    return status;
+}
+
+int cli_cmd_info(struct cli *cli)
+{
+    const char *name = cli->args[0];
+    engram_table_info t = ENGRAM_TABLE_INFO_INIT;
+    engram_store *st = NULL;
+    engram_table_id id;
+    char path[PATH_MAX * 2], created[64] = "", sz[32];
+    int status = 0;
+    time_t secs;
+    struct tm tm;
+
+    if ((status = cli_check_name(cli, name)) != 0)
+        return status;
+    if (cli_open_store(cli, 0, 1, &st, 0, &status) != 0)
+        return status;
+    if ((status = open_info(st, name, cli->opt[OPT_MAP] != 0, &id, &t)) != 0)
+        goto out;
+    snprintf(path, sizeof(path), "%s/%s/%s", cli_root(cli), cli->ns, name);
+    secs = (time_t)(t.created_ns / 1000000000u);
+    if (t.kind == ENGRAM_TABLE_FILE && gmtime_r(&secs, &tm))
+        strftime(created, sizeof(created), "%Y-%m-%dT%H:%M:%SZ", &tm);
+
+    if (cli->opt[OPT_JSON]) {
+        printf("{\n  \"name\": ");
+        cli_json_str(stdout, name);
+        printf(",\n  \"path\": ");
+        cli_json_str(stdout, path);
+        printf(",\n  \"kind\": \"%s\",\n", kind_name(t.kind));
+        printf("  \"num_rows\": %" PRIu64 ",\n", t.spec.num_rows);
+        printf("  \"row_bytes\": %" PRIu32 ",\n", t.spec.row_bytes);
+        printf("  \"row_pitch\": %" PRIu32 ",\n", t.spec.row_pitch);
+        printf("  \"data_offset\": %" PRIu64 ",\n", t.data_offset);
+        printf("  \"data_size\": %" PRIu64 ",\n", t.data_size);
+        /* A string: 64-bit values do not survive JSON readers that use
+         * doubles. */
+        printf("  \"checksum\": \"%016" PRIx64 "\",\n", t.checksum);
+        printf("  \"created_ns\": %" PRIu64 ",\n", t.created_ns);
+        printf("  \"created\": \"%s\",\n", created);
+        printf("  \"mapped\": %s,\n", t.mapped ? "true" : "false");
+        printf("  \"private_copy\": %s,\n", t.private_copy ? "true" : "false");
+        printf("  \"resident_bytes\": %" PRIu64 ",\n", t.resident_bytes);
+        printf("  \"huge_bytes\": %" PRIu64 ",\n", t.huge_bytes);
+        printf("  \"map_minor_faults\": %" PRIu64 ",\n", t.map_minor_faults);
+        printf("  \"map_major_faults\": %" PRIu64 ",\n", t.map_major_faults);
+        printf("  \"lookups\": %" PRIu64 ",\n", t.lookups);
+        printf("  \"rows\": %" PRIu64 ",\n", t.rows);
+        printf("  \"bytes\": %" PRIu64 "\n}\n", t.bytes);
+    } else {
+        printf("name              %s\n", name);
+        printf("path              %s\n", path);
+        printf("kind              %s\n", kind_name(t.kind));
+        printf("num_rows          %" PRIu64 "\n", t.spec.num_rows);
+        printf("row_bytes         %" PRIu32 "\n", t.spec.row_bytes);
+        printf("row_pitch         %" PRIu32 "\n", t.spec.row_pitch);
+        printf("data_offset       %" PRIu64 "\n", t.data_offset);
+        printf("data_size         %" PRIu64 " (%s)\n", t.data_size,
+               cli_fmt_bytes(t.data_size, sz, sizeof(sz)));
+        printf("checksum          xxh3-64:%016" PRIx64 "\n", t.checksum);
+        printf("created           %s (%" PRIu64 " ns)\n", created[0] ? created : "-",
+               t.created_ns);
+        printf("mapped            %s\n", t.mapped ? "yes" : "no");
+        printf("private_copy      %s\n", t.private_copy ? "yes" : "no");
+        printf("resident_bytes    %" PRIu64 " (%s)\n", t.resident_bytes,
+               cli_fmt_bytes(t.resident_bytes, sz, sizeof(sz)));
+        printf("huge_bytes        %" PRIu64 " (%s)\n", t.huge_bytes,
+               cli_fmt_bytes(t.huge_bytes, sz, sizeof(sz)));
+        printf("map_minor_faults  %" PRIu64 "\n", t.map_minor_faults);
+        printf("map_major_faults  %" PRIu64 "\n", t.map_major_faults);
+        printf("lookups           %" PRIu64 "\n", t.lookups);
+        printf("rows              %" PRIu64 "\n", t.rows);
+        printf("bytes             %" PRIu64 "\n", t.bytes);
+    }
+out:
+    engram_store_close(st);
+    return status;
+}
+
+/* ------------------------------------------------------------------------
+ * verify, rm
+ */
+int cli_cmd_verify(struct cli *cli)
+{
+    engram_store *st = NULL;
+    char **names = NULL, **list;
+    size_t count;
+    int status = 0, failed = 0, rc;
+
+    if (cli->opt[OPT_ALL] && cli->nargs > 0)
+        return cli_usage_error(cli, "give table names or --all, not both");
+    if (!cli->opt[OPT_ALL] && cli->nargs == 0)
+        return cli_usage_error(cli, "give table names or --all");
+    for (int i = 0; i < cli->nargs; i++)
+        if ((status = cli_check_name(cli, cli->args[i])) != 0)
+            return status;
+    if (cli_open_store(cli, 0, 1, &st, 0, &status) != 0)
+        return status;
+    if (cli->opt[OPT_ALL]) {
+        rc = engram_list(st, &names, &count);
+        if (rc != 0) {
+            status = cli_lib_fail(rc, "list namespace '%s'", cli->ns);
+            goto out;
+        }
+        list = names;
+    } else {
+        list = cli->args;
+        count = (size_t)cli->nargs;
+    }
+    for (size_t i = 0; i < count; i++) {
+        struct progress pr;
+        cli_progress_init(&pr, list[i]);
+        rc = engram_verify(st, list[i], cli_progress_cb, &pr);
+        cli_progress_end(&pr);
+        if (rc == 0) {
+            printf("%s: OK\n", list[i]);
+        } else {
+            printf("%s: FAILED\n", list[i]);
+            fflush(stdout);
+            cli_lib_fail(rc, "verify '%s'", list[i]);
+            failed++;
+        }
+    }
+    status = failed ? EXIT_FAIL : 0;
+out:
+    engram_free(names);
+    engram_store_close(st);
+    return status;
+}
+
+int cli_cmd_rm(struct cli *cli)
+{
+    engram_store *st = NULL;
+    int status = 0;
+
+    for (int i = 0; i < cli->nargs; i++)
+        if ((status = cli_check_name(cli, cli->args[i])) != 0)
+            return status;
+    if (cli_open_store(cli, 0, 1, &st, 0, &status) != 0)
+        return status;
+    for (int i = 0; i < cli->nargs; i++) {
+        int rc = engram_remove(st, cli->args[i]);
+        if (rc != 0)
+            status = cli_lib_fail(rc, "rm '%s'", cli->args[i]);
+    }
+    engram_store_close(st);
+    return status;
+}
+
+/* ------------------------------------------------------------------------
+ * lookup
+ */
+int cli_cmd_lookup(struct cli *cli)
+{
+    const char *name = cli->args[0];
+    size_t n = (size_t)cli->nargs - 1;
+    engram_lookup_args a = ENGRAM_LOOKUP_ARGS_INIT;
+    engram_table_info t = ENGRAM_TABLE_INFO_INIT;
+    engram_store *st = NULL;
+    engram_table_id id;
+    int64_t *ids = NULL, offset = 0;
+    unsigned char *out = NULL;
+    uint64_t out_bytes;
+    int status = 0, rc;
+
+    if ((status = cli_check_name(cli, name)) != 0)
+        return status;
+    if (cli->opt[OPT_OFFSET] && parse_i64(cli->opt[OPT_OFFSET], &offset) != 0)
+        return cli_usage_error(cli, "--offset: '%s' is not a decimal integer",
+                               cli->opt[OPT_OFFSET]);
+    ids = malloc(n * sizeof(*ids));
+    if (!ids)
+        return cli_fail("lookup: out of memory");
+    for (size_t i = 0; i < n; i++) {
+        if (parse_i64(cli->args[i + 1], &ids[i]) != 0) {
+            status = cli_usage_error(cli, "id '%s' is not a decimal integer", cli->args[i + 1]);
+            goto out;
+        }
+    }
+    if (cli_open_store(cli, 0, 1, &st, 0, &status) != 0)
+        goto out;
+    if ((status = open_info(st, name, 1, &id, &t)) != 0)
+        goto out;
+    if (!cli_mul_ok(n, t.spec.row_bytes, &out_bytes) || out_bytes > SIZE_MAX ||
+        !(out = malloc((size_t)out_bytes))) {
+        status = cli_fail("lookup: out of memory for %zu rows of %" PRIu32 " bytes", n,
+                          t.spec.row_bytes);
+        goto out;
+    }
+    a.flags = cli->opt[OPT_ZERO_DEAD] ? ENGRAM_LOOKUP_ZERO_DEAD : 0;
+    a.num_tokens = n;
+    a.num_cols = 1;
+    a.tables = &id;
+    a.offsets = &offset;
+    a.ids = ids;
+    a.id_type = ENGRAM_ID_INT64;
+    a.out = out;
+    rc = engram_lookup(st, &a);
+    if (rc != 0) {
+        status = cli_lib_fail(rc, "lookup '%s'", name);
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const unsigned char *row = out + i * t.spec.row_bytes;
+        printf("%" PRId64 ":", ids[i]);
+        if (ids[i] == ENGRAM_DEAD_ID && !cli->opt[OPT_ZERO_DEAD]) {
+            puts(" dead");
+            continue;
+        }
+        for (uint32_t j = 0; j < t.spec.row_bytes; j++)
+            printf(" %02x", row[j]);
+        putchar('\n');
+    }
+out:
+    free(out);
+    free(ids);
+    engram_store_close(st);
+    return status;
+}
