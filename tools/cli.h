@@ -15,6 +15,7 @@
  *   cli_tables.c  create, ls, info, verify, rm, lookup
  *   cli_import.c  writing a table from a row source; import (raw, .npy,
  *                 safetensors)
+ *   cli_bench.c   bench, and the timing it shares with the demo
  *   npy.c         the .npy header parser (npy.h)
  *
  * Conventions: every command returns an exit status (0 ok, 1 an operation
@@ -158,6 +159,36 @@ int cli_write_table(engram_store *st, const char *verb, const char *name,
 int cli_read_pitch(const struct cli *cli, engram_table_spec *spec);
 
 /* ------------------------------------------------------------------------
+ * Timing (cli_bench.c).
+ */
+
+/* An operation to time: 0, or an exit status after reporting. */
+typedef int (*op_fn)(void *ctx, size_t iter);
+
+/* What cli_measure() found, per call. */
+struct timing {
+    size_t iters;
+    uint64_t total_ns;
+    uint64_t median_ns;
+    uint64_t p99_ns;
+};
+
+/* A lookup op over a ring of pre-built argument sets (different ids each
+ * call, so caches do not flatter the result). */
+struct lookup_op {
+    engram_store *st;
+    const engram_lookup_args *args;
+    size_t nargs;
+    const char *what;
+};
+uint64_t cli_now_ns(void);
+int cli_measure(op_fn op, void *ctx, size_t fixed, uint64_t budget_ns, size_t max_iters,
+                struct timing *t);
+double cli_per_second(uint64_t count_per_iter, const struct timing *t);
+double cli_ratio(double a, double b);
+int cli_lookup_op_run(void *ctx, size_t iter);
+
+/* ------------------------------------------------------------------------
  * The commands, each in the file named above.
  */
 int cli_cmd_create(struct cli *cli);
@@ -167,5 +198,6 @@ int cli_cmd_verify(struct cli *cli);
 int cli_cmd_rm(struct cli *cli);
 int cli_cmd_lookup(struct cli *cli);
 int cli_cmd_import(struct cli *cli);
+int cli_cmd_bench(struct cli *cli);
 
 #endif
