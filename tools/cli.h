@@ -16,6 +16,7 @@
  *   cli_import.c  writing a table from a row source; import (raw, .npy,
  *                 safetensors)
  *   cli_bench.c   bench, and the timing it shares with the demo
+ *   cli_demo.c    demo
  *   npy.c         the .npy header parser (npy.h)
  *
  * Conventions: every command returns an exit status (0 ok, 1 an operation
@@ -199,5 +200,6 @@ int cli_cmd_rm(struct cli *cli);
 int cli_cmd_lookup(struct cli *cli);
 int cli_cmd_import(struct cli *cli);
 int cli_cmd_bench(struct cli *cli);
+int cli_cmd_demo(struct cli *cli);
 
 #endif
