@@ -182,12 +182,13 @@ struct lookup_op {
     size_t nargs;
     const char *what;
 };
+int cli_lookup_op_run(void *ctx, size_t iter);
+
 uint64_t cli_now_ns(void);
 int cli_measure(op_fn op, void *ctx, size_t fixed, uint64_t budget_ns, size_t max_iters,
                 struct timing *t);
 double cli_per_second(uint64_t count_per_iter, const struct timing *t);
 double cli_ratio(double a, double b);
-int cli_lookup_op_run(void *ctx, size_t iter);
 
 /* ------------------------------------------------------------------------
  * The commands, each in the file named above.

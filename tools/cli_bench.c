@@ -86,6 +86,7 @@ double cli_ratio(double a, double b)
     return b > 0 ? a / b : 0;
 }
 
+/* The op_fn of a struct lookup_op: one lookup, the next set of the ring. */
 int cli_lookup_op_run(void *ctx, size_t iter)
 {
     const struct lookup_op *o = ctx;

@@ -30,6 +30,7 @@
  * Writing tables (create, import, demo).
  */
 
+/* The row_source_fn of synthetic rows (ctx: a struct synth_source). */
 int cli_synth_rows(void *ctx, unsigned char *buf, uint64_t first, uint64_t n)
 {
     const struct synth_source *s = ctx;
