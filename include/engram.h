@@ -157,8 +157,9 @@ typedef struct engram_store_options {
     /* Fields below came with the row cache.  A caller built against an
      * older header passes the old size (offsetof(engram_store_options,
      * cache_bytes)) and gets their defaults. */
-    uint64_t cache_bytes;  /* row cache budget of the whole store (file-cache tables and
-                            * safetensors tables): 0 = 256 MiB.  See engram_get_cache_stats(). */
+    uint64_t cache_bytes;  /* memory budget of the whole store's row cache (its slots and
+                            * its reads' staging: file-cache, safetensors and source
+                            * tables): 0 = 256 MiB.  See engram_get_cache_stats(). */
     uint32_t queue_depth;  /* io_uring reads in flight per lookup: 0 = 64 (1 .. 4096) */
     uint32_t cache_log_ms; /* print a cache stats line to stderr at most every this many ms
                             * of lookups; 0 = the ENGRAM_CACHE_LOG_MS environment variable,
@@ -284,6 +285,7 @@ ENGRAM_API int engram_table_open(engram_store *st, const char *name, engram_tabl
 #define ENGRAM_TABLE_BOUND 2 /* caller memory (engram_bind) */
 #define ENGRAM_TABLE_SAFETENSORS 3 /* tensors of a safetensors checkpoint
                                     * (engram_open_safetensors) */
+#define ENGRAM_TABLE_SOURCE 4 /* rows served by the caller's code (engram_add_source) */
 
 typedef struct engram_table_info {
     uint32_t size; /* sizeof(engram_table_info) */
@@ -501,11 +503,21 @@ ENGRAM_API int engram_dequant_fp8_e4m3_e8m0_ref(const void *values, const void *
  * The cache is exact: a row is visible in it only once all its bytes have
  * been read and checked, so a lookup never returns stale or partial bytes.
  * It is set-associative (ENGRAM_CACHE_WAYS rows per set, CLOCK replacement
- * within a set, a short lock per set, no global lock).  Its budget,
- * cache_bytes, is shared by the store's cache-backed tables: each gets a
- * share proportional to its size among the namespace's table files and the
- * safetensors tables opened so far, capped by what the tables opened before
- * it left, and at least one set.
+ * within a set, a short lock per set, no global lock).
+ *
+ * The budget, cache_bytes, bounds all the memory the row cache and its
+ * reads hold.  The reader's staging (each read in flight lands in a
+ * staging slot first, so a failed read never touches the output) takes
+ * at most an eighth of it, and at least the slots of one row's reads: the
+ * store then reads with fewer rings or fewer reads in flight rather than
+ * exceed it.  The rest is shared by the tables with a cache: each file or
+ * safetensors table gets a share proportional to its size among the
+ * namespace's table files and the safetensors tables opened so far, a
+ * source table (engram_add_source) the cache_bytes it asked for, each
+ * capped by what the tables opened before it left.  A share smaller than
+ * one set (ENGRAM_CACHE_WAYS rows) gives no slots: that table's rows are
+ * read every time.  A table one of whose rows cannot be staged within the
+ * budget is refused with -ENOBUFS.
  *
  * Reads use O_DIRECT where the file system reports direct I/O alignment
  * (statx STATX_DIOALIGN; ext4, xfs, ...) and a probe read succeeds;
@@ -529,7 +541,8 @@ ENGRAM_API int engram_dequant_fp8_e4m3_e8m0_ref(const void *values, const void *
 typedef struct engram_cache_stats {
     uint32_t size;          /* sizeof(engram_cache_stats) */
     uint32_t ways;          /* rows per set (ENGRAM_CACHE_WAYS) */
-    uint64_t tables;        /* cache-backed tables open */
+    uint64_t tables;        /* tables read through a source open (files, safetensors,
+                             * engram_add_source), with or without slots */
     uint64_t direct_tables; /* of which read with O_DIRECT (all their files) */
     uint64_t hits;          /* rows found in the cache */
     uint64_t misses;        /* rows not found: each is read, or shares the read of a
@@ -541,24 +554,125 @@ typedef struct engram_cache_stats {
     uint64_t bytes_read;    /* bytes transferred by those reads (O_DIRECT reads whole
                              * aligned blocks) */
     uint64_t read_errors;   /* reads that failed or came back short */
-    uint64_t cache_bytes;   /* bytes of row slots allocated */
+    uint64_t cache_bytes;   /* bytes of row slots allocated (plus their set tags) */
     uint64_t slots;         /* row slots (sets x ways) */
     uint64_t budget_bytes;  /* the store's cache_bytes */
     uint32_t queue_depth;   /* reads in flight per lookup at most */
     uint32_t reserved;      /* 0 */
+    /* Came with source tables; a caller built against an older header
+     * passes the old size and does not get it. */
+    uint64_t staging_bytes; /* the reader's staging reserved from budget_bytes (store-wide:
+                             * the same for every table) */
 } engram_cache_stats;
 
-#define ENGRAM_CACHE_STATS_INIT {sizeof(engram_cache_stats), 0u, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0u, 0u}
+#define ENGRAM_CACHE_STATS_INIT {sizeof(engram_cache_stats), 0u, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0u, 0u, 0}
 
 /*! engram_get_cache_stats() :
  * Fills *stats (stats->size must be set) with the row cache counters of
- * table `name`, or of all the store's cache-backed tables when name is
- * NULL.  A store without any gives zeros (and budget_bytes, queue_depth).
- * Counters are summed without stopping lookups.  Thread-safe.
+ * table `name`, or of all the store's tables read through a source (files
+ * with ENGRAM_OPEN_FILE_CACHE, safetensors, engram_add_source) when name
+ * is NULL.  A store without any gives zeros (and budget_bytes,
+ * queue_depth, staging_bytes).  Counters are summed without stopping
+ * lookups and without taking the store's lock.  Thread-safe.
  * @return : 0, -EINVAL, or -ENOENT / ENGRAM_ESPEC for a name that is not
- *           an open cache-backed table. */
+ *           an open table read through a source. */
 ENGRAM_API int engram_get_cache_stats(engram_store *st, const char *name,
                                       engram_cache_stats *stats);
+
+/* ------------------------------------------------------------------------
+ * Tables served by your own code: sources.
+ *
+ * A source serves a table whose rows the library cannot address: a
+ * distributed key-value store, a custom file format, a remote service.
+ * engram_add_source() adds such a table to a store.  Lookups validate its
+ * ids like any other (nothing reaches the source before every id of the
+ * lookup is checked), then hand the source the rows they need:
+ *
+ *     int read_rows(void *ctx, engram_source_req *reqs, size_t n);
+ *
+ *  - One call per lookup carries every row the lookup needs from tables
+ *    added with the same read_rows function and the same ctx, whatever
+ *    their columns (a source serving several tables gets them together);
+ *    reqs[i].table and reqs[i].table_ud say which table a row is of.  A
+ *    lookup of more than ENGRAM_SOURCE_MAX_REQS such rows makes one call
+ *    per that many.
+ *  - Deduplicated: a (table, row) pair appears once per call, however
+ *    often the lookup asks for it; the library copies it to the other
+ *    positions.  Rows found in the table's row cache are not asked for.
+ *  - reqs[i].row is < the table's num_rows; reqs[i].dst has room for
+ *    row_bytes bytes (an output row or a slot of the library's).  The
+ *    source may serve the requests in any order.
+ *  - It returns 0 once it wrote every row, or a negative code (a negated
+ *    errno such as -EIO, or an ENGRAM_E* code) that fails the lookup with
+ *    that code; engram_source_error() attaches a message.  On failure, the
+ *    source sets reqs[i].done = 1 for each row it did write in full with
+ *    its correct bytes (done is 0 on entry): those rows are used (copied
+ *    to their other positions and cached).  Every other row counts as not
+ *    read: its output rows are untouched and nothing of it is cached, so a
+ *    source must write a row's dst only with the row's final bytes.
+ *  - It is called from every thread that looks up, concurrently, and from
+ *    libengram_cuda's host-function thread: it must be thread-safe.  It
+ *    must not look up in, remove from or close any engram store from
+ *    inside the call (a lookup there fails with ENGRAM_ESTATE).
+ *
+ * With cache_bytes > 0 the table gets a row cache of that many bytes, taken
+ * from the store's cache_bytes budget (less if less is left): bounded,
+ * exact (a row is cached only once read_rows wrote it), set-associative,
+ * as described above ("Tables larger than memory").  engram_get_cache_stats()
+ * counts source tables, cached or not: hits, misses and dedup as for files,
+ * reads = rows handed to read_rows, bytes_read = their bytes, read_errors =
+ * rows a failed call left unwritten.
+ */
+#define ENGRAM_SOURCE_MAX_REQS 65536
+
+typedef struct engram_source_req {
+    uint64_t row;          /* in: the row of the table (validated: < num_rows) */
+    void *dst;             /* in: where its row_bytes bytes go */
+    void *table_ud;        /* in: the table's table_ud from engram_add_source() */
+    engram_table_id table; /* in: the table */
+    int done;              /* out, read only after a failed call: 1 = dst holds the row */
+} engram_source_req;
+
+typedef struct engram_source_ops {
+    uint32_t size;  /* sizeof(engram_source_ops) */
+    uint32_t flags; /* 0 (reserved) */
+    void *ctx;      /* passed to every call: what the source's tables share */
+    /* Reads rows (see above).  Required. */
+    int (*read_rows)(void *ctx, engram_source_req *reqs, size_t n);
+    /* Called once per table at engram_store_close(), when no lookup can
+     * reach it any more: the table's table_ud is no longer used.  May be
+     * NULL. */
+    void (*release)(void *ctx, void *table_ud);
+} engram_source_ops;
+
+#define ENGRAM_SOURCE_OPS_INIT {sizeof(engram_source_ops), 0u, NULL, NULL, NULL}
+
+/*! engram_add_source() :
+ * Adds table `name` with `spec` to store `st`, served by `ops` (copied:
+ * the struct need not outlive the call; ctx and table_ud must stay valid
+ * until release).  `table_ud` is handed back with each of the table's
+ * requests.  `cache_bytes` > 0 puts a row cache of up to that many bytes
+ * in front of the source (see above); 0 reads every row from the source.
+ * The name must be free in the store and its namespace (-EEXIST
+ * otherwise).  The table is not stored anywhere: it lives until the store
+ * is closed (engram_remove() refuses it with ENGRAM_EBOUND).  On failure
+ * nothing is kept and release is not called.  Thread-safe.
+ * @return : 0 and *id (id may be NULL), -EEXIST, ENGRAM_ESPEC, -EINVAL (ops
+ *           NULL or without read_rows, ops->size or flags wrong), -ENOMEM. */
+ENGRAM_API int engram_add_source(engram_store *st, const char *name,
+                                 const engram_table_spec *spec, const engram_source_ops *ops,
+                                 void *table_ud, uint64_t cache_bytes, engram_table_id *id);
+
+/*! engram_source_error() :
+ * For read_rows: records `fmt` as the detail of failure `code` on the
+ * calling thread, which the failed lookup's engram_errmsg() then reports
+ * after the table's name.  Returns `code`, so a source can
+ * `return engram_source_error(-EIO, "node %s timed out", host);`. */
+ENGRAM_API int engram_source_error(int code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
 
 /*! engram_open_safetensors() :
  * Serves rows of a safetensors checkpoint as table `name` of store `st`,

@@ -40,6 +40,22 @@ ENGRAM_API int engram__errno(int errno_value, const char *fmt, ...)
  * engram_last_bad_id(). */
 void engram__set_bad_id(const engram_bad_id *bad);
 
+/* 1 if engram_source_error() recorded a message since the last call,
+ * which clears the mark. */
+int engram__source_msg_take(void);
+
+/* This thread's scratch buffer `which` (ENGRAM__SCRATCH_*) of at least
+ * `size` bytes, kept for its next lookups and freed when it exits; NULL
+ * when out of memory.  The contents of a grown buffer are not kept. */
+enum {
+    ENGRAM__SCRATCH_COLS,  /* a plan's columns */
+    ENGRAM__SCRATCH_PLAN,  /* a plan's row sources and rows */
+    ENGRAM__SCRATCH_ROWS,  /* the rows a lookup hands to fetch.c */
+    ENGRAM__SCRATCH_FETCH, /* fetch.c's deduplication */
+    ENGRAM__SCRATCH_KINDS
+};
+void *engram__scratch(int which, size_t size);
+
 /* Checks that T x K output rows of R bytes at byte strides (ost, osk) never
  * overlap: the inner dimension's stride must cover a row and the outer
  * one the whole inner extent.  0 or ENGRAM_ELAYOUT with the reason.

@@ -17,6 +17,8 @@ static _Thread_local char errbuf[512];
 /* The bad id of the thread's last failure, if it was one (see verr()). */
 static _Thread_local engram_bad_id last_bad;
 static _Thread_local int last_bad_valid;
+/* Set by engram_source_error(): the source gave its failure a message. */
+static _Thread_local int source_msg;
 
 const char *engram_version_string(void)
 {
@@ -104,6 +106,23 @@ int engram__errno(int errno_value, const char *fmt, ...)
     if (n < sizeof errbuf)
         snprintf(errbuf + n, sizeof errbuf - n, ": %s", strerror(errno_value));
     return -errno_value;
+}
+
+int engram_source_error(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    verr(code, fmt, ap);
+    va_end(ap);
+    source_msg = 1;
+    return code;
+}
+
+int engram__source_msg_take(void)
+{
+    int had = source_msg;
+    source_msg = 0;
+    return had;
 }
 
 uint64_t engram__now_ns(void)

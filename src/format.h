@@ -51,4 +51,17 @@ void engram__header_encode(const engram__header *h, unsigned char buf[ENGRAM__HE
 int engram__header_parse(const unsigned char *buf, size_t len, uint64_t file_size,
                          const char *what, engram__header *h);
 
+/* Copies the header's facts into a table's info (spec, data offset and
+ * size, checksum, creation time). */
+static inline void engram__header_info(const engram__header *h, engram_table_info *info)
+{
+    info->spec.num_rows = h->num_rows;
+    info->spec.row_bytes = h->row_bytes;
+    info->spec.row_pitch = h->row_pitch;
+    info->data_offset = h->data_offset;
+    info->data_size = h->data_size;
+    info->checksum = h->data_checksum;
+    info->created_ns = h->created_ns;
+}
+
 #endif

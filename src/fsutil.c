@@ -8,49 +8,56 @@
  * regular file owned by us that nobody else can write.
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <fcntl.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "store.h"
+#include <xxhash.h>
 
-int engram__open_entry(engram_store *st, const char *name, int flags, struct stat *sb)
+#include "common.h"
+#include "fsutil.h"
+
+#define IO_CHUNK ((size_t)8 << 20)
+
+int engram__open_entry(int dirfd, const char *path, uid_t uid, const char *name, int flags,
+                       struct stat *sb)
 {
     int fd, err;
     /* O_NONBLOCK keeps a FIFO planted under a table name from blocking us;
      * it is refused below as not a regular file. */
-    fd = openat(st->dirfd, name, flags | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    fd = openat(dirfd, name, flags | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         err = errno;
         if (err == ELOOP)
             return engram__err(ENGRAM_EUNSAFE, "%s/%s is a symbolic link; refusing to follow it",
-                               st->path, name);
+                               path, name);
         if (err == ENOENT)
-            return engram__err(-ENOENT, "table '%s' not found in %s", name, st->path);
-        return engram__errno(err, "open %s/%s", st->path, name);
+            return engram__err(-ENOENT, "table '%s' not found in %s", name, path);
+        return engram__errno(err, "open %s/%s", path, name);
     }
     if (fstat(fd, sb) != 0) {
-        err = engram__errno(errno, "fstat %s/%s", st->path, name);
+        err = engram__errno(errno, "fstat %s/%s", path, name);
         goto fail;
     }
     if (!S_ISREG(sb->st_mode)) {
-        err = engram__err(ENGRAM_EUNSAFE, "%s/%s is not a regular file", st->path, name);
+        err = engram__err(ENGRAM_EUNSAFE, "%s/%s is not a regular file", path, name);
         goto fail;
     }
-    if (sb->st_uid != st->uid) {
+    if (sb->st_uid != uid) {
         err = engram__err(ENGRAM_EUNSAFE, "%s/%s is owned by uid %u, not by the namespace owner (uid %u)",
-                          st->path, name, (unsigned)sb->st_uid, (unsigned)st->uid);
+                          path, name, (unsigned)sb->st_uid, (unsigned)uid);
         goto fail;
     }
     if (sb->st_mode & (S_IWGRP | S_IWOTH)) {
         err = engram__err(ENGRAM_EUNSAFE, "%s/%s is writable by group or others (mode %03o)",
-                          st->path, name, (unsigned)(sb->st_mode & 0777));
+                          path, name, (unsigned)(sb->st_mode & 0777));
         goto fail;
     }
     /* The O_NONBLOCK was only for the open itself. */
     if (fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
-        err = engram__errno(errno, "fcntl %s/%s", st->path, name);
+        err = engram__errno(errno, "fcntl %s/%s", path, name);
         goto fail;
     }
     return fd;
@@ -75,4 +82,66 @@ int engram__read_header(int fd, const struct stat *sb, const char *what, engram_
         got += (size_t)n;
     }
     return engram__header_parse(buf, got, (uint64_t)sb->st_size, what, h);
+}
+
+int engram__read_full(int fd, void *buf, size_t len, uint64_t off, const char *what)
+{
+    size_t got = 0;
+    while (got < len) {
+        ssize_t n = pread(fd, (char *)buf + got, len - got, (off_t)(off + got));
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return engram__errno(errno, "read %s", what);
+        }
+        if (n == 0)
+            return engram__err(ENGRAM_ECORRUPT, "%s: unexpected end of file at %llu", what,
+                               (unsigned long long)(off + got));
+        got += (size_t)n;
+    }
+    return 0;
+}
+
+int engram__checksum_fd(int fd, const engram__header *h, const char *what,
+                        engram_progress_fn progress, void *ud, uint64_t *sum)
+{
+    XXH3_state_t *xs = XXH3_createState();
+    unsigned char *buf = malloc(IO_CHUNK);
+    int err = 0;
+    if (!xs || !buf) {
+        err = engram__err(-ENOMEM, "out of memory for checksum of %s", what);
+        goto out;
+    }
+    XXH3_64bits_reset(xs);
+    for (uint64_t done = 0; done < h->data_size;) {
+        size_t n = h->data_size - done < IO_CHUNK ? (size_t)(h->data_size - done) : IO_CHUNK;
+        if ((err = engram__read_full(fd, buf, n, h->data_offset + done, what)) != 0)
+            goto out;
+        XXH3_64bits_update(xs, buf, n);
+        done += n;
+        if (progress && progress(ud, done, h->data_size)) {
+            err = engram__err(-ECANCELED, "checksum of %s cancelled", what);
+            goto out;
+        }
+    }
+    *sum = XXH3_64bits_digest(xs);
+out:
+    free(buf);
+    XXH3_freeState(xs);
+    return err;
+}
+
+int engram__check_holes(int fd, const engram__header *h, const char *what)
+{
+    /* SEEK_HOLE finds the first hole at or after the data offset; the end
+     * of the file counts as one.  File systems without hole tracking
+     * report the end: nothing to refuse there. */
+    off_t hole = lseek(fd, (off_t)h->data_offset, SEEK_HOLE);
+    if (hole >= 0 && (uint64_t)hole < h->data_offset + h->data_size)
+        return engram__err(ENGRAM_ECORRUPT,
+                           "%s has a hole at byte %lld of its data (a sparse copy?): reading "
+                           "it could fail with SIGBUS once the file system is full; copy the "
+                           "table without --sparse or import it again",
+                           what, (long long)((uint64_t)hole - h->data_offset));
+    return 0;
 }

@@ -15,18 +15,26 @@
  * compile-time constant for the common row sizes, so the compiler emits
  * fixed-size vector moves instead of memcpy calls.
  *
+ * Rows of tables without a base address (row sources: files read on
+ * demand, checkpoints, the caller's sources) are planned the same way,
+ * their validated row numbers recorded once, and then handed all
+ * together to fetch.c after the memory rows are copied.  No id is read
+ * twice: what was validated is what is served.
+ *
  * Large batches are split across the store's thread pool.  Nothing here
  * allocates or locks, except the per-thread plan scratch, which grows the
  * first time a thread plans more than STACK_ROWS rows or STACK_COLS
- * columns and is kept for the thread's next lookups (8 bytes per row),
- * and the per-thread backend scratch of lookups that read rows through a
- * backend (24 bytes per such row, at most ENGRAM__BACKEND_BATCH rows).
+ * columns and is kept for the thread's next lookups (8 bytes per row, 16
+ * with row sources), and the per-thread scratch of the rows handed to
+ * fetch.c (24 bytes each, and fetch.c's own).
  */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "fetch.h"
+#include "pool.h"
 #include "store.h"
 
 #define STACK_COLS 32
@@ -38,13 +46,12 @@
 #define PART_ROWS 256 /* rows per part of a split lookup */
 
 typedef struct col {
-    const unsigned char *base; /* NULL: rows come from t->ops->read_rows */
+    const unsigned char *base; /* NULL: rows come from the table's row source */
     uint64_t nrows;
     uint64_t off; /* offsets[k] as unsigned, subtracted with wrap-around */
     size_t pitch;
     engram__table *t;
     _Atomic uint64_t dead; /* dead ids in this column; parts of a split plan add to it */
-    int pass_done;         /* backend_pass: the column's rows were handed on */
 } col;
 
 typedef struct plan {
@@ -58,7 +65,12 @@ typedef struct plan {
     int zero_dead;
     int indirect; /* some column has no base address */
     const unsigned char **src; /* [T * K] row sources: NULL skips, ZERO_ROW zero-fills */
+    uint64_t *rows; /* [T * K] with `indirect`: the validated row of each position of a
+                     * column without base address, or DEAD_ROW */
 } plan;
+
+/* rows[] of a dead id. */
+#define DEAD_ROW UINT64_MAX
 
 /* Marks a dead row that is to be zero-filled; NULL marks a row to skip (a
  * dead id kept as is, or a row copied by the backend pass). */
@@ -173,94 +185,37 @@ static void copy_part(void *arg, size_t part, size_t nparts)
     copy_dispatch(p, rows * part / nparts, rows * (part + 1) / nparts);
 }
 
-/* Per-thread scratch: the plan's columns and row sources, and the rows a
- * lookup hands to backends.  Two buffers, since the backend pass runs
- * while the plan is in use. */
-enum { SCRATCH_PLAN, SCRATCH_BACKEND, SCRATCH_KINDS };
-
-static pthread_key_t scratch_key[SCRATCH_KINDS];
-static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
-static _Thread_local void *scratch[SCRATCH_KINDS];
-static _Thread_local size_t scratch_size[SCRATCH_KINDS];
-
-static void scratch_key_init(void)
+/* The rows of columns without a base address, as validated by the plan,
+ * go to fetch.c all together: one call per lookup whatever their columns,
+ * so the row sources see repeated rows together and keep their reads in
+ * flight over all of them. */
+static int fetch_pass(const plan *p)
 {
-    /* The destructors free a thread's scratch when the thread exits. */
-    for (int i = 0; i < SCRATCH_KINDS; i++)
-        (void)pthread_key_create(&scratch_key[i], free);
-}
-
-/* This thread's scratch `which` of at least `size` bytes, kept for its
- * next lookups; NULL when out of memory. */
-static void *scratch_get(int which, size_t size)
-{
-    if (size > scratch_size[which]) {
-        void *v;
-        pthread_once(&scratch_once, scratch_key_init);
-        v = realloc(scratch[which], size);
-        if (!v)
-            return NULL;
-        scratch[which] = v;
-        scratch_size[which] = size;
-        pthread_setspecific(scratch_key[which], v);
-    }
-    return scratch[which];
-}
-
-/* Rows of columns without a base address go through their backend, after
- * validation like every other row.  All such rows of the lookup whose
- * tables share one backend go in one call (ENGRAM__BACKEND_BATCH rows at
- * most), whatever their column, so the backend sees repeated rows
- * together and keeps its reads in flight over all of them: the reads of a
- * call drain at its end, and with the old 1024-row calls that drain cost
- * the file cache ~10% against a reader whose queue never drains. */
-static int backend_pass(const plan *p)
-{
-    engram__table *stack_tabs[STACK_ROWS], **tabs = stack_tabs;
-    uint64_t stack_rows[STACK_ROWS], *rows = stack_rows;
-    unsigned char *stack_dsts[STACK_ROWS], **dsts = stack_dsts;
-    /* T * K cannot overflow: engram_lookup() checked it. */
-    size_t cap = p->T * p->K < ENGRAM__BACKEND_BATCH ? p->T * p->K : ENGRAM__BACKEND_BATCH;
-    if (cap > STACK_ROWS) {
-        void *v = scratch_get(SCRATCH_BACKEND,
-                              cap * (sizeof *rows + sizeof *tabs + sizeof *dsts));
-        if (!v)
-            return engram__err(-ENOMEM, "out of memory for the backend rows of %zu x %zu ids",
+    engram__fetch_req stack_reqs[STACK_ROWS], *reqs = stack_reqs;
+    /* T * K (rows) was checked to fit, and so was its plan's size, which
+     * is larger than this scratch per row. */
+    size_t rows = p->T * p->K, n = 0;
+    if (rows > STACK_ROWS) {
+        reqs = engram__scratch(ENGRAM__SCRATCH_ROWS, rows * sizeof *reqs);
+        if (!reqs)
+            return engram__err(-ENOMEM, "out of memory for the source rows of %zu x %zu ids",
                                p->T, p->K);
-        rows = v;
-        tabs = (engram__table **)(void *)(rows + cap);
-        dsts = (unsigned char **)(void *)(tabs + cap);
     }
-    for (size_t k0 = 0; k0 < p->K; k0++) {
-        const engram__backend_ops *ops = p->cols[k0].t->ops;
-        size_t n = 0;
-        int err;
-        /* Columns of a backend are handled with its first column. */
-        if (p->cols[k0].base || p->cols[k0].pass_done)
+    for (size_t k = 0; k < p->K; k++) {
+        const col *c = &p->cols[k];
+        if (c->base)
             continue;
-        for (size_t k = k0; k < p->K; k++) {
-            col *c = &p->cols[k];
-            if (c->base || c->t->ops != ops)
+        for (size_t t = 0; t < p->T; t++) {
+            uint64_t row = p->rows[t * p->K + k];
+            if (row == DEAD_ROW)
                 continue;
-            c->pass_done = 1;
-            for (size_t t = 0; t < p->T; t++) {
-                int64_t raw = p->id64 ? load_id(p, t, k, 1) : load_id(p, t, k, 0);
-                if (raw == ENGRAM_DEAD_ID)
-                    continue;
-                tabs[n] = c->t;
-                rows[n] = (uint64_t)raw - c->off;
-                dsts[n] = p->out + (ptrdiff_t)t * p->ost + (ptrdiff_t)k * p->osk;
-                if (++n == cap) {
-                    if ((err = ops->read_rows(n, tabs, rows, dsts)) != 0)
-                        return err;
-                    n = 0;
-                }
-            }
+            reqs[n].t = c->t;
+            reqs[n].row = row;
+            reqs[n].dst = p->out + (ptrdiff_t)t * p->ost + (ptrdiff_t)k * p->osk;
+            n++;
         }
-        if (n && (err = ops->read_rows(n, tabs, rows, dsts)) != 0)
-            return err;
     }
-    return 0;
+    return engram__fetch(reqs, n);
 }
 
 /* Plans rows [begin, end): checks each id and records the row's source.
@@ -277,6 +232,7 @@ static inline __attribute__((always_inline)) size_t plan_range(const plan *p, si
     const ptrdiff_t ist = p->ist, isk = p->isk;
     const unsigned char *const zero = p->zero_dead ? ZERO_ROW : NULL;
     const unsigned char **const src = p->src;
+    uint64_t *const rows = p->rows;
     size_t k = begin % K;
     ptrdiff_t ie_t = (ptrdiff_t)(begin / K) * ist, ie = ie_t + (ptrdiff_t)k * isk;
 
@@ -291,10 +247,17 @@ static inline __attribute__((always_inline)) size_t plan_range(const plan *p, si
             /* Rare, so an atomic add is cheap; parts may share a column. */
             atomic_fetch_add_explicit(&c->dead, 1, memory_order_relaxed);
             src[i] = zero;
+            if (!c->base)
+                rows[i] = DEAD_ROW;
         } else if (ENGRAM__LIKELY(row < c->nrows)) {
             /* Unsigned wrap-around makes one compare catch ids below the
              * offset too: their difference wraps to >= 2^63 > nrows. */
-            src[i] = c->base ? c->base + row * c->pitch : NULL;
+            if (ENGRAM__LIKELY(c->base != NULL)) {
+                src[i] = c->base + row * c->pitch;
+            } else {
+                src[i] = NULL;
+                rows[i] = row;
+            }
         } else {
             return i;
         }
@@ -379,14 +342,13 @@ static int build_plan(engram_store *st, const engram_lookup_args *a, plan *p, co
                                "tables[%zu] = '%s' has row_bytes %u but tables[0] = '%s' has %u", k,
                                t->name, t->spec.row_bytes, cols[0].t->name,
                                cols[0].t->spec.row_bytes);
-        cols[k].base = t->base;
+        cols[k].base = t->src.base;
         cols[k].nrows = t->spec.num_rows;
         cols[k].off = a->offsets ? (uint64_t)a->offsets[k] : 0;
         cols[k].pitch = t->spec.row_pitch;
         cols[k].t = t;
         atomic_init(&cols[k].dead, 0);
-        cols[k].pass_done = 0;
-        p->indirect |= t->base == NULL;
+        p->indirect |= t->src.base == NULL;
     }
     if (ENGRAM__UNLIKELY(a->row_bytes && a->row_bytes != cols[0].t->spec.row_bytes))
         return engram__err(ENGRAM_ELAYOUT, "output rows are %zu bytes but table '%s' has "
@@ -419,6 +381,7 @@ int engram_lookup(engram_store *st, const engram_lookup_args *a)
 {
     col stack_cols[STACK_COLS], *cols;
     const unsigned char *stack_src[STACK_ROWS];
+    uint64_t stack_rows[STACK_ROWS];
     plan p;
     size_t rows, live, dead = 0;
     uint64_t t0 = 0;
@@ -428,6 +391,10 @@ int engram_lookup(engram_store *st, const engram_lookup_args *a)
     if (ENGRAM__UNLIKELY(!st || !a || a->size != sizeof(engram_lookup_args)))
         return engram__err(-EINVAL, "store and args (with size = sizeof(engram_lookup_args)) are "
                                     "required");
+    if (ENGRAM__UNLIKELY(engram__fetch_in_source()))
+        /* The plan scratch of the lookup that called the source is in use. */
+        return engram__err(ENGRAM_ESTATE, "engram_lookup() called from inside a source's "
+                                          "read_rows");
     if (a->num_tokens == 0 || a->num_cols == 0)
         return 0;
     timing = (st->opts.flags & ENGRAM_OPEN_TIMING) != 0;
@@ -449,23 +416,35 @@ int engram_lookup(engram_store *st, const engram_lookup_args *a)
         goto fail;
     }
     rows = a->num_tokens * a->num_cols;
-    if (ENGRAM__LIKELY(a->num_cols <= STACK_COLS && rows <= STACK_ROWS)) {
+    if (ENGRAM__LIKELY(a->num_cols <= STACK_COLS)) {
         cols = stack_cols;
+    } else if (engram__mul_u64(a->num_cols, sizeof(col), &(uint64_t){0}) ||
+               !(cols = engram__scratch(ENGRAM__SCRATCH_COLS, a->num_cols * sizeof(col)))) {
+        err = engram__err(-ENOMEM, "out of memory for the plan of %zu columns", a->num_cols);
+        goto fail;
+    }
+    if ((err = build_plan(st, a, &p, cols)) != 0)
+        goto fail;
+    if (ENGRAM__LIKELY(rows <= STACK_ROWS)) {
         p.src = stack_src;
+        p.rows = stack_rows;
     } else {
-        /* The columns, then the row sources (col is a multiple of 8 bytes).
-         * rows * 8 cannot overflow: rows <= the number of ids in memory. */
-        cols = scratch_get(SCRATCH_PLAN,
-                           a->num_cols * sizeof(col) + rows * sizeof *p.src);
-        if (ENGRAM__UNLIKELY(!cols)) {
+        /* The row sources, then (with row sources) the rows.  Ids may be
+         * broadcast (stride 0), so T x K is not bounded by memory: the
+         * size is checked like any other. */
+        uint64_t per = sizeof *p.src + (p.indirect ? sizeof *p.rows : 0), size;
+        if (ENGRAM__UNLIKELY(engram__mul_u64(rows, per, &size) || size > SIZE_MAX)) {
+            err = engram__err(ENGRAM_ELAYOUT, "a plan of %zu x %zu rows does not fit in memory",
+                              a->num_tokens, a->num_cols);
+            goto fail;
+        }
+        if (ENGRAM__UNLIKELY(!(p.src = engram__scratch(ENGRAM__SCRATCH_PLAN, (size_t)size)))) {
             err = engram__err(-ENOMEM, "out of memory for the plan of %zu x %zu rows",
                               a->num_tokens, a->num_cols);
             goto fail;
         }
-        p.src = (const unsigned char **)(void *)(cols + a->num_cols);
+        p.rows = (uint64_t *)(void *)(p.src + rows);
     }
-    if ((err = build_plan(st, a, &p, cols)) != 0)
-        goto fail;
 
     if (st->pool && rows >= st->parallel_min_rows) {
         /* Parts of ~PART_ROWS rows: small enough that the caller can take
@@ -491,8 +470,12 @@ int engram_lookup(engram_store *st, const engram_lookup_args *a)
     }
     if (!par)
         copy_dispatch(&p, 0, rows);
-    if (p.indirect && (err = backend_pass(&p)) != 0)
-        goto fail;
+    if (p.indirect) {
+        if ((err = fetch_pass(&p)) != 0)
+            goto fail;
+        if (st->log_ns)
+            engram__store_maybe_log(st);
+    }
     for (size_t k = 0; k < p.K; k++)
         dead += atomic_load_explicit(&cols[k].dead, memory_order_relaxed);
 

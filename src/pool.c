@@ -22,7 +22,8 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-#include "store.h"
+#include "common.h"
+#include "pool.h"
 
 /* Polls (~30-60 us) before a worker sleeps.  Short on purpose: a spinning
  * worker on an SMT sibling slows the thread that does the real work. */

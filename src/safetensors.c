@@ -22,8 +22,9 @@
 
 #include <cjson/cJSON.h>
 
-#include "filecache.h"
+#include "filesrc.h"
 #include "safetensors.h"
+#include "store.h"
 
 #define INT_MAX_EXACT ((double)((uint64_t)1 << 53)) /* integers a JSON double holds exactly */
 #define INDEX_MAX ((uint64_t)64 << 20)
@@ -555,14 +556,13 @@ int engram_open_safetensors(engram_store *st, const char *name, const char *path
                             const char *weight, const char *scale, uint64_t row_start,
                             uint64_t row_end, engram_table_id *id)
 {
-    engram__fc_seg segs[2];
+    engram__fseg segs[2];
     const char *tn[2] = {weight, scale};
-    const engram__backend_ops *ops;
+    engram__store_ctx ctx;
+    engram__source src;
     engram_table_spec spec = {0, 0, 0};
     uint64_t nrows = 0, row_bytes = 0;
     unsigned nseg = scale ? 2 : 1, opened = 0;
-    void *state = NULL;
-    engram_table_id tmp;
     int err = 0;
 
     if (!st || !path || !weight)
@@ -620,19 +620,23 @@ int engram_open_safetensors(engram_store *st, const char *name, const char *path
     spec.row_bytes = (uint32_t)row_bytes;
     if ((err = engram_spec_check(&spec)) != 0)
         goto fail;
-    opened = 0; /* new_table consumes the descriptors */
-    if ((err = engram__fcache_new_table(st, segs, nseg, spec.num_rows, spec.num_rows * row_bytes,
-                                        name, 0, &ops, &state)) != 0)
+    /* A name already taken fails here, before the reader and the cache
+     * are asked for anything (add_table checks again, under the lock). */
+    if ((err = engram__store_name_free(st, name)) != 0 ||
+        (err = engram__store_ctx_get(st, &ctx)) != 0)
         goto fail;
-    if ((err = engram__store_add_table(st, name, &spec, NULL, ops, state, id ? id : &tmp)) != 0)
+    opened = 0; /* filesrc_make consumes the descriptors */
+    if ((err = engram__filesrc_make(&ctx, ENGRAM_TABLE_SAFETENSORS, name, segs, nseg,
+                                    spec.num_rows, spec.num_rows * row_bytes, 0, NULL,
+                                    &src)) != 0)
         goto fail;
-    pthread_mutex_lock(&st->lock);
-    engram__table_get(st, id ? *id : tmp)->kind = ENGRAM_TABLE_SAFETENSORS;
-    pthread_mutex_unlock(&st->lock);
+    if ((err = engram__store_add_table(st, name, &spec, &src, id)) != 0) {
+        engram__source_release(&src);
+        goto fail;
+    }
     return 0;
 fail:
     for (unsigned g = 0; g < opened; g++)
         close(segs[g].fd);
-    engram__fcache_free_state(state);
     return err;
 }

@@ -1,12 +1,16 @@
 /*
- * store.c - stores: namespaces, the table registry, bind, open, info,
- * list, remove, verify and stats.
+ * store.c - stores: namespaces, the table registry, bind, sources, open,
+ * info, list, remove, verify and stats.
  *
- * Everything here runs off the lookup path and may take store->lock.  The
- * one contract with gather.c is the registry layout of store.h: tables are
- * appended and published with release stores, and freed only at close.
+ * Everything here runs off the lookup path.  store->lock is held only for
+ * the registry and namespace bookkeeping, never across slow work: a table
+ * is opened, mapped, prefaulted and checked first, and only its
+ * publication in the registry takes the lock.  The one contract with
+ * gather.c is the registry layout of store.h: tables are appended and
+ * published with release stores, and freed only at close.
  */
 #include <dirent.h>
+#include <inttypes.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -15,11 +19,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "filesrc.h"
+#include "fsutil.h"
+#include "mapfile.h"
+#include "pool.h"
+#include "reader.h"
+#include "rowcache.h"
 #include "store.h"
+#include "writer.h"
 
-static const engram__backend_ops file_ops = {ENGRAM__BACKEND_VERSION, "file", NULL,
-                                             engram__unmap_table};
-static const engram__backend_ops bound_ops = {ENGRAM__BACKEND_VERSION, "bound", NULL, NULL};
 
 const char *engram_default_root(void)
 {
@@ -100,6 +108,10 @@ static int store_alloc(const engram_store_options *opts, engram_store **out)
                            (size_t)ENGRAM__STORE_OPTIONS_V1_SIZE);
     if (opts && opts->threads < 0)
         return engram__err(-EINVAL, "threads is %d (must be >= 0)", opts->threads);
+    if (opts && (opts->flags & ENGRAM_OPEN_FILE_CACHE) && (opts->flags & ENGRAM_OPEN_PRIVATE_HUGE))
+        return engram__err(-EINVAL, "ENGRAM_OPEN_FILE_CACHE reads rows on demand and "
+                                    "ENGRAM_OPEN_PRIVATE_HUGE copies whole tables into memory: "
+                                    "choose one");
     st = calloc(1, sizeof *st);
     if (!st)
         return engram__err(-ENOMEM, "out of memory for a store");
@@ -115,6 +127,14 @@ static int store_alloc(const engram_store_options *opts, engram_store **out)
      * microseconds on a VM) costs more than the rows it would copy.  See
      * docs/performance.md for the measurement behind it. */
     st->parallel_min_rows = st->opts.parallel_min_rows ? st->opts.parallel_min_rows : 4096;
+    if (st->opts.cache_log_ms) {
+        st->log_ns = (uint64_t)st->opts.cache_log_ms * 1000000u;
+    } else {
+        const char *env = getenv("ENGRAM_CACHE_LOG_MS");
+        if (env && atol(env) > 0)
+            st->log_ns = (uint64_t)atol(env) * 1000000u;
+    }
+    atomic_init(&st->next_log_ns, engram__now_ns() + st->log_ns);
     if (st->threads > 1) {
         int err = engram__pool_create(st->threads - 1, &st->pool);
         if (err) {
@@ -201,18 +221,29 @@ fail:
     return err;
 }
 
+/* Releases what a source holds: the module's state, the caller's
+ * table_ud (through its release) and the row cache. */
+void engram__source_release(const engram__source *src)
+{
+    if (src->vt && src->vt->release)
+        src->vt->release(src->state);
+    if (src->ops.release)
+        src->ops.release(src->ops.ctx, src->table_ud);
+    engram__rcache_destroy(src->cache);
+}
+
 void engram_store_close(engram_store *st)
 {
     if (!st)
         return;
     engram__pool_destroy(st->pool);
-    for (uint32_t i = 0; i < st->ntables; i++) {
+    for (uint32_t i = 0; i < engram__table_count(st); i++) {
         engram__table *t = engram__table_get(st, i);
-        if (t && t->ops && t->ops->release)
-            t->ops->release(t);
+        engram__source_release(&t->src);
         free(t);
     }
-    engram__fcache_destroy(st->fcache);
+    engram__reader_destroy(atomic_load_explicit(&st->reader, memory_order_relaxed));
+    engram__cbudget_destroy(atomic_load_explicit(&st->budget, memory_order_relaxed));
     for (int c = 0; c < ENGRAM__MAX_CHUNKS; c++)
         /* The chunk's elements are atomic, the allocation is not. */
         free((void *)(uintptr_t)atomic_load_explicit(&st->chunks[c], memory_order_relaxed));
@@ -225,7 +256,8 @@ void engram_store_close(engram_store *st)
 
 engram__table *engram__find_locked(engram_store *st, const char *name, engram_table_id *id)
 {
-    for (uint32_t i = 0; i < st->ntables; i++) {
+    uint32_t n = atomic_load_explicit(&st->ntables, memory_order_relaxed);
+    for (uint32_t i = 0; i < n; i++) {
         engram__table *t = engram__table_get(st, i);
         if (!atomic_load_explicit(&t->removed, memory_order_relaxed) &&
             strcmp(t->name, name) == 0) {
@@ -237,10 +269,24 @@ engram__table *engram__find_locked(engram_store *st, const char *name, engram_ta
     return NULL;
 }
 
+/* Finds a live table by name without the lock: for readers of tables,
+ * which stay valid until close whatever happens meanwhile. */
+static engram__table *find_unlocked(engram_store *st, const char *name)
+{
+    uint32_t n = engram__table_count(st);
+    for (uint32_t i = 0; i < n; i++) {
+        engram__table *t = engram__table_get(st, i);
+        if (!atomic_load_explicit(&t->removed, memory_order_acquire) &&
+            strcmp(t->name, name) == 0)
+            return t;
+    }
+    return NULL;
+}
+
 /* Appends t to the registry (st->lock held). */
 static int registry_append_locked(engram_store *st, engram__table *t, engram_table_id *id)
 {
-    uint32_t i = st->ntables;
+    uint32_t i = atomic_load_explicit(&st->ntables, memory_order_relaxed);
     _Atomic(engram__table *) *chunk;
     if (i >= (uint32_t)ENGRAM__MAX_CHUNKS * ENGRAM__CHUNK)
         return engram__err(-ENOSPC, "a store holds at most %u tables",
@@ -253,14 +299,17 @@ static int registry_append_locked(engram_store *st, engram__table *t, engram_tab
         /* Release: a lookup that sees the chunk sees it zeroed. */
         atomic_store_explicit(&st->chunks[i >> ENGRAM__CHUNK_BITS], chunk, memory_order_release);
     }
+    t->id = i;
     /* Release: a lookup that loads this pointer sees the table complete. */
     atomic_store_explicit(&chunk[i & (ENGRAM__CHUNK - 1)], t, memory_order_release);
-    st->ntables = i + 1;
+    /* Release: a walker that reads the new count sees the table's pointer. */
+    atomic_store_explicit(&st->ntables, i + 1, memory_order_release);
     *id = i;
     return 0;
 }
 
-static engram__table *table_new(const char *name, const engram_table_spec *spec, uint64_t size)
+static engram__table *table_new(const char *name, const engram_table_spec *spec, uint64_t size,
+                                const engram__source *src)
 {
     engram__table *t = aligned_alloc(ENGRAM__CACHELINE,
                                      engram__align_up(sizeof *t, ENGRAM__CACHELINE));
@@ -271,39 +320,47 @@ static engram__table *table_new(const char *name, const engram_table_spec *spec,
     t->spec = *spec;
     t->spec.row_pitch = engram__spec_pitch(spec);
     t->data_size = size;
+    t->src = *src;
     return t;
 }
 
-int engram__dir_has(engram_store *st, const char *name)
+static int dir_has(engram_store *st, const char *name)
 {
     struct stat sb;
     return st->dirfd >= 0 && fstatat(st->dirfd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0;
 }
 
+int engram__name_taken_locked(engram_store *st, const char *name)
+{
+    return engram__find_locked(st, name, NULL) != NULL || dir_has(st, name);
+}
+
+int engram__store_name_free(engram_store *st, const char *name)
+{
+    int err = 0;
+    pthread_mutex_lock(&st->lock);
+    if (engram__name_taken_locked(st, name))
+        err = engram__err(-EEXIST, "table '%s' already exists in %s", name, st->path);
+    pthread_mutex_unlock(&st->lock);
+    return err;
+}
+
 int engram__store_add_table(engram_store *st, const char *name, const engram_table_spec *spec,
-                            const unsigned char *base, const engram__backend_ops *ops,
-                            void *state, engram_table_id *id)
+                            const engram__source *src, engram_table_id *id)
 {
     engram__table *t;
     uint64_t size;
     engram_table_id tmp;
     int err;
 
-    if (!st || !ops || (!base && !ops->read_rows))
-        return engram__err(-EINVAL, "add table: store, ops and base or read_rows are required");
-    if (ops->version != ENGRAM__BACKEND_VERSION)
-        return engram__err(-EINVAL, "backend '%s' has ops version %u (expected %u)",
-                           ops->name ? ops->name : "?", ops->version, ENGRAM__BACKEND_VERSION);
+    if (!st || !src || (!src->base && !src->ops.read_rows))
+        return engram__err(-EINVAL, "add table: a store and a source with rows are required");
     if ((err = engram_name_check(name)) != 0 || (err = engram__spec_size(spec, &size)) != 0)
         return err;
-    if (!(t = table_new(name, spec, size)))
+    if (!(t = table_new(name, spec, size, src)))
         return engram__err(-ENOMEM, "out of memory");
-    t->kind = ENGRAM_TABLE_BOUND;
-    t->base = base;
-    t->ops = ops;
-    t->state = state;
     pthread_mutex_lock(&st->lock);
-    if (engram__find_locked(st, name, NULL) || engram__dir_has(st, name))
+    if (engram__name_taken_locked(st, name))
         err = engram__err(-EEXIST, "table '%s' already exists in %s", name, st->path);
     else
         err = registry_append_locked(st, t, id ? id : &tmp);
@@ -313,70 +370,208 @@ int engram__store_add_table(engram_store *st, const char *name, const engram_tab
     return err;
 }
 
+/* Bytes of the namespace's table files (the cache budget rule's measure). */
+static uint64_t namespace_bytes(engram_store *st)
+{
+    uint64_t sum = 0;
+    struct dirent *de;
+    DIR *d;
+    int fd;
+    if (st->dirfd < 0)
+        return 0;
+    if ((fd = openat(st->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+        return 0;
+    if (!(d = fdopendir(fd))) {
+        close(fd);
+        return 0;
+    }
+    while ((de = readdir(d)) != NULL) {
+        struct stat sb;
+        if (engram__name_valid(de->d_name) &&
+            fstatat(st->dirfd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode))
+            sum += (uint64_t)sb.st_size;
+    }
+    closedir(d);
+    return sum;
+}
+
+int engram__store_ctx_get(engram_store *st, engram__store_ctx *ctx)
+{
+    engram__cbudget *b;
+    engram__reader *rd;
+    int err = 0;
+    pthread_mutex_lock(&st->lock);
+    b = atomic_load_explicit(&st->budget, memory_order_relaxed);
+    if (!b) {
+        if ((err = engram__cbudget_create(st->opts.cache_bytes, &b)) != 0)
+            goto out;
+        /* Release: a reader of the pointer without the lock (the stats)
+         * sees the budget made. */
+        atomic_store_explicit(&st->budget, b, memory_order_release);
+    }
+    rd = atomic_load_explicit(&st->reader, memory_order_relaxed);
+    if (!rd) {
+        /* A ring per gather thread and a few more for lookups from other
+         * threads; a lookup that reads waits only when all are busy. */
+        if ((err = engram__reader_create(st->opts.queue_depth, (unsigned)st->threads + 2, b,
+                                         &rd)) != 0)
+            goto out;
+        atomic_store_explicit(&st->reader, rd, memory_order_release);
+    }
+    ctx->budget = b;
+    ctx->reader = rd;
+    ctx->flags = st->opts.flags;
+out:
+    pthread_mutex_unlock(&st->lock);
+    if (err == 0)
+        ctx->namespace_bytes = namespace_bytes(st);
+    return err;
+}
+
 int engram_bind(engram_store *st, const char *name, const engram_table_spec *spec,
                 const void *mem)
 {
+    engram__source src;
     if (!mem)
         return engram__err(-EINVAL, "bind '%s': memory is NULL", name ? name : "?");
-    return engram__store_add_table(st, name, spec, mem, &bound_ops, NULL, NULL);
+    memset(&src, 0, sizeof src);
+    src.kind = ENGRAM_TABLE_BOUND;
+    src.base = mem;
+    return engram__store_add_table(st, name, spec, &src, NULL);
+}
+
+int engram_add_source(engram_store *st, const char *name, const engram_table_spec *spec,
+                      const engram_source_ops *ops, void *table_ud, uint64_t cache_bytes,
+                      engram_table_id *id)
+{
+    engram__source src;
+    engram__store_ctx ctx;
+    int err;
+
+    if (!st || !ops)
+        return engram__err(-EINVAL, "add source: store and ops are required");
+    if (ops->size != sizeof(engram_source_ops) || ops->flags != 0 || !ops->read_rows)
+        return engram__err(-EINVAL, "add source '%s': ops must have size = "
+                                    "sizeof(engram_source_ops) (%zu, not %u), flags 0 and "
+                                    "read_rows",
+                           name ? name : "?", sizeof(engram_source_ops), ops->size);
+    if ((err = engram_name_check(name)) != 0 || (err = engram_spec_check(spec)) != 0)
+        return err;
+    memset(&src, 0, sizeof src);
+    src.kind = ENGRAM_TABLE_SOURCE;
+    src.ops = *ops;
+    src.table_ud = table_ud;
+    if (cache_bytes > 0) {
+        engram__cache_want want = {cache_bytes, 0, 0, 0};
+        if ((err = engram__store_ctx_get(st, &ctx)) != 0 ||
+            (err = engram__rcache_create(ctx.budget, &want, spec->row_bytes, spec->num_rows,
+                                         (ctx.flags & ENGRAM_OPEN_PREFAULT) != 0,
+                                         (ctx.flags & ENGRAM_OPEN_MLOCK) != 0, name,
+                                         &src.cache)) != 0)
+            return err;
+    }
+    /* Not engram__source_release(): the caller's release is for tables
+     * the store took. */
+    if ((err = engram__store_add_table(st, name, spec, &src, id)) != 0)
+        engram__rcache_destroy(src.cache);
+    return err;
+}
+
+/* Makes the source of the open table file fd, per the store's flags:
+ * mapped, or read on demand behind the row cache. */
+static int file_source(engram_store *st, int fd, const engram__header *h, const char *name,
+                       engram__source *src)
+{
+    engram__store_ctx ctx;
+    engram__fseg seg;
+    uint64_t sum;
+    int err;
+    if (!(st->opts.flags & ENGRAM_OPEN_FILE_CACHE)) {
+        /* A mapped hole could cost a SIGBUS at lookup (see fsutil.h). */
+        if ((err = engram__check_holes(fd, h, name)) != 0)
+            return err;
+        return engram__mapfile_make(fd, h, st->opts.flags, name, src);
+    }
+    if (st->opts.flags & ENGRAM_OPEN_VERIFY) {
+        /* Rows are read on demand: verify the file now, once. */
+        if ((err = engram__checksum_fd(fd, h, name, NULL, NULL, &sum)) != 0)
+            return err;
+        if (sum != h->data_checksum)
+            return engram__err(ENGRAM_ECHECKSUM,
+                               "table '%s': data checksum %016llx != %016llx in the header",
+                               name, (unsigned long long)sum,
+                               (unsigned long long)h->data_checksum);
+    }
+    if ((err = engram__store_ctx_get(st, &ctx)) != 0)
+        return err;
+    if ((seg.fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0)
+        return engram__errno(errno, "dup descriptor of table '%s'", name);
+    seg.base = h->data_offset;
+    seg.stride = h->row_pitch;
+    seg.len = h->row_bytes;
+    seg.file_size = h->data_offset + h->data_size;
+    return engram__filesrc_make(&ctx, ENGRAM_TABLE_FILE, name, &seg, 1, h->num_rows,
+                                seg.file_size, 1, h, src);
 }
 
 int engram_table_open(engram_store *st, const char *name, engram_table_id *id)
 {
-    engram__table *t = NULL;
-    struct stat sb;
-    int fd = -1, err;
+    engram__table *t = NULL, *have;
+    engram__header h;
+    engram__source src;
+    struct stat sb, now;
+    int fd = -1, err, made = 0;
 
     if (!st || !id)
         return engram__err(-EINVAL, "store and id are required");
     if ((err = engram_name_check(name)) != 0)
         return err;
     pthread_mutex_lock(&st->lock);
-    if (engram__find_locked(st, name, id)) {
-        err = 0;
+    have = engram__find_locked(st, name, id);
+    pthread_mutex_unlock(&st->lock);
+    if (have)
+        return 0;
+    if (st->dirfd < 0)
+        return engram__err(-ENOENT, "table '%s' is not bound in this memory store", name);
+    /* The slow part (reading the header, mapping, prefaulting, verifying)
+     * runs without the store's lock: lookups and other opens go on. */
+    if ((fd = engram__open_entry(st->dirfd, st->path, st->uid, name, O_RDONLY, &sb)) < 0)
+        return fd;
+    if ((err = engram__read_header(fd, &sb, name, &h)) != 0)
+        goto out;
+    if (strcmp(h.name, name) != 0) {
+        err = engram__err(ENGRAM_ECORRUPT, "file %s/%s holds table '%s' (renamed file?)", st->path,
+                          name, h.name);
         goto out;
     }
-    if (st->dirfd < 0) {
-        err = engram__err(-ENOENT, "table '%s' is not bound in this memory store", name);
+    if ((err = file_source(st, fd, &h, name, &src)) != 0)
         goto out;
-    }
-    if ((fd = engram__open_entry(st, name, O_RDONLY, &sb)) < 0) {
-        err = fd;
-        goto out;
-    }
-    if (!(t = table_new(name, &(engram_table_spec){1, 1, 1}, 0))) {
+    made = 1;
+    if (!(t = table_new(name, &(engram_table_spec){h.num_rows, h.row_bytes, h.row_pitch},
+                        h.data_size, &src))) {
         err = engram__err(-ENOMEM, "out of memory");
         goto out;
     }
-    if ((err = engram__read_header(fd, &sb, name, &t->hdr)) != 0)
-        goto out;
-    if (strcmp(t->hdr.name, name) != 0) {
-        err = engram__err(ENGRAM_ECORRUPT, "file %s/%s holds table '%s' (renamed file?)", st->path,
-                          name, t->hdr.name);
-        goto out;
+    pthread_mutex_lock(&st->lock);
+    if ((have = engram__find_locked(st, name, id)) != NULL) {
+        /* Another thread opened it meanwhile: theirs is the table. */
+        err = 0;
+    } else if (fstatat(st->dirfd, name, &now, AT_SYMLINK_NOFOLLOW) != 0 ||
+               now.st_dev != sb.st_dev || now.st_ino != sb.st_ino) {
+        /* Removed (or removed and written again) while we opened it: what
+         * we read is no longer the table of that name. */
+        err = engram__err(-ENOENT, "table '%s' was removed from %s while it was being opened",
+                          name, st->path);
+    } else if ((err = registry_append_locked(st, t, id)) == 0) {
+        t = NULL;
+        made = 0;
     }
-    t->kind = ENGRAM_TABLE_FILE;
-    t->ops = &file_ops;
-    t->spec.num_rows = t->hdr.num_rows;
-    t->spec.row_bytes = t->hdr.row_bytes;
-    t->spec.row_pitch = t->hdr.row_pitch;
-    t->data_size = t->hdr.data_size;
-    if (st->opts.flags & ENGRAM_OPEN_FILE_CACHE)
-        err = engram__fcache_attach_file(st, t, fd);
-    else
-        err = engram__map_file_table(st, t, fd);
-    if (err != 0)
-        goto out;
-    if ((err = registry_append_locked(st, t, id)) != 0) {
-        t->ops->release(t);
-        goto out;
-    }
-    t = NULL;
-out:
     pthread_mutex_unlock(&st->lock);
-    if (fd >= 0)
-        close(fd);
+out:
+    if (made)
+        engram__source_release(&src);
     free(t);
+    close(fd);
     return err;
 }
 
@@ -392,11 +587,12 @@ int engram_table_memory(engram_store *st, engram_table_id id, const void **base,
         return engram__err(ENGRAM_EREMOVED, "table '%s' was removed", t->name);
     if (spec)
         *spec = t->spec;
-    if (!t->base)
-        return engram__err(-ENOTSUP, "table '%s' (backend '%s') has no base address: its rows "
-                                     "are read on demand", t->name, t->ops->name);
+    if (!t->src.base)
+        return engram__err(-ENOTSUP, "table '%s' has no base address: its rows are read on "
+                                     "demand from its source",
+                           t->name);
     if (base)
-        *base = t->base;
+        *base = t->src.base;
     return 0;
 }
 
@@ -407,17 +603,6 @@ static void counters_sum(const engram__table *t, uint64_t *lookups, uint64_t *ro
         *lookups += atomic_load_explicit(&t->ctr[s].lookups, memory_order_relaxed);
         *rows += atomic_load_explicit(&t->ctr[s].rows, memory_order_relaxed);
     }
-}
-
-static void info_from_header(engram_table_info *info, const engram__header *h)
-{
-    info->spec.num_rows = h->num_rows;
-    info->spec.row_bytes = h->row_bytes;
-    info->spec.row_pitch = h->row_pitch;
-    info->data_offset = h->data_offset;
-    info->data_size = h->data_size;
-    info->checksum = h->data_checksum;
-    info->created_ns = h->created_ns;
 }
 
 int engram_get_table_info(engram_store *st, const char *name, engram_table_info *info)
@@ -434,32 +619,26 @@ int engram_get_table_info(engram_store *st, const char *name, engram_table_info 
         return err;
     memset(info, 0, sizeof *info);
     info->size = sizeof *info;
-    pthread_mutex_lock(&st->lock);
-    if ((t = engram__find_locked(st, name, NULL)) != NULL) {
-        info->kind = t->kind;
+    /* No lock: a table found stays valid until close, and reading
+     * /proc/self/smaps takes a while. */
+    if ((t = find_unlocked(st, name)) != NULL) {
+        info->kind = t->src.kind;
         info->spec = t->spec;
         info->data_size = t->data_size;
-        if (t->kind == ENGRAM_TABLE_FILE)
-            info_from_header(info, &t->hdr);
-        info->mapped = t->base != NULL;
-        info->private_copy = t->private_copy;
-        info->map_minor_faults = t->minor_faults;
-        info->map_major_faults = t->major_faults;
+        if (t->src.vt && t->src.vt->info)
+            t->src.vt->info(t->src.state, info);
+        info->mapped = t->src.base != NULL;
         counters_sum(t, &info->lookups, &info->rows);
         info->bytes = info->rows * t->spec.row_bytes;
-        if (t->base)
-            err = engram__smaps_coverage(t->base, (size_t)t->data_size, &info->resident_bytes,
-                                         &info->huge_bytes);
-        goto out;
+        if (t->src.base)
+            err = engram__smaps_coverage(t->src.base, (size_t)t->data_size,
+                                         &info->resident_bytes, &info->huge_bytes);
+        return err;
     }
-    if (st->dirfd < 0) {
-        err = engram__err(-ENOENT, "table '%s' is not bound in this memory store", name);
-        goto out;
-    }
-    if ((fd = engram__open_entry(st, name, O_RDONLY, &sb)) < 0) {
-        err = fd;
-        goto out;
-    }
+    if (st->dirfd < 0)
+        return engram__err(-ENOENT, "table '%s' is not bound in this memory store", name);
+    if ((fd = engram__open_entry(st->dirfd, st->path, st->uid, name, O_RDONLY, &sb)) < 0)
+        return fd;
     err = engram__read_header(fd, &sb, name, &h);
     close(fd);
     if (err == 0 && strcmp(h.name, name) != 0)
@@ -467,10 +646,8 @@ int engram_get_table_info(engram_store *st, const char *name, engram_table_info 
                           st->path, name, h.name);
     if (err == 0) {
         info->kind = ENGRAM_TABLE_FILE;
-        info_from_header(info, &h);
+        engram__header_info(&h, info);
     }
-out:
-    pthread_mutex_unlock(&st->lock);
     return err;
 }
 
@@ -515,10 +692,11 @@ int engram_list(engram_store *st, char ***names, size_t *count)
         return engram__err(-EINVAL, "store, names and count are required");
     *names = NULL;
     *count = 0;
-    pthread_mutex_lock(&st->lock);
-    for (uint32_t i = 0; i < st->ntables && !err; i++) {
+    /* Without the lock: the registry is walked as lookups walk it, and the
+     * directory is read on a descriptor of our own. */
+    for (uint32_t i = 0; i < engram__table_count(st) && !err; i++) {
         engram__table *t = engram__table_get(st, i);
-        if (!atomic_load_explicit(&t->removed, memory_order_relaxed))
+        if (!atomic_load_explicit(&t->removed, memory_order_acquire))
             err = namelist_add(&l, t->name);
     }
     if (!err && st->dirfd >= 0) {
@@ -536,7 +714,6 @@ int engram_list(engram_store *st, char ***names, size_t *count)
         if (d)
             closedir(d);
     }
-    pthread_mutex_unlock(&st->lock);
     if (err == -ENOMEM)
         err = engram__err(-ENOMEM, "out of memory listing %s", st->path);
     if (err)
@@ -573,6 +750,19 @@ void engram_free(void *p)
     free(p);
 }
 
+/* Why a table that is not a table file cannot be removed. */
+static const char *not_removable(uint32_t kind)
+{
+    switch (kind) {
+    case ENGRAM_TABLE_SAFETENSORS:
+        return "served from a checkpoint";
+    case ENGRAM_TABLE_SOURCE:
+        return "served by a source (engram_add_source)";
+    default:
+        return "bound to caller memory";
+    }
+}
+
 int engram_remove(engram_store *st, const char *name)
 {
     engram__table *t;
@@ -584,11 +774,10 @@ int engram_remove(engram_store *st, const char *name)
         return err;
     pthread_mutex_lock(&st->lock);
     t = engram__find_locked(st, name, NULL);
-    if (t && t->kind != ENGRAM_TABLE_FILE) {
+    if (t && t->src.kind != ENGRAM_TABLE_FILE) {
         err = engram__err(ENGRAM_EBOUND, "table '%s' is %s, not a table file; close the store "
-                                         "to release it", name,
-                          t->kind == ENGRAM_TABLE_SAFETENSORS ? "served from a checkpoint"
-                                                              : "bound to caller memory");
+                                         "to release it",
+                          name, not_removable(t->src.kind));
         goto out;
     }
     if (st->dirfd < 0) {
@@ -632,17 +821,13 @@ int engram_verify(engram_store *st, const char *name, engram_progress_fn progres
         return engram__err(-EINVAL, "store is NULL");
     if ((err = engram_name_check(name)) != 0)
         return err;
-    pthread_mutex_lock(&st->lock);
-    t = engram__find_locked(st, name, NULL);
-    if (t && t->kind != ENGRAM_TABLE_FILE)
-        err = engram__err(ENGRAM_EBOUND, "table '%s' is bound memory: no checksum to verify",
-                          name);
-    pthread_mutex_unlock(&st->lock);
-    if (err)
-        return err;
+    t = find_unlocked(st, name);
+    if (t && t->src.kind != ENGRAM_TABLE_FILE)
+        return engram__err(ENGRAM_EBOUND, "table '%s' is %s: no checksum to verify", name,
+                           not_removable(t->src.kind));
     if (st->dirfd < 0)
         return engram__err(-ENOENT, "table '%s' not found in this memory store", name);
-    if ((fd = engram__open_entry(st, name, O_RDONLY, &sb)) < 0)
+    if ((fd = engram__open_entry(st->dirfd, st->path, st->uid, name, O_RDONLY, &sb)) < 0)
         return fd;
     if ((err = engram__read_header(fd, &sb, name, &h)) != 0)
         goto out;
@@ -680,14 +865,107 @@ int engram_store_stats(engram_store *st, engram_stats *s)
         s->parallel += atomic_load_explicit(&c->parallel, memory_order_relaxed);
         s->time_ns += atomic_load_explicit(&c->time_ns, memory_order_relaxed);
     }
-    pthread_mutex_lock(&st->lock);
-    for (uint32_t i = 0; i < st->ntables; i++) {
+    for (uint32_t i = 0; i < engram__table_count(st); i++) {
         engram__table *t = engram__table_get(st, i);
-        if (t->base && !atomic_load_explicit(&t->removed, memory_order_relaxed)) {
+        if (t->src.base && !atomic_load_explicit(&t->removed, memory_order_relaxed)) {
             s->tables_open++;
             s->mapped_bytes += t->data_size;
         }
     }
-    pthread_mutex_unlock(&st->lock);
     return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Row cache stats: the counters of tables with a row source.
+ */
+
+static void add_cache_stats(const engram__table *t, engram_cache_stats *s)
+{
+    s->tables++;
+    for (int i = 0; i < ENGRAM__SHARDS; i++) {
+        const engram__table_counters *c = &t->ctr[i];
+        s->hits += atomic_load_explicit(&c->hits, memory_order_relaxed);
+        s->misses += atomic_load_explicit(&c->misses, memory_order_relaxed);
+        s->dedup += atomic_load_explicit(&c->dedup, memory_order_relaxed);
+        s->reads += atomic_load_explicit(&c->reads, memory_order_relaxed);
+        s->bytes_read += atomic_load_explicit(&c->bytes, memory_order_relaxed);
+        s->read_errors += atomic_load_explicit(&c->errors, memory_order_relaxed);
+    }
+    if (t->src.vt && t->src.vt->cache_stats)
+        t->src.vt->cache_stats(t->src.state, s);
+    if (t->src.cache)
+        engram__rcache_stats(t->src.cache, s);
+}
+
+/* sizeof(engram_cache_stats) before staging_bytes was added. */
+#define CACHE_STATS_V1_SIZE offsetof(engram_cache_stats, staging_bytes)
+
+int engram_get_cache_stats(engram_store *st, const char *name, engram_cache_stats *s)
+{
+    engram_cache_stats all;
+    engram__cbudget *b;
+    engram__reader *rd;
+    uint32_t size;
+    int err = 0;
+    if (!st || !s || (s->size != sizeof(engram_cache_stats) && s->size != CACHE_STATS_V1_SIZE))
+        return engram__err(-EINVAL, "store and stats (with size = sizeof(engram_cache_stats)) "
+                                    "are required");
+    if (name && (err = engram_name_check(name)) != 0)
+        return err;
+    size = s->size;
+    memset(&all, 0, sizeof all);
+    all.size = size;
+    all.ways = ENGRAM_CACHE_WAYS;
+    /* Acquire pairs with the release stores that published them. */
+    b = atomic_load_explicit(&st->budget, memory_order_acquire);
+    rd = atomic_load_explicit(&st->reader, memory_order_acquire);
+    all.budget_bytes = b ? engram__cbudget_total(b)
+                     : st->opts.cache_bytes ? st->opts.cache_bytes
+                                            : ENGRAM__CACHE_DEFAULT_BUDGET;
+    all.queue_depth = rd ? engram__reader_queue_depth(rd)
+                      : st->opts.queue_depth ? st->opts.queue_depth
+                                             : ENGRAM__RD_DEFAULT_QD;
+    all.staging_bytes = b ? engram__cbudget_staging(b) : 0;
+    if (name) {
+        engram__table *t = find_unlocked(st, name);
+        if (!t || !t->src.ops.read_rows)
+            err = engram__err(-ENOENT, "table '%s' is not an open table read through a source",
+                              name);
+        else
+            add_cache_stats(t, &all);
+    } else {
+        for (uint32_t i = 0; i < engram__table_count(st); i++) {
+            engram__table *t = engram__table_get(st, i);
+            if (t->src.ops.read_rows && !atomic_load_explicit(&t->removed, memory_order_relaxed))
+                add_cache_stats(t, &all);
+        }
+    }
+    memcpy(s, &all, size);
+    return err;
+}
+
+void engram__store_maybe_log(engram_store *st)
+{
+    engram_cache_stats s = ENGRAM_CACHE_STATS_INIT;
+    uint64_t now = engram__now_ns(), due;
+    due = atomic_load_explicit(&st->next_log_ns, memory_order_relaxed);
+    /* The CAS makes exactly one of the lookups that notice the interval
+     * has passed print. */
+    if (now < due || !atomic_compare_exchange_strong_explicit(&st->next_log_ns, &due,
+                                                              now + st->log_ns,
+                                                              memory_order_relaxed,
+                                                              memory_order_relaxed))
+        return;
+    if (engram_get_cache_stats(st, NULL, &s) != 0)
+        return;
+    fprintf(stderr,
+            "engram: cache %s: hit rate %.1f%% (%" PRIu64 " hits, %" PRIu64 " misses, %" PRIu64
+            " deduplicated), %" PRIu64 " reads, %.1f MiB read, %" PRIu64 " errors, %.1f MiB in %"
+            PRIu64 " slots (%u ways), %.1f MiB staging, %" PRIu64 "/%" PRIu64
+            " tables O_DIRECT\n",
+            st->path,
+            s.hits + s.misses ? 100.0 * (double)s.hits / (double)(s.hits + s.misses) : 0.0,
+            s.hits, s.misses, s.dedup, s.reads, (double)s.bytes_read / 1048576.0,
+            s.read_errors, (double)s.cache_bytes / 1048576.0, s.slots, s.ways,
+            (double)s.staging_bytes / 1048576.0, s.direct_tables, s.tables);
 }

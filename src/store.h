@@ -1,65 +1,43 @@
 /*
- * store.h - the store and table objects shared by store.c, writer.c and
- * gather.c (internal).
+ * store.h - the store: a namespace and its registry of tables (internal).
  *
  * Tables live in a registry of fixed-size chunks that is only ever
  * appended to: an engram_table_id is an index into it and stays valid
- * until the store closes.  Lookups read the registry without a lock
- * (acquire loads of pointers published with release stores); writers of
- * the registry hold store->lock.  Table objects are freed only at close,
- * which is why engram_remove() never invalidates memory a concurrent
- * lookup may be reading.
+ * until the store closes.  Lookups and the stats read the registry without
+ * a lock (acquire loads of pointers published with release stores);
+ * writers of the registry hold store->lock.  Table objects are freed only
+ * at close, which is why engram_remove() never invalidates memory a
+ * concurrent lookup may be reading.
+ *
+ * store->lock guards the registry and the namespace bookkeeping only.  No
+ * slow work runs under it: mapping, prefaulting and checksumming a table,
+ * reading /proc/self/smaps and summing counters all happen outside.
+ *
+ * The modules that make sources (mapfile.c, filesrc.c, safetensors.c)
+ * never read this struct: the store passes them what they need.
  */
 #ifndef ENGRAM_STORE_H
 #define ENGRAM_STORE_H
 
 #include <pthread.h>
-#include <stddef.h>
 #include <stdatomic.h>
-#include <sys/stat.h>
+#include <stddef.h>
 #include <sys/types.h>
 
-#include "backend.h"
 #include "common.h"
-#include "format.h"
+#include "table.h"
 
 #define ENGRAM__CHUNK_BITS 8
 #define ENGRAM__CHUNK (1u << ENGRAM__CHUNK_BITS)
 #define ENGRAM__MAX_CHUNKS 256 /* 65536 tables per store */
-#define ENGRAM__SHARDS 16      /* stats shards; one per thread index */
-
-/* Per-thread-shard counters.  A thread with an exclusive shard updates it
- * with relaxed load + store (no locked instruction on the hot path); only
- * threads beyond ENGRAM__SHARDS share the last shard with atomic adds. */
-typedef struct engram__table_counters {
-    _Atomic uint64_t lookups, rows;
-} __attribute__((aligned(ENGRAM__CACHELINE))) engram__table_counters;
 
 typedef struct engram__store_counters {
     _Atomic uint64_t lookups, failed, rows, dead, bytes, parallel, time_ns;
 } __attribute__((aligned(ENGRAM__CACHELINE))) engram__store_counters;
 
-typedef struct engram__table {
-    /* What a lookup reads comes first: one cache line per table. */
-    const unsigned char *base;    /* row 0, or NULL: use ops->read_rows */
-    engram_table_spec spec;       /* row_pitch resolved (never 0) */
-    atomic_int removed;           /* set by engram_remove() */
-    uint32_t kind;                /* ENGRAM_TABLE_FILE / BOUND / other backends */
-    const engram__backend_ops *ops;
-    void *state;                  /* the backend's own */
-    uint64_t data_size;
-    char name[ENGRAM_NAME_MAX + 1];
-    /* File tables: the header as read, and how the memory was obtained. */
-    engram__header hdr;
-    void *map_addr;
-    size_t map_len;
-    int private_copy;
-    uint64_t minor_faults, major_faults;
-    engram__table_counters ctr[ENGRAM__SHARDS];
-} engram__table;
-
-typedef struct engram__pool engram__pool;
-typedef struct engram__fcache engram__fcache;
+struct engram__pool;
+struct engram__reader;
+struct engram__cbudget;
 
 /* sizeof(engram_store_options) before the row cache fields were added. */
 #define ENGRAM__STORE_OPTIONS_V1_SIZE offsetof(engram_store_options, cache_bytes)
@@ -71,12 +49,16 @@ struct engram_store {
     uid_t uid;                    /* the namespace's owner: the only uid whose files we trust */
     pthread_mutex_t lock;         /* registry writes, bind/populate/remove bookkeeping */
     _Atomic(engram__table *) *_Atomic chunks[ENGRAM__MAX_CHUNKS];
-    uint32_t ntables;             /* registry length, under lock */
-    engram__pool *pool;           /* NULL when threads == 1 */
-    engram__fcache *fcache;       /* the row cache's shared state (filecache.c), created
-                                   * with the first cache-backed table; under lock */
+    _Atomic uint32_t ntables;     /* registry length: written under lock, read without */
+    struct engram__pool *pool;    /* NULL when threads == 1 */
+    /* The row cache's budget and the io_uring reader, made with the first
+     * table that needs them (under lock), then read without it. */
+    struct engram__cbudget *_Atomic budget;
+    struct engram__reader *_Atomic reader;
     int threads;
     size_t parallel_min_rows;
+    uint64_t log_ns;                 /* the cache stats line's interval; 0: none */
+    _Atomic uint64_t next_log_ns;
     engram__store_counters ctr[ENGRAM__SHARDS];
 };
 
@@ -94,57 +76,45 @@ static inline engram__table *engram__table_get(engram_store *st, engram_table_id
     return atomic_load_explicit(&chunk[id & (ENGRAM__CHUNK - 1)], memory_order_acquire);
 }
 
-/* This thread's stats shard index (< ENGRAM__SHARDS); *exclusive says
- * whether no other thread uses it. */
-unsigned engram__shard(int *exclusive);
-
-/* Adds v to a shard counter: plain RMW when the shard is exclusive. */
-static inline void engram__ctr_add(_Atomic uint64_t *c, uint64_t v, int exclusive)
+/* The number of tables in the registry, for walking it without the lock:
+ * every id below it has its table published. */
+static inline uint32_t engram__table_count(engram_store *st)
 {
-    if (exclusive)
-        atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + v,
-                              memory_order_relaxed);
-    else
-        atomic_fetch_add_explicit(c, v, memory_order_relaxed);
+    /* Acquire pairs with the release store of the append: the tables below
+     * the count are visible. */
+    return atomic_load_explicit(&st->ntables, memory_order_acquire);
 }
 
 /* Finds a live (not removed) table by name; call with st->lock held. */
 engram__table *engram__find_locked(engram_store *st, const char *name, engram_table_id *id);
 
-/* 1 if `name` exists as an entry of the namespace directory (any type). */
-int engram__dir_has(engram_store *st, const char *name);
+/* 1 if `name` is a table of the store or an entry of its namespace
+ * (st->lock held). */
+int engram__name_taken_locked(engram_store *st, const char *name);
 
-/* Safe opening of entries of the namespace directory (fsutil.c). */
-int engram__open_entry(engram_store *st, const char *name, int flags, struct stat *sb);
+/* 0 if `name` is free in the store and its namespace, else -EEXIST with
+ * the message: a check before slow work (add_table checks again). */
+int engram__store_name_free(engram_store *st, const char *name);
 
-/* Reads and validates the header of an open table file. */
-int engram__read_header(int fd, const struct stat *sb, const char *what, engram__header *h);
+/* Releases what a source holds: the module's state, the caller's
+ * table_ud (through its release) and the row cache.  For a source no
+ * table took, and at close. */
+void engram__source_release(const engram__source *src);
 
-/* Mapping of file tables per the store's options (mem.c). */
-int engram__map_file_table(engram_store *st, engram__table *t, int fd);
-void engram__unmap_table(engram__table *t);
-/* Resident and huge-page bytes of [addr, addr+len) from /proc/self/smaps. */
-int engram__smaps_coverage(const void *addr, size_t len, uint64_t *resident, uint64_t *huge);
-/* XXH3-64 of the data of an open table file, with progress. */
-int engram__checksum_fd(int fd, const engram__header *h, const char *what,
-                        engram_progress_fn progress, void *ud, uint64_t *sum);
+/* Prints the cache stats line on stderr if its interval has passed (a
+ * lookup that read rows through a source calls it; log_ns != 0). */
+void engram__store_maybe_log(engram_store *st);
 
-/* Cache-backed tables (filecache.c).  attach_file serves the open table
- * file `fd` (not consumed) through the row cache instead of mapping it;
- * call with st->lock held.  destroy frees the shared state after every
- * table was released; accepts NULL. */
-int engram__fcache_attach_file(engram_store *st, engram__table *t, int fd);
-void engram__fcache_destroy(engram__fcache *fc);
+/* Adds a table made by a source module under `name`, which must be free
+ * in the store and its namespace (-EEXIST), and returns its id.  On
+ * success the table owns the source (its cache and state, released at
+ * close); on failure the caller still does. */
+int engram__store_add_table(engram_store *st, const char *name, const engram_table_spec *spec,
+                            const engram__source *src, engram_table_id *id);
 
-/* Stale temporary files of dead writers (writer.c). */
-void engram__clean_temps(engram_store *st);
-
-/* Thread pool (pool.c): runs fn(arg, part, nparts) for part < nparts, the
- * caller running part 0.  Returns -EBUSY at once if another lookup holds
- * the pool (the caller then does the whole job itself). */
-typedef void (*engram__job_fn)(void *arg, size_t part, size_t nparts);
-int engram__pool_create(int workers, engram__pool **out);
-void engram__pool_destroy(engram__pool *p);
-int engram__pool_run(engram__pool *p, engram__job_fn fn, void *arg, size_t nparts);
+/* Fills the context a source module gets of the store (source.h),
+ * making the reader and budget on first use.  0, or -ENOMEM / -EINVAL (a
+ * bad queue_depth) with the reason. */
+int engram__store_ctx_get(engram_store *st, engram__store_ctx *ctx);
 
 #endif

@@ -28,7 +28,9 @@
 
 #include <xxhash.h>
 
+#include "format.h"
 #include "store.h"
+#include "writer.h"
 
 #define TMP_PREFIX ".tmp."
 #define BUF_SIZE ((size_t)4 << 20)
@@ -119,7 +121,7 @@ int engram_writer_begin(engram_store *st, const char *name, const engram_table_s
     w->h.data_offset = engram__align_up(ENGRAM__HEADER_SIZE, ENGRAM__DATA_ALIGN);
     snprintf(w->h.name, sizeof w->h.name, "%s", name);
     pthread_mutex_lock(&st->lock);
-    err = engram__find_locked(st, name, NULL) || engram__dir_has(st, name)
+    err = engram__name_taken_locked(st, name)
               ? engram__err(-EEXIST, "table '%s' already exists in %s", name, st->path)
               : 0;
     pthread_mutex_unlock(&st->lock);

@@ -22,8 +22,7 @@
 #include "testutil.h"
 
 extern "C" {
-#include "backend.h" /* C headers without their own extern "C" */
-#include "common.h"
+#include "common.h" /* a C header without its own extern "C" */
 }
 #include "engram_cuda.h"
 
@@ -707,16 +706,13 @@ static void test_registration(void)
 static const unsigned char *fake_rows;
 enum { FAKE_ROWS = 400 };
 
-static int fake_read(size_t n, struct engram__table *const *t, const uint64_t *rows,
-                     unsigned char *const *dsts)
+static int fake_read(void *unused, engram_source_req *reqs, size_t n)
 {
-    (void)t;
+    (void)unused;
     for (size_t i = 0; i < n; i++)
-        memcpy(dsts[i], fake_rows + rows[i] * 264, 264);
+        memcpy(reqs[i].dst, fake_rows + reqs[i].row * 264, 264);
     return 0;
 }
-
-static const engram__backend_ops fake_ops = {ENGRAM__BACKEND_VERSION, "fake", fake_read, NULL};
 
 static void test_host_path(void)
 {
@@ -732,7 +728,11 @@ static void test_host_path(void)
 
     tu_current_case = "host path: mixed with mapped columns";
     fake_rows = rows;
-    ASSERT_OK(engram__store_add_table(st, "ondemand", &spec, NULL, &fake_ops, NULL, &fid));
+    {
+        engram_source_ops ops = ENGRAM_SOURCE_OPS_INIT;
+        ops.read_rows = fake_read;
+        ASSERT_OK(engram_add_source(st, "ondemand", &spec, &ops, NULL, 0, &fid));
+    }
     {
         /* A fixture entry so make_ids knows its size. */
         static gt extra = {"ondemand", 50, 264, 264, FAKE_ROWS, 0};

@@ -8,14 +8,13 @@
  * row staging, exactly as engram_lookup() would write them; dead ids leave
  * their staging row alone; bad ids are turned into dead ones (the kernel
  * reports them from its own copy) so that one bad id does not lose the
- * batch; a backend failure reaches the error sink with its message.
+ * batch; a source's failure reaches the error sink with its message.
  * Compiled by nvcc as C++ (tests/test_cuda*.cu), run everywhere.
  */
 #include "testutil.h"
 
 extern "C" {
-#include "backend.h" /* C headers without their own extern "C" */
-#include "common.h"
+#include "common.h" /* a C header without its own extern "C" */
 }
 #include "cuda_internal.h"
 #include "engram_cuda.h"
@@ -25,18 +24,15 @@ enum { NROWS = 300, R = 24, PITCH = 32, T = 40, K = 3 };
 static const unsigned char *fake_rows;
 static int fake_fail;
 
-static int fake_read(size_t n, struct engram__table *const *tabs, const uint64_t *rows,
-                     unsigned char *const *dsts)
+static int fake_read(void *ctx, engram_source_req *reqs, size_t n)
 {
-    (void)tabs;
+    (void)ctx;
     if (fake_fail)
-        return engram__err(-EIO, "fake backend: injected read failure");
+        return engram_source_error(-EIO, "injected read failure");
     for (size_t i = 0; i < n; i++)
-        memcpy(dsts[i], fake_rows + rows[i] * PITCH, R);
+        memcpy(reqs[i].dst, fake_rows + reqs[i].row * PITCH, R);
     return 0;
 }
-
-static const engram__backend_ops fake_ops = {ENGRAM__BACKEND_VERSION, "fake", fake_read, NULL};
 
 static int sink_code;
 static char sink_msg[512];
@@ -65,7 +61,11 @@ static void test_host_gather(void)
     tu_current_case = "host gather: good, dead and bad ids";
     fake_rows = rows;
     ASSERT_OK(engram_store_open_memory(NULL, &st));
-    ASSERT_OK(engram__store_add_table(st, "ondemand", &spec, NULL, &fake_ops, NULL, &fake_id));
+    {
+        engram_source_ops ops = ENGRAM_SOURCE_OPS_INIT;
+        ops.read_rows = fake_read;
+        ASSERT_OK(engram_add_source(st, "ondemand", &spec, &ops, NULL, 0, &fake_id));
+    }
     ASSERT_OK(engram_bind(st, "mem", &spec, rows));
     ASSERT_OK(engram_table_open(st, "mem", &mem_id));
     tables[0] = fake_id;
@@ -116,7 +116,7 @@ static void test_host_gather(void)
     ASSERT_MEM_EQ(staging, expect, 2 * sizeof staging[0]);
     ASSERT_ALL_BYTES(staging[2], 0xCC, sizeof staging - 2 * sizeof staging[0]);
 
-    tu_current_case = "host gather: a backend failure reaches the sink";
+    tu_current_case = "host gather: a source failure reaches the sink";
     memcpy(ids, orig, sizeof ids);
     fake_fail = 1;
     ASSERT_ERR(engram__cuda_host_gather(&h, T), -EIO);

@@ -6,7 +6,7 @@
  * Every lookup through the cache is compared byte for byte with the same
  * lookup on a second store that maps the same namespace (the memory
  * path), and with the known pattern of the rows.  Failures are injected
- * through the test-only read hook of src/filecache.h, or by truncating a
+ * through the test-only read hook of src/reader.h, or by truncating a
  * table file under an open store.
  */
 #include "testutil.h"
@@ -23,7 +23,7 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 
-#include "filecache.h"
+#include "reader.h"
 
 enum { R = 264, PITCH = 272, NROWS = 5003 };
 
@@ -137,6 +137,43 @@ static void test_exact_patterns(void)
     engram_store_close(mem);
 }
 
+/* The smallest budget (in steps of 256 bytes) with which table `name` of
+ * namespace `ns` opens with any slots, at queue depth `qd`: below it the
+ * table opens without a cache, or not at all (-ENOBUFS: not even the
+ * staging of one row fits).  The cache it gets there is one set. */
+static uint64_t one_set_budget(const char *ns, const char *name, uint32_t qd)
+{
+    int refused = 0;
+    for (uint64_t b = 1024;; b += 256) {
+        engram_store_options o = ENGRAM_STORE_OPTIONS_INIT;
+        engram_store *st;
+        engram_table_id tid;
+        int rc;
+        o.flags = ENGRAM_OPEN_FILE_CACHE;
+        o.cache_bytes = b;
+        o.queue_depth = qd;
+        o.threads = 1;
+        ASSERT_OK(engram_store_open(tu_scratch_root(), ns, &o, &st));
+        rc = engram_table_open(st, name, &tid);
+        if (rc == -ENOBUFS) {
+            refused = 1;
+            ASSERT_CONTAINS(engram_errmsg(), "staging");
+        } else {
+            engram_cache_stats s;
+            ASSERT_OK(rc);
+            s = cstats(st, name);
+            ASSERT_LE(s.cache_bytes + s.staging_bytes, b);
+            if (s.slots > 0) {
+                ASSERT_EQ(s.slots, ENGRAM_CACHE_WAYS);
+                engram_store_close(st);
+                ASSERT(refused); /* 1 KiB cannot stage a ring */
+                return b;
+            }
+        }
+        engram_store_close(st);
+    }
+}
+
 /* Many distinct rows through a cache of one set: every set is the same,
  * so rows evict each other constantly (CLOCK within one set). */
 static void test_one_set_thrash(void)
@@ -147,8 +184,9 @@ static void test_one_set_thrash(void)
     static int64_t ids[N];
     uint64_t rng = 3;
     tu_populate(mem, "t", 9, NROWS, R, 0);
-    /* A budget far smaller than one batch: the floor of one set. */
-    fc = open_cache(tu_scratch_root(), "thr", 1, 8, 1);
+    /* A budget far smaller than one batch: one set (the budget holds the
+     * reads' staging too, so "one set" is found, not assumed). */
+    fc = open_cache(tu_scratch_root(), "thr", one_set_budget("thr", "t", 8), 8, 1);
     for (int round = 0; round < 4; round++) {
         for (int i = 0; i < N; i++)
             ids[i] = (int64_t)tu_rand_below(&rng, round < 2 ? 20 : NROWS);
@@ -367,7 +405,7 @@ static void test_read_errors(void)
     ASSERT_OK(engram_table_open(fc, "t", &tid));
     hk.row = 20;
     hk.res = -EIO;
-    engram__fcache_set_read_hook(hook, NULL);
+    engram__reader_set_hook(hook, NULL);
     memset(out, 0xEE, sizeof out);
     ASSERT_ERR(tu_lookup1(fc, tid, ids, 5, out, 0), -EIO);
     ASSERT_CONTAINS(engram_errmsg(), "read of row 20");
@@ -392,7 +430,7 @@ static void test_read_errors(void)
 
     /* Without the fault, the row is read again (it was never cached) and
      * right. */
-    engram__fcache_set_read_hook(NULL, NULL);
+    engram__reader_set_hook(NULL, NULL);
     s0 = cstats(fc, "t");
     ASSERT_OK(tu_lookup1(fc, tid, ids, 5, out, 0));
     s1 = cstats(fc, "t");
@@ -456,7 +494,7 @@ static void retry_cases(engram_store *fc, engram_table_id tid, uint32_t seed)
         engram_cache_stats s0, s1;
         /* Rows no lookup of this store has read before: the fault hits. */
         hk = (hook_cfg){base + 1, cases[c].res, 0, 0, 0, cases[c].after, 0};
-        engram__fcache_set_read_hook(hook, NULL);
+        engram__reader_set_hook(hook, NULL);
         memset(out, 0xEE, sizeof out);
         s0 = cstats(fc, NULL);
         if (cases[c].code == 0) {
@@ -476,7 +514,7 @@ static void retry_cases(engram_store *fc, engram_table_id tid, uint32_t seed)
             ASSERT_ALL_BYTES(out[1], 0xEE, R);
             ASSERT_ALL_BYTES(out[3], 0xEE, R);
         }
-        engram__fcache_set_read_hook(NULL, NULL);
+        engram__reader_set_hook(NULL, NULL);
         /* The cache holds exactly what a read without faults gives. */
         memset(out, 0xEE, sizeof out);
         ASSERT_OK(tu_lookup1(fc, tid, ids, 5, out, 0));
@@ -589,8 +627,8 @@ static void test_no_io_uring(void)
 }
 
 /* Lookups of many more rows than the plan's old 1024-row batches.  The
- * backend gets all the rows of a lookup in one call (up to
- * ENGRAM__BACKEND_BATCH), so each distinct row is read once per lookup even
+ * source gets all the rows of a lookup in one call (up to
+ * ENGRAM_SOURCE_MAX_REQS), so each distinct row is read once per lookup even
  * through a one-set cache that keeps none of them.  A read that fails late
  * in the call (the failing row sorts after most others) leaves the failed
  * row unwritten at both its positions and every other row either right or
@@ -600,14 +638,14 @@ static void test_large_lookup(void)
     engram_store *mem = tu_open("big", 0, 1), *fc;
     engram_table_id tid;
     engram_cache_stats s0, s1;
-    enum { N = 20000, M = 4000, NB = ENGRAM__BACKEND_BATCH + 3000 };
+    enum { N = 20000, M = 4000, NB = ENGRAM_SOURCE_MAX_REQS + 3000 };
     int64_t *ids = tu_xmalloc((N + NB) * sizeof *ids);
     unsigned char *out = tu_xmalloc((size_t)(N + NB) * R);
     static unsigned char seen[NROWS];
     const int fails[2] = {-EIO, 100}, codes[2] = {-EIO, ENGRAM_ECORRUPT};
     uint64_t rng = 17, distinct = 0;
     tu_populate(mem, "t", 71, NROWS, R, PITCH);
-    fc = open_cache(tu_scratch_root(), "big", 1, 8, 1);
+    fc = open_cache(tu_scratch_root(), "big", one_set_budget("big", "t", 8), 8, 1);
     ASSERT_OK(engram_table_open(fc, "t", &tid));
 
     for (int i = 0; i < N; i++) {
@@ -629,7 +667,7 @@ static void test_large_lookup(void)
             ids[i] = (int64_t)((uint64_t)i * 7919 % NROWS);
         ids[2500] = ids[3900] = 4500;
         hk = (hook_cfg){4500, fails[f], 0, 0, 0, 0, 0};
-        engram__fcache_set_read_hook(hook, NULL);
+        engram__reader_set_hook(hook, NULL);
         memset(out, 0xEE, (size_t)M * R);
         s0 = cstats(fc, "t");
         ASSERT_ERR(tu_lookup1(fc, tid, ids, M, out, 0), codes[f]);
@@ -649,14 +687,14 @@ static void test_large_lookup(void)
         ASSERT_GT(written, 1024);
     }
     /* Without the fault: the failed row is read again (never cached). */
-    engram__fcache_set_read_hook(NULL, NULL);
+    engram__reader_set_hook(NULL, NULL);
     s0 = cstats(fc, "t");
     lookup_both(fc, mem, "t", 71, ids, M);
     s1 = cstats(fc, "t");
     ASSERT_GE(s1.reads - s0.reads, 1);
     ASSERT_EQ(s1.read_errors, s0.read_errors);
 
-    /* More rows than one backend call: two calls, the same rows. */
+    /* More rows than one source call: two calls, the same rows. */
     for (int i = 0; i < NB; i++)
         ids[i] = i % 11 == 0 ? -1 : (int64_t)tu_rand_below(&rng, NROWS);
     s0 = cstats(fc, "t");
@@ -774,11 +812,11 @@ static void test_direct_modes(void)
          * table stays buffered. */
         if (s.direct_tables) {
             hk = (hook_cfg){UINT64_MAX, 0, 0, 1, 0, 0, 0};
-            engram__fcache_set_read_hook(hook, NULL);
+            engram__reader_set_hook(hook, NULL);
             for (int i = 0; i < 300; i++)
                 ids[i] = (int64_t)tu_rand_below(&rng, NROWS);
             lookup_both(fc, dmem, "t", 52, ids, 300);
-            engram__fcache_set_read_hook(NULL, NULL);
+            engram__reader_set_hook(NULL, NULL);
             s = cstats(fc, NULL);
             ASSERT_EQ(s.direct_tables, 0);
             ASSERT_EQ(s.read_errors, 0);
@@ -787,10 +825,10 @@ static void test_direct_modes(void)
 
         /* The O_DIRECT probe failing at open: buffered from the start. */
         hk = (hook_cfg){UINT64_MAX, 0, -EINVAL, 0, 0, 0, 0};
-        engram__fcache_set_read_hook(hook, NULL);
+        engram__reader_set_hook(hook, NULL);
         fc = open_cache(droot, "dio", 1 << 20, 16, 1);
         lookup_both(fc, dmem, "t", 52, ids, 300);
-        engram__fcache_set_read_hook(NULL, NULL);
+        engram__reader_set_hook(NULL, NULL);
         s = cstats(fc, NULL);
         ASSERT_EQ(s.direct_tables, 0);
         ASSERT_EQ(s.bytes_read, s.reads * R);

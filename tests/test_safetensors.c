@@ -14,7 +14,7 @@
 
 #include <fcntl.h>
 
-#include "filecache.h"
+#include "reader.h"
 #include "safetensors.h"
 
 enum { N = 1000, W = 256, S = 8 };
@@ -344,12 +344,12 @@ static void test_read_error(void)
     write_model(path);
     ASSERT_OK(engram_store_open_memory(NULL, &st));
     ASSERT_OK(engram_open_safetensors(st, "t", path, "engram.w", "engram.s", 0, 0, &tid));
-    engram__fcache_set_read_hook(fail_row_7, NULL);
+    engram__reader_set_hook(fail_row_7, NULL);
     memset(out, 0xEE, sizeof out);
     ASSERT_ERR(tu_lookup1(st, tid, ids, 3, out, 0), -EIO);
     ASSERT_CONTAINS(engram_errmsg(), "read of row 7");
     ASSERT_ALL_BYTES(out[1], 0xEE, W + S); /* its weight half arrived, but is not written */
-    engram__fcache_set_read_hook(NULL, NULL);
+    engram__reader_set_hook(NULL, NULL);
     ASSERT_OK(tu_lookup1(st, tid, ids, 3, out, 0));
     for (int i = 0; i < 3; i++)
         check_row(out[i], (uint64_t)ids[i], 1);

@@ -5,12 +5,10 @@
  * For each kind of table memory (a shared mapping of a table file, a
  * private huge-page copy, bound caller memory) the rows read through the
  * returned base must be the table's rows at the returned pitch; tables
- * without a base address (a backend reading rows on demand) give -ENOTSUP
+ * without a base address (a source reading rows on demand) give -ENOTSUP
  * with the spec still filled; removed tables and foreign ids fail.
  */
 #include "testutil.h"
-
-#include "backend.h"
 
 /* Reads every row through `base` and checks it against pattern `seed`. */
 static void check_rows_at(const void *base, const engram_table_spec *sp, uint32_t seed)
@@ -75,16 +73,13 @@ static void test_bound_and_pitch_zero(void)
     free(rows);
 }
 
-static int fake_read(size_t n, struct engram__table *const *tabs, const uint64_t *rows,
-                     unsigned char *const *dsts)
+static int fake_read(void *ctx, engram_source_req *reqs, size_t n)
 {
-    (void)tabs;
+    (void)ctx;
     for (size_t i = 0; i < n; i++)
-        memset(dsts[i], (int)(rows[i] & 0xff), 16);
+        memset(reqs[i].dst, (int)(reqs[i].row & 0xff), 16);
     return 0;
 }
-
-static const engram__backend_ops fake_ops = {ENGRAM__BACKEND_VERSION, "fake", fake_read, NULL};
 
 static void test_no_base(void)
 {
@@ -94,7 +89,11 @@ static void test_no_base(void)
     const void *base = (const void *)&spec;
     tu_current_case = "a table without base address: -ENOTSUP, spec filled";
     ASSERT_OK(engram_store_open_memory(NULL, &st));
-    ASSERT_OK(engram__store_add_table(st, "ondemand", &spec, NULL, &fake_ops, NULL, &id));
+    {
+        engram_source_ops ops = ENGRAM_SOURCE_OPS_INIT;
+        ops.read_rows = fake_read;
+        ASSERT_OK(engram_add_source(st, "ondemand", &spec, &ops, NULL, 0, &id));
+    }
     memset(&sp, 0, sizeof sp);
     ASSERT_ERR(engram_table_memory(st, id, &base, &sp), -ENOTSUP);
     ASSERT(base == NULL);

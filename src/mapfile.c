@@ -1,5 +1,6 @@
 /*
- * mem.c - how a table file's rows get into memory, and what we got.
+ * mapfile.c - memory sources of table files: how a table file's rows get
+ * into memory, and what we got.
  *
  * The default is a read-only MAP_SHARED mapping of the data region: every
  * process of the node then shares the same physical pages (on tmpfs, the
@@ -22,75 +23,39 @@
 
 #include <xxhash.h>
 
-#include "store.h"
+#include "common.h"
+#include "fsutil.h"
+#include "mapfile.h"
 
 #ifndef MADV_COLLAPSE
 #define MADV_COLLAPSE 25
 #endif
 
 #define HUGE_SZ ((size_t)2 << 20)
-#define IO_CHUNK ((size_t)8 << 20)
 
-static int read_full(int fd, void *buf, size_t len, uint64_t off, const char *what)
-{
-    size_t got = 0;
-    while (got < len) {
-        ssize_t n = pread(fd, (char *)buf + got, len - got, (off_t)(off + got));
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return engram__errno(errno, "read %s", what);
-        }
-        if (n == 0)
-            return engram__err(ENGRAM_ECORRUPT, "%s: unexpected end of file at %llu", what,
-                               (unsigned long long)(off + got));
-        got += (size_t)n;
-    }
-    return 0;
-}
-
-int engram__checksum_fd(int fd, const engram__header *h, const char *what,
-                        engram_progress_fn progress, void *ud, uint64_t *sum)
-{
-    XXH3_state_t *xs = XXH3_createState();
-    unsigned char *buf = malloc(IO_CHUNK);
-    int err = 0;
-    if (!xs || !buf) {
-        err = engram__err(-ENOMEM, "out of memory for checksum of %s", what);
-        goto out;
-    }
-    XXH3_64bits_reset(xs);
-    for (uint64_t done = 0; done < h->data_size;) {
-        size_t n = h->data_size - done < IO_CHUNK ? (size_t)(h->data_size - done) : IO_CHUNK;
-        if ((err = read_full(fd, buf, n, h->data_offset + done, what)) != 0)
-            goto out;
-        XXH3_64bits_update(xs, buf, n);
-        done += n;
-        if (progress && progress(ud, done, h->data_size)) {
-            err = engram__err(-ECANCELED, "checksum of %s cancelled", what);
-            goto out;
-        }
-    }
-    *sum = XXH3_64bits_digest(xs);
-out:
-    free(buf);
-    XXH3_freeState(xs);
-    return err;
-}
+/* A mapped table's state. */
+typedef struct mapfile {
+    engram__header hdr;
+    void *addr;
+    size_t len;
+    int private_copy;
+    uint64_t minor_faults, major_faults;
+} mapfile;
 
 /* A private copy in anonymous memory, 2 MiB aligned, asked to be backed by
  * huge pages before the first touch (the copy is the touch), then collapsed
  * where the kernel left small pages. */
-static int map_private_huge(engram__table *t, int fd)
+static int map_private_huge(mapfile *m, int fd, const char *name)
 {
-    size_t len = (size_t)engram__align_up(t->data_size, HUGE_SZ);
+    size_t size = (size_t)m->hdr.data_size;
+    size_t len = (size_t)engram__align_up(size, HUGE_SZ);
     size_t span = len + HUGE_SZ;
     unsigned char *raw, *p;
     int err;
 
     raw = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (raw == MAP_FAILED)
-        return engram__errno(errno, "mmap %zu bytes for a private copy of '%s'", span, t->name);
+        return engram__errno(errno, "mmap %zu bytes for a private copy of '%s'", span, name);
     p = (unsigned char *)engram__align_up((uintptr_t)raw, HUGE_SZ);
     /* Trim the unaligned head and tail so the mapping is exactly [p, p+len). */
     if (p > raw)
@@ -98,7 +63,7 @@ static int map_private_huge(engram__table *t, int fd)
     if (raw + span > p + len)
         munmap(p + len, (size_t)(raw + span - (p + len)));
     (void)madvise(p, len, MADV_HUGEPAGE);
-    if ((err = read_full(fd, p, (size_t)t->data_size, t->hdr.data_offset, t->name)) != 0) {
+    if ((err = engram__read_full(fd, p, size, m->hdr.data_offset, name)) != 0) {
         munmap(p, len);
         return err;
     }
@@ -110,72 +75,91 @@ static int map_private_huge(engram__table *t, int fd)
             break;
     }
     if (mprotect(p, len, PROT_READ) != 0) {
-        err = engram__errno(errno, "mprotect the copy of '%s'", t->name);
+        err = engram__errno(errno, "mprotect the copy of '%s'", name);
         munmap(p, len);
         return err;
     }
-    t->map_addr = p;
-    t->map_len = len;
-    t->private_copy = 1;
+    m->addr = p;
+    m->len = len;
+    m->private_copy = 1;
     return 0;
 }
 
-int engram__map_file_table(engram_store *st, engram__table *t, int fd)
+static void mapfile_release(void *state)
+{
+    mapfile *m = state;
+    if (m->addr)
+        munmap(m->addr, m->len);
+    free(m);
+}
+
+static void mapfile_info(void *state, engram_table_info *info)
+{
+    const mapfile *m = state;
+    engram__header_info(&m->hdr, info);
+    info->private_copy = m->private_copy;
+    info->map_minor_faults = m->minor_faults;
+    info->map_major_faults = m->major_faults;
+}
+
+static const engram__source_vt mapfile_vt = {mapfile_release, mapfile_info, NULL};
+
+int engram__mapfile_make(int fd, const engram__header *h, uint32_t fl, const char *name,
+                         engram__source *src)
 {
     struct rusage r0, r1;
-    uint32_t fl = st->opts.flags;
+    mapfile *m = calloc(1, sizeof *m);
     int err;
 
+    if (!m)
+        return engram__err(-ENOMEM, "out of memory");
+    m->hdr = *h;
     getrusage(RUSAGE_THREAD, &r0);
     if (fl & ENGRAM_OPEN_PRIVATE_HUGE) {
-        if ((err = map_private_huge(t, fd)) != 0)
-            return err;
+        if ((err = map_private_huge(m, fd, name)) != 0)
+            goto fail;
     } else {
-        void *p = mmap(NULL, (size_t)t->data_size, PROT_READ,
+        void *p = mmap(NULL, (size_t)h->data_size, PROT_READ,
                        MAP_SHARED | ((fl & ENGRAM_OPEN_PREFAULT) ? MAP_POPULATE : 0), fd,
-                       (off_t)t->hdr.data_offset);
-        if (p == MAP_FAILED)
-            return engram__errno(errno, "mmap table '%s' (%llu bytes)", t->name,
-                                 (unsigned long long)t->data_size);
-        t->map_addr = p;
-        t->map_len = (size_t)t->data_size;
+                       (off_t)h->data_offset);
+        if (p == MAP_FAILED) {
+            err = engram__errno(errno, "mmap table '%s' (%llu bytes)", name,
+                                (unsigned long long)h->data_size);
+            goto fail;
+        }
+        m->addr = p;
+        m->len = (size_t)h->data_size;
     }
-    if ((fl & ENGRAM_OPEN_RANDOM) && madvise(t->map_addr, t->map_len, MADV_RANDOM) != 0) {
-        err = engram__errno(errno, "madvise(MADV_RANDOM) on '%s'", t->name);
+    if ((fl & ENGRAM_OPEN_RANDOM) && madvise(m->addr, m->len, MADV_RANDOM) != 0) {
+        err = engram__errno(errno, "madvise(MADV_RANDOM) on '%s'", name);
         goto fail;
     }
-    if ((fl & ENGRAM_OPEN_MLOCK) && mlock(t->map_addr, t->map_len) != 0) {
-        err = engram__errno(errno, "mlock %zu bytes of '%s' (see RLIMIT_MEMLOCK)", t->map_len,
-                            t->name);
+    if ((fl & ENGRAM_OPEN_MLOCK) && mlock(m->addr, m->len) != 0) {
+        err = engram__errno(errno, "mlock %zu bytes of '%s' (see RLIMIT_MEMLOCK)", m->len, name);
         goto fail;
     }
     getrusage(RUSAGE_THREAD, &r1);
-    t->minor_faults = (uint64_t)(r1.ru_minflt - r0.ru_minflt);
-    t->major_faults = (uint64_t)(r1.ru_majflt - r0.ru_majflt);
+    m->minor_faults = (uint64_t)(r1.ru_minflt - r0.ru_minflt);
+    m->major_faults = (uint64_t)(r1.ru_majflt - r0.ru_majflt);
     if (fl & ENGRAM_OPEN_VERIFY) {
-        uint64_t sum = XXH3_64bits(t->map_addr, (size_t)t->data_size);
-        if (sum != t->hdr.data_checksum) {
+        uint64_t sum = XXH3_64bits(m->addr, (size_t)h->data_size);
+        if (sum != h->data_checksum) {
             err = engram__err(ENGRAM_ECHECKSUM,
                               "table '%s': data checksum %016llx != %016llx in the header",
-                              t->name, (unsigned long long)sum,
-                              (unsigned long long)t->hdr.data_checksum);
+                              name, (unsigned long long)sum,
+                              (unsigned long long)h->data_checksum);
             goto fail;
         }
     }
-    t->base = t->map_addr;
+    memset(src, 0, sizeof *src);
+    src->kind = ENGRAM_TABLE_FILE;
+    src->base = m->addr;
+    src->vt = &mapfile_vt;
+    src->state = m;
     return 0;
 fail:
-    munmap(t->map_addr, t->map_len);
-    t->map_addr = NULL;
+    mapfile_release(m);
     return err;
-}
-
-void engram__unmap_table(engram__table *t)
-{
-    if (t->map_addr)
-        munmap(t->map_addr, t->map_len);
-    t->map_addr = NULL;
-    t->base = NULL;
 }
 
 /* Sums Rss and the huge-page lines of every smaps entry overlapping

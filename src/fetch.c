@@ -1,0 +1,245 @@
+/*
+ * fetch.c - the rows of one lookup that come from row sources (see
+ * fetch.h).
+ *
+ * Up to ENGRAM_SOURCE_MAX_REQS positions at a time:
+ *
+ *  1. Deduplicate: an open-addressing hash of (table, row) maps every
+ *     position to its distinct row; the other positions of a row are
+ *     chained behind it.  Engram ids are Zipf-like, so a batch repeats
+ *     rows often, and each distinct row is then looked up, read and
+ *     cached once.
+ *  2. Look each distinct row up in its table's row cache, prefetching the
+ *     sets (and, one step later, the slots) of the rows a few ahead, so
+ *     the misses of consecutive rows overlap as in the memory gather.
+ *  3. Hand the rows the cache did not have to their sources: one
+ *     read_rows call per (read_rows, ctx), with every such row of the
+ *     chunk.  A row the source wrote (all of them when it returns 0, the
+ *     ones it marked done otherwise) goes into the cache; one it did not
+ *     write counts as unread.
+ *  4. Copy every served row to its other positions.
+ *
+ * Nothing here locks except the cache's set locks.  The scratch (about 100
+ * bytes a position) is the thread's own and kept between lookups.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "common.h"
+#include "fetch.h"
+#include "rowcache.h"
+
+#define CHUNK ENGRAM_SOURCE_MAX_REQS
+#define NONE UINT32_MAX
+#define PF_SET 16 /* distinct rows ahead whose set line is prefetched */
+#define PF_SLOT 8 /* distinct rows ahead whose slot is prefetched */
+
+enum { UNREAD, IN_CALL, SERVED, FAILED };
+
+typedef struct uniq {
+    engram__table *t;
+    uint64_t row;
+    unsigned char *dst; /* the first position's output */
+    uint32_t count;     /* positions that ask for the row */
+    uint32_t dups;      /* the other positions, chained through nxt[] */
+    uint32_t state;
+} uniq;
+
+typedef struct scratch {
+    uint32_t *hash;          /* [cap] index into uq, or NONE */
+    uniq *uq;                /* [n] distinct rows */
+    uint32_t *nxt;           /* [n] next position of the same row */
+    uint32_t *map;           /* [n] distinct row of each request of a call */
+    engram_source_req *req;  /* [n] the requests of a call */
+} scratch;
+
+static _Thread_local int in_source;
+
+int engram__fetch_in_source(void)
+{
+    return in_source;
+}
+
+static inline uint32_t hash_of(const engram__table *t, uint64_t row, unsigned bits)
+{
+    uint64_t h = row * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)t * 0xC2B2AE3D27D4EB4Full;
+    h ^= h >> 29;
+    return (uint32_t)((h * 0x9E3779B97F4A7C15ull) >> (64 - bits));
+}
+
+static int scratch_get(size_t n, unsigned bits, scratch *s)
+{
+    size_t cap = (size_t)1 << bits;
+    /* Largest alignment first: uniq and req hold 8-byte fields. */
+    size_t size = n * sizeof(uniq) + n * sizeof(engram_source_req) + (cap + 2 * n) * sizeof(uint32_t);
+    unsigned char *p = engram__scratch(ENGRAM__SCRATCH_FETCH, size);
+    if (!p)
+        return engram__err(-ENOMEM, "out of memory for the deduplication of %zu rows", n);
+    s->uq = (uniq *)(void *)p;
+    s->req = (engram_source_req *)(void *)(p + n * sizeof(uniq));
+    s->hash = (uint32_t *)(void *)(p + n * sizeof(uniq) + n * sizeof(engram_source_req));
+    s->nxt = s->hash + cap;
+    s->map = s->nxt + n;
+    return 0;
+}
+
+/* Step 1: the distinct rows of reqs[0, n); returns how many. */
+static uint32_t dedupe(const engram__fetch_req *reqs, size_t n, unsigned bits, scratch *s)
+{
+    uint32_t mask = ((uint32_t)1 << bits) - 1, nu = 0;
+    memset(s->hash, 0xff, ((size_t)1 << bits) * sizeof *s->hash);
+    for (size_t i = 0; i < n; i++) {
+        engram__table *t = reqs[i].t;
+        uint64_t row = reqs[i].row;
+        uint32_t h = hash_of(t, row, bits), j;
+        /* The table has at least twice the positions' slots: a probe ends. */
+        while ((j = s->hash[h]) != NONE && (s->uq[j].t != t || s->uq[j].row != row))
+            h = (h + 1) & mask;
+        if (j == NONE) {
+            s->hash[h] = nu;
+            s->uq[nu] = (uniq){t, row, reqs[i].dst, 1, NONE, UNREAD};
+            nu++;
+        } else {
+            s->nxt[i] = s->uq[j].dups;
+            s->uq[j].dups = (uint32_t)i;
+            s->uq[j].count++;
+        }
+    }
+    return nu;
+}
+
+/* Step 2: the distinct rows the row caches hold. */
+static void from_cache(scratch *s, uint32_t nu, unsigned shard, int excl)
+{
+    for (uint32_t u = 0; u < nu; u++) {
+        uniq *q = &s->uq[u];
+        if (u + PF_SET < nu && s->uq[u + PF_SET].t->src.cache)
+            engram__rcache_prefetch_set(s->uq[u + PF_SET].t->src.cache, s->uq[u + PF_SET].row);
+        if (u + PF_SLOT < nu && s->uq[u + PF_SLOT].t->src.cache)
+            engram__rcache_prefetch_slot(s->uq[u + PF_SLOT].t->src.cache,
+                                         s->uq[u + PF_SLOT].row);
+        if (q->t->src.cache && engram__rcache_get(q->t->src.cache, q->row, q->dst)) {
+            q->state = SERVED;
+            engram__ctr_add(&q->t->ctr[shard].hits, q->count, excl);
+        } else {
+            engram__ctr_add(&q->t->ctr[shard].misses, q->count, excl);
+            if (q->count > 1)
+                engram__ctr_add(&q->t->ctr[shard].dedup, q->count - 1, excl);
+        }
+    }
+}
+
+/* Calls a source with m requests and turns its failure into the lookup's
+ * error, naming the table of the first row it did not write. */
+static int call_source(const engram_source_ops *ops, const scratch *s, uint32_t m)
+{
+    const engram__table *t;
+    int rc, msg;
+    (void)engram__source_msg_take();
+    in_source = 1;
+    rc = ops->read_rows(ops->ctx, s->req, m);
+    in_source = 0;
+    msg = engram__source_msg_take();
+    if (ENGRAM__LIKELY(rc == 0))
+        return 0;
+    t = s->uq[s->map[0]].t;
+    for (uint32_t j = 0; j < m; j++) {
+        if (rc < 0 && s->req[j].done != 1) {
+            t = s->uq[s->map[j]].t;
+            break;
+        }
+    }
+    if (rc > 0) {
+        /* Not a code: nothing it wrote can be trusted as done either. */
+        for (uint32_t j = 0; j < m; j++)
+            s->req[j].done = 0;
+        return engram__err(-EIO, "table '%s': read_rows returned %d (must be 0 or negative)",
+                           t->name, rc);
+    }
+    /* The library's own sources name the table in their messages; a
+     * caller's source gets its table's name put before its own message,
+     * or a plain one. */
+    if (msg)
+        return engram__err(rc, "table '%s': %s", t->name, engram_errmsg());
+    if (!t->src.vt)
+        return engram__err(rc, "table '%s': read_rows failed: %s", t->name, engram_strerror(rc));
+    return rc;
+}
+
+/* Step 3: the rows of one source, those of distinct row u and every later
+ * unread one with the same read_rows and ctx. */
+static int from_source(scratch *s, uint32_t u, uint32_t nu, unsigned shard, int excl)
+{
+    const engram_source_ops *ops = &s->uq[u].t->src.ops;
+    uint32_t m = 0;
+    int rc;
+    for (uint32_t v = u; v < nu; v++) {
+        uniq *q = &s->uq[v];
+        if (q->state != UNREAD || q->t->src.ops.read_rows != ops->read_rows ||
+            q->t->src.ops.ctx != ops->ctx)
+            continue;
+        q->state = IN_CALL;
+        s->map[m] = v;
+        s->req[m] = (engram_source_req){q->row, q->dst, q->t->src.table_ud, q->t->id, 0};
+        m++;
+    }
+    rc = call_source(ops, s, m);
+    for (uint32_t j = 0; j < m; j++) {
+        uniq *q = &s->uq[s->map[j]];
+        int ok = rc == 0 || s->req[j].done == 1;
+        q->state = ok ? SERVED : FAILED;
+        if (ok && q->t->src.cache)
+            engram__rcache_put(q->t->src.cache, q->row, q->dst);
+        if (!q->t->src.vt || !q->t->src.vt->cache_stats) {
+            /* A source without read counters of its own: count its rows. */
+            engram__table_counters *c = &q->t->ctr[shard];
+            engram__ctr_add(&c->reads, 1, excl);
+            if (ok)
+                engram__ctr_add(&c->bytes, q->t->spec.row_bytes, excl);
+            else
+                engram__ctr_add(&c->errors, 1, excl);
+        }
+    }
+    return rc;
+}
+
+static int fetch_chunk(const engram__fetch_req *reqs, size_t n, unsigned shard, int excl)
+{
+    scratch s = {NULL, NULL, NULL, NULL, NULL};
+    unsigned bits = 4;
+    uint32_t nu;
+    int err = 0, rc;
+    while (((size_t)1 << bits) < 2 * n)
+        bits++;
+    if ((rc = scratch_get(n, bits, &s)) != 0)
+        return rc;
+    nu = dedupe(reqs, n, bits, &s);
+    from_cache(&s, nu, shard, excl);
+    for (uint32_t u = 0; u < nu; u++)
+        if (s.uq[u].state == UNREAD && (rc = from_source(&s, u, nu, shard, excl)) != 0 &&
+            err == 0)
+            err = rc;
+    /* Step 4. */
+    for (uint32_t u = 0; u < nu; u++) {
+        const uniq *q = &s.uq[u];
+        if (q->state != SERVED)
+            continue;
+        for (uint32_t d = q->dups; d != NONE; d = s.nxt[d])
+            memcpy(reqs[d].dst, q->dst, q->t->spec.row_bytes);
+    }
+    return err;
+}
+
+int engram__fetch(const engram__fetch_req *reqs, size_t n)
+{
+    int excl, err = 0, rc;
+    unsigned shard = engram__shard(&excl);
+    for (size_t i = 0; i < n; i += CHUNK) {
+        /* Every chunk is served, even after a failure: each row that can
+         * be read is written. */
+        rc = fetch_chunk(reqs + i, n - i < CHUNK ? n - i : CHUNK, shard, excl);
+        if (rc && !err)
+            err = rc;
+    }
+    return err;
+}

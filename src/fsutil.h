@@ -1,0 +1,37 @@
+/*
+ * fsutil.h - safe access to the namespace directory and its entries, and
+ * reading table files (internal).
+ */
+#ifndef ENGRAM_FSUTIL_H
+#define ENGRAM_FSUTIL_H
+
+#include <stdint.h>
+#include <sys/stat.h>
+
+#include "format.h"
+
+/* Opens entry `name` of the namespace directory `dirfd` (shown as `path`
+ * in messages) with O_NOFOLLOW, refusing anything but a regular file
+ * owned by `uid` that nobody else may write.  Returns the descriptor, or
+ * a negative code (-ENOENT, ENGRAM_EUNSAFE, ...) with the reason. */
+int engram__open_entry(int dirfd, const char *path, uid_t uid, const char *name, int flags,
+                       struct stat *sb);
+
+/* Reads and validates the header of an open table file. */
+int engram__read_header(int fd, const struct stat *sb, const char *what, engram__header *h);
+
+/* Refuses a table file whose data region has a hole (a sparse copy):
+ * reading a hole of a mapping allocates a page, and where the file
+ * system is full (any user can fill /dev/shm) the reader gets SIGBUS.
+ * 0, or ENGRAM_ECORRUPT with the offset. */
+int engram__check_holes(int fd, const engram__header *h, const char *what);
+
+/* Reads len bytes at off, all of them: ENGRAM_ECORRUPT at the end of the
+ * file, -errno on a failed read. */
+int engram__read_full(int fd, void *buf, size_t len, uint64_t off, const char *what);
+
+/* XXH3-64 of the data of an open table file, with progress. */
+int engram__checksum_fd(int fd, const engram__header *h, const char *what,
+                        engram_progress_fn progress, void *ud, uint64_t *sum);
+
+#endif

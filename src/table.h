@@ -1,0 +1,53 @@
+/*
+ * table.h - a table of a store, as the lookup reads it (internal).
+ *
+ * Tables are made by store.c and freed only at engram_store_close(), so a
+ * lookup may hold a table pointer for its whole length, even while the
+ * table is being removed.  What a lookup reads of a table comes first;
+ * the per-thread-shard counters come last, one cache line per shard.
+ */
+#ifndef ENGRAM_TABLE_H
+#define ENGRAM_TABLE_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "common.h"
+#include "source.h"
+
+#define ENGRAM__SHARDS 16 /* stats shards; one per thread index */
+
+/* Per-thread-shard counters.  A thread with an exclusive shard updates it
+ * with relaxed load + store (no locked instruction on the hot path); only
+ * threads beyond ENGRAM__SHARDS share the last shard with atomic adds. */
+typedef struct engram__table_counters {
+    _Atomic uint64_t lookups, rows; /* every table */
+    _Atomic uint64_t hits, misses, dedup; /* row sources (fetch.c) */
+    _Atomic uint64_t reads, bytes, errors; /* row sources without their own read counters */
+} __attribute__((aligned(ENGRAM__CACHELINE))) engram__table_counters;
+
+typedef struct engram__table {
+    engram_table_spec spec; /* row_pitch resolved (never 0) */
+    atomic_int removed;     /* set by engram_remove() */
+    engram__source src;     /* src.base first: the lookup reads it with spec */
+    uint64_t data_size;     /* num_rows * row_pitch */
+    engram_table_id id;     /* its index in the store's registry */
+    char name[ENGRAM_NAME_MAX + 1];
+    engram__table_counters ctr[ENGRAM__SHARDS];
+} engram__table;
+
+/* This thread's stats shard index (< ENGRAM__SHARDS); *exclusive says
+ * whether no other thread uses it. */
+unsigned engram__shard(int *exclusive);
+
+/* Adds v to a shard counter: plain RMW when the shard is exclusive. */
+static inline void engram__ctr_add(_Atomic uint64_t *c, uint64_t v, int exclusive)
+{
+    if (exclusive)
+        atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + v,
+                              memory_order_relaxed);
+    else
+        atomic_fetch_add_explicit(c, v, memory_order_relaxed);
+}
+
+#endif
