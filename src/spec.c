@@ -7,6 +7,8 @@
  */
 #include <string.h>
 
+#include <stdint.h>
+
 #include "common.h"
 
 /* The largest table: row ids must fit int64 and byte offsets must fit
@@ -117,5 +119,16 @@ int engram__check_out_layout(size_t R, size_t T, size_t K, ptrdiff_t ost, ptrdif
                            "than the inner extent (%llu x %llu + %zu)",
                            (unsigned long long)s[0], (unsigned long long)n[1] - 1,
                            (unsigned long long)s[1], R);
+    /* The whole output must fit in the address space: a batch of 2^61
+     * tokens over broadcast ids would otherwise pass, and its extent wrap. */
+    span = R;
+    for (int i = 0; i < d; i++) {
+        uint64_t part;
+        if (engram__mul_u64(s[i], n[i] - 1, &part) || engram__add_u64(span, part, &span) ||
+            span > (uint64_t)PTRDIFF_MAX)
+            return engram__err(ENGRAM_ELAYOUT,
+                               "an output of %zu x %zu rows at these strides does not fit in "
+                               "memory", T, K);
+    }
     return 0;
 }

@@ -14,10 +14,12 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <sys/prctl.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 
 #include <linux/audit.h>
 #include <linux/filter.h>
@@ -630,9 +632,9 @@ static void test_no_io_uring(void)
  * source gets all the rows of a lookup in one call (up to
  * ENGRAM_SOURCE_MAX_REQS), so each distinct row is read once per lookup even
  * through a one-set cache that keeps none of them.  A read that fails late
- * in the call (the failing row sorts after most others) leaves the failed
- * row unwritten at both its positions and every other row either right or
- * untouched, and is never cached. */
+ * in the call (the failing row is asked for first after most others)
+ * leaves the failed row unwritten at both its positions and every other
+ * row either right or untouched, and is never cached. */
 static void test_large_lookup(void)
 {
     engram_store *mem = tu_open("big", 0, 1), *fc;
@@ -725,6 +727,8 @@ static const char *make_disk_root(void)
 {
     struct statfs fs;
     const char *bases[] = {getenv("ENGRAM_TEST_DISK_DIR"), "/var/tmp", "."};
+    if (disk_root[0])
+        return disk_root; /* one per run, removed at exit */
     for (size_t i = 0; i < sizeof bases / sizeof bases[0]; i++) {
         if (!bases[i] || statfs(bases[i], &fs) != 0 || fs.f_type == 0x01021994 /* tmpfs */)
             continue;
@@ -914,6 +918,285 @@ static void test_options_and_log(void)
     engram_store_close(mem);
 }
 
+/* ------------------------------------------------------------------------
+ * Bad days: fork, flags, memory.
+ */
+
+/* Lookups of misses on `st` (a small cache: reads every time); 0 if every
+ * row came back right. */
+static int lookup_rounds(engram_store *st, engram_table_id tid, uint32_t seed, uint64_t rng,
+                         int rounds)
+{
+    enum { N = 256 };
+    int64_t ids[N];
+    static _Thread_local unsigned char out[N][R];
+    for (int r = 0; r < rounds; r++) {
+        for (int i = 0; i < N; i++)
+            ids[i] = (int64_t)tu_rand_below(&rng, NROWS);
+        if (tu_lookup1(st, tid, ids, N, out, 0) != 0) {
+            fprintf(stderr, "lookup: %s\n", engram_errmsg());
+            return 1;
+        }
+        for (int i = 0; i < N; i++)
+            if (tu_row_mismatch(out[i], seed, (uint64_t)ids[i], R) >= 0)
+                return 1;
+    }
+    return 0;
+}
+
+/* fork() after lookups through the row cache: the child reads with rings
+ * of its own while the parent goes on with its own, at the same time;
+ * both get right rows and the parent is never disturbed.  (The rings used
+ * to be shared: the child's lookups corrupted the parent's queue.) */
+static void test_fork(void)
+{
+    engram_store *mem = tu_open("fork", 0, 1), *fc;
+    engram_table_id tid;
+    int status;
+    pid_t pid;
+    tu_populate(mem, "t", 91, NROWS, R, PITCH);
+    fc = open_cache(tu_scratch_root(), "fork", 64 << 10, 16, 2);
+    ASSERT_OK(engram_table_open(fc, "t", &tid));
+    ASSERT_EQ(lookup_rounds(fc, tid, 91, 1, 4), 0);
+    for (int child_first = 0; child_first < 2; child_first++) {
+        fflush(stdout);
+        pid = fork();
+        ASSERT(pid >= 0);
+        if (pid == 0)
+            _exit(lookup_rounds(fc, tid, 91, 7, 200));
+        ASSERT_EQ(lookup_rounds(fc, tid, 91, 3, 200), 0);
+        ASSERT_EQ(waitpid(pid, &status, 0), pid);
+        ASSERT(WIFEXITED(status));
+        ASSERT_EQ(WEXITSTATUS(status), 0);
+    }
+    /* A child that closes the store leaves the parent's rings alone. */
+    pid = fork();
+    ASSERT(pid >= 0);
+    if (pid == 0) {
+        int rc = lookup_rounds(fc, tid, 91, 9, 5);
+        engram_store_close(fc);
+        _exit(rc);
+    }
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    ASSERT_EQ(lookup_rounds(fc, tid, 91, 11, 20), 0);
+    engram_store_close(fc);
+    engram_store_close(mem);
+}
+
+/* A slow open never stalls the store: while one thread opens a table (held
+ * inside its O_DIRECT probe read by the hook), lookups of another table,
+ * the stats, the list and the info of the same store all complete.  (The
+ * store's lock used to be held through the whole open: each of these
+ * would have waited for it.) */
+static atomic_int probe_waiting, probe_gate;
+
+static int gate_hook(void *ud, const char *table, uint64_t row, unsigned seg, int res,
+                     unsigned char *data)
+{
+    (void)ud;
+    (void)seg;
+    (void)data;
+    if (row == UINT64_MAX && strcmp(table, "slow") == 0) {
+        atomic_store(&probe_waiting, 1);
+        while (!atomic_load(&probe_gate))
+            usleep(1000);
+    }
+    return res;
+}
+
+typedef struct open_arg {
+    engram_store *st;
+    engram_table_id tid;
+    int rc;
+} open_arg;
+
+static void *open_main(void *arg)
+{
+    open_arg *a = arg;
+    a->rc = engram_table_open(a->st, "slow", &a->tid);
+    return NULL;
+}
+
+static void test_slow_open(void)
+{
+    const char *droot = make_disk_root();
+    engram_store *dmem, *fc;
+    engram_store_options o = ENGRAM_STORE_OPTIONS_INIT;
+    engram_table_info info = ENGRAM_TABLE_INFO_INIT;
+    engram_stats stats = ENGRAM_STATS_INIT;
+    engram_table_id tid;
+    open_arg a;
+    pthread_t th;
+    char **names;
+    size_t n;
+    if (!droot) {
+        printf("   (no disk file system for the probe read: skipped)\n");
+        return;
+    }
+    o.flags = ENGRAM_OPEN_CREATE;
+    ASSERT_OK(engram_store_open(droot, "slow", &o, &dmem));
+    tu_populate(dmem, "t", 97, NROWS, R, PITCH);
+    tu_populate(dmem, "slow", 98, NROWS, R, PITCH);
+    engram_store_close(dmem);
+    fc = open_cache(droot, "slow", 1 << 20, 16, 1);
+    ASSERT_OK(engram_table_open(fc, "t", &tid));
+    ASSERT_EQ(lookup_rounds(fc, tid, 97, 1, 1), 0);
+    if (cstats(fc, "t").direct_tables == 0) {
+        printf("   (no O_DIRECT probe on %s: skipped)\n", droot);
+        engram_store_close(fc);
+        return;
+    }
+    atomic_store(&probe_waiting, 0);
+    atomic_store(&probe_gate, 0);
+    engram__reader_set_hook(gate_hook, NULL);
+    a = (open_arg){fc, 0, -1};
+    ASSERT_EQ(pthread_create(&th, NULL, open_main, &a), 0);
+    while (!atomic_load(&probe_waiting))
+        usleep(1000);
+    /* The open is stuck in its probe: everything else goes on. */
+    ASSERT_EQ(lookup_rounds(fc, tid, 97, 2, 3), 0);
+    ASSERT_OK(engram_store_stats(fc, &stats));
+    ASSERT_OK(engram_get_table_info(fc, "t", &info));
+    ASSERT_OK(engram_list(fc, &names, &n));
+    ASSERT_EQ(n, 2);
+    engram_free(names);
+    ASSERT_EQ(cstats(fc, NULL).tables, 1);
+    atomic_store(&probe_gate, 1);
+    ASSERT_EQ(pthread_join(th, NULL), 0);
+    engram__reader_set_hook(NULL, NULL);
+    ASSERT_OK(a.rc);
+    ASSERT_EQ(lookup_rounds(fc, a.tid, 98, 3, 1), 0);
+    engram_store_close(fc);
+}
+
+static uint64_t status_kb(const char *key)
+{
+    char line[256];
+    unsigned long long kb = 0;
+    size_t n = strlen(key);
+    FILE *f = fopen("/proc/self/status", "r");
+    ASSERT(f != NULL);
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, key, n) == 0 && line[n] == ':')
+            sscanf(line + n + 1, "%llu", &kb);
+    fclose(f);
+    return (uint64_t)kb;
+}
+
+/* Every open flag works with the row cache or is refused. */
+static void test_flags(void)
+{
+    engram_store *mem = tu_open("flags", 0, 1), *st;
+    engram_store_options o = ENGRAM_STORE_OPTIONS_INIT;
+    engram_table_id tid;
+    tu_populate(mem, "t", 93, NROWS, R, PITCH);
+
+    o.flags = ENGRAM_OPEN_FILE_CACHE | ENGRAM_OPEN_PRIVATE_HUGE;
+    ASSERT_ERR(engram_store_open(tu_scratch_root(), "flags", &o, &st), -EINVAL);
+    ASSERT_CONTAINS(engram_errmsg(), "PRIVATE_HUGE");
+
+    /* RANDOM: no readahead on the buffered reads; rows as ever. */
+    o.flags = ENGRAM_OPEN_FILE_CACHE | ENGRAM_OPEN_RANDOM;
+    ASSERT_OK(engram_store_open(tu_scratch_root(), "flags", &o, &st));
+    ASSERT_OK(engram_table_open(st, "t", &tid));
+    ASSERT_EQ(lookup_rounds(st, tid, 93, 5, 3), 0);
+    engram_store_close(st);
+
+    /* MLOCK locks the cache's memory (or says why it cannot). */
+    o.flags = ENGRAM_OPEN_FILE_CACHE | ENGRAM_OPEN_MLOCK;
+    o.cache_bytes = 4 << 20;
+    ASSERT_OK(engram_store_open(tu_scratch_root(), "flags", &o, &st));
+    {
+        uint64_t before = status_kb("VmLck");
+        int rc = engram_table_open(st, "t", &tid);
+        if (rc == 0) {
+            engram_cache_stats s = cstats(st, "t");
+            ASSERT_GT(s.cache_bytes, 1 << 20);
+            ASSERT_GE((status_kb("VmLck") - before) * 1024, s.cache_bytes - 4096);
+            ASSERT_EQ(lookup_rounds(st, tid, 93, 6, 3), 0);
+        } else {
+            ASSERT_CONTAINS(engram_errmsg(), "mlock");
+            printf("   (mlock refused here: %s)\n", engram_errmsg());
+        }
+    }
+    engram_store_close(st);
+    engram_store_close(mem);
+}
+
+/* The budget holds the process's memory, staging included: rows of 4 MiB,
+ * a 48 MiB budget, lookups from three threads and the pool.  The cache
+ * used to keep queue_depth staging rows per ring (here 4 rings x 64 x 4
+ * MiB = 1 GiB) whatever the budget. */
+typedef struct big_arg {
+    engram_store *st;
+    engram_table_id tid;
+    unsigned char *out;
+    uint64_t seed;
+    int bad;
+} big_arg;
+
+enum { BIG_R = 4 << 20, BIG_ROWS = 16 };
+
+static void *big_main(void *arg)
+{
+    big_arg *a = arg;
+    for (int it = 0; it < 12 && !a->bad; it++) {
+        int64_t ids[2] = {(int64_t)tu_rand_below(&a->seed, BIG_ROWS),
+                          (int64_t)tu_rand_below(&a->seed, BIG_ROWS)};
+        if (tu_lookup1(a->st, a->tid, ids, 2, a->out, 0) != 0 ||
+            tu_row_mismatch(a->out, 95, (uint64_t)ids[0], BIG_R) >= 0 ||
+            tu_row_mismatch(a->out + BIG_R, 95, (uint64_t)ids[1], BIG_R) >= 0)
+            a->bad = 1;
+    }
+    return NULL;
+}
+
+static void test_budget_holds_memory(void)
+{
+    engram_store *mem = tu_open("huge", 0, 1), *st;
+    engram_store_options o = ENGRAM_STORE_OPTIONS_INIT;
+    const uint64_t budget = 48 << 20;
+    big_arg a[3];
+    pthread_t th[3];
+    uint64_t rss0, rss1;
+    engram_cache_stats s;
+    tu_populate(mem, "t", 95, BIG_ROWS, BIG_R, 0);
+    engram_store_close(mem);
+    o.flags = ENGRAM_OPEN_FILE_CACHE;
+    o.cache_bytes = budget;
+    o.threads = 2;
+    ASSERT_OK(engram_store_open(tu_scratch_root(), "huge", &o, &st));
+    for (int i = 0; i < 3; i++) {
+        a[i] = (big_arg){st, 0, tu_xmalloc(2 * (size_t)BIG_R), (uint64_t)i + 1, 0};
+        /* Resident before the baseline (not 0: malloc + memset 0 may
+         * become a calloc that touches nothing). */
+        memset(a[i].out, 0xEE, 2 * (size_t)BIG_R);
+    }
+    rss0 = status_kb("VmRSS") * 1024;
+    ASSERT_OK(engram_table_open(st, "t", &a[0].tid));
+    a[1].tid = a[2].tid = a[0].tid;
+    for (int i = 0; i < 3; i++)
+        ASSERT_EQ(pthread_create(&th[i], NULL, big_main, &a[i]), 0);
+    for (int i = 0; i < 3; i++) {
+        ASSERT_EQ(pthread_join(th[i], NULL), 0);
+        ASSERT_EQ(a[i].bad, 0);
+    }
+    rss1 = status_kb("VmRSS") * 1024;
+    s = cstats(st, "t");
+    ASSERT_LE(s.cache_bytes + s.staging_bytes, budget);
+    ASSERT_GT(s.staging_bytes, BIG_R); /* one row's read at least */
+    /* What the lookups left resident: the cache, the staging, and a few
+     * MiB of thread stacks, scratch and heap. */
+    printf("   RSS +%.1f MiB for a %.0f MiB budget (%.1f MiB slots, %.1f MiB staging)\n",
+           (double)(rss1 - rss0) / 1048576.0, (double)budget / 1048576.0,
+           (double)s.cache_bytes / 1048576.0, (double)s.staging_bytes / 1048576.0);
+    ASSERT_LE(rss1 - rss0, s.cache_bytes + s.staging_bytes + (4 << 20));
+    engram_store_close(st);
+    for (int i = 0; i < 3; i++)
+        free(a[i].out);
+}
+
 int main(void)
 {
     tu_watchdog(240);
@@ -928,6 +1211,10 @@ int main(void)
     RUN_TEST(test_large_lookup);
     RUN_TEST(test_direct_modes);
     RUN_TEST(test_options_and_log);
+    RUN_TEST(test_fork);
+    RUN_TEST(test_slow_open);
+    RUN_TEST(test_flags);
+    RUN_TEST(test_budget_holds_memory);
     printf("test_filecache: all passed\n");
     return 0;
 }

@@ -937,6 +937,30 @@ static void bad_args_body(void)
     ASSERT_ALL_BYTES(out, SENTINEL, sizeof out);
     b.row_bytes = 264;
     ASSERT_OK(engram_lookup(st, &b));
+
+    /* Batches whose sizes wrap: 2^61 tokens over broadcast ids (one id
+     * read for every token) passed the T x K check, and the plan's 8
+     * bytes a row wrapped to a tiny buffer the planner then overran.
+     * Refused before anything is allocated or written. */
+    {
+        static const size_t huge[] = {(size_t)1 << 61, (size_t)1 << 62, SIZE_MAX / 2,
+                                      ((size_t)1 << 60) + 1};
+        int64_t one = 0;
+        memset(out, SENTINEL, sizeof out);
+        for (size_t i = 0; i < sizeof huge / sizeof huge[0]; i++) {
+            b = a;
+            b.num_tokens = huge[i];
+            b.num_cols = 1;
+            b.ids = &one;
+            b.id_stride_t = 0;
+            b.id_stride_k = 1;
+            b.out_stride_t = 264;
+            b.out_stride_k = 264;
+            ASSERT_ERR(engram_lookup(st, &b), ENGRAM_ELAYOUT);
+            ASSERT_CONTAINS(engram_errmsg(), "does not fit");
+            ASSERT_ALL_BYTES(out, SENTINEL, sizeof out);
+        }
+    }
 }
 
 static void test_bad_args(void)

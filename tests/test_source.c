@@ -504,6 +504,39 @@ static void test_budget(void)
     engram_store_close(st);
 }
 
+/* The rows a source gets are the ids the lookup validated, read once:
+ * here the output of the memory column overwrites the ids of the source
+ * column before the source is called (out aliases ids).  A second read
+ * of the ids would hand the source a row made of table bytes. */
+static void test_ids_read_once(void)
+{
+    unsigned char *rows = tu_make_rows(12, NROWS, R, PITCH, 0);
+    engram_table_spec spec = {NROWS, R, PITCH};
+    src_ctx c = {0};
+    src_table tab = {rows, NROWS, 0, 0};
+    engram_source_ops ops = make_ops(&c);
+    engram_store *st;
+    engram_table_id tabs[2];
+    union {
+        int64_t ids[2];
+        unsigned char out[2 * R];
+    } buf;
+    g_tabs[0] = &tab;
+    ASSERT_OK(engram_store_open_memory(NULL, &st));
+    ASSERT_OK(engram_bind(st, "m", &spec, rows));
+    ASSERT_OK(engram_table_open(st, "m", &tabs[0]));
+    ASSERT_OK(engram_add_source(st, "s", &spec, &ops, &tab, 0, &tabs[1]));
+    tab.id = tabs[1];
+    buf.ids[0] = 3;   /* column 0, memory: its row lands on both ids */
+    buf.ids[1] = 777; /* column 1, the source */
+    ASSERT_OK(lookup(st, tabs, NULL, buf.ids, 1, 2, buf.out, 0));
+    ASSERT_ROW(buf.out, 12, 3, R);
+    ASSERT_ROW(buf.out + R, 12, 777, R);
+    ASSERT_EQ_U64(atomic_load(&c.rows_read), 1);
+    engram_store_close(st);
+    free(rows);
+}
+
 static void test_bad_arguments(void)
 {
     engram_table_spec spec = {10, 8, 0}, bad_spec = {0, 8, 0};
@@ -564,6 +597,7 @@ int main(void)
     RUN_TEST(test_large);
     RUN_TEST(test_threads);
     RUN_TEST(test_budget);
+    RUN_TEST(test_ids_read_once);
     RUN_TEST(test_bad_arguments);
     printf("test_source: all passed\n");
     return 0;
