@@ -1,34 +1,12 @@
 /*
- * store.c - engramstore._engram.Store: the table API over one engram_store.
- *
- * A Store owns one engram_store (a namespace directory, or memory only)
- * and remembers:
- *   tables    name -> resolved table (id | row_bytes << 32), filled on the
- *             first lookup that names a table, so later lookups resolve a
- *             name with one dict probe;
- *   memo      the names of the last lookup and their ids;
- *   gen       bumped by remove() and close(): an id resolved while the GIL
- *             was released is cached (tables, memo) only if gen did not
- *             change meanwhile, so a removed table's id is never kept;
- *   declared  name -> (num_rows, row_bytes, row_pitch) from define():
- *             checked against stored tables when they are resolved;
- *   holds     the arrays bound with bind(), released at close().
- *
- * The GIL is released around every library call.  close() may be called
- * while other threads are inside one: each such call is counted in
- * `active` (incremented with the GIL held, before it is released, and
- * decremented without it when the library returns); close() marks the
- * store closing, so no new call starts, waits for `active` to drain, and
- * only then closes the engram_store.  Calls that arrive after close()
- * raise StoreClosedError.  No Python code may run between enter() and
- * leave(): code that calls close() there (a __dlpack__, a str subclass's
- * __hash__, a finalizer run by the GC) would wait for its own thread.
+ * store.c - engramstore._engram.Store, the type itself: creating, opening,
+ * closing and freeing a store, the close guard every method goes through,
+ * the parsing of METH_FASTCALL arguments, the lookups and stats(), and the
+ * method table (store.h describes the object and the guard).
  */
-#include "ext.h"
+#include "store.h"
 
 #include <errno.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -36,35 +14,9 @@
 #include <engram_cuda.h>
 #endif
 
-#define STACK_COLS 64
+/* ---- the close guard and argument parsing (see store.h) ------------------ */
 
-typedef struct {
-    PyObject_HEAD
-    engram_store *st;
-    PyObject *path;     /* str, for repr */
-    PyObject *tables;   /* dict */
-    /* The names of the last lookup (strong references) and their ids: a
-     * lookup naming the very same objects skips resolution. */
-    Py_ssize_t memo_k;
-    PyObject *memo_names[STACK_COLS];
-    engram_table_id memo_ids[STACK_COLS];
-    uint32_t memo_R;
-    uint64_t gen;       /* see above; read and written with the GIL */
-    PyObject *declared; /* dict */
-    PyObject *holds;    /* list of capsules */
-    atomic_long active;
-    atomic_int closing;
-    int sync_ready;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    ext_cuda *cuda; /* created by the first lookup into device memory */
-} StoreObject;
-
-/* ---- the close guard ----------------------------------------------------- */
-
-/* With the GIL held: 0 if the store is open (and counts the caller in),
- * -1 with StoreClosedError if not. */
-static int enter(StoreObject *s)
+int ext_store_enter(StoreObject *s)
 {
     if (!s->st || atomic_load(&s->closing)) {
         ext_raise_cls(ext_StoreClosedError, ENGRAM_ESTATE, "the store is closed");
@@ -74,8 +26,7 @@ static int enter(StoreObject *s)
     return 0;
 }
 
-/* Without the GIL (or with it): counts the caller out, waking close(). */
-static void leave(StoreObject *s)
+void ext_store_leave(StoreObject *s)
 {
     if (atomic_fetch_sub(&s->active, 1) == 1 && atomic_load(&s->closing)) {
         pthread_mutex_lock(&s->mu);
@@ -84,7 +35,7 @@ static void leave(StoreObject *s)
     }
 }
 
-/* ---- small helpers ----------------------------------------------------- */
+/* ---- the memo ---------------------------------------------------------- */
 
 /* Replaces the memo with k names (references stolen) and their ids.  The
  * old names are dropped last: that may run Python code (a str subclass's
@@ -92,7 +43,7 @@ static void leave(StoreObject *s)
 static void memo_set(StoreObject *s, PyObject *const *names, Py_ssize_t k,
                      const engram_table_id *ids, uint32_t R)
 {
-    PyObject *old[STACK_COLS];
+    PyObject *old[EXT_STORE_STACK_COLS];
     Py_ssize_t n = s->memo_k;
     memcpy(old, s->memo_names, (size_t)n * sizeof *old);
     if (k)
@@ -105,190 +56,14 @@ static void memo_set(StoreObject *s, PyObject *const *names, Py_ssize_t k,
         Py_DECREF(old[i]);
 }
 
-static void memo_clear(StoreObject *s)
+void ext_store_memo_clear(StoreObject *s)
 {
     memo_set(s, NULL, 0, NULL, 0);
 }
 
-static const char *name_arg(PyObject *name, const char *arg)
-{
-    Py_ssize_t len;
-    const char *c;
-    if (!PyUnicode_Check(name)) {
-        PyErr_Format(PyExc_TypeError, "%s: expected a table name (str), got %.100s", arg,
-                     Py_TYPE(name)->tp_name);
-        return NULL;
-    }
-    if (!(c = PyUnicode_AsUTF8AndSize(name, &len)))
-        return NULL;
-    if ((size_t)len != strlen(c)) {
-        PyErr_Format(PyExc_ValueError, "%s: a table name cannot contain NUL", arg);
-        return NULL;
-    }
-    return c;
-}
-
-static PyObject *spec_tuple(const engram_table_spec *sp)
-{
-    return Py_BuildValue("(KII)", (unsigned long long)sp->num_rows, sp->row_bytes,
-                         sp->row_pitch ? sp->row_pitch : sp->row_bytes);
-}
-
-static int spec_from_tuple(PyObject *t, engram_table_spec *sp)
-{
-    unsigned long long n;
-    unsigned int r, p;
-    if (!PyArg_ParseTuple(t, "KII", &n, &r, &p))
-        return -1;
-    sp->num_rows = n;
-    sp->row_bytes = r;
-    sp->row_pitch = p;
-    return 0;
-}
-
-/* A new reference to `name` (a str, checked by name_arg) as an exact str:
- * the key of the tables and declared dicts. */
-static PyObject *name_key(PyObject *name)
-{
-    return PyUnicode_CheckExact(name) ? Py_NewRef(name) : PyUnicode_FromObject(name);
-}
-
-/* Declared spec of `name` (a str), if any: 1 and *sp, 0 if none, -1 on
- * error. */
-static int declared_spec(StoreObject *s, PyObject *name, engram_table_spec *sp)
-{
-    PyObject *key = name_key(name), *t;
-    int r;
-    if (!key)
-        return -1;
-    t = PyDict_GetItemWithError(s->declared, key);
-    if (!t)
-        r = PyErr_Occurred() ? -1 : 0;
-    else
-        r = spec_from_tuple(t, sp) < 0 ? -1 : 1;
-    Py_DECREF(key);
-    return r;
-}
-
-/* 1 if a stored/bound table has the declared spec (a declared pitch of 0
- * or equal to row_bytes accepts any stored pitch). */
-static int spec_matches(const engram_table_spec *decl, const engram_table_spec *have)
-{
-    uint32_t dp = decl->row_pitch;
-    return decl->num_rows == have->num_rows && decl->row_bytes == have->row_bytes &&
-           (dp == 0 || dp == decl->row_bytes || dp == have->row_pitch);
-}
-
-static PyObject *mismatch(PyObject *name, const engram_table_spec *decl,
-                          const engram_table_spec *have)
-{
-    return ext_raise_cls(ext_exc_for(ENGRAM_EMISMATCH), ENGRAM_EMISMATCH,
-                         "table '%U' is stored with num_rows=%llu, row_bytes=%u, row_pitch=%u "
-                         "but declared with num_rows=%llu, row_bytes=%u, row_pitch=%u",
-                         name, (unsigned long long)have->num_rows, have->row_bytes,
-                         have->row_pitch, (unsigned long long)decl->num_rows, decl->row_bytes,
-                         decl->row_pitch ? decl->row_pitch : decl->row_bytes);
-}
-
-/* Stored (or bound) table info of `name`.  Caller has entered. */
-static int table_info(StoreObject *s, const char *cname, engram_table_info *info)
-{
-    int rc;
-    info->size = sizeof *info;
-    Py_BEGIN_ALLOW_THREADS
-    rc = engram_get_table_info(s->st, cname, info);
-    Py_END_ALLOW_THREADS
-    return rc;
-}
-
-/* Resolves table name -> (id, row_bytes), opening (mapping) the table on
- * first use.  The caches are keyed by exact str copies of the names, so
- * that probing them runs no Python code (a str subclass's __hash__ or
- * __eq__) and every spelling of a name hits one entry.  Enters the store
- * around the library calls only.  0 or -1 with an exception. */
-static int resolve(StoreObject *s, PyObject *name, engram_table_id *id, uint32_t *row_bytes,
-                   Py_ssize_t k)
-{
-    PyObject *key, *v;
-    engram_table_info info;
-    engram_table_spec decl;
-    const char *cname;
-    char what[48];
-    uint64_t gen;
-    int rc, d;
-
-    if (PyUnicode_CheckExact(name)) {
-        v = PyDict_GetItemWithError(s->tables, name);
-        if (v) {
-            unsigned long long x = PyLong_AsUnsignedLongLong(v);
-            *id = (engram_table_id)(x & 0xffffffffu);
-            *row_bytes = (uint32_t)(x >> 32);
-            return 0;
-        }
-        if (PyErr_Occurred())
-            return -1;
-    }
-    PyOS_snprintf(what, sizeof what, "tables[%zd]", k);
-    if (!(cname = name_arg(name, what)) || !(key = name_key(name)))
-        return -1;
-    if (key != name) {
-        v = PyDict_GetItemWithError(s->tables, key);
-        if (v) {
-            unsigned long long x = PyLong_AsUnsignedLongLong(v);
-            *id = (engram_table_id)(x & 0xffffffffu);
-            *row_bytes = (uint32_t)(x >> 32);
-            Py_DECREF(key);
-            return 0;
-        }
-        if (PyErr_Occurred())
-            goto fail;
-    }
-    if (enter(s) < 0)
-        goto fail;
-    gen = s->gen;
-    info.size = sizeof info;
-    Py_BEGIN_ALLOW_THREADS
-    rc = engram_get_table_info(s->st, cname, &info);
-    if (rc == 0)
-        rc = engram_table_open(s->st, cname, id);
-    leave(s);
-    Py_END_ALLOW_THREADS
-    if (rc < 0) {
-        ext_raise(rc, what);
-        goto fail;
-    }
-    if ((d = declared_spec(s, key, &decl)) < 0)
-        goto fail;
-    if (d && !spec_matches(&decl, &info.spec)) {
-        mismatch(key, &decl, &info.spec);
-        goto fail;
-    }
-    *row_bytes = info.spec.row_bytes;
-    v = PyLong_FromUnsignedLongLong((unsigned long long)*id |
-                                    ((unsigned long long)*row_bytes << 32));
-    if (!v)
-        goto fail;
-    /* Cache the id unless remove() or close() ran while the GIL was
-     * released (the name may be gone: resolve it afresh next time). */
-    if (s->gen == gen && PyDict_SetItem(s->tables, key, v) < 0) {
-        Py_DECREF(v);
-        goto fail;
-    }
-    Py_DECREF(v);
-    Py_DECREF(key);
-    return 0;
-fail:
-    Py_DECREF(key);
-    return -1;
-}
-
-/* ---- argument parsing for vectorcall methods -------------------------- */
-
-/* Fills vals[i] (borrowed, NULL if absent) for names[i] from positional
- * args (at most npos) and keywords; the first nreq are required. */
-static int parse_args(const char *fn, PyObject *const *args, Py_ssize_t nargs,
-                      PyObject *kwnames, const char *const *names, int nnames, int npos,
-                      int nreq, PyObject **vals)
+int ext_store_parse_args(const char *fn, PyObject *const *args, Py_ssize_t nargs,
+                         PyObject *kwnames, const char *const *names, int nnames, int npos,
+                         int nreq, PyObject **vals)
 {
     for (int i = 0; i < nnames; i++)
         vals[i] = NULL;
@@ -430,8 +205,8 @@ typedef struct lookup_in {
 
 static PyObject *do_lookup(StoreObject *s, const lookup_in *in)
 {
-    engram_table_id tid_stack[STACK_COLS], *tids = tid_stack;
-    int64_t off_stack[STACK_COLS], *offs = NULL;
+    engram_table_id tid_stack[EXT_STORE_STACK_COLS], *tids = tid_stack;
+    int64_t off_stack[EXT_STORE_STACK_COLS], *offs = NULL;
     ext_array ids = {0}, out = {0}, oa = {0};
     engram_lookup_args a = ENGRAM_LOOKUP_ARGS_INIT;
     Py_ssize_t K, T, T2, ist, ost;
@@ -440,7 +215,7 @@ static PyObject *do_lookup(StoreObject *s, const lookup_in *in)
     const int lead = in->lead;
     int rc;
     PyObject *ret = NULL;
-    PyObject *rn[STACK_COLS]; /* the names resolved, held (K <= STACK_COLS) */
+    PyObject *rn[EXT_STORE_STACK_COLS]; /* the names resolved, held (K <= that) */
     Py_ssize_t nrn = 0;
     uint64_t gen = s->gen;
 
@@ -449,12 +224,12 @@ static PyObject *do_lookup(StoreObject *s, const lookup_in *in)
                      Py_TYPE(in->tables)->tp_name);
         return NULL;
     }
-    /* The store is entered only around library calls (see enter()); this
+    /* The store is entered only around library calls (see store.h); this
      * just fails early. */
     if (!s->st || atomic_load(&s->closing))
         return ext_raise_cls(ext_StoreClosedError, ENGRAM_ESTATE, "the store is closed");
     K = PySequence_Fast_GET_SIZE(in->tables);
-    if (K > STACK_COLS) {
+    if (K > EXT_STORE_STACK_COLS) {
         /* One block: the int64 offsets first, so they are aligned, then the
          * table ids. */
         offs = PyMem_Malloc((size_t)K * (sizeof *offs + sizeof *tids));
@@ -486,8 +261,8 @@ static PyObject *do_lookup(StoreObject *s, const lookup_in *in)
             goto out;
         }
         name = Py_NewRef(PySequence_Fast_GET_ITEM(in->tables, k));
-        rc = resolve(s, name, &tids[k], &rb, k);
-        if (K <= STACK_COLS)
+        rc = ext_store_resolve(s, name, &tids[k], &rb, k);
+        if (K <= EXT_STORE_STACK_COLS)
             rn[nrn++] = name;
         else
             Py_DECREF(name);
@@ -507,7 +282,7 @@ static PyObject *do_lookup(StoreObject *s, const lookup_in *in)
         }
     /* Memoize the names with the ids they resolved to, unless remove() or
      * close() ran meanwhile (an id may be a removed table's). */
-    if (K <= STACK_COLS && s->gen == gen) {
+    if (K <= EXT_STORE_STACK_COLS && s->gen == gen) {
         nrn = 0; /* the memo takes the names */
         memo_set(s, rn, K, tids, R);
     }
@@ -663,10 +438,10 @@ resolved:
         call.ptr[1] = out.data;
         call.device[0] = ids.device_id;
         call.device[1] = out.device_id;
-        if (ext_cuda_stream(in->stream, &call.stream) < 0 || enter(s) < 0)
+        if (ext_cuda_stream(in->stream, &call.stream) < 0 || ext_store_enter(s) < 0)
             goto out;
         rc = ext_cuda_lookup(&s->cuda, s->st, &a, &call, &cerr);
-        leave(s);
+        ext_store_leave(s);
         if (rc == 0)
             ret = Py_NewRef(Py_None);
         else
@@ -674,11 +449,11 @@ resolved:
         goto out;
     }
 #endif
-    if (enter(s) < 0)
+    if (ext_store_enter(s) < 0)
         goto out;
     Py_BEGIN_ALLOW_THREADS
     rc = engram_lookup(s->st, &a);
-    leave(s);
+    ext_store_leave(s);
     Py_END_ALLOW_THREADS
     if (rc == ENGRAM_EBADID)
         raise_bad_id(rc, &ids, in->ids_arg, lead);
@@ -720,7 +495,7 @@ static PyObject *Store_lookup(StoreObject *s, PyObject *const *args, Py_ssize_t 
     static const char *const names[] = {"tables", "ids", "out", "offsets", "stream", "zero_dead"};
     PyObject *v[6];
     lookup_in in;
-    if (parse_args("lookup", args, nargs, kwnames, names, 6, 5, 3, v) < 0)
+    if (ext_store_parse_args("lookup", args, nargs, kwnames, names, 6, 5, 3, v) < 0)
         return NULL;
 #ifndef ENGRAMSTORE_HAVE_CUDA
     if (v[4] && v[4] != Py_None) {
@@ -771,484 +546,6 @@ static PyObject *Store_lookup_layer(StoreObject *s, PyObject *const *args, Py_ss
     return do_lookup(s, &in);
 }
 
-/* ---- rows for populate and bind ----------------------------------------- */
-
-/* Checks `a` is uint8 [N, R] with contiguous row bytes and a row stride of
- * at least R; fills *sp (pitch = the row stride) from it. */
-static int rows_layout(const ext_array *a, const char *arg, engram_table_spec *sp)
-{
-    char b[64];
-    if (a->kind != EXT_KIND_UINT || a->itemsize != 1) {
-        PyErr_Format(PyExc_TypeError, "%s: expected uint8, got %s", arg,
-                     ext_array_dtype(a, b, sizeof b));
-        return -1;
-    }
-    if (a->ndim != 2) {
-        PyErr_Format(PyExc_ValueError, "%s: expected a 2-D array [num_rows, row_bytes], got shape %s",
-                     arg, ext_array_shape(a, b, sizeof b));
-        return -1;
-    }
-    if ((a->shape[1] > 1 && a->strides[1] != 1) ||
-        (a->shape[0] > 1 && a->strides[0] < a->shape[1])) {
-        PyErr_Format(PyExc_ValueError,
-                     "%s: rows must be stored one after another with their bytes contiguous "
-                     "(strides (>= row_bytes, 1)), got strides (%zd, %zd)",
-                     arg, a->strides[0], a->strides[1]);
-        return -1;
-    }
-    if (a->shape[0] < 1 || a->shape[1] < 1 || a->shape[1] > (Py_ssize_t)ENGRAM_ROW_BYTES_MAX) {
-        PyErr_Format(PyExc_ValueError, "%s: shape %s is not a table (1 <= row_bytes <= %u, "
-                     "num_rows >= 1)", arg, ext_array_shape(a, b, sizeof b),
-                     (unsigned)ENGRAM_ROW_BYTES_MAX);
-        return -1;
-    }
-    sp->num_rows = (uint64_t)a->shape[0];
-    sp->row_bytes = (uint32_t)a->shape[1];
-    sp->row_pitch = a->shape[0] > 1 ? (uint32_t)a->strides[0] : sp->row_bytes;
-    if (a->shape[0] > 1 && a->strides[0] > (Py_ssize_t)ENGRAM_ROW_BYTES_MAX) {
-        PyErr_Format(PyExc_ValueError, "%s: row stride %zd is more than %u", arg, a->strides[0],
-                     (unsigned)ENGRAM_ROW_BYTES_MAX);
-        return -1;
-    }
-    return 0;
-}
-
-/* The (name, rows) arguments of populate() and bind(): parses them, takes
- * the array into *a, checks it is a table ([num_rows, row_bytes] uint8,
- * rows one after another) agreeing with any declared spec of the name.
- * *sp receives the array's layout (row_pitch = its row stride) and
- * *decl_pitch the declared pitch (0 if the name is not declared).  0, or
- * -1 with an exception and nothing held. */
-static int take_rows(StoreObject *s, const char *fn, PyObject *const *args, Py_ssize_t nargs,
-                     PyObject *kwnames, const char **cname, ext_array *a,
-                     engram_table_spec *sp, uint32_t *decl_pitch)
-{
-    static const char *const names[] = {"name", "rows"};
-    PyObject *v[2];
-    engram_table_spec decl;
-    char b[64];
-    int d;
-    if (parse_args(fn, args, nargs, kwnames, names, 2, 2, 2, v) < 0 ||
-        !(*cname = name_arg(v[0], "name")) || ext_array_get(v[1], "rows", 0, a) < 0)
-        return -1;
-    if (rows_layout(a, "rows", sp) < 0 || (d = declared_spec(s, v[0], &decl)) < 0)
-        goto fail;
-    if (d && (decl.num_rows != sp->num_rows || decl.row_bytes != sp->row_bytes)) {
-        PyErr_Format(PyExc_ValueError, "rows: expected shape (%llu, %u) for table '%U', got %s",
-                     (unsigned long long)decl.num_rows, decl.row_bytes, v[0],
-                     ext_array_shape(a, b, sizeof b));
-        goto fail;
-    }
-    *decl_pitch = d ? decl.row_pitch : 0;
-    return 0;
-fail:
-    ext_array_release(a);
-    return -1;
-}
-
-PyDoc_STRVAR(populate_doc,
-"populate(name, rows) -> None\n\n"
-"Stores rows (uint8 [num_rows, row_bytes], rows stored one after another) as\n"
-"table `name`: create-only and atomic.  If the name was declared (tables= or\n"
-"define()), the shape must match it; otherwise the shape is the spec.  Raises\n"
-"TableExistsError if the name is already stored or bound.  The GIL is released\n"
-"while the table is written.");
-
-static PyObject *Store_populate(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
-                                PyObject *kwnames)
-{
-    ext_array a;
-    engram_table_spec sp;
-    const char *cname;
-    uint32_t decl_pitch;
-    size_t src_stride;
-    int rc;
-    if (take_rows(s, "populate", args, nargs, kwnames, &cname, &a, &sp, &decl_pitch) < 0)
-        return NULL;
-    /* The rows are read at their own stride and stored at the declared
-     * pitch (or packed). */
-    src_stride = sp.row_pitch;
-    sp.row_pitch = decl_pitch;
-    if (enter(s) < 0) {
-        ext_array_release(&a);
-        return NULL;
-    }
-    Py_BEGIN_ALLOW_THREADS
-    rc = engram_populate(s->st, cname, &sp, a.data, src_stride);
-    leave(s);
-    Py_END_ALLOW_THREADS
-    ext_array_release(&a);
-    if (rc < 0)
-        return ext_raise(rc, NULL);
-    Py_RETURN_NONE;
-}
-
-static void hold_destroy(PyObject *cap)
-{
-    ext_array *a = PyCapsule_GetPointer(cap, "engramstore.hold");
-    if (a) {
-        ext_array_release(a);
-        PyMem_Free(a);
-    }
-}
-
-PyDoc_STRVAR(bind_doc,
-"bind(name, rows) -> None\n\n"
-"Serves caller memory as table `name` without copying: rows is a uint8\n"
-"[num_rows, row_bytes] array (any row stride >= row_bytes, e.g. an np.memmap).\n"
-"The store keeps a reference to it until close(); its contents must not change\n"
-"meanwhile.  Raises TableExistsError if the name is bound or stored.");
-
-static PyObject *Store_bind(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
-                            PyObject *kwnames)
-{
-    PyObject *cap = NULL;
-    ext_array *a;
-    engram_table_spec sp;
-    const char *cname;
-    uint32_t decl_pitch;
-    int rc;
-    if (!(a = PyMem_Calloc(1, sizeof *a)))
-        return PyErr_NoMemory();
-    /* Bound rows are served where they are: the pitch is the array's row
-     * stride, whatever was declared. */
-    if (take_rows(s, "bind", args, nargs, kwnames, &cname, a, &sp, &decl_pitch) < 0) {
-        PyMem_Free(a);
-        return NULL;
-    }
-    if (!(cap = PyCapsule_New(a, "engramstore.hold", hold_destroy))) {
-        ext_array_release(a);
-        PyMem_Free(a);
-        return NULL;
-    }
-    /* Hold the array before binding it: once bound, the store must never
-     * outlive its reference. */
-    if (PyList_Append(s->holds, cap) < 0 || enter(s) < 0)
-        goto fail_held;
-    Py_BEGIN_ALLOW_THREADS
-    rc = engram_bind(s->st, cname, &sp, a->data);
-    leave(s);
-    Py_END_ALLOW_THREADS
-    if (rc < 0) {
-        ext_raise(rc, NULL);
-        goto fail_held;
-    }
-    Py_DECREF(cap);
-    Py_RETURN_NONE;
-fail_held:
-    /* Drop our entry (the last one with this capsule) again. */
-    for (Py_ssize_t i = PyList_GET_SIZE(s->holds) - 1; i >= 0; i--)
-        if (PyList_GET_ITEM(s->holds, i) == cap) {
-            PyObject *et, *ev, *tb;
-            PyErr_Fetch(&et, &ev, &tb);
-            if (PyList_SetSlice(s->holds, i, i + 1, NULL) < 0)
-                PyErr_Clear();
-            PyErr_Restore(et, ev, tb);
-            break;
-        }
-    Py_DECREF(cap);
-    return NULL;
-}
-
-PyObject *ext_check_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    ext_array a;
-    engram_table_spec sp;
-    const char *arg;
-    unsigned long long n;
-    unsigned long r;
-    int bad = 0;
-    char b[64];
-    (void)self;
-    if (nargs != 4 || !PyUnicode_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "_check_rows(rows, arg: str, num_rows, row_bytes)");
-        return NULL;
-    }
-    if (!(arg = PyUnicode_AsUTF8(args[1])))
-        return NULL;
-    n = PyLong_AsUnsignedLongLong(args[2]);
-    r = PyLong_AsUnsignedLong(args[3]);
-    if (PyErr_Occurred())
-        return NULL;
-    if (ext_array_get(args[0], arg, 0, &a) < 0)
-        return NULL;
-    if (rows_layout(&a, arg, &sp) < 0) {
-        ext_array_release(&a);
-        return NULL;
-    }
-    bad = sp.num_rows != n || sp.row_bytes != r;
-    if (bad)
-        PyErr_Format(PyExc_ValueError, "%s: expected shape (%llu, %lu), got %s", arg, n, r,
-                     ext_array_shape(&a, b, sizeof b));
-    else if (!ext_array_c_contiguous(&a)) {
-        PyErr_Format(PyExc_ValueError, "%s: must be C-contiguous", arg);
-        bad = 1;
-    }
-    ext_array_release(&a);
-    if (bad)
-        return NULL;
-    Py_RETURN_NONE;
-}
-
-PyDoc_STRVAR(open_safetensors_doc,
-"open_safetensors(name, path, weight, scale=None, row_start=0, row_end=0) -> None\n\n"
-"Serves rows of a safetensors checkpoint as table `name`, read on demand\n"
-"through the store's row cache (no copy of the checkpoint): row i is row\n"
-"row_start + i of tensor `weight` followed by the same row of `scale` (e.g.\n"
-"[N, 256] F8_E4M3 values and [N, 8] F8_E8M0 scales give 264-byte rows).\n"
-"`path` is a .safetensors file or a model.safetensors.index.json; row_end 0\n"
-"means all rows.  The header is validated before use (CorruptTableError).");
-
-static PyObject *Store_open_safetensors(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
-                                        PyObject *kwnames)
-{
-    static const char *const names[] = {"name", "path", "weight", "scale", "row_start",
-                                        "row_end"};
-    PyObject *v[6], *pathb = NULL;
-    const char *cname, *cweight, *cscale = NULL;
-    unsigned long long r0 = 0, r1 = 0;
-    engram_table_id id;
-    int rc;
-    if (parse_args("open_safetensors", args, nargs, kwnames, names, 6, 6, 3, v) < 0)
-        return NULL;
-    if (!(cname = name_arg(v[0], "name")) || !(cweight = name_arg(v[2], "weight")))
-        return NULL;
-    if (v[3] && v[3] != Py_None && !(cscale = name_arg(v[3], "scale")))
-        return NULL;
-    if ((v[4] && (r0 = PyLong_AsUnsignedLongLong(v[4])) == (unsigned long long)-1 &&
-         PyErr_Occurred()) ||
-        (v[5] && (r1 = PyLong_AsUnsignedLongLong(v[5])) == (unsigned long long)-1 &&
-         PyErr_Occurred()))
-        return NULL;
-    if (!PyUnicode_FSConverter(v[1], &pathb))
-        return NULL;
-    if (enter(s) < 0) {
-        Py_DECREF(pathb);
-        return NULL;
-    }
-    Py_BEGIN_ALLOW_THREADS
-    rc = engram_open_safetensors(s->st, cname, PyBytes_AS_STRING(pathb), cweight, cscale, r0, r1,
-                                 &id);
-    leave(s);
-    Py_END_ALLOW_THREADS
-    Py_DECREF(pathb);
-    if (rc < 0)
-        return ext_raise(rc, NULL);
-    Py_RETURN_NONE;
-}
-
-/* ---- definitions and queries ------------------------------------------- */
-
-PyDoc_STRVAR(define_doc,
-"define(name, num_rows, row_bytes, row_pitch=0) -> None\n\n"
-"Declares table `name` with its spec.  If the table is already stored, the\n"
-"spec must match it (LayoutMismatchError otherwise); a name declared twice must\n"
-"be declared the same way.  Declared tables are checked again when they are\n"
-"first looked up, and populate() of a declared name takes its spec from here.");
-
-static PyObject *Store_define(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
-                              PyObject *kwnames)
-{
-    static const char *const names[] = {"name", "num_rows", "row_bytes", "row_pitch"};
-    PyObject *v[4], *t, *key;
-    engram_table_spec sp = {0, 0, 0}, old;
-    engram_table_info info;
-    const char *cname;
-    int rc, d;
-    if (parse_args("define", args, nargs, kwnames, names, 4, 4, 3, v) < 0)
-        return NULL;
-    if (!(cname = name_arg(v[0], "name")))
-        return NULL;
-    for (int i = 1; i < 4; i++) {
-        if (v[i] && !PyLong_Check(v[i])) {
-            PyErr_Format(PyExc_TypeError, "%s: expected an int, got %.100s", names[i],
-                         Py_TYPE(v[i])->tp_name);
-            return NULL;
-        }
-    }
-    {
-        long long n = PyLong_AsLongLong(v[1]);
-        long long r = PyLong_AsLongLong(v[2]);
-        long long p = v[3] ? PyLong_AsLongLong(v[3]) : 0;
-        if (PyErr_Occurred())
-            return NULL;
-        if (n < 1 || r < 1 || r > ENGRAM_ROW_BYTES_MAX || p < 0 || p > ENGRAM_ROW_BYTES_MAX ||
-            (p && p < r))
-            return ext_raise_cls(ext_exc_for(ENGRAM_ESPEC), ENGRAM_ESPEC,
-                                 "table '%s': num_rows=%lld, row_bytes=%lld, row_pitch=%lld is "
-                                 "not a spec (num_rows >= 1, 1 <= row_bytes <= %u, row_pitch 0 "
-                                 "or row_bytes..%u)",
-                                 cname, n, r, p, (unsigned)ENGRAM_ROW_BYTES_MAX,
-                                 (unsigned)ENGRAM_ROW_BYTES_MAX);
-        sp.num_rows = (uint64_t)n;
-        sp.row_bytes = (uint32_t)r;
-        sp.row_pitch = (uint32_t)p;
-    }
-    if ((rc = engram_name_check(cname)) < 0 || (rc = engram_spec_check(&sp)) < 0)
-        return ext_raise(rc, "name");
-    if ((d = declared_spec(s, v[0], &old)) < 0)
-        return NULL;
-    if (d && (old.num_rows != sp.num_rows || old.row_bytes != sp.row_bytes ||
-              (old.row_pitch ? old.row_pitch : old.row_bytes) !=
-                  (sp.row_pitch ? sp.row_pitch : sp.row_bytes)))
-        return mismatch(v[0], &sp, &old);
-    if (enter(s) < 0)
-        return NULL;
-    rc = table_info(s, cname, &info);
-    leave(s);
-    if (rc == 0 && !spec_matches(&sp, &info.spec))
-        return mismatch(v[0], &sp, &info.spec);
-    if (rc < 0 && rc != -ENOENT)
-        return ext_raise(rc, NULL);
-    if (!(t = spec_tuple(&sp)))
-        return NULL;
-    if (!(key = name_key(v[0]))) {
-        Py_DECREF(t);
-        return NULL;
-    }
-    rc = PyDict_SetItem(s->declared, key, t);
-    Py_DECREF(key);
-    Py_DECREF(t);
-    if (rc < 0)
-        return NULL;
-    Py_RETURN_NONE;
-}
-
-static const char *kind_name(uint32_t kind)
-{
-    return kind == ENGRAM_TABLE_FILE          ? "file"
-           : kind == ENGRAM_TABLE_BOUND       ? "bound"
-           : kind == ENGRAM_TABLE_SAFETENSORS ? "safetensors"
-                                              : "other";
-}
-
-PyDoc_STRVAR(get_table_spec_doc,
-"get_table_spec(name) -> dict\n\n"
-"The spec of table `name`: num_rows, row_bytes, row_pitch, and `stored` (False\n"
-"for a name that is declared but not populated yet).  Stored tables also give\n"
-"kind ('file' or 'bound'), data_size, checksum (XXH3-64) and created_ns.\n"
-"Raises TableNotFoundError for a name neither stored nor declared.");
-
-static PyObject *Store_get_table_spec(StoreObject *s, PyObject *name)
-{
-    engram_table_info info;
-    engram_table_spec decl;
-    const char *cname;
-    int rc, d;
-    if (!(cname = name_arg(name, "name")))
-        return NULL;
-    if (enter(s) < 0)
-        return NULL;
-    rc = table_info(s, cname, &info);
-    leave(s);
-    if (rc == 0)
-        return Py_BuildValue("{s:K,s:I,s:I,s:O,s:s,s:K,s:K,s:K}", "num_rows",
-                             (unsigned long long)info.spec.num_rows, "row_bytes",
-                             info.spec.row_bytes, "row_pitch", info.spec.row_pitch, "stored",
-                             Py_True, "kind", kind_name(info.kind), "data_size",
-                             (unsigned long long)info.data_size, "checksum",
-                             (unsigned long long)info.checksum, "created_ns",
-                             (unsigned long long)info.created_ns);
-    if (rc == -ENOENT) {
-        if ((d = declared_spec(s, name, &decl)) < 0)
-            return NULL;
-        if (d)
-            return Py_BuildValue("{s:K,s:I,s:I,s:O}", "num_rows",
-                                 (unsigned long long)decl.num_rows, "row_bytes", decl.row_bytes,
-                                 "row_pitch", decl.row_pitch ? decl.row_pitch : decl.row_bytes,
-                                 "stored", Py_False);
-    }
-    return ext_raise(rc, NULL);
-}
-
-PyDoc_STRVAR(list_tables_doc, "list_tables() -> list[str]\n\n"
-                              "The names of the stored and bound tables, sorted.");
-
-static PyObject *Store_list_tables(StoreObject *s, PyObject *unused)
-{
-    char **names = NULL;
-    size_t n = 0;
-    int rc;
-    PyObject *list;
-    (void)unused;
-    if (enter(s) < 0)
-        return NULL;
-    Py_BEGIN_ALLOW_THREADS
-    rc = engram_list(s->st, &names, &n);
-    leave(s);
-    Py_END_ALLOW_THREADS
-    if (rc < 0)
-        return ext_raise(rc, NULL);
-    if (!(list = PyList_New((Py_ssize_t)n)))
-        goto out;
-    for (size_t i = 0; i < n; i++) {
-        PyObject *u = PyUnicode_FromString(names[i]);
-        if (!u) {
-            Py_CLEAR(list);
-            goto out;
-        }
-        PyList_SET_ITEM(list, (Py_ssize_t)i, u);
-    }
-out:
-    engram_free(names);
-    return list;
-}
-
-PyDoc_STRVAR(remove_doc,
-"remove(name) -> None\n\n"
-"Unpublishes stored table `name` (the name is free again at once).  Other\n"
-"processes keep the mapping they have; this store's later lookups of the name\n"
-"find the table gone.  Bound tables cannot be removed (StateError).");
-
-/* Calls fn(store, name) with the GIL released: 0, or -1 with the
- * library's error raised. */
-static int call_named(StoreObject *s, PyObject *name, int (*fn)(engram_store *, const char *))
-{
-    const char *cname;
-    int rc;
-    if (!(cname = name_arg(name, "name")) || enter(s) < 0)
-        return -1;
-    Py_BEGIN_ALLOW_THREADS
-    rc = fn(s->st, cname);
-    leave(s);
-    Py_END_ALLOW_THREADS
-    if (rc < 0) {
-        ext_raise(rc, NULL);
-        return -1;
-    }
-    return 0;
-}
-
-static PyObject *Store_remove(StoreObject *s, PyObject *name)
-{
-    if (call_named(s, name, engram_remove) < 0)
-        return NULL;
-    /* The next lookup of the name resolves it afresh; resolutions running
-     * in other threads (the GIL released) must not cache what they found.
-     * The whole cache goes: removing is rare, and every other name
-     * resolves again to the id it had. */
-    s->gen++;
-    memo_clear(s);
-    PyDict_Clear(s->tables);
-    Py_RETURN_NONE;
-}
-
-PyDoc_STRVAR(verify_doc,
-"verify(name) -> None\n\n"
-"Re-reads stored table `name` and checks its header and data checksum\n"
-"(CorruptTableError if they disagree).  The GIL is released meanwhile.");
-
-static int verify_quiet(engram_store *st, const char *name)
-{
-    return engram_verify(st, name, NULL, NULL);
-}
-
-static PyObject *Store_verify(StoreObject *s, PyObject *name)
-{
-    if (call_named(s, name, verify_quiet) < 0)
-        return NULL;
-    Py_RETURN_NONE;
-}
 
 PyDoc_STRVAR(stats_doc,
 "stats() -> dict\n\n"
@@ -1267,10 +564,10 @@ static PyObject *Store_stats(StoreObject *s, PyObject *unused)
     PyObject *d = NULL, *tabs = NULL, *names = NULL, *cache = NULL, *cuda = NULL, *key;
     int rc;
     (void)unused;
-    if (enter(s) < 0)
+    if (ext_store_enter(s) < 0)
         return NULL;
     rc = engram_store_stats(s->st, &es);
-    leave(s);
+    ext_store_leave(s);
     if (rc < 0)
         return ext_raise(rc, NULL);
     if (!(tabs = PyDict_New()))
@@ -1286,10 +583,10 @@ static PyObject *Store_stats(StoreObject *s, PyObject *unused)
         const char *cname;
         key = PyList_GET_ITEM(names, i);
         cname = PyUnicode_AsUTF8(key);
-        if (!cname || enter(s) < 0)
+        if (!cname || ext_store_enter(s) < 0)
             goto fail;
-        rc = table_info(s, cname, &info);
-        leave(s);
+        rc = ext_store_table_info(s, cname, &info);
+        ext_store_leave(s);
         if (rc == -ENOENT)
             continue; /* removed meanwhile */
         if (rc < 0) {
@@ -1312,10 +609,10 @@ static PyObject *Store_stats(StoreObject *s, PyObject *unused)
     }
     {
         engram_cache_stats cs = ENGRAM_CACHE_STATS_INIT;
-        if (enter(s) < 0)
+        if (ext_store_enter(s) < 0)
             goto fail;
         rc = engram_get_cache_stats(s->st, NULL, &cs);
-        leave(s);
+        ext_store_leave(s);
         if (rc < 0) {
             ext_raise(rc, NULL);
             goto fail;
@@ -1339,10 +636,10 @@ static PyObject *Store_stats(StoreObject *s, PyObject *unused)
     {
         engram_cuda_stats cst = ENGRAM_CUDA_STATS_INIT;
         int have;
-        if (enter(s) < 0)
+        if (ext_store_enter(s) < 0)
             goto fail;
         have = ext_cuda_stats(s->cuda, &cst);
-        leave(s);
+        ext_store_leave(s);
         if (have) {
             Py_DECREF(cuda);
             cuda = Py_BuildValue("{s:i,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "device",
@@ -1422,7 +719,7 @@ static PyObject *Store_close(StoreObject *s, PyObject *unused)
         Py_END_ALLOW_THREADS
     }
     PyDict_Clear(s->tables);
-    memo_clear(s);
+    ext_store_memo_clear(s);
     if (PyList_SetSlice(s->holds, 0, PyList_GET_SIZE(s->holds), NULL) < 0)
         return NULL;
     Py_RETURN_NONE;
@@ -1557,7 +854,7 @@ static void Store_dealloc(StoreObject *s)
         engram_store_close(s->st);
         s->st = NULL;
     }
-    memo_clear(s);
+    ext_store_memo_clear(s);
     Py_CLEAR(s->tables);
     Py_CLEAR(s->declared);
     Py_CLEAR(s->holds);
@@ -1606,10 +903,10 @@ static PyObject *Store_cuda_check(StoreObject *s, PyObject *unused)
          * the GIL released, reads it. */
         engram_cuda_report rep = ENGRAM_CUDA_REPORT_INIT;
         int rc;
-        if (enter(s) < 0)
+        if (ext_store_enter(s) < 0)
             return NULL;
         rc = ext_cuda_check(s->cuda, &rep);
-        leave(s);
+        ext_store_leave(s);
         if (rc == ENGRAM_EBADID) {
             ext_raise(rc, NULL);
             if (rep.first_col == ENGRAM_CUDA_NO_FIRST) /* the next check has it */
@@ -1637,17 +934,19 @@ static PyMethodDef Store_methods[] = {
      lookup_doc},
     {"_lookup_layer", (PyCFunction)(void (*)(void))Store_lookup_layer, METH_FASTCALL,
      lookup_layer_doc},
-    {"populate", (PyCFunction)(void (*)(void))Store_populate, METH_FASTCALL | METH_KEYWORDS,
-     populate_doc},
-    {"bind", (PyCFunction)(void (*)(void))Store_bind, METH_FASTCALL | METH_KEYWORDS, bind_doc},
-    {"define", (PyCFunction)(void (*)(void))Store_define, METH_FASTCALL | METH_KEYWORDS,
-     define_doc},
-    {"open_safetensors", (PyCFunction)(void (*)(void))Store_open_safetensors,
-     METH_FASTCALL | METH_KEYWORDS, open_safetensors_doc},
-    {"get_table_spec", (PyCFunction)Store_get_table_spec, METH_O, get_table_spec_doc},
-    {"list_tables", (PyCFunction)Store_list_tables, METH_NOARGS, list_tables_doc},
-    {"remove", (PyCFunction)Store_remove, METH_O, remove_doc},
-    {"verify", (PyCFunction)Store_verify, METH_O, verify_doc},
+    {"populate", (PyCFunction)(void (*)(void))ext_store_populate, METH_FASTCALL | METH_KEYWORDS,
+     ext_store_populate_doc},
+    {"bind", (PyCFunction)(void (*)(void))ext_store_bind, METH_FASTCALL | METH_KEYWORDS,
+     ext_store_bind_doc},
+    {"define", (PyCFunction)(void (*)(void))ext_store_define, METH_FASTCALL | METH_KEYWORDS,
+     ext_store_define_doc},
+    {"open_safetensors", (PyCFunction)(void (*)(void))ext_store_open_safetensors,
+     METH_FASTCALL | METH_KEYWORDS, ext_store_open_safetensors_doc},
+    {"get_table_spec", (PyCFunction)ext_store_get_table_spec, METH_O,
+     ext_store_get_table_spec_doc},
+    {"list_tables", (PyCFunction)ext_store_list_tables, METH_NOARGS, ext_store_list_tables_doc},
+    {"remove", (PyCFunction)ext_store_remove, METH_O, ext_store_remove_doc},
+    {"verify", (PyCFunction)ext_store_verify, METH_O, ext_store_verify_doc},
     {"stats", (PyCFunction)Store_stats, METH_NOARGS, stats_doc},
     {"close", (PyCFunction)Store_close, METH_NOARGS, close_doc},
     {"__enter__", (PyCFunction)Store_enter, METH_NOARGS, NULL},
