@@ -4,9 +4,10 @@
  * module.c   the module: init, the exception hierarchy, error mapping
  * arrays.c   taking arrays from Python: the buffer protocol, DLPack, and
  *            the refusal of device memory (__cuda_array_interface__)
- * store.c    the Store type: the table API over one engram_store; the
- *            table methods are in store_tables.c (populate, bind, define,
- *            queries), and store.h is what the two share
+ * store.c    the Store type: the table API over one engram_store; its
+ *            methods are in store_lookup.c (lookups) and store_tables.c
+ *            (tables: populate, bind, define, queries), and store.h is
+ *            what these three share
  * cuda.c     lookups into GPU memory through libengram_cuda (CUDA builds)
  */
 #ifndef ENGRAMSTORE_EXT_H

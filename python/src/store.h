@@ -4,8 +4,9 @@
  * table names, and the methods that store.c's method table lists.
  *
  * store.c         the type itself: new/init/dealloc/repr, the close guard,
- *                 argument parsing, close() and the method table; the
- *                 lookups and stats()
+ *                 argument parsing, close() and the method table; stats()
+ * store_lookup.c  lookup(), _lookup_layer() and cuda_check(): the memo,
+ *                 layouts and bad-id errors
  * store_tables.c  populate(), bind(), open_safetensors(), define(),
  *                 get_table_spec(), list_tables(), remove(), verify(), and
  *                 the resolution of names to tables
@@ -86,8 +87,18 @@ int ext_store_parse_args(const char *fn, PyObject *const *args, Py_ssize_t nargs
                          PyObject *kwnames, const char *const *names, int nnames, int npos,
                          int nreq, PyObject **vals);
 
+/* ---- store_lookup.c ----------------------------------------------------- */
+
 /* Empties the memo (the names are dropped last, and may run Python code). */
 void ext_store_memo_clear(StoreObject *s);
+
+PyObject *ext_store_lookup(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
+                           PyObject *kwnames);
+PyObject *ext_store_lookup_layer(StoreObject *s, PyObject *const *args, Py_ssize_t nargs);
+PyObject *ext_store_cuda_check(StoreObject *s, PyObject *unused);
+extern const char ext_store_lookup_doc[];
+extern const char ext_store_lookup_layer_doc[];
+extern const char ext_store_cuda_check_doc[];
 
 /* ---- store_tables.c ----------------------------------------------------- */
 
