@@ -5,9 +5,9 @@
  * arrays.c   taking arrays from Python: the buffer protocol, DLPack, and
  *            the refusal of device memory (__cuda_array_interface__)
  * store.c    the Store type: the table API over one engram_store; its
- *            methods are in store_lookup.c (lookups) and store_tables.c
- *            (tables: populate, bind, define, queries), and store.h is
- *            what these three share
+ *            methods are in store_lookup.c (lookups), store_tables.c
+ *            (tables: populate, bind, define, queries) and store_stats.c
+ *            (stats), and store.h is what these four share
  * cuda.c     lookups into GPU memory through libengram_cuda (CUDA builds)
  */
 #ifndef ENGRAMSTORE_EXT_H

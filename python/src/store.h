@@ -4,12 +4,13 @@
  * table names, and the methods that store.c's method table lists.
  *
  * store.c         the type itself: new/init/dealloc/repr, the close guard,
- *                 argument parsing, close() and the method table; stats()
+ *                 argument parsing, close() and the method table
  * store_lookup.c  lookup(), _lookup_layer() and cuda_check(): the memo,
  *                 layouts and bad-id errors
  * store_tables.c  populate(), bind(), open_safetensors(), define(),
  *                 get_table_spec(), list_tables(), remove(), verify(), and
  *                 the resolution of names to tables
+ * store_stats.c   stats()
  *
  * A Store owns one engram_store (a namespace directory, or memory only)
  * and remembers:
@@ -133,5 +134,10 @@ extern const char ext_store_get_table_spec_doc[];
 extern const char ext_store_list_tables_doc[];
 extern const char ext_store_remove_doc[];
 extern const char ext_store_verify_doc[];
+
+/* ---- store_stats.c ------------------------------------------------------ */
+
+PyObject *ext_store_stats(StoreObject *s, PyObject *unused);
+extern const char ext_store_stats_doc[];
 
 #endif
