@@ -4,7 +4,10 @@
  * module.c   the module: init, the exception hierarchy, error mapping
  * arrays.c   taking arrays from Python: the buffer protocol, DLPack, and
  *            the refusal of device memory (__cuda_array_interface__)
- * store.c    the Store type: the table API over one engram_store
+ * store.c    the Store type: the table API over one engram_store; its
+ *            methods are in store_lookup.c (lookups), store_tables.c
+ *            (tables: populate, bind, define, queries) and store_stats.c
+ *            (stats), and store.h is what these four share
  * cuda.c     lookups into GPU memory through libengram_cuda (CUDA builds)
  */
 #ifndef ENGRAMSTORE_EXT_H
@@ -108,6 +111,8 @@ int ext_array_c_contiguous(const ext_array *a);
 /* ---- store.c ----------------------------------------------------------- */
 
 int ext_store_init(PyObject *module);
+
+/* ---- store_tables.c ---------------------------------------------------- */
 
 /* _check_rows(rows, arg, num_rows, row_bytes): raises unless rows is a
  * C-contiguous uint8 [num_rows, row_bytes] array; takes nothing. */

@@ -1,0 +1,143 @@
+/*
+ * store.h - what the files of the Store type (engramstore._engram.Store)
+ * share: the object, its close guard, argument parsing, the resolution of
+ * table names, and the methods that store.c's method table lists.
+ *
+ * store.c         the type itself: new/init/dealloc/repr, the close guard,
+ *                 argument parsing, close() and the method table
+ * store_lookup.c  lookup(), _lookup_layer() and cuda_check(): the memo,
+ *                 layouts and bad-id errors
+ * store_tables.c  populate(), bind(), open_safetensors(), define(),
+ *                 get_table_spec(), list_tables(), remove(), verify(), and
+ *                 the resolution of names to tables
+ * store_stats.c   stats()
+ *
+ * A Store owns one engram_store (a namespace directory, or memory only)
+ * and remembers:
+ *   tables    name -> resolved table (id | row_bytes << 32), filled on the
+ *             first lookup that names a table, so later lookups resolve a
+ *             name with one dict probe;
+ *   memo      the names of the last lookup and their ids;
+ *   gen       bumped by remove() and close(): an id resolved while the GIL
+ *             was released is cached (tables, memo) only if gen did not
+ *             change meanwhile, so a removed table's id is never kept;
+ *   declared  name -> (num_rows, row_bytes, row_pitch) from define():
+ *             checked against stored tables when they are resolved;
+ *   holds     the arrays bound with bind(), released at close().
+ *
+ * The GIL is released around every library call.  close() may be called
+ * while other threads are inside one: each such call is counted in
+ * `active` (incremented with the GIL held, before it is released, and
+ * decremented without it when the library returns); close() marks the
+ * store closing, so no new call starts, waits for `active` to drain, and
+ * only then closes the engram_store.  Calls that arrive after close()
+ * raise StoreClosedError.  No Python code may run between
+ * ext_store_enter() and ext_store_leave(): code that calls close() there
+ * (a __dlpack__, a str subclass's __hash__, a finalizer run by the GC)
+ * would wait for its own thread.
+ */
+#ifndef ENGRAMSTORE_STORE_H
+#define ENGRAMSTORE_STORE_H
+
+#include "ext.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+/* Lookups of at most this many tables keep their table ids (and offsets)
+ * on the stack and are memoized. */
+#define EXT_STORE_STACK_COLS 64
+
+typedef struct {
+    PyObject_HEAD
+    engram_store *st;
+    PyObject *path;     /* str, for repr */
+    PyObject *tables;   /* dict */
+    /* The names of the last lookup (strong references) and their ids: a
+     * lookup naming the very same objects skips resolution. */
+    Py_ssize_t memo_k;
+    PyObject *memo_names[EXT_STORE_STACK_COLS];
+    engram_table_id memo_ids[EXT_STORE_STACK_COLS];
+    uint32_t memo_R;
+    uint64_t gen;       /* see above; read and written with the GIL */
+    PyObject *declared; /* dict */
+    PyObject *holds;    /* list of capsules */
+    atomic_long active;
+    atomic_int closing;
+    int sync_ready;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    ext_cuda *cuda; /* created by the first lookup into device memory */
+} StoreObject;
+
+/* ---- store.c ------------------------------------------------------------ */
+
+/* The close guard.  ext_store_enter(), with the GIL held: 0 if the store is
+ * open (and counts the caller in), -1 with StoreClosedError if not.
+ * ext_store_leave(), without the GIL (or with it): counts the caller out,
+ * waking close(). */
+int ext_store_enter(StoreObject *s);
+void ext_store_leave(StoreObject *s);
+
+/* Fills vals[i] (borrowed, NULL if absent) for names[i] from the
+ * positional args (at most npos) and keywords of a METH_FASTCALL |
+ * METH_KEYWORDS call of fn(); the first nreq are required.  0, or -1 with
+ * TypeError. */
+int ext_store_parse_args(const char *fn, PyObject *const *args, Py_ssize_t nargs,
+                         PyObject *kwnames, const char *const *names, int nnames, int npos,
+                         int nreq, PyObject **vals);
+
+/* ---- store_lookup.c ----------------------------------------------------- */
+
+/* Empties the memo (the names are dropped last, and may run Python code). */
+void ext_store_memo_clear(StoreObject *s);
+
+PyObject *ext_store_lookup(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
+                           PyObject *kwnames);
+PyObject *ext_store_lookup_layer(StoreObject *s, PyObject *const *args, Py_ssize_t nargs);
+PyObject *ext_store_cuda_check(StoreObject *s, PyObject *unused);
+extern const char ext_store_lookup_doc[];
+extern const char ext_store_lookup_layer_doc[];
+extern const char ext_store_cuda_check_doc[];
+
+/* ---- store_tables.c ----------------------------------------------------- */
+
+/* Resolves table name `name` (argument tables[k]) to its id and
+ * row_bytes, opening (mapping) the table on first use and checking it
+ * against a declared spec; caches the result in s->tables.  Enters the
+ * store around the library calls only.  0, or -1 with an exception. */
+int ext_store_resolve(StoreObject *s, PyObject *name, engram_table_id *id, uint32_t *row_bytes,
+                      Py_ssize_t k);
+
+/* engram_get_table_info() with the GIL released; the caller has entered
+ * the store.  Returns the library's code. */
+int ext_store_table_info(StoreObject *s, const char *cname, engram_table_info *info);
+
+PyObject *ext_store_populate(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
+                             PyObject *kwnames);
+PyObject *ext_store_bind(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
+                         PyObject *kwnames);
+PyObject *ext_store_open_safetensors(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
+                                     PyObject *kwnames);
+PyObject *ext_store_define(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
+                           PyObject *kwnames);
+PyObject *ext_store_get_table_spec(StoreObject *s, PyObject *name);
+PyObject *ext_store_list_tables(StoreObject *s, PyObject *unused);
+PyObject *ext_store_remove(StoreObject *s, PyObject *name);
+PyObject *ext_store_verify(StoreObject *s, PyObject *name);
+extern const char ext_store_populate_doc[];
+extern const char ext_store_bind_doc[];
+extern const char ext_store_open_safetensors_doc[];
+extern const char ext_store_define_doc[];
+extern const char ext_store_get_table_spec_doc[];
+extern const char ext_store_list_tables_doc[];
+extern const char ext_store_remove_doc[];
+extern const char ext_store_verify_doc[];
+
+/* ---- store_stats.c ------------------------------------------------------ */
+
+PyObject *ext_store_stats(StoreObject *s, PyObject *unused);
+extern const char ext_store_stats_doc[];
+
+#endif

@@ -1,0 +1,527 @@
+/*
+ * store_lookup.c - Store.lookup() and Store._lookup_layer(): resolving the
+ * named tables (through the memo of the last lookup's names, else
+ * ext_store_resolve()), checking the ids/out/offsets arrays and their
+ * layouts, and running the lookup on the host or, for GPU arrays, through
+ * cuda.c; and the bad-id errors of both paths, cuda_check() included.
+ */
+#include "store.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#ifdef ENGRAMSTORE_HAVE_CUDA
+#include <engram_cuda.h>
+#endif
+
+/* ---- the memo ---------------------------------------------------------- */
+
+/* Replaces the memo with k names (references stolen) and their ids.  The
+ * old names are dropped last: that may run Python code (a str subclass's
+ * __del__), which may look up and fill the memo again. */
+static void memo_set(StoreObject *s, PyObject *const *names, Py_ssize_t k,
+                     const engram_table_id *ids, uint32_t R)
+{
+    PyObject *old[EXT_STORE_STACK_COLS];
+    Py_ssize_t n = s->memo_k;
+    memcpy(old, s->memo_names, (size_t)n * sizeof *old);
+    if (k)
+        memcpy(s->memo_names, names, (size_t)k * sizeof *names);
+    if (k)
+        memcpy(s->memo_ids, ids, (size_t)k * sizeof *ids);
+    s->memo_R = R;
+    s->memo_k = k;
+    for (Py_ssize_t i = 0; i < n; i++)
+        Py_DECREF(old[i]);
+}
+
+void ext_store_memo_clear(StoreObject *s)
+{
+    memo_set(s, NULL, 0, NULL, 0);
+}
+
+/* ---- lookup ------------------------------------------------------------ */
+
+/* Collapses dims [0, lead) of `a` into one stride: 0 and *n, *stride, or -1
+ * with ValueError if they are not evenly spaced. */
+static int collapse_lead(const ext_array *a, int lead, const char *arg, Py_ssize_t *n,
+                         Py_ssize_t *stride)
+{
+    Py_ssize_t cnt = 1, st = 0;
+    int have = 0;
+    for (int i = 0; i < lead; i++)
+        if (a->shape[i] == 0) {
+            *n = 0;
+            *stride = 0;
+            return 0;
+        }
+    for (int i = lead - 1; i >= 0; i--) {
+        if (a->shape[i] == 1)
+            continue;
+        if (!have) {
+            st = a->strides[i];
+            have = 1;
+        } else if (a->strides[i] != st * cnt) {
+            PyErr_Format(PyExc_ValueError,
+                         "%s: its leading dimensions cannot be flattened into one (a view "
+                         "with stride[0] == shape[1] * stride[1] is needed)",
+                         arg);
+            return -1;
+        }
+        cnt *= a->shape[i];
+    }
+    *n = cnt;
+    *stride = st;
+    return 0;
+}
+
+/* Gives the exception being raised the bad id's `position` (a tuple of
+ * indices into the caller's ids array) and `id` (its value), references
+ * stolen; None for both when not known. */
+static void bad_id_attrs(PyObject *position, PyObject *v)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (!value || !position || !v || PyObject_SetAttrString(value, "position", position) < 0 ||
+        PyObject_SetAttrString(value, "id", v) < 0) {
+        /* Out of memory: that is the error now. */
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+        Py_XDECREF(position);
+        Py_XDECREF(v);
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
+        return;
+    }
+    Py_DECREF(position);
+    Py_DECREF(v);
+    PyErr_Restore(type, value, tb);
+}
+
+/* Raises BadIdError for a host lookup's first bad id (engram_last_bad_id()).
+ * The library names it by its place in the flattened [T, K] batch,
+ * "ids[t][k] = ..."; the layer API's caller passed row_ids [B, L, H] (lead
+ * 2), so it is named there, "row_ids[b][l][h] = ...", and its `position`
+ * is (b, l, h); else (t, k). */
+static void raise_bad_id(int rc, const ext_array *ids, const char *arg, int lead)
+{
+    engram_bad_id b = ENGRAM_BAD_ID_INIT;
+    const char *msg = engram_errmsg();
+    unsigned long long t, k, L = lead == 2 ? (unsigned long long)ids->shape[1] : 0;
+    char head[64];
+    int n;
+    if (engram_last_bad_id(&b) != 0) {
+        ext_raise(rc, NULL);
+        return;
+    }
+    t = b.token;
+    k = b.col;
+    n = snprintf(head, sizeof head, "ids[%llu][%llu]", t, k);
+    if (L == 0) {
+        ext_raise(rc, NULL);
+        bad_id_attrs(Py_BuildValue("(KK)", t, k), PyLong_FromLongLong(b.id));
+        return;
+    }
+    if (n > 0 && strncmp(msg, head, (size_t)n) == 0)
+        ext_raise_cls(ext_exc_for(rc), rc, "%s[%llu][%llu][%llu]%s", arg, t / L, t % L, k,
+                      msg + n);
+    else
+        ext_raise(rc, NULL);
+    bad_id_attrs(Py_BuildValue("(KKK)", t / L, t % L, k), PyLong_FromLongLong(b.id));
+}
+
+typedef struct lookup_in {
+    PyObject *tables, *ids, *out, *offsets, *stream;
+    int zero_dead;
+    int lead;       /* leading token dimensions: 1 ([T, K]) or 2 ([B, L, H]) */
+    int ids_contig; /* require C-contiguous ids */
+    const char *ids_arg, *out_arg;
+} lookup_in;
+
+static PyObject *do_lookup(StoreObject *s, const lookup_in *in)
+{
+    engram_table_id tid_stack[EXT_STORE_STACK_COLS], *tids = tid_stack;
+    int64_t off_stack[EXT_STORE_STACK_COLS], *offs = NULL;
+    ext_array ids = {0}, out = {0}, oa = {0};
+    engram_lookup_args a = ENGRAM_LOOKUP_ARGS_INIT;
+    Py_ssize_t K, T, T2, ist, ost;
+    uint32_t R = 0;
+    char b1[64], b2[64];
+    const int lead = in->lead;
+    int rc;
+    PyObject *ret = NULL;
+    PyObject *rn[EXT_STORE_STACK_COLS]; /* the names resolved, held (K <= that) */
+    Py_ssize_t nrn = 0;
+    uint64_t gen = s->gen;
+
+    if (!PyList_Check(in->tables) && !PyTuple_Check(in->tables)) {
+        PyErr_Format(PyExc_TypeError, "tables: expected a list or tuple of table names, got %.100s",
+                     Py_TYPE(in->tables)->tp_name);
+        return NULL;
+    }
+    /* The store is entered only around library calls (see store.h); this
+     * just fails early. */
+    if (!s->st || atomic_load(&s->closing))
+        return ext_raise_cls(ext_StoreClosedError, ENGRAM_ESTATE, "the store is closed");
+    K = PySequence_Fast_GET_SIZE(in->tables);
+    if (K > EXT_STORE_STACK_COLS) {
+        /* One block: the int64 offsets first, so they are aligned, then the
+         * table ids. */
+        offs = PyMem_Malloc((size_t)K * (sizeof *offs + sizeof *tids));
+        if (!offs) {
+            PyErr_NoMemory();
+            goto out;
+        }
+        tids = (engram_table_id *)(void *)(offs + K);
+    } else
+        offs = off_stack;
+    if (K > 0 && K == s->memo_k) {
+        Py_ssize_t k = 0;
+        while (k < K && PySequence_Fast_GET_ITEM(in->tables, k) == s->memo_names[k])
+            k++;
+        if (k == K) {
+            memcpy(tids, s->memo_ids, (size_t)K * sizeof *tids);
+            R = s->memo_R;
+            goto resolved;
+        }
+    }
+    for (Py_ssize_t k = 0; k < K; k++) {
+        PyObject *name;
+        uint32_t rb;
+        /* The list may change while a table is being opened (the GIL is
+         * released there): re-read its length each time, and hold the
+         * names resolved, to check them and memoize them with their ids. */
+        if (k >= PySequence_Fast_GET_SIZE(in->tables)) {
+            PyErr_SetString(PyExc_RuntimeError, "tables: the list changed during the lookup");
+            goto out;
+        }
+        name = Py_NewRef(PySequence_Fast_GET_ITEM(in->tables, k));
+        rc = ext_store_resolve(s, name, &tids[k], &rb, k);
+        if (K <= EXT_STORE_STACK_COLS)
+            rn[nrn++] = name;
+        else
+            Py_DECREF(name);
+        if (rc < 0)
+            goto out;
+        if (k == 0)
+            R = rb;
+    }
+    if (K != PySequence_Fast_GET_SIZE(in->tables)) {
+        PyErr_SetString(PyExc_RuntimeError, "tables: the list changed during the lookup");
+        goto out;
+    }
+    for (Py_ssize_t k = 0; k < nrn; k++)
+        if (PySequence_Fast_GET_ITEM(in->tables, k) != rn[k]) {
+            PyErr_SetString(PyExc_RuntimeError, "tables: the list changed during the lookup");
+            goto out;
+        }
+    /* Memoize the names with the ids they resolved to, unless remove() or
+     * close() ran meanwhile (an id may be a removed table's). */
+    if (K <= EXT_STORE_STACK_COLS && s->gen == gen) {
+        nrn = 0; /* the memo takes the names */
+        memo_set(s, rn, K, tids, R);
+    }
+resolved:
+
+    /* ids: [T, K] (or [B, L, H]) of int32 or int64. */
+    if (ext_array_get_gpu(in->ids, in->ids_arg, EXT_DEVICE_OK, in->stream, &ids) < 0)
+        goto out;
+    if (ids.kind != EXT_KIND_INT || (ids.itemsize != 4 && ids.itemsize != 8)) {
+        PyErr_Format(PyExc_TypeError, "%s: expected int32 or int64, got %s", in->ids_arg,
+                     ext_array_dtype(&ids, b1, sizeof b1));
+        goto out;
+    }
+    if (ids.ndim != lead + 1) {
+        PyErr_Format(PyExc_ValueError, "%s: expected %s, got shape %s", in->ids_arg,
+                     lead == 1 ? "a 2-D array [T, K]" : "a 3-D array [B, L, H]",
+                     ext_array_shape(&ids, b1, sizeof b1));
+        goto out;
+    }
+    if (ids.shape[lead] != K) {
+        PyErr_Format(PyExc_ValueError, "%s: shape %s has %zd columns but %zd tables are named",
+                     in->ids_arg, ext_array_shape(&ids, b1, sizeof b1), ids.shape[lead], K);
+        goto out;
+    }
+    if (in->ids_contig && !ext_array_c_contiguous(&ids)) {
+        PyErr_Format(PyExc_ValueError, "%s: must be C-contiguous", in->ids_arg);
+        goto out;
+    }
+    for (int i = 0; i <= lead; i++)
+        if (ids.strides[i] % ids.itemsize) {
+            PyErr_Format(PyExc_ValueError, "%s: strides must be multiples of the item size",
+                         in->ids_arg);
+            goto out;
+        }
+    if (collapse_lead(&ids, lead, in->ids_arg, &T, &ist) < 0)
+        goto out;
+
+    /* out: [T, K, R] (or [B, L, H, R]) of uint8, writable, rows contiguous. */
+    if (ext_array_get_gpu(in->out, in->out_arg, EXT_WRITABLE | EXT_DEVICE_OK, in->stream, &out) <
+        0)
+        goto out;
+    if (ids.device != out.device) {
+        PyErr_Format(PyExc_ValueError, "%s and %s: both must be host arrays or both GPU arrays "
+                     "(%s is %s memory)", in->ids_arg, in->out_arg, in->out_arg,
+                     out.device == EXT_DEVICE_CUDA ? "GPU" : "host");
+        goto out;
+    }
+    if (out.device == EXT_DEVICE_HOST && in->stream && in->stream != Py_None) {
+        PyErr_SetString(PyExc_ValueError, "stream: a CUDA stream orders GPU lookups only; "
+                        "ids and out are host arrays (pass stream=None)");
+        goto out;
+    }
+    if (out.kind != EXT_KIND_UINT || out.itemsize != 1) {
+        PyErr_Format(PyExc_TypeError, "%s: expected uint8, got %s", in->out_arg,
+                     ext_array_dtype(&out, b1, sizeof b1));
+        goto out;
+    }
+    {
+        int bad = out.ndim != lead + 2;
+        for (int i = 0; !bad && i < lead; i++)
+            bad = out.shape[i] != ids.shape[i];
+        if (!bad)
+            bad = out.shape[lead] != K || (K > 0 && out.shape[lead + 1] != (Py_ssize_t)R);
+        if (bad) {
+            char want[96];
+            if (lead == 1)
+                PyOS_snprintf(want, sizeof want, "(%zd, %zd, %u)", ids.shape[0], K, R);
+            else
+                PyOS_snprintf(want, sizeof want, "(%zd, %zd, %zd, %u)", ids.shape[0],
+                              ids.shape[1], K, R);
+            PyErr_Format(PyExc_ValueError, "%s: expected shape %s (%s x row_bytes), got %s",
+                         in->out_arg, want, lead == 1 ? "ids.shape" : "row_ids.shape",
+                         ext_array_shape(&out, b2, sizeof b2));
+            goto out;
+        }
+    }
+    if (R > 1 && out.strides[lead + 1] != 1) {
+        PyErr_Format(PyExc_ValueError, "%s: the bytes of each row must be contiguous "
+                     "(last stride 1, got %zd)", in->out_arg, out.strides[lead + 1]);
+        goto out;
+    }
+    if (collapse_lead(&out, lead, in->out_arg, &T2, &ost) < 0)
+        goto out;
+
+    /* offsets: [K] int64, any stride. */
+    if (in->offsets && in->offsets != Py_None) {
+        if (ext_array_get(in->offsets, "offsets", 0, &oa) < 0)
+            goto out;
+        if (oa.kind != EXT_KIND_INT || oa.itemsize != 8) {
+            PyErr_Format(PyExc_TypeError, "offsets: expected int64, got %s",
+                         ext_array_dtype(&oa, b1, sizeof b1));
+            goto out;
+        }
+        if (oa.ndim != 1 || oa.shape[0] != K) {
+            PyErr_Format(PyExc_ValueError, "offsets: expected shape (%zd,), got %s", K,
+                         ext_array_shape(&oa, b1, sizeof b1));
+            goto out;
+        }
+        for (Py_ssize_t k = 0; k < K; k++)
+            memcpy(&offs[k], oa.data + k * oa.strides[0], sizeof offs[k]);
+        a.offsets = offs;
+    }
+
+    a.flags = in->zero_dead ? ENGRAM_LOOKUP_ZERO_DEAD : 0;
+    a.num_tokens = (size_t)T;
+    a.num_cols = (size_t)K;
+    a.tables = tids;
+    a.ids = ids.data;
+    a.id_type = ids.itemsize == 8 ? ENGRAM_ID_INT64 : ENGRAM_ID_INT32;
+    a.id_stride_t = ist / ids.itemsize;
+    a.id_stride_k = ids.strides[lead] / ids.itemsize;
+    a.out = out.data;
+    a.out_stride_t = ost;
+    a.out_stride_k = out.strides[lead];
+    a.row_bytes = R;
+    /* The library reads strides 0, 0 as "contiguous [T, K]": never pass
+     * them for a view that is not.  A stride of a dimension of size 1 is
+     * never used, so it can be made nonzero; zero strides of T > 1 tokens
+     * and K > 1 columns describe ids no stride pair can (one element read
+     * everywhere), or output rows that overlap. */
+    if (a.id_stride_t == 0 && a.id_stride_k == 0) {
+        if (T <= 1)
+            a.id_stride_t = K > 0 ? K : 1;
+        else if (K <= 1)
+            a.id_stride_k = 1;
+        else {
+            PyErr_Format(PyExc_ValueError, "%s: every stride is 0 (one id broadcast to "
+                         "every token and column); pass the ids as an array", in->ids_arg);
+            goto out;
+        }
+    }
+    if (a.out_stride_t == 0 && a.out_stride_k == 0) {
+        if (T > 1) {
+            ext_raise_cls(ext_exc_for(ENGRAM_ELAYOUT), ENGRAM_ELAYOUT,
+                          "%s: output rows overlap (the strides of its token and column "
+                          "dimensions are 0)", in->out_arg);
+            goto out;
+        }
+        a.out_stride_t = K > 0 && R > 0 ? (ptrdiff_t)K * R : 1;
+    }
+
+#ifdef ENGRAMSTORE_HAVE_CUDA
+    if (out.device == EXT_DEVICE_CUDA) {
+        ext_cuda_error cerr;
+        ext_cuda_call call;
+        memset(&cerr, 0, sizeof cerr);
+        memset(&call, 0, sizeof call);
+        if (ids.has_sync_stream)
+            call.wait[call.nwait++] = ids.sync_stream;
+        if (out.has_sync_stream && !(call.nwait && call.wait[0] == out.sync_stream))
+            call.wait[call.nwait++] = out.sync_stream; /* one wait per stream is enough */
+        call.ptr[0] = ids.data;
+        call.ptr[1] = out.data;
+        call.device[0] = ids.device_id;
+        call.device[1] = out.device_id;
+        if (ext_cuda_stream(in->stream, &call.stream) < 0 || ext_store_enter(s) < 0)
+            goto out;
+        rc = ext_cuda_lookup(&s->cuda, s->st, &a, &call, &cerr);
+        ext_store_leave(s);
+        if (rc == 0)
+            ret = Py_NewRef(Py_None);
+        else
+            ext_cuda_raise(rc, &cerr, a.row_bytes);
+        goto out;
+    }
+#endif
+    if (ext_store_enter(s) < 0)
+        goto out;
+    Py_BEGIN_ALLOW_THREADS
+    rc = engram_lookup(s->st, &a);
+    ext_store_leave(s);
+    Py_END_ALLOW_THREADS
+    if (rc == ENGRAM_EBADID)
+        raise_bad_id(rc, &ids, in->ids_arg, lead);
+    else if (rc < 0)
+        ext_raise(rc, NULL);
+    else
+        ret = Py_NewRef(Py_None);
+out:
+    ext_array_release(&oa);
+    ext_array_release(&out);
+    ext_array_release(&ids);
+    if (offs && offs != off_stack)
+        PyMem_Free(offs);
+    for (Py_ssize_t k = 0; k < nrn; k++)
+        Py_DECREF(rn[k]);
+    return ret;
+}
+
+const char ext_store_lookup_doc[] = PyDoc_STR(
+"lookup(tables, ids, out, offsets=None, stream=None, *, zero_dead=False) -> None\n\n"
+"Gathers rows: for every token t and column k, the row ids[t, k] - offsets[k]\n"
+"of table tables[k] is copied to out[t, k].\n\n"
+"tables: list or tuple of K table names (names may repeat).\n"
+"ids: int32 or int64 array [T, K], any strides.\n"
+"out: writable uint8 array [T, K, row_bytes]; any non-overlapping strides with\n"
+"     each row's bytes contiguous (e.g. out_km.transpose(1, 0, 2) for head-major).\n"
+"offsets: None or int64 array [K], subtracted from the ids of each column.\n"
+"stream: for GPU arrays, the CUDA stream to enqueue on: an int handle, a\n"
+"        torch.cuda.Stream, or None for the default stream.  The call returns\n"
+"        once the work is enqueued; bad ids are reported by cuda_check().\n"
+"zero_dead: id -1 zero-fills its output row instead of leaving it untouched.\n\n"
+"Every id is checked before any byte is written: an id outside its table raises\n"
+"BadIdError naming its position and value, and out is left untouched.  The GIL\n"
+"is released while rows are copied; any number of threads may look up at once.");
+
+PyObject *ext_store_lookup(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
+                           PyObject *kwnames)
+{
+    static const char *const names[] = {"tables", "ids", "out", "offsets", "stream", "zero_dead"};
+    PyObject *v[6];
+    lookup_in in;
+    if (ext_store_parse_args("lookup", args, nargs, kwnames, names, 6, 5, 3, v) < 0)
+        return NULL;
+#ifndef ENGRAMSTORE_HAVE_CUDA
+    if (v[4] && v[4] != Py_None) {
+        PyErr_SetString(PyExc_NotImplementedError,
+                        "stream: CUDA streams are not supported yet: this build of engramstore "
+                        "has no CUDA library (pass stream=None)");
+        return NULL;
+    }
+#endif
+    in.stream = v[4];
+    in.tables = v[0];
+    in.ids = v[1];
+    in.out = v[2];
+    in.offsets = v[3];
+    in.zero_dead = 0;
+    if (v[5] && (in.zero_dead = PyObject_IsTrue(v[5])) < 0)
+        return NULL;
+    in.lead = 1;
+    in.ids_contig = 0;
+    in.ids_arg = "ids";
+    in.out_arg = "out";
+    return do_lookup(s, &in);
+}
+
+const char ext_store_lookup_layer_doc[] = PyDoc_STR(
+"_lookup_layer(tables, row_ids, output) -> None\n\n"
+"The layer API's lookup: row_ids int64/int32 C-contiguous [B, L, H], output\n"
+"uint8 [B, L, H, row_bytes]; tables names the H tables.  Used by\n"
+"engramstore.EngramStore.lookup_into.");
+
+PyObject *ext_store_lookup_layer(StoreObject *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    lookup_in in;
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "_lookup_layer() takes 3 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    in.tables = args[0];
+    in.ids = args[1];
+    in.out = args[2];
+    in.offsets = NULL;
+    in.stream = NULL;
+    in.zero_dead = 0;
+    in.lead = 2;
+    in.ids_contig = 1;
+    in.ids_arg = "row_ids";
+    in.out_arg = "output";
+    return do_lookup(s, &in);
+}
+
+const char ext_store_cuda_check_doc[] = PyDoc_STR(
+"cuda_check() -> None\n\n"
+"GPU lookups cannot raise for a bad id: the kernel skips it (its output row is\n"
+"left untouched) and keeps the first one.  After synchronising with the\n"
+"lookups to check, cuda_check() raises BadIdError naming that id (position,\n"
+"value, table; its attributes position = (token, column) and id) and clears\n"
+"the report; it returns None if there was none, or if no lookup went to the\n"
+"GPU.");
+
+PyObject *ext_store_cuda_check(StoreObject *s, PyObject *unused)
+{
+    (void)unused;
+#ifdef ENGRAMSTORE_HAVE_CUDA
+    {
+        /* Entered: close() must not free the context while the check,
+         * the GIL released, reads it. */
+        engram_cuda_report rep = ENGRAM_CUDA_REPORT_INIT;
+        int rc;
+        if (ext_store_enter(s) < 0)
+            return NULL;
+        rc = ext_cuda_check(s->cuda, &rep);
+        ext_store_leave(s);
+        if (rc == ENGRAM_EBADID) {
+            ext_raise(rc, NULL);
+            if (rep.first_col == ENGRAM_CUDA_NO_FIRST) /* the next check has it */
+                bad_id_attrs(Py_NewRef(Py_None), Py_NewRef(Py_None));
+            else
+                bad_id_attrs(Py_BuildValue("(KI)", (unsigned long long)rep.first_token,
+                                           (unsigned)rep.first_col),
+                             PyLong_FromLongLong(rep.first_id));
+            return NULL;
+        }
+        if (rc < 0)
+            return ext_raise(rc, NULL);
+        Py_RETURN_NONE;
+    }
+#else
+    if (!s->st)
+        return ext_raise_cls(ext_StoreClosedError, ENGRAM_ESTATE, "the store is closed");
+    Py_RETURN_NONE;
+#endif
+}

@@ -1,0 +1,140 @@
+/*
+ * store_stats.c - Store.stats(): the store's counters, those of each table
+ * this object has looked up, of the row cache, and of the GPU context.
+ */
+#include "store.h"
+
+#include <errno.h>
+
+#ifdef ENGRAMSTORE_HAVE_CUDA
+#include <engram_cuda.h>
+#endif
+
+const char ext_store_stats_doc[] = PyDoc_STR(
+"stats() -> dict\n\n"
+"The store's counters (lookups, failed, rows, dead_rows, bytes, parallel,\n"
+"time_ns, threads, tables_open, mapped_bytes) and, under 'tables', per table\n"
+"looked up through this object: lookups, rows, bytes, resident_bytes,\n"
+"huge_bytes, private_copy, map_minor_faults, map_major_faults.  Under\n"
+"'cache', the row cache of file-backed tables; under 'cuda', None before the\n"
+"first GPU lookup, then the GPU context's: device, tables_mapped (read in\n"
+"place), tables_copied (from a pinned copy), tables_host (the host path),\n"
+"mapped_bytes, copied_bytes, copy_huge, plans, lookups, host_gathers.");
+
+PyObject *ext_store_stats(StoreObject *s, PyObject *unused)
+{
+    engram_stats es = ENGRAM_STATS_INIT;
+    PyObject *d = NULL, *tabs = NULL, *names = NULL, *cache = NULL, *cuda = NULL, *key;
+    int rc;
+    (void)unused;
+    if (ext_store_enter(s) < 0)
+        return NULL;
+    rc = engram_store_stats(s->st, &es);
+    ext_store_leave(s);
+    if (rc < 0)
+        return ext_raise(rc, NULL);
+    if (!(tabs = PyDict_New()))
+        return NULL;
+    /* A snapshot of the names, holding them: the GIL is released for each
+     * table, and other threads may add names (lookup) or drop them
+     * (remove, close) meanwhile. */
+    if (!(names = PyDict_Keys(s->tables)))
+        goto fail;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(names); i++) {
+        engram_table_info info;
+        PyObject *td;
+        const char *cname;
+        key = PyList_GET_ITEM(names, i);
+        cname = PyUnicode_AsUTF8(key);
+        if (!cname || ext_store_enter(s) < 0)
+            goto fail;
+        rc = ext_store_table_info(s, cname, &info);
+        ext_store_leave(s);
+        if (rc == -ENOENT)
+            continue; /* removed meanwhile */
+        if (rc < 0) {
+            ext_raise(rc, NULL);
+            goto fail;
+        }
+        td = Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:O,s:K,s:K}", "lookups",
+                           (unsigned long long)info.lookups, "rows",
+                           (unsigned long long)info.rows, "bytes", (unsigned long long)info.bytes,
+                           "resident_bytes", (unsigned long long)info.resident_bytes,
+                           "huge_bytes", (unsigned long long)info.huge_bytes, "private_copy",
+                           info.private_copy ? Py_True : Py_False, "map_minor_faults",
+                           (unsigned long long)info.map_minor_faults, "map_major_faults",
+                           (unsigned long long)info.map_major_faults);
+        if (!td || PyDict_SetItem(tabs, key, td) < 0) {
+            Py_XDECREF(td);
+            goto fail;
+        }
+        Py_DECREF(td);
+    }
+    {
+        engram_cache_stats cs = ENGRAM_CACHE_STATS_INIT;
+        if (ext_store_enter(s) < 0)
+            goto fail;
+        rc = engram_get_cache_stats(s->st, NULL, &cs);
+        ext_store_leave(s);
+        if (rc < 0) {
+            ext_raise(rc, NULL);
+            goto fail;
+        }
+        cache = Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:I,s:I}", "tables",
+                              (unsigned long long)cs.tables, "direct_tables",
+                              (unsigned long long)cs.direct_tables, "hits",
+                              (unsigned long long)cs.hits, "misses",
+                              (unsigned long long)cs.misses, "dedup",
+                              (unsigned long long)cs.dedup, "reads", (unsigned long long)cs.reads,
+                              "bytes_read", (unsigned long long)cs.bytes_read, "read_errors",
+                              (unsigned long long)cs.read_errors, "cache_bytes",
+                              (unsigned long long)cs.cache_bytes, "slots",
+                              (unsigned long long)cs.slots, "ways", cs.ways, "queue_depth",
+                              cs.queue_depth);
+        if (!cache)
+            goto fail;
+    }
+    cuda = Py_NewRef(Py_None);
+#ifdef ENGRAMSTORE_HAVE_CUDA
+    {
+        engram_cuda_stats cst = ENGRAM_CUDA_STATS_INIT;
+        int have;
+        if (ext_store_enter(s) < 0)
+            goto fail;
+        have = ext_cuda_stats(s->cuda, &cst);
+        ext_store_leave(s);
+        if (have) {
+            Py_DECREF(cuda);
+            cuda = Py_BuildValue("{s:i,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "device",
+                                 cst.device, "tables_mapped",
+                                 (unsigned long long)cst.tables_mapped, "tables_copied",
+                                 (unsigned long long)cst.tables_copied, "tables_host",
+                                 (unsigned long long)cst.tables_host, "mapped_bytes",
+                                 (unsigned long long)cst.mapped_bytes, "copied_bytes",
+                                 (unsigned long long)cst.copied_bytes, "copy_huge",
+                                 (unsigned long long)cst.copy_huge, "plans",
+                                 (unsigned long long)cst.plans, "lookups",
+                                 (unsigned long long)cst.lookups, "host_gathers",
+                                 (unsigned long long)cst.host_gathers);
+            if (!cuda)
+                goto fail;
+        }
+    }
+#endif
+    d = Py_BuildValue("{s:I,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:O,s:O,s:O}", "threads",
+                      es.threads,
+                      "lookups", (unsigned long long)es.lookups, "failed",
+                      (unsigned long long)es.failed, "rows", (unsigned long long)es.rows,
+                      "dead_rows", (unsigned long long)es.dead_rows, "bytes",
+                      (unsigned long long)es.bytes, "parallel", (unsigned long long)es.parallel,
+                      "time_ns", (unsigned long long)es.time_ns, "tables_open",
+                      (unsigned long long)es.tables_open, "mapped_bytes",
+                      (unsigned long long)es.mapped_bytes, "tables", tabs, "cache", cache,
+                      "cuda", cuda);
+fail:
+    Py_XDECREF(cuda);
+    Py_XDECREF(cache);
+    Py_XDECREF(names);
+    Py_DECREF(tabs);
+    return d;
+}

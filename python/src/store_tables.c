@@ -1,0 +1,661 @@
+/*
+ * store_tables.c - the Store's tables: resolving names to table ids for
+ * lookups, declaring (define), storing (populate), binding caller memory
+ * (bind) and safetensors checkpoints (open_safetensors), and the queries
+ * get_table_spec, list_tables, remove and verify.
+ */
+#include "store.h"
+
+#include <errno.h>
+#include <string.h>
+
+/* ---- names, specs and resolution ----------------------------------------- */
+
+static const char *name_arg(PyObject *name, const char *arg)
+{
+    Py_ssize_t len;
+    const char *c;
+    if (!PyUnicode_Check(name)) {
+        PyErr_Format(PyExc_TypeError, "%s: expected a table name (str), got %.100s", arg,
+                     Py_TYPE(name)->tp_name);
+        return NULL;
+    }
+    if (!(c = PyUnicode_AsUTF8AndSize(name, &len)))
+        return NULL;
+    if ((size_t)len != strlen(c)) {
+        PyErr_Format(PyExc_ValueError, "%s: a table name cannot contain NUL", arg);
+        return NULL;
+    }
+    return c;
+}
+
+static PyObject *spec_tuple(const engram_table_spec *sp)
+{
+    return Py_BuildValue("(KII)", (unsigned long long)sp->num_rows, sp->row_bytes,
+                         sp->row_pitch ? sp->row_pitch : sp->row_bytes);
+}
+
+static int spec_from_tuple(PyObject *t, engram_table_spec *sp)
+{
+    unsigned long long n;
+    unsigned int r, p;
+    if (!PyArg_ParseTuple(t, "KII", &n, &r, &p))
+        return -1;
+    sp->num_rows = n;
+    sp->row_bytes = r;
+    sp->row_pitch = p;
+    return 0;
+}
+
+/* A new reference to `name` (a str, checked by name_arg) as an exact str:
+ * the key of the tables and declared dicts. */
+static PyObject *name_key(PyObject *name)
+{
+    return PyUnicode_CheckExact(name) ? Py_NewRef(name) : PyUnicode_FromObject(name);
+}
+
+/* Declared spec of `name` (a str), if any: 1 and *sp, 0 if none, -1 on
+ * error. */
+static int declared_spec(StoreObject *s, PyObject *name, engram_table_spec *sp)
+{
+    PyObject *key = name_key(name), *t;
+    int r;
+    if (!key)
+        return -1;
+    t = PyDict_GetItemWithError(s->declared, key);
+    if (!t)
+        r = PyErr_Occurred() ? -1 : 0;
+    else
+        r = spec_from_tuple(t, sp) < 0 ? -1 : 1;
+    Py_DECREF(key);
+    return r;
+}
+
+/* 1 if a stored/bound table has the declared spec (a declared pitch of 0
+ * or equal to row_bytes accepts any stored pitch). */
+static int spec_matches(const engram_table_spec *decl, const engram_table_spec *have)
+{
+    uint32_t dp = decl->row_pitch;
+    return decl->num_rows == have->num_rows && decl->row_bytes == have->row_bytes &&
+           (dp == 0 || dp == decl->row_bytes || dp == have->row_pitch);
+}
+
+static PyObject *mismatch(PyObject *name, const engram_table_spec *decl,
+                          const engram_table_spec *have)
+{
+    return ext_raise_cls(ext_exc_for(ENGRAM_EMISMATCH), ENGRAM_EMISMATCH,
+                         "table '%U' is stored with num_rows=%llu, row_bytes=%u, row_pitch=%u "
+                         "but declared with num_rows=%llu, row_bytes=%u, row_pitch=%u",
+                         name, (unsigned long long)have->num_rows, have->row_bytes,
+                         have->row_pitch, (unsigned long long)decl->num_rows, decl->row_bytes,
+                         decl->row_pitch ? decl->row_pitch : decl->row_bytes);
+}
+
+int ext_store_table_info(StoreObject *s, const char *cname, engram_table_info *info)
+{
+    int rc;
+    info->size = sizeof *info;
+    Py_BEGIN_ALLOW_THREADS
+    rc = engram_get_table_info(s->st, cname, info);
+    Py_END_ALLOW_THREADS
+    return rc;
+}
+
+/* The caches are keyed by exact str copies of the names, so that probing
+ * them runs no Python code (a str subclass's __hash__ or __eq__) and every
+ * spelling of a name hits one entry. */
+int ext_store_resolve(StoreObject *s, PyObject *name, engram_table_id *id, uint32_t *row_bytes,
+                      Py_ssize_t k)
+{
+    PyObject *key, *v;
+    engram_table_info info;
+    engram_table_spec decl;
+    const char *cname;
+    char what[48];
+    uint64_t gen;
+    int rc, d;
+
+    if (PyUnicode_CheckExact(name)) {
+        v = PyDict_GetItemWithError(s->tables, name);
+        if (v) {
+            unsigned long long x = PyLong_AsUnsignedLongLong(v);
+            *id = (engram_table_id)(x & 0xffffffffu);
+            *row_bytes = (uint32_t)(x >> 32);
+            return 0;
+        }
+        if (PyErr_Occurred())
+            return -1;
+    }
+    PyOS_snprintf(what, sizeof what, "tables[%zd]", k);
+    if (!(cname = name_arg(name, what)) || !(key = name_key(name)))
+        return -1;
+    if (key != name) {
+        v = PyDict_GetItemWithError(s->tables, key);
+        if (v) {
+            unsigned long long x = PyLong_AsUnsignedLongLong(v);
+            *id = (engram_table_id)(x & 0xffffffffu);
+            *row_bytes = (uint32_t)(x >> 32);
+            Py_DECREF(key);
+            return 0;
+        }
+        if (PyErr_Occurred())
+            goto fail;
+    }
+    if (ext_store_enter(s) < 0)
+        goto fail;
+    gen = s->gen;
+    info.size = sizeof info;
+    Py_BEGIN_ALLOW_THREADS
+    rc = engram_get_table_info(s->st, cname, &info);
+    if (rc == 0)
+        rc = engram_table_open(s->st, cname, id);
+    ext_store_leave(s);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        ext_raise(rc, what);
+        goto fail;
+    }
+    if ((d = declared_spec(s, key, &decl)) < 0)
+        goto fail;
+    if (d && !spec_matches(&decl, &info.spec)) {
+        mismatch(key, &decl, &info.spec);
+        goto fail;
+    }
+    *row_bytes = info.spec.row_bytes;
+    v = PyLong_FromUnsignedLongLong((unsigned long long)*id |
+                                    ((unsigned long long)*row_bytes << 32));
+    if (!v)
+        goto fail;
+    /* Cache the id unless remove() or close() ran while the GIL was
+     * released (the name may be gone: resolve it afresh next time). */
+    if (s->gen == gen && PyDict_SetItem(s->tables, key, v) < 0) {
+        Py_DECREF(v);
+        goto fail;
+    }
+    Py_DECREF(v);
+    Py_DECREF(key);
+    return 0;
+fail:
+    Py_DECREF(key);
+    return -1;
+}
+
+/* ---- rows for populate and bind ----------------------------------------- */
+
+/* Checks `a` is uint8 [N, R] with contiguous row bytes and a row stride of
+ * at least R; fills *sp (pitch = the row stride) from it. */
+static int rows_layout(const ext_array *a, const char *arg, engram_table_spec *sp)
+{
+    char b[64];
+    if (a->kind != EXT_KIND_UINT || a->itemsize != 1) {
+        PyErr_Format(PyExc_TypeError, "%s: expected uint8, got %s", arg,
+                     ext_array_dtype(a, b, sizeof b));
+        return -1;
+    }
+    if (a->ndim != 2) {
+        PyErr_Format(PyExc_ValueError, "%s: expected a 2-D array [num_rows, row_bytes], got shape %s",
+                     arg, ext_array_shape(a, b, sizeof b));
+        return -1;
+    }
+    if ((a->shape[1] > 1 && a->strides[1] != 1) ||
+        (a->shape[0] > 1 && a->strides[0] < a->shape[1])) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s: rows must be stored one after another with their bytes contiguous "
+                     "(strides (>= row_bytes, 1)), got strides (%zd, %zd)",
+                     arg, a->strides[0], a->strides[1]);
+        return -1;
+    }
+    if (a->shape[0] < 1 || a->shape[1] < 1 || a->shape[1] > (Py_ssize_t)ENGRAM_ROW_BYTES_MAX) {
+        PyErr_Format(PyExc_ValueError, "%s: shape %s is not a table (1 <= row_bytes <= %u, "
+                     "num_rows >= 1)", arg, ext_array_shape(a, b, sizeof b),
+                     (unsigned)ENGRAM_ROW_BYTES_MAX);
+        return -1;
+    }
+    sp->num_rows = (uint64_t)a->shape[0];
+    sp->row_bytes = (uint32_t)a->shape[1];
+    sp->row_pitch = a->shape[0] > 1 ? (uint32_t)a->strides[0] : sp->row_bytes;
+    if (a->shape[0] > 1 && a->strides[0] > (Py_ssize_t)ENGRAM_ROW_BYTES_MAX) {
+        PyErr_Format(PyExc_ValueError, "%s: row stride %zd is more than %u", arg, a->strides[0],
+                     (unsigned)ENGRAM_ROW_BYTES_MAX);
+        return -1;
+    }
+    return 0;
+}
+
+/* The (name, rows) arguments of populate() and bind(): parses them, takes
+ * the array into *a, checks it is a table ([num_rows, row_bytes] uint8,
+ * rows one after another) agreeing with any declared spec of the name.
+ * *sp receives the array's layout (row_pitch = its row stride) and
+ * *decl_pitch the declared pitch (0 if the name is not declared).  0, or
+ * -1 with an exception and nothing held. */
+static int take_rows(StoreObject *s, const char *fn, PyObject *const *args, Py_ssize_t nargs,
+                     PyObject *kwnames, const char **cname, ext_array *a,
+                     engram_table_spec *sp, uint32_t *decl_pitch)
+{
+    static const char *const names[] = {"name", "rows"};
+    PyObject *v[2];
+    engram_table_spec decl;
+    char b[64];
+    int d;
+    if (ext_store_parse_args(fn, args, nargs, kwnames, names, 2, 2, 2, v) < 0 ||
+        !(*cname = name_arg(v[0], "name")) || ext_array_get(v[1], "rows", 0, a) < 0)
+        return -1;
+    if (rows_layout(a, "rows", sp) < 0 || (d = declared_spec(s, v[0], &decl)) < 0)
+        goto fail;
+    if (d && (decl.num_rows != sp->num_rows || decl.row_bytes != sp->row_bytes)) {
+        PyErr_Format(PyExc_ValueError, "rows: expected shape (%llu, %u) for table '%U', got %s",
+                     (unsigned long long)decl.num_rows, decl.row_bytes, v[0],
+                     ext_array_shape(a, b, sizeof b));
+        goto fail;
+    }
+    *decl_pitch = d ? decl.row_pitch : 0;
+    return 0;
+fail:
+    ext_array_release(a);
+    return -1;
+}
+
+const char ext_store_populate_doc[] = PyDoc_STR(
+"populate(name, rows) -> None\n\n"
+"Stores rows (uint8 [num_rows, row_bytes], rows stored one after another) as\n"
+"table `name`: create-only and atomic.  If the name was declared (tables= or\n"
+"define()), the shape must match it; otherwise the shape is the spec.  Raises\n"
+"TableExistsError if the name is already stored or bound.  The GIL is released\n"
+"while the table is written.");
+
+PyObject *ext_store_populate(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
+                             PyObject *kwnames)
+{
+    ext_array a;
+    engram_table_spec sp;
+    const char *cname;
+    uint32_t decl_pitch;
+    size_t src_stride;
+    int rc;
+    if (take_rows(s, "populate", args, nargs, kwnames, &cname, &a, &sp, &decl_pitch) < 0)
+        return NULL;
+    /* The rows are read at their own stride and stored at the declared
+     * pitch (or packed). */
+    src_stride = sp.row_pitch;
+    sp.row_pitch = decl_pitch;
+    if (ext_store_enter(s) < 0) {
+        ext_array_release(&a);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = engram_populate(s->st, cname, &sp, a.data, src_stride);
+    ext_store_leave(s);
+    Py_END_ALLOW_THREADS
+    ext_array_release(&a);
+    if (rc < 0)
+        return ext_raise(rc, NULL);
+    Py_RETURN_NONE;
+}
+
+static void hold_destroy(PyObject *cap)
+{
+    ext_array *a = PyCapsule_GetPointer(cap, "engramstore.hold");
+    if (a) {
+        ext_array_release(a);
+        PyMem_Free(a);
+    }
+}
+
+const char ext_store_bind_doc[] = PyDoc_STR(
+"bind(name, rows) -> None\n\n"
+"Serves caller memory as table `name` without copying: rows is a uint8\n"
+"[num_rows, row_bytes] array (any row stride >= row_bytes, e.g. an np.memmap).\n"
+"The store keeps a reference to it until close(); its contents must not change\n"
+"meanwhile.  Raises TableExistsError if the name is bound or stored.");
+
+PyObject *ext_store_bind(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
+                         PyObject *kwnames)
+{
+    PyObject *cap = NULL;
+    ext_array *a;
+    engram_table_spec sp;
+    const char *cname;
+    uint32_t decl_pitch;
+    int rc;
+    if (!(a = PyMem_Calloc(1, sizeof *a)))
+        return PyErr_NoMemory();
+    /* Bound rows are served where they are: the pitch is the array's row
+     * stride, whatever was declared. */
+    if (take_rows(s, "bind", args, nargs, kwnames, &cname, a, &sp, &decl_pitch) < 0) {
+        PyMem_Free(a);
+        return NULL;
+    }
+    if (!(cap = PyCapsule_New(a, "engramstore.hold", hold_destroy))) {
+        ext_array_release(a);
+        PyMem_Free(a);
+        return NULL;
+    }
+    /* Hold the array before binding it: once bound, the store must never
+     * outlive its reference. */
+    if (PyList_Append(s->holds, cap) < 0 || ext_store_enter(s) < 0)
+        goto fail_held;
+    Py_BEGIN_ALLOW_THREADS
+    rc = engram_bind(s->st, cname, &sp, a->data);
+    ext_store_leave(s);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        ext_raise(rc, NULL);
+        goto fail_held;
+    }
+    Py_DECREF(cap);
+    Py_RETURN_NONE;
+fail_held:
+    /* Drop our entry (the last one with this capsule) again. */
+    for (Py_ssize_t i = PyList_GET_SIZE(s->holds) - 1; i >= 0; i--)
+        if (PyList_GET_ITEM(s->holds, i) == cap) {
+            PyObject *et, *ev, *tb;
+            PyErr_Fetch(&et, &ev, &tb);
+            if (PyList_SetSlice(s->holds, i, i + 1, NULL) < 0)
+                PyErr_Clear();
+            PyErr_Restore(et, ev, tb);
+            break;
+        }
+    Py_DECREF(cap);
+    return NULL;
+}
+
+PyObject *ext_check_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    ext_array a;
+    engram_table_spec sp;
+    const char *arg;
+    unsigned long long n;
+    unsigned long r;
+    int bad = 0;
+    char b[64];
+    (void)self;
+    if (nargs != 4 || !PyUnicode_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "_check_rows(rows, arg: str, num_rows, row_bytes)");
+        return NULL;
+    }
+    if (!(arg = PyUnicode_AsUTF8(args[1])))
+        return NULL;
+    n = PyLong_AsUnsignedLongLong(args[2]);
+    r = PyLong_AsUnsignedLong(args[3]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (ext_array_get(args[0], arg, 0, &a) < 0)
+        return NULL;
+    if (rows_layout(&a, arg, &sp) < 0) {
+        ext_array_release(&a);
+        return NULL;
+    }
+    bad = sp.num_rows != n || sp.row_bytes != r;
+    if (bad)
+        PyErr_Format(PyExc_ValueError, "%s: expected shape (%llu, %lu), got %s", arg, n, r,
+                     ext_array_shape(&a, b, sizeof b));
+    else if (!ext_array_c_contiguous(&a)) {
+        PyErr_Format(PyExc_ValueError, "%s: must be C-contiguous", arg);
+        bad = 1;
+    }
+    ext_array_release(&a);
+    if (bad)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+const char ext_store_open_safetensors_doc[] = PyDoc_STR(
+"open_safetensors(name, path, weight, scale=None, row_start=0, row_end=0) -> None\n\n"
+"Serves rows of a safetensors checkpoint as table `name`, read on demand\n"
+"through the store's row cache (no copy of the checkpoint): row i is row\n"
+"row_start + i of tensor `weight` followed by the same row of `scale` (e.g.\n"
+"[N, 256] F8_E4M3 values and [N, 8] F8_E8M0 scales give 264-byte rows).\n"
+"`path` is a .safetensors file or a model.safetensors.index.json; row_end 0\n"
+"means all rows.  The header is validated before use (CorruptTableError).");
+
+PyObject *ext_store_open_safetensors(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
+                                     PyObject *kwnames)
+{
+    static const char *const names[] = {"name", "path", "weight", "scale", "row_start",
+                                        "row_end"};
+    PyObject *v[6], *pathb = NULL;
+    const char *cname, *cweight, *cscale = NULL;
+    unsigned long long r0 = 0, r1 = 0;
+    engram_table_id id;
+    int rc;
+    if (ext_store_parse_args("open_safetensors", args, nargs, kwnames, names, 6, 6, 3, v) < 0)
+        return NULL;
+    if (!(cname = name_arg(v[0], "name")) || !(cweight = name_arg(v[2], "weight")))
+        return NULL;
+    if (v[3] && v[3] != Py_None && !(cscale = name_arg(v[3], "scale")))
+        return NULL;
+    if ((v[4] && (r0 = PyLong_AsUnsignedLongLong(v[4])) == (unsigned long long)-1 &&
+         PyErr_Occurred()) ||
+        (v[5] && (r1 = PyLong_AsUnsignedLongLong(v[5])) == (unsigned long long)-1 &&
+         PyErr_Occurred()))
+        return NULL;
+    if (!PyUnicode_FSConverter(v[1], &pathb))
+        return NULL;
+    if (ext_store_enter(s) < 0) {
+        Py_DECREF(pathb);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = engram_open_safetensors(s->st, cname, PyBytes_AS_STRING(pathb), cweight, cscale, r0, r1,
+                                 &id);
+    ext_store_leave(s);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(pathb);
+    if (rc < 0)
+        return ext_raise(rc, NULL);
+    Py_RETURN_NONE;
+}
+
+/* ---- definitions and queries ------------------------------------------- */
+
+const char ext_store_define_doc[] = PyDoc_STR(
+"define(name, num_rows, row_bytes, row_pitch=0) -> None\n\n"
+"Declares table `name` with its spec.  If the table is already stored, the\n"
+"spec must match it (LayoutMismatchError otherwise); a name declared twice must\n"
+"be declared the same way.  Declared tables are checked again when they are\n"
+"first looked up, and populate() of a declared name takes its spec from here.");
+
+PyObject *ext_store_define(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
+                           PyObject *kwnames)
+{
+    static const char *const names[] = {"name", "num_rows", "row_bytes", "row_pitch"};
+    PyObject *v[4], *t, *key;
+    engram_table_spec sp = {0, 0, 0}, old;
+    engram_table_info info;
+    const char *cname;
+    int rc, d;
+    if (ext_store_parse_args("define", args, nargs, kwnames, names, 4, 4, 3, v) < 0)
+        return NULL;
+    if (!(cname = name_arg(v[0], "name")))
+        return NULL;
+    for (int i = 1; i < 4; i++) {
+        if (v[i] && !PyLong_Check(v[i])) {
+            PyErr_Format(PyExc_TypeError, "%s: expected an int, got %.100s", names[i],
+                         Py_TYPE(v[i])->tp_name);
+            return NULL;
+        }
+    }
+    {
+        long long n = PyLong_AsLongLong(v[1]);
+        long long r = PyLong_AsLongLong(v[2]);
+        long long p = v[3] ? PyLong_AsLongLong(v[3]) : 0;
+        if (PyErr_Occurred())
+            return NULL;
+        if (n < 1 || r < 1 || r > ENGRAM_ROW_BYTES_MAX || p < 0 || p > ENGRAM_ROW_BYTES_MAX ||
+            (p && p < r))
+            return ext_raise_cls(ext_exc_for(ENGRAM_ESPEC), ENGRAM_ESPEC,
+                                 "table '%s': num_rows=%lld, row_bytes=%lld, row_pitch=%lld is "
+                                 "not a spec (num_rows >= 1, 1 <= row_bytes <= %u, row_pitch 0 "
+                                 "or row_bytes..%u)",
+                                 cname, n, r, p, (unsigned)ENGRAM_ROW_BYTES_MAX,
+                                 (unsigned)ENGRAM_ROW_BYTES_MAX);
+        sp.num_rows = (uint64_t)n;
+        sp.row_bytes = (uint32_t)r;
+        sp.row_pitch = (uint32_t)p;
+    }
+    if ((rc = engram_name_check(cname)) < 0 || (rc = engram_spec_check(&sp)) < 0)
+        return ext_raise(rc, "name");
+    if ((d = declared_spec(s, v[0], &old)) < 0)
+        return NULL;
+    if (d && (old.num_rows != sp.num_rows || old.row_bytes != sp.row_bytes ||
+              (old.row_pitch ? old.row_pitch : old.row_bytes) !=
+                  (sp.row_pitch ? sp.row_pitch : sp.row_bytes)))
+        return mismatch(v[0], &sp, &old);
+    if (ext_store_enter(s) < 0)
+        return NULL;
+    rc = ext_store_table_info(s, cname, &info);
+    ext_store_leave(s);
+    if (rc == 0 && !spec_matches(&sp, &info.spec))
+        return mismatch(v[0], &sp, &info.spec);
+    if (rc < 0 && rc != -ENOENT)
+        return ext_raise(rc, NULL);
+    if (!(t = spec_tuple(&sp)))
+        return NULL;
+    if (!(key = name_key(v[0]))) {
+        Py_DECREF(t);
+        return NULL;
+    }
+    rc = PyDict_SetItem(s->declared, key, t);
+    Py_DECREF(key);
+    Py_DECREF(t);
+    if (rc < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static const char *kind_name(uint32_t kind)
+{
+    return kind == ENGRAM_TABLE_FILE          ? "file"
+           : kind == ENGRAM_TABLE_BOUND       ? "bound"
+           : kind == ENGRAM_TABLE_SAFETENSORS ? "safetensors"
+                                              : "other";
+}
+
+const char ext_store_get_table_spec_doc[] = PyDoc_STR(
+"get_table_spec(name) -> dict\n\n"
+"The spec of table `name`: num_rows, row_bytes, row_pitch, and `stored` (False\n"
+"for a name that is declared but not populated yet).  Stored tables also give\n"
+"kind ('file' or 'bound'), data_size, checksum (XXH3-64) and created_ns.\n"
+"Raises TableNotFoundError for a name neither stored nor declared.");
+
+PyObject *ext_store_get_table_spec(StoreObject *s, PyObject *name)
+{
+    engram_table_info info;
+    engram_table_spec decl;
+    const char *cname;
+    int rc, d;
+    if (!(cname = name_arg(name, "name")))
+        return NULL;
+    if (ext_store_enter(s) < 0)
+        return NULL;
+    rc = ext_store_table_info(s, cname, &info);
+    ext_store_leave(s);
+    if (rc == 0)
+        return Py_BuildValue("{s:K,s:I,s:I,s:O,s:s,s:K,s:K,s:K}", "num_rows",
+                             (unsigned long long)info.spec.num_rows, "row_bytes",
+                             info.spec.row_bytes, "row_pitch", info.spec.row_pitch, "stored",
+                             Py_True, "kind", kind_name(info.kind), "data_size",
+                             (unsigned long long)info.data_size, "checksum",
+                             (unsigned long long)info.checksum, "created_ns",
+                             (unsigned long long)info.created_ns);
+    if (rc == -ENOENT) {
+        if ((d = declared_spec(s, name, &decl)) < 0)
+            return NULL;
+        if (d)
+            return Py_BuildValue("{s:K,s:I,s:I,s:O}", "num_rows",
+                                 (unsigned long long)decl.num_rows, "row_bytes", decl.row_bytes,
+                                 "row_pitch", decl.row_pitch ? decl.row_pitch : decl.row_bytes,
+                                 "stored", Py_False);
+    }
+    return ext_raise(rc, NULL);
+}
+
+const char ext_store_list_tables_doc[] = PyDoc_STR(
+"list_tables() -> list[str]\n\n"
+"The names of the stored and bound tables, sorted.");
+
+PyObject *ext_store_list_tables(StoreObject *s, PyObject *unused)
+{
+    char **names = NULL;
+    size_t n = 0;
+    int rc;
+    PyObject *list;
+    (void)unused;
+    if (ext_store_enter(s) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = engram_list(s->st, &names, &n);
+    ext_store_leave(s);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        return ext_raise(rc, NULL);
+    if (!(list = PyList_New((Py_ssize_t)n)))
+        goto out;
+    for (size_t i = 0; i < n; i++) {
+        PyObject *u = PyUnicode_FromString(names[i]);
+        if (!u) {
+            Py_CLEAR(list);
+            goto out;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, u);
+    }
+out:
+    engram_free(names);
+    return list;
+}
+
+const char ext_store_remove_doc[] = PyDoc_STR(
+"remove(name) -> None\n\n"
+"Unpublishes stored table `name` (the name is free again at once).  Other\n"
+"processes keep the mapping they have; this store's later lookups of the name\n"
+"find the table gone.  Bound tables cannot be removed (StateError).");
+
+/* Calls fn(store, name) with the GIL released: 0, or -1 with the
+ * library's error raised. */
+static int call_named(StoreObject *s, PyObject *name, int (*fn)(engram_store *, const char *))
+{
+    const char *cname;
+    int rc;
+    if (!(cname = name_arg(name, "name")) || ext_store_enter(s) < 0)
+        return -1;
+    Py_BEGIN_ALLOW_THREADS
+    rc = fn(s->st, cname);
+    ext_store_leave(s);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        ext_raise(rc, NULL);
+        return -1;
+    }
+    return 0;
+}
+
+PyObject *ext_store_remove(StoreObject *s, PyObject *name)
+{
+    if (call_named(s, name, engram_remove) < 0)
+        return NULL;
+    /* The next lookup of the name resolves it afresh; resolutions running
+     * in other threads (the GIL released) must not cache what they found.
+     * The whole cache goes: removing is rare, and every other name
+     * resolves again to the id it had. */
+    s->gen++;
+    ext_store_memo_clear(s);
+    PyDict_Clear(s->tables);
+    Py_RETURN_NONE;
+}
+
+const char ext_store_verify_doc[] = PyDoc_STR(
+"verify(name) -> None\n\n"
+"Re-reads stored table `name` and checks its header and data checksum\n"
+"(CorruptTableError if they disagree).  The GIL is released meanwhile.");
+
+static int verify_quiet(engram_store *st, const char *name)
+{
+    return engram_verify(st, name, NULL, NULL);
+}
+
+PyObject *ext_store_verify(StoreObject *s, PyObject *name)
+{
+    if (call_named(s, name, verify_quiet) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
