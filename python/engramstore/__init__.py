@@ -97,19 +97,22 @@ def _is_layer_form(args, kwargs) -> bool:
     return False
 
 
-def _spec_kwargs(name, spec) -> dict:
+def _spec_kwargs(name, spec, arg=None) -> dict:
+    """The spec of table `name` as keywords; `arg` names the argument in
+    errors (default: tables[name])."""
+    arg = arg or f"tables[{name!r}]"
     if isinstance(spec, Mapping):
         unknown = set(spec) - {"num_rows", "row_bytes", "row_pitch"}
         if unknown:
-            raise ValueError(f"tables[{name!r}]: unknown keys {sorted(unknown)} "
+            raise ValueError(f"{arg}: unknown keys {sorted(unknown)} "
                              "(expected num_rows, row_bytes and optionally row_pitch)")
         missing = {"num_rows", "row_bytes"} - set(spec)
         if missing:
-            raise ValueError(f"tables[{name!r}]: missing {sorted(missing)}")
+            raise ValueError(f"{arg}: missing {sorted(missing)}")
         return dict(spec)
     if isinstance(spec, tuple) and len(spec) in (2, 3):
         return dict(zip(("num_rows", "row_bytes", "row_pitch"), spec))
-    raise TypeError(f"tables[{name!r}]: expected a dict with num_rows and row_bytes "
+    raise TypeError(f"{arg}: expected a dict with num_rows and row_bytes "
                     f"(or a (num_rows, row_bytes[, row_pitch]) tuple), got {type(spec).__name__}")
 
 
@@ -150,9 +153,43 @@ class TableStore(_engram.Store, EngramStore):
             self.close()
             raise
 
+    def add_source(self, name, spec, read_rows, *, cache_bytes=0):
+        """Adds table ``name`` served by your own code: ``read_rows(rows,
+        out)`` gets the distinct, validated row numbers a lookup needs
+        (``rows``: uint64 ``[n]``) and fills ``out`` (uint8 ``[n,
+        row_bytes]``) with their bytes; both are numpy arrays (memoryviews
+        where numpy is not installed).  ``spec`` is ``{"num_rows": N,
+        "row_bytes": R}`` (or a ``(N, R)`` tuple).  It runs on the thread
+        that looks up, holding the GIL; an exception fails that lookup with
+        an :class:`EngramError` whose ``__cause__`` is the exception.
+        ``cache_bytes > 0`` puts a row cache of that many bytes (from the
+        store's ``cache_bytes`` budget) in front of it.  The table lives
+        until :meth:`close`; ``remove`` refuses it."""
+        kw = _spec_kwargs(name, spec, "spec")
+        if kw.get("row_pitch", 0) not in (0, kw["row_bytes"]):
+            raise ValueError("spec: a source has no row_pitch "
+                             "(its rows are handed over packed)")
+        if not callable(read_rows):
+            raise TypeError(f"read_rows: expected a callable, got {type(read_rows).__name__}")
+        fn = read_rows
+        np = _numpy()
+        if np is not None:
+            def fn(rows, out, _read=read_rows, _asarray=np.asarray):
+                return _read(_asarray(rows), _asarray(out))
+        self._add_source(name, kw["num_rows"], kw["row_bytes"], fn, cache_bytes)
+
     def __repr__(self) -> str:
         state = " (closed)" if self.closed else ""
         return f"<engramstore.{type(self).__name__} {self.path!r}{state}>"
+
+
+def _numpy():
+    """numpy if it is installed (never required), else None."""
+    try:
+        import numpy
+    except ImportError:
+        return None
+    return numpy
 
 
 class LocalStore(TableStore):

@@ -1,5 +1,5 @@
 """Type stubs of the C extension engramstore._engram (re-exported by engramstore)."""
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final, Literal, TypedDict
 
 from typing_extensions import Buffer, Self  # Buffer: any object with the buffer protocol
@@ -46,7 +46,7 @@ class TableSpec(TypedDict, total=False):
     row_bytes: int
     row_pitch: int
     stored: bool
-    kind: Literal["file", "bound", "safetensors", "other"]
+    kind: Literal["file", "bound", "safetensors", "source", "other"]
     data_size: int
     checksum: int
     created_ns: int
@@ -85,6 +85,14 @@ class Store:
         scale: str | None = None,
         row_start: int = 0,
         row_end: int = 0,
+    ) -> None: ...
+    def _add_source(
+        self,
+        name: str,
+        num_rows: int,
+        row_bytes: int,
+        read_rows: Callable[[memoryview, memoryview], object],
+        cache_bytes: int = 0,
     ) -> None: ...
     def lookup(
         self,

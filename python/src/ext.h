@@ -118,6 +118,16 @@ int ext_store_init(PyObject *module);
  * C-contiguous uint8 [num_rows, row_bytes] array; takes nothing. */
 PyObject *ext_check_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
+/* ---- store_source.c ---------------------------------------------------- */
+
+/* 1 while a source callable runs on this thread (inside a lookup of its
+ * store: close() there would wait for its own thread). */
+int ext_source_active(void);
+/* The exception of this thread's last failed source callable (new
+ * reference, cleared), or NULL: the cause of the EngramError raised for
+ * the lookup it failed. */
+PyObject *ext_source_take_exception(void);
+
 /* ---- cuda.c (ENGRAMSTORE_HAVE_CUDA builds) ------------------------------ */
 
 typedef struct ext_cuda ext_cuda;

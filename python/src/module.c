@@ -76,6 +76,13 @@ static PyObject *raise_msg(PyObject *cls, int rc, PyObject *msg)
     Py_DECREF(msg);
     if (!exc)
         return NULL;
+    {
+        /* A lookup failed by a source callable raises with the callable's
+         * own exception as the cause. */
+        PyObject *cause = ext_source_take_exception();
+        if (cause)
+            PyException_SetCause(exc, cause);
+    }
     num = PyLong_FromLong(-(long)rc);
     if (!num || PyObject_SetAttrString(exc, "errno", num) < 0) {
         Py_XDECREF(num);

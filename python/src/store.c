@@ -83,6 +83,11 @@ static PyObject *Store_close(StoreObject *s, PyObject *unused)
     (void)unused;
     if (!s->st)
         Py_RETURN_NONE;
+    if (ext_source_active())
+        /* The lookup that called the source is counted in `active`: the
+         * wait below would be for this very thread. */
+        return ext_raise_cls(ext_exc_for(ENGRAM_ESTATE), ENGRAM_ESTATE,
+                             "close() called from inside a source's read_rows");
     atomic_store(&s->closing, 1);
     s->gen++; /* ids resolved meanwhile are not to be cached */
     if (atomic_load(&s->active) > 0) {
@@ -294,6 +299,8 @@ static PyMethodDef Store_methods[] = {
      ext_store_define_doc},
     {"open_safetensors", (PyCFunction)(void (*)(void))ext_store_open_safetensors,
      METH_FASTCALL | METH_KEYWORDS, ext_store_open_safetensors_doc},
+    {"_add_source", (PyCFunction)(void (*)(void))ext_store_add_source,
+     METH_FASTCALL | METH_KEYWORDS, ext_store_add_source_doc},
     {"get_table_spec", (PyCFunction)ext_store_get_table_spec, METH_O,
      ext_store_get_table_spec_doc},
     {"list_tables", (PyCFunction)ext_store_list_tables, METH_NOARGS, ext_store_list_tables_doc},

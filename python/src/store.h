@@ -11,6 +11,7 @@
  *                 get_table_spec(), list_tables(), remove(), verify(), and
  *                 the resolution of names to tables
  * store_stats.c   stats()
+ * store_source.c  _add_source(): tables served by a Python callable
  *
  * A Store owns one engram_store (a namespace directory, or memory only)
  * and remembers:
@@ -139,5 +140,11 @@ extern const char ext_store_verify_doc[];
 
 PyObject *ext_store_stats(StoreObject *s, PyObject *unused);
 extern const char ext_store_stats_doc[];
+
+/* ---- store_source.c ----------------------------------------------------- */
+
+PyObject *ext_store_add_source(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
+                               PyObject *kwnames);
+extern const char ext_store_add_source_doc[];
 
 #endif

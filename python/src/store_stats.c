@@ -16,10 +16,13 @@ const char ext_store_stats_doc[] = PyDoc_STR(
 "time_ns, threads, tables_open, mapped_bytes) and, under 'tables', per table\n"
 "looked up through this object: lookups, rows, bytes, resident_bytes,\n"
 "huge_bytes, private_copy, map_minor_faults, map_major_faults.  Under\n"
-"'cache', the row cache of file-backed tables; under 'cuda', None before the\n"
-"first GPU lookup, then the GPU context's: device, tables_mapped (read in\n"
-"place), tables_copied (from a pinned copy), tables_host (the host path),\n"
-"mapped_bytes, copied_bytes, copy_huge, plans, lookups, host_gathers.");
+"'cache', the row cache of the tables read through a source (file cache,\n"
+"safetensors, add_source): tables, direct_tables, hits, misses, dedup, reads,\n"
+"bytes_read, read_errors, cache_bytes, slots, ways, queue_depth, budget_bytes,\n"
+"staging_bytes.  Under 'cuda', None before the first GPU lookup, then the\n"
+"GPU context's: device, tables_mapped (read in place), tables_copied (from a\n"
+"pinned copy), tables_host (the host path), mapped_bytes, copied_bytes,\n"
+"copy_huge, plans, lookups, host_gathers.");
 
 PyObject *ext_store_stats(StoreObject *s, PyObject *unused)
 {
@@ -80,7 +83,7 @@ PyObject *ext_store_stats(StoreObject *s, PyObject *unused)
             ext_raise(rc, NULL);
             goto fail;
         }
-        cache = Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:I,s:I}", "tables",
+        cache = Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:I,s:I,s:K,s:K}", "tables",
                               (unsigned long long)cs.tables, "direct_tables",
                               (unsigned long long)cs.direct_tables, "hits",
                               (unsigned long long)cs.hits, "misses",
@@ -90,7 +93,8 @@ PyObject *ext_store_stats(StoreObject *s, PyObject *unused)
                               (unsigned long long)cs.read_errors, "cache_bytes",
                               (unsigned long long)cs.cache_bytes, "slots",
                               (unsigned long long)cs.slots, "ways", cs.ways, "queue_depth",
-                              cs.queue_depth);
+                              cs.queue_depth, "budget_bytes", (unsigned long long)cs.budget_bytes,
+                              "staging_bytes", (unsigned long long)cs.staging_bytes);
         if (!cache)
             goto fail;
     }

@@ -1,6 +1,6 @@
-"""Runs every ```python block of README.md, each in its own interpreter with a
-scratch directory as the working directory, so the README cannot drift from
-the package."""
+"""Runs every ```python block of README.md and of docs/*.md, each in its own
+interpreter with a scratch directory as the working directory, so the
+README and the docs cannot drift from the package."""
 from __future__ import annotations
 
 import os
@@ -11,15 +11,20 @@ import sys
 
 import pytest
 
-README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
+TOP = pathlib.Path(__file__).resolve().parents[2]
+DOCS = [TOP / "README.md"] + sorted((TOP / "docs").glob("*.md"))
 FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.M | re.S)
 # A README line `print(...)  # -> TEXT` promises that the block prints TEXT.
 PROMISE = re.compile(r"^\s*print\(.*#\s*->\s*(.*?)\s*$", re.M)
 
 
 def python_blocks():
-    text = README.read_text(encoding="utf-8")
-    return [(text.count("\n", 0, m.start()) + 1, m.group(1)) for m in FENCE.finditer(text)]
+    blocks = []
+    for doc in DOCS:
+        text = doc.read_text(encoding="utf-8")
+        blocks += [(f"{doc.relative_to(TOP)}:{text.count(chr(10), 0, m.start()) + 1}", m.group(1))
+                   for m in FENCE.finditer(text)]
+    return blocks
 
 
 def test_fence_pattern_finds_blocks():
@@ -31,7 +36,7 @@ BLOCKS = python_blocks()
 
 
 @pytest.mark.skipif(not BLOCKS, reason="README.md has no ```python block yet")
-@pytest.mark.parametrize("line,code", BLOCKS, ids=[f"README.md:{ln}" for ln, _ in BLOCKS])
+@pytest.mark.parametrize("line,code", BLOCKS, ids=[where for where, _ in BLOCKS])
 def test_readme_python_block(tmp_path, line, code):
     script = tmp_path / "example.py"
     script.write_text(code, encoding="utf-8")
@@ -39,9 +44,9 @@ def test_readme_python_block(tmp_path, line, code):
     proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, (
-        f"README.md block at line {line} failed (exit {proc.returncode}):\n"
+        f"block at {line} failed (exit {proc.returncode}):\n"
         f"--- code ---\n{code}--- stdout ---\n{proc.stdout}--- stderr ---\n{proc.stderr}")
     promised = PROMISE.findall(code)
     assert proc.stdout.splitlines() == promised, (
-        f"README.md block at line {line} printed\n{proc.stdout}but its comments promise\n"
+        f"block at {line} printed\n{proc.stdout}but its comments promise\n"
         + "\n".join(promised))

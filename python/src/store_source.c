@@ -1,0 +1,222 @@
+/*
+ * store_source.c - Store._add_source(): a table served by a Python callable
+ * through the library's source API (engram_add_source).  The package's
+ * TableStore.add_source() wraps it, handing the callable numpy arrays.
+ *
+ * The lookup that needs rows of such a table runs without the GIL; the
+ * library calls read_rows() below on the same thread with the distinct
+ * rows it needs, and only there is the GIL taken, for the callable:
+ *
+ *     read_rows(rows, out)
+ *
+ * rows is a memoryview of uint64 row numbers ('Q', [n]) and out a writable
+ * memoryview of bytes ('B', [n, row_bytes]) for the callable to fill; both
+ * are views of bytearrays owned by Python, so a callable that keeps them
+ * keeps valid memory, and the rows are copied to the lookup's output only
+ * after it returned.  An exception fails the lookup with -EIO (nothing of
+ * the call is kept or cached); the lookup then raises an EngramError
+ * whose __cause__ is that exception.
+ *
+ * Inside the callable the store is in use by the lookup that called it:
+ * close() there raises StateError instead of waiting for its own thread,
+ * and a lookup there fails with StateError (ENGRAM_ESTATE).
+ */
+#include "store.h"
+
+#include <errno.h>
+#include <string.h>
+
+typedef struct pysource {
+    PyObject *fn;       /* the callable */
+    PyObject *name;     /* str, for messages */
+    uint32_t row_bytes;
+} pysource;
+
+/* The callable's exception of this thread's last failed call, for the
+ * EngramError the lookup raises (ext_source_take_exception()). */
+static _Thread_local PyObject *pending_exc;
+/* Calls of a source callable running on this thread. */
+static _Thread_local int depth;
+
+int ext_source_active(void)
+{
+    return depth > 0;
+}
+
+PyObject *ext_source_take_exception(void)
+{
+    PyObject *e = pending_exc;
+    pending_exc = NULL;
+    return e;
+}
+
+/* A view of `buf` (a bytearray) as `fmt` with `shape`; NULL with an
+ * exception. */
+static PyObject *view_of(PyObject *buf, const char *fmt, PyObject *shape)
+{
+    PyObject *mv = PyMemoryView_FromObject(buf), *cast;
+    if (!mv)
+        return NULL;
+    cast = PyObject_CallMethod(mv, "cast", "sO", fmt, shape);
+    Py_DECREF(mv);
+    return cast;
+}
+
+/* Runs the callable with the GIL held; 0, or -1 with an exception. */
+static int call_fn(const pysource *ps, engram_source_req *reqs, size_t n)
+{
+    PyObject *rows = NULL, *out = NULL, *mrows = NULL, *mout = NULL, *shape = NULL, *res;
+    int rc = -1;
+    uint64_t *r;
+    if (!(rows = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(n * sizeof(uint64_t)))) ||
+        !(out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(n * ps->row_bytes))))
+        goto out;
+    r = (uint64_t *)(void *)PyByteArray_AS_STRING(rows);
+    for (size_t i = 0; i < n; i++)
+        r[i] = reqs[i].row;
+    if (!(shape = Py_BuildValue("(n)", (Py_ssize_t)n)) ||
+        !(mrows = view_of(rows, "Q", shape)))
+        goto out;
+    Py_SETREF(shape, Py_BuildValue("(nn)", (Py_ssize_t)n, (Py_ssize_t)ps->row_bytes));
+    if (!shape || !(mout = view_of(out, "B", shape)))
+        goto out;
+    if (!(res = PyObject_CallFunctionObjArgs(ps->fn, mrows, mout, NULL)))
+        goto out;
+    Py_DECREF(res);
+    {
+        const unsigned char *o = (const unsigned char *)PyByteArray_AS_STRING(out);
+        for (size_t i = 0; i < n; i++)
+            memcpy(reqs[i].dst, o + i * ps->row_bytes, ps->row_bytes);
+    }
+    rc = 0;
+out:
+    Py_XDECREF(shape);
+    Py_XDECREF(mrows);
+    Py_XDECREF(mout);
+    Py_XDECREF(rows);
+    Py_XDECREF(out);
+    return rc;
+}
+
+/* The exception being raised, normalised, with its traceback (new
+ * reference); clears it. */
+static PyObject *raised_exception(void)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    return PyErr_GetRaisedException();
+#else
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    PyErr_NormalizeException(&t, &v, &tb);
+    if (v && tb)
+        PyException_SetTraceback(v, tb);
+    Py_XDECREF(t);
+    Py_XDECREF(tb);
+    return v;
+#endif
+}
+
+static int read_rows(void *ctx, engram_source_req *reqs, size_t n)
+{
+    const pysource *ps = ctx;
+    PyGILState_STATE g = PyGILState_Ensure();
+    int rc = 0;
+    depth++;
+    if (call_fn(ps, reqs, n) < 0) {
+        PyObject *exc = raised_exception(), *text = exc ? PyObject_Str(exc) : NULL;
+        const char *ctext = text ? PyUnicode_AsUTF8(text) : NULL;
+        if (!ctext)
+            PyErr_Clear();
+        rc = engram_source_error(-EIO, "read_rows raised %s: %s",
+                                 exc ? Py_TYPE(exc)->tp_name : "an exception",
+                                 ctext ? ctext : "(no message)");
+        Py_XDECREF(text);
+        Py_XSETREF(pending_exc, exc);
+    }
+    depth--;
+    PyGILState_Release(g);
+    return rc;
+}
+
+static void release(void *ctx, void *table_ud)
+{
+    pysource *ps = ctx;
+    PyGILState_STATE g;
+    (void)table_ud;
+    /* engram_store_close() may run with the GIL released (close()) or held
+     * (dealloc): Ensure works in both. */
+    g = PyGILState_Ensure();
+    Py_DECREF(ps->fn);
+    Py_DECREF(ps->name);
+    PyGILState_Release(g);
+    PyMem_RawFree(ps);
+}
+
+const char ext_store_add_source_doc[] = PyDoc_STR(
+"_add_source(name, num_rows, row_bytes, read_rows, cache_bytes=0) -> None\n\n"
+"Adds table `name` of num_rows rows of row_bytes bytes, served by the\n"
+"callable read_rows(rows, out): rows is a memoryview of uint64 row numbers\n"
+"(distinct, validated), out a writable memoryview of bytes [len(rows),\n"
+"row_bytes] to fill with them.  It runs on the thread that looks up, with the\n"
+"GIL; an exception fails that lookup (EngramError, with the exception as\n"
+"__cause__).  cache_bytes > 0 puts a row cache of that size, from the\n"
+"store's budget, in front of it.  The table lives until close().");
+
+PyObject *ext_store_add_source(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
+                               PyObject *kwnames)
+{
+    static const char *const names[] = {"name", "num_rows", "row_bytes", "read_rows",
+                                        "cache_bytes"};
+    PyObject *v[5];
+    engram_source_ops ops = ENGRAM_SOURCE_OPS_INIT;
+    engram_table_spec spec = {0, 0, 0};
+    unsigned long long nrows, rbytes, cache = 0;
+    const char *cname;
+    pysource *ps;
+    int rc;
+    if (ext_store_parse_args("_add_source", args, nargs, kwnames, names, 5, 5, 4, v) < 0)
+        return NULL;
+    if (!PyUnicode_Check(v[0]))
+        return PyErr_Format(PyExc_TypeError, "name: expected a str, got %.100s",
+                            Py_TYPE(v[0])->tp_name);
+    if (!(cname = PyUnicode_AsUTF8(v[0])))
+        return NULL;
+    if (!PyCallable_Check(v[3]))
+        return PyErr_Format(PyExc_TypeError, "read_rows: expected a callable, got %.100s",
+                            Py_TYPE(v[3])->tp_name);
+    if (((nrows = PyLong_AsUnsignedLongLong(v[1])) == (unsigned long long)-1 && PyErr_Occurred()) ||
+        ((rbytes = PyLong_AsUnsignedLongLong(v[2])) == (unsigned long long)-1 && PyErr_Occurred()) ||
+        (v[4] && (cache = PyLong_AsUnsignedLongLong(v[4])) == (unsigned long long)-1 &&
+         PyErr_Occurred()))
+        return NULL;
+    if (rbytes > ENGRAM_ROW_BYTES_MAX)
+        return PyErr_Format(PyExc_ValueError, "row_bytes: at most %u, got %llu",
+                            ENGRAM_ROW_BYTES_MAX, rbytes);
+    spec.num_rows = nrows;
+    spec.row_bytes = (uint32_t)rbytes;
+    if (!(ps = PyMem_RawMalloc(sizeof *ps)))
+        return PyErr_NoMemory();
+    ps->fn = Py_NewRef(v[3]);
+    ps->name = Py_NewRef(v[0]);
+    ps->row_bytes = (uint32_t)rbytes;
+    /* One ctx per table: the callable gets the rows of its table only. */
+    ops.ctx = ps;
+    ops.read_rows = read_rows;
+    ops.release = release;
+    if (ext_store_enter(s) < 0)
+        goto fail;
+    Py_BEGIN_ALLOW_THREADS
+    rc = engram_add_source(s->st, cname, &spec, &ops, NULL, cache, NULL);
+    ext_store_leave(s);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        ext_raise(rc, NULL);
+        goto fail;
+    }
+    Py_RETURN_NONE;
+fail:
+    Py_DECREF(ps->fn);
+    Py_DECREF(ps->name);
+    PyMem_RawFree(ps);
+    return NULL;
+}

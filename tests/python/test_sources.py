@@ -1,0 +1,198 @@
+"""Tables served by Python code (TableStore.add_source): exact rows with and
+without the row cache, deduplicated and validated rows handed to the
+callable, failures that leave the output untouched and cache nothing, the
+callable's exception as the cause, and every bad argument."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import engramstore
+from esutil import expected, make_rows, sentinel
+
+N, R = 500, 264
+
+
+class Source:
+    """A read_rows that serves `rows` and records what it was asked."""
+
+    def __init__(self, rows):
+        self.rows = rows
+        self.calls = []
+        self.fail = None  # an exception to raise on the next call
+        self.lock = threading.Lock()
+
+    def __call__(self, rows, out):
+        assert isinstance(rows, np.ndarray) and rows.dtype == np.uint64 and rows.ndim == 1
+        assert isinstance(out, np.ndarray) and out.dtype == np.uint8
+        assert out.shape == (len(rows), self.rows.shape[1]) and out.flags.writeable
+        with self.lock:
+            self.calls.append(rows.copy())
+            fail, self.fail = self.fail, None
+        if fail is not None:
+            out[:] = 0x11  # written, but the call fails: none of it may be used
+            raise fail
+        out[:] = self.rows[rows.astype(np.int64)]
+
+
+@pytest.fixture
+def mem():
+    st = engramstore.EngramStore(local_dir=None, cache_bytes=8 << 20)
+    yield st
+    st.close()
+
+
+@pytest.mark.parametrize("cache_bytes", [0, 1 << 20])
+def test_served_exactly(mem, cache_bytes):
+    rows = make_rows(N, R, seed=3)
+    src = Source(rows)
+    mem.add_source("s", {"num_rows": N, "row_bytes": R}, src, cache_bytes=cache_bytes)
+    mem.bind("m", rows)
+    rng = np.random.default_rng(1)
+    for rnd in range(3):
+        ids = rng.integers(0, 60 if rnd else N, (200, 3), dtype=np.int64)
+        ids[::13, 1] = -1
+        out = sentinel((200, 3, R))
+        calls = len(src.calls)
+        mem.lookup(["s", "m", "s"], ids, out)
+        np.testing.assert_array_equal(out, expected({"s": rows, "m": rows}, ["s", "m", "s"], ids))
+        new = src.calls[calls:]
+        # At most one call, with distinct, valid rows.
+        assert len(new) <= 1
+        for c in new:
+            assert len(np.unique(c)) == len(c) and c.max() < N
+    cs = mem.stats()["cache"]
+    assert cs["tables"] == 1 and cs["dedup"] > 0 and cs["read_errors"] == 0
+    assert cs["reads"] == sum(len(c) for c in src.calls)
+    assert (cs["hits"] > 0) == (cache_bytes > 0)
+    assert cs["cache_bytes"] + cs["staging_bytes"] <= cs["budget_bytes"]
+    assert mem.get_table_spec("s")["kind"] == "source"
+
+
+def test_failure_leaves_output_and_cache(mem):
+    rows = make_rows(N, R, seed=4)
+    src = Source(rows)
+    mem.add_source("s", (N, R), src, cache_bytes=1 << 20)
+    ids = np.arange(40, dtype=np.int64).reshape(40, 1)
+    src.fail = KeyError("row 17 is on a node that is down")
+    out = sentinel((40, 1, R))
+    with pytest.raises(engramstore.EngramError) as ei:
+        mem.lookup(["s"], ids, out)
+    assert ei.value.errno == 5  # EIO
+    assert "table 's'" in str(ei.value) and "KeyError" in str(ei.value)
+    assert isinstance(ei.value.__cause__, KeyError)
+    assert (out == 0xA5).all()  # untouched
+    hits = mem.stats()["cache"]["hits"]
+    mem.lookup(["s"], ids, out)  # read again: nothing was cached
+    assert mem.stats()["cache"]["hits"] == hits
+    np.testing.assert_array_equal(out[:, 0], rows[:40])
+    mem.lookup(["s"], ids, out)
+    assert mem.stats()["cache"]["hits"] == hits + 40
+
+
+def test_bad_ids_never_reach_the_source(mem):
+    src = Source(make_rows(N, R, seed=5))
+    mem.add_source("s", (N, R), src)
+    out = sentinel((2, 1, R))
+    with pytest.raises(engramstore.BadIdError):
+        mem.lookup(["s"], np.array([[3], [N]], dtype=np.int64), out)
+    assert src.calls == [] and (out == 0xA5).all()
+
+
+def test_reentry_is_refused(mem):
+    rows = make_rows(N, R, seed=6)
+    seen = {}
+
+    def nested(r, out):
+        for what, fn in (("lookup", lambda: mem.lookup(["s"], np.zeros((1, 1), np.int64),
+                                                      sentinel((1, 1, R)))),
+                         ("close", mem.close)):
+            try:
+                fn()
+            except engramstore.StateError as e:
+                seen[what] = str(e)
+        out[:] = rows[r.astype(np.int64)]
+
+    mem.add_source("s", (N, R), nested)
+    out = sentinel((1, 1, R))
+    mem.lookup(["s"], np.array([[9]], dtype=np.int64), out)
+    np.testing.assert_array_equal(out[0, 0], rows[9])
+    assert "read_rows" in seen["lookup"] and "read_rows" in seen["close"]
+    assert not mem.closed
+
+
+def test_threads(mem):
+    rows = make_rows(N, R, seed=8)
+    src = Source(rows)
+    mem.add_source("s", (N, R), src, cache_bytes=64 << 10)
+    errors = []
+
+    def work(seed):
+        rng = np.random.default_rng(seed)
+        try:
+            for _ in range(30):
+                ids = rng.integers(0, N, (64, 1), dtype=np.int64)
+                out = sentinel((64, 1, R))
+                mem.lookup(["s"], ids, out)
+                np.testing.assert_array_equal(out[:, 0], rows[ids[:, 0]])
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    ths = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join()
+    assert errors == []
+
+
+def test_bad_arguments(mem, local_dir):
+    src = Source(make_rows(N, R, seed=9))
+    with pytest.raises(TypeError, match="read_rows"):
+        mem.add_source("s", (N, R), "not callable")
+    with pytest.raises(TypeError, match="spec"):
+        mem.add_source("s", [N, R], src)
+    with pytest.raises(ValueError, match="spec"):
+        mem.add_source("s", {"num_rows": N}, src)
+    with pytest.raises(ValueError, match="row_pitch"):
+        mem.add_source("s", (N, R, R + 8), src)
+    with pytest.raises(engramstore.SpecError):
+        mem.add_source("s", (0, R), src)
+    with pytest.raises(engramstore.SpecError):
+        mem.add_source(".s", (N, R), src)
+    mem.add_source("s", (N, R), src)
+    with pytest.raises(engramstore.TableExistsError):
+        mem.add_source("s", (N, R), src)
+    with pytest.raises(engramstore.EngramError) as ei:
+        mem.remove("s")
+    assert ei.value.errno == engramstore.EBOUND
+    # A name stored in the namespace is taken.
+    with engramstore.EngramStore(namespace="ns", local_dir=local_dir) as st:
+        st.populate("t", make_rows(4, R, seed=1))
+        with pytest.raises(engramstore.TableExistsError):
+            st.add_source("t", (N, R), src)
+    mem.close()
+    with pytest.raises(engramstore.StoreClosedError):
+        mem.add_source("x", (N, R), src)
+
+
+def test_callable_released_at_close():
+    import gc
+    import weakref
+
+    class Fn:
+        def __call__(self, rows, out):
+            out[:] = 0
+
+    fn = Fn()
+    ref = weakref.ref(fn)
+    st = engramstore.EngramStore(local_dir=None)
+    st.add_source("s", (10, 8), fn)
+    del fn
+    gc.collect()
+    assert ref() is not None  # the store holds it
+    st.close()
+    gc.collect()
+    assert ref() is None
