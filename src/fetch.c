@@ -4,23 +4,25 @@
  *
  * Up to ENGRAM_SOURCE_MAX_REQS positions at a time:
  *
- *  1. Deduplicate: an open-addressing hash of (table, row) maps every
- *     position to its distinct row; the other positions of a row are
- *     chained behind it.  Engram ids are Zipf-like, so a batch repeats
- *     rows often, and each distinct row is then looked up, read and
+ *  1. Look each position's row up in its table's row cache, prefetching
+ *     the sets (and, one step later, the slots) of the rows a few
+ *     positions ahead, so the misses of consecutive rows overlap as in
+ *     the memory gather.  A hit is copied at once: the all-hit lookup of
+ *     a warm cache does nothing more.
+ *  2. Deduplicate the misses: an open-addressing hash of (table, row)
+ *     maps each missed position to its distinct row; the other positions
+ *     of a row are chained behind it.  Engram ids are Zipf-like, so a
+ *     batch repeats rows often, and each distinct row is then read and
  *     cached once.
- *  2. Look each distinct row up in its table's row cache, prefetching the
- *     sets (and, one step later, the slots) of the rows a few ahead, so
- *     the misses of consecutive rows overlap as in the memory gather.
- *  3. Hand the rows the cache did not have to their sources: one
- *     read_rows call per (read_rows, ctx), with every such row of the
- *     chunk.  A row the source wrote (all of them when it returns 0, the
- *     ones it marked done otherwise) goes into the cache; one it did not
- *     write counts as unread.
- *  4. Copy every served row to its other positions.
+ *  3. Hand the distinct missed rows to their sources: one read_rows call
+ *     per (read_rows, ctx), with every such row of the chunk.  A row the
+ *     source wrote (all of them when it returns 0, the ones it marked
+ *     done otherwise) goes into the cache; one it did not write counts as
+ *     unread.
+ *  4. Copy every row read to its other positions.
  *
  * Nothing here locks except the cache's set locks.  The scratch (about 100
- * bytes a position) is the thread's own and kept between lookups.
+ * bytes a missed position) is the thread's own and kept between lookups.
  */
 #include <errno.h>
 #include <string.h>
@@ -47,7 +49,8 @@ typedef struct uniq {
 
 typedef struct scratch {
     uint32_t *hash;          /* [cap] index into uq, or NONE */
-    uniq *uq;                /* [n] distinct rows */
+    uniq *uq;                /* [n] distinct missed rows */
+    uint32_t *miss;          /* [n] the missed positions */
     uint32_t *nxt;           /* [n] next position of the same row */
     uint32_t *map;           /* [n] distinct row of each request of a call */
     engram_source_req *req;  /* [n] the requests of a call */
@@ -67,32 +70,59 @@ static inline uint32_t hash_of(const engram__table *t, uint64_t row, unsigned bi
     return (uint32_t)((h * 0x9E3779B97F4A7C15ull) >> (64 - bits));
 }
 
+/* The scratch for n positions, the hash of 2^bits slots made later (its
+ * size depends on the misses). */
 static int scratch_get(size_t n, unsigned bits, scratch *s)
 {
     size_t cap = (size_t)1 << bits;
     /* Largest alignment first: uniq and req hold 8-byte fields. */
-    size_t size = n * sizeof(uniq) + n * sizeof(engram_source_req) + (cap + 2 * n) * sizeof(uint32_t);
+    size_t size = n * sizeof(uniq) + n * sizeof(engram_source_req) +
+                  (cap + 3 * n) * sizeof(uint32_t);
     unsigned char *p = engram__scratch(ENGRAM__SCRATCH_FETCH, size);
     if (!p)
         return engram__err(-ENOMEM, "out of memory for the deduplication of %zu rows", n);
     s->uq = (uniq *)(void *)p;
     s->req = (engram_source_req *)(void *)(p + n * sizeof(uniq));
-    s->hash = (uint32_t *)(void *)(p + n * sizeof(uniq) + n * sizeof(engram_source_req));
-    s->nxt = s->hash + cap;
+    s->miss = (uint32_t *)(void *)(p + n * sizeof(uniq) + n * sizeof(engram_source_req));
+    s->nxt = s->miss + n;
     s->map = s->nxt + n;
+    s->hash = s->map + n;
     return 0;
 }
 
-/* Step 1: the distinct rows of reqs[0, n); returns how many. */
-static uint32_t dedupe(const engram__fetch_req *reqs, size_t n, unsigned bits, scratch *s)
+/* Step 1: the positions the row caches hold are copied; the others are
+ * listed in s->miss.  Returns how many missed. */
+static uint32_t from_cache(const engram__fetch_req *reqs, size_t n, scratch *s, unsigned shard,
+                           int excl)
+{
+    uint32_t nm = 0;
+    for (size_t i = 0; i < n; i++) {
+        const engram__fetch_req *q = &reqs[i];
+        if (i + PF_SET < n && reqs[i + PF_SET].t->src.cache)
+            engram__rcache_prefetch_set(reqs[i + PF_SET].t->src.cache, reqs[i + PF_SET].row);
+        if (i + PF_SLOT < n && reqs[i + PF_SLOT].t->src.cache)
+            engram__rcache_prefetch_slot(reqs[i + PF_SLOT].t->src.cache, reqs[i + PF_SLOT].row);
+        if (q->t->src.cache && engram__rcache_get(q->t->src.cache, q->row, q->dst))
+            engram__ctr_add(&q->t->ctr[shard].hits, 1, excl);
+        else
+            s->miss[nm++] = (uint32_t)i;
+    }
+    return nm;
+}
+
+/* Step 2: the distinct rows of the nm missed positions; returns how
+ * many. */
+static uint32_t dedupe(const engram__fetch_req *reqs, uint32_t nm, unsigned bits, scratch *s,
+                       unsigned shard, int excl)
 {
     uint32_t mask = ((uint32_t)1 << bits) - 1, nu = 0;
     memset(s->hash, 0xff, ((size_t)1 << bits) * sizeof *s->hash);
-    for (size_t i = 0; i < n; i++) {
+    for (uint32_t m = 0; m < nm; m++) {
+        uint32_t i = s->miss[m];
         engram__table *t = reqs[i].t;
         uint64_t row = reqs[i].row;
         uint32_t h = hash_of(t, row, bits), j;
-        /* The table has at least twice the positions' slots: a probe ends. */
+        /* The hash has at least twice the misses' slots: a probe ends. */
         while ((j = s->hash[h]) != NONE && (s->uq[j].t != t || s->uq[j].row != row))
             h = (h + 1) & mask;
         if (j == NONE) {
@@ -101,32 +131,17 @@ static uint32_t dedupe(const engram__fetch_req *reqs, size_t n, unsigned bits, s
             nu++;
         } else {
             s->nxt[i] = s->uq[j].dups;
-            s->uq[j].dups = (uint32_t)i;
+            s->uq[j].dups = i;
             s->uq[j].count++;
         }
     }
-    return nu;
-}
-
-/* Step 2: the distinct rows the row caches hold. */
-static void from_cache(scratch *s, uint32_t nu, unsigned shard, int excl)
-{
     for (uint32_t u = 0; u < nu; u++) {
-        uniq *q = &s->uq[u];
-        if (u + PF_SET < nu && s->uq[u + PF_SET].t->src.cache)
-            engram__rcache_prefetch_set(s->uq[u + PF_SET].t->src.cache, s->uq[u + PF_SET].row);
-        if (u + PF_SLOT < nu && s->uq[u + PF_SLOT].t->src.cache)
-            engram__rcache_prefetch_slot(s->uq[u + PF_SLOT].t->src.cache,
-                                         s->uq[u + PF_SLOT].row);
-        if (q->t->src.cache && engram__rcache_get(q->t->src.cache, q->row, q->dst)) {
-            q->state = SERVED;
-            engram__ctr_add(&q->t->ctr[shard].hits, q->count, excl);
-        } else {
-            engram__ctr_add(&q->t->ctr[shard].misses, q->count, excl);
-            if (q->count > 1)
-                engram__ctr_add(&q->t->ctr[shard].dedup, q->count - 1, excl);
-        }
+        const uniq *q = &s->uq[u];
+        engram__ctr_add(&q->t->ctr[shard].misses, q->count, excl);
+        if (q->count > 1)
+            engram__ctr_add(&q->t->ctr[shard].dedup, q->count - 1, excl);
     }
+    return nu;
 }
 
 /* Calls a source with m requests and turns its failure into the lookup's
@@ -205,16 +220,22 @@ static int from_source(scratch *s, uint32_t u, uint32_t nu, unsigned shard, int 
 
 static int fetch_chunk(const engram__fetch_req *reqs, size_t n, unsigned shard, int excl)
 {
-    scratch s = {NULL, NULL, NULL, NULL, NULL};
+    scratch s = {NULL, NULL, NULL, NULL, NULL, NULL};
     unsigned bits = 4;
-    uint32_t nu;
+    uint32_t nm, nu;
     int err = 0, rc;
+    /* Sized for the worst case, all misses: the scratch is kept, so a
+     * thread's first cold lookup grows it and later ones reuse it. */
     while (((size_t)1 << bits) < 2 * n)
         bits++;
     if ((rc = scratch_get(n, bits, &s)) != 0)
         return rc;
-    nu = dedupe(reqs, n, bits, &s);
-    from_cache(&s, nu, shard, excl);
+    if ((nm = from_cache(reqs, n, &s, shard, excl)) == 0)
+        return 0;
+    bits = 4;
+    while (((size_t)1 << bits) < 2 * (size_t)nm)
+        bits++;
+    nu = dedupe(reqs, nm, bits, &s, shard, excl);
     for (uint32_t u = 0; u < nu; u++)
         if (s.uq[u].state == UNREAD && (rc = from_source(&s, u, nu, shard, excl)) != 0 &&
             err == 0)
