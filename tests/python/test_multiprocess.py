@@ -116,6 +116,41 @@ def test_forked_child_can_use_the_inherited_store(local_dir):
         assert child.exitcode == 0
 
 
+def test_forked_children_read_through_the_row_cache(local_dir):
+    # Rows read on demand (file_cache) go through io_uring rings: a forked
+    # child (a multiprocessing fork Pool worker) used to share the parent's
+    # rings and crash, or break the parent's next lookup.  Children now make
+    # rings of their own while the parent keeps reading with its own.
+    rows = make_rows(5000, 264, seed=9)
+    with engramstore.EngramStore(namespace="fc", local_dir=local_dir) as w:
+        w.populate("t", rows)
+    with engramstore.EngramStore(namespace="fc", local_dir=local_dir, file_cache=True,
+                                 cache_bytes=1 << 20) as st:
+        rng = np.random.default_rng(3)
+        ids = rng.integers(0, 5000, (4000, 1))
+        out = sentinel((4000, 1, 264))
+        st.lookup(["t"], ids, out)  # the parent's rings are set up
+        np.testing.assert_array_equal(out[:, 0], rows[ids[:, 0]])
+        ctx = mp.get_context("fork")
+        children = [ctx.Process(target=_lookup_or_exit, args=(st, "t", ids[::-1, 0].copy(), rows))
+                    for _ in range(3)]
+        for c in children:
+            c.start()
+        for _ in range(20):  # the parent reads meanwhile
+            out = sentinel((4000, 1, 264))
+            st.lookup(["t"], ids, out)
+            np.testing.assert_array_equal(out[:, 0], rows[ids[:, 0]])
+        for c in children:
+            c.join(60)
+            hung = c.is_alive()
+            if hung:
+                c.kill()
+                c.join()
+            assert not hung, "a child's lookup hung"
+            assert c.exitcode == 0, c.exitcode
+        assert st.stats()["cache"]["read_errors"] == 0
+
+
 def _lookup_or_exit(store, name, ids, rows):
     # runs in a forked child (not pickled): exit status 0 = right rows
     os._exit(0 if esutil.child_lookup_with(store, name, ids, rows) else 3)
