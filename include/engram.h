@@ -507,10 +507,10 @@ ENGRAM_API int engram_dequant_fp8_e4m3_e8m0_ref(const void *values, const void *
  *
  * The budget, cache_bytes, bounds all the memory the row cache and its
  * reads hold.  The reader's staging (each read in flight lands in a
- * staging slot first, so a failed read never touches the output) takes
- * at most an eighth of it, and at least the slots of one row's reads: the
- * store then reads with fewer rings or fewer reads in flight rather than
- * exceed it.  The rest is shared by the tables with a cache: each file or
+ * staging slot first, so a failed read never touches the output) has an
+ * eighth of it, and at least the slots of one row's reads: the store then
+ * reads with fewer rings or fewer reads in flight rather than exceed it.
+ * The rest is shared by the tables with a cache: each file or
  * safetensors table gets a share proportional to its size among the
  * namespace's table files and the safetensors tables opened so far, a
  * source table (engram_add_source) the cache_bytes it asked for, each
@@ -594,14 +594,14 @@ ENGRAM_API int engram_get_cache_stats(engram_store *st, const char *name,
  *    added with the same read_rows function and the same ctx, whatever
  *    their columns (a source serving several tables gets them together);
  *    reqs[i].table and reqs[i].table_ud say which table a row is of.  A
- *    lookup of more than ENGRAM_SOURCE_MAX_REQS such rows makes one call
- *    per that many.
+ *    lookup with more than ENGRAM_SOURCE_MAX_REQS positions of row-source
+ *    tables is served that many positions at a time, with a call each.
  *  - Deduplicated: a (table, row) pair appears once per call, however
  *    often the lookup asks for it; the library copies it to the other
  *    positions.  Rows found in the table's row cache are not asked for.
- *  - reqs[i].row is < the table's num_rows; reqs[i].dst has room for
- *    row_bytes bytes (an output row or a slot of the library's).  The
- *    source may serve the requests in any order.
+ *  - reqs[i].row is < the table's num_rows; reqs[i].dst is one of the
+ *    lookup's output rows, with room for row_bytes bytes.  The source may
+ *    serve the requests in any order.
  *  - It returns 0 once it wrote every row, or a negative code (a negated
  *    errno such as -EIO, or an ENGRAM_E* code) that fails the lookup with
  *    that code; engram_source_error() attaches a message.  On failure, the
@@ -620,8 +620,8 @@ ENGRAM_API int engram_get_cache_stats(engram_store *st, const char *name,
  * exact (a row is cached only once read_rows wrote it), set-associative,
  * as described above ("Tables larger than memory").  engram_get_cache_stats()
  * counts source tables, cached or not: hits, misses and dedup as for files,
- * reads = rows handed to read_rows, bytes_read = their bytes, read_errors =
- * rows a failed call left unwritten.
+ * reads = rows handed to read_rows, bytes_read = the bytes of those it
+ * wrote, read_errors = rows a failed call left unwritten.
  */
 #define ENGRAM_SOURCE_MAX_REQS 65536
 
@@ -658,7 +658,10 @@ typedef struct engram_source_ops {
  * is closed (engram_remove() refuses it with ENGRAM_EBOUND).  On failure
  * nothing is kept and release is not called.  Thread-safe.
  * @return : 0 and *id (id may be NULL), -EEXIST, ENGRAM_ESPEC, -EINVAL (ops
- *           NULL or without read_rows, ops->size or flags wrong), -ENOMEM. */
+ *           NULL or without read_rows, ops->size or flags wrong; with a
+ *           cache, a store queue_depth above 4096), -ENOMEM, -ENOSPC (the
+ *           store holds 65536 tables), or with a cache and
+ *           ENGRAM_OPEN_MLOCK the error of mlock. */
 ENGRAM_API int engram_add_source(engram_store *st, const char *name,
                                  const engram_table_spec *spec, const engram_source_ops *ops,
                                  void *table_ud, uint64_t cache_bytes, engram_table_id *id);

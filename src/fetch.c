@@ -25,6 +25,7 @@
  * bytes a missed position) is the thread's own and kept between lookups.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "common.h"
@@ -218,12 +219,29 @@ static int from_source(scratch *s, uint32_t u, uint32_t nu, unsigned shard, int 
     return rc;
 }
 
-static int fetch_chunk(const engram__fetch_req *reqs, size_t n, unsigned shard, int excl)
+/* Keeps the message of a lookup's first failure: later failing calls of
+ * the same lookup overwrite the thread's message, and the code returned
+ * is the first one's. */
+typedef struct first_err {
+    int code;
+    char msg[512];
+} first_err;
+
+static void note_err(first_err *f, int rc)
+{
+    if (rc && !f->code) {
+        f->code = rc;
+        snprintf(f->msg, sizeof f->msg, "%s", engram_errmsg());
+    }
+}
+
+static int fetch_chunk(const engram__fetch_req *reqs, size_t n, unsigned shard, int excl,
+                       first_err *fe)
 {
     scratch s = {NULL, NULL, NULL, NULL, NULL, NULL};
     unsigned bits = 4;
     uint32_t nm, nu;
-    int err = 0, rc;
+    int rc;
     /* Sized for the worst case, all misses: the scratch is kept, so a
      * thread's first cold lookup grows it and later ones reuse it. */
     while (((size_t)1 << bits) < 2 * n)
@@ -237,9 +255,8 @@ static int fetch_chunk(const engram__fetch_req *reqs, size_t n, unsigned shard, 
         bits++;
     nu = dedupe(reqs, nm, bits, &s, shard, excl);
     for (uint32_t u = 0; u < nu; u++)
-        if (s.uq[u].state == UNREAD && (rc = from_source(&s, u, nu, shard, excl)) != 0 &&
-            err == 0)
-            err = rc;
+        if (s.uq[u].state == UNREAD)
+            note_err(fe, from_source(&s, u, nu, shard, excl));
     /* Step 4. */
     for (uint32_t u = 0; u < nu; u++) {
         const uniq *q = &s.uq[u];
@@ -248,19 +265,31 @@ static int fetch_chunk(const engram__fetch_req *reqs, size_t n, unsigned shard, 
         for (uint32_t d = q->dups; d != NONE; d = s.nxt[d])
             memcpy(reqs[d].dst, q->dst, q->t->spec.row_bytes);
     }
-    return err;
+    return 0;
+}
+
+int engram__fetch_reserve(size_t n)
+{
+    scratch s;
+    unsigned bits = 4;
+    if (n > CHUNK)
+        n = CHUNK;
+    while (((size_t)1 << bits) < 2 * n)
+        bits++;
+    return scratch_get(n, bits, &s);
 }
 
 int engram__fetch(const engram__fetch_req *reqs, size_t n)
 {
-    int excl, err = 0, rc;
+    first_err fe = {0, {0}};
+    int excl;
     unsigned shard = engram__shard(&excl);
     for (size_t i = 0; i < n; i += CHUNK) {
         /* Every chunk is served, even after a failure: each row that can
          * be read is written. */
-        rc = fetch_chunk(reqs + i, n - i < CHUNK ? n - i : CHUNK, shard, excl);
-        if (rc && !err)
-            err = rc;
+        note_err(&fe, fetch_chunk(reqs + i, n - i < CHUNK ? n - i : CHUNK, shard, excl, &fe));
     }
-    return err;
+    if (fe.code)
+        return engram__err(fe.code, "%s", fe.msg);
+    return 0;
 }

@@ -185,22 +185,29 @@ static void copy_part(void *arg, size_t part, size_t nparts)
     copy_dispatch(p, rows * part / nparts, rows * (part + 1) / nparts);
 }
 
+/* Room for the requests of the rows of columns without a base address,
+ * and fetch.c's scratch for them, taken before the first output row is
+ * written: a lookup that fails for want of memory writes nothing.
+ * *reqs gets the request array (`stack` when the batch is small). */
+static int fetch_prepare(const plan *p, engram__fetch_req *stack, engram__fetch_req **reqs)
+{
+    uint64_t rows = (uint64_t)p->T * p->K, size;
+    *reqs = stack;
+    if (rows > STACK_ROWS &&
+        (engram__mul_u64(rows, sizeof **reqs, &size) || size > SIZE_MAX ||
+         !(*reqs = engram__scratch(ENGRAM__SCRATCH_ROWS, (size_t)size))))
+        return engram__err(-ENOMEM, "out of memory for the source rows of %zu x %zu ids",
+                           p->T, p->K);
+    return engram__fetch_reserve((size_t)rows);
+}
+
 /* The rows of columns without a base address, as validated by the plan,
  * go to fetch.c all together: one call per lookup whatever their columns,
  * so the row sources see repeated rows together and keep their reads in
  * flight over all of them. */
-static int fetch_pass(const plan *p)
+static int fetch_pass(const plan *p, engram__fetch_req *reqs)
 {
-    engram__fetch_req stack_reqs[STACK_ROWS], *reqs = stack_reqs;
-    /* T * K (rows) was checked to fit, and so was its plan's size, which
-     * is larger than this scratch per row. */
-    size_t rows = p->T * p->K, n = 0;
-    if (rows > STACK_ROWS) {
-        reqs = engram__scratch(ENGRAM__SCRATCH_ROWS, rows * sizeof *reqs);
-        if (!reqs)
-            return engram__err(-ENOMEM, "out of memory for the source rows of %zu x %zu ids",
-                               p->T, p->K);
-    }
+    size_t n = 0;
     for (size_t k = 0; k < p->K; k++) {
         const col *c = &p->cols[k];
         if (c->base)
@@ -382,8 +389,9 @@ int engram_lookup(engram_store *st, const engram_lookup_args *a)
     col stack_cols[STACK_COLS], *cols;
     const unsigned char *stack_src[STACK_ROWS];
     uint64_t stack_rows[STACK_ROWS];
+    engram__fetch_req stack_reqs[STACK_ROWS], *reqs = NULL;
     plan p;
-    size_t rows, live, dead = 0;
+    size_t rows, live, dead = 0, parts = 0;
     uint64_t t0 = 0;
     unsigned shard;
     int excl, err, timing, par = 0;
@@ -451,8 +459,8 @@ int engram_lookup(engram_store *st, const engram_lookup_args *a)
          * over the share of a worker that is late, large enough that the
          * claim per part is noise.  Planning and copying are two jobs: no
          * row is copied before every id has been checked. */
-        size_t parts = rows / PART_ROWS < 2 ? 2 : rows / PART_ROWS;
         plan_job pj = {&p, SIZE_MAX};
+        parts = rows / PART_ROWS < 2 ? 2 : rows / PART_ROWS;
         if (engram__pool_run(st->pool, plan_part, &pj, parts) != 0)
             plan_part(&pj, 0, 1); /* pool busy: plan on this thread */
         if (ENGRAM__UNLIKELY(atomic_load_explicit(&pj.first_bad, memory_order_relaxed) !=
@@ -460,7 +468,6 @@ int engram_lookup(engram_store *st, const engram_lookup_args *a)
             err = bad_id(&p, a, atomic_load_explicit(&pj.first_bad, memory_order_relaxed));
             goto fail;
         }
-        par = engram__pool_run(st->pool, copy_part, &p, parts) == 0;
     } else {
         size_t bad = plan_dispatch(&p, 0, rows);
         if (ENGRAM__UNLIKELY(bad != SIZE_MAX)) {
@@ -468,10 +475,14 @@ int engram_lookup(engram_store *st, const engram_lookup_args *a)
             goto fail;
         }
     }
+    if (p.indirect && (err = fetch_prepare(&p, stack_reqs, &reqs)) != 0)
+        goto fail;
+    if (parts)
+        par = engram__pool_run(st->pool, copy_part, &p, parts) == 0;
     if (!par)
         copy_dispatch(&p, 0, rows);
     if (p.indirect) {
-        if ((err = fetch_pass(&p)) != 0)
+        if ((err = fetch_pass(&p, reqs)) != 0)
             goto fail;
         if (st->log_ns)
             engram__store_maybe_log(st);

@@ -257,19 +257,38 @@ static rd_set *current_set(engram__reader *rd)
     return s;
 }
 
-/* Takes a free ring of the configuration's, or waits for the one this
- * thread's shard maps to. */
-static rd_ring *ring_take(rd_set *s, uint64_t cfg)
+/* Takes a free ring of the current configuration's, or waits for the one
+ * this thread's shard maps to, and returns it locked with the
+ * configuration in *cfg.  The configuration is read again once the ring
+ * is held: an admission that shrank the rings tears the ones it left out
+ * down under their locks, so a ring that is no longer in the
+ * configuration read under its lock is given back (and never set up
+ * again outside the budget). */
+static rd_ring *ring_take(engram__reader *rd, rd_set *s, uint64_t *cfg)
 {
     int excl;
-    unsigned nr = CFG_NR(cfg), start = engram__shard(&excl) % nr;
-    for (unsigned i = 0; i < nr; i++) {
-        rd_ring *r = &s->rings[(start + i) % nr];
-        if (pthread_mutex_trylock(&r->lock) == 0)
+    unsigned start = engram__shard(&excl);
+    for (;;) {
+        /* Acquire pairs with the release store of the admission that made
+         * the tables of a call's rows visible: the configuration covers
+         * them (slots and segments only grow). */
+        uint64_t c = atomic_load_explicit(&rd->cfg, memory_order_acquire);
+        unsigned nr = CFG_NR(c), i;
+        rd_ring *r = NULL;
+        for (i = 0; i < nr && !r; i++)
+            if (pthread_mutex_trylock(&s->rings[(start + i) % nr].lock) == 0)
+                r = &s->rings[(start + i) % nr];
+        if (!r) {
+            r = &s->rings[start % nr];
+            pthread_mutex_lock(&r->lock);
+        }
+        c = atomic_load_explicit(&rd->cfg, memory_order_acquire);
+        if ((unsigned)(r - s->rings) < CFG_NR(c)) {
+            *cfg = c;
             return r;
+        }
+        pthread_mutex_unlock(&r->lock);
     }
-    pthread_mutex_lock(&s->rings[start].lock);
-    return &s->rings[start];
 }
 
 /* ------------------------------------------------------------------------
@@ -569,16 +588,14 @@ static int fill(fill_ctx *c)
 int engram__reader_read_rows(void *ctx, engram_source_req *reqs, size_t n)
 {
     engram__reader *rd = ctx;
-    /* Acquire pairs with the release store of the admission that made the
-     * tables of these rows visible: the configuration covers them. */
-    uint64_t cfg = atomic_load_explicit(&rd->cfg, memory_order_acquire);
+    uint64_t cfg;
     fill_ctx c = {NULL, reqs, n, 0, 0, 0, 0, 0, 0};
     rd_set *s = current_set(rd);
     int err;
     if (!s)
         return engram__err(-ENOMEM, "out of memory for the file reader's rings");
     c.shard = engram__shard(&c.excl);
-    c.r = ring_take(s, cfg);
+    c.r = ring_take(rd, s, &cfg);
     if ((err = ring_ready(c.r, cfg)) == 0)
         err = fill(&c);
     pthread_mutex_unlock(&c.r->lock);

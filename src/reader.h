@@ -71,8 +71,8 @@ uint32_t engram__reader_queue_depth(const engram__reader *rd);
 /* Sets up f's segments for reading: f->seg[g].fd, base, stride, len and
  * file_size must be filled; this decides O_DIRECT per segment (a second
  * descriptor and a probe read), fills dst_off and row_bytes, and
- * reserves the staging f's rows need.  On failure the caller still owns
- * the descriptors.  -ENOBUFS where one row cannot be staged. */
+ * reserves the staging f's rows need.  On failure the descriptors are
+ * closed (f's fds are -1).  -ENOBUFS where one row cannot be staged. */
 int engram__reader_admit(engram__reader *rd, engram__rfile *f);
 
 /* Closes f's descriptors.  Accepts NULL (does not free f). */

@@ -117,10 +117,13 @@ int engram__cbudget_reserve(engram__cbudget *b, uint64_t want, uint64_t need, co
     return err;
 }
 
-/* Bytes left for slots (under lock). */
+/* Bytes left for slots (under lock).  An eighth of the budget stays the
+ * reader's whether it reserved it yet or not: a cache made before the
+ * first file table must not leave that table no room to read. */
 static uint64_t left_locked(const engram__cbudget *b)
 {
-    uint64_t used = b->assigned + atomic_load_explicit(&b->staging, memory_order_relaxed);
+    uint64_t staging = atomic_load_explicit(&b->staging, memory_order_relaxed);
+    uint64_t used = b->assigned + (staging > b->total / 8 ? staging : b->total / 8);
     return b->total > used ? b->total - used : 0;
 }
 

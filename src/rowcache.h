@@ -7,8 +7,8 @@
  * the cache and its reads keep in memory: each table's sets and slots
  * (engram__rcache_create) and the io_uring reader's staging
  * (engram__cbudget_reserve, asked for by reader.c).  The sum never
- * exceeds the budget; the sharing rule is in engram.h, above
- * engram_get_cache_stats().
+ * exceeds the budget, and caches never take the eighth of it kept for the
+ * staging; the sharing rule is in engram.h, above engram_get_cache_stats().
  *
  * A table's cache is nsets sets of ENGRAM_CACHE_WAYS slots.  A set is its
  * lock, CLOCK state and tags in one cache line; get and put hold the set's

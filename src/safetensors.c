@@ -621,20 +621,22 @@ int engram_open_safetensors(engram_store *st, const char *name, const char *path
     if ((err = engram_spec_check(&spec)) != 0)
         goto fail;
     /* A name already taken fails here, before the reader and the cache
-     * are asked for anything (add_table checks again, under the lock). */
-    if ((err = engram__store_name_free(st, name)) != 0 ||
-        (err = engram__store_ctx_get(st, &ctx)) != 0)
+     * are asked for anything, and a concurrent open of the same name waits
+     * for this one (add_table checks again, under the lock). */
+    if ((err = engram__store_claim(st, name)) != 0)
         goto fail;
+    if ((err = engram__store_ctx_get(st, &ctx)) != 0) {
+        engram__store_unclaim(st, name);
+        goto fail;
+    }
     opened = 0; /* filesrc_make consumes the descriptors */
     if ((err = engram__filesrc_make(&ctx, ENGRAM_TABLE_SAFETENSORS, name, segs, nseg,
                                     spec.num_rows, spec.num_rows * row_bytes, 0, NULL,
-                                    &src)) != 0)
-        goto fail;
-    if ((err = engram__store_add_table(st, name, &spec, &src, id)) != 0) {
+                                    &src)) == 0 &&
+        (err = engram__store_add_table(st, name, &spec, &src, id)) != 0)
         engram__source_release(&src);
-        goto fail;
-    }
-    return 0;
+    engram__store_unclaim(st, name);
+    return err;
 fail:
     for (unsigned g = 0; g < opened; g++)
         close(segs[g].fd);

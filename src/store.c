@@ -121,6 +121,7 @@ static int store_alloc(const engram_store_options *opts, engram_store **out)
         memcpy(&st->opts, opts, opts->size);
     st->opts.size = sizeof st->opts;
     pthread_mutex_init(&st->lock, NULL);
+    pthread_cond_init(&st->opened_cv, NULL);
     ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     st->threads = st->opts.threads ? st->opts.threads : (int)(ncpu < 1 ? 1 : ncpu > 8 ? 8 : ncpu);
     /* The default threshold: below it, waking a sleeping worker (tens of
@@ -139,6 +140,7 @@ static int store_alloc(const engram_store_options *opts, engram_store **out)
         int err = engram__pool_create(st->threads - 1, &st->pool);
         if (err) {
             pthread_mutex_destroy(&st->lock);
+            pthread_cond_destroy(&st->opened_cv);
             free(st);
             return err;
         }
@@ -250,6 +252,7 @@ void engram_store_close(engram_store *st)
     if (st->dirfd >= 0)
         close(st->dirfd);
     free(st->path);
+    pthread_cond_destroy(&st->opened_cv);
     pthread_mutex_destroy(&st->lock);
     free(st);
 }
@@ -335,14 +338,64 @@ int engram__name_taken_locked(engram_store *st, const char *name)
     return engram__find_locked(st, name, NULL) != NULL || dir_has(st, name);
 }
 
-int engram__store_name_free(engram_store *st, const char *name)
+struct engram__claim {
+    struct engram__claim *next;
+    char name[ENGRAM_NAME_MAX + 1];
+};
+
+static int claimed_locked(engram_store *st, const char *name)
 {
-    int err = 0;
+    for (const struct engram__claim *c = st->claims; c; c = c->next)
+        if (strcmp(c->name, name) == 0)
+            return 1;
+    return 0;
+}
+
+/* Waits (st->lock held) until no other thread opens `name`, then claims
+ * it.  -ENOMEM with the message if the claim cannot be recorded. */
+static int claim_locked(engram_store *st, const char *name)
+{
+    struct engram__claim *c;
+    while (claimed_locked(st, name))
+        pthread_cond_wait(&st->opened_cv, &st->lock);
+    if (!(c = malloc(sizeof *c)))
+        return engram__err(-ENOMEM, "out of memory");
+    snprintf(c->name, sizeof c->name, "%s", name);
+    c->next = st->claims;
+    st->claims = c;
+    return 0;
+}
+
+static void unclaim_locked(engram_store *st, const char *name)
+{
+    for (struct engram__claim **pp = &st->claims; *pp; pp = &(*pp)->next) {
+        if (strcmp((*pp)->name, name) == 0) {
+            struct engram__claim *c = *pp;
+            *pp = c->next;
+            free(c);
+            break;
+        }
+    }
+    pthread_cond_broadcast(&st->opened_cv);
+}
+
+int engram__store_claim(engram_store *st, const char *name)
+{
+    int err;
     pthread_mutex_lock(&st->lock);
-    if (engram__name_taken_locked(st, name))
+    if ((err = claim_locked(st, name)) == 0 && engram__name_taken_locked(st, name)) {
+        unclaim_locked(st, name);
         err = engram__err(-EEXIST, "table '%s' already exists in %s", name, st->path);
+    }
     pthread_mutex_unlock(&st->lock);
     return err;
+}
+
+void engram__store_unclaim(engram_store *st, const char *name)
+{
+    pthread_mutex_lock(&st->lock);
+    unclaim_locked(st, name);
+    pthread_mutex_unlock(&st->lock);
 }
 
 int engram__store_add_table(engram_store *st, const char *name, const engram_table_spec *spec,
@@ -520,23 +573,31 @@ int engram_table_open(engram_store *st, const char *name, engram_table_id *id)
     engram__header h;
     engram__source src;
     struct stat sb, now;
-    int fd = -1, err, made = 0;
+    int fd = -1, err = 0, made = 0, claimed = 1;
 
     if (!st || !id)
         return engram__err(-EINVAL, "store and id are required");
     if ((err = engram_name_check(name)) != 0)
         return err;
     pthread_mutex_lock(&st->lock);
-    have = engram__find_locked(st, name, id);
+    if (!(have = engram__find_locked(st, name, id)) && st->dirfd >= 0) {
+        /* A second opener of the name waits for the first and then finds
+         * its table (or tries again if it failed). */
+        err = claim_locked(st, name);
+        if (err == 0 && (have = engram__find_locked(st, name, id)) != NULL)
+            unclaim_locked(st, name);
+    }
     pthread_mutex_unlock(&st->lock);
-    if (have)
-        return 0;
+    if (have || err)
+        return err;
     if (st->dirfd < 0)
         return engram__err(-ENOENT, "table '%s' is not bound in this memory store", name);
     /* The slow part (reading the header, mapping, prefaulting, verifying)
      * runs without the store's lock: lookups and other opens go on. */
-    if ((fd = engram__open_entry(st->dirfd, st->path, st->uid, name, O_RDONLY, &sb)) < 0)
+    if ((fd = engram__open_entry(st->dirfd, st->path, st->uid, name, O_RDONLY, &sb)) < 0) {
+        engram__store_unclaim(st, name);
         return fd;
+    }
     if ((err = engram__read_header(fd, &sb, name, &h)) != 0)
         goto out;
     if (strcmp(h.name, name) != 0) {
@@ -554,7 +615,8 @@ int engram_table_open(engram_store *st, const char *name, engram_table_id *id)
     }
     pthread_mutex_lock(&st->lock);
     if ((have = engram__find_locked(st, name, id)) != NULL) {
-        /* Another thread opened it meanwhile: theirs is the table. */
+        /* Not another opener (they wait for our claim): a table of the
+         * name appeared otherwise.  Theirs is the table. */
         err = 0;
     } else if (fstatat(st->dirfd, name, &now, AT_SYMLINK_NOFOLLOW) != 0 ||
                now.st_dev != sb.st_dev || now.st_ino != sb.st_ino) {
@@ -566,8 +628,12 @@ int engram_table_open(engram_store *st, const char *name, engram_table_id *id)
         t = NULL;
         made = 0;
     }
+    unclaim_locked(st, name);
     pthread_mutex_unlock(&st->lock);
+    claimed = 0;
 out:
+    if (claimed)
+        engram__store_unclaim(st, name);
     if (made)
         engram__source_release(&src);
     free(t);

@@ -48,6 +48,11 @@ struct engram_store {
     engram_store_options opts;
     uid_t uid;                    /* the namespace's owner: the only uid whose files we trust */
     pthread_mutex_t lock;         /* registry writes, bind/populate/remove bookkeeping */
+    /* Names being opened, under lock: a second opener of a name waits for
+     * the first (opened_cv) instead of making a second source whose row
+     * cache would get only what the first left of the budget. */
+    struct engram__claim *claims;
+    pthread_cond_t opened_cv;
     _Atomic(engram__table *) *_Atomic chunks[ENGRAM__MAX_CHUNKS];
     _Atomic uint32_t ntables;     /* registry length: written under lock, read without */
     struct engram__pool *pool;    /* NULL when threads == 1 */
@@ -92,9 +97,13 @@ engram__table *engram__find_locked(engram_store *st, const char *name, engram_ta
  * (st->lock held). */
 int engram__name_taken_locked(engram_store *st, const char *name);
 
-/* 0 if `name` is free in the store and its namespace, else -EEXIST with
- * the message: a check before slow work (add_table checks again). */
-int engram__store_name_free(engram_store *st, const char *name);
+/* Claims `name` for a table being made (slow work before add_table):
+ * waits while another thread opens the same name, then returns 0 with
+ * the claim held, or -EEXIST with the message if the name is a table of
+ * the store or an entry of its namespace.  Give the claim back with
+ * engram__store_unclaim(), after add_table. */
+int engram__store_claim(engram_store *st, const char *name);
+void engram__store_unclaim(engram_store *st, const char *name);
 
 /* Releases what a source holds: the module's state, the caller's
  * table_ud (through its release) and the row cache.  For a source no

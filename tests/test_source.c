@@ -345,6 +345,39 @@ static void test_failures(void)
     free(rows);
 }
 
+/* Two sources failing in one lookup: the code and the message are both
+ * the first failure's (the second call used to overwrite the message). */
+static void test_two_failures(void)
+{
+    unsigned char *rows = tu_make_rows(3, NROWS, R, PITCH, 0);
+    engram_table_spec spec = {NROWS, R, PITCH};
+    src_ctx c1 = {0}, c2 = {0};
+    src_table ta = {rows, NROWS, 0, 0}, tb = {rows, NROWS, 0, 0};
+    engram_source_ops o1 = make_ops(&c1), o2 = make_ops(&c2);
+    engram_store *st;
+    engram_table_id tabs[2];
+    int64_t ids[2] = {1, 2};
+    unsigned char out[2][R];
+    g_tabs[0] = &ta;
+    g_tabs[1] = &tb;
+    ASSERT_OK(engram_store_open_memory(NULL, &st));
+    ASSERT_OK(engram_add_source(st, "first", &spec, &o1, &ta, 0, &tabs[0]));
+    ASSERT_OK(engram_add_source(st, "second", &spec, &o2, &tb, 0, &tabs[1]));
+    ta.id = tabs[0];
+    tb.id = tabs[1];
+    c1 = (src_ctx){0};
+    c2 = (src_ctx){0};
+    c1.fail_call = c2.fail_call = 1;
+    c1.fail_code = -ETIMEDOUT;
+    c2.fail_code = -EPIPE;
+    c1.use_msg = c2.use_msg = 1;
+    ASSERT_ERR(lookup(st, tabs, NULL, ids, 1, 2, out, 0), -ETIMEDOUT);
+    ASSERT_CONTAINS(engram_errmsg(), "table 'first'");
+    ASSERT_EQ(atomic_load(&c2.calls), 1); /* the second source was still asked */
+    engram_store_close(st);
+    free(rows);
+}
+
 /* Tables added with the same read_rows and ctx share calls; another ctx
  * gets its own. */
 static void test_grouping(void)
@@ -593,6 +626,7 @@ int main(void)
     tu_watchdog(240);
     RUN_TEST(test_matches_memory);
     RUN_TEST(test_failures);
+    RUN_TEST(test_two_failures);
     RUN_TEST(test_grouping);
     RUN_TEST(test_large);
     RUN_TEST(test_threads);

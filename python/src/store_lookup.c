@@ -386,6 +386,9 @@ resolved:
         goto out;
     }
 #endif
+    /* A source callable's exception left from a failure that raised
+     * nothing here (a GPU host path) must not become this lookup's cause. */
+    Py_XDECREF(ext_source_take_exception());
     if (ext_store_enter(s) < 0)
         goto out;
     Py_BEGIN_ALLOW_THREADS

@@ -71,6 +71,9 @@ static int call_fn(const pysource *ps, engram_source_req *reqs, size_t n)
     if (!(rows = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(n * sizeof(uint64_t)))) ||
         !(out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(n * ps->row_bytes))))
         goto out;
+    /* A fresh bytearray holds whatever the allocator had: a callable that
+     * leaves rows unwritten must hand back zeros, never old heap bytes. */
+    memset(PyByteArray_AS_STRING(out), 0, n * ps->row_bytes);
     r = (uint64_t *)(void *)PyByteArray_AS_STRING(rows);
     for (size_t i = 0; i < n; i++)
         r[i] = reqs[i].row;

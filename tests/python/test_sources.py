@@ -196,3 +196,12 @@ def test_callable_released_at_close():
     st.close()
     gc.collect()
     assert ref() is None
+
+
+def test_rows_left_unwritten_are_zeros(mem):
+    # A callable that returns without filling `out` hands back zeros,
+    # never the allocator's old bytes.
+    mem.add_source("lazy", (N, R), lambda rows, out: None)
+    out = sentinel((64, 1, R))
+    mem.lookup(["lazy"], np.arange(64, dtype=np.int64).reshape(64, 1), out)
+    assert (out == 0).all()
