@@ -116,6 +116,41 @@ static engram_source_ops make_ops(src_ctx *c)
     return ops;
 }
 
+/* One source table of nrows rows (pattern `seed`) in a memory store: what
+ * most cases below start from. */
+typedef struct fixture {
+    unsigned char *rows;
+    engram_table_spec spec;
+    src_ctx c;
+    src_table tab;
+    engram_source_ops ops;
+    engram_store *st;
+    engram_table_id id;
+} fixture;
+
+static void fx_open(fixture *f, uint32_t seed, uint64_t nrows, const char *name,
+                    uint64_t cache_bytes)
+{
+    memset(f, 0, sizeof *f);
+    f->rows = tu_make_rows(seed, nrows, R, PITCH, 0);
+    f->spec = (engram_table_spec){nrows, R, PITCH};
+    f->tab = (src_table){f->rows, nrows, 0, 0};
+    f->ops = make_ops(&f->c);
+    g_tabs[0] = &f->tab;
+    ASSERT_OK(engram_store_open_memory(NULL, &f->st));
+    f->c.st = f->st;
+    ASSERT_OK(engram_add_source(f->st, name, &f->spec, &f->ops, &f->tab, cache_bytes, &f->id));
+    f->tab.id = f->id;
+}
+
+/* Closes the store (the table's release must run once) and frees. */
+static void fx_close(fixture *f)
+{
+    engram_store_close(f->st);
+    ASSERT_EQ(f->tab.released, 1);
+    free(f->rows);
+}
+
 static int lookup(engram_store *st, const engram_table_id *tabs, const int64_t *offs,
                   const int64_t *ids, size_t T, size_t K, void *out, uint32_t flags)
 {
@@ -237,22 +272,16 @@ static void test_matches_memory(void)
 static void test_failures(void)
 {
     enum { N = 64 };
-    unsigned char *rows = tu_make_rows(9, NROWS, R, PITCH, 0);
-    engram_table_spec spec = {NROWS, R, PITCH};
-    src_ctx c = {0};
-    src_table tab = {rows, NROWS, 0, 0};
-    engram_source_ops ops = make_ops(&c);
-    engram_store *st;
-    engram_table_id id;
+    fixture f;
+    src_ctx *const cp = &f.c;
     int64_t ids[N];
     static unsigned char out[N][R];
     engram_cache_stats s0, s1;
-    g_tabs[0] = &tab;
-    c.st = NULL;
-    ASSERT_OK(engram_store_open_memory(NULL, &st));
-    c.st = st;
-    ASSERT_OK(engram_add_source(st, "flaky", &spec, &ops, &tab, 64 << 10, &id));
-    tab.id = id;
+    engram_store *st;
+    engram_table_id id;
+    fx_open(&f, 9, NROWS, "flaky", 64 << 10);
+    st = f.st;
+    id = f.id;
     for (int i = 0; i < N; i++)
         ids[i] = i % 8 == 7 ? ids[i - 4] : (int64_t)(i * 13 % NROWS); /* some repeats */
 
@@ -260,13 +289,13 @@ static void test_failures(void)
     ids[5] = NROWS;
     memset(out, 0xEE, sizeof out);
     ASSERT_ERR(lookup(st, &id, NULL, ids, N, 1, out, 0), ENGRAM_EBADID);
-    ASSERT_EQ(atomic_load(&c.calls), 0);
+    ASSERT_EQ(atomic_load(&cp->calls), 0);
     ASSERT_ALL_BYTES(out, 0xEE, sizeof out);
     ids[5] = 5;
 
     tu_current_case = "failed call: nothing written, nothing cached";
-    c.fail_call = 1;
-    c.fail_code = -EIO;
+    cp->fail_call = 1;
+    cp->fail_code = -EIO;
     ASSERT_ERR(lookup(st, &id, NULL, ids, N, 1, out, 0), -EIO);
     ASSERT_CONTAINS(engram_errmsg(), "table 'flaky'");
     ASSERT_CONTAINS(engram_errmsg(), "read_rows failed");
@@ -287,10 +316,10 @@ static void test_failures(void)
     tu_current_case = "failed call marking some rows done";
     for (int i = 0; i < N; i++)
         ids[i] = i % 8 == 7 ? ids[i - 4] : (int64_t)(500 + i * 7);
-    c.fail_call = atomic_load(&c.calls) + 1;
-    c.fail_code = -ETIMEDOUT;
-    c.done_every = 3;
-    c.use_msg = 1;
+    cp->fail_call = atomic_load(&cp->calls) + 1;
+    cp->fail_code = -ETIMEDOUT;
+    cp->done_every = 3;
+    cp->use_msg = 1;
     memset(out, 0xEE, sizeof out);
     ASSERT_ERR(lookup(st, &id, NULL, ids, N, 1, out, 0), -ETIMEDOUT);
     ASSERT_CONTAINS(engram_errmsg(), "table 'flaky': node 3 timed out");
@@ -309,7 +338,7 @@ static void test_failures(void)
         /* The rows marked done were cached, and only those: the next
          * lookup hits exactly as many distinct rows as were marked. */
         s0 = cstats(st, "flaky");
-        c.fail_call = 0;
+        cp->fail_call = 0;
         ASSERT_OK(lookup(st, &id, NULL, ids, N, 1, out, 0));
         s1 = cstats(st, "flaky");
         ASSERT_EQ_U64(s1.hits - s0.hits, written);
@@ -320,29 +349,27 @@ static void test_failures(void)
     tu_current_case = "a positive return";
     for (int i = 0; i < N; i++)
         ids[i] = 942 + i % 57; /* rows no lookup asked for yet */
-    c.fail_call = atomic_load(&c.calls) + 1;
-    c.done_every = 1;
-    c.use_msg = 0;
-    c.positive = 1;
+    cp->fail_call = atomic_load(&cp->calls) + 1;
+    cp->done_every = 1;
+    cp->use_msg = 0;
+    cp->positive = 1;
     memset(out, 0xEE, sizeof out);
     ASSERT_ERR(lookup(st, &id, NULL, ids, N, 1, out, 0), -EIO);
     ASSERT_CONTAINS(engram_errmsg(), "returned 7");
     /* done marks mean nothing without a code: nothing was cached. */
-    c.fail_call = 0;
-    c.positive = 0;
+    cp->fail_call = 0;
+    cp->positive = 0;
     s0 = cstats(st, "flaky");
     ASSERT_OK(lookup(st, &id, NULL, ids, N, 1, out, 0));
     ASSERT_EQ_U64(cstats(st, "flaky").hits, s0.hits);
 
     tu_current_case = "a lookup from inside read_rows";
-    c.lookup_inside = 1;
+    cp->lookup_inside = 1;
     ids[0] = 999;
     ASSERT_OK(lookup(st, &id, NULL, ids, 1, 1, out, 0));
-    ASSERT_EQ(c.inside_rc, ENGRAM_ESTATE);
-    c.lookup_inside = 0;
-    engram_store_close(st);
-    ASSERT_EQ(tab.released, 1);
-    free(rows);
+    ASSERT_EQ(cp->inside_rc, ENGRAM_ESTATE);
+    cp->lookup_inside = 0;
+    fx_close(&f);
 }
 
 /* Two sources failing in one lookup: the code and the message are both
@@ -428,30 +455,20 @@ static void test_large(void)
 {
     size_t n = ENGRAM_SOURCE_MAX_REQS + 5000;
     uint64_t nrows = 200000;
-    unsigned char *rows = tu_make_rows(4, nrows, R, PITCH, 0);
-    engram_table_spec spec = {nrows, R, PITCH};
-    src_ctx c = {0};
-    src_table tab = {rows, nrows, 0, 0};
-    engram_source_ops ops = make_ops(&c);
-    engram_store *st;
-    engram_table_id id;
+    fixture f;
     int64_t *ids = tu_xmalloc(n * sizeof *ids);
     unsigned char *out = tu_xmalloc(n * R);
-    g_tabs[0] = &tab;
-    ASSERT_OK(engram_store_open_memory(NULL, &st));
-    ASSERT_OK(engram_add_source(st, "big", &spec, &ops, &tab, 0, &id));
-    tab.id = id;
+    fx_open(&f, 4, nrows, "big", 0);
     for (size_t i = 0; i < n; i++)
         ids[i] = (int64_t)(i * 7 % nrows);
-    ASSERT_OK(lookup(st, &id, NULL, ids, n, 1, out, 0));
-    ASSERT_EQ(atomic_load(&c.calls), 2);
-    ASSERT_EQ_U64(atomic_load(&c.max_n), ENGRAM_SOURCE_MAX_REQS);
+    ASSERT_OK(lookup(f.st, &f.id, NULL, ids, n, 1, out, 0));
+    ASSERT_EQ(atomic_load(&f.c.calls), 2);
+    ASSERT_EQ_U64(atomic_load(&f.c.max_n), ENGRAM_SOURCE_MAX_REQS);
     for (size_t i = 0; i < n; i++)
         ASSERT_ROW(out + i * R, 4, (uint64_t)ids[i], R);
-    engram_store_close(st);
+    fx_close(&f);
     free(ids);
     free(out);
-    free(rows);
 }
 
 /* Lookups from several threads at once through a small cache: hits,
@@ -485,30 +502,20 @@ static void *worker_main(void *arg)
 static void test_threads(void)
 {
     enum { NT = 4 };
-    unsigned char *rows = tu_make_rows(5, NROWS, R, PITCH, 0);
-    engram_table_spec spec = {NROWS, R, PITCH};
-    src_ctx c = {0};
-    src_table tab = {rows, NROWS, 0, 0};
-    engram_source_ops ops = make_ops(&c);
-    engram_store *st;
-    engram_table_id id;
+    fixture f;
     pthread_t th[NT];
     worker w[NT];
-    g_tabs[0] = &tab;
-    ASSERT_OK(engram_store_open_memory(NULL, &st));
-    ASSERT_OK(engram_add_source(st, "t", &spec, &ops, &tab, 8 << 10, &id));
-    tab.id = id;
+    fx_open(&f, 5, NROWS, "t", 8 << 10);
     for (int i = 0; i < NT; i++) {
-        w[i] = (worker){st, id, (uint64_t)i * 77 + 1, 0};
+        w[i] = (worker){f.st, f.id, (uint64_t)i * 77 + 1, 0};
         ASSERT_EQ(pthread_create(&th[i], NULL, worker_main, &w[i]), 0);
     }
     for (int i = 0; i < NT; i++) {
         pthread_join(th[i], NULL);
         ASSERT_EQ(w[i].bad, 0);
     }
-    ASSERT_GT(cstats(st, "t").hits, 0);
-    engram_store_close(st);
-    free(rows);
+    ASSERT_GT(cstats(f.st, "t").hits, 0);
+    fx_close(&f);
 }
 
 /* The store's budget bounds the caches of source tables. */
@@ -543,31 +550,23 @@ static void test_budget(void)
  * of the ids would hand the source a row made of table bytes. */
 static void test_ids_read_once(void)
 {
-    unsigned char *rows = tu_make_rows(12, NROWS, R, PITCH, 0);
-    engram_table_spec spec = {NROWS, R, PITCH};
-    src_ctx c = {0};
-    src_table tab = {rows, NROWS, 0, 0};
-    engram_source_ops ops = make_ops(&c);
-    engram_store *st;
+    fixture f;
     engram_table_id tabs[2];
     union {
         int64_t ids[2];
         unsigned char out[2 * R];
     } buf;
-    g_tabs[0] = &tab;
-    ASSERT_OK(engram_store_open_memory(NULL, &st));
-    ASSERT_OK(engram_bind(st, "m", &spec, rows));
-    ASSERT_OK(engram_table_open(st, "m", &tabs[0]));
-    ASSERT_OK(engram_add_source(st, "s", &spec, &ops, &tab, 0, &tabs[1]));
-    tab.id = tabs[1];
+    fx_open(&f, 12, NROWS, "s", 0);
+    ASSERT_OK(engram_bind(f.st, "m", &f.spec, f.rows));
+    ASSERT_OK(engram_table_open(f.st, "m", &tabs[0]));
+    tabs[1] = f.id;
     buf.ids[0] = 3;   /* column 0, memory: its row lands on both ids */
     buf.ids[1] = 777; /* column 1, the source */
-    ASSERT_OK(lookup(st, tabs, NULL, buf.ids, 1, 2, buf.out, 0));
+    ASSERT_OK(lookup(f.st, tabs, NULL, buf.ids, 1, 2, buf.out, 0));
     ASSERT_ROW(buf.out, 12, 3, R);
     ASSERT_ROW(buf.out + R, 12, 777, R);
-    ASSERT_EQ_U64(atomic_load(&c.rows_read), 1);
-    engram_store_close(st);
-    free(rows);
+    ASSERT_EQ_U64(atomic_load(&f.c.rows_read), 1);
+    fx_close(&f);
 }
 
 static void test_bad_arguments(void)
