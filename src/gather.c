@@ -37,7 +37,7 @@
 #include "pool.h"
 #include "store.h"
 
-#define STACK_COLS 32
+#define STACK_COLS 64
 #define STACK_ROWS 256
 #define AHEAD 8 /* rows prefetched ahead of the copy (4, 8 and 16 measured alike) */
 /* Prefetch hint: the row is copied once, soon, and not read again, so it
@@ -51,11 +51,29 @@ typedef struct col {
     uint64_t off; /* offsets[k] as unsigned, subtracted with wrap-around */
     size_t pitch;
     engram__table *t;
-    _Atomic uint64_t dead; /* dead ids in this column; parts of a split plan add to it */
 } col;
 
+/* The columns a thread resolved last, for its next lookup of the same
+ * tables and offsets (an engine asks for the same 24 tables every decode
+ * step): resolving K tables through the registry, checking them and
+ * filling their descriptors is most of a small lookup's own cost.  The
+ * memo is valid while the store is the same one (serial: a new store may
+ * reuse a closed one's address) and no table of it was removed since
+ * (gen); the tables, their specs and base addresses never change
+ * otherwise. */
+#define MEMO_COLS 64
+typedef struct colmemo {
+    uint64_t serial; /* the store's; 0 = empty */
+    uint64_t gen;    /* the store's removal generation when made */
+    size_t K;
+    int has_offsets, indirect;
+    engram_table_id tables[MEMO_COLS];
+    int64_t offsets[MEMO_COLS];
+    col cols[MEMO_COLS];
+} colmemo;
+
 typedef struct plan {
-    col *cols; /* written only for the dead counts */
+    const col *cols;
     size_t T, K, R;
     const unsigned char *ids;
     int id64;
@@ -88,13 +106,28 @@ static inline __attribute__((always_inline)) int64_t load_id(const plan *p, size
 }
 
 /* Copies one row.  With `pieces` (R is a compile-time constant) the copy
- * is a run of 16-byte moves plus one overlapping tail, which compilers
- * emit as plain vector loads and stores; a constant-size memcpy of a few
- * hundred bytes would otherwise become `rep movs`, which is slower here
- * and keeps the core from overlapping the next rows' cache misses. */
+ * is a run of 16-byte moves (32-byte ones with `wide`, in the AVX2 build
+ * of the copy: see copy_dispatch) plus one overlapping tail, which
+ * compilers emit as plain vector loads and stores; a constant-size memcpy
+ * of a few hundred bytes would
+ * otherwise become `rep movs`, which is slower here and keeps the core
+ * from overlapping the next rows' cache misses. */
+/* One 32-byte move through a vector register: one load and one store
+ * with AVX2, two each without (a plain 32-byte memcpy is split in 16-byte
+ * pieces even with AVX2). */
+typedef unsigned char engram__v32 __attribute__((vector_size(32), aligned(1)));
+
+static inline __attribute__((always_inline)) void move32(unsigned char *d, const unsigned char *s)
+{
+    engram__v32 v;
+    memcpy(&v, s, sizeof v);
+    memcpy(d, &v, sizeof v);
+}
+
 static inline __attribute__((always_inline)) void copy_row(unsigned char *d,
                                                            const unsigned char *s,
-                                                           const size_t R, const int pieces)
+                                                           const size_t R, const int pieces,
+                                                           const int wide)
 {
     size_t o = 0;
     if (!pieces || R < 16) {
@@ -102,7 +135,12 @@ static inline __attribute__((always_inline)) void copy_row(unsigned char *d,
         return;
     }
     /* Fully unrolled: R is a constant here, and a counted loop around a
-     * 16-byte move doubles the instructions per row. */
+     * move doubles the instructions per row. */
+    if (wide) {
+#pragma GCC unroll 32
+        for (; o + 32 <= R; o += 32)
+            move32(d + o, s + o);
+    }
 #pragma GCC unroll 32
     for (; o + 16 <= R; o += 16)
         memcpy(d + o, s + o, 16);
@@ -130,7 +168,7 @@ static inline __attribute__((always_inline)) void prefetch_row(const unsigned ch
  * call site of the dispatcher below. */
 static inline __attribute__((always_inline)) void copy_range(const plan *p, size_t begin,
                                                              size_t end, const size_t R,
-                                                             const int pieces)
+                                                             const int pieces, const int wide)
 {
     const unsigned char *const *const src = p->src;
     unsigned char *const out = p->out;
@@ -148,7 +186,7 @@ static inline __attribute__((always_inline)) void copy_range(const plan *p, size
         if (s == ZERO_ROW)
             memset(out + oe, 0, R);
         else if (s)
-            copy_row(out + oe, s, R, pieces);
+            copy_row(out + oe, s, R, pieces, wide);
         oe += osk;
         if (++k == K) {
             k = 0;
@@ -163,19 +201,53 @@ static inline __attribute__((always_inline)) void copy_range(const plan *p, size
  * memcpy), and a constant-size memcpy there would become rep movs. */
 #define ENGRAM__ROW_SIZES(X) X(8) X(16) X(32) X(64) X(128) X(256) X(264) X(272)
 
-static void copy_dispatch(const plan *p, size_t begin, size_t end)
+static inline __attribute__((always_inline)) void copy_sized(const plan *p, size_t begin,
+                                                             size_t end, const int wide)
 {
-#define CASE(r)                              \
-    case r:                                  \
-        copy_range(p, begin, end, r, 1);     \
+#define CASE(r)                                    \
+    case r:                                        \
+        copy_range(p, begin, end, r, 1, wide);     \
         return;
     switch (p->R) {
         ENGRAM__ROW_SIZES(CASE)
     default:
-        copy_range(p, begin, end, p->R, 0);
+        copy_range(p, begin, end, p->R, 0, wide);
         return;
     }
 #undef CASE
+}
+
+/* The copy is built twice on x86-64: for any x86-64 CPU, and for AVX2
+ * with 32-byte moves kept whole (tuned for Haswell: the generic tuning
+ * splits unaligned 32-byte moves in two), and the one for this CPU is
+ * taken.  A 264-byte row then costs 9 loads and 9 stores instead of 17
+ * and 17, most of a small lookup's instructions when its rows are in the
+ * caches. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define ENGRAM__COPY_AVX2 1
+__attribute__((target("avx2,tune=haswell"))) static void copy_avx2(const plan *p, size_t begin,
+                                                                   size_t end)
+{
+    copy_sized(p, begin, end, 1);
+}
+
+static int have_avx2;
+__attribute__((constructor)) static void copy_init(void)
+{
+    __builtin_cpu_init();
+    have_avx2 = __builtin_cpu_supports("avx2");
+}
+#endif
+
+static void copy_dispatch(const plan *p, size_t begin, size_t end)
+{
+#ifdef ENGRAM__COPY_AVX2
+    if (have_avx2) {
+        copy_avx2(p, begin, end);
+        return;
+    }
+#endif
+    copy_sized(p, begin, end, 0);
 }
 
 static void copy_part(void *arg, size_t part, size_t nparts)
@@ -231,15 +303,17 @@ static int fetch_pass(const plan *p, engram__fetch_req *reqs)
  * message with bad_id() on its own thread.  id64 is a constant at both
  * call sites in plan_dispatch(). */
 static inline __attribute__((always_inline)) size_t plan_range(const plan *p, size_t begin,
-                                                               size_t end, const int id64)
+                                                               size_t end, const int id64,
+                                                               uint64_t *dead)
 {
     const void *const ids = p->ids;
-    col *const cols = p->cols;
+    const col *const cols = p->cols;
     const size_t K = p->K;
     const ptrdiff_t ist = p->ist, isk = p->isk;
     const unsigned char *const zero = p->zero_dead ? ZERO_ROW : NULL;
     const unsigned char **const src = p->src;
     uint64_t *const rows = p->rows;
+    uint64_t ndead = 0;
     size_t k = begin % K;
     ptrdiff_t ie_t = (ptrdiff_t)(begin / K) * ist, ie = ie_t + (ptrdiff_t)k * isk;
 
@@ -247,12 +321,11 @@ static inline __attribute__((always_inline)) size_t plan_range(const plan *p, si
      * more than the checks themselves when K is small. */
     for (size_t i = begin; i < end; i++) {
         int64_t raw = id64 ? ((const int64_t *)ids)[ie] : ((const int32_t *)ids)[ie];
-        col *c = &cols[k];
+        const col *c = &cols[k];
         uint64_t row = (uint64_t)raw - c->off;
         /* Dead is decided on the raw id, before the offset. */
         if (raw == ENGRAM_DEAD_ID) {
-            /* Rare, so an atomic add is cheap; parts may share a column. */
-            atomic_fetch_add_explicit(&c->dead, 1, memory_order_relaxed);
+            ndead++;
             src[i] = zero;
             if (!c->base)
                 rows[i] = DEAD_ROW;
@@ -274,12 +347,28 @@ static inline __attribute__((always_inline)) size_t plan_range(const plan *p, si
             ie = ie_t += ist;
         }
     }
+    *dead = ndead;
     return SIZE_MAX;
 }
 
-static size_t plan_dispatch(const plan *p, size_t begin, size_t end)
+static size_t plan_dispatch(const plan *p, size_t begin, size_t end, uint64_t *dead)
 {
-    return p->id64 ? plan_range(p, begin, end, 1) : plan_range(p, begin, end, 0);
+    return p->id64 ? plan_range(p, begin, end, 1, dead) : plan_range(p, begin, end, 0, dead);
+}
+
+/* Dead ids of column k of a planned lookup, counted from the plan (not
+ * the ids: they are read once), for the table's row counter.  Called only
+ * when the lookup had dead ids at all. */
+static uint64_t col_dead(const plan *p, size_t k)
+{
+    uint64_t n = 0;
+    for (size_t i = k; i < p->T * p->K; i += p->K) {
+        if (p->cols[k].base)
+            n += p->src[i] == NULL || p->src[i] == ZERO_ROW;
+        else
+            n += p->rows[i] == DEAD_ROW;
+    }
+    return n;
 }
 
 /* The error for bad id number i of the flattened batch of lookup `a`, in
@@ -315,28 +404,31 @@ static int bad_id(const plan *p, const engram_lookup_args *a, size_t i)
 typedef struct plan_job {
     const plan *p;
     _Atomic size_t first_bad;
+    _Atomic uint64_t dead; /* dead ids of all parts: each adds its count once */
 } plan_job;
 
 static void plan_part(void *arg, size_t part, size_t nparts)
 {
     plan_job *j = arg;
     size_t rows = j->p->T * j->p->K;
-    size_t bad = plan_dispatch(j->p, rows * part / nparts, rows * (part + 1) / nparts);
+    uint64_t dead = 0;
+    size_t bad = plan_dispatch(j->p, rows * part / nparts, rows * (part + 1) / nparts, &dead);
     size_t cur = atomic_load_explicit(&j->first_bad, memory_order_relaxed);
+    if (bad == SIZE_MAX)
+        atomic_fetch_add_explicit(&j->dead, dead, memory_order_relaxed);
     while (bad < cur &&
            !atomic_compare_exchange_weak_explicit(&j->first_bad, &cur, bad, memory_order_relaxed,
                                                   memory_order_relaxed))
         ;
 }
 
-/* Resolves every column and checks the layouts (pass one, first half;
- * the rows are planned by plan_dispatch/plan_part).  Nothing is written to
- * the output here. */
-static int build_plan(engram_store *st, const engram_lookup_args *a, plan *p, col *cols)
+/* Resolves the tables and offsets of lookup `a` into cols[K] (pass one,
+ * first half); *indirect is set if a column has no base address.
+ * Nothing is written to the output here. */
+static int resolve_cols(engram_store *st, const engram_lookup_args *a, col *cols, int *indirect)
 {
-    size_t T = a->num_tokens, K = a->num_cols;
-    p->indirect = 0;
-    for (size_t k = 0; k < K; k++) {
+    *indirect = 0;
+    for (size_t k = 0; k < a->num_cols; k++) {
         engram__table *t = engram__table_get(st, a->tables[k]);
         if (ENGRAM__UNLIKELY(!t))
             return engram__err(-EINVAL, "tables[%zu] = %u is not a table id of this store", k,
@@ -354,17 +446,98 @@ static int build_plan(engram_store *st, const engram_lookup_args *a, plan *p, co
         cols[k].off = a->offsets ? (uint64_t)a->offsets[k] : 0;
         cols[k].pitch = t->spec.row_pitch;
         cols[k].t = t;
-        atomic_init(&cols[k].dead, 0);
-        p->indirect |= t->src.base == NULL;
+        *indirect |= t->src.base == NULL;
     }
-    if (ENGRAM__UNLIKELY(a->row_bytes && a->row_bytes != cols[0].t->spec.row_bytes))
+    return 0;
+}
+
+/* This thread's column memo (allocated on first use, freed at thread
+ * exit), or NULL without memory: lookups then resolve every time.  The
+ * pointer is initial-exec TLS (a plain %fs load), the memo itself is on
+ * the heap, since the static TLS left for a dlopen()ed module is small. */
+static _Thread_local colmemo *memo_tls __attribute__((tls_model("initial-exec")));
+static pthread_key_t memo_key;
+static pthread_once_t memo_once = PTHREAD_ONCE_INIT;
+
+/* At thread exit; clears the pointer too, for a lookup that a later key
+ * destructor of the same thread might still make. */
+static void memo_free(void *m)
+{
+    memo_tls = NULL;
+    free(m);
+}
+
+static void memo_key_init(void)
+{
+    (void)pthread_key_create(&memo_key, memo_free);
+}
+
+static colmemo *memo_get(void)
+{
+    colmemo *m = memo_tls;
+    if (ENGRAM__UNLIKELY(!m)) {
+        pthread_once(&memo_once, memo_key_init);
+        if (!(m = calloc(1, sizeof *m)))
+            return NULL;
+        pthread_setspecific(memo_key, m);
+        memo_tls = m;
+    }
+    return m;
+}
+
+/* The resolved columns of lookup `a`: the thread's memo when it holds
+ * them, else resolved now (into the memo when K fits, else into `cols`). */
+static int get_cols(engram_store *st, const engram_lookup_args *a, col *cols, const col **out,
+                    int *indirect)
+{
+    size_t K = a->num_cols;
+    colmemo *m = K <= MEMO_COLS ? memo_get() : NULL;
+    /* Acquire pairs with the release increment in engram_remove(): a
+     * removal before this load is seen as a new generation. */
+    uint64_t gen = atomic_load_explicit(&st->gen, memory_order_acquire);
+    int err;
+    if (ENGRAM__LIKELY(m != NULL)) {
+        if (ENGRAM__LIKELY(m->serial == st->serial && m->gen == gen && m->K == K &&
+                           m->has_offsets == (a->offsets != NULL) &&
+                           memcmp(m->tables, a->tables, K * sizeof *a->tables) == 0 &&
+                           (!a->offsets ||
+                            memcmp(m->offsets, a->offsets, K * sizeof *a->offsets) == 0))) {
+            *out = m->cols;
+            *indirect = m->indirect;
+            return 0;
+        }
+        m->serial = 0;
+        if ((err = resolve_cols(st, a, m->cols, &m->indirect)) != 0)
+            return err;
+        memcpy(m->tables, a->tables, K * sizeof *a->tables);
+        if (a->offsets)
+            memcpy(m->offsets, a->offsets, K * sizeof *a->offsets);
+        m->has_offsets = a->offsets != NULL;
+        m->K = K;
+        m->gen = gen;
+        m->serial = st->serial;
+        *out = m->cols;
+        *indirect = m->indirect;
+        return 0;
+    }
+    if ((err = resolve_cols(st, a, cols, indirect)) != 0)
+        return err;
+    *out = cols;
+    return 0;
+}
+
+/* Fills the plan's layout from lookup `a` and checks it (pass one, second
+ * half). */
+static int plan_layout(const engram_lookup_args *a, plan *p)
+{
+    size_t T = a->num_tokens, K = a->num_cols;
+    if (ENGRAM__UNLIKELY(a->row_bytes && a->row_bytes != p->cols[0].t->spec.row_bytes))
         return engram__err(ENGRAM_ELAYOUT, "output rows are %zu bytes but table '%s' has "
-                           "row_bytes %u", a->row_bytes, cols[0].t->name,
-                           cols[0].t->spec.row_bytes);
-    p->cols = cols;
+                           "row_bytes %u", a->row_bytes, p->cols[0].t->name,
+                           p->cols[0].t->spec.row_bytes);
     p->T = T;
     p->K = K;
-    p->R = cols[0].t->spec.row_bytes;
+    p->R = p->cols[0].t->spec.row_bytes;
     p->ids = a->ids;
     p->id64 = a->id_type == ENGRAM_ID_INT64;
     p->ist = a->id_stride_t;
@@ -431,7 +604,8 @@ int engram_lookup(engram_store *st, const engram_lookup_args *a)
         err = engram__err(-ENOMEM, "out of memory for the plan of %zu columns", a->num_cols);
         goto fail;
     }
-    if ((err = build_plan(st, a, &p, cols)) != 0)
+    if ((err = get_cols(st, a, cols, &p.cols, &p.indirect)) != 0 ||
+        (err = plan_layout(a, &p)) != 0)
         goto fail;
     if (ENGRAM__LIKELY(rows <= STACK_ROWS)) {
         p.src = stack_src;
@@ -459,7 +633,7 @@ int engram_lookup(engram_store *st, const engram_lookup_args *a)
          * over the share of a worker that is late, large enough that the
          * claim per part is noise.  Planning and copying are two jobs: no
          * row is copied before every id has been checked. */
-        plan_job pj = {&p, SIZE_MAX};
+        plan_job pj = {&p, SIZE_MAX, 0};
         parts = rows / PART_ROWS < 2 ? 2 : rows / PART_ROWS;
         if (engram__pool_run(st->pool, plan_part, &pj, parts) != 0)
             plan_part(&pj, 0, 1); /* pool busy: plan on this thread */
@@ -468,8 +642,9 @@ int engram_lookup(engram_store *st, const engram_lookup_args *a)
             err = bad_id(&p, a, atomic_load_explicit(&pj.first_bad, memory_order_relaxed));
             goto fail;
         }
+        dead = atomic_load_explicit(&pj.dead, memory_order_relaxed);
     } else {
-        size_t bad = plan_dispatch(&p, 0, rows);
+        size_t bad = plan_dispatch(&p, 0, rows, &dead);
         if (ENGRAM__UNLIKELY(bad != SIZE_MAX)) {
             err = bad_id(&p, a, bad);
             goto fail;
@@ -487,15 +662,11 @@ int engram_lookup(engram_store *st, const engram_lookup_args *a)
         if (st->log_ns)
             engram__store_maybe_log(st);
     }
-    for (size_t k = 0; k < p.K; k++)
-        dead += atomic_load_explicit(&cols[k].dead, memory_order_relaxed);
-
     live = rows - dead;
     for (size_t k = 0; k < p.K; k++) {
-        engram__table_counters *tc = &cols[k].t->ctr[shard];
+        engram__table_counters *tc = &p.cols[k].t->ctr[shard];
         engram__ctr_add(&tc->lookups, 1, excl);
-        engram__ctr_add(&tc->rows,
-                        p.T - atomic_load_explicit(&cols[k].dead, memory_order_relaxed), excl);
+        engram__ctr_add(&tc->rows, p.T - (dead ? col_dead(&p, k) : 0), excl);
     }
     {
         engram__store_counters *c = &st->ctr[shard];

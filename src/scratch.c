@@ -17,10 +17,25 @@ static pthread_once_t keys_once = PTHREAD_ONCE_INIT;
 static _Thread_local void *bufs[ENGRAM__SCRATCH_KINDS];
 static _Thread_local size_t sizes[ENGRAM__SCRATCH_KINDS];
 
+/* At thread exit: frees the thread's buffers and forgets them, for a
+ * lookup that a later key destructor of the same thread might still make
+ * (it then allocates again, and that buffer is freed at the next round
+ * of destructors). */
+static void scratch_free(void *p)
+{
+    for (int i = 0; i < ENGRAM__SCRATCH_KINDS; i++) {
+        if (bufs[i] == p) {
+            bufs[i] = NULL;
+            sizes[i] = 0;
+        }
+    }
+    free(p);
+}
+
 static void keys_init(void)
 {
     for (int i = 0; i < ENGRAM__SCRATCH_KINDS; i++)
-        (void)pthread_key_create(&keys[i], free);
+        (void)pthread_key_create(&keys[i], scratch_free);
 }
 
 void *engram__scratch(int which, size_t size)

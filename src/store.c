@@ -117,6 +117,10 @@ static int store_alloc(const engram_store_options *opts, engram_store **out)
         return engram__err(-ENOMEM, "out of memory for a store");
     st->dirfd = -1;
     st->uid = geteuid();
+    {
+        static _Atomic uint64_t serials;
+        st->serial = atomic_fetch_add_explicit(&serials, 1, memory_order_relaxed) + 1;
+    }
     if (opts)
         memcpy(&st->opts, opts, opts->size);
     st->opts.size = sizeof st->opts;
@@ -868,8 +872,12 @@ int engram_remove(engram_store *st, const char *name)
     } else if (fsync(st->dirfd) != 0) {
         err = engram__errno(errno, "fsync %s", st->path);
     }
-    if (t)
+    if (t) {
         atomic_store_explicit(&t->removed, 1, memory_order_release);
+        /* Release: a lookup that sees the new generation sees the table
+         * removed, and resolves its columns again (gather.c's memo). */
+        atomic_fetch_add_explicit(&st->gen, 1, memory_order_release);
+    }
 out:
     pthread_mutex_unlock(&st->lock);
     return err;

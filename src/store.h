@@ -55,6 +55,10 @@ struct engram_store {
     pthread_cond_t opened_cv;
     _Atomic(engram__table *) *_Atomic chunks[ENGRAM__MAX_CHUNKS];
     _Atomic uint32_t ntables;     /* registry length: written under lock, read without */
+    uint64_t serial;              /* unique per store of the process (never 0): a lookup's
+                                   * memo of resolved tables is for this store only */
+    _Atomic uint64_t gen;         /* bumped by every engram_remove(): memos made before are
+                                   * stale */
     struct engram__pool *pool;    /* NULL when threads == 1 */
     /* The row cache's budget and the io_uring reader, made with the first
      * table that needs them (under lock), then read without it. */
