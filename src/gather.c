@@ -30,8 +30,10 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fetch.h"
 #include "pool.h"
@@ -70,6 +72,11 @@ typedef struct colmemo {
     engram_table_id tables[MEMO_COLS];
     int64_t offsets[MEMO_COLS];
     col cols[MEMO_COLS];
+    /* This thread's stats shard of each column's table (the thread's
+     * shard never changes) and whether it has it alone. */
+    engram__table_counters *ctr[MEMO_COLS];
+    int excl;
+    int hot; /* the distinct tables of the columns fit in half the last-level cache */
 } colmemo;
 
 typedef struct plan {
@@ -82,6 +89,7 @@ typedef struct plan {
     ptrdiff_t ost, osk; /* output strides in bytes */
     int zero_dead;
     int indirect; /* some column has no base address */
+    int hot;      /* the lookup's tables fit in the caches: copy without prefetching */
     const unsigned char **src; /* [T * K] row sources: NULL skips, ZERO_ROW zero-fills */
     uint64_t *rows; /* [T * K] with `indirect`: the validated row of each position of a
                      * column without base address, or DEAD_ROW */
@@ -168,7 +176,8 @@ static inline __attribute__((always_inline)) void prefetch_row(const unsigned ch
  * call site of the dispatcher below. */
 static inline __attribute__((always_inline)) void copy_range(const plan *p, size_t begin,
                                                              size_t end, const size_t R,
-                                                             const int pieces, const int wide)
+                                                             const int pieces, const int wide,
+                                                             const int pf)
 {
     const unsigned char *const *const src = p->src;
     unsigned char *const out = p->out;
@@ -177,11 +186,11 @@ static inline __attribute__((always_inline)) void copy_range(const plan *p, size
     size_t k = begin % K;
     ptrdiff_t oe_t = (ptrdiff_t)(begin / K) * ost, oe = oe_t + (ptrdiff_t)k * osk;
 
-    for (size_t n = begin; n < end && n < begin + AHEAD; n++)
+    for (size_t n = begin; pf && n < end && n < begin + AHEAD; n++)
         prefetch_row(src[n], R);
     for (size_t i = begin; i < end; i++) {
         const unsigned char *s = src[i];
-        if (i + AHEAD < end)
+        if (pf && i + AHEAD < end)
             prefetch_row(src[i + AHEAD], R);
         if (s == ZERO_ROW)
             memset(out + oe, 0, R);
@@ -201,20 +210,33 @@ static inline __attribute__((always_inline)) void copy_range(const plan *p, size
  * memcpy), and a constant-size memcpy there would become rep movs. */
 #define ENGRAM__ROW_SIZES(X) X(8) X(16) X(32) X(64) X(128) X(256) X(264) X(272)
 
-static inline __attribute__((always_inline)) void copy_sized(const plan *p, size_t begin,
-                                                             size_t end, const int wide)
+static inline __attribute__((always_inline)) void copy_sized_pf(const plan *p, size_t begin,
+                                                                size_t end, const int wide,
+                                                                const int pf)
 {
-#define CASE(r)                                    \
-    case r:                                        \
-        copy_range(p, begin, end, r, 1, wide);     \
+#define CASE(r)                                        \
+    case r:                                            \
+        copy_range(p, begin, end, r, 1, wide, pf);     \
         return;
     switch (p->R) {
         ENGRAM__ROW_SIZES(CASE)
     default:
-        copy_range(p, begin, end, p->R, 0, wide);
+        copy_range(p, begin, end, p->R, 0, wide, pf);
         return;
     }
 #undef CASE
+}
+
+/* Without prefetching where the lookup's tables fit in the caches
+ * (p->hot): the rows are there already, and the prefetches cost a third
+ * of the instructions of a cached row's copy. */
+static inline __attribute__((always_inline)) void copy_sized(const plan *p, size_t begin,
+                                                             size_t end, const int wide)
+{
+    if (p->hot)
+        copy_sized_pf(p, begin, end, wide, 0);
+    else
+        copy_sized_pf(p, begin, end, wide, 1);
 }
 
 /* The copy is built twice on x86-64: for any x86-64 CPU, and for AVX2
@@ -485,10 +507,50 @@ static colmemo *memo_get(void)
     return m;
 }
 
+/* Bytes of the last-level cache, 0 if unknown: the kernel's word (sysfs)
+ * first, since glibc's sysconf() reads CPUID, which some hypervisors fill
+ * with figures ten times too large (320 MiB for a 32 MiB L3 here). */
+static uint64_t llc_bytes;
+static pthread_once_t llc_once = PTHREAD_ONCE_INIT;
+
+static void llc_init(void)
+{
+    FILE *f = fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "re");
+    unsigned long v = 0;
+    char unit = 0;
+    if (f) {
+        if (fscanf(f, "%lu%c", &v, &unit) >= 1)
+            v <<= unit == 'M' ? 20 : unit == 'K' ? 10 : 0;
+        fclose(f);
+    }
+    if (v == 0) {
+        long c = sysconf(_SC_LEVEL3_CACHE_SIZE);
+        v = c > 0 ? (unsigned long)c : 0;
+    }
+    llc_bytes = v;
+}
+
+/* 1 if the distinct tables of cols[K] together fit in half the
+ * last-level cache: their rows are in the caches after the first lookups,
+ * and prefetching them only costs instructions. */
+static int cols_fit_cache(const col *cols, size_t K)
+{
+    uint64_t sum = 0;
+    pthread_once(&llc_once, llc_init);
+    for (size_t k = 0; k < K; k++) {
+        size_t j = 0;
+        while (j < k && cols[j].t != cols[k].t)
+            j++;
+        if (j == k)
+            sum += cols[k].t->data_size;
+    }
+    return llc_bytes > 0 && sum <= llc_bytes / 2;
+}
+
 /* The resolved columns of lookup `a`: the thread's memo when it holds
  * them, else resolved now (into the memo when K fits, else into `cols`). */
 static int get_cols(engram_store *st, const engram_lookup_args *a, col *cols, const col **out,
-                    int *indirect)
+                    int *indirect, colmemo **memo)
 {
     size_t K = a->num_cols;
     colmemo *m = K <= MEMO_COLS ? memo_get() : NULL;
@@ -504,11 +566,18 @@ static int get_cols(engram_store *st, const engram_lookup_args *a, col *cols, co
                             memcmp(m->offsets, a->offsets, K * sizeof *a->offsets) == 0))) {
             *out = m->cols;
             *indirect = m->indirect;
+            *memo = m;
             return 0;
         }
         m->serial = 0;
         if ((err = resolve_cols(st, a, m->cols, &m->indirect)) != 0)
             return err;
+        {
+            unsigned shard = engram__shard(&m->excl);
+            for (size_t k = 0; k < K; k++)
+                m->ctr[k] = &m->cols[k].t->ctr[shard];
+        }
+        m->hot = cols_fit_cache(m->cols, K);
         memcpy(m->tables, a->tables, K * sizeof *a->tables);
         if (a->offsets)
             memcpy(m->offsets, a->offsets, K * sizeof *a->offsets);
@@ -518,11 +587,13 @@ static int get_cols(engram_store *st, const engram_lookup_args *a, col *cols, co
         m->serial = st->serial;
         *out = m->cols;
         *indirect = m->indirect;
+        *memo = m;
         return 0;
     }
     if ((err = resolve_cols(st, a, cols, indirect)) != 0)
         return err;
     *out = cols;
+    *memo = NULL;
     return 0;
 }
 
@@ -563,6 +634,7 @@ int engram_lookup(engram_store *st, const engram_lookup_args *a)
     const unsigned char *stack_src[STACK_ROWS];
     uint64_t stack_rows[STACK_ROWS];
     engram__fetch_req stack_reqs[STACK_ROWS], *reqs = NULL;
+    colmemo *memo;
     plan p;
     size_t rows, live, dead = 0, parts = 0;
     uint64_t t0 = 0;
@@ -604,9 +676,10 @@ int engram_lookup(engram_store *st, const engram_lookup_args *a)
         err = engram__err(-ENOMEM, "out of memory for the plan of %zu columns", a->num_cols);
         goto fail;
     }
-    if ((err = get_cols(st, a, cols, &p.cols, &p.indirect)) != 0 ||
+    if ((err = get_cols(st, a, cols, &p.cols, &p.indirect, &memo)) != 0 ||
         (err = plan_layout(a, &p)) != 0)
         goto fail;
+    p.hot = memo ? memo->hot : 0;
     if (ENGRAM__LIKELY(rows <= STACK_ROWS)) {
         p.src = stack_src;
         p.rows = stack_rows;
@@ -663,10 +736,24 @@ int engram_lookup(engram_store *st, const engram_lookup_args *a)
             engram__store_maybe_log(st);
     }
     live = rows - dead;
-    for (size_t k = 0; k < p.K; k++) {
-        engram__table_counters *tc = &p.cols[k].t->ctr[shard];
-        engram__ctr_add(&tc->lookups, 1, excl);
-        engram__ctr_add(&tc->rows, p.T - (dead ? col_dead(&p, k) : 0), excl);
+    if (ENGRAM__LIKELY(memo && memo->excl && !dead)) {
+        /* The common case in one loop of plain adds: the thread's own
+         * shards, known from the memo, and every row live. */
+        for (size_t k = 0; k < p.K; k++) {
+            engram__table_counters *tc = memo->ctr[k];
+            atomic_store_explicit(&tc->lookups,
+                                  atomic_load_explicit(&tc->lookups, memory_order_relaxed) + 1,
+                                  memory_order_relaxed);
+            atomic_store_explicit(&tc->rows,
+                                  atomic_load_explicit(&tc->rows, memory_order_relaxed) + p.T,
+                                  memory_order_relaxed);
+        }
+    } else {
+        for (size_t k = 0; k < p.K; k++) {
+            engram__table_counters *tc = &p.cols[k].t->ctr[shard];
+            engram__ctr_add(&tc->lookups, 1, excl);
+            engram__ctr_add(&tc->rows, p.T - (dead ? col_dead(&p, k) : 0), excl);
+        }
     }
     {
         engram__store_counters *c = &st->ctr[shard];
