@@ -563,6 +563,21 @@ static void CUDART_CB sleep_fn(void *arg)
     usleep(300 * 1000);
 }
 
+/* The consumer copies the output out on `consumer` (pinned `got`): with
+ * the wait under test (`waited`) it must be `exp`; without it the copy ran
+ * before the work held up on another stream, and the comparison must see
+ * that (the negative control). */
+static void consumer_reads(const gcase *c, const unsigned char *exp, unsigned char *got,
+                           const unsigned char *dbuf, cudaStream_t consumer, int waited, int line)
+{
+    CK(cudaMemcpyAsync(got, dbuf, c->len, cudaMemcpyDeviceToHost, consumer));
+    CK(cudaStreamSynchronize(consumer));
+    if (!waited)
+        ASSERT(memcmp(exp, got, c->len) != 0);
+    else if (memcmp(exp, got, c->len) != 0)
+        report_diff(c, exp, got, line);
+}
+
 static void test_side_stream(void)
 {
     gcase c;
@@ -609,16 +624,7 @@ static void test_side_stream(void)
         CK(cudaEventRecord(ev, side));
         if (wait)
             CK(cudaStreamWaitEvent(main_s, ev, 0));
-        CK(cudaMemcpyAsync(got, dbuf, c.len, cudaMemcpyDeviceToHost, main_s));
-        CK(cudaStreamSynchronize(main_s));
-        if (wait) {
-            if (memcmp(exp, got, c.len) != 0)
-                report_diff(&c, exp, got, __LINE__);
-        } else {
-            /* Without the wait the consumer read the buffer before the
-             * lookup ran: the comparison must see it. */
-            ASSERT(memcmp(exp, got, c.len) != 0);
-        }
+        consumer_reads(&c, exp, got, dbuf, main_s, wait, __LINE__);
         CK(cudaStreamSynchronize(side));
     }
     CK(cudaEventDestroy(ev));
@@ -1185,14 +1191,7 @@ static void test_order_after(void)
         if (wait)
             ASSERT_OK(engram_cuda_order_after(ctx, q, p));
         ASSERT_OK(engram_cuda_lookup_tables(ctx, &pa, &a, q));
-        CK(cudaMemcpyAsync(got, dbuf, c.len, cudaMemcpyDeviceToHost, q));
-        CK(cudaStreamSynchronize(q));
-        if (wait) {
-            if (memcmp(exp, got, c.len) != 0)
-                report_diff(&c, exp, got, __LINE__);
-        } else {
-            ASSERT(memcmp(exp, got, c.len) != 0); /* it ran before the ids were there */
-        }
+        consumer_reads(&c, exp, got, dbuf, q, wait, __LINE__);
         CK(cudaStreamSynchronize(p));
     }
 

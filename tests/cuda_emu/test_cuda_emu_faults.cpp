@@ -147,32 +147,43 @@ enum { FT = 40 };
 
 static const unsigned char *fault_mem;
 
+/* A scenario's context, in debug mode (each lookup syncs and checks: no
+ * test-side calls), and its args: both columns, FT tokens. */
+static int fault_open(engram_store *st, engram_cuda_ctx **ctx, const engram_table_id *ids2,
+                      const int64_t *dids, unsigned char *dout, engram_cuda_plan_args *pa,
+                      engram_cuda_lookup_args *la)
+{
+    engram_cuda_options o = ENGRAM_CUDA_OPTIONS_INIT;
+    int rc;
+    pa->num_cols = 2;
+    pa->tables = ids2;
+    pa->max_tokens = FT;
+    la->num_tokens = FT;
+    la->ids = dids;
+    la->id_type = ENGRAM_ID_INT64;
+    la->out = dout;
+    o.flags = ENGRAM_CUDA_DEBUG_SYNC;
+    *ctx = NULL;
+    if ((rc = engram_cuda_open(st, &o, ctx)) != 0)
+        ASSERT(*ctx == NULL);
+    return rc;
+}
+
 static int scenario(engram_store *st, const engram_table_id *ids2, const int64_t *dids,
                     unsigned char *dout)
 {
-    engram_cuda_options o = ENGRAM_CUDA_OPTIONS_INIT;
     engram_cuda_plan_args pa = ENGRAM_CUDA_PLAN_ARGS_INIT;
     engram_cuda_lookup_args la = ENGRAM_CUDA_LOOKUP_ARGS_INIT;
-    engram_cuda_ctx *ctx = NULL;
+    engram_cuda_ctx *ctx;
     engram_cuda_plan *plan = NULL;
     int rc;
 
-    o.flags = ENGRAM_CUDA_DEBUG_SYNC; /* the lookup syncs and checks: no test-side calls */
-    if ((rc = engram_cuda_open(st, &o, &ctx)) != 0) {
-        ASSERT(ctx == NULL);
+    if ((rc = fault_open(st, &ctx, ids2, dids, dout, &pa, &la)) != 0)
         return rc;
-    }
-    pa.num_cols = 2;
-    pa.tables = ids2;
-    pa.max_tokens = FT;
     if ((rc = engram_cuda_plan_create(ctx, &pa, &plan)) != 0) {
         ASSERT(plan == NULL);
         goto out;
     }
-    la.num_tokens = FT;
-    la.ids = dids;
-    la.id_type = ENGRAM_ID_INT64;
-    la.out = dout;
     if ((rc = engram_cuda_lookup(plan, &la, 0)) != 0)
         goto out;
     rc = engram_cuda_check(ctx, NULL);
@@ -190,24 +201,14 @@ static cudaStream_t fault_producer, fault_stream;
 static int scenario_tables(engram_store *st, const engram_table_id *ids2, const int64_t *dids,
                            unsigned char *dout)
 {
-    engram_cuda_options o = ENGRAM_CUDA_OPTIONS_INIT;
     engram_cuda_plan_args pa = ENGRAM_CUDA_PLAN_ARGS_INIT;
     engram_cuda_lookup_args la = ENGRAM_CUDA_LOOKUP_ARGS_INIT;
-    engram_cuda_ctx *ctx = NULL;
+    engram_cuda_ctx *ctx;
     int rc;
 
-    o.flags = ENGRAM_CUDA_DEBUG_SYNC;
-    if ((rc = engram_cuda_open(st, &o, &ctx)) != 0) {
-        ASSERT(ctx == NULL);
+    if ((rc = fault_open(st, &ctx, ids2, dids, dout, &pa, &la)) != 0)
         return rc;
-    }
-    pa.num_cols = 2;
-    pa.tables = ids2;
-    pa.max_tokens = FT / 2;
-    la.num_tokens = FT / 2;
-    la.ids = dids;
-    la.id_type = ENGRAM_ID_INT64;
-    la.out = dout;
+    pa.max_tokens = la.num_tokens = FT / 2;
     if ((rc = engram_cuda_order_after(ctx, fault_stream, fault_producer)) != 0 ||
         (rc = engram_cuda_lookup_tables(ctx, &pa, &la, fault_stream)) != 0)
         goto out;
