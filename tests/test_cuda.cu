@@ -18,7 +18,8 @@
  * callback source table on two streams at once (a plan each), staging
  * growth, the refusals (capture, cudaStreamPerThread, a 17th stream), a
  * warm-up with no tokens before a capture, another device current (with
- * two devices), and threads racing for one plan;
+ * two devices), threads racing for one plan, and dequant (the op and the
+ * scale tables are part of the columns);
  * engram_cuda_order_after() with a late producer (and a negative
  * control) and its capture rules.
  *
@@ -1236,7 +1237,10 @@ static void test_order_after(void)
 /* ------------------------------------------------------------------------
  * Dequant.
  */
-static void dequant_check(engram_cuda_plan *p, const unsigned char *const *wmem, const uint32_t *wpitch,
+/* Dequant lookups with plan p, or by tables `cols` (the context's plan)
+ * when p is NULL, against the CPU reference. */
+static void dequant_check(engram_cuda_plan *p, const engram_cuda_plan_args *cols,
+                          const unsigned char *const *wmem, const uint32_t *wpitch,
                           const unsigned char *const *smem, size_t K, size_t T, size_t misalign,
                           uint32_t flags)
 {
@@ -1273,7 +1277,7 @@ static void dequant_check(engram_cuda_plan *p, const unsigned char *const *wmem,
     a.ids = dids;
     a.id_type = ENGRAM_ID_INT64;
     a.out = dout + misalign;
-    ASSERT_OK(engram_cuda_lookup(p, &a, 0));
+    ASSERT_OK(p ? engram_cuda_lookup(p, &a, 0) : engram_cuda_lookup_tables(ctx, cols, &a, 0));
     CK(cudaDeviceSynchronize());
     CK(cudaMemcpy(got, dout, len, cudaMemcpyDeviceToHost));
     if (memcmp(exp, got, len) != 0) {
@@ -1338,10 +1342,29 @@ static void test_dequant(void)
         pa.tables = t2;
         ASSERT_OK(engram_cuda_plan_create(ctx, &pa, &p));
         ASSERT_EQ(engram_cuda_plan_out_row_bytes(p), 512);
-        dequant_check(p, wm, wp, NULL, 2, 1, 0, 0);
-        dequant_check(p, wm, wp, NULL, 2, 700, 0, ENGRAM_LOOKUP_ZERO_DEAD);
-        dequant_check(p, wm, wp, NULL, 2, 300, 2, 0); /* 2-aligned output: scalar */
+        dequant_check(p, NULL, wm, wp, NULL, 2, 1, 0, 0);
+        dequant_check(p, NULL, wm, wp, NULL, 2, 700, 0, ENGRAM_LOOKUP_ZERO_DEAD);
+        dequant_check(p, NULL, wm, wp, NULL, 2, 300, 2, 0); /* 2-aligned output: scalar */
         engram_cuda_plan_destroy(p);
+        /* By tables: the op is part of the columns, so a gather of the
+         * same tables first must not serve the dequant after it. */
+        {
+            engram_cuda_plan_args gather = pa;
+            engram_cuda_lookup_args ga = ENGRAM_CUDA_LOOKUP_ARGS_INIT;
+            int64_t *gids = (int64_t *)dmalloc(2 * sizeof(int64_t));
+            unsigned char *gout = (unsigned char *)dmalloc(2 * 264);
+            CK(cudaMemset(gids, 0, 2 * sizeof(int64_t)));
+            gather.op = ENGRAM_CUDA_OP_GATHER;
+            ga.num_tokens = 1;
+            ga.ids = gids;
+            ga.id_type = ENGRAM_ID_INT64;
+            ga.out = gout;
+            ASSERT_OK(engram_cuda_lookup_tables(ctx, &gather, &ga, 0));
+            dequant_check(NULL, &pa, wm, wp, NULL, 2, 300, 0, ENGRAM_LOOKUP_ZERO_DEAD);
+            CK(cudaDeviceSynchronize());
+            CK(cudaFree(gids));
+            CK(cudaFree(gout));
+        }
     }
     tu_current_case = "dequant: packed rows at an odd pitch (byte loads)";
     {
@@ -1350,7 +1373,7 @@ static void test_dequant(void)
         pa.num_cols = 1;
         pa.tables = &to;
         ASSERT_OK(engram_cuda_plan_create(ctx, &pa, &p));
-        dequant_check(p, wm, wp, NULL, 1, 500, 0, ENGRAM_LOOKUP_ZERO_DEAD);
+        dequant_check(p, NULL, wm, wp, NULL, 1, 500, 0, ENGRAM_LOOKUP_ZERO_DEAD);
         engram_cuda_plan_destroy(p);
     }
     tu_current_case = "dequant: planar weights and scales";
@@ -1362,9 +1385,20 @@ static void test_dequant(void)
         pa.scale_tables = &ts;
         ASSERT_OK(engram_cuda_plan_create(ctx, &pa, &p));
         ASSERT_EQ(engram_cuda_plan_out_row_bytes(p), 512);
-        dequant_check(p, wm, wp, sm, 1, 400, 0, 0);
-        dequant_check(p, wm, wp, sm, 1, 33, 16, ENGRAM_LOOKUP_ZERO_DEAD);
+        dequant_check(p, NULL, wm, wp, sm, 1, 400, 0, 0);
+        dequant_check(p, NULL, wm, wp, sm, 1, 33, 16, ENGRAM_LOOKUP_ZERO_DEAD);
         engram_cuda_plan_destroy(p);
+        /* By tables: the scale tables are part of the columns too, so the
+         * same weights without them are packed rows, which 256-byte rows
+         * are not: refused, not served by the planar plan. */
+        {
+            engram_cuda_plan_args packed_w = pa;
+            engram_cuda_lookup_args la = ENGRAM_CUDA_LOOKUP_ARGS_INIT;
+            dequant_check(NULL, &pa, wm, wp, sm, 1, 200, 0, 0);
+            packed_w.scale_tables = NULL;
+            la.id_type = ENGRAM_ID_INT64; /* no tokens: the plan only */
+            ASSERT_ERR(engram_cuda_lookup_tables(ctx, &packed_w, &la, 0), ENGRAM_ELAYOUT);
+        }
     }
     tu_current_case = "dequant: shape errors";
     pa.tables = &tw;
