@@ -156,6 +156,7 @@ int engram_cuda_open(engram_store *st, const engram_cuda_options *opts, engram_c
     pthread_mutex_init(&c->lock, NULL);
     pthread_mutex_init(&c->err_lock, NULL);
     pthread_mutex_init(&c->check_lock, NULL);
+    engram__cuda_cache_init(&c->cache);
     c->st = st;
     c->flags = o.flags;
     if ((e = cudaGetDevice(&cur)) != cudaSuccess) {
@@ -201,6 +202,7 @@ fail:
     engram_cuda_close(c);
     return err;
 fail_early:
+    engram__cuda_cache_fini(&c->cache);
     pthread_mutex_destroy(&c->lock);
     pthread_mutex_destroy(&c->err_lock);
     pthread_mutex_destroy(&c->check_lock);
@@ -484,6 +486,7 @@ void engram_cuda_close(engram_cuda_ctx *c)
     if (!c)
         return;
     (void)engram__cuda_enter(c, &prev); /* close anyway: frees still free */
+    engram__cuda_cache_fini(&c->cache); /* its plans are in c->plans, freed below */
     pthread_mutex_lock(&c->lock);
     while (c->plans)
         engram__cuda_plan_free_locked(c->plans);

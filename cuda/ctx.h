@@ -1,11 +1,14 @@
 /*
  * ctx.h - the context and plan objects of libengram_cuda, shared by ctx.c
- * (contexts, registration, reports, stats) and plan.c (plans, lookups)
- * (internal, C only).
+ * (contexts, registration, reports, stats), plan.c (plans, lookups) and
+ * cache.c (lookups by tables: the plans a context keeps) (internal, C
+ * only).
  *
  * Locking: ctx->lock serialises registration, plan creation and
  * destruction and the table array.  Lookups take no lock: a plan is
- * immutable once created, and the counters are relaxed atomics.
+ * immutable once created, and the counters are relaxed atomics.  The
+ * cache has locks of its own (cache.h), never held while ctx->lock is
+ * taken.
  */
 #ifndef ENGRAM_CUDA_CTX_H
 #define ENGRAM_CUDA_CTX_H
@@ -14,6 +17,7 @@
 #include <stdatomic.h>
 
 #include "common.h"
+#include "cache.h"
 #include "cuda_internal.h"
 #include "engram_cuda.h"
 
@@ -58,6 +62,7 @@ struct engram_cuda_ctx {
     pthread_mutex_t err_lock;
     int host_err;
     char host_msg[512];
+    engram__cuda_cache cache; /* engram_cuda_lookup_tables()'s plans (cache.c) */
 };
 
 /* Records a CUDA failure like engram__err(): -ENOMEM, -ENODEV or -EIO with
@@ -82,6 +87,14 @@ int engram__cuda_register_locked(engram_cuda_ctx *c, engram_table_id id, engram_
 
 /* Destroys a plan with ctx->lock held and the device current. */
 void engram__cuda_plan_free_locked(struct engram_cuda_plan *p);
+
+/* The checks of engram_cuda_plan_create() on its args alone (`fn` names
+ * the caller in the message): 0 or -EINVAL. */
+int engram__cuda_plan_args_check(const engram_cuda_plan_args *a, const char *fn);
+
+/* engram_cuda_lookup() once the context's device is known to be current. */
+int engram__cuda_lookup_current(struct engram_cuda_plan *p, const engram_cuda_lookup_args *a,
+                                cudaStream_t stream);
 
 /* The host path's error sink (engram__cuda_host.on_error). */
 int engram__cuda_host_error(void *ud, int code, const char *msg);

@@ -330,17 +330,11 @@ out:
     return err;
 }
 
-int engram_cuda_plan_create(engram_cuda_ctx *c, const engram_cuda_plan_args *a,
-                            engram_cuda_plan **out)
+int engram__cuda_plan_args_check(const engram_cuda_plan_args *a, const char *fn)
 {
-    engram_cuda_plan *p;
-    engram__cuda_scope prev;
-    int err;
-
-    if (!c || !a || !out || a->size != sizeof *a)
-        return engram__err(-EINVAL, "engram_cuda_plan_create: ctx, args (with size = "
-                                    "sizeof(engram_cuda_plan_args)) and out are required");
-    *out = NULL;
+    if (!a || a->size != sizeof *a)
+        return engram__err(-EINVAL, "%s: args (with size = sizeof(engram_cuda_plan_args)) are "
+                                    "required", fn);
     if (a->num_cols == 0 || a->num_cols > ENGRAM_CUDA_MAX_COLS || !a->tables)
         return engram__err(-EINVAL, "a plan needs 1 to %u columns and their tables (got %zu)",
                            ENGRAM_CUDA_MAX_COLS, a->num_cols);
@@ -348,6 +342,21 @@ int engram_cuda_plan_create(engram_cuda_ctx *c, const engram_cuda_plan_args *a,
         return engram__err(-EINVAL, "unknown plan op %u", a->op);
     if (a->scale_tables && a->op != ENGRAM_CUDA_OP_DEQUANT_FP8)
         return engram__err(-EINVAL, "scale_tables are only for ENGRAM_CUDA_OP_DEQUANT_FP8");
+    return 0;
+}
+
+int engram_cuda_plan_create(engram_cuda_ctx *c, const engram_cuda_plan_args *a,
+                            engram_cuda_plan **out)
+{
+    engram_cuda_plan *p;
+    engram__cuda_scope prev;
+    int err;
+
+    if (!c || !out)
+        return engram__err(-EINVAL, "engram_cuda_plan_create: ctx, args and out are required");
+    *out = NULL;
+    if ((err = engram__cuda_plan_args_check(a, "engram_cuda_plan_create")) != 0)
+        return err;
     if ((p = calloc(1, sizeof *p)) != NULL)
         pthread_mutex_init(&p->host_lock, NULL);
     if (!p)
@@ -421,19 +430,38 @@ static int host_enqueue(engram_cuda_plan *p, const engram__cuda_launch *L, cudaS
 
 int engram_cuda_lookup(engram_cuda_plan *p, const engram_cuda_lookup_args *a, cudaStream_t stream)
 {
-    engram__cuda_launch L;
-    engram_cuda_ctx *c;
-    uint64_t rows;
-    uint32_t out_align;
     cudaError_t e;
-    int err;
+    int cur = -1;
 
     if (ENGRAM__UNLIKELY(!p || !a || a->size != sizeof *a))
         return engram__err(-EINVAL, "plan and args (with size = sizeof(engram_cuda_lookup_args)) "
                                     "are required");
     if (a->num_tokens == 0)
         return 0;
-    c = p->ctx;
+    /* A kernel launched on another device would read this context's
+     * device pointers there and fault, which poisons the CUDA context for
+     * good; cudaGetDevice is allowed under stream capture. */
+    if (ENGRAM__UNLIKELY((e = cudaGetDevice(&cur)) != cudaSuccess))
+        return engram__cuda_err(e, "cudaGetDevice"); /* clears it */
+    if (ENGRAM__UNLIKELY(cur != p->ctx->device))
+        return engram__err(-EINVAL, "the current CUDA device is %d but the context is on "
+                                    "device %d: make it current first (cudaSetDevice)",
+                           cur, p->ctx->device);
+    return engram__cuda_lookup_current(p, a, stream);
+}
+
+int engram__cuda_lookup_current(engram_cuda_plan *p, const engram_cuda_lookup_args *a,
+                                cudaStream_t stream)
+{
+    engram__cuda_launch L;
+    engram_cuda_ctx *c = p->ctx;
+    uint64_t rows;
+    uint32_t out_align;
+    cudaError_t e;
+    int err;
+
+    if (a->num_tokens == 0)
+        return 0;
     if (ENGRAM__UNLIKELY(!a->ids || !a->out))
         return engram__err(-EINVAL, "ids and out are required for a %zu x %u lookup",
                            a->num_tokens, p->K);
@@ -449,18 +477,6 @@ int engram_cuda_lookup(engram_cuda_plan *p, const engram_cuda_lookup_args *a, cu
     if (ENGRAM__UNLIKELY(p->Kh && a->num_tokens > p->max_T))
         return engram__err(-EINVAL, "%zu tokens exceed the plan's max_tokens (%zu) of its host "
                                     "path", a->num_tokens, p->max_T);
-    {
-        /* A kernel launched on another device would read this context's
-         * device pointers there and fault, which poisons the CUDA context
-         * for good; cudaGetDevice is allowed under stream capture. */
-        int cur = -1;
-        if (ENGRAM__UNLIKELY((e = cudaGetDevice(&cur)) != cudaSuccess))
-            return engram__cuda_err(e, "cudaGetDevice"); /* clears it */
-        if (ENGRAM__UNLIKELY(cur != c->device))
-            return engram__err(-EINVAL, "the current CUDA device is %d but the context is on "
-                                        "device %d: make it current first (cudaSetDevice)",
-                               cur, c->device);
-    }
 
     memset(&L, 0, sizeof L);
     L.cols = p->d_cols;

@@ -19,6 +19,9 @@
  *    device memory into device output.  It allocates nothing, synchronises
  *    nothing and copies no descriptors, so it may be captured in a CUDA
  *    graph and replayed with new ids written into the same id buffer.
+ *  - engram_cuda_lookup_tables() does the same by tables and offsets: the
+ *    context finds or creates the plan, keeps it until it closes, and
+ *    gives host-path columns staging per stream that grows.
  *
  * Semantics follow engram_lookup() (engram.h) with one difference: ids
  * live on the GPU, so a bad id cannot fail the call.  The kernel skips it
@@ -36,7 +39,8 @@
  * Failures of the CUDA runtime give -EIO (or -ENOMEM / -ENODEV) with the
  * CUDA error's name in the message.  The caller must have the context's
  * device current when it calls engram_cuda_lookup(); the other functions
- * select the device themselves and restore the caller's.
+ * (engram_cuda_lookup_tables() included) select the device themselves and
+ * restore the caller's.
  *
  * This header includes <cuda_runtime_api.h> for cudaStream_t; it compiles
  * as C and as C++.
@@ -246,6 +250,89 @@ typedef struct engram_cuda_lookup_args {
  *           -EIO (launch failure). */
 ENGRAM_API int engram_cuda_lookup(engram_cuda_plan *plan, const engram_cuda_lookup_args *args,
                                   cudaStream_t stream);
+
+/* ------------------------------------------------------------------------
+ * Lookups by tables: the context keeps the plans.
+ */
+
+/* Tokens the host-path staging of a plan made by engram_cuda_lookup_tables()
+ * holds at least, when engram_cuda_plan_args.max_tokens is 0. */
+#define ENGRAM_CUDA_HOST_TOKENS 16384u
+/* Streams that may have a host-path plan of one set of columns. */
+#define ENGRAM_CUDA_HOST_STREAMS 16u
+
+/*! engram_cuda_lookup_tables() :
+ * engram_cuda_lookup() without plans to manage: enqueues the lookup `args`
+ * on `stream` through the plan the context keeps for the columns `cols`
+ * (op, tables, scale_tables and offsets; NULL offsets and all-zero offsets
+ * are the same columns), creating it (engram_cuda_plan_create()) the first
+ * time.  The plans are kept until engram_cuda_close() (stats.plans counts
+ * them) and keep their tables registered (engram_cuda_unregister() refuses
+ * them); the caller never sees or destroys them.
+ *
+ * Host path (columns whose table has no base address: file-cache and
+ * safetensors tables, tables of engram_add_source()): a plan's staging
+ * serves one stream, so such columns get one plan per stream, for at most
+ * ENGRAM_CUDA_HOST_STREAMS streams (ENGRAM_ESTATE after that, nothing
+ * created).  Its staging holds cols->max_tokens tokens (0:
+ * ENGRAM_CUDA_HOST_TOKENS), or the lookup's num_tokens if more; a later
+ * lookup of more tokens than that replaces the stream's plan by one whose
+ * staging holds at least twice as many.  The replaced plan is retired, not
+ * destroyed, because another thread may be enqueueing a lookup with it; it
+ * is freed by engram_cuda_close().  cudaStreamPerThread is refused for such
+ * columns (-EINVAL): it is another stream in each thread, so no staging
+ * could be kept for it; pass an explicit stream (0, the legacy default
+ * stream, is one stream and is accepted).  Threads may share a stream, as
+ * with engram_cuda_lookup().  Other columns get one plan for all streams.
+ *
+ * Device: the call makes the context's device current for the lookup and
+ * restores the caller's; unlike engram_cuda_lookup(), the caller need not.
+ *
+ * Capture: creating a plan and growing its staging allocate and upload,
+ * which a capture forbids, so while `stream` is being captured the first
+ * lookup of a set of columns (on this stream, on the host path) and a
+ * lookup that would grow the staging are refused with ENGRAM_ESTATE and
+ * nothing is enqueued.  Run one such lookup before the capture (a warm-up;
+ * num_tokens = 0 only creates the plan, for `stream` on the host path, and
+ * enqueues nothing, so ids and out may be NULL then).  A lookup that finds
+ * its plan is captured like engram_cuda_lookup().  Plan creation runs in
+ * relaxed capture mode, so captures on other streams are not disturbed.
+ *
+ * Thread-safe.  A lock of the context guards the table of plans; it is
+ * held only to find a plan or to insert or replace one, never while a plan
+ * is created nor across the launch, so lookups of any threads proceed in
+ * parallel.  Threads that miss the same columns at once may each create a
+ * plan: the first one inserted is kept and the others are destroyed.
+ * @return : 0, -EINVAL, ENGRAM_ESTATE, ENGRAM_ELAYOUT, ENGRAM_EREMOVED,
+ *           -ENOTSUP, -ENOMEM, -EIO (as engram_cuda_plan_create() and
+ *           engram_cuda_lookup()), ENGRAM_EBADID (DEBUG_SYNC only). */
+ENGRAM_API int engram_cuda_lookup_tables(engram_cuda_ctx *ctx, const engram_cuda_plan_args *cols,
+                                         const engram_cuda_lookup_args *args,
+                                         cudaStream_t stream);
+
+/*! engram_cuda_order_after() :
+ * Makes the work enqueued on `stream` after this call wait for the work
+ * enqueued on `producer` so far (the producer of the ids, say): an event of
+ * the context is recorded on `producer` and waited for on `stream`.  0 and
+ * cudaStreamLegacy are the legacy default stream; a stream is never made to
+ * wait for itself.  Both streams must belong to the context's device, which
+ * the call makes current itself.  Under stream capture:
+ *  - `stream` captured, `producer` not: the producer's work was enqueued
+ *    before the capture began, and a capture cannot wait for an event
+ *    recorded outside it: nothing to do (0).
+ *  - `producer` captured, `stream` not: waiting would pull `stream` into
+ *    the producer's graph (whose capture would then fail, unjoined):
+ *    ENGRAM_ESTATE.
+ *  - `producer` is the legacy default stream while a blocking stream is
+ *    being captured: the legacy stream cannot be used then (recording on
+ *    it would invalidate that capture): 0 if `stream` is captured (as
+ *    above), else ENGRAM_ESTATE.
+ * Thread-safe: the record and the wait are made under a lock of the
+ * context, so concurrent calls do not wait for each other's records.
+ * Capturable where the rules above allow it.
+ * @return : 0, ENGRAM_ESTATE, -EINVAL, -ENOMEM, -EIO. */
+ENGRAM_API int engram_cuda_order_after(engram_cuda_ctx *ctx, cudaStream_t stream,
+                                       cudaStream_t producer);
 
 /* ------------------------------------------------------------------------
  * Bad ids and statistics.

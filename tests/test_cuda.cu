@@ -12,11 +12,21 @@
  * with new ids, a side stream with events (and a negative control showing
  * the comparison detects a missing wait), registration with several stores
  * and contexts, pinned-copy fallback, the host path, and the dequant op
- * against engram_dequant_fp8_e4m3_e8m0_ref().
+ * against engram_dequant_fp8_e4m3_e8m0_ref().  Lookups by tables
+ * (engram_cuda_lookup_tables) run the random shapes again through the
+ * context's plans, and are checked for one plan per set of columns, a
+ * callback source table on two streams at once (a plan each), staging
+ * growth, the refusals (capture, cudaStreamPerThread, a 17th stream), a
+ * warm-up with no tokens before a capture, another device current (with
+ * two devices), threads racing for one plan, and dequant (the op and the
+ * scale tables are part of the columns);
+ * engram_cuda_order_after() with a late producer (and a negative
+ * control) and its capture rules.
  *
  * Without a CUDA device it exits 77 ("no CUDA device"): skipped.
  * Compiled by nvcc as C++ (host code only).
  */
+#include <pthread.h>
 #include <unistd.h>
 
 #include "testutil.h"
@@ -74,6 +84,7 @@ typedef struct gcase {
     engram_table_id tables[16];
     int64_t offsets[16];
     int use_offsets;
+    size_t max_tokens;   /* plan args max_tokens (host path) */
     int id_type;
     void *ids;           /* host */
     size_t ids_bytes;
@@ -166,36 +177,90 @@ static void report_diff(const gcase *c, const unsigned char *exp, const unsigned
     tu_fail_exit();
 }
 
-/* Runs `c` on the GPU with plan `p` and on the CPU; compares everything. */
-static void check_case(gcase *c, engram_cuda_plan *p, cudaStream_t s, int line)
+/* The columns of `c`, as plan args. */
+static engram_cuda_plan_args cols_of(const gcase *c)
 {
-    unsigned char *exp = (unsigned char *)tu_xmalloc(c->len);
-    unsigned char *got = (unsigned char *)tu_xmalloc(c->len);
-    unsigned char *dbuf = (unsigned char *)dmalloc(c->len);
-    void *dids = dmalloc(c->ids_bytes);
-    engram_cuda_lookup_args a;
-    engram_cuda_report rep = ENGRAM_CUDA_REPORT_INIT;
+    engram_cuda_plan_args pa = ENGRAM_CUDA_PLAN_ARGS_INIT;
+    pa.num_cols = c->K;
+    pa.tables = c->tables;
+    pa.offsets = c->use_offsets ? c->offsets : NULL;
+    pa.max_tokens = c->max_tokens;
+    return pa;
+}
 
+/* Enqueues `c`'s lookup `a` on s: with plan `p`, or by tables (the
+ * context's plan, engram_cuda_lookup_tables) when p is NULL. */
+static int enqueue(engram_cuda_plan *p, const gcase *c, const engram_cuda_lookup_args *a,
+                   cudaStream_t s)
+{
+    engram_cuda_plan_args pa;
+    if (p)
+        return engram_cuda_lookup(p, a, s);
+    pa = cols_of(c);
+    return engram_cuda_lookup_tables(ctx, &pa, a, s);
+}
+
+/* A case on its way: its buffers. */
+typedef struct inflight {
+    unsigned char *exp, *dbuf;
+    void *dids;
+} inflight;
+
+/* Runs `c` on the CPU and enqueues it on s (see enqueue()), with device
+ * `dev` current if dev >= 0 (the buffers are made on the current one). */
+static void case_start(gcase *c, inflight *f, engram_cuda_plan *p, cudaStream_t s, int dev)
+{
+    engram_cuda_lookup_args a;
+    int cur = -1;
+    f->exp = (unsigned char *)tu_xmalloc(c->len);
+    f->dbuf = (unsigned char *)dmalloc(c->len);
+    f->dids = dmalloc(c->ids_bytes);
     memset(c->buf, SENTINEL, c->len);
-    memcpy(exp, c->buf, c->len);
-    cpu_lookup(c, exp);
-    CK(cudaMemcpy(dbuf, c->buf, c->len, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(dids, c->ids, c->ids_bytes, cudaMemcpyHostToDevice));
+    memcpy(f->exp, c->buf, c->len);
+    cpu_lookup(c, f->exp);
+    CK(cudaMemcpy(f->dbuf, c->buf, c->len, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(f->dids, c->ids, c->ids_bytes, cudaMemcpyHostToDevice));
     /* A cudaMemcpy from pageable memory may return before its DMA lands,
      * and a non-blocking stream is not ordered after it: wait for it. */
     CK(cudaDeviceSynchronize());
-    a = gpu_args(c, dids, dbuf);
-    ASSERT_OK(engram_cuda_lookup(p, &a, s));
+    a = gpu_args(c, f->dids, f->dbuf);
+    if (dev >= 0) {
+        CK(cudaGetDevice(&cur));
+        CK(cudaSetDevice(dev));
+    }
+    ASSERT_OK(enqueue(p, c, &a, s));
+    if (dev >= 0) {
+        int now = -1;
+        CK(cudaGetDevice(&now));
+        ASSERT_EQ(now, dev); /* the caller's device stays current */
+        CK(cudaSetDevice(cur));
+    }
+}
+
+/* Waits for s and compares the output of the case with the CPU's. */
+static void case_finish(gcase *c, inflight *f, cudaStream_t s, int line)
+{
+    unsigned char *got = (unsigned char *)tu_xmalloc(c->len);
+    engram_cuda_report rep = ENGRAM_CUDA_REPORT_INIT;
     CK(cudaStreamSynchronize(s));
-    CK(cudaMemcpy(got, dbuf, c->len, cudaMemcpyDeviceToHost));
-    if (memcmp(exp, got, c->len) != 0)
-        report_diff(c, exp, got, line);
+    CK(cudaMemcpy(got, f->dbuf, c->len, cudaMemcpyDeviceToHost));
+    if (memcmp(f->exp, got, c->len) != 0)
+        report_diff(c, f->exp, got, line);
     ASSERT_OK(engram_cuda_check(ctx, &rep));
     ASSERT_EQ_U64(rep.bad_ids, 0);
-    CK(cudaFree(dbuf));
-    CK(cudaFree(dids));
-    free(exp);
+    CK(cudaFree(f->dbuf));
+    CK(cudaFree(f->dids));
+    free(f->exp);
     free(got);
+}
+
+/* Runs `c` on the GPU with plan `p` (NULL: by tables) and on the CPU;
+ * compares everything. */
+static void check_case(gcase *c, engram_cuda_plan *p, cudaStream_t s, int line)
+{
+    inflight f;
+    case_start(c, &f, p, s, -1);
+    case_finish(c, &f, s, line);
 }
 
 /* Fills c->ids for the resolved strides with valid ids (dead with
@@ -232,11 +297,8 @@ static void make_ids(gcase *c, uint64_t *rng, int dead_every)
 
 static engram_cuda_plan *make_plan(const gcase *c)
 {
-    engram_cuda_plan_args pa = ENGRAM_CUDA_PLAN_ARGS_INIT;
+    engram_cuda_plan_args pa = cols_of(c);
     engram_cuda_plan *p = NULL;
-    pa.num_cols = c->K;
-    pa.tables = c->tables;
-    pa.offsets = c->use_offsets ? c->offsets : NULL;
     ASSERT_OK(engram_cuda_plan_create(ctx, &pa, &p));
     ASSERT_EQ(engram_cuda_plan_out_row_bytes(p), c->R);
     return p;
@@ -299,6 +361,7 @@ static void test_random_shapes(void)
         engram_cuda_plan *p = make_plan(&c);
         check_case(&c, p, s, __LINE__);
         engram_cuda_plan_destroy(p);
+        check_case(&c, NULL, s, __LINE__); /* by tables: the context's plan */
         free(c.ids);
         free(c.buf);
     }
@@ -425,9 +488,11 @@ static void test_bad_ids(void)
 /* ------------------------------------------------------------------------
  * Graph capture and replay with new ids.
  */
-static void graph_round(engram_cuda_plan *p, gcase *c, uint64_t *rng)
+/* Captures c's lookup (plan p, or by tables if NULL) on s (0: a stream of
+ * its own) and replays it with new ids. */
+static void graph_round(engram_cuda_plan *p, gcase *c, uint64_t *rng, cudaStream_t s)
 {
-    cudaStream_t s;
+    int own = s == 0;
     cudaGraph_t g;
     cudaGraphExec_t ge;
     unsigned char *dbuf = (unsigned char *)dmalloc(c->len);
@@ -436,9 +501,10 @@ static void graph_round(engram_cuda_plan *p, gcase *c, uint64_t *rng)
     void *dids = dmalloc(c->ids_bytes);
     engram_cuda_lookup_args a = gpu_args(c, dids, dbuf);
 
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    if (own)
+        CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-    ASSERT_OK(engram_cuda_lookup(p, &a, s));
+    ASSERT_OK(enqueue(p, c, &a, s));
     CK(cudaStreamEndCapture(s, &g));
     CK(cudaGraphInstantiate(&ge, g, 0));
     for (int replay = 0; replay < 4; replay++) {
@@ -458,7 +524,8 @@ static void graph_round(engram_cuda_plan *p, gcase *c, uint64_t *rng)
     }
     CK(cudaGraphExecDestroy(ge));
     CK(cudaGraphDestroy(g));
-    CK(cudaStreamDestroy(s));
+    if (own)
+        CK(cudaStreamDestroy(s));
     CK(cudaFree(dbuf));
     CK(cudaFree(dids));
     free(exp);
@@ -482,7 +549,7 @@ static void test_graph(void)
     make_ids(&c, &rng, 7);
     alloc_out(&c, 64, 0);
     p = make_plan(&c);
-    graph_round(p, &c, &rng);
+    graph_round(p, &c, &rng, 0);
     engram_cuda_plan_destroy(p);
     free(c.ids);
     free(c.buf);
@@ -495,6 +562,21 @@ static void CUDART_CB sleep_fn(void *arg)
 {
     (void)arg;
     usleep(300 * 1000);
+}
+
+/* The consumer copies the output out on `consumer` (pinned `got`): with
+ * the wait under test (`waited`) it must be `exp`; without it the copy ran
+ * before the work held up on another stream, and the comparison must see
+ * that (the negative control). */
+static void consumer_reads(const gcase *c, const unsigned char *exp, unsigned char *got,
+                           const unsigned char *dbuf, cudaStream_t consumer, int waited, int line)
+{
+    CK(cudaMemcpyAsync(got, dbuf, c->len, cudaMemcpyDeviceToHost, consumer));
+    CK(cudaStreamSynchronize(consumer));
+    if (!waited)
+        ASSERT(memcmp(exp, got, c->len) != 0);
+    else if (memcmp(exp, got, c->len) != 0)
+        report_diff(c, exp, got, line);
 }
 
 static void test_side_stream(void)
@@ -543,16 +625,7 @@ static void test_side_stream(void)
         CK(cudaEventRecord(ev, side));
         if (wait)
             CK(cudaStreamWaitEvent(main_s, ev, 0));
-        CK(cudaMemcpyAsync(got, dbuf, c.len, cudaMemcpyDeviceToHost, main_s));
-        CK(cudaStreamSynchronize(main_s));
-        if (wait) {
-            if (memcmp(exp, got, c.len) != 0)
-                report_diff(&c, exp, got, __LINE__);
-        } else {
-            /* Without the wait the consumer read the buffer before the
-             * lookup ran: the comparison must see it. */
-            ASSERT(memcmp(exp, got, c.len) != 0);
-        }
+        consumer_reads(&c, exp, got, dbuf, main_s, wait, __LINE__);
         CK(cudaStreamSynchronize(side));
     }
     CK(cudaEventDestroy(ev));
@@ -704,6 +777,7 @@ static void test_registration(void)
  * Host path: a table without a base address.
  */
 static const unsigned char *fake_rows;
+static engram_table_id ondemand; /* the source table of test_host_path() */
 enum { FAKE_ROWS = 400 };
 
 static int fake_read(void *unused, engram_source_req *reqs, size_t n)
@@ -732,6 +806,7 @@ static void test_host_path(void)
         engram_source_ops ops = ENGRAM_SOURCE_OPS_INIT;
         ops.read_rows = fake_read;
         ASSERT_OK(engram_add_source(st, "ondemand", &spec, &ops, NULL, 0, &fid));
+        ondemand = fid;
     }
     {
         /* A fixture entry so make_ids knows its size. */
@@ -789,7 +864,7 @@ static void test_host_path(void)
     }
 
     tu_current_case = "host path: graph capture and replay";
-    graph_round(p, &c, &rng);
+    graph_round(p, &c, &rng, 0);
     ASSERT_OK(engram_cuda_get_stats(ctx, &s));
     ASSERT_GE(s.host_gathers, 4 + 3);
     ASSERT_GE(s.tables_host, 1);
@@ -802,9 +877,370 @@ static void test_host_path(void)
 }
 
 /* ------------------------------------------------------------------------
+ * Lookups by tables: the plans the context keeps.
+ */
+static uint64_t live_plans(void)
+{
+    engram_cuda_stats s = ENGRAM_CUDA_STATS_INIT;
+    ASSERT_OK(engram_cuda_get_stats(ctx, &s));
+    return s.plans;
+}
+
+/* A fresh case of T tokens over K columns `tables` (offsets `offs` or
+ * none), int64 ids with some dead, contiguous output. */
+static void new_case(gcase *c, size_t T, size_t K, const engram_table_id *tables,
+                     const int64_t *offs, uint64_t *rng)
+{
+    memset(c, 0, sizeof *c);
+    c->T = T;
+    c->K = K;
+    for (size_t k = 0; k < K; k++) {
+        c->tables[k] = tables[k];
+        c->offsets[k] = offs ? offs[k] : 0;
+    }
+    c->use_offsets = offs != NULL;
+    c->id_type = ENGRAM_ID_INT64;
+    for (size_t i = 0; i < NTABS; i++)
+        if (tabs[i].id == tables[0])
+            c->R = c->out_R = tabs[i].rb;
+    make_ids(c, rng, 7);
+    alloc_out(c, 64, 0);
+}
+
+/* Args of a lookup of no tokens and no arrays: a warm-up. */
+static engram_cuda_lookup_args no_tokens(void)
+{
+    engram_cuda_lookup_args a = ENGRAM_CUDA_LOOKUP_ARGS_INIT;
+    a.id_type = ENGRAM_ID_INT64;
+    return a;
+}
+
+static void free_case(gcase *c)
+{
+    free(c->ids);
+    free(c->buf);
+}
+
+/* Device buffers for refused lookups (made before any capture). */
+static void *refused_ids, *refused_out;
+enum { REFUSED_IDS = 1 << 16, REFUSED_OUT = 1 << 20 };
+
+/* A lookup by tables of c on s must be refused with `code`, its message
+ * naming `why`, and make no plan. */
+static void refused(const gcase *c, cudaStream_t s, int code, const char *why)
+{
+    engram_cuda_plan_args pa = cols_of(c);
+    engram_cuda_lookup_args a;
+    uint64_t before = live_plans();
+    ASSERT(c->ids_bytes <= REFUSED_IDS && c->len <= REFUSED_OUT);
+    a = gpu_args(c, refused_ids, (unsigned char *)refused_out);
+    ASSERT_ERR(engram_cuda_lookup_tables(ctx, &pa, &a, s), code);
+    ASSERT_CONTAINS(engram_errmsg(), why);
+    ASSERT_EQ_U64(live_plans(), before);
+}
+
+/* Threads racing for one new plan. */
+typedef struct racer {
+    gcase c;
+    pthread_barrier_t *bar;
+} racer;
+
+static void *race_run(void *arg)
+{
+    racer *r = (racer *)arg;
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    pthread_barrier_wait(r->bar);
+    check_case(&r->c, NULL, s, __LINE__);
+    CK(cudaStreamDestroy(s));
+    return NULL;
+}
+
+static void test_lookup_tables(void)
+{
+    const engram_table_id mapped3[3] = {tabs[0].id, tabs[1].id, tabs[0].id};
+    const engram_table_id mixed[2] = {tabs[0].id, ondemand};
+    const int64_t zeros[3] = {0, 0, 0}, offs3[3] = {0, 100, 7}, offs2[2] = {5, 17};
+    engram_cuda_plan_args pa;
+    engram_cuda_lookup_args a;
+    gcase c, c2;
+    inflight f1, f2;
+    uint64_t rng = 5150, before;
+    cudaStream_t s1, s2;
+    int ndev = 0;
+
+    CK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+    refused_ids = dmalloc(REFUSED_IDS);
+    refused_out = dmalloc(REFUSED_OUT);
+
+    tu_current_case = "lookup by tables: one plan per set of columns, on every stream";
+    new_case(&c, 200, 3, mapped3, NULL, &rng);
+    before = live_plans();
+    check_case(&c, NULL, s1, __LINE__);
+    ASSERT_EQ_U64(live_plans(), before + 1);
+    check_case(&c, NULL, s2, __LINE__);
+    check_case(&c, NULL, 0, __LINE__);
+    check_case(&c, NULL, cudaStreamPerThread, __LINE__); /* no host path: any stream */
+    free_case(&c);
+    new_case(&c, 150, 3, mapped3, zeros, &rng); /* all-zero offsets: the same columns */
+    check_case(&c, NULL, s1, __LINE__);
+    ASSERT_EQ_U64(live_plans(), before + 1);
+    graph_round(NULL, &c, &rng, 0); /* the plan exists: capturable on any stream */
+    ASSERT_EQ_U64(live_plans(), before + 1);
+    free_case(&c);
+    new_case(&c, 150, 3, mapped3, offs3, &rng); /* other offsets: other columns */
+    check_case(&c, NULL, s1, __LINE__);
+    ASSERT_EQ_U64(live_plans(), before + 2);
+    /* The tables hold: a plan of the context reads them until it closes. */
+    ASSERT_ERR(engram_cuda_unregister(ctx, tabs[1].id), ENGRAM_ESTATE);
+    free_case(&c);
+
+    tu_current_case = "lookup by tables: a callback source table on two streams at once";
+    new_case(&c, 300, 2, mixed, offs2, &rng);
+    new_case(&c2, 280, 2, mixed, offs2, &rng);
+    before = live_plans();
+    for (int round = 0; round < 2; round++) {
+        case_start(&c, &f1, NULL, s1, -1);
+        case_start(&c2, &f2, NULL, s2, -1);
+        case_finish(&c, &f1, s1, __LINE__);
+        case_finish(&c2, &f2, s2, __LINE__);
+        ASSERT_EQ_U64(live_plans(), before + 2); /* its staging is per stream */
+    }
+    free_case(&c2);
+
+    tu_current_case = "lookup by tables: the capture rules of the host path";
+    refused(&c, cudaStreamPerThread, -EINVAL, "cudaStreamPerThread");
+    {
+        cudaStream_t s3;
+        cudaGraph_t g;
+        CK(cudaStreamCreateWithFlags(&s3, cudaStreamNonBlocking));
+        CK(cudaStreamBeginCapture(s3, cudaStreamCaptureModeGlobal));
+        refused(&c, s3, ENGRAM_ESTATE, "runs before any capture"); /* no plan on s3 yet */
+        CK(cudaStreamEndCapture(s3, &g)); /* the capture was not disturbed */
+        CK(cudaGraphDestroy(g));
+        /* A warm-up: no tokens, no arrays; then the capture works. */
+        pa = cols_of(&c);
+        a = no_tokens();
+        ASSERT_OK(engram_cuda_lookup_tables(ctx, &pa, &a, s3));
+        ASSERT_EQ_U64(live_plans(), before + 3);
+        graph_round(NULL, &c, &rng, s3);
+        ASSERT_EQ_U64(live_plans(), before + 3);
+        CK(cudaStreamDestroy(s3));
+    }
+    free_case(&c);
+
+    tu_current_case = "lookup by tables: host-path staging grows, the old plan retired";
+    {
+        static const size_t Ts[] = {10, 64, 65, 100, 300};
+        static const uint64_t made[] = {1, 1, 2, 2, 3};
+        const int64_t off1 = 3;
+        cudaGraph_t g;
+        before = live_plans();
+        for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++) {
+            new_case(&c, Ts[i], 1, &ondemand, &off1, &rng);
+            c.max_tokens = 64; /* then 128, then 300 (> 256) */
+            check_case(&c, NULL, s1, __LINE__);
+            ASSERT_EQ_U64(live_plans(), before + made[i]);
+            if (Ts[i] != 300)
+                free_case(&c);
+        }
+        c.T = 301; /* more than the staging holds: growing is refused under capture */
+        free(c.ids);
+        make_ids(&c, &rng, 7);
+        CK(cudaStreamBeginCapture(s1, cudaStreamCaptureModeGlobal));
+        refused(&c, s1, ENGRAM_ESTATE, "grows its staging");
+        CK(cudaStreamEndCapture(s1, &g));
+        CK(cudaGraphDestroy(g));
+        check_case(&c, NULL, s1, __LINE__); /* outside the capture it grows */
+        ASSERT_EQ_U64(live_plans(), before + 4);
+        free_case(&c);
+    }
+
+    tu_current_case = "lookup by tables: host-path plans for at most 16 streams";
+    {
+        cudaStream_t ss[ENGRAM_CUDA_HOST_STREAMS + 1];
+        const int64_t off1 = 9;
+        new_case(&c, 8, 1, &ondemand, &off1, &rng);
+        c.max_tokens = 16;
+        pa = cols_of(&c);
+        a = no_tokens();
+        before = live_plans();
+        for (unsigned i = 0; i <= ENGRAM_CUDA_HOST_STREAMS; i++) {
+            CK(cudaStreamCreateWithFlags(&ss[i], cudaStreamNonBlocking));
+            if (i < ENGRAM_CUDA_HOST_STREAMS)
+                ASSERT_OK(engram_cuda_lookup_tables(ctx, &pa, &a, ss[i]));
+        }
+        ASSERT_EQ_U64(live_plans(), before + ENGRAM_CUDA_HOST_STREAMS);
+        refused(&c, ss[ENGRAM_CUDA_HOST_STREAMS], ENGRAM_ESTATE, "plans for 16 streams");
+        check_case(&c, NULL, ss[3], __LINE__); /* the streams that have one go on */
+        for (unsigned i = 0; i <= ENGRAM_CUDA_HOST_STREAMS; i++)
+            CK(cudaStreamDestroy(ss[i]));
+        free_case(&c);
+    }
+
+    tu_current_case = "lookup by tables: argument errors";
+    new_case(&c, 4, 3, mapped3, NULL, &rng);
+    pa = cols_of(&c);
+    a = no_tokens();
+    a.num_tokens = c.T; /* ids and out NULL */
+    ASSERT_ERR(engram_cuda_lookup_tables(NULL, &pa, &a, s1), -EINVAL);
+    ASSERT_ERR(engram_cuda_lookup_tables(ctx, NULL, &a, s1), -EINVAL);
+    ASSERT_ERR(engram_cuda_lookup_tables(ctx, &pa, NULL, s1), -EINVAL);
+    pa.num_cols = 0;
+    ASSERT_ERR(engram_cuda_lookup_tables(ctx, &pa, &a, s1), -EINVAL);
+    pa = cols_of(&c);
+    pa.size = 1;
+    ASSERT_ERR(engram_cuda_lookup_tables(ctx, &pa, &a, s1), -EINVAL);
+    pa = cols_of(&c);
+    ASSERT_ERR(engram_cuda_lookup_tables(ctx, &pa, &a, s1), -EINVAL); /* ids and out NULL */
+
+    tu_current_case = "lookup by tables: the context's device made current for the call";
+    CK(cudaGetDeviceCount(&ndev));
+    if (ndev >= 2) {
+        engram_cuda_plan *p = make_plan(&c);
+        void *dids = dmalloc(c.ids_bytes), *dbuf = dmalloc(c.len);
+        inflight f;
+        check_case(&c, NULL, s1, __LINE__);
+        case_start(&c, &f, NULL, s1, 1); /* device 1 current: switched to 0 and back */
+        case_finish(&c, &f, s1, __LINE__);
+        /* An explicit plan needs the caller to make it current. */
+        a = gpu_args(&c, dids, (unsigned char *)dbuf);
+        CK(cudaSetDevice(1));
+        ASSERT_ERR(engram_cuda_lookup(p, &a, s1), -EINVAL);
+        CK(cudaSetDevice(0));
+        CK(cudaFree(dids));
+        CK(cudaFree(dbuf));
+        engram_cuda_plan_destroy(p);
+    } else {
+        printf("  note: one CUDA device: the device switch of lookups by tables is not tested\n");
+    }
+    free_case(&c);
+
+    tu_current_case = "lookup by tables: threads racing for one new plan";
+    {
+        enum { NR = 8 };
+        static racer rs[NR];
+        pthread_t th[NR];
+        pthread_barrier_t bar;
+        const engram_table_id t1 = tabs[3].id;
+        const int64_t off1 = 11;
+        pthread_barrier_init(&bar, NULL, NR);
+        before = live_plans();
+        for (int i = 0; i < NR; i++) {
+            new_case(&rs[i].c, 50 + (size_t)i, 1, &t1, &off1, &rng);
+            rs[i].bar = &bar;
+        }
+        for (int i = 0; i < NR; i++)
+            ASSERT_EQ(pthread_create(&th[i], NULL, race_run, &rs[i]), 0);
+        for (int i = 0; i < NR; i++)
+            ASSERT_EQ(pthread_join(th[i], NULL), 0);
+        ASSERT_EQ_U64(live_plans(), before + 1); /* the losers' plans were destroyed */
+        for (int i = 0; i < NR; i++)
+            free_case(&rs[i].c);
+        pthread_barrier_destroy(&bar);
+    }
+
+    CK(cudaFree(refused_ids));
+    CK(cudaFree(refused_out));
+    CK(cudaStreamDestroy(s1));
+    CK(cudaStreamDestroy(s2));
+}
+
+/* ------------------------------------------------------------------------
+ * Ordering after a producer stream.
+ */
+static void test_order_after(void)
+{
+    const engram_table_id t2[2] = {tabs[0].id, tabs[1].id};
+    engram_cuda_plan_args pa;
+    engram_cuda_lookup_args a;
+    gcase c;
+    uint64_t rng = 31337;
+    cudaStream_t p, q, b;
+    cudaGraph_t g, g2;
+    unsigned char *dbuf, *got, *exp;
+    void *dids, *hids;
+
+    new_case(&c, 256, 2, t2, NULL, &rng);
+    pa = cols_of(&c);
+    dbuf = (unsigned char *)dmalloc(c.len);
+    dids = dmalloc(c.ids_bytes);
+    CK(cudaMallocHost(&hids, c.ids_bytes));
+    CK(cudaMallocHost((void **)&got, c.len));
+    exp = (unsigned char *)tu_xmalloc(c.len);
+    memcpy(hids, c.ids, c.ids_bytes);
+    memset(c.buf, SENTINEL, c.len);
+    memcpy(exp, c.buf, c.len);
+    cpu_lookup(&c, exp);
+    CK(cudaStreamCreateWithFlags(&p, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&q, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&b, cudaStreamDefault)); /* blocking */
+    a = gpu_args(&c, dids, dbuf);
+    ASSERT_OK(engram_cuda_lookup_tables(ctx, &pa, &a, q)); /* the plan, made before */
+    CK(cudaDeviceSynchronize());
+
+    for (int wait = 0; wait < 2; wait++) {
+        tu_current_case = wait ? "order after: the lookup waits for the ids' producer"
+                                : "order after: negative control without the wait";
+        CK(cudaMemset(dids, 0, c.ids_bytes)); /* stale ids: row 0 everywhere */
+        CK(cudaMemset(dbuf, SENTINEL, c.len));
+        CK(cudaDeviceSynchronize());
+        /* The producer writes the ids late, as a busy stream would. */
+        CK(cudaLaunchHostFunc(p, sleep_fn, NULL));
+        CK(cudaMemcpyAsync(dids, hids, c.ids_bytes, cudaMemcpyHostToDevice, p));
+        if (wait)
+            ASSERT_OK(engram_cuda_order_after(ctx, q, p));
+        ASSERT_OK(engram_cuda_lookup_tables(ctx, &pa, &a, q));
+        consumer_reads(&c, exp, got, dbuf, q, wait, __LINE__);
+        CK(cudaStreamSynchronize(p));
+    }
+
+    tu_current_case = "order after: the same stream, and the capture rules";
+    ASSERT_OK(engram_cuda_order_after(ctx, q, q));
+    ASSERT_OK(engram_cuda_order_after(ctx, 0, cudaStreamLegacy));
+    ASSERT_ERR(engram_cuda_order_after(NULL, q, p), -EINVAL);
+    /* q captured, p not: p's work predates the capture, nothing to do. */
+    CK(cudaStreamBeginCapture(q, cudaStreamCaptureModeGlobal));
+    ASSERT_OK(engram_cuda_order_after(ctx, q, p));
+    CK(cudaStreamEndCapture(q, &g)); /* not invalidated */
+    CK(cudaGraphDestroy(g));
+    /* p captured, q not: waiting would pull q into p's graph. */
+    CK(cudaStreamBeginCapture(p, cudaStreamCaptureModeGlobal));
+    ASSERT_ERR(engram_cuda_order_after(ctx, q, p), ENGRAM_ESTATE);
+    ASSERT_CONTAINS(engram_errmsg(), "captured into a graph");
+    CK(cudaStreamEndCapture(p, &g));
+    CK(cudaGraphDestroy(g));
+    /* The legacy stream cannot be used while a blocking stream captures
+     * (relaxed captures: only the rule under test). */
+    CK(cudaStreamBeginCapture(b, cudaStreamCaptureModeRelaxed));
+    ASSERT_ERR(engram_cuda_order_after(ctx, q, 0), ENGRAM_ESTATE);
+    ASSERT_CONTAINS(engram_errmsg(), "legacy default stream");
+    CK(cudaStreamBeginCapture(q, cudaStreamCaptureModeRelaxed));
+    ASSERT_OK(engram_cuda_order_after(ctx, q, 0)); /* q captured: nothing to do */
+    CK(cudaStreamEndCapture(q, &g2));
+    CK(cudaStreamEndCapture(b, &g));
+    CK(cudaGraphDestroy(g));
+    CK(cudaGraphDestroy(g2));
+
+    CK(cudaStreamDestroy(p));
+    CK(cudaStreamDestroy(q));
+    CK(cudaStreamDestroy(b));
+    CK(cudaFree(dbuf));
+    CK(cudaFree(dids));
+    CK(cudaFreeHost(hids));
+    CK(cudaFreeHost(got));
+    free(exp);
+    free_case(&c);
+}
+
+/* ------------------------------------------------------------------------
  * Dequant.
  */
-static void dequant_check(engram_cuda_plan *p, const unsigned char *const *wmem, const uint32_t *wpitch,
+/* Dequant lookups with plan p, or by tables `cols` (the context's plan)
+ * when p is NULL, against the CPU reference. */
+static void dequant_check(engram_cuda_plan *p, const engram_cuda_plan_args *cols,
+                          const unsigned char *const *wmem, const uint32_t *wpitch,
                           const unsigned char *const *smem, size_t K, size_t T, size_t misalign,
                           uint32_t flags)
 {
@@ -841,7 +1277,7 @@ static void dequant_check(engram_cuda_plan *p, const unsigned char *const *wmem,
     a.ids = dids;
     a.id_type = ENGRAM_ID_INT64;
     a.out = dout + misalign;
-    ASSERT_OK(engram_cuda_lookup(p, &a, 0));
+    ASSERT_OK(p ? engram_cuda_lookup(p, &a, 0) : engram_cuda_lookup_tables(ctx, cols, &a, 0));
     CK(cudaDeviceSynchronize());
     CK(cudaMemcpy(got, dout, len, cudaMemcpyDeviceToHost));
     if (memcmp(exp, got, len) != 0) {
@@ -906,10 +1342,29 @@ static void test_dequant(void)
         pa.tables = t2;
         ASSERT_OK(engram_cuda_plan_create(ctx, &pa, &p));
         ASSERT_EQ(engram_cuda_plan_out_row_bytes(p), 512);
-        dequant_check(p, wm, wp, NULL, 2, 1, 0, 0);
-        dequant_check(p, wm, wp, NULL, 2, 700, 0, ENGRAM_LOOKUP_ZERO_DEAD);
-        dequant_check(p, wm, wp, NULL, 2, 300, 2, 0); /* 2-aligned output: scalar */
+        dequant_check(p, NULL, wm, wp, NULL, 2, 1, 0, 0);
+        dequant_check(p, NULL, wm, wp, NULL, 2, 700, 0, ENGRAM_LOOKUP_ZERO_DEAD);
+        dequant_check(p, NULL, wm, wp, NULL, 2, 300, 2, 0); /* 2-aligned output: scalar */
         engram_cuda_plan_destroy(p);
+        /* By tables: the op is part of the columns, so a gather of the
+         * same tables first must not serve the dequant after it. */
+        {
+            engram_cuda_plan_args gather = pa;
+            engram_cuda_lookup_args ga = ENGRAM_CUDA_LOOKUP_ARGS_INIT;
+            int64_t *gids = (int64_t *)dmalloc(2 * sizeof(int64_t));
+            unsigned char *gout = (unsigned char *)dmalloc(2 * 264);
+            CK(cudaMemset(gids, 0, 2 * sizeof(int64_t)));
+            gather.op = ENGRAM_CUDA_OP_GATHER;
+            ga.num_tokens = 1;
+            ga.ids = gids;
+            ga.id_type = ENGRAM_ID_INT64;
+            ga.out = gout;
+            ASSERT_OK(engram_cuda_lookup_tables(ctx, &gather, &ga, 0));
+            dequant_check(NULL, &pa, wm, wp, NULL, 2, 300, 0, ENGRAM_LOOKUP_ZERO_DEAD);
+            CK(cudaDeviceSynchronize());
+            CK(cudaFree(gids));
+            CK(cudaFree(gout));
+        }
     }
     tu_current_case = "dequant: packed rows at an odd pitch (byte loads)";
     {
@@ -918,7 +1373,7 @@ static void test_dequant(void)
         pa.num_cols = 1;
         pa.tables = &to;
         ASSERT_OK(engram_cuda_plan_create(ctx, &pa, &p));
-        dequant_check(p, wm, wp, NULL, 1, 500, 0, ENGRAM_LOOKUP_ZERO_DEAD);
+        dequant_check(p, NULL, wm, wp, NULL, 1, 500, 0, ENGRAM_LOOKUP_ZERO_DEAD);
         engram_cuda_plan_destroy(p);
     }
     tu_current_case = "dequant: planar weights and scales";
@@ -930,9 +1385,20 @@ static void test_dequant(void)
         pa.scale_tables = &ts;
         ASSERT_OK(engram_cuda_plan_create(ctx, &pa, &p));
         ASSERT_EQ(engram_cuda_plan_out_row_bytes(p), 512);
-        dequant_check(p, wm, wp, sm, 1, 400, 0, 0);
-        dequant_check(p, wm, wp, sm, 1, 33, 16, ENGRAM_LOOKUP_ZERO_DEAD);
+        dequant_check(p, NULL, wm, wp, sm, 1, 400, 0, 0);
+        dequant_check(p, NULL, wm, wp, sm, 1, 33, 16, ENGRAM_LOOKUP_ZERO_DEAD);
         engram_cuda_plan_destroy(p);
+        /* By tables: the scale tables are part of the columns too, so the
+         * same weights without them are packed rows, which 256-byte rows
+         * are not: refused, not served by the planar plan. */
+        {
+            engram_cuda_plan_args packed_w = pa;
+            engram_cuda_lookup_args la = ENGRAM_CUDA_LOOKUP_ARGS_INIT;
+            dequant_check(NULL, &pa, wm, wp, sm, 1, 200, 0, 0);
+            packed_w.scale_tables = NULL;
+            la.id_type = ENGRAM_ID_INT64; /* no tokens: the plan only */
+            ASSERT_ERR(engram_cuda_lookup_tables(ctx, &packed_w, &la, 0), ENGRAM_ELAYOUT);
+        }
     }
     tu_current_case = "dequant: shape errors";
     pa.tables = &tw;
@@ -977,6 +1443,8 @@ int main(void)
     test_registration();
     test_dequant();
     test_host_path();
+    test_lookup_tables();
+    test_order_after();
     {
         engram_cuda_stats s = ENGRAM_CUDA_STATS_INIT;
         ASSERT_OK(engram_cuda_get_stats(ctx, &s));

@@ -142,12 +142,9 @@ int ext_cuda_stream(PyObject *stream, void **handle);
 /* Why ext_cuda_lookup() failed, for ext_cuda_raise() (zero it first). */
 typedef struct ext_cuda_error {
     const char *what; /* prefix of the library's message, or NULL */
-    size_t row_bytes; /* nonzero: the plan's output rows, not a->row_bytes */
     int nomem;
-    int cuda;          /* nonzero: this CUDA runtime error, while ... */
-    const char *doing; /* ... doing this */
-    int code;          /* with msg: 0 for ValueError, else the engram code */
-    char msg[256];     /* nonempty: our own refusal */
+    int code;      /* with msg: 0 for ValueError, else the engram code */
+    char msg[256]; /* nonempty: our own refusal */
 } ext_cuda_error;
 
 /* What ext_cuda_lookup() needs besides the lookup. */
@@ -160,18 +157,18 @@ typedef struct ext_cuda_call {
 } ext_cuda_call;
 /* Enqueues lookup `a` (ids and out in device memory) on call->stream,
  * after the work already enqueued on each producer stream of call->wait,
- * on the arrays' GPU (made current for the call), creating the store's
- * CUDA context in *slot and the plan of a's tables and offsets on first
- * use (refused while the stream is being captured into a graph).  Called with the GIL held
- * and the store entered; releases the GIL around library calls and
- * creates no Python object (see cuda.c).  0, or an engram error code with
- * *err (zeroed by the caller) filled in: raise it with ext_cuda_raise()
- * once the store is left. */
+ * on the arrays' GPU, creating the store's CUDA context in *slot there on
+ * first use; engram_cuda_lookup_tables() keeps the plans (and refuses a
+ * first lookup of a's tables and offsets while the stream is being
+ * captured into a graph).  Called with the GIL held and the store entered;
+ * releases the GIL around library calls and creates no Python object (see
+ * cuda.c).  0, or an engram error code with *err (zeroed by the caller)
+ * filled in: raise it with ext_cuda_raise() once the store is left. */
 int ext_cuda_lookup(ext_cuda **slot, engram_store *st, const engram_lookup_args *a,
                     const ext_cuda_call *call, ext_cuda_error *err);
-/* Raises the error of a failed ext_cuda_lookup() of rows of row_bytes;
+/* Raises the error of a failed ext_cuda_lookup() (-EINVAL as ValueError);
  * returns NULL. */
-PyObject *ext_cuda_raise(int rc, const ext_cuda_error *err, size_t row_bytes);
+PyObject *ext_cuda_raise(int rc, const ext_cuda_error *err);
 /* Reads and clears the report of bad ids the GPU skipped since the last
  * check into *rep: 0 if there was none (or no context), else ENGRAM_EBADID
  * (or another engram error) with the library's message, to raise once the

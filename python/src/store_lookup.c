@@ -382,7 +382,7 @@ resolved:
         if (rc == 0)
             ret = Py_NewRef(Py_None);
         else
-            ext_cuda_raise(rc, &cerr, a.row_bytes);
+            ext_cuda_raise(rc, &cerr);
         goto out;
     }
 #endif

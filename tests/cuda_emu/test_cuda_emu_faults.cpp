@@ -147,32 +147,43 @@ enum { FT = 40 };
 
 static const unsigned char *fault_mem;
 
+/* A scenario's context, in debug mode (each lookup syncs and checks: no
+ * test-side calls), and its args: both columns, FT tokens. */
+static int fault_open(engram_store *st, engram_cuda_ctx **ctx, const engram_table_id *ids2,
+                      const int64_t *dids, unsigned char *dout, engram_cuda_plan_args *pa,
+                      engram_cuda_lookup_args *la)
+{
+    engram_cuda_options o = ENGRAM_CUDA_OPTIONS_INIT;
+    int rc;
+    pa->num_cols = 2;
+    pa->tables = ids2;
+    pa->max_tokens = FT;
+    la->num_tokens = FT;
+    la->ids = dids;
+    la->id_type = ENGRAM_ID_INT64;
+    la->out = dout;
+    o.flags = ENGRAM_CUDA_DEBUG_SYNC;
+    *ctx = NULL;
+    if ((rc = engram_cuda_open(st, &o, ctx)) != 0)
+        ASSERT(*ctx == NULL);
+    return rc;
+}
+
 static int scenario(engram_store *st, const engram_table_id *ids2, const int64_t *dids,
                     unsigned char *dout)
 {
-    engram_cuda_options o = ENGRAM_CUDA_OPTIONS_INIT;
     engram_cuda_plan_args pa = ENGRAM_CUDA_PLAN_ARGS_INIT;
     engram_cuda_lookup_args la = ENGRAM_CUDA_LOOKUP_ARGS_INIT;
-    engram_cuda_ctx *ctx = NULL;
+    engram_cuda_ctx *ctx;
     engram_cuda_plan *plan = NULL;
     int rc;
 
-    o.flags = ENGRAM_CUDA_DEBUG_SYNC; /* the lookup syncs and checks: no test-side calls */
-    if ((rc = engram_cuda_open(st, &o, &ctx)) != 0) {
-        ASSERT(ctx == NULL);
+    if ((rc = fault_open(st, &ctx, ids2, dids, dout, &pa, &la)) != 0)
         return rc;
-    }
-    pa.num_cols = 2;
-    pa.tables = ids2;
-    pa.max_tokens = FT;
     if ((rc = engram_cuda_plan_create(ctx, &pa, &plan)) != 0) {
         ASSERT(plan == NULL);
         goto out;
     }
-    la.num_tokens = FT;
-    la.ids = dids;
-    la.id_type = ENGRAM_ID_INT64;
-    la.out = dout;
     if ((rc = engram_cuda_lookup(plan, &la, 0)) != 0)
         goto out;
     rc = engram_cuda_check(ctx, NULL);
@@ -182,7 +193,38 @@ out:
     return rc;
 }
 
-static void test_every_call_failing(void)
+/* The same for lookups by tables: the first lookup makes the plan (staging
+ * for half the tokens), after ordering the stream after a producer stream;
+ * the second, of all the tokens, grows it (the first plan retired). */
+static cudaStream_t fault_producer, fault_stream;
+
+static int scenario_tables(engram_store *st, const engram_table_id *ids2, const int64_t *dids,
+                           unsigned char *dout)
+{
+    engram_cuda_plan_args pa = ENGRAM_CUDA_PLAN_ARGS_INIT;
+    engram_cuda_lookup_args la = ENGRAM_CUDA_LOOKUP_ARGS_INIT;
+    engram_cuda_ctx *ctx;
+    int rc;
+
+    if ((rc = fault_open(st, &ctx, ids2, dids, dout, &pa, &la)) != 0)
+        return rc;
+    pa.max_tokens = la.num_tokens = FT / 2;
+    if ((rc = engram_cuda_order_after(ctx, fault_stream, fault_producer)) != 0 ||
+        (rc = engram_cuda_lookup_tables(ctx, &pa, &la, fault_stream)) != 0)
+        goto out;
+    la.num_tokens = FT;
+    if ((rc = engram_cuda_lookup_tables(ctx, &pa, &la, fault_stream)) != 0)
+        goto out;
+    rc = engram_cuda_check(ctx, NULL);
+out:
+    engram_cuda_close(ctx); /* the plans, retired or not, and the event */
+    return rc;
+}
+
+typedef int (*scenario_fn)(engram_store *, const engram_table_id *, const int64_t *,
+                           unsigned char *);
+
+static void test_every_call_failing(const char *name, scenario_fn scenario)
 {
     engram_table_spec spec = {ROWS, R, 0};
     engram_store *st;
@@ -193,18 +235,21 @@ static void test_every_call_failing(void)
     uint64_t rng = 99;
     long base, n, failures = 0, stepped_around = 0;
 
-    tu_current_case = "every runtime call failing in turn";
+    tu_current_case = name;
     for (size_t i = 0; i < (size_t)ROWS * R; i++)
         mem[i] = (unsigned char)(i * 37 + 1);
     fault_mem = mem;
     /* Column 0: bound memory (registered in place); column 1: a table file
      * behind the row cache (no base address: the host path). */
+    static int runs;
+    char ns[32];
+    snprintf(ns, sizeof ns, "faults%d", runs++); /* a namespace per run */
     {
-        engram_store *w = tu_open("faults", 0, 1);
+        engram_store *w = tu_open(ns, 0, 1);
         tu_populate(w, "f", 5, ROWS, R, R);
         engram_store_close(w);
     }
-    st = tu_open("faults", ENGRAM_OPEN_FILE_CACHE, 1);
+    st = tu_open(ns, ENGRAM_OPEN_FILE_CACHE, 1);
     ASSERT_OK(engram_bind(st, "m", &spec, mem));
     ASSERT_OK(engram_table_open(st, "m", &tid[0]));
     ASSERT_OK(engram_table_open(st, "f", &tid[1]));
@@ -215,6 +260,8 @@ static void test_every_call_failing(void)
     CK(cudaMalloc((void **)&dids, sizeof ids));
     CK(cudaMalloc((void **)&dout, (size_t)FT * 2 * R));
     CK(cudaMemcpy(dids, ids, sizeof ids, cudaMemcpyHostToDevice));
+    CK(cudaStreamCreateWithFlags(&fault_producer, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&fault_stream, cudaStreamNonBlocking));
     CK(cudaDeviceSynchronize());
     base = emu_live_objects();
 
@@ -251,9 +298,11 @@ static void test_every_call_failing(void)
             break; /* every failable call of the scenario has been failed once */
         stepped_around++;
     }
-    printf("test_cuda_emu_faults: %ld runtime calls failed in turn: %ld errors, %ld stepped "
-           "around\n", n - 1, failures, stepped_around);
+    printf("test_cuda_emu_faults: %s: %ld runtime calls failed in turn: %ld errors, %ld "
+           "stepped around\n", name, n - 1, failures, stepped_around);
     ASSERT(failures > 10);
+    CK(cudaStreamDestroy(fault_producer));
+    CK(cudaStreamDestroy(fault_stream));
     CK(cudaFree(dids));
     CK(cudaFree(dout));
     engram_store_close(st);
@@ -266,7 +315,9 @@ int main(void)
     tu_watchdog(120);
     test_copy_when_registration_fails();
     test_too_big_to_copy();
-    test_every_call_failing();
+    test_every_call_failing("every runtime call failing in turn: a plan", scenario);
+    test_every_call_failing("every runtime call failing in turn: lookups by tables",
+                            scenario_tables);
     printf("test_cuda_emu_faults: ok\n");
     return 0;
 }
