@@ -7,6 +7,14 @@
  * busy 2-core VM, a model's own threads), the caller simply claims the
  * remaining parts itself and waits only for parts already being copied.
  *
+ * It must wait, though, for a part a worker claimed and was then
+ * descheduled in the middle of (its rows go to the caller's output): on a
+ * machine whose other CPUs are busy that wait is a scheduler time slice,
+ * milliseconds.  So a job after which the caller waited for workers for
+ * more than a quarter of its time makes the pool refuse the next jobs (the
+ * callers run them alone), for a number of jobs that doubles while it
+ * keeps happening: splitting continues only where it pays.
+ *
  * One job at a time: a lookup that finds the pool busy (another thread's
  * lookup holds it) does its whole copy itself instead of waiting, so the
  * pool never adds a lock wait to the lookup path.  Workers poll briefly
@@ -46,6 +54,13 @@ struct engram__pool {
     _Atomic int stop;
     _Atomic int sleepers;       /* workers in (or about to enter) futex_wait */
     uint64_t jobs;              /* job counter, owned by the busy holder */
+    /* Splitting only where it pays (owned by the busy holder, read by
+     * others racily: a stale value only shifts one decision): `skip` jobs
+     * are refused (the caller runs them alone) after a job where the
+     * workers made the caller wait; `backoff`, the next skip, doubles
+     * while they keep doing so. */
+    _Atomic uint32_t skip;
+    uint32_t backoff;
     int nworkers;
     pid_t pid;                  /* the process whose threads these are */
     pthread_t *threads;
@@ -149,14 +164,23 @@ void engram__pool_destroy(engram__pool *p)
 
 int engram__pool_run(engram__pool *p, engram__job_fn fn, void *arg, size_t nparts)
 {
+    uint64_t t0, t_mine, t_end;
+    uint32_t skip;
     if (nparts > MAX_PARTS)
         nparts = MAX_PARTS;
     /* After fork() the child has no workers: it copies alone.  getpid()
      * costs a system call, paid only by batches big enough to split. */
     if (p->pid != getpid())
         return -EBUSY;
+    if ((skip = atomic_load_explicit(&p->skip, memory_order_relaxed)) > 0) {
+        /* Relaxed: a count of jobs to skip; concurrent lookups may both
+         * take one, which costs nothing but one more job run alone. */
+        atomic_store_explicit(&p->skip, skip - 1, memory_order_relaxed);
+        return -EBUSY;
+    }
     if (atomic_flag_test_and_set_explicit(&p->busy, memory_order_acquire))
         return -EBUSY;
+    t0 = engram__now_ns();
     atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
     atomic_store_explicit(&p->arg, arg, memory_order_relaxed);
     atomic_store_explicit(&p->done, 0, memory_order_relaxed);
@@ -170,9 +194,26 @@ int engram__pool_run(engram__pool *p, engram__job_fn fn, void *arg, size_t npart
     if (atomic_load(&p->sleepers) > 0)
         futex_wake_all(&p->gen);
     run_parts(p);
-    /* Only parts that a worker claimed can still be running. */
+    t_mine = engram__now_ns();
+    /* Only parts that a worker claimed can still be running.  Their rows
+     * go to the caller's output, so the caller must not return before
+     * they are done, however long a descheduled worker takes. */
     while (atomic_load_explicit(&p->done, memory_order_acquire) != nparts)
         engram__cpu_relax();
+    t_end = engram__now_ns();
+    /* Splitting pays when the workers take parts without making the
+     * caller wait for them.  A wait of more than a quarter of the job
+     * means a worker was descheduled mid-part (a busy machine: another
+     * process on the other CPU): then the next jobs run alone, for a
+     * number of jobs that doubles (16 .. 4096) while splitting keeps not
+     * paying, so that the pool adds no tail latency on a loaded machine
+     * and comes back once it is quiet. */
+    if ((t_end - t_mine) * 4 > t_end - t0) {
+        p->backoff = p->backoff ? (p->backoff < 4096 ? p->backoff * 2 : 4096) : 16;
+        atomic_store_explicit(&p->skip, p->backoff, memory_order_relaxed);
+    } else {
+        p->backoff = 0;
+    }
     atomic_flag_clear_explicit(&p->busy, memory_order_release);
     return 0;
 }
