@@ -61,6 +61,7 @@ typedef struct {
     PyObject *memo_names[EXT_STORE_STACK_COLS];
     engram_table_id memo_ids[EXT_STORE_STACK_COLS];
     uint32_t memo_R;
+    int memo_memory;    /* every table of the memo is memory (no source to call) */
     uint64_t gen;       /* see above; read and written with the GIL */
     PyObject *declared; /* dict */
     PyObject *holds;    /* list of capsules */
@@ -104,12 +105,13 @@ extern const char ext_store_cuda_check_doc[];
 
 /* ---- store_tables.c ----------------------------------------------------- */
 
-/* Resolves table name `name` (argument tables[k]) to its id and
- * row_bytes, opening (mapping) the table on first use and checking it
+/* Resolves table name `name` (argument tables[k]) to its id, row_bytes
+ * and whether its rows are memory (*memory: no source is called to read
+ * them), opening (mapping) the table on first use and checking it
  * against a declared spec; caches the result in s->tables.  Enters the
  * store around the library calls only.  0, or -1 with an exception. */
 int ext_store_resolve(StoreObject *s, PyObject *name, engram_table_id *id, uint32_t *row_bytes,
-                      Py_ssize_t k);
+                      int *memory, Py_ssize_t k);
 
 /* engram_get_table_info() with the GIL released; the caller has entered
  * the store.  Returns the library's code. */

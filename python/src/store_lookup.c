@@ -14,13 +14,16 @@
 #include <engram_cuda.h>
 #endif
 
+/* Lookups of memory tables of at most this many rows keep the GIL. */
+#define EXT_HOLD_GIL_ROWS 256
+
 /* ---- the memo ---------------------------------------------------------- */
 
 /* Replaces the memo with k names (references stolen) and their ids.  The
  * old names are dropped last: that may run Python code (a str subclass's
  * __del__), which may look up and fill the memo again. */
 static void memo_set(StoreObject *s, PyObject *const *names, Py_ssize_t k,
-                     const engram_table_id *ids, uint32_t R)
+                     const engram_table_id *ids, uint32_t R, int memory)
 {
     PyObject *old[EXT_STORE_STACK_COLS];
     Py_ssize_t n = s->memo_k;
@@ -30,6 +33,7 @@ static void memo_set(StoreObject *s, PyObject *const *names, Py_ssize_t k,
     if (k)
         memcpy(s->memo_ids, ids, (size_t)k * sizeof *ids);
     s->memo_R = R;
+    s->memo_memory = memory;
     s->memo_k = k;
     for (Py_ssize_t i = 0; i < n; i++)
         Py_DECREF(old[i]);
@@ -37,7 +41,7 @@ static void memo_set(StoreObject *s, PyObject *const *names, Py_ssize_t k,
 
 void ext_store_memo_clear(StoreObject *s)
 {
-    memo_set(s, NULL, 0, NULL, 0);
+    memo_set(s, NULL, 0, NULL, 0, 0);
 }
 
 /* ---- lookup ------------------------------------------------------------ */
@@ -155,6 +159,7 @@ static PyObject *do_lookup(StoreObject *s, const lookup_in *in)
     PyObject *rn[EXT_STORE_STACK_COLS]; /* the names resolved, held (K <= that) */
     Py_ssize_t nrn = 0;
     uint64_t gen = s->gen;
+    int memory = 1; /* every table named has memory rows */
 
     if (!PyList_Check(in->tables) && !PyTuple_Check(in->tables)) {
         PyErr_Format(PyExc_TypeError, "tables: expected a list or tuple of table names, got %.100s",
@@ -184,12 +189,14 @@ static PyObject *do_lookup(StoreObject *s, const lookup_in *in)
         if (k == K) {
             memcpy(tids, s->memo_ids, (size_t)K * sizeof *tids);
             R = s->memo_R;
+            memory = s->memo_memory;
             goto resolved;
         }
     }
     for (Py_ssize_t k = 0; k < K; k++) {
         PyObject *name;
         uint32_t rb;
+        int mem;
         /* The list may change while a table is being opened (the GIL is
          * released there): re-read its length each time, and hold the
          * names resolved, to check them and memoize them with their ids. */
@@ -198,7 +205,8 @@ static PyObject *do_lookup(StoreObject *s, const lookup_in *in)
             goto out;
         }
         name = Py_NewRef(PySequence_Fast_GET_ITEM(in->tables, k));
-        rc = ext_store_resolve(s, name, &tids[k], &rb, k);
+        rc = ext_store_resolve(s, name, &tids[k], &rb, &mem, k);
+        memory &= mem;
         if (K <= EXT_STORE_STACK_COLS)
             rn[nrn++] = name;
         else
@@ -221,7 +229,7 @@ static PyObject *do_lookup(StoreObject *s, const lookup_in *in)
      * close() ran meanwhile (an id may be a removed table's). */
     if (K <= EXT_STORE_STACK_COLS && s->gen == gen) {
         nrn = 0; /* the memo takes the names */
-        memo_set(s, rn, K, tids, R);
+        memo_set(s, rn, K, tids, R, memory);
     }
 resolved:
 
@@ -391,10 +399,19 @@ resolved:
     Py_XDECREF(ext_source_take_exception());
     if (ext_store_enter(s) < 0)
         goto out;
-    Py_BEGIN_ALLOW_THREADS
-    rc = engram_lookup(s->st, &a);
-    ext_store_leave(s);
-    Py_END_ALLOW_THREADS
+    if (memory && (uint64_t)T * (uint64_t)K <= EXT_HOLD_GIL_ROWS) {
+        /* A small lookup of memory rows takes a few microseconds at most,
+         * less than releasing and taking back the GIL costs (about 0.2 us
+         * here): it keeps it, and no Python code runs meanwhile (no source
+         * to call). */
+        rc = engram_lookup(s->st, &a);
+        ext_store_leave(s);
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        rc = engram_lookup(s->st, &a);
+        ext_store_leave(s);
+        Py_END_ALLOW_THREADS
+    }
     if (rc == ENGRAM_EBADID)
         raise_bad_id(rc, &ids, in->ids_arg, lead);
     else if (rc < 0)

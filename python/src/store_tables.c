@@ -104,12 +104,22 @@ int ext_store_table_info(StoreObject *s, const char *cname, engram_table_info *i
 /* The caches are keyed by exact str copies of the names, so that probing
  * them runs no Python code (a str subclass's __hash__ or __eq__) and every
  * spelling of a name hits one entry. */
+/* The resolution cached per name: id | row_bytes << 32 | memory << 62. */
+#define RESOLVED_MEMORY (1ull << 62)
+
+static void resolved_from(unsigned long long x, engram_table_id *id, uint32_t *row_bytes,
+                          int *memory)
+{
+    *id = (engram_table_id)(x & 0xffffffffu);
+    *row_bytes = (uint32_t)((x >> 32) & 0x3fffffffu);
+    *memory = (x & RESOLVED_MEMORY) != 0;
+}
+
 int ext_store_resolve(StoreObject *s, PyObject *name, engram_table_id *id, uint32_t *row_bytes,
-                      Py_ssize_t k)
+                      int *memory, Py_ssize_t k)
 {
     PyObject *key, *v;
-    engram_table_info info;
-    engram_table_spec decl;
+    engram_table_spec spec, decl;
     const char *cname;
     char what[48];
     uint64_t gen;
@@ -118,9 +128,7 @@ int ext_store_resolve(StoreObject *s, PyObject *name, engram_table_id *id, uint3
     if (PyUnicode_CheckExact(name)) {
         v = PyDict_GetItemWithError(s->tables, name);
         if (v) {
-            unsigned long long x = PyLong_AsUnsignedLongLong(v);
-            *id = (engram_table_id)(x & 0xffffffffu);
-            *row_bytes = (uint32_t)(x >> 32);
+            resolved_from(PyLong_AsUnsignedLongLong(v), id, row_bytes, memory);
             return 0;
         }
         if (PyErr_Occurred())
@@ -132,9 +140,7 @@ int ext_store_resolve(StoreObject *s, PyObject *name, engram_table_id *id, uint3
     if (key != name) {
         v = PyDict_GetItemWithError(s->tables, key);
         if (v) {
-            unsigned long long x = PyLong_AsUnsignedLongLong(v);
-            *id = (engram_table_id)(x & 0xffffffffu);
-            *row_bytes = (uint32_t)(x >> 32);
+            resolved_from(PyLong_AsUnsignedLongLong(v), id, row_bytes, memory);
             Py_DECREF(key);
             return 0;
         }
@@ -144,11 +150,17 @@ int ext_store_resolve(StoreObject *s, PyObject *name, engram_table_id *id, uint3
     if (ext_store_enter(s) < 0)
         goto fail;
     gen = s->gen;
-    info.size = sizeof info;
+    /* The spec and whether the rows are memory (engram_table_memory()
+     * fills the spec either way), not engram_get_table_info(), which reads
+     * /proc/self/smaps for memory tables: milliseconds per name. */
     Py_BEGIN_ALLOW_THREADS
-    rc = engram_get_table_info(s->st, cname, &info);
-    if (rc == 0)
-        rc = engram_table_open(s->st, cname, id);
+    rc = engram_table_open(s->st, cname, id);
+    if (rc == 0) {
+        rc = engram_table_memory(s->st, *id, NULL, &spec);
+        *memory = rc == 0;
+        if (rc == -ENOTSUP)
+            rc = 0;
+    }
     ext_store_leave(s);
     Py_END_ALLOW_THREADS
     if (rc < 0) {
@@ -157,13 +169,14 @@ int ext_store_resolve(StoreObject *s, PyObject *name, engram_table_id *id, uint3
     }
     if ((d = declared_spec(s, key, &decl)) < 0)
         goto fail;
-    if (d && !spec_matches(&decl, &info.spec)) {
-        mismatch(key, &decl, &info.spec);
+    if (d && !spec_matches(&decl, &spec)) {
+        mismatch(key, &decl, &spec);
         goto fail;
     }
-    *row_bytes = info.spec.row_bytes;
+    *row_bytes = spec.row_bytes;
     v = PyLong_FromUnsignedLongLong((unsigned long long)*id |
-                                    ((unsigned long long)*row_bytes << 32));
+                                    ((unsigned long long)*row_bytes << 32) |
+                                    (*memory ? RESOLVED_MEMORY : 0));
     if (!v)
         goto fail;
     /* Cache the id unless remove() or close() ran while the GIL was
