@@ -6,6 +6,9 @@
  *                [--threads 1,2] [--variants thp,shm] [--load idle,busy]
  *                [--calls N] [--quick]
  *
+ * --calls is the number of calls of each side per point for T <= 16
+ * (default 4000), scaled down as 16 / T above that (at least 200).
+ *
  * One call per layer: K = 24 columns (8 heads x 3 n-gram orders), one table
  * each, of 264-byte rows; T tokens; ids int64 [T, 24], uniform within each
  * table, about 1% dead (-1).  The 24 tables share --sizes bytes in all:
@@ -202,10 +205,13 @@ typedef struct point {
     double med[2], p99[2]; /* [engram, naive], ns */
 } point;
 
-static size_t ncalls = 4000;
+static size_t calls_small = 4000; /* calls per point for T <= 16 */
 
 static point run_point(const tables *tb, size_t T, int busy)
 {
+    /* Fewer calls for big batches (a 4096-token call takes milliseconds),
+     * but at least 200 for a p99. */
+    size_t ncalls = T <= 16 ? calls_small : calls_small * 16 / T < 200 ? 200 : calls_small * 16 / T;
     int64_t *ids = malloc(NSETS * T * K * sizeof *ids);
     unsigned char *out = malloc(T * K * R), *ref = malloc(T * K * R);
     uint64_t *lat[2], seed = 7 + T;
@@ -319,7 +325,7 @@ int main(int argc, char **argv)
         if (!strcmp(a, "--quick")) {
             sizes[0] = 64ull << 20;
             nsizes = 1;
-            ncalls = 400;
+            calls_small = 400;
             continue;
         }
         i++;
@@ -330,7 +336,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--threads"))
             nthr = parse_list(v, thr);
         else if (!strcmp(a, "--calls"))
-            ncalls = strtoull(v, NULL, 10);
+            calls_small = strtoull(v, NULL, 10);
         else if (!strcmp(a, "--variants")) {
             variants[0] = strstr(v, "thp") != NULL;
             variants[1] = strstr(v, "shm") != NULL;
@@ -342,12 +348,13 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (ncalls < 100) {
-        fprintf(stderr, "bench_decode: --calls must be >= 100 for a p99\n");
+    if (calls_small < 200) {
+        fprintf(stderr, "bench_decode: --calls must be >= 200 for a p99\n");
         return 2;
     }
-    printf("bench_decode: libengram %s; K=%d columns of %d-byte rows; %zu calls per point; "
-           "%ld CPUs\n", engram_version_string(), K, R, ncalls, sysconf(_SC_NPROCESSORS_ONLN));
+    printf("bench_decode: libengram %s; K=%d columns of %d-byte rows; %zu calls per point "
+           "(fewer from T = 32 up, at least 200); %ld CPUs\n", engram_version_string(), K, R,
+           calls_small, sysconf(_SC_NPROCESSORS_ONLN));
     printf("  naive/engram: the baseline's median time over the library's (higher is better "
            "for engram); p99/med of the library\n");
     for (int si = 0; si < nsizes; si++) {
