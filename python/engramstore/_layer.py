@@ -130,7 +130,8 @@ class LayerStore(EngramStore):
 
     def lookup_into(self, layer_id: int, row_ids, output) -> None:
         """Gathers ``output[b, l, h] = table_h[row_ids[b, l, h]]``: row_ids a
-        C-contiguous int64 (or int32) ``[B, L, H]`` array, output a writable
+        C-contiguous int64 ``[B, L, H]`` array (int64 only, as
+        in Mooncake's contract), output a writable
         uint8 ``[B, L, H, row_bytes]`` array.  Id -1 leaves its row as is;
         any other id outside its head's table raises BadIdError and output
         is left untouched."""
