@@ -5,9 +5,11 @@ Two APIs over one implementation (the C library libengram):
 
 * the table API: ``EngramStore(tables={...}, namespace=..., local_dir=...)``
   with ``populate``, ``lookup``, ``get_table_spec``, ``list_tables``,
-  ``remove``, ``stats`` and ``close``;
+  ``remove``, ``stats`` and ``close``; with ``store_client=`` a Mooncake
+  Store client, the tables are objects of that store;
 * the layer API, compatible with Mooncake's EngramStore:
-  ``EngramStore({layer_id: EngramStoreConfig}, store=None)`` with
+  ``EngramStore({layer_id: EngramStoreConfig}, store=None)`` (or
+  ``store=`` a Mooncake ``MooncakeDistributedStore``: Store-backed) with
   ``populate``, ``bind_local``, ``lookup_into``, ``remove_from_store`` and
   the ``get_*`` queries.  Layer L head h is the table ``engram:l{L}:h{h}``.
 
@@ -55,6 +57,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "EngramStore", "TableStore", "LocalStore", "LayerStore", "EngramStoreConfig",
+    "MooncakeTableStore", "MooncakeError",
     "EngramError", "TableExistsError", "TableNotFoundError", "TableRemovedError",
     "SpecError", "LayoutMismatchError", "LayoutError", "BadIdError",
     "CorruptTableError", "UnsafePathError", "StateError", "StoreClosedError",
@@ -70,8 +73,12 @@ class EngramStore:
     ``EngramStore(tables=..., namespace=..., local_dir=..., **options)``
     opens a table store (a :class:`TableStore`).
 
+    ``EngramStore(tables=..., namespace=..., store_client=client)`` opens a
+    table store on a Mooncake Store (a :class:`MooncakeTableStore`).
+
     ``EngramStore({layer_id: EngramStoreConfig, ...}, store=None)`` makes a
-    layer store (a :class:`LayerStore`, Mooncake-compatible).
+    layer store (a :class:`LayerStore`, Mooncake-compatible); ``store`` may
+    be a ``MooncakeDistributedStore`` (the Store-backed mode).
     """
 
     __slots__ = ()
@@ -79,6 +86,8 @@ class EngramStore:
     def __new__(cls, *args, **kwargs):
         if cls is EngramStore:
             target = LayerStore if _is_layer_form(args, kwargs) else TableStore
+            if target is TableStore and kwargs.get("store_client") is not None:
+                target = MooncakeTableStore
             return target.__new__(target, *args, **kwargs)
         return object.__new__(cls)
 
@@ -145,6 +154,8 @@ class TableStore(_engram.Store, EngramStore):
             raise TypeError("namespace: required (or local_dir=None for a memory-only store)")
         if tables is not None and not isinstance(tables, Mapping):
             raise TypeError(f"tables: expected a dict of name -> spec, got {type(tables).__name__}")
+        if "store_client" in options and options["store_client"] is None:
+            del options["store_client"]  # the local form, spelled out
         super().__init__(namespace, local_dir, **options)
         try:
             for name, spec in (tables or {}).items():
@@ -221,4 +232,5 @@ class EngramStoreConfig:
                 f"row_bytes={self.row_bytes!r})")
 
 
+from ._mooncake import MooncakeError, MooncakeTableStore  # noqa: E402  (needs the names above)
 from ._layer import LayerStore  # noqa: E402  (needs the names above)
