@@ -87,8 +87,17 @@ class MooncakeServers:
     def _spawn(self, name, argv):
         log = open(os.path.join(self.logdir, f"{name}.log"), "ab")
         self._logs.append(log)
-        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                start_new_session=True)
+        # The servers are Mooncake's programs, not ours: none of a sanitizer
+        # run's preloads.
+        env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "ASAN_OPTIONS")}
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                start_new_session=True, env=env)
+        # scripts/test.sh checks afterwards that every server it started is gone.
+        pidfile = os.environ.get("ENGRAM_MOONCAKE_PIDFILE")
+        if pidfile:
+            with open(pidfile, "a") as f:
+                f.write(f"{proc.pid}\n")
+        return proc
 
     def start(self, timeout: float = 30.0) -> None:
         os.environ["MC_TCP_BIND_ADDRESS"] = HOST  # what this process's clients advertise
