@@ -164,7 +164,7 @@ class TableStore(_engram.Store, EngramStore):
             self.close()
             raise
 
-    def add_source(self, name, spec, read_rows, *, cache_bytes=0):
+    def add_source(self, name, spec, read_rows, *, cache_bytes=0, group=None):
         """Adds table ``name`` served by your own code: ``read_rows(rows,
         out)`` gets the distinct, validated row numbers a lookup needs
         (``rows``: uint64 ``[n]``) and fills ``out`` (uint8 ``[n,
@@ -175,7 +175,14 @@ class TableStore(_engram.Store, EngramStore):
         an :class:`EngramError` whose ``__cause__`` is the exception.
         ``cache_bytes > 0`` puts a row cache of that many bytes (from the
         store's ``cache_bytes`` budget) in front of it.  The table lives
-        until :meth:`close`; ``remove`` refuses it."""
+        until :meth:`close`; ``remove`` refuses it.
+
+        ``group``: tables added with the same group key (any hashable) and
+        the same ``read_rows`` and row size are read together, one call per
+        lookup for all of them: ``read_rows(rows, out, tables)``, where
+        ``tables`` (uint32 ``[n]``) gives each row's table as its index in
+        the group, which ``add_source`` returns (0 for the group's first
+        table, then 1, ...).  Without a group it returns None."""
         kw = _spec_kwargs(name, spec, "spec")
         if kw.get("row_pitch", 0) not in (0, kw["row_bytes"]):
             raise ValueError("spec: a source has no row_pitch "
@@ -185,9 +192,20 @@ class TableStore(_engram.Store, EngramStore):
         fn = read_rows
         np = _numpy()
         if np is not None:
-            def fn(rows, out, _read=read_rows, _asarray=np.asarray):
-                return _read(_asarray(rows), _asarray(out))
-        self._add_source(name, kw["num_rows"], kw["row_bytes"], fn, cache_bytes)
+            def fn(rows, out, tables=None, _read=read_rows, _asarray=np.asarray):
+                if tables is None:
+                    return _read(_asarray(rows), _asarray(out))
+                return _read(_asarray(rows), _asarray(out), _asarray(tables))
+        if group is None:
+            return self._add_source(name, kw["num_rows"], kw["row_bytes"], fn, cache_bytes)
+        groups = self.__dict__.setdefault("_source_groups", {})
+        key = (group, kw["row_bytes"])
+        if key not in groups:
+            groups[key] = (_engram._source_group(fn, kw["row_bytes"]), read_rows)
+        elif groups[key][1] is not read_rows:
+            raise ValueError(f"read_rows: the tables of group {group!r} share one callable")
+        return self._add_source(name, kw["num_rows"], kw["row_bytes"], groups[key][0],
+                                cache_bytes)
 
     def __repr__(self) -> str:
         state = " (closed)" if self.closed else ""
