@@ -90,6 +90,7 @@ class LayerStore(EngramStore):
             self._mc = _mooncake._Client(store, read_deadline=read_deadline,
                                          max_ranges=max_ranges)
             self._mc_client = store
+            self._sources = _mooncake.Sources(self._mc)
             order = [(l, h) for l in sorted(specs) for h in range(len(specs[l][0]))]
             budget, shares = _mooncake.cache_shares(
                 cache_bytes, [specs[l][0][h] * specs[l][1] for l, h in order])
@@ -247,9 +248,8 @@ class LayerStore(EngramStore):
         names = tuple(k if g == 0 else f"{k}.{g}" for k in keys)
         for h, (key, name, n) in enumerate(zip(keys, names, sizes)):
             try:
-                self._store.add_source(name, {"num_rows": n, "row_bytes": row_bytes},
-                                       _mooncake.source_reader(self._mc, key, row_bytes),
-                                       cache_bytes=self._share[(layer_id, h)])
+                self._sources.add(self._store, name, n, row_bytes, key,
+                                  self._share[(layer_id, h)])
             except TableExistsError:
                 pass  # added by an earlier open that failed on a later head
         self._live[layer_id] = names

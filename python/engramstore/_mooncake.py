@@ -180,64 +180,76 @@ class _Client:
             stage, self.stage = self.stage, None
             self.mc.unregister_buffer(stage.ctypes.data)
 
-    def read(self, key, row_bytes, rows, out):
-        """Fills out[i] with row rows[i] of object `key` (rows: uint64 [n],
-        out: uint8 [n, row_bytes]); raises MooncakeError naming the key."""
+    def read_group(self, keys, row_bytes, rows, out, tables):
+        """Fills out[i] with row rows[i] of object keys[tables[i]] (rows:
+        uint64 [n], tables: uint32 [n], out: uint8 [n, row_bytes]), in
+        calls of at most max_ranges ranges over all the keys; raises
+        MooncakeError naming the key of a range that failed."""
+        np = self.np
         n = len(rows)
+        order = np.argsort(tables, kind="stable")  # each key's ranges together
+        st, sr = tables[order], rows[order]
         deadline = time.monotonic() + self.read_deadline
         with self.lock:
             stage = self._staging(row_bytes)
             per = max(1, min(self.max_ranges, len(stage) // row_bytes))
-            src_all = rows * self.np.uint64(row_bytes)
             ptr = stage.ctypes.data
             for i in range(0, n, per):
                 m = min(per, n - i)
-                self._read_chunk(key, row_bytes, ptr, src_all[i:i + m].tolist(), deadline)
-                out[i:i + m] = stage[:m * row_bytes].reshape(m, row_bytes)
+                t = st[i:i + m]
+                src = (sr[i:i + m] * np.uint64(row_bytes)).tolist()
+                cuts = [0] + (np.flatnonzero(t[1:] != t[:-1]) + 1).tolist() + [m]
+                ks, dsts, srcs = [], [], []
+                for a, b in zip(cuts, cuts[1:]):
+                    ks.append(keys[int(t[a])])
+                    dsts.append(list(range(a * row_bytes, b * row_bytes, row_bytes)))
+                    srcs.append(src[a:b])
+                self._read_chunk(ks, row_bytes, ptr, dsts, srcs, deadline)
+                out[order[i:i + m]] = stage[:m * row_bytes].reshape(m, row_bytes)
 
     def read_bytes(self, key, size, out):
         """Reads bytes [0, size) of object `key` into out (uint8 [size]),
         one staging buffer at a time (verify)."""
-        deadline = time.monotonic() + self.read_deadline
         with self.lock:
             stage = self._staging(1)
             step = len(stage)
             for off in range(0, size, step):
                 m = min(step, size - off)
-                self._read_chunk(key, m, stage.ctypes.data, [off], deadline)
+                self._read_chunk([key], m, stage.ctypes.data, [[0]], [[off]],
+                                 time.monotonic() + self.read_deadline)
                 out[off:off + m] = stage[:m]
-                deadline = time.monotonic() + self.read_deadline
 
-    def _read_chunk(self, key, row_bytes, ptr, src, deadline):
-        """Reads len(src) ranges of row_bytes bytes at offsets src into the
-        staging buffer, back to back; retries passing errors."""
-        m = len(src)
-        dst = [[list(range(0, m * row_bytes, row_bytes))]]
-        sizes = [[[row_bytes] * m]]
+    def _read_chunk(self, keys, row_bytes, ptr, dsts, srcs, deadline):
+        """One bounded get_into_ranges: for each key, ranges of row_bytes
+        bytes at offsets srcs[j] into the staging buffer at dsts[j].  Every
+        range must come back whole; passing errors are retried until the
+        deadline."""
+        sizes = [[row_bytes] * len(d) for d in dsts]
         delay = 0.002
         while True:
             self.calls += 1
-            res = self.mc.get_into_ranges([ptr], [[key]], dst, [[src]], sizes)
+            res = self.mc.get_into_ranges([ptr], [keys], [dsts], [srcs], [sizes])
             try:
-                got = res[0][0]
-                ok = len(res) == 1 and len(res[0]) == 1 and len(got) == m
+                got = res[0]
+                ok = len(res) == 1 and len(got) == len(keys) and \
+                    all(len(g) == len(d) for g, d in zip(got, dsts))
             except (TypeError, IndexError):
                 ok = False
             if not ok:
-                raise MooncakeError(key, f"get_into_ranges answered {m} ranges with "
-                                    f"{_shape(res)}")
-            if got.count(row_bytes) == m:
+                raise MooncakeError(keys[0], f"get_into_ranges answered "
+                                    f"{[len(d) for d in dsts]} ranges with {_shape(res)}")
+            if all(g.count(row_bytes) == len(g) for g in got):
                 return
-            k, bad = next((k, x) for k, x in enumerate(got) if x != row_bytes)
-            row = src[k] // row_bytes
+            j, k, bad = next((j, k, x) for j, g in enumerate(got) for k, x in enumerate(g)
+                             if x != row_bytes)
+            key, where = keys[j], f"row {srcs[j][k] // row_bytes}"
             if bad >= 0:
-                raise MooncakeError(key, f"short read of row {row}: {bad} of {row_bytes} bytes")
+                raise MooncakeError(key, f"short read of {where}: {bad} of {row_bytes} bytes")
             if bad not in _TRANSIENT:
-                what = ("not in the store" if bad == OBJECT_NOT_FOUND
-                        else f"reading row {row} failed")
-                raise MooncakeError(key, what, bad)
+                raise MooncakeError(key, "not in the store" if bad == OBJECT_NOT_FOUND
+                                    else f"reading {where} failed", bad)
             if time.monotonic() + delay > deadline:
-                raise MooncakeError(key, f"reading row {row} still failing after "
+                raise MooncakeError(key, f"reading {where} still failing after "
                                     f"{self.read_deadline:g} s of retries", bad)
             self.retries += 1
             time.sleep(delay)
@@ -344,11 +356,37 @@ def _shape(res):
         return repr(type(res))
 
 
-def source_reader(client, key, row_bytes):
-    """The read_rows of a source table serving object `key`."""
-    def read_rows(rows, out, _read=client.read, _key=key, _r=row_bytes):
-        _read(_key, _r, rows, out)
-    return read_rows
+class Sources:
+    """The source tables of one engramstore object on one client.  The
+    tables of a row size form one group (TableStore.add_source's group=),
+    so a lookup reads the missed rows of all its heads (tables) in one
+    bounded call sequence: one Mooncake call per lookup, not one per head,
+    which is what a ranged read costs most."""
+
+    def __init__(self, client):
+        self.c = client
+        self.keys = {}   # row_bytes -> [Mooncake key of the group's table i]
+        self.fns = {}    # row_bytes -> the group's read_rows
+        self.lock = threading.Lock()
+
+    def add(self, store, name, num_rows, row_bytes, key, cache_bytes):
+        """Adds source table `name` of `store` serving object `key`."""
+        with self.lock:
+            keys = self.keys.setdefault(row_bytes, [])
+            fn = self.fns.get(row_bytes)
+            if fn is None:
+                def fn(rows, out, tables, _read=self.c.read_group, _keys=keys, _r=row_bytes):
+                    _read(_keys, _r, rows, out, tables)
+                self.fns[row_bytes] = fn
+            # The key is in place before the table can be looked up.
+            keys.append(key)
+            try:
+                idx = store.add_source(name, {"num_rows": num_rows, "row_bytes": row_bytes}, fn,
+                                       cache_bytes=cache_bytes, group="mooncake")
+            except BaseException:
+                keys.pop()
+                raise
+            assert idx == len(keys) - 1, (idx, len(keys))
 
 
 def cache_shares(cache_bytes, sizes):
@@ -476,6 +514,7 @@ class MooncakeTableStore(TableStore):
         opts = dict(options, cache_bytes=budget)
         super().__init__(None, None, None, **opts)
         self._mc = client
+        self._sources = Sources(client)
         self._w = writer
         self._declared = {}    # name -> (num_rows, row_bytes)
         self._open = {}        # name -> internal table name, for published tables
@@ -542,8 +581,7 @@ class MooncakeTableStore(TableStore):
             share = self._cache_total * n * r // max(self._known_bytes, n * r)
         g = self._gen.get(name, 0)
         internal = name if g == 0 else f"{name}..{g}"
-        self.add_source(internal, {"num_rows": n, "row_bytes": r},
-                        source_reader(self._mc, key, r), cache_bytes=share)
+        self._sources.add(self, internal, n, r, key, share)
         self._open[name] = internal
         self._removed.discard(name)
         self._remap = any(k != v for k, v in self._open.items()) or bool(self._removed)

@@ -384,7 +384,7 @@ def test_calls_are_bounded(layer, mc_client):
     f = Faulty(mc_client)
 
     def get(ptrs, keys, dst, src, sizes):
-        seen.append(len(src[0][0]))
+        seen.append((len(keys[0]), sum(len(x) for x in src[0])))
         return mc_client.get_into_ranges(ptrs, keys, dst, src, sizes)
     f.get_into_ranges = get
     t2 = engramstore.EngramStore({L: cfg()}, f, max_ranges=16)
@@ -392,9 +392,14 @@ def test_calls_are_bounded(layer, mc_client):
     out = sentinel((1, 200, 3, R))
     t2.lookup_into(L, ids, out)
     np.testing.assert_array_equal(out, expect(bufs, ids))
-    assert max(seen) == 16
-    # Distinct rows only: 200 + 170 + 45 ranges.
-    assert sum(seen) == 200 + 170 + 45
+    # The distinct rows of all heads (200 + 170 + 45) in calls of at most
+    # 16 ranges, the heads' ranges sharing calls.
+    assert max(n for _, n in seen) == 16 and sum(n for _, n in seen) == 200 + 170 + 45
+    assert len(seen) == -(-(200 + 170 + 45) // 16)
+    assert any(k > 1 for k, _ in seen)
+    seen.clear()
+    t2.lookup_into(L, rand_ids(1, 1, 5), sentinel((1, 5, 3, R)))
+    assert len(seen) == 1 and seen[0] == (3, 15)  # one call for the heads of a lookup
     t2.close()
 
 
