@@ -21,10 +21,19 @@ How a read works (``_Client.read``), and why:
   registered once and reused; a chunk is read into it and copied out.
   Reading straight into the caller's output would need the output
   registered, and would write rows of a lookup that then fails.
-* **Bounded calls.**  A call carries at most ``max_ranges`` ranges (512):
-  the TCP transport of Mooncake 0.3.13 queues at most 1024 transfers per
-  peer by default, and a 4096-key batch past that returned wrong rows and
-  hung the next call.
+* **One call sequence per lookup.**  The tables of a row size form one
+  source group, so the missed rows of all the heads of a lookup go out
+  together, sorted by key: a get_into_ranges call costs about as much for
+  171 ranges of one key as for 4104 ranges of 24 keys, so one call per
+  head would double a lookup's time.
+* **Bounded calls.**  A call carries at most ``max_ranges`` ranges (8192,
+  what fits the staging buffer at most) of at most 256 keys, the rows
+  split evenly over the calls.  Mooncake 0.3.13's TCP transport queues at
+  most 1024 transfers per peer by default, and a 4096-key batch past that
+  returned wrong rows and hung the next call; the ranges of one key go out
+  as one scatter transfer, so it is the keys that must stay below that
+  (calls of 4104 ranges over 24 keys read exact rows even with the queue
+  set to 64), while every call costs a round trip: the fewer, the faster.
 * **Lengths verified.**  Every range must come back with exactly
   ``row_bytes`` bytes; anything else (a short read, an error code, a
   malformed result) fails the read naming the key.  A missing object is an
@@ -34,11 +43,11 @@ How a read works (``_Client.read``), and why:
   replicas not ready) are retried with backoff until ``read_deadline``
   seconds have passed since the read began; a missing object or invalid
   range is not retried.
-* **One call at a time per client.**  Nothing in Mooncake's client
-  documents thread safety, and the staging buffer is shared, so the calls
-  of one engramstore object on its client are serialised by a lock (a
-  lookup waiting for it has released the GIL).  Rows served from the row
-  cache never take it.
+* **One call at a time per engramstore object.**  Nothing in Mooncake's
+  client documents thread safety, and the staging buffer is shared, so the
+  calls of one engramstore object on its client are serialised by a lock
+  (a lookup waiting for it has released the GIL).  Rows served from the
+  row cache never take it.
 """
 from __future__ import annotations
 
@@ -68,7 +77,8 @@ _CODE_NAMES = {
 # missing object, a range outside it, an invalid argument) is final.
 _TRANSIENT = frozenset((-1, -101, -703, -706, -707, -712, -714, -800, -900, -901))
 
-MAX_RANGES = 512          # ranges per get_into_ranges call (see the module doc)
+MAX_RANGES = 8192         # ranges per get_into_ranges call (see the module doc)
+MAX_KEYS = 256            # keys (objects) per call
 STAGE_BYTES = 4 << 20     # the staging buffer (at least one row)
 READ_DEADLINE = 5.0       # seconds a read retries transient errors
 REMOVE_DEADLINE = 15.0    # seconds a remove waits out leases (Mooncake's default lease: 10 s)
@@ -183,8 +193,8 @@ class _Client:
     def read_group(self, keys, row_bytes, rows, out, tables):
         """Fills out[i] with row rows[i] of object keys[tables[i]] (rows:
         uint64 [n], tables: uint32 [n], out: uint8 [n, row_bytes]), in
-        calls of at most max_ranges ranges over all the keys; raises
-        MooncakeError naming the key of a range that failed."""
+        calls of at most max_ranges ranges and MAX_KEYS keys, split evenly;
+        raises MooncakeError naming the key of a range that failed."""
         np = self.np
         n = len(rows)
         order = np.argsort(tables, kind="stable")  # each key's ranges together
@@ -192,20 +202,29 @@ class _Client:
         deadline = time.monotonic() + self.read_deadline
         with self.lock:
             stage = self._staging(row_bytes)
-            per = max(1, min(self.max_ranges, len(stage) // row_bytes))
+            cap = max(1, min(self.max_ranges, len(stage) // row_bytes))
+            per = -(-n // -(-n // cap))  # n split evenly into calls of at most cap
             ptr = stage.ctypes.data
-            for i in range(0, n, per):
-                m = min(per, n - i)
-                t = st[i:i + m]
-                src = (sr[i:i + m] * np.uint64(row_bytes)).tolist()
-                cuts = [0] + (np.flatnonzero(t[1:] != t[:-1]) + 1).tolist() + [m]
-                ks, dsts, srcs = [], [], []
-                for a, b in zip(cuts, cuts[1:]):
-                    ks.append(keys[int(t[a])])
-                    dsts.append(list(range(a * row_bytes, b * row_bytes, row_bytes)))
-                    srcs.append(src[a:b])
+            src = (sr * np.uint64(row_bytes)).tolist()
+            # Where the key changes, then calls of whole or split key runs.
+            bounds = [0] + (np.flatnonzero(st[1:] != st[:-1]) + 1).tolist() + [n]
+            i = 0
+            while i < n:
+                m, ks, dsts, srcs = 0, [], [], []
+                for a, b in zip(bounds, bounds[1:]):
+                    if b <= i:
+                        continue
+                    a = max(a, i + m)
+                    take = min(b - a, per - m)
+                    if take <= 0 or len(ks) == MAX_KEYS:
+                        break
+                    ks.append(keys[int(st[a])])
+                    dsts.append(list(range(m * row_bytes, (m + take) * row_bytes, row_bytes)))
+                    srcs.append(src[a:a + take])
+                    m += take
                 self._read_chunk(ks, row_bytes, ptr, dsts, srcs, deadline)
                 out[order[i:i + m]] = stage[:m * row_bytes].reshape(m, row_bytes)
+                i += m
 
     def read_bytes(self, key, size, out):
         """Reads bytes [0, size) of object `key` into out (uint8 [size]),
@@ -483,7 +502,7 @@ _TABLE_OPTIONS = frozenset(("cache_bytes", "threads", "timing"))
 class MooncakeTableStore(TableStore):
     """The table API over a Mooncake Store: ``EngramStore(tables=...,
     namespace=..., store_client=client, cache_bytes=0, threads=0,
-    timing=False, read_deadline=5.0, max_ranges=512)``.
+    timing=False, read_deadline=5.0, max_ranges=8192)``.
 
     Table ``name`` is the object ``{namespace}/{name}`` (its rows packed,
     ``num_rows * row_bytes`` bytes) with a manifest ``{namespace}/.manifest/

@@ -403,6 +403,25 @@ def test_calls_are_bounded(layer, mc_client):
     t2.close()
 
 
+def test_calls_are_bounded_in_keys(layer, mc_client, monkeypatch):
+    t, L, bufs = layer
+    seen = []
+    f = Faulty(mc_client)
+
+    def get(ptrs, keys, dst, src, sizes):
+        seen.append(len(keys[0]))
+        return mc_client.get_into_ranges(ptrs, keys, dst, src, sizes)
+    f.get_into_ranges = get
+    monkeypatch.setattr(engramstore._mooncake, "MAX_KEYS", 2)
+    t2 = engramstore.EngramStore({L: cfg()}, f)
+    ids = rand_ids(21, 2, 40)
+    out = sentinel((2, 40, 3, R))
+    t2.lookup_into(L, ids, out)
+    np.testing.assert_array_equal(out, expect(bufs, ids))
+    assert seen == [2, 1]
+    t2.close()
+
+
 def test_master_restarted_empty_during_lookups(tmp_path):
     # A master that dies and comes back empty: lookups fail with an error
     # naming a key, and no lookup ever returns a wrong byte.
