@@ -22,10 +22,11 @@ in the same run, with interleaved repeats:
   engram     engramstore's layer API on the Mooncake store, no row cache;
   cached     the same with a row cache of --cache-frac of the rows
              (cache_bytes = that many rows times the cache's slot size),
-             warmed first.
+             warmed first until its hit rate settles; its hit rate and the
+             rows it read per id are those of the timed lookups.
 
 Each lookup is row_ids [1, T, heads] with T = ceil(ids / heads), drawn
-uniform or Zipf(1.0) (rank r with probability proportional to 1/r over a
+(new ones for every repeat, the same for every variant) uniform or Zipf(1.0) (rank r with probability proportional to 1/r over a
 head's rows, ranks mapped to rows by a fixed random permutation).  Every
 result is checked against the rows' known contents; a variant that returns
 a wrong row is reported as such.  Rates are ids looked up per second (the
@@ -149,27 +150,50 @@ def reader(args):
                 "cached": run_engram(cached)}
     results = {}
     for dist in args.dists.split(","):
-        pool = batches(args, dist, args.batches, seed=11)
+        # New batches every repeat (the same for every variant): rows cached
+        # in one repeat are not asked for again by design, only by chance.
+        pools = [batches(args, dist, args.batches, seed=100 + rep) for rep in range(args.repeats)]
         wrong = {v: 0 for v in variants}
         errors = {v: None for v in variants}
-        # Warm the cache (and every client path) on other batches of the
-        # same distribution.
-        for ids in batches(args, dist, args.warmup, seed=12):
-            cached.lookup_into(L, ids, out)
-        hits0 = cached.stats()["cache"]
+        # Warm the cache on other batches of the same distribution until its
+        # hit rate settles (two rounds of 20 lookups within 1%), as in a
+        # server that has been running a while; at most --warmup lookups.
+        warm, last, t_warm = 0, None, time.perf_counter()
+        wrng = np.random.default_rng(12)
+        while warm < args.warmup:
+            before = cached.stats()["cache"]
+            for ids in batches(args, dist, 20, seed=int(wrng.integers(1 << 30))):
+                cached.lookup_into(L, ids, out)
+            warm += 20
+            after = cached.stats()["cache"]
+            rate = (after["hits"] - before["hits"]) / max(1, (after["hits"] + after["misses"]) -
+                                                          (before["hits"] + before["misses"]))
+            if last is not None and abs(rate - last) < 0.01:
+                break
+            last = rate
+        print(f"{dist}: cache warmed by {warm} lookups in {time.perf_counter() - t_warm:.0f} s, "
+              f"hit rate {rate:.3f}", file=sys.stderr, flush=True)
+        timed = {"hits": 0, "looked": 0, "reads": 0}
         times = {v: [] for v in variants}
         for rep in range(args.repeats):
+            pool = pools[rep]
             order = list(variants)
             order = order[rep % len(order):] + order[:rep % len(order)]
             for v in order:
                 if errors[v]:
                     continue
                 try:
+                    c0 = cached.stats()["cache"] if v == "cached" else None
                     t0 = time.perf_counter()
                     for ids in pool[:-1]:
                         variants[v](ids)
                     res = variants[v](pool[-1])
                     times[v].append(time.perf_counter() - t0)
+                    if c0 is not None:  # the cache's work in the timed lookups only
+                        c1 = cached.stats()["cache"]
+                        timed["hits"] += c1["hits"] - c0["hits"]
+                        timed["looked"] += (c1["hits"] + c1["misses"]) - (c0["hits"] + c0["misses"])
+                        timed["reads"] += c1["reads"] - c0["reads"]
                     # The last batch's rows are checked (outside the timing);
                     # the others in the first repeat.
                     checks = [(pool[-1], res)] if rep else \
@@ -180,17 +204,18 @@ def reader(args):
                 for ids, res in checks:
                     w = np.ascontiguousarray(res).view(np.uint32).reshape(ids.shape + (R // 4,))
                     wrong[v] += int((w != expected_words(ids, R)).any(-1).sum())
-        ids_per_run = sum(ids.size for ids in pool)
+        ids_per_run = sum(ids.size for ids in pools[0])
         hits1 = cached.stats()["cache"]
         res = {}
         for v in variants:
             ts = sorted(times[v])
             res[v] = {"rows_per_s": ids_per_run / ts[len(ts) // 2] if ts else None,
                       "wrong_rows": wrong[v], "error": errors[v]}
-        looked = (hits1["hits"] + hits1["misses"]) - (hits0["hits"] + hits0["misses"])
-        res["cached"]["hit_rate"] = (hits1["hits"] - hits0["hits"]) / looked if looked else None
-        res["cached"]["reads_per_lookup_id"] = (hits1["reads"] - hits0["reads"]) / looked \
-            if looked else None
+        looked = timed["looked"]
+        res["cached"]["hit_rate"] = timed["hits"] / looked if looked else None
+        # Rows read from Mooncake per id looked up (misses less repeats).
+        res["cached"]["reads_per_id"] = timed["reads"] / looked if looked else None
+        res["cached"]["warmup_lookups"] = warm
         res["cached"]["cache_bytes"] = hits1["cache_bytes"]
         res["cached"]["slots"] = hits1["slots"]
         results[dist] = res
@@ -212,7 +237,8 @@ def main():
     ap.add_argument("--ids", type=int, default=4096, help="ids per lookup (about)")
     ap.add_argument("--batches", type=int, default=4, help="lookups per timed run")
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--warmup", type=int, default=30, help="lookups that warm the cache")
+    ap.add_argument("--warmup", type=int, default=2000,
+                    help="at most this many lookups warm the cache (until its hit rate settles)")
     ap.add_argument("--cache-frac", type=float, default=0.05)
     ap.add_argument("--dists", default="uniform,zipf")
     ap.add_argument("--layer", type=int, default=61)
@@ -275,7 +301,7 @@ def main():
     print(f"\nlookups of row_ids [1, {T}, {args.heads}] ({T * args.heads} ids), "
           f"{args.batches} per run, median of {args.repeats}; rates in ids/s")
     print(f"{'dist':8} {'bare':>10} {'mooncake':>10} {'engram':>10} {'cached':>10} "
-          f"{'engram/bare':>12} {'cached/mooncake':>16} {'hit rate':>9}")
+          f"{'engram/bare':>12} {'cached/mooncake':>16} {'hit rate':>9} {'reads/id':>9}")
     for dist, res in results.items():
         rate = {v: res[v]["rows_per_s"] for v in ("bare", "mooncake", "engram", "cached")}
         def fmt(x):
@@ -284,7 +310,7 @@ def main():
         print(f"{dist:8} {fmt(rate['bare'])} {fmt(rate['mooncake'])} {fmt(rate['engram'])} "
               f"{fmt(rate['cached'])} {ratio(rate['engram'], rate['bare']):>12} "
               f"{ratio(rate['cached'], rate['mooncake']):>16} "
-              f"{res['cached']['hit_rate'] or 0:9.3f}")
+              f"{res['cached']['hit_rate'] or 0:9.3f} {res['cached']['reads_per_id'] or 0:9.3f}")
         for v in ("bare", "mooncake", "engram", "cached"):
             if res[v]["wrong_rows"] or res[v]["error"]:
                 print(f"  {v}: {res[v]['wrong_rows']} wrong rows, error: {res[v]['error']}")
