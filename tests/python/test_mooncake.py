@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import engramstore
-from esutil import SENTINEL, make_rows, sentinel
+from esutil import SENTINEL, make_rows, run_in_threads, sentinel
 
 R = 264
 SIZES = [300, 170, 45]
@@ -468,7 +468,7 @@ def test_master_restarted_empty_during_lookups(tmp_path):
         assert results["errors"], "no lookup failed after the master came back empty"
         e = results["errors"][-1]
         assert isinstance(e.__cause__, engramstore.MooncakeError)
-        assert f"engram:l1:h" in str(e)
+        assert "engram:l1:h" in str(e)
         t.close()
     finally:
         for cl in clients:
@@ -503,23 +503,14 @@ def test_cache_is_exact_under_zipf(mc_client, layer_id):
 
 def test_threads(layer):
     t, L, bufs = layer
-    errors = []
 
     def work(seed):
-        try:
-            for r in range(8):
-                ids = rand_ids(seed * 100 + r, 2, 25)
-                out = sentinel((2, 25, 3, R))
-                t.lookup_into(L, ids, out)
-                np.testing.assert_array_equal(out, expect(bufs, ids))
-        except Exception as e:  # noqa: BLE001
-            errors.append(e)
-    ths = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-    for th in ths:
-        th.start()
-    for th in ths:
-        th.join()
-    assert errors == []
+        for r in range(8):
+            ids = rand_ids(seed * 100 + r, 2, 25)
+            out = sentinel((2, 25, 3, R))
+            t.lookup_into(L, ids, out)
+            np.testing.assert_array_equal(out, expect(bufs, ids))
+    assert run_in_threads(work) == []
 
 
 def run_child(mooncake, **job):

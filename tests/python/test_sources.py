@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import engramstore
-from esutil import expected, make_rows, sentinel
+from esutil import expected, make_rows, run_in_threads, sentinel
 
 N, R = 500, 264
 
@@ -127,25 +127,16 @@ def test_threads(mem):
     rows = make_rows(N, R, seed=8)
     src = Source(rows)
     mem.add_source("s", (N, R), src, cache_bytes=64 << 10)
-    errors = []
 
     def work(seed):
         rng = np.random.default_rng(seed)
-        try:
-            for _ in range(30):
-                ids = rng.integers(0, N, (64, 1), dtype=np.int64)
-                out = sentinel((64, 1, R))
-                mem.lookup(["s"], ids, out)
-                np.testing.assert_array_equal(out[:, 0], rows[ids[:, 0]])
-        except Exception as e:  # noqa: BLE001
-            errors.append(e)
+        for _ in range(30):
+            ids = rng.integers(0, N, (64, 1), dtype=np.int64)
+            out = sentinel((64, 1, R))
+            mem.lookup(["s"], ids, out)
+            np.testing.assert_array_equal(out[:, 0], rows[ids[:, 0]])
 
-    ths = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-    for t in ths:
-        t.start()
-    for t in ths:
-        t.join()
-    assert errors == []
+    assert run_in_threads(work) == []
 
 
 def test_bad_arguments(mem, local_dir):
