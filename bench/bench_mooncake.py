@@ -222,7 +222,8 @@ def reader(args):
     mc.unregister_buffer(bare_out.ctypes.data)
     plain.close()
     cached.close()
-    del theirs
+    variants.clear()  # drops Mooncake's EngramStore before its client closes
+    theirs = None
     mc.close()
     print("RESULT " + json.dumps(results), flush=True)
 
