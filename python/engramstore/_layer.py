@@ -167,6 +167,8 @@ class LayerStore(EngramStore):
         self._mooncake_populate(layer_id, list(embedding_buffers), config)
 
     def _mooncake_populate(self, layer_id, bufs, config):
+        if self._lookup is _closed_lookup:
+            _closed_lookup()
         keys = list(self._keys[layer_id])
         have = self._mc.exist(keys)
         taken = [k for k in keys if have[k]]
@@ -289,6 +291,8 @@ class LayerStore(EngramStore):
         """Without force: every head must be there (TableNotFoundError,
         nothing removed, otherwise), and a lease of a recent read is waited
         out; with force: what is there is removed at once."""
+        if self._lookup is _closed_lookup:
+            _closed_lookup()
         have = self._mc.exist(list(keys))
         missing = [k for k in keys if not have[k]]
         if missing and not force:

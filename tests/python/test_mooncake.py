@@ -144,6 +144,10 @@ def test_layer_getters_and_empty_batch(mc_client, layer_id):
     t.close()
     with pytest.raises(engramstore.StoreClosedError):
         t.lookup_into(layer_id, np.zeros((1, 1, 3), np.int64), sentinel((1, 1, 3, R)))
+    with pytest.raises(engramstore.StoreClosedError):
+        t.populate(layer_id, heads(1))
+    with pytest.raises(engramstore.StoreClosedError):
+        t.remove_from_store(layer_id, force=True)
 
 
 def test_layer_populate_is_create_only(layer, mc_client):
