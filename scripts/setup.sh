@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what building and testing engram needs on a fresh Debian/Ubuntu
-# machine: a C and C++ toolchain, CMake, pkg-config, libxxhash, liburing, cJSON, and
+# machine: a C and C++ toolchain, CMake, pkg-config, libxxhash, liburing, cJSON,
 # Python 3 with venv and its headers (for the engramstore package;
-# scripts/test.sh installs numpy and pytest from PyPI into build/venv).  Runs apt-get
+# scripts/test.sh installs numpy, pytest and Mooncake's wheel from PyPI into
+# build/venv), and libibverbs1 (which Mooncake's libraries link).  Runs apt-get
 # only when something is missing, so repeated runs are fast.
 set -euo pipefail
 
@@ -25,6 +26,10 @@ if command -v python3 >/dev/null 2>&1; then
 else
   need+=(python3-venv python3-dev)
 fi
+# libibverbs1: the libraries of Mooncake's wheel (mooncake-transfer-engine-non-cuda,
+# which scripts/test.sh installs for the Store-backed tests) link it.
+[ -e /usr/lib/x86_64-linux-gnu/libibverbs.so.1 ] || ldconfig -p 2>/dev/null | grep -q 'libibverbs\.so\.1 ' \
+  || need+=(libibverbs1)
 if [ "${ENGRAM_SETUP_CLANG:-0}" = 1 ]; then
   command -v clang >/dev/null 2>&1 || need+=(clang)
 fi

@@ -5,8 +5,9 @@
 # summary line; then the Python tests, first against the extension of the
 # ASan+UBSan build (and its GPU tests against that extension over the
 # emulated CUDA runtime), then against the package installed with
-# `pip install .` into the virtual environment build/venv; pytest's summary
-# line ends the run.
+# `pip install .` into the virtual environment build/venv (with Mooncake's
+# wheel, for the Store-backed tests on a Mooncake Store started on
+# 127.0.0.1); pytest's summary line ends the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -31,6 +32,19 @@ run_build tsan -DENGRAM_TSAN=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -- -R 'test_(l
 echo "== python package"
 [ -x build/venv/bin/python ] || python3 -m venv build/venv
 build/venv/bin/python -m pip install -q --disable-pip-version-check numpy pytest
+# Mooncake's Store (its Python client, master and metadata server) for the
+# Store-backed tests (tests/python/test_mooncake.py start and stop the servers
+# on 127.0.0.1 themselves).  Where the wheel cannot be installed at all (no
+# build for this platform) those tests skip and say so; once it is installed,
+# ENGRAM_REQUIRE_MOONCAKE=1 makes a Store that does not come up a failure.
+if build/venv/bin/python -m pip install -q --disable-pip-version-check \
+     mooncake-transfer-engine-non-cuda; then
+  export ENGRAM_REQUIRE_MOONCAKE=1
+  export ENGRAM_MOONCAKE_PIDFILE="$PWD/build/mooncake-servers.pid"
+  : > "$ENGRAM_MOONCAKE_PIDFILE"
+else
+  echo "test.sh: mooncake-transfer-engine-non-cuda could not be installed: the Store-backed tests will skip"
+fi
 
 # Runs pytest in tests/python against an extension of the ASan+UBSan build,
 # with the sanitizer runtimes preloaded into the interpreter: asan_pytest
@@ -60,3 +74,13 @@ fi
 build/venv/bin/python -m pip install -q --disable-pip-version-check . -C cmake.define.ENGRAM_WERROR=ON
 # Run from outside the source tree, so `import engramstore` is the installed package.
 (cd tests/python && ../../build/venv/bin/python -m pytest -q -p no:cacheprovider .)
+# The tests stop the Mooncake servers they started (each one's PID is in
+# $ENGRAM_MOONCAKE_PIDFILE): fail if one of them is still running.
+left=""
+[ -n "${ENGRAM_MOONCAKE_PIDFILE:-}" ] && while read -r pid; do
+  if grep -qa mooncake "/proc/$pid/cmdline" 2>/dev/null; then left="$left $pid"; fi
+done < "$ENGRAM_MOONCAKE_PIDFILE"
+if [ -n "$left" ]; then
+  echo "test.sh: Mooncake servers the tests started are still running:$left" >&2
+  exit 1
+fi

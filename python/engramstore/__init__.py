@@ -5,9 +5,11 @@ Two APIs over one implementation (the C library libengram):
 
 * the table API: ``EngramStore(tables={...}, namespace=..., local_dir=...)``
   with ``populate``, ``lookup``, ``get_table_spec``, ``list_tables``,
-  ``remove``, ``stats`` and ``close``;
+  ``remove``, ``stats`` and ``close``; with ``store_client=`` a Mooncake
+  Store client, the tables are objects of that store;
 * the layer API, compatible with Mooncake's EngramStore:
-  ``EngramStore({layer_id: EngramStoreConfig}, store=None)`` with
+  ``EngramStore({layer_id: EngramStoreConfig}, store=None)`` (or
+  ``store=`` a Mooncake ``MooncakeDistributedStore``: Store-backed) with
   ``populate``, ``bind_local``, ``lookup_into``, ``remove_from_store`` and
   the ``get_*`` queries.  Layer L head h is the table ``engram:l{L}:h{h}``.
 
@@ -55,6 +57,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "EngramStore", "TableStore", "LocalStore", "LayerStore", "EngramStoreConfig",
+    "MooncakeTableStore", "MooncakeError",
     "EngramError", "TableExistsError", "TableNotFoundError", "TableRemovedError",
     "SpecError", "LayoutMismatchError", "LayoutError", "BadIdError",
     "CorruptTableError", "UnsafePathError", "StateError", "StoreClosedError",
@@ -70,8 +73,12 @@ class EngramStore:
     ``EngramStore(tables=..., namespace=..., local_dir=..., **options)``
     opens a table store (a :class:`TableStore`).
 
+    ``EngramStore(tables=..., namespace=..., store_client=client)`` opens a
+    table store on a Mooncake Store (a :class:`MooncakeTableStore`).
+
     ``EngramStore({layer_id: EngramStoreConfig, ...}, store=None)`` makes a
-    layer store (a :class:`LayerStore`, Mooncake-compatible).
+    layer store (a :class:`LayerStore`, Mooncake-compatible); ``store`` may
+    be a ``MooncakeDistributedStore`` (the Store-backed mode).
     """
 
     __slots__ = ()
@@ -79,6 +86,8 @@ class EngramStore:
     def __new__(cls, *args, **kwargs):
         if cls is EngramStore:
             target = LayerStore if _is_layer_form(args, kwargs) else TableStore
+            if target is TableStore and kwargs.get("store_client") is not None:
+                target = MooncakeTableStore
             return target.__new__(target, *args, **kwargs)
         return object.__new__(cls)
 
@@ -145,6 +154,8 @@ class TableStore(_engram.Store, EngramStore):
             raise TypeError("namespace: required (or local_dir=None for a memory-only store)")
         if tables is not None and not isinstance(tables, Mapping):
             raise TypeError(f"tables: expected a dict of name -> spec, got {type(tables).__name__}")
+        if "store_client" in options and options["store_client"] is None:
+            del options["store_client"]  # the local form, spelled out
         super().__init__(namespace, local_dir, **options)
         try:
             for name, spec in (tables or {}).items():
@@ -153,7 +164,7 @@ class TableStore(_engram.Store, EngramStore):
             self.close()
             raise
 
-    def add_source(self, name, spec, read_rows, *, cache_bytes=0):
+    def add_source(self, name, spec, read_rows, *, cache_bytes=0, group=None):
         """Adds table ``name`` served by your own code: ``read_rows(rows,
         out)`` gets the distinct, validated row numbers a lookup needs
         (``rows``: uint64 ``[n]``) and fills ``out`` (uint8 ``[n,
@@ -164,7 +175,14 @@ class TableStore(_engram.Store, EngramStore):
         an :class:`EngramError` whose ``__cause__`` is the exception.
         ``cache_bytes > 0`` puts a row cache of that many bytes (from the
         store's ``cache_bytes`` budget) in front of it.  The table lives
-        until :meth:`close`; ``remove`` refuses it."""
+        until :meth:`close`; ``remove`` refuses it.
+
+        ``group``: tables added with the same group key (any hashable) and
+        the same ``read_rows`` and row size are read together, one call per
+        lookup for all of them: ``read_rows(rows, out, tables)``, where
+        ``tables`` (uint32 ``[n]``) gives each row's table as its index in
+        the group, which ``add_source`` returns (0 for the group's first
+        table, then 1, ...).  Without a group it returns None."""
         kw = _spec_kwargs(name, spec, "spec")
         if kw.get("row_pitch", 0) not in (0, kw["row_bytes"]):
             raise ValueError("spec: a source has no row_pitch "
@@ -174,9 +192,20 @@ class TableStore(_engram.Store, EngramStore):
         fn = read_rows
         np = _numpy()
         if np is not None:
-            def fn(rows, out, _read=read_rows, _asarray=np.asarray):
-                return _read(_asarray(rows), _asarray(out))
-        self._add_source(name, kw["num_rows"], kw["row_bytes"], fn, cache_bytes)
+            def fn(rows, out, tables=None, _read=read_rows, _asarray=np.asarray):
+                if tables is None:
+                    return _read(_asarray(rows), _asarray(out))
+                return _read(_asarray(rows), _asarray(out), _asarray(tables))
+        if group is None:
+            return self._add_source(name, kw["num_rows"], kw["row_bytes"], fn, cache_bytes)
+        groups = self.__dict__.setdefault("_source_groups", {})
+        key = (group, kw["row_bytes"])
+        if key not in groups:
+            groups[key] = (_engram._source_group(fn, kw["row_bytes"]), read_rows)
+        elif groups[key][1] is not read_rows:
+            raise ValueError(f"read_rows: the tables of group {group!r} share one callable")
+        return self._add_source(name, kw["num_rows"], kw["row_bytes"], groups[key][0],
+                                cache_bytes)
 
     def __repr__(self) -> str:
         state = " (closed)" if self.closed else ""
@@ -221,4 +250,5 @@ class EngramStoreConfig:
                 f"row_bytes={self.row_bytes!r})")
 
 
+from ._mooncake import MooncakeError, MooncakeTableStore  # noqa: E402  (needs the names above)
 from ._layer import LayerStore  # noqa: E402  (needs the names above)

@@ -1,12 +1,19 @@
 """The layer API (compatible with Mooncake's EngramStore): a thin mapping
-onto the table API, where layer L head h is the table ``engram:l{L}:h{h}``."""
+onto the table API, where layer L head h is the table ``engram:l{L}:h{h}``.
+
+Three kinds of store: ``store=None`` serves caller arrays (bind_local); an
+engramstore store client (LocalStore) holds the tables in a namespace; a
+Mooncake ``MooncakeDistributedStore`` holds each head as the object
+``engram:l{L}:h{h}`` of ``N_h * row_bytes`` bytes (the Store-backed mode),
+read through source tables of a private memory store (see _mooncake)."""
 from __future__ import annotations
 
 import errno as _errno
 from collections.abc import Mapping, Sequence
 
-from . import _engram
+from . import _engram, _mooncake
 from . import EngramStore, EngramStoreConfig, StateError, TableExistsError, TableNotFoundError, TableStore
+from ._mooncake import MooncakeError
 
 
 def _error(cls, code: int, msg: str):
@@ -26,9 +33,17 @@ class LayerStore(EngramStore):
     layers' tables are populated into it and read from it.  With
     ``store=None`` the layer store is metadata only, and serves the arrays
     given to :meth:`bind_local`.
+
+    With ``store`` a Mooncake ``MooncakeDistributedStore`` (set up by the
+    caller) the layers live in that store (one object per head), and the
+    keywords apply: ``cache_bytes`` (a row cache in front of it, shared by
+    the heads in proportion to their size; 0: none), ``read_deadline``
+    (seconds a read retries passing errors), ``max_ranges`` (ranges per
+    Mooncake call).
     """
 
-    def __init__(self, layers, store=None):
+    def __init__(self, layers, store=None, *, cache_bytes=0,
+                 read_deadline=_mooncake.READ_DEADLINE, max_ranges=_mooncake.MAX_RANGES):
         if not isinstance(layers, Mapping):
             raise TypeError(f"layers: expected a dict of layer_id -> EngramStoreConfig, "
                             f"got {type(layers).__name__}")
@@ -54,28 +69,54 @@ class LayerStore(EngramStore):
                                  f"(got {cfg.row_bytes!r})")
             specs[layer_id] = (tuple(sizes), cfg.row_bytes)
 
+        self._mc = None
+        mooncake = _mooncake.is_mooncake_client(store)
+        if not mooncake and (cache_bytes or read_deadline != _mooncake.READ_DEADLINE or
+                             max_ranges != _mooncake.MAX_RANGES):
+            raise TypeError("cache_bytes, read_deadline, max_ranges: only with a Mooncake "
+                            "store client (store=MooncakeDistributedStore)")
+        self._specs = specs
+        self._keys = {layer_id: tuple(f"engram:l{layer_id}:h{h}" for h in range(len(sizes)))
+                      for layer_id, (sizes, _) in specs.items()}
         if store is None:
             self._store = TableStore(local_dir=None)
             self._owned = True
         elif isinstance(store, TableStore) and store.path != "<memory>":
             self._store = store
             self._owned = False
+        elif mooncake:
+            if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, int) or cache_bytes < 0:
+                raise ValueError(f"cache_bytes: expected an int >= 0, got {cache_bytes!r}")
+            self._mc = _mooncake._Client(store, read_deadline=read_deadline,
+                                         max_ranges=max_ranges)
+            self._mc_client = store
+            self._sources = _mooncake.Sources(self._mc)
+            order = [(l, h) for l in sorted(specs) for h in range(len(specs[l][0]))]
+            budget, shares = _mooncake.cache_shares(
+                cache_bytes, [specs[l][0][h] * specs[l][1] for l, h in order])
+            self._share = dict(zip(order, shares))
+            self._gen = {}      # layer -> times removed through this store
+            self._store = TableStore(local_dir=None, cache_bytes=budget)
+            self._owned = False
         else:
             raise TypeError(f"store: expected an engramstore store client (e.g. "
-                            f"engramstore.LocalStore(local_dir, namespace)) or None, "
-                            f"got {store!r}")
-        self._specs = specs
-        self._keys = {layer_id: tuple(f"engram:l{layer_id}:h{h}" for h in range(len(sizes)))
-                      for layer_id, (sizes, _) in specs.items()}
+                            f"engramstore.LocalStore(local_dir, namespace)), a Mooncake "
+                            f"MooncakeDistributedStore or None, got {store!r}")
         self._bound = set()
-        try:
-            for layer_id, (sizes, row_bytes) in specs.items():
-                for key, n in zip(self._keys[layer_id], sizes):
-                    self._store.define(key, n, row_bytes)
-        except BaseException:
-            if self._owned:
-                self._store.close()
-            raise
+        # The Mooncake mode's open layers: layer -> the names of their
+        # source tables (the heads' keys; with a suffix once a layer was
+        # removed and populated again through this store, so rows cached
+        # before are never served for the new tables).
+        self._live = {}
+        if self._mc is None:
+            try:
+                for layer_id, (sizes, row_bytes) in specs.items():
+                    for key, n in zip(self._keys[layer_id], sizes):
+                        self._store.define(key, n, row_bytes)
+            except BaseException:
+                if self._owned:
+                    self._store.close()
+                raise
         self._lookup = self._store._lookup_layer
 
     # -- helpers ------------------------------------------------------------
@@ -101,17 +142,58 @@ class LayerStore(EngramStore):
 
     # -- the Mooncake-compatible API ----------------------------------------
 
-    def populate(self, layer_id: int, embedding_buffers) -> None:
+    def populate(self, layer_id: int, embedding_buffers, config=None) -> None:
         """Stores one C-contiguous uint8 ``[N_h, row_bytes]`` array per head
         in the store client (create-only, atomic per head).  Every array is
-        checked before the first head is written."""
+        checked before the first head is written.
+
+        With a Mooncake store: TableExistsError if any head's key exists;
+        each buffer is registered, all heads are uploaded with one
+        batch_put_from (``config``: a ``mooncake.store.ReplicateConfig``),
+        the buffers are unregistered, and if a head failed, the layer's
+        keys (which did not exist before) are removed before MooncakeError
+        is raised."""
         if self._owned:
             raise _error(StateError, _engram.ESTATE,
                          "populate: this EngramStore has no store (store=None); "
                          "use bind_local, or pass a store client")
         self._check_buffers(layer_id, embedding_buffers, "embedding_buffers")
-        for key, buf in zip(self._keys[layer_id], embedding_buffers):
-            self._store.populate(key, buf)
+        if self._mc is None:
+            if config is not None:
+                raise TypeError("config: a ReplicateConfig is for a Mooncake store client")
+            for key, buf in zip(self._keys[layer_id], embedding_buffers):
+                self._store.populate(key, buf)
+            return
+        self._mooncake_populate(layer_id, list(embedding_buffers), config)
+
+    def _mooncake_populate(self, layer_id, bufs, config):
+        if self._lookup is _closed_lookup:
+            _closed_lookup()
+        keys = list(self._keys[layer_id])
+        have = self._mc.exist(keys)
+        taken = [k for k in keys if have[k]]
+        if taken:
+            raise _error(TableExistsError, _errno.EEXIST,
+                         f"populate: layer {layer_id}: {', '.join(taken)} already in the "
+                         f"Mooncake store (remove_from_store first)")
+        np = self._mc.np
+        arrays = [np.asarray(b) for b in bufs]  # views: _check_buffers took them as they are
+        try:
+            res = self._mc.put(keys, arrays, config)
+        except BaseException:
+            self._mc.rollback(keys)
+            raise
+        bad = [(k, rc) for k, rc in zip(keys, res) if rc != 0]
+        if bad:
+            # Every head goes, failed ones too: a put that reports a failure
+            # may still have stored its object, and none of these keys
+            # existed when this call began.
+            self._mc.rollback(keys)
+            raise MooncakeError(bad[0][0], f"populate of layer {layer_id} failed "
+                                f"({len(bad)} of {len(keys)} heads; the others were removed)",
+                                bad[0][1])
+        self._live.pop(layer_id, None)
+        self._open_layer(layer_id)
 
     def bind_local(self, layer_id: int, embedding_buffers) -> None:
         """Serves caller arrays (one C-contiguous uint8 ``[N_h, row_bytes]``
@@ -130,16 +212,50 @@ class LayerStore(EngramStore):
 
     def lookup_into(self, layer_id: int, row_ids, output) -> None:
         """Gathers ``output[b, l, h] = table_h[row_ids[b, l, h]]``: row_ids a
-        C-contiguous int64 (or int32) ``[B, L, H]`` array, output a writable
+        C-contiguous int64 ``[B, L, H]`` array (int64 only, as
+        in Mooncake's contract), output a writable
         uint8 ``[B, L, H, row_bytes]`` array.  Id -1 leaves its row as is;
         any other id outside its head's table raises BadIdError and output
         is left untouched."""
+        if self._mc is not None:
+            try:
+                keys = self._live[layer_id]
+            except (KeyError, TypeError):
+                keys = self._open_layer(layer_id)
+            self._lookup(keys, row_ids, output)
+            return
         try:
             keys = self._keys[layer_id]
         except (KeyError, TypeError):
             self._layer(layer_id)
             raise
         self._lookup(keys, row_ids, output)
+
+    def _open_layer(self, layer_id):
+        """Mooncake mode: checks that every head of the layer is stored
+        with its size, and adds its source tables; returns their names."""
+        sizes, row_bytes = self._layer(layer_id)
+        if self._lookup is _closed_lookup:
+            _closed_lookup()
+        keys = self._keys[layer_id]
+        have = self._mc.exist(list(keys))
+        missing = [k for k in keys if not have[k]]
+        if missing:
+            raise _error(TableNotFoundError, _errno.ENOENT,
+                         f"layer {layer_id}: {', '.join(missing)} not in the Mooncake store "
+                         f"(populate it first)")
+        for key, n in zip(keys, sizes):
+            self._mc.check_size(key, n * row_bytes)
+        g = self._gen.get(layer_id, 0)
+        names = tuple(k if g == 0 else f"{k}.{g}" for k in keys)
+        for h, (key, name, n) in enumerate(zip(keys, names, sizes)):
+            try:
+                self._sources.add(self._store, name, n, row_bytes, key,
+                                  self._share[(layer_id, h)])
+            except TableExistsError:
+                pass  # added by an earlier open that failed on a later head
+        self._live[layer_id] = names
+        return names
 
     def remove_from_store(self, layer_id: int, force: bool = False) -> int:
         """Removes the layer's tables from the store client and returns how
@@ -152,6 +268,8 @@ class LayerStore(EngramStore):
                          "bound layers are released by close()")
         self._layer(layer_id)
         keys = self._keys[layer_id]
+        if self._mc is not None:
+            return self._mooncake_remove(layer_id, keys, force)
         present = set(self._store.list_tables())
         missing = [k for k in keys if k not in present]
         if missing and not force:
@@ -167,6 +285,27 @@ class LayerStore(EngramStore):
                 except TableNotFoundError:
                     if not force:
                         raise
+        return removed
+
+    def _mooncake_remove(self, layer_id, keys, force):
+        """Without force: every head must be there (TableNotFoundError,
+        nothing removed, otherwise), and a lease of a recent read is waited
+        out; with force: what is there is removed at once."""
+        if self._lookup is _closed_lookup:
+            _closed_lookup()
+        have = self._mc.exist(list(keys))
+        missing = [k for k in keys if not have[k]]
+        if missing and not force:
+            raise _error(TableNotFoundError, _errno.ENOENT,
+                         f"remove_from_store: layer {layer_id}: {', '.join(missing)} not in the "
+                         f"Mooncake store (force=True removes the rest)")
+        # From here on this store never serves the layer's old rows again.
+        if self._live.pop(layer_id, None) is not None:
+            self._gen[layer_id] = self._gen.get(layer_id, 0) + 1
+        removed = 0
+        for key in keys:
+            if have[key] and self._mc.remove(key, force):
+                removed += 1
         return removed
 
     def get_layer_ids(self) -> list[int]:
@@ -195,18 +334,28 @@ class LayerStore(EngramStore):
     @property
     def store(self):
         """The store client, or None for a metadata-only (bind_local) store."""
+        if self._mc is not None:
+            return self._mc_client
         return None if self._owned else self._store
 
     def stats(self) -> dict:
-        """The underlying table store's stats (see TableStore.stats)."""
-        return self._store.stats()
+        """The underlying table store's stats (see TableStore.stats); with
+        a Mooncake store, its reads under ``mooncake``."""
+        st = self._store.stats()
+        if self._mc is not None:
+            st["mooncake"] = self._mc.stats()
+        return st
 
     def close(self) -> None:
-        """Releases bound arrays (store=None).  A store client is the
-        caller's and stays open."""
+        """Releases bound arrays (store=None), or, with a Mooncake store,
+        the source tables and the staging buffer registered with the
+        client.  A store client is the caller's and stays open."""
+        self._lookup = _closed_lookup
         if self._owned:
             self._store.close()
-        self._lookup = _closed_lookup
+        if self._mc is not None:
+            self._store.close()
+            self._mc.close()
 
     def __enter__(self):
         return self
@@ -215,7 +364,7 @@ class LayerStore(EngramStore):
         self.close()
 
     def __repr__(self) -> str:
-        where = "store=None" if self._owned else f"store={self._store!r}"
+        where = "store=None" if self._owned else f"store={self.store!r}"
         return f"<engramstore.EngramStore layers={self.get_layer_ids()} {where}>"
 
 

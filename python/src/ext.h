@@ -128,6 +128,11 @@ int ext_source_active(void);
  * the lookup it failed. */
 PyObject *ext_source_take_exception(void);
 
+/* _source_group(read_rows, row_bytes): the group of source tables that a
+ * lookup reads in one call (store_source.c). */
+PyObject *ext_source_group(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
+extern const char ext_source_group_doc[];
+
 /* ---- cuda.c (ENGRAMSTORE_HAVE_CUDA builds) ------------------------------ */
 
 typedef struct ext_cuda ext_cuda;

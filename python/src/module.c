@@ -197,6 +197,8 @@ static PyMethodDef methods[] = {
     {"default_root", mod_default_root, METH_NOARGS, default_root_doc},
     {"_check_rows", (PyCFunction)(void (*)(void))ext_check_rows, METH_FASTCALL,
      "_check_rows(rows, arg, num_rows, row_bytes): checks a layer buffer, copying nothing."},
+    {"_source_group", (PyCFunction)(void (*)(void))ext_source_group, METH_FASTCALL,
+     ext_source_group_doc},
     {NULL, NULL, 0, NULL},
 };
 

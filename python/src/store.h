@@ -149,4 +149,5 @@ PyObject *ext_store_add_source(StoreObject *s, PyObject *const *args, Py_ssize_t
                                PyObject *kwnames);
 extern const char ext_store_add_source_doc[];
 
+
 #endif

@@ -233,12 +233,13 @@ static PyObject *do_lookup(StoreObject *s, const lookup_in *in)
     }
 resolved:
 
-    /* ids: [T, K] (or [B, L, H]) of int32 or int64. */
+    /* ids: [T, K] of int32 or int64; the layer API's row_ids [B, L, H] are
+     * int64 only, as Mooncake's EngramStore contract has them. */
     if (ext_array_get_gpu(in->ids, in->ids_arg, EXT_DEVICE_OK, in->stream, &ids) < 0)
         goto out;
-    if (ids.kind != EXT_KIND_INT || (ids.itemsize != 4 && ids.itemsize != 8)) {
-        PyErr_Format(PyExc_TypeError, "%s: expected int32 or int64, got %s", in->ids_arg,
-                     ext_array_dtype(&ids, b1, sizeof b1));
+    if (ids.kind != EXT_KIND_INT || (ids.itemsize != 8 && (ids.itemsize != 4 || lead == 2))) {
+        PyErr_Format(PyExc_TypeError, "%s: expected %s, got %s", in->ids_arg,
+                     lead == 2 ? "int64" : "int32 or int64", ext_array_dtype(&ids, b1, sizeof b1));
         goto out;
     }
     if (ids.ndim != lead + 1) {
@@ -479,7 +480,7 @@ PyObject *ext_store_lookup(StoreObject *s, PyObject *const *args, Py_ssize_t nar
 
 const char ext_store_lookup_layer_doc[] = PyDoc_STR(
 "_lookup_layer(tables, row_ids, output) -> None\n\n"
-"The layer API's lookup: row_ids int64/int32 C-contiguous [B, L, H], output\n"
+"The layer API's lookup: row_ids int64 C-contiguous [B, L, H], output\n"
 "uint8 [B, L, H, row_bytes]; tables names the H tables.  Used by\n"
 "engramstore.EngramStore.lookup_into.");
 

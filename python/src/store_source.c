@@ -9,6 +9,10 @@
  *
  *     read_rows(rows, out)
  *
+ * (or read_rows(rows, out, tables) for the tables of a group made by
+ * _source_group(): they share one ctx, so a lookup reads all of their rows
+ * in one call; tables gives each row's table by its index in the group)
+ *
  * rows is a memoryview of uint64 row numbers ('Q', [n]) and out a writable
  * memoryview of bytes ('B', [n, row_bytes]) for the callable to fill; both
  * are views of bytearrays owned by Python, so a callable that keeps them
@@ -30,7 +34,16 @@ typedef struct pysource {
     PyObject *fn;       /* the callable */
     PyObject *name;     /* str, for messages */
     uint32_t row_bytes;
+    /* A group (_source_group()): the ctx of several tables, each with its
+     * index in the group as table_ud, so a lookup reads all of their rows
+     * in one call, read_rows(rows, out, tables).  Owned by the group's
+     * capsule and by each table added with it (nref). */
+    int grouped;
+    uint32_t ntables;
+    Py_ssize_t nref;
 } pysource;
+
+#define GROUP_CAPSULE "engramstore._engram.source_group"
 
 /* The callable's exception of this thread's last failed call, for the
  * EngramError the lookup raises (ext_source_take_exception()). */
@@ -66,6 +79,7 @@ static PyObject *view_of(PyObject *buf, const char *fmt, PyObject *shape)
 static int call_fn(const pysource *ps, engram_source_req *reqs, size_t n)
 {
     PyObject *rows = NULL, *out = NULL, *mrows = NULL, *mout = NULL, *shape = NULL, *res;
+    PyObject *tabs = NULL, *mtabs = NULL;
     int rc = -1;
     uint64_t *r;
     if (!(rows = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(n * sizeof(uint64_t)))) ||
@@ -80,10 +94,20 @@ static int call_fn(const pysource *ps, engram_source_req *reqs, size_t n)
     if (!(shape = Py_BuildValue("(n)", (Py_ssize_t)n)) ||
         !(mrows = view_of(rows, "Q", shape)))
         goto out;
+    if (ps->grouped) {
+        uint32_t *tb;
+        if (!(tabs = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(n * sizeof(uint32_t)))))
+            goto out;
+        tb = (uint32_t *)(void *)PyByteArray_AS_STRING(tabs);
+        for (size_t i = 0; i < n; i++)
+            tb[i] = (uint32_t)(uintptr_t)reqs[i].table_ud;
+        if (!(mtabs = view_of(tabs, "I", shape)))
+            goto out;
+    }
     Py_SETREF(shape, Py_BuildValue("(nn)", (Py_ssize_t)n, (Py_ssize_t)ps->row_bytes));
     if (!shape || !(mout = view_of(out, "B", shape)))
         goto out;
-    if (!(res = PyObject_CallFunctionObjArgs(ps->fn, mrows, mout, NULL)))
+    if (!(res = PyObject_CallFunctionObjArgs(ps->fn, mrows, mout, mtabs, NULL)))
         goto out;
     Py_DECREF(res);
     {
@@ -94,6 +118,8 @@ static int call_fn(const pysource *ps, engram_source_req *reqs, size_t n)
     rc = 0;
 out:
     Py_XDECREF(shape);
+    Py_XDECREF(mtabs);
+    Py_XDECREF(tabs);
     Py_XDECREF(mrows);
     Py_XDECREF(mout);
     Py_XDECREF(rows);
@@ -141,18 +167,76 @@ static int read_rows(void *ctx, engram_source_req *reqs, size_t n)
     return rc;
 }
 
+/* Drops one reference to ps (with the GIL). */
+static void pysource_unref(pysource *ps)
+{
+    if (--ps->nref > 0)
+        return;
+    Py_DECREF(ps->fn);
+    Py_DECREF(ps->name);
+    PyMem_RawFree(ps);
+}
+
 static void release(void *ctx, void *table_ud)
 {
-    pysource *ps = ctx;
     PyGILState_STATE g;
     (void)table_ud;
     /* engram_store_close() may run with the GIL released (close()) or held
      * (dealloc): Ensure works in both. */
     g = PyGILState_Ensure();
-    Py_DECREF(ps->fn);
-    Py_DECREF(ps->name);
+    pysource_unref(ctx);
     PyGILState_Release(g);
-    PyMem_RawFree(ps);
+}
+
+static void group_capsule_free(PyObject *cap)
+{
+    pysource *ps = PyCapsule_GetPointer(cap, GROUP_CAPSULE);
+    if (ps)
+        pysource_unref(ps);
+    else
+        PyErr_Clear();
+}
+
+const char ext_source_group_doc[] = PyDoc_STR(
+"_source_group(read_rows, row_bytes) -> group\n\n"
+"A group of source tables of row_bytes-byte rows served by one callable:\n"
+"pass it as _add_source's read_rows.  A lookup then reads the rows of all\n"
+"the group's tables in one call, read_rows(rows, out, tables), where\n"
+"tables ('I', [n]) gives each row's table as its index in the group (the\n"
+"value _add_source returned for it).");
+
+PyObject *ext_source_group(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    pysource *ps;
+    unsigned long long rbytes;
+    PyObject *cap;
+    (void)mod;
+    if (nargs != 2)
+        return PyErr_Format(PyExc_TypeError, "_source_group() takes 2 arguments (%zd given)",
+                            nargs);
+    if (!PyCallable_Check(args[0]))
+        return PyErr_Format(PyExc_TypeError, "read_rows: expected a callable, got %.100s",
+                            Py_TYPE(args[0])->tp_name);
+    if ((rbytes = PyLong_AsUnsignedLongLong(args[1])) == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    if (rbytes == 0 || rbytes > ENGRAM_ROW_BYTES_MAX)
+        return PyErr_Format(PyExc_ValueError, "row_bytes: 1 to %u, got %llu",
+                            ENGRAM_ROW_BYTES_MAX, rbytes);
+    if (!(ps = PyMem_RawMalloc(sizeof *ps)))
+        return PyErr_NoMemory();
+    ps->fn = Py_NewRef(args[0]);
+    if (!(ps->name = PyUnicode_FromString("group"))) {
+        Py_DECREF(ps->fn);
+        PyMem_RawFree(ps);
+        return NULL;
+    }
+    ps->row_bytes = (uint32_t)rbytes;
+    ps->grouped = 1;
+    ps->ntables = 0;
+    ps->nref = 1; /* the capsule's */
+    if (!(cap = PyCapsule_New(ps, GROUP_CAPSULE, group_capsule_free)))
+        pysource_unref(ps);
+    return cap;
 }
 
 const char ext_store_add_source_doc[] = PyDoc_STR(
@@ -163,7 +247,10 @@ const char ext_store_add_source_doc[] = PyDoc_STR(
 "row_bytes] to fill with them.  It runs on the thread that looks up, with the\n"
 "GIL; an exception fails that lookup (EngramError, with the exception as\n"
 "__cause__).  cache_bytes > 0 puts a row cache of that size, from the\n"
-"store's budget, in front of it.  The table lives until close().");
+"store's budget, in front of it.  The table lives until close().\n"
+"read_rows may also be a group of _source_group(): the table then joins it\n"
+"(its row_bytes must be the group's), and its index in the group is\n"
+"returned.");
 
 PyObject *ext_store_add_source(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
                                PyObject *kwnames)
@@ -175,7 +262,7 @@ PyObject *ext_store_add_source(StoreObject *s, PyObject *const *args, Py_ssize_t
     engram_table_spec spec = {0, 0, 0};
     unsigned long long nrows, rbytes, cache = 0;
     const char *cname;
-    pysource *ps;
+    pysource *ps, *group = NULL;
     int rc;
     if (ext_store_parse_args("_add_source", args, nargs, kwnames, names, 5, 5, 4, v) < 0)
         return NULL;
@@ -184,7 +271,9 @@ PyObject *ext_store_add_source(StoreObject *s, PyObject *const *args, Py_ssize_t
                             Py_TYPE(v[0])->tp_name);
     if (!(cname = PyUnicode_AsUTF8(v[0])))
         return NULL;
-    if (!PyCallable_Check(v[3]))
+    if (PyCapsule_IsValid(v[3], GROUP_CAPSULE))
+        group = PyCapsule_GetPointer(v[3], GROUP_CAPSULE);
+    else if (!PyCallable_Check(v[3]))
         return PyErr_Format(PyExc_TypeError, "read_rows: expected a callable, got %.100s",
                             Py_TYPE(v[3])->tp_name);
     if (((nrows = PyLong_AsUnsignedLongLong(v[1])) == (unsigned long long)-1 && PyErr_Occurred()) ||
@@ -197,29 +286,46 @@ PyObject *ext_store_add_source(StoreObject *s, PyObject *const *args, Py_ssize_t
                             ENGRAM_ROW_BYTES_MAX, rbytes);
     spec.num_rows = nrows;
     spec.row_bytes = (uint32_t)rbytes;
-    if (!(ps = PyMem_RawMalloc(sizeof *ps)))
-        return PyErr_NoMemory();
-    ps->fn = Py_NewRef(v[3]);
-    ps->name = Py_NewRef(v[0]);
-    ps->row_bytes = (uint32_t)rbytes;
-    /* One ctx per table: the callable gets the rows of its table only. */
+    if (group) {
+        /* The group's ctx: one read_rows call per lookup for all its tables. */
+        if (group->row_bytes != spec.row_bytes)
+            return PyErr_Format(PyExc_ValueError,
+                                "row_bytes: the group's tables have rows of %u bytes, got %llu",
+                                group->row_bytes, rbytes);
+        if (group->ntables == UINT32_MAX)
+            return PyErr_Format(PyExc_ValueError, "read_rows: the group is full");
+        ps = group;
+        ps->nref++;
+    } else {
+        if (!(ps = PyMem_RawMalloc(sizeof *ps)))
+            return PyErr_NoMemory();
+        ps->fn = Py_NewRef(v[3]);
+        ps->name = Py_NewRef(v[0]);
+        ps->row_bytes = (uint32_t)rbytes;
+        ps->grouped = 0;
+        ps->ntables = 0;
+        ps->nref = 1;
+    }
+    /* One ctx per table (the callable gets the rows of its table only), or
+     * the group's, with the table's index in it as table_ud. */
     ops.ctx = ps;
     ops.read_rows = read_rows;
     ops.release = release;
     if (ext_store_enter(s) < 0)
         goto fail;
     Py_BEGIN_ALLOW_THREADS
-    rc = engram_add_source(s->st, cname, &spec, &ops, NULL, cache, NULL);
+    rc = engram_add_source(s->st, cname, &spec, &ops, (void *)(uintptr_t)ps->ntables, cache,
+                           NULL);
     ext_store_leave(s);
     Py_END_ALLOW_THREADS
     if (rc < 0) {
         ext_raise(rc, NULL);
         goto fail;
     }
+    if (group)
+        return PyLong_FromUnsignedLong(group->ntables++);
     Py_RETURN_NONE;
 fail:
-    Py_DECREF(ps->fn);
-    Py_DECREF(ps->name);
-    PyMem_RawFree(ps);
+    pysource_unref(ps);
     return NULL;
 }

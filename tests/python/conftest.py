@@ -80,3 +80,39 @@ def big_table(tmp_path_factory):
     with engramstore.EngramStore(namespace="big", local_dir=d) as st:
         st.populate("big", rows)
     return d, "big", "big", rows
+
+
+# ---- a Mooncake Store on 127.0.0.1 (tests/python/mcserver.py) ------------
+
+@pytest.fixture(scope="session")
+def mooncake(tmp_path_factory):
+    """The session's Mooncake metadata server and master (MooncakeServers),
+    with one client holding a 512 MiB segment, so every object lives in
+    this process's memory and every test client (segment 0) reads it over
+    TCP, as a second node would.  Skips where the wheel is not installed,
+    unless ENGRAM_REQUIRE_MOONCAKE=1 (scripts/test.sh sets it once the
+    wheel installed), where that is a failure."""
+    import mcserver
+    why = mcserver.mooncake_missing()
+    if why:
+        if os.environ.get("ENGRAM_REQUIRE_MOONCAKE") == "1":
+            pytest.fail(why)
+        pytest.skip(why)
+    srv = mcserver.MooncakeServers(str(tmp_path_factory.mktemp("mooncake")))
+    srv.start()
+    holder = None
+    try:
+        holder = srv.client(segment_bytes=512 << 20)
+        yield srv
+    finally:
+        if holder is not None:
+            holder.close()
+        srv.stop()
+
+
+@pytest.fixture(scope="session")
+def mc_client(mooncake):
+    """A client of the session's store with no segment of its own."""
+    c = mooncake.client()
+    yield c
+    c.close()

@@ -3,6 +3,7 @@ so this module stays light: numpy, engramstore and the standard library)."""
 from __future__ import annotations
 
 import os
+import threading
 
 import numpy as np
 
@@ -35,6 +36,25 @@ def expected(tables: dict, names, ids, offsets=None, out=None) -> np.ndarray:
 
 def sentinel(shape) -> np.ndarray:
     return np.full(shape, SENTINEL, np.uint8)
+
+
+def run_in_threads(work, n: int = 4) -> list:
+    """Runs work(i) for i in range(n), each in its own thread, and returns
+    the exceptions they raised."""
+    errors = []
+
+    def run(i):
+        try:
+            work(i)
+        except Exception as e:  # noqa: BLE001 - returned to the test
+            errors.append(e)
+
+    ths = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join()
+    return errors
 
 
 def table_path(store, name: str) -> str:

@@ -151,10 +151,12 @@ def test_bind_local_and_lookup(configs, tmp_path):
     out = sentinel((4, 8, 2, R))
     assert t.lookup_into(1, row_ids, out) is None
     np.testing.assert_array_equal(out, expected_layer(bufs, row_ids))
-    # int32 row ids
+    # row_ids are int64 only, as in Mooncake's contract: int32 is refused,
+    # the output untouched.
     out2 = sentinel((4, 8, 2, R))
-    t.lookup_into(1, row_ids.astype(np.int32), out2)
-    np.testing.assert_array_equal(out2, out)
+    with pytest.raises(TypeError, match="^row_ids: expected int64, got int32"):
+        t.lookup_into(1, row_ids.astype(np.int32), out2)
+    assert (out2 == SENTINEL).all()
     t.close()
 
 
@@ -380,7 +382,7 @@ def test_bad_row_id_in_layer_lookup(populated):
     assert (out == SENTINEL).all()
     row_ids[1, 2, 1] = -5
     with pytest.raises(engramstore.BadIdError, match=r"^row_ids\[1\]\[2\]\[1\] = -5 ") as ei:
-        t.lookup_into(1, row_ids.astype(np.int32), out)
+        t.lookup_into(1, row_ids, out)
     assert (ei.value.position, ei.value.id) == ((1, 2, 1), -5)
     assert (out == SENTINEL).all()
 
@@ -393,8 +395,9 @@ def test_lookup_into_argument_checks(populated):
     ro.flags.writeable = False
     cases = [
         (ok_ids.tolist(), out, TypeError, "^row_ids: expected an array"),
-        (ok_ids.astype(np.float64), out, TypeError, "^row_ids: expected int32 or int64"),
-        (ok_ids.astype(np.int16), out, TypeError, "^row_ids: expected int32 or int64"),
+        (ok_ids.astype(np.float64), out, TypeError, "^row_ids: expected int64"),
+        (ok_ids.astype(np.int16), out, TypeError, "^row_ids: expected int64"),
+        (ok_ids.astype(np.int32), out, TypeError, "^row_ids: expected int64, got int32"),
         (ok_ids[0], out[0], ValueError, r"^row_ids: expected a 3-D array"),
         (np.zeros((2, 3, 3), np.int64), out, ValueError, "^row_ids: shape"),
         (np.zeros((2, 4, 2), np.int64)[:, ::2], out, ValueError, "^row_ids: must be C-contiguous"),

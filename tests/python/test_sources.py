@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import engramstore
-from esutil import expected, make_rows, sentinel
+from esutil import expected, make_rows, run_in_threads, sentinel
 
 N, R = 500, 264
 
@@ -127,25 +127,16 @@ def test_threads(mem):
     rows = make_rows(N, R, seed=8)
     src = Source(rows)
     mem.add_source("s", (N, R), src, cache_bytes=64 << 10)
-    errors = []
 
     def work(seed):
         rng = np.random.default_rng(seed)
-        try:
-            for _ in range(30):
-                ids = rng.integers(0, N, (64, 1), dtype=np.int64)
-                out = sentinel((64, 1, R))
-                mem.lookup(["s"], ids, out)
-                np.testing.assert_array_equal(out[:, 0], rows[ids[:, 0]])
-        except Exception as e:  # noqa: BLE001
-            errors.append(e)
+        for _ in range(30):
+            ids = rng.integers(0, N, (64, 1), dtype=np.int64)
+            out = sentinel((64, 1, R))
+            mem.lookup(["s"], ids, out)
+            np.testing.assert_array_equal(out[:, 0], rows[ids[:, 0]])
 
-    ths = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-    for t in ths:
-        t.start()
-    for t in ths:
-        t.join()
-    assert errors == []
+    assert run_in_threads(work) == []
 
 
 def test_bad_arguments(mem, local_dir):
@@ -205,3 +196,40 @@ def test_rows_left_unwritten_are_zeros(mem):
     out = sentinel((64, 1, R))
     mem.lookup(["lazy"], np.arange(64, dtype=np.int64).reshape(64, 1), out)
     assert (out == 0).all()
+
+
+def test_group_reads_its_tables_in_one_call(mem):
+    # Tables added with one group (same callable, same row size) are read
+    # together: one call per lookup, with each row's table index.
+    a, b, c = make_rows(N, R, seed=11), make_rows(200, R, seed=12), make_rows(50, 8, seed=13)
+    rows_of = {0: a, 1: b}
+    calls = []
+
+    def grouped(rows, tables_or_out, *rest):
+        if not rest:  # the 8-byte table: a group of its own, one table
+            raise AssertionError("a grouped table must get its table indices")
+        out, tables = tables_or_out, rest[0]
+        assert tables.dtype == np.uint32 and tables.shape == rows.shape
+        calls.append((rows.copy(), tables.copy()))
+        for i, (r, t) in enumerate(zip(rows.astype(np.int64), tables)):
+            out[i] = (rows_of[int(t)] if out.shape[1] == R else c)[r]
+
+    assert mem.add_source("a", (N, R), grouped, group="g") == 0
+    assert mem.add_source("b", (200, R), grouped, group="g", cache_bytes=64 << 10) == 1
+    assert mem.add_source("c", (50, 8), grouped, group="g") == 0  # another row size
+    with pytest.raises(ValueError, match="share one callable"):
+        mem.add_source("d", (N, R), Source(a), group="g")
+    with pytest.raises(engramstore.TableExistsError):
+        mem.add_source("a", (N, R), grouped, group="g")
+    assert mem.add_source("e", (N, R), grouped, group="g") == 2  # the failed add took no index
+    rows_of[2] = a
+    ids = np.array([[5, 7, 5], [9, 199, 5], [5, 7, 2]], np.int64)
+    out = sentinel((3, 3, R))
+    mem.lookup(["a", "b", "e"], ids, out)
+    np.testing.assert_array_equal(out, expected({"a": a, "b": b, "e": a}, ["a", "b", "e"], ids))
+    assert len(calls) == 1
+    got = sorted(zip(calls[0][1].tolist(), calls[0][0].tolist()))
+    assert got == [(0, 5), (0, 9), (1, 7), (1, 199), (2, 2), (2, 5)]  # distinct (table, row)
+    out8 = sentinel((2, 1, 8))
+    mem.lookup(["c"], np.array([[3], [49]], np.int64), out8)
+    np.testing.assert_array_equal(out8[:, 0], c[[3, 49]])

@@ -1,0 +1,764 @@
+"""Store-backed tables on a Mooncake Store.
+
+A Mooncake Store client (``mooncake.store.MooncakeDistributedStore``, set
+up by the caller) holds each table as one object of ``num_rows *
+row_bytes`` bytes.  engram reads it through the source seam
+(``TableStore.add_source``): every Mooncake table is a source table of a
+private memory store, whose ``read_rows`` is :meth:`_Client.read`.  So the
+lookup itself, the validation of every id before anything is read, the
+deduplication, the row cache and the statistics are the library's, the same
+as for every other table; this module only moves bytes.
+
+How a read works (``_Client.read``), and why:
+
+* **Staging.**  ``get_into_ranges`` writes only into memory registered with
+  the client, and the seam hands ``read_rows`` a fresh buffer per call
+  (its rows are copied to the lookup's output only once the whole call
+  succeeded, which is what keeps the output untouched on any failure).
+  Registering that buffer on every call costs more than copying it (a
+  register/unregister pair of 1 MiB takes ~0.6 ms here, a copy of 4096
+  rows of 264 bytes ~0.1 ms), so each client gets one staging buffer,
+  registered once and reused; a chunk is read into it and copied out.
+  Reading straight into the caller's output would need the output
+  registered, and would write rows of a lookup that then fails.
+* **One call sequence per lookup.**  The tables of a row size form one
+  source group, so the missed rows of all the heads of a lookup go out
+  together, sorted by key: a get_into_ranges call costs about as much for
+  171 ranges of one key as for 4104 ranges of 24 keys, so one call per
+  head would double a lookup's time.
+* **Bounded calls.**  A call carries at most ``max_ranges`` ranges (8192,
+  what fits the staging buffer at most) of at most 256 keys, the rows
+  split evenly over the calls.  Mooncake 0.3.13's TCP transport queues at
+  most 1024 transfers per peer by default, and a 4096-key batch past that
+  returned wrong rows and hung the next call; the ranges of one key go out
+  as one scatter transfer, so it is the keys that must stay below that
+  (calls of 4104 ranges over 24 keys read exact rows even with the queue
+  set to 64), while every call costs a round trip: the fewer, the faster.
+* **Lengths verified.**  Every range must come back with exactly
+  ``row_bytes`` bytes; anything else (a short read, an error code, a
+  malformed result) fails the read naming the key.  A missing object is an
+  error, never an empty or stale row.
+* **Retries with a deadline.**  Errors Mooncake reports for passing
+  conditions (RPC failures and timeouts, transfer failures, leases,
+  replicas not ready) are retried with backoff until ``read_deadline``
+  seconds have passed since the read began; a missing object or invalid
+  range is not retried.
+* **One call at a time per engramstore object.**  Nothing in Mooncake's
+  client documents thread safety, and the staging buffer is shared, so the
+  calls of one engramstore object on its client are serialised by a lock
+  (a lookup waiting for it has released the GIL).  Rows served from the
+  row cache never take it.
+"""
+from __future__ import annotations
+
+import errno as _errno
+import json
+import os
+import threading
+import time
+import zlib
+
+from . import _engram
+from ._engram import (EngramError, LayoutMismatchError, StateError, TableExistsError,
+                      TableNotFoundError)
+
+# Mooncake's error codes (mooncake-store's ErrorCode) that this module
+# names or tells apart.
+OBJECT_NOT_FOUND = -704
+OBJECT_HAS_LEASE = -706
+_CODE_NAMES = {
+    -1: "INTERNAL_ERROR", -101: "SEGMENT_NOT_FOUND", -600: "INVALID_PARAMS",
+    -703: "REPLICA_IS_NOT_READY", -704: "OBJECT_NOT_FOUND", -705: "OBJECT_ALREADY_EXISTS",
+    -706: "OBJECT_HAS_LEASE", -707: "LEASE_EXPIRED", -710: "REPLICA_NOT_FOUND",
+    -712: "REPLICA_IS_GONE", -714: "OBJECT_REPLICA_BUSY", -800: "TRANSFER_FAIL",
+    -900: "RPC_FAIL", -901: "RPC_TIMEOUT",
+}
+# Conditions that pass: retried until the deadline.  Everything else (a
+# missing object, a range outside it, an invalid argument) is final.
+_TRANSIENT = frozenset((-1, -101, -703, -706, -707, -712, -714, -800, -900, -901))
+
+MAX_RANGES = 8192         # ranges per get_into_ranges call (see the module doc)
+MAX_KEYS = 256            # keys (objects) per call
+STAGE_BYTES = 4 << 20     # the staging buffer (at least one row)
+READ_DEADLINE = 5.0       # seconds a read retries transient errors
+REMOVE_DEADLINE = 15.0    # seconds a remove waits out leases (Mooncake's default lease: 10 s)
+MANIFEST_FORMAT = "engramstore-mooncake/1"
+ROW_BYTES_MAX = 1 << 24   # ENGRAM_ROW_BYTES_MAX
+
+
+_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-")
+
+
+def check_name(name, arg="name"):
+    """engram's name rule (engram.h): 1..128 bytes of [A-Za-z0-9._:-], not
+    starting with '.'."""
+    if not isinstance(name, str):
+        raise TypeError(f"{arg}: expected a str, got {type(name).__name__}")
+    if not (0 < len(name) <= 128) or name[0] == "." or not set(name) <= _NAME_CHARS:
+        raise _error(_engram.SpecError, _engram.ESPEC,
+                     f"{arg}: invalid name {name!r} (1 to 128 of [A-Za-z0-9._:-], "
+                     "not starting with '.')")
+    return name
+
+
+def code_name(code: int) -> str:
+    return f"{_CODE_NAMES.get(code, 'error')} {code}"
+
+
+class MooncakeError(EngramError):
+    """A Mooncake Store operation failed: ``key`` names the object,
+    ``code`` is Mooncake's error code (None for a short read or a malformed
+    answer); ``errno`` is EIO.  A lookup that fails this way raises an
+    EngramError whose ``__cause__`` is this error."""
+
+    def __init__(self, key: str, what: str, code: int | None = None):
+        text = f"{key}: {what}" + (f" (Mooncake {code_name(code)})" if code is not None else "")
+        super().__init__(text)
+        self.errno = _errno.EIO
+        self.key = key
+        self.code = code
+
+
+def _error(cls, code: int, msg: str):
+    e = cls(msg)
+    e.errno = code
+    return e
+
+
+def is_mooncake_client(obj) -> bool:
+    """A Mooncake Store client, by what it can do (engramstore never
+    imports mooncake itself)."""
+    return all(callable(getattr(obj, m, None)) for m in
+               ("get_into_ranges", "batch_put_from", "batch_is_exist", "register_buffer",
+                "unregister_buffer", "remove", "get_size"))
+
+
+def _numpy():
+    try:
+        import numpy
+    except ImportError:  # pragma: no cover - Mooncake's wheel needs it anyway
+        raise ImportError("engramstore: a Mooncake store client needs numpy") from None
+    return numpy
+
+
+def _positive(name, value, kind=int):
+    if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int) \
+            or value <= 0:
+        raise ValueError(f"{name}: expected a positive {kind.__name__}, got {value!r}")
+    return value
+
+
+class _Client:
+    """One engramstore object's use of a Mooncake client: the read path
+    (staging, bounded calls, length checks, retries) and the writes."""
+
+    def __init__(self, mc, *, read_deadline=READ_DEADLINE, max_ranges=MAX_RANGES,
+                 stage_bytes=STAGE_BYTES):
+        if not is_mooncake_client(mc):
+            raise TypeError(f"store client: expected a mooncake.store.MooncakeDistributedStore "
+                            f"(set up), got {type(mc).__name__}")
+        self.mc = mc
+        self.read_deadline = float(_positive("read_deadline", read_deadline, float))
+        self.max_ranges = _positive("max_ranges", max_ranges)
+        self.stage_bytes = _positive("stage_bytes", stage_bytes)
+        self.np = _numpy()
+        self.lock = threading.Lock()
+        self.stage = None       # numpy uint8, registered with mc while not None
+        self.closed = False
+        self.calls = 0          # get_into_ranges calls (stats)
+        self.retries = 0
+
+    # -- the read path -------------------------------------------------------
+
+    def _staging(self, row_bytes):
+        """The registered staging buffer, holding at least one row (under
+        the lock)."""
+        if self.closed:
+            raise _error(StateError, _engram.ESTATE, "the store is closed")
+        if self.stage is None or len(self.stage) < row_bytes:
+            self._unregister_stage()
+            stage = self.np.empty(max(self.stage_bytes, row_bytes), self.np.uint8)
+            rc = self.mc.register_buffer(stage.ctypes.data, stage.nbytes)
+            if rc != 0:
+                raise MooncakeError("staging buffer", f"register_buffer of {stage.nbytes} bytes "
+                                    "failed", rc)
+            self.stage = stage
+        return self.stage
+
+    def _unregister_stage(self):
+        if self.stage is not None:
+            stage, self.stage = self.stage, None
+            self.mc.unregister_buffer(stage.ctypes.data)
+
+    def read_group(self, keys, row_bytes, rows, out, tables):
+        """Fills out[i] with row rows[i] of object keys[tables[i]] (rows:
+        uint64 [n], tables: uint32 [n], out: uint8 [n, row_bytes]), in
+        calls of at most max_ranges ranges and MAX_KEYS keys, split evenly;
+        raises MooncakeError naming the key of a range that failed."""
+        np = self.np
+        n = len(rows)
+        order = np.argsort(tables, kind="stable")  # each key's ranges together
+        st, sr = tables[order], rows[order]
+        deadline = time.monotonic() + self.read_deadline
+        with self.lock:
+            stage = self._staging(row_bytes)
+            cap = max(1, min(self.max_ranges, len(stage) // row_bytes))
+            per = -(-n // -(-n // cap))  # n split evenly into calls of at most cap
+            ptr = stage.ctypes.data
+            src = (sr * np.uint64(row_bytes)).tolist()
+            # Where the key changes, then calls of whole or split key runs.
+            bounds = [0] + (np.flatnonzero(st[1:] != st[:-1]) + 1).tolist() + [n]
+            i = 0
+            while i < n:
+                m, ks, dsts, srcs = 0, [], [], []
+                for a, b in zip(bounds, bounds[1:]):
+                    if b <= i:
+                        continue
+                    a = max(a, i + m)
+                    take = min(b - a, per - m)
+                    if take <= 0 or len(ks) == MAX_KEYS:
+                        break
+                    ks.append(keys[int(st[a])])
+                    dsts.append(list(range(m * row_bytes, (m + take) * row_bytes, row_bytes)))
+                    srcs.append(src[a:a + take])
+                    m += take
+                self._read_chunk(ks, row_bytes, ptr, dsts, srcs, deadline)
+                out[order[i:i + m]] = stage[:m * row_bytes].reshape(m, row_bytes)
+                i += m
+
+    def read_bytes(self, key, size, out):
+        """Reads bytes [0, size) of object `key` into out (uint8 [size]),
+        one staging buffer at a time (verify)."""
+        with self.lock:
+            stage = self._staging(1)
+            step = len(stage)
+            for off in range(0, size, step):
+                m = min(step, size - off)
+                self._read_chunk([key], m, stage.ctypes.data, [[0]], [[off]],
+                                 time.monotonic() + self.read_deadline)
+                out[off:off + m] = stage[:m]
+
+    def _read_chunk(self, keys, row_bytes, ptr, dsts, srcs, deadline):
+        """One bounded get_into_ranges: for each key, ranges of row_bytes
+        bytes at offsets srcs[j] into the staging buffer at dsts[j].  Every
+        range must come back whole; passing errors are retried until the
+        deadline."""
+        sizes = [[row_bytes] * len(d) for d in dsts]
+        delay = 0.002
+        while True:
+            self.calls += 1
+            res = self.mc.get_into_ranges([ptr], [keys], [dsts], [srcs], [sizes])
+            try:
+                got = res[0]
+                ok = len(res) == 1 and len(got) == len(keys) and \
+                    all(len(g) == len(d) for g, d in zip(got, dsts))
+            except (TypeError, IndexError):
+                ok = False
+            if not ok:
+                raise MooncakeError(keys[0], f"get_into_ranges answered "
+                                    f"{[len(d) for d in dsts]} ranges with {_shape(res)}")
+            if all(g.count(row_bytes) == len(g) for g in got):
+                return
+            j, k, bad = next((j, k, x) for j, g in enumerate(got) for k, x in enumerate(g)
+                             if x != row_bytes)
+            key, where = keys[j], f"row {srcs[j][k] // row_bytes}"
+            if bad >= 0:
+                raise MooncakeError(key, f"short read of {where}: {bad} of {row_bytes} bytes")
+            if bad not in _TRANSIENT:
+                raise MooncakeError(key, "not in the store" if bad == OBJECT_NOT_FOUND
+                                    else f"reading {where} failed", bad)
+            if time.monotonic() + delay > deadline:
+                raise MooncakeError(key, f"reading {where} still failing after "
+                                    f"{self.read_deadline:g} s of retries", bad)
+            self.retries += 1
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
+
+    # -- objects -------------------------------------------------------------
+
+    def exist(self, keys):
+        """{key: bool}; raises MooncakeError if the store cannot tell."""
+        res = self.mc.batch_is_exist(list(keys))
+        if len(res) != len(keys):
+            raise MooncakeError(keys[0], f"batch_is_exist answered {len(res)} of {len(keys)} keys")
+        for k, r in zip(keys, res):
+            if r < 0:
+                raise MooncakeError(k, "existence check failed", r)
+        return {k: r == 1 for k, r in zip(keys, res)}
+
+    def check_size(self, key, want, missing_cls=TableNotFoundError):
+        """Checks that object `key` exists with `want` bytes."""
+        size = self.mc.get_size(key)
+        if size == OBJECT_NOT_FOUND:
+            raise _error(missing_cls, _errno.ENOENT, f"{key}: not in the Mooncake store")
+        if size < 0:
+            raise MooncakeError(key, "get_size failed", size)
+        if size != want:
+            raise _error(LayoutMismatchError, _engram.EMISMATCH,
+                         f"{key}: the stored object has {size} bytes, the spec says {want}")
+
+    def put(self, keys, arrays, config=None):
+        """Uploads C-contiguous arrays to new keys (batch_put_from, each
+        array registered for the call); returns Mooncake's codes."""
+        ptrs, sizes, done = [a.ctypes.data for a in arrays], [a.nbytes for a in arrays], []
+        with self.lock:
+            try:
+                for k, p, s in zip(keys, ptrs, sizes):
+                    rc = self.mc.register_buffer(p, s)
+                    if rc != 0:
+                        raise MooncakeError(k, f"register_buffer of {s} bytes failed", rc)
+                    done.append(p)
+                args = (list(keys), ptrs, sizes) + (() if config is None else (config,))
+                res = list(self.mc.batch_put_from(*args))
+            finally:
+                for p in done:
+                    self.mc.unregister_buffer(p)
+        if len(res) != len(keys):
+            res = (res + [-1] * len(keys))[:len(keys)]
+        return res
+
+    def remove(self, key, force=False):
+        """Removes `key`: True if removed, False if it was not there.
+        Without force, a lease (a recent read) is waited out for up to
+        REMOVE_DEADLINE seconds."""
+        deadline = time.monotonic() + max(REMOVE_DEADLINE, self.read_deadline)
+        delay = 0.05
+        while True:
+            rc = self.mc.remove(key, bool(force))
+            if rc == 0:
+                return True
+            if rc == OBJECT_NOT_FOUND:
+                return False
+            if rc not in _TRANSIENT or time.monotonic() + delay > deadline:
+                raise MooncakeError(key, "remove failed" + (
+                    " (a lease of a recent read; force=True removes it anyway)"
+                    if rc == OBJECT_HAS_LEASE else ""), rc)
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    def rollback(self, keys):
+        """Removes keys a failed write made (force: nobody may keep them)."""
+        for k in keys:
+            try:
+                self.mc.remove(k, True)
+            except Exception:  # noqa: BLE001 - best effort, the write error is raised
+                pass
+
+    def close(self):
+        with self.lock:
+            if not self.closed:
+                self.closed = True
+                self._unregister_stage()
+
+    def __del__(self):
+        # A store dropped without close(): its staging buffer must not stay
+        # registered once freed (a later buffer at the same address could
+        # not be registered).
+        try:
+            if not self.closed:
+                self.closed = True
+                self._unregister_stage()
+        except Exception:  # noqa: BLE001 - nothing to report to at this point
+            pass
+
+    def stats(self):
+        return {"get_into_ranges_calls": self.calls, "retries": self.retries,
+                "staging_bytes": 0 if self.stage is None else len(self.stage),
+                "max_ranges": self.max_ranges, "read_deadline": self.read_deadline}
+
+
+def _shape(res):
+    try:
+        return f"{len(res)} buffers, {[len(x) for x in res]} keys, " \
+               f"{[[len(y) for y in x] for x in res]} ranges"
+    except TypeError:
+        return repr(type(res))
+
+
+class Sources:
+    """The source tables of one engramstore object on one client.  The
+    tables of a row size form one group (TableStore.add_source's group=),
+    so a lookup reads the missed rows of all its heads (tables) in one
+    bounded call sequence: one Mooncake call per lookup, not one per head,
+    which is what a ranged read costs most."""
+
+    def __init__(self, client):
+        self.c = client
+        self.keys = {}   # row_bytes -> [Mooncake key of the group's table i]
+        self.fns = {}    # row_bytes -> the group's read_rows
+        self.lock = threading.Lock()
+
+    def add(self, store, name, num_rows, row_bytes, key, cache_bytes):
+        """Adds source table `name` of `store` serving object `key`."""
+        with self.lock:
+            keys = self.keys.setdefault(row_bytes, [])
+            fn = self.fns.get(row_bytes)
+            if fn is None:
+                def fn(rows, out, tables, _read=self.c.read_group, _keys=keys, _r=row_bytes):
+                    _read(_keys, _r, rows, out, tables)
+                self.fns[row_bytes] = fn
+            # The key is in place before the table can be looked up.
+            keys.append(key)
+            try:
+                idx = store.add_source(name, {"num_rows": num_rows, "row_bytes": row_bytes}, fn,
+                                       cache_bytes=cache_bytes, group="mooncake")
+            except BaseException:
+                keys.pop()
+                raise
+            assert idx == len(keys) - 1, (idx, len(keys))
+
+
+def cache_shares(cache_bytes, sizes):
+    """Splits a row cache budget over tables of `sizes` bytes in proportion
+    to their size; returns (the memory store's budget, [share per table]).
+    The library keeps an eighth of a store's budget for file-backed reads,
+    so the store gets 8/7 of what the tables share."""
+    total = sum(sizes)
+    if cache_bytes <= 0 or total == 0:
+        return 0, [0] * len(sizes)
+    shares = [cache_bytes * s // total for s in sizes]
+    return cache_bytes + cache_bytes // 7 + (64 << 10), shares
+
+
+def checksum(arr) -> int:
+    """CRC-32 of a C-contiguous array's bytes, in 64 MiB steps."""
+    mv = memoryview(arr).cast("B")
+    crc, step = 0, 64 << 20
+    for i in range(0, len(mv), step):
+        crc = zlib.crc32(mv[i:i + step], crc)
+    return crc
+
+
+class TableWriter:
+    """The Mooncake half of the table API: objects {namespace}/{name} and
+    their manifests {namespace}/.manifest/{name} (a name never starts with
+    '.', so no table's key is a manifest's)."""
+
+    def __init__(self, client, namespace):
+        check_name(namespace, "namespace")
+        self.c = client
+        self.ns = namespace
+
+    def data_key(self, name):
+        return f"{self.ns}/{name}"
+
+    def manifest_key(self, name):
+        return f"{self.ns}/.manifest/{name}"
+
+    def read_manifest(self, name):
+        """The manifest dict of a published table, or None."""
+        key = self.manifest_key(name)
+        if not self.c.exist([key])[key]:
+            return None
+        raw = self.c.mc.get(key)
+        try:
+            m = json.loads(bytes(raw).decode())
+            if m.get("format") != MANIFEST_FORMAT:
+                raise ValueError(f"unknown format {m.get('format')!r}")
+            int(m["num_rows"]), int(m["row_bytes"]), int(m["crc32"])
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
+            raise _error(_engram.CorruptTableError, _engram.ECORRUPT,
+                         f"{key}: not a table manifest ({e})") from None
+        return m
+
+    def publish(self, name, rows, config=None):
+        """Uploads a packed C-contiguous [N, R] array as table `name`,
+        create-only: the data first, the manifest last, so a reader never
+        sees a table whose data is not all there."""
+        dkey, mkey = self.data_key(name), self.manifest_key(name)
+        have = self.c.exist([dkey, mkey])
+        if have[mkey]:
+            raise _error(TableExistsError, _errno.EEXIST, f"table '{name}' exists in the "
+                         f"Mooncake namespace '{self.ns}'")
+        if have[dkey]:
+            raise _error(TableExistsError, _errno.EEXIST,
+                         f"table '{name}': {dkey} exists without a manifest (an unfinished "
+                         f"populate; remove('{name}') clears it)")
+        manifest = {"format": MANIFEST_FORMAT, "num_rows": int(rows.shape[0]),
+                    "row_bytes": int(rows.shape[1]), "crc32": checksum(rows),
+                    "writer": os.urandom(8).hex()}
+        blob = self.c.np.frombuffer(json.dumps(manifest).encode(), self.c.np.uint8).copy()
+        rc = self.c.put([dkey], [rows], config)[0]
+        if rc != 0:
+            self.c.rollback([dkey])
+            raise MooncakeError(dkey, "upload failed", rc)
+        rc = self.c.put([mkey], [blob], config)[0]
+        if rc != 0:
+            self.c.rollback([mkey, dkey])
+            raise MooncakeError(mkey, "manifest upload failed", rc)
+        # Mooncake reports success for a put to an existing key without
+        # writing it: read the manifest back to know whether this writer won.
+        if self.read_manifest(name) != manifest:
+            raise _error(TableExistsError, _errno.EEXIST,
+                         f"table '{name}' was published by another writer at the same time")
+        return manifest
+
+
+from . import TableStore, _spec_kwargs  # noqa: E402  (defined before this module is imported)
+
+_TABLE_OPTIONS = frozenset(("cache_bytes", "threads", "timing"))
+
+
+class MooncakeTableStore(TableStore):
+    """The table API over a Mooncake Store: ``EngramStore(tables=...,
+    namespace=..., store_client=client, cache_bytes=0, threads=0,
+    timing=False, read_deadline=5.0, max_ranges=8192)``.
+
+    Table ``name`` is the object ``{namespace}/{name}`` (its rows packed,
+    ``num_rows * row_bytes`` bytes) with a manifest ``{namespace}/.manifest/
+    {name}`` (spec and CRC-32) written after it: a table is visible once its
+    manifest is.  Lookups go through the library's lookup over source
+    tables, so they have the table API's whole contract; ``cache_bytes``
+    is a row cache budget shared by the tables in proportion to their size.
+    ``list_tables`` names the tables this store has opened (Mooncake has no
+    key listing)."""
+
+    def __init__(self, tables=None, namespace=None, local_dir=None, *, store_client,
+                 read_deadline=READ_DEADLINE, max_ranges=MAX_RANGES, **options):
+        if local_dir is not None:
+            raise TypeError("local_dir: a store on a Mooncake store_client has no local "
+                            "directory")
+        if namespace is None:
+            raise TypeError("namespace: required (the prefix of the tables' Mooncake keys)")
+        unknown = set(options) - _TABLE_OPTIONS
+        if unknown:
+            raise TypeError(f"{sorted(unknown)[0]}: not an option of a store on a Mooncake "
+                            f"store_client (options: {', '.join(sorted(_TABLE_OPTIONS))})")
+        if tables is not None and not isinstance(tables, dict):
+            raise TypeError(f"tables: expected a dict of name -> spec, got {type(tables).__name__}")
+        self._cache_total = options.get("cache_bytes", 0) or 0
+        budget, _ = cache_shares(self._cache_total, [1])
+        client = _Client(store_client, read_deadline=read_deadline, max_ranges=max_ranges)
+        writer = TableWriter(client, namespace)
+        opts = dict(options, cache_bytes=budget)
+        super().__init__(None, None, None, **opts)
+        self._mc = client
+        self._sources = Sources(client)
+        self._w = writer
+        self._declared = {}    # name -> (num_rows, row_bytes)
+        self._open = {}        # name -> internal table name, for published tables
+        self._gen = {}         # name -> times it was removed through this store
+        self._remap = False    # some internal name differs from its table name
+        self._removed = set()  # removed through this store and not populated since
+        self._known_bytes = 0
+        try:
+            for name, spec in (tables or {}).items():
+                kw = _spec_kwargs(name, spec)
+                self._known_bytes += int(kw["num_rows"]) * int(kw["row_bytes"])
+            for name, spec in (tables or {}).items():
+                self.define(name, **_spec_kwargs(name, spec))
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def namespace(self):
+        return self._w.ns
+
+    @property
+    def store_client(self):
+        return self._mc.mc
+
+    # -- tables --------------------------------------------------------------
+
+    def define(self, name, num_rows, row_bytes, row_pitch=0):
+        """Declares table ``name``; if it is published, its manifest must
+        match (LayoutMismatchError otherwise) and it is opened."""
+        check_name(name)
+        for arg, v in (("num_rows", num_rows), ("row_bytes", row_bytes)):
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                raise _error(_engram.SpecError, _engram.ESPEC,
+                             f"{name}: {arg} must be a positive int, got {v!r}")
+        if row_bytes > ROW_BYTES_MAX:
+            raise ValueError(f"{name}: row_bytes: at most {ROW_BYTES_MAX}, got {row_bytes}")
+        if row_pitch not in (0, row_bytes):
+            raise ValueError(f"{name}: row_pitch: a Mooncake table's rows are packed "
+                             f"(row_pitch 0 or {row_bytes})")
+        self._declared[name] = (num_rows, row_bytes)
+        if name not in self._open and name not in self._removed:
+            m = self._w.read_manifest(name)
+            if m is not None:
+                self._check_spec(name, m)
+                self._add(name, m)
+
+    def _check_spec(self, name, m):
+        want = self._declared.get(name)
+        if want is not None and want != (m["num_rows"], m["row_bytes"]):
+            raise _error(LayoutMismatchError, _engram.EMISMATCH,
+                         f"table '{name}': declared {want[0]} rows of {want[1]} bytes, "
+                         f"published {m['num_rows']} rows of {m['row_bytes']} bytes")
+
+    def _add(self, name, m):
+        """Opens published table `name` (manifest m) as a source table."""
+        n, r = m["num_rows"], m["row_bytes"]
+        key = self._w.data_key(name)
+        self._mc.check_size(key, n * r)
+        if name not in self._declared:
+            self._known_bytes += n * r
+        share = 0
+        if self._cache_total:
+            share = self._cache_total * n * r // max(self._known_bytes, n * r)
+        g = self._gen.get(name, 0)
+        internal = name if g == 0 else f"{name}..{g}"
+        self._sources.add(self, internal, n, r, key, share)
+        self._open[name] = internal
+        self._removed.discard(name)
+        self._remap = any(k != v for k, v in self._open.items()) or bool(self._removed)
+
+    def _open_missing(self, tables):
+        """Opens the published tables of a lookup this store has not
+        opened; False if there were none."""
+        opened = False
+        for t in dict.fromkeys(tables):
+            if isinstance(t, str) and t not in self._open and t not in self._removed:
+                m = self._w.read_manifest(t)
+                if m is not None:
+                    self._check_spec(t, m)
+                    self._add(t, m)
+                    opened = True
+        return opened
+
+    def populate(self, name, rows, config=None):
+        """Publishes ``rows`` (uint8 ``[num_rows, row_bytes]``, row stride
+        >= row_bytes) as table ``name``, create-only: TableExistsError if
+        it is published (or its data object exists).  ``config`` is a
+        ``mooncake.store.ReplicateConfig`` for the upload.  Rows with a
+        stride wider than row_bytes are uploaded from a packed copy."""
+        check_name(name)
+        np = self._mc.np
+        if self.closed:
+            raise _error(_engram.StoreClosedError, _engram.ESTATE, "the store is closed")
+        arr = _rows_array(np, rows)
+        n, r = arr.shape
+        want = self._declared.get(name)
+        if want is not None and want != (n, r):
+            raise ValueError(f"rows: expected shape ({want[0]}, {want[1]}) (the declared "
+                             f"spec of '{name}'), got {arr.shape}")
+        if r > ROW_BYTES_MAX:
+            raise ValueError(f"rows: row_bytes: at most {ROW_BYTES_MAX}, got {r}")
+        if n == 0 or r == 0:
+            raise _error(_engram.SpecError, _engram.ESPEC, f"{name}: empty table {arr.shape}")
+        if name in self._open:
+            raise _error(TableExistsError, _errno.EEXIST, f"table '{name}' exists")
+        packed = arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
+        m = self._w.publish(name, packed, config)
+        self._add(name, m)
+
+    def lookup(self, tables, ids, out, offsets=None, stream=None, *, zero_dead=False):
+        """The table API's lookup (see TableStore.lookup) over the
+        Mooncake tables: published tables not opened yet are opened on
+        first use."""
+        names = tables
+        if self._remap:
+            names = self._internal_names(tables)
+        try:
+            return super().lookup(names, ids, out, offsets, stream, zero_dead=zero_dead)
+        except TableNotFoundError:
+            if not isinstance(tables, (list, tuple)) or not self._open_missing(tables):
+                raise
+        names = self._internal_names(tables) if self._remap else tables
+        return super().lookup(names, ids, out, offsets, stream, zero_dead=zero_dead)
+
+    def _internal_names(self, tables):
+        if not isinstance(tables, (list, tuple)):
+            return tables
+        for t in tables:
+            if t in self._removed:
+                raise _error(TableNotFoundError, _errno.ENOENT,
+                             f"table '{t}' was removed from the Mooncake store")
+        return [self._open.get(t, t) for t in tables]
+
+    def get_table_spec(self, name):
+        """``{"num_rows", "row_bytes", "row_pitch", "stored", "kind": "mooncake",
+        "key", "crc32"}`` of a published table; declared-only names give
+        ``stored: False``."""
+        m = None if name in self._removed else self._w.read_manifest(check_name(name))
+        if m is None:
+            if name in self._declared:
+                n, r = self._declared[name]
+                return {"num_rows": n, "row_bytes": r, "row_pitch": r, "stored": False,
+                        "kind": "mooncake", "key": self._w.data_key(name)}
+            raise _error(TableNotFoundError, _errno.ENOENT,
+                         f"table '{name}' is not in the Mooncake namespace '{self.namespace}'")
+        return {"num_rows": m["num_rows"], "row_bytes": m["row_bytes"],
+                "row_pitch": m["row_bytes"], "stored": True, "kind": "mooncake",
+                "key": self._w.data_key(name), "crc32": m["crc32"]}
+
+    def list_tables(self):
+        """The published tables this store has opened (declared, populated
+        or looked up), sorted: Mooncake has no listing of keys."""
+        return sorted(self._open)
+
+    def remove(self, name, force=False):
+        """Unpublishes table ``name``: its manifest first (new readers no
+        longer see it), then its data.  Without ``force`` a lease of a recent
+        read is waited out (up to 15 s); ``force=True`` removes at once.  A
+        table removed here can be populated again through this store; its
+        rows cached here are never served again."""
+        check_name(name)
+        dkey, mkey = self._w.data_key(name), self._w.manifest_key(name)
+        had_manifest = self._mc.remove(mkey, force)
+        had_data = self._mc.remove(dkey, force)
+        if name in self._open:
+            del self._open[name]
+            self._gen[name] = self._gen.get(name, 0) + 1
+            self._removed.add(name)
+            self._remap = True
+        if not (had_manifest or had_data):
+            raise _error(TableNotFoundError, _errno.ENOENT,
+                         f"table '{name}' is not in the Mooncake namespace '{self.namespace}'")
+
+    def verify(self, name):
+        """Reads table ``name`` whole and checks it against its manifest's
+        CRC-32 (CorruptTableError on a mismatch)."""
+        m = self._w.read_manifest(check_name(name))
+        if m is None:
+            raise _error(TableNotFoundError, _errno.ENOENT,
+                         f"table '{name}' is not in the Mooncake namespace '{self.namespace}'")
+        size = m["num_rows"] * m["row_bytes"]
+        key = self._w.data_key(name)
+        self._mc.check_size(key, size)
+        buf = self._mc.np.empty(size, self._mc.np.uint8)
+        self._mc.read_bytes(key, size, buf)
+        if checksum(buf) != m["crc32"]:
+            raise _error(_engram.CorruptTableError, _engram.ECHECKSUM,
+                         f"table '{name}': {key} does not match its manifest's checksum")
+
+    def stats(self):
+        """The library's stats of the source tables (row cache included),
+        with the Mooncake reads under ``mooncake``."""
+        st = super().stats()
+        st["mooncake"] = self._mc.stats()
+        return st
+
+    def close(self):
+        """Closes the store (waits for running lookups) and unregisters its
+        staging buffer; the Mooncake client stays the caller's."""
+        super().close()
+        mc = getattr(self, "_mc", None)
+        if mc is not None:
+            mc.close()
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        state = " (closed)" if self.closed else ""
+        return f"<engramstore.MooncakeTableStore namespace={self.namespace!r}{state}>"
+
+
+def _rows_array(np, rows):
+    """rows as a numpy view (never a copy): uint8 [N, R], each row's bytes
+    contiguous."""
+    try:
+        arr = np.asarray(memoryview(rows)) if not isinstance(rows, np.ndarray) else rows
+    except TypeError:
+        raise TypeError(f"rows: expected an array, got {type(rows).__name__}") from None
+    if arr.dtype != np.uint8:
+        raise TypeError(f"rows: expected uint8, got {arr.dtype}")
+    if arr.ndim != 2:
+        raise ValueError(f"rows: expected a 2-D array [num_rows, row_bytes], got shape "
+                         f"{arr.shape}")
+    if arr.shape[1] > 1 and arr.strides[1] != 1 or arr.strides[0] < arr.shape[1]:
+        raise ValueError("rows: each row's bytes must be contiguous (row stride >= row_bytes)")
+    return arr

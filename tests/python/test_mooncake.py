@@ -1,0 +1,667 @@
+"""Store-backed tables on a real Mooncake Store (its metadata server and
+master on 127.0.0.1, started by the `mooncake` fixture): the layer API's
+store= and the table API's store_client=.  Exact rows, the contract's
+errors, create-only populate and its rollback, reads that fail (missing or
+resized objects, short reads, transient errors, a master restarted empty)
+without ever giving wrong bytes, bounded calls, the row cache, threads, and
+a second process."""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import engramstore
+from esutil import SENTINEL, make_rows, run_in_threads, sentinel
+
+R = 264
+SIZES = [300, 170, 45]
+_ids = itertools.count(100)
+
+
+@pytest.fixture
+def layer_id():
+    """A layer id no other test uses (the tests share one store)."""
+    return next(_ids)
+
+
+@pytest.fixture
+def namespace():
+    return f"ns{next(_ids)}"
+
+
+def cfg(sizes=SIZES, row_bytes=R):
+    return engramstore.EngramStoreConfig(list(sizes), row_bytes)
+
+
+def heads(seed, sizes=SIZES, row_bytes=R):
+    return [make_rows(n, row_bytes, seed=seed + h) for h, n in enumerate(sizes)]
+
+
+def rand_ids(seed, B, L, sizes=SIZES, dead=False):
+    rng = np.random.default_rng(seed)
+    return np.stack([rng.integers(-1 if dead else 0, n, (B, L)) for n in sizes],
+                    -1).astype(np.int64)
+
+
+def served_or_untouched(out, bufs, ids):
+    """After a failed lookup: every output row is either untouched or the
+    exact row (rows another head or the row cache served); never another
+    byte."""
+    want = expect(bufs, ids)
+    rows_ok = (out == want).all(-1) | (out == SENTINEL).all(-1)
+    return bool(rows_ok.all())
+
+
+def expect(bufs, ids, out=None):
+    res = sentinel(ids.shape + (bufs[0].shape[1],)) if out is None else out.copy()
+    for h, b in enumerate(bufs):
+        col = ids[..., h]
+        live = col != -1
+        res[..., h, :][live] = b[col[live]]
+    return res
+
+
+class Faulty:
+    """A Mooncake client that passes every call on, except those a test
+    replaces on the instance."""
+
+    def __init__(self, mc):
+        self._mc = mc
+
+    def __getattr__(self, name):
+        return getattr(self._mc, name)
+
+
+@pytest.fixture
+def layer(mc_client, layer_id):
+    """(LayerStore on the Mooncake store with a row cache, layer id,
+    head arrays), the layer populated; its keys removed at the end."""
+    t = engramstore.EngramStore({layer_id: cfg()}, mc_client, cache_bytes=256 << 10)
+    bufs = heads(layer_id)
+    t.populate(layer_id, bufs)
+    yield t, layer_id, bufs
+    t.close()
+    for k in t.get_store_keys(layer_id):
+        mc_client.remove(k, True)
+
+
+# ---- the layer API ---------------------------------------------------------
+
+def test_layer_lookup_exact(layer, mc_client):
+    t, L, bufs = layer
+    assert t.store is mc_client
+    for rnd in range(3):
+        ids = rand_ids(rnd, 6, 40, dead=True)
+        out = sentinel((6, 40, 3, R))
+        assert t.lookup_into(L, ids, out) is None
+        np.testing.assert_array_equal(out, expect(bufs, ids))  # -1 rows untouched
+    st = t.stats()
+    assert st["cache"]["hits"] > 0 and st["cache"]["read_errors"] == 0
+    assert st["cache"]["tables"] == 3
+    assert st["mooncake"]["get_into_ranges_calls"] > 0 and st["mooncake"]["retries"] == 0
+
+
+def test_layer_output_registered_or_not(layer, mc_client):
+    # Reads go through a staging buffer: an output registered with the
+    # client (as Mooncake's own EngramStore requires) and one that is not
+    # both get the exact rows.
+    t, L, bufs = layer
+    ids = rand_ids(7, 2, 16)
+    plain = sentinel((2, 16, 3, R))
+    t.lookup_into(L, ids, plain)
+    reg = sentinel((2, 16, 3, R))
+    assert mc_client.register_buffer(reg.ctypes.data, reg.nbytes) == 0
+    try:
+        t.lookup_into(L, ids, reg)
+    finally:
+        mc_client.unregister_buffer(reg.ctypes.data)
+    np.testing.assert_array_equal(plain, expect(bufs, ids))
+    np.testing.assert_array_equal(reg, plain)
+
+
+def test_layer_getters_and_empty_batch(mc_client, layer_id):
+    t = engramstore.EngramStore({layer_id: cfg(), layer_id + 1000: cfg([5], 8)}, mc_client)
+    assert t.get_layer_ids() == [layer_id, layer_id + 1000]
+    assert t.get_table_vocab_sizes(layer_id) == SIZES
+    assert t.get_store_keys(layer_id) == [f"engram:l{layer_id}:h{h}" for h in range(3)]
+    assert t.get_num_heads(layer_id) == 3 and t.get_row_bytes(layer_id + 1000) == 8
+    # Not populated: a lookup says which keys are missing.
+    with pytest.raises(engramstore.TableNotFoundError, match=f"engram:l{layer_id}:h0"):
+        t.lookup_into(layer_id, np.zeros((1, 1, 3), np.int64), sentinel((1, 1, 3, R)))
+    t.populate(layer_id, heads(1))
+    calls = t.stats()["mooncake"]["get_into_ranges_calls"]
+    t.lookup_into(layer_id, np.zeros((0, 4, 3), np.int64), np.zeros((0, 4, 3, R), np.uint8))
+    assert t.stats()["mooncake"]["get_into_ranges_calls"] == calls  # a no-op
+    assert t.remove_from_store(layer_id, force=True) == 3
+    t.close()
+    with pytest.raises(engramstore.StoreClosedError):
+        t.lookup_into(layer_id, np.zeros((1, 1, 3), np.int64), sentinel((1, 1, 3, R)))
+    with pytest.raises(engramstore.StoreClosedError):
+        t.populate(layer_id, heads(1))
+    with pytest.raises(engramstore.StoreClosedError):
+        t.remove_from_store(layer_id, force=True)
+
+
+def test_layer_populate_is_create_only(layer, mc_client):
+    t, L, bufs = layer
+    other = heads(999)
+    with pytest.raises(engramstore.TableExistsError, match="already in the Mooncake store"):
+        t.populate(L, other)
+    # A second store on the same client refuses too, and the rows are the first ones.
+    t2 = engramstore.EngramStore({L: cfg()}, mc_client)
+    with pytest.raises(engramstore.TableExistsError):
+        t2.populate(L, other)
+    ids = rand_ids(3, 4, 10)
+    out = sentinel((4, 10, 3, R))
+    t2.lookup_into(L, ids, out)
+    np.testing.assert_array_equal(out, expect(bufs, ids))
+    t2.close()
+
+
+def test_layer_populate_rolls_back(mc_client, layer_id):
+    # The upload of head 1 fails after heads 0 and 2 were written: both are
+    # removed before the error is raised, and a later populate works.
+    f = Faulty(mc_client)
+
+    def put(keys, ptrs, sizes, *cfg_):
+        res = mc_client.batch_put_from(keys, ptrs, sizes, *cfg_)
+        return [r if i != 1 else -800 for i, r in enumerate(res)]
+    f.batch_put_from = put
+    t = engramstore.EngramStore({layer_id: cfg()}, f)
+    keys = t.get_store_keys(layer_id)
+    with pytest.raises(engramstore.MooncakeError) as ei:
+        t.populate(layer_id, heads(5))
+    assert ei.value.key == keys[1] and ei.value.code == -800
+    assert "the others were removed" in str(ei.value)
+    assert mc_client.batch_is_exist(keys) == [0, 0, 0]
+    with pytest.raises(engramstore.TableNotFoundError):
+        t.lookup_into(layer_id, np.zeros((1, 1, 3), np.int64), sentinel((1, 1, 3, R)))
+    del f.batch_put_from
+    bufs = heads(6)
+    t.populate(layer_id, bufs)
+    ids = rand_ids(1, 3, 5)
+    out = sentinel((3, 5, 3, R))
+    t.lookup_into(layer_id, ids, out)
+    np.testing.assert_array_equal(out, expect(bufs, ids))
+    t.remove_from_store(layer_id, force=True)
+    t.close()
+
+
+def test_layer_populate_refusals_write_nothing(mc_client, layer_id):
+    t = engramstore.EngramStore({layer_id: cfg()}, mc_client)
+    keys = t.get_store_keys(layer_id)
+    good = heads(2)
+    cases = [
+        (good[:2], ValueError, "has 3 heads"),
+        ([good[0], good[1], good[2].astype(np.int8)], TypeError, r"embedding_buffers\[2\]"),
+        ([good[0], good[1][:100], good[2]], ValueError, r"embedding_buffers\[1\]"),
+        ([good[0], np.asfortranarray(good[1]), good[2]], ValueError, r"embedding_buffers\[1\]"),
+        (tuple(g.tolist() for g in good), TypeError, r"embedding_buffers\[0\]"),
+    ]
+    for bufs, exc, msg in cases:
+        with pytest.raises(exc, match=msg):
+            t.populate(layer_id, bufs)
+    assert mc_client.batch_is_exist(keys) == [0, 0, 0]
+    with pytest.raises(ValueError, match="layer_id: 7 is not a layer"):
+        t.populate(7, good)
+    t.close()
+
+
+def test_layer_bad_ids_and_arguments(layer):
+    t, L, bufs = layer
+    calls = t.stats()["mooncake"]["get_into_ranges_calls"]
+    ids = rand_ids(4, 2, 3)
+    ids[1, 2, 1] = SIZES[1]
+    out = sentinel((2, 3, 3, R))
+    with pytest.raises(engramstore.BadIdError) as ei:
+        t.lookup_into(L, ids, out)
+    # The same message as the local mode's, and nothing read or written.
+    assert str(ei.value) == (f"row_ids[1][2][1] = {SIZES[1]} is outside table "
+                             f"'engram:l{L}:h1' (0 <= id < {SIZES[1]})")
+    assert ei.value.position == (1, 2, 1)
+    ids[1, 2, 1] = -7
+    with pytest.raises(engramstore.BadIdError, match=r"= -7 is outside"):
+        t.lookup_into(L, ids, out)
+    assert (out == SENTINEL).all()
+    assert t.stats()["mooncake"]["get_into_ranges_calls"] == calls
+    ok = rand_ids(4, 2, 3)
+    ro = sentinel((2, 3, 3, R))
+    ro.flags.writeable = False
+    for a, o, exc, msg in [
+        (ok.astype(np.int32), out, TypeError, "^row_ids: expected int64, got int32"),
+        (ok.astype(np.float64), out, TypeError, "^row_ids: expected int64"),
+        (ok.tolist(), out, TypeError, "^row_ids: expected an array"),
+        (np.asfortranarray(ok), out, ValueError, "^row_ids: must be C-contiguous"),
+        (ok[:, :, :2], out, ValueError, "^row_ids: shape"),
+        (ok, out.view(np.int8), TypeError, "^output: expected uint8"),
+        (ok, out[..., :200], ValueError, "^output: expected shape"),
+        (ok, ro, ValueError, "^output: the array is read-only"),
+    ]:
+        with pytest.raises(exc, match=msg):
+            t.lookup_into(L, a, o)
+    assert (out == SENTINEL).all()
+
+
+def test_layer_remove_and_populate_again(layer, mc_client):
+    # Rows cached before a remove are never served for the new tables.
+    t, L, bufs = layer
+    ids = rand_ids(9, 4, 30)
+    out = sentinel((4, 30, 3, R))
+    t.lookup_into(L, ids, out)
+    t.lookup_into(L, ids, out)  # all cached now
+    keys = t.get_store_keys(L)
+    mc_client.remove(keys[2], True)
+    with pytest.raises(engramstore.TableNotFoundError, match=keys[2]):
+        t.remove_from_store(L)  # a head is missing: nothing removed
+    assert mc_client.batch_is_exist(keys) == [1, 1, 0]
+    assert t.remove_from_store(L, force=True) == 2
+    assert mc_client.batch_is_exist(keys) == [0, 0, 0]
+    with pytest.raises(engramstore.TableNotFoundError):
+        t.lookup_into(L, ids, out)
+    new = heads(L + 50)
+    t.populate(L, new)
+    out2 = sentinel((4, 30, 3, R))
+    t.lookup_into(L, ids, out2)
+    np.testing.assert_array_equal(out2, expect(new, ids))
+
+
+def test_layer_remove_waits_out_the_lease(layer, mc_client):
+    # Mooncake refuses a remove of a key read less than a lease (10 s) ago
+    # (-706): without force, remove_from_store waits it out.
+    t, L, _ = layer
+    t.lookup_into(L, rand_ids(1, 1, 4), sentinel((1, 4, 3, R)))
+    t0 = time.monotonic()
+    assert t.remove_from_store(L) == 3
+    assert mc_client.batch_is_exist(t.get_store_keys(L)) == [0, 0, 0]
+    assert time.monotonic() - t0 < 20
+
+
+# ---- reads that fail -------------------------------------------------------
+
+def test_missing_object_is_an_error_naming_the_key(layer, mc_client):
+    t, L, bufs = layer
+    key = t.get_store_keys(L)[1]
+    assert mc_client.remove(key, True) == 0  # behind the store's back
+    ids = rand_ids(11, 2, 50)
+    out = sentinel((2, 50, 3, R))
+    with pytest.raises(engramstore.EngramError) as ei:
+        t.lookup_into(L, ids, out)
+    assert ei.value.errno == 5 and key in str(ei.value)
+    cause = ei.value.__cause__
+    assert isinstance(cause, engramstore.MooncakeError)
+    assert cause.key == key and cause.code == -704 and "not in the store" in str(cause)
+    # The missing head's rows are untouched; the other heads' are exact.
+    assert (out[:, :, 1] == SENTINEL).all()
+    assert served_or_untouched(out, bufs, ids)
+    assert t.stats()["cache"]["read_errors"] > 0
+
+
+def test_resized_object_is_refused(mc_client, layer_id):
+    # An object of another size under a head's key: the layer does not open.
+    t = engramstore.EngramStore({layer_id: cfg()}, mc_client)
+    keys = t.get_store_keys(layer_id)
+    bufs = heads(3)
+    bufs[1] = make_rows(SIZES[1] - 1, R, seed=1)
+    other = engramstore.EngramStore({layer_id: cfg([SIZES[0], SIZES[1] - 1, SIZES[2]])},
+                                    mc_client)
+    other.populate(layer_id, bufs)
+    with pytest.raises(engramstore.LayoutMismatchError, match=keys[1]):
+        t.lookup_into(layer_id, np.zeros((1, 1, 3), np.int64), sentinel((1, 1, 3, R)))
+    other.remove_from_store(layer_id, force=True)
+    other.close()
+    t.close()
+
+
+@pytest.mark.parametrize("fault", ["short", "malformed", "invalid"])
+def test_bad_answers_never_give_bytes(layer, mc_client, fault):
+    t, L, bufs = layer
+    f = Faulty(mc_client)
+
+    def get(ptrs, keys, dst, src, sizes):
+        res = mc_client.get_into_ranges(ptrs, keys, dst, src, sizes)
+        if fault == "short":
+            res[0][0][-1] = 100
+        elif fault == "malformed":
+            res[0][0].pop()
+        else:
+            res[0][0][0] = -600
+        return res
+    f.get_into_ranges = get
+    t2 = engramstore.EngramStore({L: cfg()}, f, cache_bytes=64 << 10)
+    ids = rand_ids(12, 3, 20)
+    out = sentinel((3, 20, 3, R))
+    with pytest.raises(engramstore.EngramError) as ei:
+        t2.lookup_into(L, ids, out)
+    cause = ei.value.__cause__
+    assert isinstance(cause, engramstore.MooncakeError) and cause.key.startswith(f"engram:l{L}:")
+    assert {"short": "short read", "malformed": "answered", "invalid": "INVALID_PARAMS"}[fault] \
+        in str(cause)
+    assert (out == SENTINEL).all()
+    # Nothing was cached: the next lookup reads again, and gets the rows.
+    del f.get_into_ranges
+    t2.lookup_into(L, ids, out)
+    np.testing.assert_array_equal(out, expect(bufs, ids))
+    assert t2.stats()["cache"]["hits"] == 0
+    t2.close()
+
+
+def test_transient_errors_are_retried_until_the_deadline(layer, mc_client):
+    t, L, bufs = layer
+    f = Faulty(mc_client)
+    fails = {"n": 2}
+
+    def get(ptrs, keys, dst, src, sizes):
+        res = mc_client.get_into_ranges(ptrs, keys, dst, src, sizes)
+        if fails["n"] > 0:
+            fails["n"] -= 1
+            res[0][0][0] = -900  # RPC_FAIL
+        return res
+    f.get_into_ranges = get
+    t2 = engramstore.EngramStore({L: cfg()}, f, read_deadline=0.5)
+    ids = rand_ids(13, 2, 10)
+    out = sentinel((2, 10, 3, R))
+    t2.lookup_into(L, ids, out)
+    np.testing.assert_array_equal(out, expect(bufs, ids))
+    assert t2.stats()["mooncake"]["retries"] == 2
+    fails["n"] = 10 ** 9
+    out = sentinel((2, 10, 3, R))
+    t0 = time.monotonic()
+    with pytest.raises(engramstore.EngramError) as ei:
+        t2.lookup_into(L, rand_ids(14, 2, 10), out)
+    assert 0.3 < time.monotonic() - t0 < 5
+    assert "after 0.5 s of retries" in str(ei.value.__cause__) and "RPC_FAIL" in str(ei.value)
+    assert (out == SENTINEL).all()
+    t2.close()
+
+
+def test_calls_are_bounded(layer, mc_client):
+    t, L, bufs = layer
+    seen = []
+    f = Faulty(mc_client)
+
+    def get(ptrs, keys, dst, src, sizes):
+        seen.append((len(keys[0]), sum(len(x) for x in src[0])))
+        return mc_client.get_into_ranges(ptrs, keys, dst, src, sizes)
+    f.get_into_ranges = get
+    t2 = engramstore.EngramStore({L: cfg()}, f, max_ranges=16)
+    ids = np.stack([np.arange(200) % n for n in SIZES], -1).astype(np.int64).reshape(1, 200, 3)
+    out = sentinel((1, 200, 3, R))
+    t2.lookup_into(L, ids, out)
+    np.testing.assert_array_equal(out, expect(bufs, ids))
+    # The distinct rows of all heads (200 + 170 + 45) in calls of at most
+    # 16 ranges, the heads' ranges sharing calls.
+    assert max(n for _, n in seen) == 16 and sum(n for _, n in seen) == 200 + 170 + 45
+    assert len(seen) == -(-(200 + 170 + 45) // 16)
+    assert any(k > 1 for k, _ in seen)
+    seen.clear()
+    t2.lookup_into(L, rand_ids(1, 1, 5), sentinel((1, 5, 3, R)))
+    assert len(seen) == 1 and seen[0] == (3, 15)  # one call for the heads of a lookup
+    t2.close()
+
+
+def test_calls_are_bounded_in_keys(layer, mc_client, monkeypatch):
+    t, L, bufs = layer
+    seen = []
+    f = Faulty(mc_client)
+
+    def get(ptrs, keys, dst, src, sizes):
+        seen.append(len(keys[0]))
+        return mc_client.get_into_ranges(ptrs, keys, dst, src, sizes)
+    f.get_into_ranges = get
+    monkeypatch.setattr(engramstore._mooncake, "MAX_KEYS", 2)
+    t2 = engramstore.EngramStore({L: cfg()}, f)
+    ids = rand_ids(21, 2, 40)
+    out = sentinel((2, 40, 3, R))
+    t2.lookup_into(L, ids, out)
+    np.testing.assert_array_equal(out, expect(bufs, ids))
+    assert seen == [2, 1]
+    t2.close()
+
+
+def test_master_restarted_empty_during_lookups(tmp_path):
+    # A master that dies and comes back empty: lookups fail with an error
+    # naming a key, and no lookup ever returns a wrong byte.
+    import mcserver
+    srv = mcserver.MooncakeServers(str(tmp_path))
+    srv.start()
+    clients = []
+    try:
+        clients.append(srv.client(segment_bytes=64 << 20))
+        c = srv.client()
+        clients.append(c)
+        t = engramstore.EngramStore({1: cfg()}, c, read_deadline=1.0)
+        bufs = heads(21)
+        t.populate(1, bufs)
+        results = {"ok": 0, "errors": [], "wrong": 0}
+        stop = threading.Event()
+
+        def work():
+            rng = 0
+            while not stop.is_set() and len(results["errors"]) < 3:
+                rng += 1
+                ids = rand_ids(rng, 2, 30)
+                out = sentinel((2, 30, 3, R))
+                try:
+                    t.lookup_into(1, ids, out)
+                except engramstore.EngramError as e:
+                    results["errors"].append(e)
+                    if not served_or_untouched(out, bufs, ids):
+                        results["wrong"] += 1
+                    continue
+                if (out != expect(bufs, ids)).any():
+                    results["wrong"] += 1
+                else:
+                    results["ok"] += 1
+        th = threading.Thread(target=work)
+        th.start()
+        time.sleep(0.5)
+        srv.restart_master()
+        th.join(timeout=60)
+        stop.set()
+        th.join(timeout=30)
+        assert not th.is_alive()
+        assert results["ok"] > 0 and results["wrong"] == 0
+        assert results["errors"], "no lookup failed after the master came back empty"
+        e = results["errors"][-1]
+        assert isinstance(e.__cause__, engramstore.MooncakeError)
+        assert "engram:l1:h" in str(e)
+        t.close()
+    finally:
+        for cl in clients:
+            cl.close()
+        srv.stop()
+
+
+# ---- the row cache, threads, a second process -------------------------------
+
+def test_cache_is_exact_under_zipf(mc_client, layer_id):
+    sizes = [2000, 1500]
+    t = engramstore.EngramStore({layer_id: cfg(sizes)}, mc_client,
+                                cache_bytes=(3500 * R) // 20)  # 5% of the rows' bytes
+    bufs = heads(layer_id, sizes)
+    t.populate(layer_id, bufs)
+    rng = np.random.default_rng(0)
+    perm = [rng.permutation(n) for n in sizes]
+    total = 0
+    for rnd in range(12):
+        ranks = [np.minimum(rng.zipf(1.2, (8, 32)), n) - 1 for n in sizes]
+        ids = np.stack([p[r] for p, r in zip(perm, ranks)], -1).astype(np.int64)
+        out = sentinel((8, 32, 2, R))
+        t.lookup_into(layer_id, ids, out)
+        np.testing.assert_array_equal(out, expect(bufs, ids))
+        total += ids.size
+    cs = t.stats()["cache"]
+    assert cs["hits"] + cs["misses"] == total
+    assert cs["hits"] > total // 3 and cs["reads"] < total // 2
+    t.remove_from_store(layer_id, force=True)
+    t.close()
+
+
+def test_threads(layer):
+    t, L, bufs = layer
+
+    def work(seed):
+        for r in range(8):
+            ids = rand_ids(seed * 100 + r, 2, 25)
+            out = sentinel((2, 25, 3, R))
+            t.lookup_into(L, ids, out)
+            np.testing.assert_array_equal(out, expect(bufs, ids))
+    assert run_in_threads(work) == []
+
+
+def run_child(mooncake, **job):
+    job.update(metadata=mooncake.metadata_url, master=mooncake.master_addr)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    r = subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "mc_child.py"),
+                        json.dumps(job)], capture_output=True, text=True, timeout=120, env=env)
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
+    assert r.returncode == 0 and lines, r.stderr[-3000:]
+    return json.loads(lines[-1])
+
+
+def test_two_processes_layer(mooncake, mc_client, layer_id):
+    # Another process populates; this one looks up; then another process
+    # looks up what this one populated.
+    job = dict(layer=layer_id, sizes=SIZES, row_bytes=R, seed=layer_id)
+    assert run_child(mooncake, job="populate", **job) == {"ok": True}
+    t = engramstore.EngramStore({layer_id: cfg()}, mc_client)
+    bufs = heads(layer_id)
+    ids = rand_ids(2, 16, 64)
+    out = sentinel((16, 64, 3, R))
+    t.lookup_into(layer_id, ids, out)
+    np.testing.assert_array_equal(out, expect(bufs, ids))
+    t.remove_from_store(layer_id, force=True)
+    t.populate(layer_id, heads(layer_id + 1))
+    res = run_child(mooncake, job="lookup", rounds=6, B=4, L=512, cache=1 << 20,
+                    **dict(job, seed=layer_id + 1))
+    assert res["ok"] and res["bad_rows"] == 0 and res["hits"] > 0, res
+    t.remove_from_store(layer_id, force=True)
+    t.close()
+
+
+# ---- the table API -----------------------------------------------------------
+
+@pytest.fixture
+def tables(mc_client, namespace):
+    st = engramstore.EngramStore(tables={"a": {"num_rows": 300, "row_bytes": R},
+                                         "b": (170, R)},
+                                 namespace=namespace, store_client=mc_client,
+                                 cache_bytes=256 << 10)
+    rows = {"a": make_rows(300, R, seed=31), "b": make_rows(170, R, seed=32)}
+    yield st, rows
+    st.close()
+    for n in ("a", "b", "c"):
+        mc_client.remove(f"{namespace}/.manifest/{n}", True)
+        mc_client.remove(f"{namespace}/{n}", True)
+
+
+def test_table_api_full_lookup_contract(tables):
+    st, rows = tables
+    assert isinstance(st, engramstore.MooncakeTableStore)
+    assert isinstance(st, engramstore.TableStore)
+    assert st.get_table_spec("a")["stored"] is False
+    st.populate("a", rows["a"])
+    st.populate("b", rows["b"][:, :])
+    assert st.list_tables() == ["a", "b"]
+    spec = st.get_table_spec("b")
+    assert (spec["num_rows"], spec["row_bytes"], spec["stored"]) == (170, R, True)
+    names = ["a", "b", "a"]
+    rng = np.random.default_rng(3)
+    ids = np.stack([rng.integers(0, 300, 50), rng.integers(1000, 1170, 50),
+                    rng.integers(0, 300, 50)], -1).astype(np.int32)
+    ids[::7, 1] = -1
+    offsets = np.array([0, 1000, 0], np.int64)
+    out_km = sentinel((3, 50, R))  # head-major through strides
+    st.lookup(names, ids, out_km.transpose(1, 0, 2), offsets)
+    for k, n in enumerate(names):
+        col = ids[:, k].astype(np.int64)
+        live = col != -1
+        np.testing.assert_array_equal(out_km[k][live], rows[n][col[live] - offsets[k]])
+        assert (out_km[k][~live] == SENTINEL).all()
+    out = sentinel((50, 3, R))
+    st.lookup(names, ids, out, offsets, zero_dead=True)
+    assert (out[::7, 1] == 0).all()
+    ids[4, 2] = 300
+    out = sentinel((50, 3, R))
+    with pytest.raises(engramstore.BadIdError, match=r"^ids\[4\]\[2\] = 300 is outside table 'a'"):
+        st.lookup(names, ids, out, offsets)
+    assert (out == SENTINEL).all()
+    st.verify("a")
+
+
+def test_table_api_create_only_and_specs(tables, mc_client, namespace):
+    st, rows = tables
+    st.populate("a", rows["a"])
+    with pytest.raises(engramstore.TableExistsError):
+        st.populate("a", rows["a"])
+    with pytest.raises(ValueError, match=r"expected shape \(170, 264\)"):
+        st.populate("b", rows["a"])
+    with pytest.raises(engramstore.LayoutMismatchError):
+        engramstore.EngramStore(tables={"a": (301, R)}, namespace=namespace,
+                                store_client=mc_client)
+    # A data object without its manifest (a writer that died) is invisible,
+    # and refused by populate until removed.
+    assert mc_client.put(f"{namespace}/c", bytes(R * 4)) == 0
+    with pytest.raises(engramstore.TableNotFoundError):
+        st.get_table_spec("c")
+    with pytest.raises(engramstore.TableNotFoundError):
+        st.lookup(["c"], np.zeros((1, 1), np.int64), sentinel((1, 1, R)))
+    with pytest.raises(engramstore.TableExistsError, match="without a manifest"):
+        st.populate("c", make_rows(4, R, seed=1))
+    st.remove("c", force=True)
+    st.populate("c", make_rows(4, R, seed=1))
+    with pytest.raises(TypeError, match="file_cache"):
+        engramstore.EngramStore(namespace=namespace, store_client=mc_client, file_cache=True)
+    with pytest.raises(engramstore.SpecError):
+        st.populate(".x", rows["a"])
+
+
+def test_table_api_other_store_sees_published_tables(tables, mc_client, namespace):
+    st, rows = tables
+    st.populate("b", rows["b"])
+    with engramstore.EngramStore(namespace=namespace, store_client=mc_client) as other:
+        assert other.list_tables() == []
+        out = sentinel((3, 1, R))
+        other.lookup(["b"], np.array([[0], [169], [5]], np.int64), out)  # opened on first use
+        np.testing.assert_array_equal(out[:, 0], rows["b"][[0, 169, 5]])
+        assert other.list_tables() == ["b"]
+
+
+def test_table_api_remove_verify_and_corruption(tables, mc_client, namespace):
+    st, rows = tables
+    st.populate("a", rows["a"])
+    ids = np.arange(300, dtype=np.int64).reshape(300, 1)
+    out = sentinel((300, 1, R))
+    st.lookup(["a"], ids, out)  # now cached
+    st.remove("a", force=True)
+    with pytest.raises(engramstore.TableNotFoundError, match="removed"):
+        st.lookup(["a"], ids, out)
+    new = make_rows(300, R, seed=77)
+    st.populate("a", new)
+    st.lookup(["a"], ids, out)
+    np.testing.assert_array_equal(out[:, 0], new)  # never the cached old rows
+    # Data replaced behind the manifest's back: verify says so.
+    mc_client.remove(f"{namespace}/a", True)
+    assert mc_client.put(f"{namespace}/a", rows["a"].tobytes()) == 0
+    with pytest.raises(engramstore.CorruptTableError, match="checksum"):
+        st.verify("a")
+
+
+def test_table_api_two_processes(mooncake, mc_client, namespace):
+    sizes = [120, 80]
+    with engramstore.EngramStore(namespace=namespace, store_client=mc_client) as st:
+        for h, n in enumerate(sizes):
+            st.populate(f"t{h}", make_rows(n, R, seed=40 + h))
+        res = run_child(mooncake, job="lookup_table", namespace=namespace, sizes=sizes,
+                        row_bytes=R, seed=40, B=300)
+        assert res["ok"] and res["tables"] == ["t0", "t1"], res
+        for h in range(2):
+            st.remove(f"t{h}", force=True)
