@@ -178,7 +178,9 @@ ENGRAM_API const char *engram_default_root(void);
  * With ENGRAM_OPEN_CREATE, a missing root and namespace directory are
  * created (mode 0700, or 0750 with ENGRAM_OPEN_GROUP).  Existing tables are
  * found on demand; nothing is mapped until a table is first used.  Stale
- * temporary files left by killed writers are removed.
+ * temporary files left by killed writers are removed (put off to a later
+ * open while another process holds a flock() on the namespace directory:
+ * no open waits for one).
  *
  * Security: the root and the namespace must be real directories (never a
  * link), owned by the caller (the root may also be owned by root), and the
