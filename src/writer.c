@@ -9,7 +9,8 @@
  *     and drop the directory lock.  A live writer therefore always holds
  *     its temp file's lock; the kernel drops it when the writer dies,
  *     however it dies.
- *  2. Reserve the data region (fallocate) so a full disk fails at begin.
+ *  2. Reserve the header and the data region (fallocate) so a full disk
+ *     fails at begin.
  *  3. Stream rows at their pitch, hashing them (XXH3-64) as they go.
  *  4. Commit: write the header, fsync, make the file read-only, link(2) it
  *     to the table name (fails with EEXIST: create-only, exactly one of
@@ -99,6 +100,17 @@ static void writer_free(engram_writer *w)
     XXH3_freeState(w->xs);
     free(w->buf);
     free(w);
+}
+
+/* Allocates bytes [off, off + len) of w's file.  File systems without
+ * fallocate (EOPNOTSUPP, EINVAL) are tolerated: they get no reservation. */
+static int reserve(engram_writer *w, uint64_t off, uint64_t len)
+{
+    int err = posix_fallocate(w->fd, (off_t)off, (off_t)len);
+    if (err == 0 || err == EOPNOTSUPP || err == EINVAL)
+        return 0;
+    return engram__errno(err, "reserve %llu bytes at offset %llu of table '%s' in %s",
+                         (unsigned long long)len, (unsigned long long)off, w->name, w->st->path);
 }
 
 /* Attempts at a temporary file that a cleanup keeps taking away. */
@@ -198,15 +210,14 @@ int engram_writer_begin(engram_store *st, const char *name, const engram_table_s
     XXH3_64bits_reset(w->xs);
     if ((err = temp_create(w)) != 0)
         goto fail;
-    /* Reserve the data region now: a full disk (or a 64 MiB /dev/shm in a
-     * container) fails here, before any row is written.  The header page
-     * and the padding up to the data offset stay a hole. */
-    err = posix_fallocate(w->fd, (off_t)w->h.data_offset, (off_t)w->h.data_size);
-    if (err != 0 && err != EOPNOTSUPP && err != EINVAL) {
-        err = engram__errno(err, "reserve %llu bytes for table '%s' in %s",
-                            (unsigned long long)w->h.data_size, name, st->path);
+    /* Reserve the header and the data region now: a full disk (or a 64 MiB
+     * /dev/shm in a container) fails here, before any row is written, and
+     * not at commit, whose header write would otherwise be the first to
+     * need a new block where the data fit exactly.  The padding between
+     * the header and the data offset stays a hole. */
+    if ((err = reserve(w, 0, ENGRAM__HEADER_SIZE)) != 0 ||
+        (err = reserve(w, w->h.data_offset, w->h.data_size)) != 0)
         goto fail;
-    }
     if (ftruncate(w->fd, (off_t)(w->h.data_offset + w->h.data_size)) != 0) {
         err = engram__errno(errno, "size table '%s' in %s", name, st->path);
         goto fail;
