@@ -532,10 +532,12 @@ ENGRAM_API int engram_dequant_fp8_e4m3_e8m0_ref(const void *values, const void *
  *
  * Validation, ids, offsets, strides and errors are those of every lookup.
  * A short read is completed by a read of the rest, and a read failing with
- * -EAGAIN or -EINTR is retried.  A read that fails otherwise, or reaches
- * the end of the file before the row's end (a file truncated under us),
- * fails the lookup with -EIO (or the error) or ENGRAM_ECORRUPT; such a row is
- * neither written to the output nor cached.  Rows of the lookup that were
+ * -EAGAIN, -EINTR or -ECANCELED (io_uring's answers to a signal that
+ * interrupted the reading thread) is retried, 16 times at most.  A read
+ * that fails otherwise, or reaches the end of the file before the row's
+ * end (a file truncated under us), fails the lookup with -EIO (or the
+ * error) or ENGRAM_ECORRUPT; such a row is neither written to the output
+ * nor cached.  Rows of the lookup that were
  * copied before the failure hold their correct bytes.
  */
 #define ENGRAM_CACHE_WAYS 7
