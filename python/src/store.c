@@ -219,10 +219,10 @@ static int Store_init(StoreObject *s, PyObject *args, PyObject *kw)
                          Py_TYPE(ns)->tp_name);
             return -1;
         }
-        if (!(cns = PyUnicode_AsUTF8(ns)))
+        if (!(cns = ext_utf8_arg(ns, "namespace")))
             return -1;
         if (dir) {
-            if (!PyUnicode_FSConverter(dir, &dirb))
+            if (ext_path_arg(dir, "local_dir", &dirb) < 0)
                 return -1;
             cdir = PyBytes_AS_STRING(dirb);
         }

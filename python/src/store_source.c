@@ -182,7 +182,7 @@ PyObject *ext_store_add_source(StoreObject *s, PyObject *const *args, Py_ssize_t
     if (!PyUnicode_Check(v[0]))
         return PyErr_Format(PyExc_TypeError, "name: expected a str, got %.100s",
                             Py_TYPE(v[0])->tp_name);
-    if (!(cname = PyUnicode_AsUTF8(v[0])))
+    if (!(cname = ext_utf8_arg(v[0], "name")))
         return NULL;
     if (!PyCallable_Check(v[3]))
         return PyErr_Format(PyExc_TypeError, "read_rows: expected a callable, got %.100s",
