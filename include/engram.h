@@ -737,6 +737,24 @@ typedef struct engram_tensor_info {
 ENGRAM_API int engram_safetensors_tensor(const char *path, const char *tensor,
                                          engram_tensor_info *info);
 
+/*! engram_safetensors_tensor_fd() :
+ * As engram_safetensors_tensor(), for the safetensors file (not an index)
+ * open on descriptor `fd`: for a caller that reads the tensor's bytes
+ * itself, from the very file whose header was checked.  Opening the path
+ * again after engram_safetensors_tensor() could open another file (the
+ * path swapped meanwhile); open it once instead, read-only with
+ * O_NOFOLLOW | O_NONBLOCK (so that a link is refused and a FIFO cannot
+ * block the open), and pass the descriptor here.  The file must be a
+ * regular file that others cannot write (ENGRAM_EUNSAFE otherwise); its
+ * header gets the same checks as engram_open_safetensors(); info->shard is
+ * "".  The descriptor is read with pread (its offset does not move) and
+ * stays open, the caller's.  `what` names the file in messages (NULL:
+ * "descriptor N").  Thread-safe.
+ * @return : 0, -ENOENT (no such tensor), ENGRAM_ECORRUPT, ENGRAM_EUNSAFE,
+ *           -EINVAL, -errno. */
+ENGRAM_API int engram_safetensors_tensor_fd(int fd, const char *what, const char *tensor,
+                                            engram_tensor_info *info);
+
 #ifdef __cplusplus
 }
 #endif
