@@ -141,7 +141,9 @@ typedef struct engram_store engram_store;
 #define ENGRAM_OPEN_TIMING 0x0040u        /* measure lookup time for stats (costs two clock reads
                                            * per lookup, ~60 ns here) */
 #define ENGRAM_OPEN_GROUP 0x0080u         /* share the namespace with the owner's group: directory
-                                           * 0750 and files 0440 instead of 0700 / 0400 */
+                                           * 0750 and files 0440 instead of 0700 / 0400; a
+                                           * reader accepts another user's namespace shared
+                                           * with one of its groups (engram_store_open()) */
 #define ENGRAM_OPEN_FILE_CACHE 0x0100u    /* serve table files without mapping them: rows are read
                                            * on demand with io_uring (O_DIRECT where the file
                                            * system allows it) through a bounded row cache; see
@@ -183,9 +185,14 @@ ENGRAM_API const char *engram_default_root(void);
  * no open waits for one).
  *
  * Security: the root and the namespace must be real directories (never a
- * link), owned by the caller (the root may also be owned by root), and the
- * namespace must not be writable by group or others.  Violations give
- * ENGRAM_EUNSAFE.
+ * link), owned by the caller (the root may also be owned by root, and be
+ * writable by others if it is sticky), and the namespace must not be
+ * writable by group or others.  With ENGRAM_OPEN_GROUP the namespace may
+ * be another user's if its group is one of the caller's groups (the owner
+ * shared it with us), and the root may then also be owned by that same
+ * user; a namespace is never created in a root of another user.  Only
+ * files owned by the namespace's owner are read.  Violations give
+ * ENGRAM_EUNSAFE with the path and the owner in engram_errmsg().
  *
  * `opts` may be NULL (defaults).  On success *out owns the store; close it
  * with engram_store_close().
