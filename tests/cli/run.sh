@@ -212,6 +212,19 @@ run lookup t 1 x2
 check "lookup of a non-numeric id -> 2" eval 'usage_fails && err_has "x2"'
 run lookup t 1 --offset 1.5
 check "lookup --offset 1.5 -> 2" eval 'usage_fails'
+# Numbers that are numbers, but too large: "out of range", not "not a number".
+run lookup t 9223372036854775807 9223372036854775808
+check "lookup of an id above INT64_MAX -> 2, out of range" \
+    eval 'usage_fails && err_has "9223372036854775808. is out of range" && ! err_has "not a decimal"'
+run lookup t -9223372036854775809
+check "lookup of an id below INT64_MIN -> 2, out of range" \
+    eval 'usage_fails && err_has "out of range" && ! err_has "not a decimal"'
+run lookup t 1 --offset 99999999999999999999
+check "lookup --offset beyond int64 -> 2, out of range" \
+    eval 'usage_fails && err_has "offset.*out of range" && ! err_has "not a decimal"'
+run create t --rows 18446744073709551616 --row-bytes 4
+check "create --rows beyond uint64 -> 2, out of range" \
+    eval 'usage_fails && err_has "rows.*out of range" && ! err_has "not a non-negative"'
 run verify
 check "verify without names -> 2" eval 'usage_fails'
 run verify --all t
