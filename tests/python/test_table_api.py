@@ -203,6 +203,20 @@ def test_empty_batch_is_a_noop(ab):
     assert st.stats()["rows"] == before
 
 
+def test_no_columns_is_a_noop(ab):
+    # K = 0: no tables, no rows, whatever the number of tokens.  numpy gives
+    # an out of shape (T, 0, 0) the strides (0, 0, 1), which are not rows
+    # that overlap.
+    st, _ = ab
+    before = st.stats()["rows"]
+    for T in (0, 1, 2, 5):
+        out = np.zeros((T, 0, 0), np.uint8)
+        assert st.lookup([], np.zeros((T, 0), np.int64), out) is None
+        assert st.lookup((), np.zeros((T, 0), np.int32), out, np.zeros(0, np.int64)) is None
+        assert st.lookup([], np.broadcast_to(np.int64(0), (T, 0)), out) is None
+    assert st.stats()["rows"] == before
+
+
 def test_single_token_and_single_column(ab):
     st, tabs = ab
     ids = np.array([[18]], np.int64)
