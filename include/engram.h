@@ -162,11 +162,14 @@ typedef struct engram_store_options {
     uint64_t cache_bytes;  /* memory budget of the whole store's row cache (its slots and
                             * its reads' staging: file-cache, safetensors and source
                             * tables): 0 = 256 MiB.  See engram_get_cache_stats(). */
-    uint32_t queue_depth;  /* io_uring reads in flight per lookup: 0 = 64 (1 .. 4096) */
+    uint32_t queue_depth;  /* io_uring reads in flight per lookup: 0 = 64
+                            * (1 .. ENGRAM_QUEUE_DEPTH_MAX) */
     uint32_t cache_log_ms; /* print a cache stats line to stderr at most every this many ms
                             * of lookups; 0 = the ENGRAM_CACHE_LOG_MS environment variable,
                             * or never */
 } engram_store_options;
+
+#define ENGRAM_QUEUE_DEPTH_MAX 4096u /* engram_store_options.queue_depth at most */
 
 #define ENGRAM_STORE_OPTIONS_INIT {sizeof(engram_store_options), 0u, 0, 0, 0, 0, 0}
 

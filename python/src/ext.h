@@ -50,6 +50,13 @@ PyObject *ext_raise_cls(PyObject *cls, int rc, const char *fmt, ...);
 const char *ext_utf8_arg(PyObject *s, const char *arg);
 int ext_path_arg(PyObject *o, const char *arg, PyObject **out);
 
+/* An int argument `arg` in [0, max] (a size, a count handed to a C
+ * unsigned field, which a negative or too large value would wrap): 0 and
+ * *out, or -1 with TypeError (not an int) or ValueError naming `arg`, the
+ * range and `hint` (e.g. " (0 = 64)"; may be NULL). */
+int ext_uint_arg(PyObject *v, const char *arg, unsigned long long max, const char *hint,
+                 unsigned long long *out);
+
 /* ---- arrays.c ---------------------------------------------------------- */
 
 #define EXT_MAX_DIMS 8

@@ -159,6 +159,38 @@ int ext_path_arg(PyObject *o, const char *arg, PyObject **out)
     return 0;
 }
 
+int ext_uint_arg(PyObject *v, const char *arg, unsigned long long max, const char *hint,
+                 unsigned long long *out)
+{
+    unsigned long long x;
+    int overflow;
+    long long sx;
+    if (!PyLong_Check(v)) {
+        PyErr_Format(PyExc_TypeError, "%s: expected an int, got %.100s", arg,
+                     Py_TYPE(v)->tp_name);
+        return -1;
+    }
+    sx = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (sx == -1 && !overflow && PyErr_Occurred())
+        return -1;
+    if (overflow < 0 || (!overflow && sx < 0))
+        goto range;
+    if (!overflow)
+        x = (unsigned long long)sx;
+    else if ((x = PyLong_AsUnsignedLongLong(v)) == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear(); /* above 2**64 - 1 */
+        goto range;
+    }
+    if (x > max)
+        goto range;
+    *out = x;
+    return 0;
+range:
+    PyErr_Format(PyExc_ValueError, "%s: expected an int in [0, %llu]%s, got %R", arg, max,
+                 hint ? hint : "", v);
+    return -1;
+}
+
 static PyObject *find_class(const char *name)
 {
     for (size_t i = 0; i < NEXCS; i++)

@@ -189,8 +189,7 @@ PyObject *ext_store_add_source(StoreObject *s, PyObject *const *args, Py_ssize_t
                             Py_TYPE(v[3])->tp_name);
     if (((nrows = PyLong_AsUnsignedLongLong(v[1])) == (unsigned long long)-1 && PyErr_Occurred()) ||
         ((rbytes = PyLong_AsUnsignedLongLong(v[2])) == (unsigned long long)-1 && PyErr_Occurred()) ||
-        (v[4] && (cache = PyLong_AsUnsignedLongLong(v[4])) == (unsigned long long)-1 &&
-         PyErr_Occurred()))
+        (v[4] && ext_uint_arg(v[4], "cache_bytes", UINT64_MAX, NULL, &cache) < 0))
         return NULL;
     if (rbytes > ENGRAM_ROW_BYTES_MAX)
         return PyErr_Format(PyExc_ValueError, "row_bytes: at most %u, got %llu",

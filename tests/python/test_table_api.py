@@ -315,6 +315,37 @@ def test_bad_specs(local_dir, spec, exc, msg):
         engramstore.EngramStore(tables={"a": spec}, namespace="bad", local_dir=local_dir)
 
 
+@pytest.mark.parametrize("kw,msg", [
+    ({"cache_bytes": -1}, r"^cache_bytes: expected an int in \[0, 18446744073709551615\] "
+                          r"\(0 = 256 MiB\), got -1$"),
+    ({"cache_bytes": 2**64}, r"^cache_bytes: expected an int in \[0, 18446744073709551615\]"),
+    ({"cache_bytes": -2**70}, r"^cache_bytes: expected an int in"),
+    ({"queue_depth": -1}, r"^queue_depth: expected an int in \[0, 4096\] \(0 = 64\), got -1$"),
+    ({"queue_depth": 4097}, r"^queue_depth: expected an int in \[0, 4096\]"),
+    ({"queue_depth": 2**32 + 1}, r"^queue_depth: expected an int in \[0, 4096\]"),
+])
+def test_options_out_of_range_are_refused(local_dir, kw, msg):
+    # Handed to unsigned C fields, these used to wrap into other values.
+    for file_cache in (False, True):
+        with pytest.raises(ValueError, match=msg):
+            engramstore.EngramStore(namespace="n", local_dir=local_dir, file_cache=file_cache,
+                                    **kw)
+    assert os.listdir(local_dir) == []
+
+
+def test_options_at_their_limits(local_dir):
+    with pytest.raises(TypeError, match="^cache_bytes: expected an int, got float"):
+        engramstore.EngramStore(namespace="n", local_dir=local_dir, cache_bytes=1.5)
+    with engramstore.EngramStore(namespace="n", local_dir=local_dir, file_cache=True,
+                                 cache_bytes=2**64 - 1, queue_depth=4096) as st:
+        cache = st.stats()["cache"]
+        assert cache["queue_depth"] == 4096 and cache["budget_bytes"] == 2**64 - 1
+    with engramstore.EngramStore(local_dir=None) as mem:
+        with pytest.raises(ValueError, match=r"^cache_bytes: expected an int in \[0, "):
+            mem.add_source("s", (4, 8), lambda rows, out: None, cache_bytes=-1)
+        assert mem.list_tables() == []
+
+
 def test_bad_constructor_arguments(local_dir):
     with pytest.raises(TypeError, match="^namespace: required"):
         engramstore.EngramStore(tables={"a": (1, 1)}, local_dir=local_dir)
