@@ -384,7 +384,7 @@ ENGRAM_API int engram_verify(engram_store *st, const char *name, engram_progress
 
 typedef struct engram_lookup_args {
     uint32_t size;                 /* sizeof(engram_lookup_args) */
-    uint32_t flags;                /* ENGRAM_LOOKUP_* */
+    uint32_t flags;                /* ENGRAM_LOOKUP_*; any other bit is -EINVAL */
     size_t num_tokens;             /* T */
     size_t num_cols;               /* K */
     const engram_table_id *tables; /* [K] ids from engram_table_open() */
