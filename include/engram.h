@@ -141,7 +141,9 @@ typedef struct engram_store engram_store;
 #define ENGRAM_OPEN_TIMING 0x0040u        /* measure lookup time for stats (costs two clock reads
                                            * per lookup, ~60 ns here) */
 #define ENGRAM_OPEN_GROUP 0x0080u         /* share the namespace with the owner's group: directory
-                                           * 0750 and files 0440 instead of 0700 / 0400 */
+                                           * 0750 and files 0440 instead of 0700 / 0400; a
+                                           * reader accepts another user's namespace shared
+                                           * with one of its groups (engram_store_open()) */
 #define ENGRAM_OPEN_FILE_CACHE 0x0100u    /* serve table files without mapping them: rows are read
                                            * on demand with io_uring (O_DIRECT where the file
                                            * system allows it) through a bounded row cache; see
@@ -160,11 +162,14 @@ typedef struct engram_store_options {
     uint64_t cache_bytes;  /* memory budget of the whole store's row cache (its slots and
                             * its reads' staging: file-cache, safetensors and source
                             * tables): 0 = 256 MiB.  See engram_get_cache_stats(). */
-    uint32_t queue_depth;  /* io_uring reads in flight per lookup: 0 = 64 (1 .. 4096) */
+    uint32_t queue_depth;  /* io_uring reads in flight per lookup: 0 = 64
+                            * (1 .. ENGRAM_QUEUE_DEPTH_MAX) */
     uint32_t cache_log_ms; /* print a cache stats line to stderr at most every this many ms
                             * of lookups; 0 = the ENGRAM_CACHE_LOG_MS environment variable,
                             * or never */
 } engram_store_options;
+
+#define ENGRAM_QUEUE_DEPTH_MAX 4096u /* engram_store_options.queue_depth at most */
 
 #define ENGRAM_STORE_OPTIONS_INIT {sizeof(engram_store_options), 0u, 0, 0, 0, 0, 0}
 
@@ -178,12 +183,19 @@ ENGRAM_API const char *engram_default_root(void);
  * With ENGRAM_OPEN_CREATE, a missing root and namespace directory are
  * created (mode 0700, or 0750 with ENGRAM_OPEN_GROUP).  Existing tables are
  * found on demand; nothing is mapped until a table is first used.  Stale
- * temporary files left by killed writers are removed.
+ * temporary files left by killed writers are removed (put off to a later
+ * open while another process holds a flock() on the namespace directory:
+ * no open waits for one).
  *
  * Security: the root and the namespace must be real directories (never a
- * link), owned by the caller (the root may also be owned by root), and the
- * namespace must not be writable by group or others.  Violations give
- * ENGRAM_EUNSAFE.
+ * link), owned by the caller (the root may also be owned by root, and be
+ * writable by others if it is sticky), and the namespace must not be
+ * writable by group or others.  With ENGRAM_OPEN_GROUP the namespace may
+ * be another user's if its group is one of the caller's groups (the owner
+ * shared it with us), and the root may then also be owned by that same
+ * user; a namespace is never created in a root of another user.  Only
+ * files owned by the namespace's owner are read.  Violations give
+ * ENGRAM_EUNSAFE with the path and the owner in engram_errmsg().
  *
  * `opts` may be NULL (defaults).  On success *out owns the store; close it
  * with engram_store_close().
@@ -372,7 +384,7 @@ ENGRAM_API int engram_verify(engram_store *st, const char *name, engram_progress
 
 typedef struct engram_lookup_args {
     uint32_t size;                 /* sizeof(engram_lookup_args) */
-    uint32_t flags;                /* ENGRAM_LOOKUP_* */
+    uint32_t flags;                /* ENGRAM_LOOKUP_*; any other bit is -EINVAL */
     size_t num_tokens;             /* T */
     size_t num_cols;               /* K */
     const engram_table_id *tables; /* [K] ids from engram_table_open() */
@@ -530,10 +542,12 @@ ENGRAM_API int engram_dequant_fp8_e4m3_e8m0_ref(const void *values, const void *
  *
  * Validation, ids, offsets, strides and errors are those of every lookup.
  * A short read is completed by a read of the rest, and a read failing with
- * -EAGAIN or -EINTR is retried.  A read that fails otherwise, or reaches
- * the end of the file before the row's end (a file truncated under us),
- * fails the lookup with -EIO (or the error) or ENGRAM_ECORRUPT; such a row is
- * neither written to the output nor cached.  Rows of the lookup that were
+ * -EAGAIN, -EINTR or -ECANCELED (io_uring's answers to a signal that
+ * interrupted the reading thread) is retried, 16 times at most.  A read
+ * that fails otherwise, or reaches the end of the file before the row's
+ * end (a file truncated under us), fails the lookup with -EIO (or the
+ * error) or ENGRAM_ECORRUPT; such a row is neither written to the output
+ * nor cached.  Rows of the lookup that were
  * copied before the failure hold their correct bytes.
  */
 #define ENGRAM_CACHE_WAYS 7
@@ -732,6 +746,24 @@ typedef struct engram_tensor_info {
  *           ENGRAM_EUNSAFE, -errno. */
 ENGRAM_API int engram_safetensors_tensor(const char *path, const char *tensor,
                                          engram_tensor_info *info);
+
+/*! engram_safetensors_tensor_fd() :
+ * As engram_safetensors_tensor(), for the safetensors file (not an index)
+ * open on descriptor `fd`: for a caller that reads the tensor's bytes
+ * itself, from the very file whose header was checked.  Opening the path
+ * again after engram_safetensors_tensor() could open another file (the
+ * path swapped meanwhile); open it once instead, read-only with
+ * O_NOFOLLOW | O_NONBLOCK (so that a link is refused and a FIFO cannot
+ * block the open), and pass the descriptor here.  The file must be a
+ * regular file that others cannot write (ENGRAM_EUNSAFE otherwise); its
+ * header gets the same checks as engram_open_safetensors(); info->shard is
+ * "".  The descriptor is read with pread (its offset does not move) and
+ * stays open, the caller's.  `what` names the file in messages (NULL:
+ * "descriptor N").  Thread-safe.
+ * @return : 0, -ENOENT (no such tensor), ENGRAM_ECORRUPT, ENGRAM_EUNSAFE,
+ *           -EINVAL, -errno. */
+ENGRAM_API int engram_safetensors_tensor_fd(int fd, const char *what, const char *tensor,
+                                            engram_tensor_info *info);
 
 #ifdef __cplusplus
 }

@@ -652,6 +652,8 @@ int engram_lookup(engram_store *st, const engram_lookup_args *a)
     if (ENGRAM__UNLIKELY(!st || !a || a->size != sizeof(engram_lookup_args)))
         return engram__err(-EINVAL, "store and args (with size = sizeof(engram_lookup_args)) are "
                                     "required");
+    if (ENGRAM__UNLIKELY(a->flags & ~(uint32_t)ENGRAM_LOOKUP_ZERO_DEAD))
+        return engram__err(-EINVAL, "unknown lookup flags 0x%x", a->flags);
     if (ENGRAM__UNLIKELY(engram__fetch_in_source()))
         /* The plan scratch of the lookup that called the source is in use. */
         return engram__err(ENGRAM_ESTATE, "engram_lookup() called from inside a source's "

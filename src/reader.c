@@ -6,8 +6,9 @@
  *
  *   Each row takes a staging slot per segment; its reads go on the ring,
  *   up to the ring's slots in flight.  As each read completes it is
- *   checked: a short read is completed by a read of the rest, -EAGAIN and
- *   -EINTR are retried, and a read that returns nothing before the row's
+ *   checked: a short read is completed by a read of the rest, -EAGAIN,
+ *   -EINTR and -ECANCELED are retried, and a read that returns nothing
+ *   before the row's
  *   end is a truncated file.  When all of a row's reads are in, the row is
  *   copied to its destination and marked done; a row whose read failed is
  *   never copied.  Each completion frees its slots, which the next row's
@@ -54,7 +55,8 @@
 #define MAX_SEGS ENGRAM__RD_MAX_SEGS
 #define DIRECT_ALIGN 4096u  /* staging alignment with O_DIRECT segments */
 #define BUFFERED_ALIGN 64u  /* staging alignment otherwise */
-#define OP_RETRIES 16       /* retries of a read that failed with -EAGAIN or -EINTR */
+#define OP_RETRIES 16       /* retries of a read that failed with -EAGAIN, -EINTR or
+                             * -ECANCELED */
 #define MAX_RINGS 64
 /* The reader's share of the budget: at most this fraction for staging. */
 #define STAGING_SHARE 8
@@ -70,7 +72,7 @@ typedef struct rd_op {
     uint32_t skip;   /* bytes before the row's bytes in the slot */
     uint32_t want;   /* bytes the slot must hold: skip + the segment's bytes */
     uint32_t done;   /* bytes already in the slot (a short read's first part) */
-    uint32_t again;  /* reads retried after -EAGAIN or -EINTR */
+    uint32_t again;  /* reads retried after -EAGAIN, -EINTR or -ECANCELED */
     int direct;      /* the next read goes to the O_DIRECT descriptor */
 } rd_op;
 
@@ -390,8 +392,9 @@ static void row_done(fill_ctx *c, uint32_t ri)
 
 /* Handles the result `res` of a read of op o.  Returns 1 when the op
  * needs another read, already set up in r->ops[o]: an O_DIRECT read the
- * file system refused (redone buffered), a read that failed with -EAGAIN
- * or -EINTR (retried, OP_RETRIES times at most), or a short read that is
+ * file system refused (redone buffered), a read that failed with -EAGAIN,
+ * -EINTR or -ECANCELED (retried, OP_RETRIES times at most), or a short
+ * read that is
  * not at the end of the file (the rest is read).  The caller queues it or
  * runs it.  Returns 0 once the op is over, well or not. */
 static int op_complete(fill_ctx *c, uint32_t o, int res)
@@ -415,9 +418,12 @@ static int op_complete(fill_ctx *c, uint32_t o, int res)
         engram__ctr_add(&ctr->reads, 1, c->excl);
         return 1;
     }
-    if ((res == -EAGAIN || res == -EINTR) && op->again < OP_RETRIES) {
-        /* Transient: io_uring can pass either up from a file system or a
-         * device that is out of request slots.  The same read again. */
+    if ((res == -EAGAIN || res == -EINTR || res == -ECANCELED) && op->again < OP_RETRIES) {
+        /* Transient: io_uring can pass -EAGAIN or -EINTR up from a file
+         * system or a device that is out of request slots, and completes a
+         * read with -EINTR or -ECANCELED when a signal interrupts the task
+         * while the read waits (a blocking read punted to an io-wq worker).
+         * Neither says anything about the file: the same read again. */
         op->again++;
         engram__ctr_add(&ctr->reads, 1, c->excl);
         return 1;

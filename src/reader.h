@@ -31,7 +31,7 @@
 
 #define ENGRAM__RD_MAX_SEGS 2
 #define ENGRAM__RD_DEFAULT_QD 64u
-#define ENGRAM__RD_MAX_QD 4096u
+#define ENGRAM__RD_MAX_QD ENGRAM_QUEUE_DEPTH_MAX
 
 typedef struct engram__reader engram__reader;
 struct engram__cbudget;

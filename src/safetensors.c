@@ -379,6 +379,21 @@ int engram__st_read(int fd, uint64_t file_size, const char *what, engram__st_hea
  * Files and index files.
  */
 
+/* Checks the checkpoint file open on fd (`what` in messages): a regular
+ * file (not a FIFO, device, ...) that others cannot write.  *sb receives
+ * its fstat. */
+static int check_fd(int fd, const char *what, struct stat *sb)
+{
+    if (fstat(fd, sb) != 0)
+        return engram__errno(errno, "fstat %s", what);
+    if (!S_ISREG(sb->st_mode))
+        return engram__err(ENGRAM_EUNSAFE, "%s is not a regular file", what);
+    if (sb->st_mode & S_IWOTH)
+        return engram__err(ENGRAM_EUNSAFE, "%s is writable by others (mode %03o)", what,
+                           (unsigned)(sb->st_mode & 0777));
+    return 0;
+}
+
 /* Opens a checkpoint file read-only: no link, a regular file, not
  * writable by others. */
 static int open_checked(const char *path, struct stat *sb)
@@ -393,19 +408,8 @@ static int open_checked(const char *path, struct stat *sb)
             return engram__err(-ENOENT, "%s does not exist", path);
         return engram__errno(err, "open %s", path);
     }
-    if (fstat(fd, sb) != 0) {
-        err = engram__errno(errno, "fstat %s", path);
+    if ((err = check_fd(fd, path, sb)) != 0)
         goto fail;
-    }
-    if (!S_ISREG(sb->st_mode)) {
-        err = engram__err(ENGRAM_EUNSAFE, "%s is not a regular file", path);
-        goto fail;
-    }
-    if (sb->st_mode & S_IWOTH) {
-        err = engram__err(ENGRAM_EUNSAFE, "%s is writable by others (mode %03o)", path,
-                          (unsigned)(sb->st_mode & 0777));
-        goto fail;
-    }
     if (fcntl(fd, F_SETFL, 0) != 0) {
         err = engram__errno(errno, "fcntl %s", path);
         goto fail;
@@ -524,6 +528,24 @@ fail:
     return err;
 }
 
+/* Describes tensor t of header h, found in `shard` ("" for the file
+ * itself), in *info. */
+static void tensor_info(const engram__st_header *h, const engram__st_tensor *t,
+                        const char *shard, engram_tensor_info *info)
+{
+    memset(info, 0, sizeof *info);
+    info->size = sizeof *info;
+    info->ndim = t->ndim;
+    memcpy(info->dtype, t->dtype, sizeof info->dtype);
+    info->elem_size = t->elem_size;
+    memcpy(info->shape, t->shape, sizeof info->shape);
+    info->offset = h->data_start + t->begin;
+    info->nbytes = t->end - t->begin;
+    /* Only the name: the rest of shard[] may not be initialised, and the
+     * caller gets zeros after it (memset above), never our stack. */
+    snprintf(info->shard, sizeof info->shard, "%s", shard);
+}
+
 int engram_safetensors_tensor(const char *path, const char *tensor, engram_tensor_info *info)
 {
     engram__st_header h;
@@ -536,19 +558,38 @@ int engram_safetensors_tensor(const char *path, const char *tensor, engram_tenso
                                     "required");
     if ((err = open_tensor(path, tensor, &fd, &sb, &h, &t, shard, sizeof shard)) != 0)
         return err;
-    memset(info, 0, sizeof *info);
-    info->size = sizeof *info;
-    info->ndim = t->ndim;
-    memcpy(info->dtype, t->dtype, sizeof info->dtype);
-    info->elem_size = t->elem_size;
-    memcpy(info->shape, t->shape, sizeof info->shape);
-    info->offset = h.data_start + t->begin;
-    info->nbytes = t->end - t->begin;
-    /* Only the name: the rest of shard[] is not initialised, and the
-     * caller gets zeros after it (memset above), never our stack. */
-    snprintf(info->shard, sizeof info->shard, "%s", shard);
+    tensor_info(&h, t, shard, info);
     engram__st_free(&h);
     close(fd);
+    return 0;
+}
+
+int engram_safetensors_tensor_fd(int fd, const char *what, const char *tensor,
+                                 engram_tensor_info *info)
+{
+    engram__st_header h;
+    const engram__st_tensor *t;
+    struct stat sb;
+    char name[32];
+    int err;
+    if (fd < 0 || !info || info->size != sizeof(engram_tensor_info))
+        return engram__err(-EINVAL, "a descriptor and info (with size = "
+                                    "sizeof(engram_tensor_info)) are required");
+    if (!tensor || !tensor[0])
+        return engram__err(-EINVAL, "a tensor name is required");
+    if (!what) {
+        snprintf(name, sizeof name, "descriptor %d", fd);
+        what = name;
+    }
+    if ((err = check_fd(fd, what, &sb)) != 0 ||
+        (err = engram__st_read(fd, (uint64_t)sb.st_size, what, &h)) != 0)
+        return err;
+    if (!(t = engram__st_find(&h, tensor))) {
+        engram__st_free(&h);
+        return engram__err(-ENOENT, "%s: no tensor '%s'", what, tensor);
+    }
+    tensor_info(&h, t, "", info);
+    engram__st_free(&h);
     return 0;
 }
 

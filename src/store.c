@@ -53,17 +53,10 @@ unsigned engram__shard(int *exclusive)
     return ENGRAM__SHARDS - 1;
 }
 
-/* Opens directory `name` relative to `at`, refusing links, and checks who
- * may change it.  A namespace must be closed to writers other than its
- * owner, who must be us, or with ENGRAM_OPEN_GROUP anyone (a group member
- * reading the owner's tables).  The root may also belong to root (e.g.
- * /dev/shm itself) and be world-writable if sticky.  *owner receives the
- * directory's owner: the only uid whose files the store will trust. */
-static int open_dir_checked(int at, const char *name, const char *what, int is_root,
-                            int any_owner, uid_t *owner)
+/* Opens directory `name` relative to `at`, refusing links; *sb receives
+ * its fstat.  Returns the descriptor or a negative code with the reason. */
+static int open_dir(int at, const char *name, const char *what, struct stat *sb)
 {
-    struct stat sb;
-    uid_t me = geteuid();
     int fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC), err;
     if (fd < 0) {
         err = errno;
@@ -73,25 +66,80 @@ static int open_dir_checked(int at, const char *name, const char *what, int is_r
             return engram__err(-ENOENT, "%s does not exist", what);
         return engram__errno(err, "open %s", what);
     }
-    if (fstat(fd, &sb) != 0) {
+    if (fstat(fd, sb) != 0) {
         err = engram__errno(errno, "fstat %s", what);
-        goto fail;
+        close(fd);
+        return err;
     }
-    if (sb.st_uid != me && !any_owner && !(is_root && sb.st_uid == 0)) {
-        err = engram__err(ENGRAM_EUNSAFE, "%s is owned by uid %u, not by us (uid %u)", what,
-                          (unsigned)sb.st_uid, (unsigned)me);
-        goto fail;
-    }
-    if ((sb.st_mode & (S_IWGRP | S_IWOTH)) && !(is_root && (sb.st_mode & S_ISVTX))) {
-        err = engram__err(ENGRAM_EUNSAFE, "%s is writable by group or others (mode %04o)", what,
-                          (unsigned)(sb.st_mode & 07777));
-        goto fail;
-    }
-    *owner = sb.st_uid;
     return fd;
-fail:
-    close(fd);
-    return err;
+}
+
+/* 1 if gid is our effective group or one of our supplementary groups. */
+static int in_our_groups(gid_t gid)
+{
+    gid_t *list;
+    int n, found = 0;
+    if (gid == getegid())
+        return 1;
+    if ((n = getgroups(0, NULL)) <= 0 || !(list = malloc((size_t)n * sizeof *list)))
+        return 0;
+    n = getgroups(n, list);
+    for (int i = 0; i < n && !found; i++)
+        found = list[i] == gid;
+    free(list);
+    return found;
+}
+
+/* Who may change a directory: nobody but its owner, or, for the root, also
+ * anyone if it is sticky (like /dev/shm: then only an entry's owner, the
+ * root's owner and root can rename or remove the entry). */
+static int check_dir_mode(const struct stat *sb, const char *what, int is_root)
+{
+    if ((sb->st_mode & (S_IWGRP | S_IWOTH)) && !(is_root && (sb->st_mode & S_ISVTX)))
+        return engram__err(ENGRAM_EUNSAFE, "%s is writable by group or others (mode %04o)",
+                           what, (unsigned)(sb->st_mode & 07777));
+    return 0;
+}
+
+/* The trust rule for a namespace directory `ns` (fstat nsb) under the
+ * root `root` (fstat rsb): its owner is the only uid whose files the
+ * store will read, so who may own, replace or change either directory
+ * decides whose tables we read.
+ *  - The namespace is ours, or, with ENGRAM_OPEN_GROUP, another user's
+ *    who shares it with us: its group is one of our groups (only the
+ *    group's members and root can give a directory their group, so a
+ *    stranger's directory never passes), and not writable by group or
+ *    others.
+ *  - The root is ours or root's, or, with ENGRAM_OPEN_GROUP, the
+ *    namespace owner's (whom we trust already): anyone else owning it
+ *    could rename the namespace away and put their own in its place,
+ *    sticky bit or not.  Others may write it only if it is sticky.
+ * Both are checked on the open descriptors the store keeps using, so the
+ * directories cannot be swapped between the checks and their use. */
+static int check_trust(const struct stat *rsb, const char *root, const struct stat *nsb,
+                       const char *ns, int group)
+{
+    uid_t me = geteuid();
+    int err;
+    if ((err = check_dir_mode(nsb, ns, 0)) != 0)
+        return err;
+    if (nsb->st_uid != me && !group)
+        return engram__err(ENGRAM_EUNSAFE, "%s is owned by uid %u, not by us (uid %u)", ns,
+                           (unsigned)nsb->st_uid, (unsigned)me);
+    if (nsb->st_uid != me && !in_our_groups(nsb->st_gid))
+        return engram__err(ENGRAM_EUNSAFE,
+                           "%s is owned by uid %u with group %u, which is not one of our "
+                           "groups: with ENGRAM_OPEN_GROUP another user's namespace is trusted "
+                           "only when it is shared with a group we are in",
+                           ns, (unsigned)nsb->st_uid, (unsigned)nsb->st_gid);
+    if (rsb->st_uid != me && rsb->st_uid != 0 && rsb->st_uid != nsb->st_uid)
+        return engram__err(ENGRAM_EUNSAFE,
+                           "%s is owned by uid %u, who is neither us (uid %u), root nor the "
+                           "owner of namespace %s (uid %u): that user could replace the "
+                           "namespace",
+                           root, (unsigned)rsb->st_uid, (unsigned)me, ns,
+                           (unsigned)nsb->st_uid);
+    return 0;
 }
 
 static int store_alloc(const engram_store_options *opts, engram_store **out)
@@ -173,8 +221,8 @@ int engram_store_open(const char *root, const char *ns, const engram_store_optio
                       engram_store **out)
 {
     engram_store *st = NULL;
-    int rootfd = -1, err, group;
-    uid_t owner;
+    int rootfd = -1, err, group, foreign_root;
+    struct stat rsb, nsb;
     size_t plen;
     mode_t mode;
 
@@ -199,23 +247,41 @@ int engram_store_open(const char *root, const char *ns, const engram_store_optio
         goto fail;
     }
     group = (st->opts.flags & ENGRAM_OPEN_GROUP) != 0;
-    if ((rootfd = open_dir_checked(AT_FDCWD, root, root, 1, group, &owner)) < 0) {
+    if ((rootfd = open_dir(AT_FDCWD, root, root, &rsb)) < 0) {
         err = rootfd;
         goto fail;
     }
-    if ((st->opts.flags & ENGRAM_OPEN_CREATE) && mkdirat(rootfd, ns, mode) != 0 &&
+    if ((err = check_dir_mode(&rsb, root, 1)) != 0)
+        goto fail;
+    /* A root of another user: only with GROUP (if that user owns the
+     * namespace too, checked below), and never to create a namespace in,
+     * which that user could replace. */
+    foreign_root = rsb.st_uid != geteuid() && rsb.st_uid != 0;
+    if (foreign_root && !group) {
+        err = engram__err(ENGRAM_EUNSAFE, "%s is owned by uid %u, not by us (uid %u) or root",
+                          root, (unsigned)rsb.st_uid, (unsigned)geteuid());
+        goto fail;
+    }
+    if ((st->opts.flags & ENGRAM_OPEN_CREATE) && !foreign_root && mkdirat(rootfd, ns, mode) != 0 &&
         errno != EEXIST) {
         err = engram__errno(errno, "create namespace directory %s", st->path);
         goto fail;
     }
-    if ((st->dirfd = open_dir_checked(rootfd, ns, st->path, 0, group, &st->uid)) < 0) {
+    if ((st->dirfd = open_dir(rootfd, ns, st->path, &nsb)) < 0) {
         err = st->dirfd;
         st->dirfd = -1;
-        if (err == -ENOENT)
+        if (err == -ENOENT && foreign_root && (st->opts.flags & ENGRAM_OPEN_CREATE))
+            err = engram__err(ENGRAM_EUNSAFE, "%s is owned by uid %u, not by us (uid %u) or "
+                                              "root: namespace %s is not created in it",
+                              root, (unsigned)rsb.st_uid, (unsigned)geteuid(), st->path);
+        else if (err == -ENOENT)
             engram__err(err, "namespace %s does not exist (open with ENGRAM_OPEN_CREATE)",
                         st->path);
         goto fail;
     }
+    if ((err = check_trust(&rsb, root, &nsb, st->path, group)) != 0)
+        goto fail;
+    st->uid = nsb.st_uid;
     close(rootfd);
     engram__clean_temps(st);
     *out = st;

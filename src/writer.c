@@ -3,18 +3,27 @@
  * of temporary files left by writers that died.
  *
  * Protocol (docs/format.md):
- *  1. Take a shared flock on a fresh descriptor of the namespace directory,
- *     create ".tmp.<name>.<pid>.<nonce>" with O_EXCL, take an exclusive
- *     flock on it, and drop the directory lock.  A live writer therefore
- *     always holds its temp file's lock; the kernel drops it when the
- *     writer dies, however it dies.
- *  2. Reserve the data region (fallocate) so a full disk fails at begin.
+ *  1. Take a shared flock on a fresh descriptor of the namespace directory
+ *     if it is free, create ".tmp.<name>.<pid>.<nonce>" with O_EXCL, take
+ *     an exclusive flock on it, check that the name is still that file,
+ *     and drop the directory lock.  A live writer therefore always holds
+ *     its temp file's lock; the kernel drops it when the writer dies,
+ *     however it dies.
+ *  2. Reserve the header and the data region (fallocate) so a full disk
+ *     fails at begin.
  *  3. Stream rows at their pitch, hashing them (XXH3-64) as they go.
  *  4. Commit: write the header, fsync, make the file read-only, link(2) it
  *     to the table name (fails with EEXIST: create-only, exactly one of
  *     racing writers wins), unlink the temp name, fsync the directory.
  * Cleanup takes the directory lock exclusively (so no writer is between
  * create and lock) and removes every temp whose lock it can take.
+ *
+ * Nobody waits for the directory lock: anyone who can read the directory
+ * (a member of a group namespace's group, say) can flock it and keep it.
+ * A cleanup that cannot have it is skipped (the next open runs it), and a
+ * writer that cannot have it goes on without it: a cleanup that removed
+ * its temp between the create and the lock is then caught by the check
+ * that the name still is the file locked, and the writer tries a new name.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -62,19 +71,22 @@ static int write_full(int fd, const void *buf, size_t len, uint64_t off, const c
     return 0;
 }
 
-/* A new descriptor of the namespace directory: flock() locks belong to the
- * open file description, so each user needs its own. */
-static int dir_lock(engram_store *st, int op)
+/* A new descriptor of the namespace directory (flock() locks belong to
+ * the open file description, so each user needs its own), locked with
+ * `op` if that can be had without waiting.  Returns the descriptor,
+ * -EWOULDBLOCK (no message) when another open file description holds a
+ * conflicting lock, or another negative code with the reason. */
+static int dir_trylock(engram_store *st, int op)
 {
     int fd = openat(st->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
         return engram__errno(errno, "open %s", st->path);
-    while (flock(fd, op) != 0) {
-        if (errno != EINTR) {
-            int err = engram__errno(errno, "lock %s", st->path);
-            close(fd);
-            return err;
-        }
+    while (flock(fd, op | LOCK_NB) != 0) {
+        int e = errno;
+        if (e == EINTR)
+            continue;
+        close(fd);
+        return e == EWOULDBLOCK ? -EWOULDBLOCK : engram__errno(e, "lock %s", st->path);
     }
     return fd;
 }
@@ -90,12 +102,76 @@ static void writer_free(engram_writer *w)
     free(w);
 }
 
+/* Allocates bytes [off, off + len) of w's file.  File systems without
+ * fallocate (EOPNOTSUPP, EINVAL) are tolerated: they get no reservation. */
+static int reserve(engram_writer *w, uint64_t off, uint64_t len)
+{
+    int err = posix_fallocate(w->fd, (off_t)off, (off_t)len);
+    if (err == 0 || err == EOPNOTSUPP || err == EINVAL)
+        return 0;
+    return engram__errno(err, "reserve %llu bytes at offset %llu of table '%s' in %s",
+                         (unsigned long long)len, (unsigned long long)off, w->name, w->st->path);
+}
+
+/* Attempts at a temporary file that a cleanup keeps taking away. */
+#define TMP_TRIES 8
+
+/* Creates w's temporary file and takes its lock (step 1 of the protocol):
+ * 0 with w->fd and w->tmp, or a negative code with the reason. */
+static int temp_create(engram_writer *w)
+{
+    static _Atomic unsigned nonce;
+    engram_store *st = w->st;
+    int lockfd, err = 0;
+
+    /* Held, the directory's shared lock keeps cleanups out until our file
+     * is locked; not to be had, it is not waited for (see the top). */
+    if ((lockfd = dir_trylock(st, LOCK_SH)) < 0 && lockfd != -EWOULDBLOCK)
+        return lockfd;
+    for (int tries = 1;; tries++) {
+        struct stat a, b;
+        int locked;
+        snprintf(w->tmp, sizeof w->tmp, TMP_PREFIX "%s.%ld.%x", w->name, (long)getpid(),
+                 atomic_fetch_add(&nonce, 1) ^ (unsigned)engram__now_ns());
+        w->fd = openat(st->dirfd, w->tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                       0600);
+        if (w->fd < 0) {
+            err = engram__errno(errno, "create %s/%s", st->path, w->tmp);
+            break;
+        }
+        /* The file is ours and 0600: only a cleanup that took it for a
+         * dead writer's may hold its lock, and only to remove it. */
+        locked = flock(w->fd, LOCK_EX | LOCK_NB) == 0;
+        if (!locked && errno != EWOULDBLOCK) {
+            err = engram__errno(errno, "lock %s/%s", st->path, w->tmp);
+            break;
+        }
+        /* Locked, and still under its name: no cleanup can remove it now
+         * (one removes only what it locked, after checking the name). */
+        if (locked && fstat(w->fd, &a) == 0 &&
+            fstatat(st->dirfd, w->tmp, &b, AT_SYMLINK_NOFOLLOW) == 0 && a.st_ino == b.st_ino &&
+            a.st_dev == b.st_dev)
+            break;
+        unlinkat(st->dirfd, w->tmp, 0);
+        close(w->fd);
+        w->fd = -1;
+        if (tries == TMP_TRIES) {
+            err = engram__err(-EAGAIN, "create a temporary file in %s: a cleanup of stale "
+                                       "temporary files removed it %d times in a row",
+                              st->path, TMP_TRIES);
+            break;
+        }
+    }
+    if (lockfd >= 0)
+        close(lockfd);
+    return err;
+}
+
 int engram_writer_begin(engram_store *st, const char *name, const engram_table_spec *spec,
                         engram_writer **out)
 {
-    static _Atomic unsigned nonce;
     engram_writer *w = NULL;
-    int err, lockfd = -1;
+    int err;
 
     if (!st || !out)
         return engram__err(-EINVAL, "store and out are required");
@@ -132,32 +208,16 @@ int engram_writer_begin(engram_store *st, const char *name, const engram_table_s
         goto fail;
     }
     XXH3_64bits_reset(w->xs);
-    snprintf(w->tmp, sizeof w->tmp, TMP_PREFIX "%s.%ld.%x", name, (long)getpid(),
-             atomic_fetch_add(&nonce, 1) ^ (unsigned)engram__now_ns());
-    if ((lockfd = dir_lock(st, LOCK_SH)) < 0) {
-        err = lockfd;
+    if ((err = temp_create(w)) != 0)
         goto fail;
-    }
-    w->fd = openat(st->dirfd, w->tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (w->fd < 0) {
-        err = engram__errno(errno, "create %s/%s", st->path, w->tmp);
+    /* Reserve the header and the data region now: a full disk (or a 64 MiB
+     * /dev/shm in a container) fails here, before any row is written, and
+     * not at commit, whose header write would otherwise be the first to
+     * need a new block where the data fit exactly.  The padding between
+     * the header and the data offset stays a hole. */
+    if ((err = reserve(w, 0, ENGRAM__HEADER_SIZE)) != 0 ||
+        (err = reserve(w, w->h.data_offset, w->h.data_size)) != 0)
         goto fail;
-    }
-    if (flock(w->fd, LOCK_EX) != 0) {
-        err = engram__errno(errno, "lock %s/%s", st->path, w->tmp);
-        goto fail;
-    }
-    close(lockfd);
-    lockfd = -1;
-    /* Reserve the data region now: a full disk (or a 64 MiB /dev/shm in a
-     * container) fails here, before any row is written.  The header page
-     * and the padding up to the data offset stay a hole. */
-    err = posix_fallocate(w->fd, (off_t)w->h.data_offset, (off_t)w->h.data_size);
-    if (err != 0 && err != EOPNOTSUPP && err != EINVAL) {
-        err = engram__errno(err, "reserve %llu bytes for table '%s' in %s",
-                            (unsigned long long)w->h.data_size, name, st->path);
-        goto fail;
-    }
     if (ftruncate(w->fd, (off_t)(w->h.data_offset + w->h.data_size)) != 0) {
         err = engram__errno(errno, "size table '%s' in %s", name, st->path);
         goto fail;
@@ -165,8 +225,6 @@ int engram_writer_begin(engram_store *st, const char *name, const engram_table_s
     *out = w;
     return 0;
 fail:
-    if (lockfd >= 0)
-        close(lockfd);
     writer_free(w);
     return err;
 }
@@ -325,7 +383,9 @@ void engram__clean_temps(engram_store *st)
     DIR *d;
     struct dirent *de;
 
-    if ((lockfd = dir_lock(st, LOCK_EX)) < 0)
+    /* Held by another process: a cleanup running now, or someone who
+     * merely can read the directory.  Stale files wait for a later open. */
+    if ((lockfd = dir_trylock(st, LOCK_EX)) < 0)
         return;
     fd = openat(st->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0 || !(d = fdopendir(fd))) {

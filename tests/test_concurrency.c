@@ -14,9 +14,11 @@
  * by the child itself.
  */
 #include <dirent.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 
 #include "testutil.h"
@@ -646,6 +648,78 @@ static void test_two_processes(void)
     free(theirs);
 }
 
+/* ------------------------------------------------------------------------
+ * Somebody else holds flock() on the namespace directory.
+ */
+
+/* Anyone who can merely read the namespace directory (a member of a group
+ * namespace's group) can flock() it and keep the lock.  Opening the store,
+ * writing and reading tables must go on without waiting for it; only the
+ * removal of stale temporary files is put off to a later open, which does
+ * it once the lock is gone. */
+static void test_locked_namespace(void)
+{
+    char dirp[512], stale[600];
+    int ready[2], go[2];
+    unsigned char b;
+    engram_store *st = tu_open("lockedns", 0, 1);
+    tu_populate(st, "t", 31, 100, RB, 0);
+    engram_store_close(st);
+    tu_path(dirp, sizeof dirp, "lockedns");
+    snprintf(stale, sizeof stale, "%s/.tmp.dead.1.1", dirp); /* a dead writer's */
+    int fd = open(stale, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    ASSERT(fd >= 0);
+    close(fd);
+    if (geteuid() == 0) {
+        /* The lock holder is another user, who can only read. */
+        ASSERT_EQ(chmod(tu_scratch_root(), 0711), 0);
+        ASSERT_EQ(chmod(dirp, 0755), 0);
+    }
+
+    ASSERT_EQ(pipe(ready), 0);
+    ASSERT_EQ(pipe(go), 0);
+    pid_t pid = xfork();
+    if (pid == 0) {
+        close(ready[0]);
+        close(go[1]);
+        if (geteuid() == 0 && (setgid(12345) != 0 || setuid(12345) != 0))
+            _exit(2);
+        int d = open(dirp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (d < 0 || flock(d, LOCK_EX) != 0) {
+            perror("lock holder");
+            _exit(3);
+        }
+        write_full(ready[1], "x", 1);
+        wait_eof(go[0]);
+        _exit(0);
+    }
+    close(ready[1]);
+    close(go[0]);
+    read_full(ready[0], &b, 1);
+    close(ready[0]);
+
+    /* A hang fails here, within seconds, not at the global watchdog. */
+    unsigned left = alarm(30);
+    st = open_existing("lockedns", 1);
+    tu_check_named(st, "t", 31, 100, RB);
+    tu_populate(st, "u", 32, 100, RB, 0);
+    tu_check_named(st, "u", 32, 100, RB);
+    ASSERT_EQ(access(stale, F_OK), 0); /* the cleanup was put off */
+    engram_store_close(st);
+
+    /* The lock gone, the next open removes the dead writer's file. */
+    close(go[1]);
+    ASSERT_EQ(wait_exit(pid), 0);
+    st = open_existing("lockedns", 1);
+    ASSERT(access(stale, F_OK) != 0 && errno == ENOENT);
+    ASSERT_EQ(tu_strays("lockedns", st, NULL, 0), 0);
+    tu_check_named(st, "u", 32, 100, RB);
+    engram_store_close(st);
+    alarm(left);
+    if (geteuid() == 0)
+        ASSERT_EQ(chmod(tu_scratch_root(), 0700), 0);
+}
+
 int main(void)
 {
     tu_watchdog(240);
@@ -655,6 +729,7 @@ int main(void)
     RUN_TEST(test_threads_lookup);
     RUN_TEST(test_threads_open_populate);
     RUN_TEST(test_two_processes);
+    RUN_TEST(test_locked_namespace);
     printf("test_concurrency: all passed\n");
     return 0;
 }

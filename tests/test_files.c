@@ -15,6 +15,7 @@
  * fields are not.
  */
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
@@ -796,18 +797,60 @@ static void test_foreign_owner(void)
     ASSERT(lstat(q, &sb) != 0); /* nothing created inside it */
 }
 
+/* Users of the group tests: A owns and publishes, B reads as a member of
+ * A's group, C is another local user. */
+enum { UID_A = 12345, UID_B = 23456, UID_C = 34567 };
+
+/* Runs fn(arg) in a child process as `uid` (group `uid`, plus the
+ * supplementary group `extra` unless it is 0) and fails unless it exits
+ * 0; a failed assertion in fn prints its own message. */
+static void as_user(uid_t uid, gid_t extra, void (*fn)(const char *), const char *arg)
+{
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    ASSERT(pid >= 0);
+    if (pid == 0) {
+        if (setgroups(extra ? 1 : 0, &extra) != 0 || setgid((gid_t)uid) != 0 ||
+            setuid(uid) != 0) {
+            perror("as_user");
+            _exit(2);
+        }
+        fn(arg);
+        fflush(stdout);
+        _exit(0);
+    }
+    int status;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT(WIFEXITED(status));
+    ASSERT_EQ(WEXITSTATUS(status), 0);
+}
+
+/* As the writer of test_group_namespace: publishes table "t" (pattern
+ * 110) in namespace "shared" of `root` with GROUP | CREATE. */
+static void write_shared(const char *root)
+{
+    engram_store_options o = ENGRAM_STORE_OPTIONS_INIT;
+    engram_store *st = NULL;
+    o.flags = ENGRAM_OPEN_CREATE | ENGRAM_OPEN_GROUP;
+    ASSERT_OK(engram_store_open(root, "shared", &o, &st));
+    tu_populate(st, "t", 110, NROWS, RB, 0);
+    engram_store_close(st);
+}
+
 /* ENGRAM_OPEN_GROUP across users: a writer running as another uid
  * publishes a group namespace under a shared sticky root; a reader with
- * GROUP accepts that namespace (owned by one other user) and the files its
- * owner wrote, but no file of a third owner; a reader without GROUP
- * refuses it. */
+ * GROUP that is a member of the namespace's group accepts that namespace
+ * (owned by one other user) and the files its owner wrote, but no file of
+ * a third owner; a reader without GROUP, or outside the group, refuses
+ * it. */
 static void test_group_namespace(void)
 {
     if (geteuid() != 0) {
         printf("   not root: cannot run a writer as another uid; skipped\n");
         return;
     }
-    const uid_t other = 12345;
+    const uid_t other = UID_A;
     char p[512], q[512];
     struct stat sb;
 
@@ -817,38 +860,7 @@ static void test_group_namespace(void)
     ASSERT_EQ(mkdir(p, 0700), 0);
     ASSERT_EQ(chmod(p, 01777), 0);
 
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    ASSERT(pid >= 0);
-    if (pid == 0) {
-        if (setgid((gid_t)other) != 0 || setuid(other) != 0) {
-            perror("setuid");
-            _exit(2);
-        }
-        engram_store_options o = ENGRAM_STORE_OPTIONS_INIT;
-        o.flags = ENGRAM_OPEN_CREATE | ENGRAM_OPEN_GROUP;
-        engram_store *st = NULL;
-        int rc = engram_store_open(p, "shared", &o, &st);
-        if (rc != 0) {
-            fprintf(stderr, "writer: open: %d %s\n", rc, engram_errmsg());
-            _exit(3);
-        }
-        engram_table_spec spec = {NROWS, RB, 0};
-        unsigned char *rows = tu_make_rows(110, NROWS, RB, 0, 0);
-        rc = engram_populate(st, "t", &spec, rows, 0);
-        if (rc != 0) {
-            fprintf(stderr, "writer: populate: %d %s\n", rc, engram_errmsg());
-            _exit(4);
-        }
-        free(rows);
-        engram_store_close(st);
-        _exit(0);
-    }
-    int status;
-    ASSERT_EQ(waitpid(pid, &status, 0), pid);
-    ASSERT(WIFEXITED(status));
-    ASSERT_EQ(WEXITSTATUS(status), 0);
+    as_user(other, 0, write_shared, p);
     ASSERT_EQ(chmod(tu_scratch_root(), 0700), 0);
 
     tu_path(q, sizeof q, "xroot/shared");
@@ -865,9 +877,20 @@ static void test_group_namespace(void)
     ASSERT_ERR(engram_store_open(p, "shared", NULL, &st), ENGRAM_EUNSAFE);
     ASSERT(st == NULL);
 
-    /* With GROUP: accepted, and the owner's table reads exactly. */
+    /* With GROUP but outside the namespace's group: refused, naming the
+     * namespace, its owner and its group. */
     engram_store_options o = ENGRAM_STORE_OPTIONS_INIT;
     o.flags = ENGRAM_OPEN_GROUP;
+    ASSERT_ERR(engram_store_open(p, "shared", &o, &st), ENGRAM_EUNSAFE);
+    ASSERT(st == NULL);
+    ASSERT_CONTAINS(engram_errmsg(), "xroot/shared is owned by uid 12345 with group 12345");
+
+    /* With GROUP, as a member of its group: accepted, and the owner's
+     * table reads exactly. */
+    gid_t saved[64], member = (gid_t)other;
+    int nsaved = getgroups(64, saved);
+    ASSERT(nsaved >= 0);
+    ASSERT_EQ(setgroups(1, &member), 0);
     ASSERT_OK(engram_store_open(p, "shared", &o, &st));
     engram_table_id tid;
     ASSERT_OK(engram_table_open(st, "t", &tid));
@@ -909,6 +932,157 @@ static void test_group_namespace(void)
     ASSERT_EQ(chmod(q, 0770), 0);
     ASSERT_ERR(engram_store_open(p, "shared", &o, &st), ENGRAM_EUNSAFE);
     ASSERT(st == NULL);
+    ASSERT_EQ(setgroups((size_t)nsaved, saved), 0);
+}
+
+/* ------------------------------------------------------------------------
+ * Group mode and hostile local users.  A owns and publishes a group
+ * namespace (uid and group 12345), B reads it as a member of A's group
+ * (uid 23456), C is another local user (uid and group 34567) who wants B
+ * to read C's tables: by creating the root before anyone else, by owning
+ * a sticky root and replacing A's namespace in it, or by putting a
+ * namespace of C's own in a shared sticky root.  B must read A's tables
+ * and refuse every one of C's tricks with ENGRAM_EUNSAFE, naming the
+ * path and the owner.  Each user runs in a child process of its own.
+ */
+/* As the publisher (A or C): opens `ns_path` ("ROOT/NS") with GROUP |
+ * CREATE and publishes table "t" of pattern 200 + uid % 7 (A's rows
+ * differ from C's), world-readable so that only the library's rules stop
+ * a reader. */
+static void publish(const char *ns_path)
+{
+    char root[512], ns[128], file[700];
+    const char *slash = strrchr(ns_path, '/');
+    engram_store_options o = ENGRAM_STORE_OPTIONS_INIT;
+    engram_store *st = NULL;
+    snprintf(root, sizeof root, "%.*s", (int)(slash - ns_path), ns_path);
+    snprintf(ns, sizeof ns, "%s", slash + 1);
+    o.flags = ENGRAM_OPEN_CREATE | ENGRAM_OPEN_GROUP;
+    ASSERT_OK(engram_store_open(root, ns, &o, &st));
+    tu_populate(st, "t", 200 + (uint32_t)(geteuid() % 7), NROWS, RB, 0);
+    engram_store_close(st);
+    snprintf(file, sizeof file, "%s/t", ns_path);
+    ASSERT_EQ(chmod(file, 0444), 0);
+    ASSERT_EQ(chmod(ns_path, 0755), 0);
+}
+
+/* As A: publishes a namespace in A's own root, then moves it to
+ * `ns_path` (in a root A may write but does not own: the library will not
+ * create a namespace there, and an older version, or A's own mkdir, may
+ * have). */
+static void publish_and_move(const char *ns_path)
+{
+    char staging[512];
+    tu_path(staging, sizeof staging, "homes/a-root/staging");
+    publish(staging);
+    ASSERT_EQ(rename(staging, ns_path), 0);
+}
+
+/* Makes directory `path` (a root) with mode 0755, or 01777 if the path
+ * ends in "-sticky". */
+static void make_root(const char *path)
+{
+    size_t n = strlen(path);
+    mode_t mode = n > 7 && strcmp(path + n - 7, "-sticky") == 0 ? 01777 : 0755;
+    ASSERT_EQ(mkdir(path, 0700), 0);
+    ASSERT_EQ(chmod(path, mode), 0);
+}
+
+/* As C: renames the namespace `ns_path` (A's, in C's sticky root) away
+ * and publishes a namespace of C's own under its name. */
+static void replace_ns(const char *ns_path)
+{
+    char away[600];
+    snprintf(away, sizeof away, "%s.away", ns_path);
+    ASSERT_EQ(rename(ns_path, away), 0);
+    publish(ns_path);
+}
+
+/* As B: opening "ROOT/NS" with GROUP reads A's rows. */
+static void read_ok(const char *ns_path)
+{
+    char root[512];
+    const char *slash = strrchr(ns_path, '/');
+    engram_store_options o = ENGRAM_STORE_OPTIONS_INIT;
+    engram_store *st = NULL;
+    snprintf(root, sizeof root, "%.*s", (int)(slash - ns_path), ns_path);
+    o.flags = ENGRAM_OPEN_GROUP;
+    ASSERT_OK(engram_store_open(root, slash + 1, &o, &st));
+    tu_check_named(st, "t", 200 + UID_A % 7, NROWS, RB);
+    engram_store_close(st);
+}
+
+/* As B: opening "ROOT/NS" with GROUP (and with GROUP | CREATE) is
+ * refused with a message naming C's uid and the directory C owns. */
+static void read_refused(const char *ns_path)
+{
+    char root[512], want[64];
+    const char *slash = strrchr(ns_path, '/');
+    engram_store_options o = ENGRAM_STORE_OPTIONS_INIT;
+    engram_store *st = NULL;
+    snprintf(root, sizeof root, "%.*s", (int)(slash - ns_path), ns_path);
+    snprintf(want, sizeof want, "is owned by uid %u", (unsigned)UID_C);
+    for (int create = 0; create < 2; create++) {
+        o.flags = ENGRAM_OPEN_GROUP | (create ? ENGRAM_OPEN_CREATE : 0);
+        ASSERT_ERR(engram_store_open(root, slash + 1, &o, &st), ENGRAM_EUNSAFE);
+        ASSERT(st == NULL);
+        ASSERT_CONTAINS(engram_errmsg(), want);
+        ASSERT_CONTAINS(engram_errmsg(), root);
+        printf("   refused: %s\n", engram_errmsg());
+    }
+}
+
+static void test_group_hostile_users(void)
+{
+    if (geteuid() != 0) {
+        printf("   not root: cannot run users of other uids; skipped\n");
+        return;
+    }
+    char p[512];
+    /* Every user must reach the roots, and may make them, in "homes". */
+    ASSERT_EQ(chmod(tu_scratch_root(), 0711), 0);
+    tu_path(p, sizeof p, "homes");
+    ASSERT_EQ(mkdir(p, 0700), 0);
+    ASSERT_EQ(chmod(p, 01777), 0);
+
+    /* Each step: a path under the scratch directory, who acts, and what. */
+    static const struct {
+        const char *rel;
+        uid_t uid;
+        gid_t extra;
+        void (*fn)(const char *);
+    } steps[] = {
+        /* The point of group mode: A's root and namespace (0750, A's
+         * group) read by B, a member of that group. */
+        {"homes/a-root/ns", UID_A, 0, publish},
+        {"homes/a-root/ns", UID_B, UID_A, read_ok},
+        /* C created the root B uses before A did, with a namespace of C's
+         * in it: C's group is not B's. */
+        {"homes/c-root", UID_C, 0, make_root},
+        {"homes/c-root/ns", UID_C, 0, publish},
+        {"homes/c-root/ns", UID_B, UID_A, read_refused},
+        /* C owns a sticky root in which A publishes: C can rename A's
+         * namespace away at any time, so even A's is refused there, and so
+         * is the namespace of C's that C then puts in its place. */
+        {"homes/c-root-sticky", UID_C, 0, make_root},
+        {"homes/c-root-sticky/ns", UID_A, 0, publish_and_move},
+        {"homes/c-root-sticky/ns", UID_B, UID_A, read_refused},
+        {"homes/c-root-sticky/ns", UID_C, 0, replace_ns},
+        {"homes/c-root-sticky/ns", UID_B, UID_A, read_refused},
+        /* A shared sticky root of root's (like /dev/shm): A's namespace is
+         * read, one C put there (not in B's groups) is refused. */
+        {"homes/shared-sticky", 0, 0, make_root},
+        {"homes/shared-sticky/a-ns", UID_A, 0, publish},
+        {"homes/shared-sticky/a-ns", UID_B, UID_A, read_ok},
+        {"homes/shared-sticky/c-ns", UID_C, 0, publish},
+        {"homes/shared-sticky/c-ns", UID_B, UID_A, read_refused},
+    };
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+        tu_path(p, sizeof p, steps[i].rel);
+        as_user(steps[i].uid, steps[i].extra, steps[i].fn, p);
+    }
+
+    ASSERT_EQ(chmod(tu_scratch_root(), 0700), 0);
 }
 
 int main(void)
@@ -925,6 +1099,7 @@ int main(void)
     RUN_TEST(test_unsafe_files);
     RUN_TEST(test_foreign_owner);
     RUN_TEST(test_group_namespace);
+    RUN_TEST(test_group_hostile_users);
     printf("test_files: all passed\n");
     return 0;
 }

@@ -3,10 +3,14 @@
  * fails cleanly with -ENOSPC before any row is written, publishes nothing,
  * leaves no temporary file, and leaves the tables already there intact.
  *
+ * A table whose data fit the free space exactly but whose header does not
+ * fails at begin too: the header is reserved with the data.
+ *
  * Needs root to mount a small tmpfs (like Docker's 64 MiB /dev/shm, only
  * smaller); exits 77 (skipped) where that is not possible.
  */
 #include <sys/mount.h>
+#include <sys/statvfs.h>
 
 #include "testutil.h"
 
@@ -73,6 +77,51 @@ static void test_full_disk(void)
     engram_store_close(st);
 }
 
+/* Bytes the file system has free. */
+static uint64_t free_bytes(void)
+{
+    struct statvfs sv;
+    ASSERT_EQ(statvfs(mnt, &sv), 0);
+    return (uint64_t)sv.f_bavail * sv.f_frsize;
+}
+
+/* Exactly full: a table whose data region takes all the free space has no
+ * room left for its header, and fails at begin; one a block smaller takes
+ * the header's block too, fills the file system exactly, and commits. */
+static void test_exact_fit(void)
+{
+    engram_store *st = open_full();
+    engram_writer *w = NULL;
+    uint64_t free0 = free_bytes(), block;
+    struct statvfs sv;
+    ASSERT_EQ(statvfs(mnt, &sv), 0);
+    block = sv.f_frsize;
+    printf("   %llu bytes free, %llu-byte blocks\n", (unsigned long long)free0,
+           (unsigned long long)block);
+    ASSERT_GT(free0, 2 * block);
+    ASSERT_EQ(free0 % RB, 0);
+    ASSERT_EQ(block % RB, 0);
+
+    engram_table_spec data_only = {free0 / RB, RB, 0};
+    ASSERT_ERR(engram_writer_begin(st, "data-fits", &data_only, &w), -ENOSPC);
+    ASSERT(w == NULL);
+    ASSERT_CONTAINS(engram_errmsg(), "data-fits");
+    ASSERT_EQ(free_bytes(), free0); /* nothing kept */
+
+    engram_table_spec exact = {(free0 - block) / RB, RB, 0};
+    unsigned char *rows = tu_make_rows(13, exact.num_rows, RB, RB, 0);
+    ASSERT_OK(engram_writer_begin(st, "exact", &exact, &w));
+    ASSERT_EQ(free_bytes(), 0);
+    ASSERT_OK(engram_writer_append(w, rows, exact.num_rows, 0));
+    ASSERT_OK(engram_writer_commit(w));
+    free(rows);
+    ASSERT_EQ(free_bytes(), 0);
+    ASSERT_OK(engram_verify(st, "exact", NULL, NULL));
+    tu_check_named(st, "exact", 13, exact.num_rows, RB);
+    ASSERT_EQ(tu_strays("mnt/root/full", st, NULL, 0), 0);
+    engram_store_close(st);
+}
+
 int main(void)
 {
     if (geteuid() != 0) {
@@ -88,6 +137,7 @@ int main(void)
     /* Registered after the scratch cleanup, so it runs before it. */
     atexit(unmount);
     RUN_TEST(test_full_disk);
+    RUN_TEST(test_exact_fit);
     printf("test_full_disk: all passed\n");
     return 0;
 }

@@ -881,6 +881,23 @@ static void bad_args_body(void)
     ASSERT_FAILS(engram_lookup(st, &b), rc);
     ASSERT_ALL_BYTES(out, SENTINEL, sizeof out);
 
+    /* Unknown flags are refused, as the CUDA lookup refuses them, before
+     * anything is written: a flag this library does not know may ask for
+     * something it would not do. */
+    for (unsigned bit = 1; bit < 32; bit++) {
+        b = a;
+        b.flags = 1u << bit;
+        ASSERT_ERR(engram_lookup(st, &b), -EINVAL);
+        ASSERT_CONTAINS(engram_errmsg(), "unknown lookup flags");
+        b.flags |= ENGRAM_LOOKUP_ZERO_DEAD;
+        ASSERT_ERR(engram_lookup(st, &b), -EINVAL);
+    }
+    ASSERT_ALL_BYTES(out, SENTINEL, sizeof out);
+    b = a;
+    b.flags = ENGRAM_LOOKUP_ZERO_DEAD;
+    ASSERT_OK(engram_lookup(st, &b));
+    memset(out, SENTINEL, sizeof out);
+
     /* Nothing to do: fine even with NULL pointers and a bad id type. */
     engram_lookup_args z = ENGRAM_LOOKUP_ARGS_INIT;
     z.num_tokens = 0;

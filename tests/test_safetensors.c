@@ -1,6 +1,7 @@
 /*
  * test_safetensors.c - tables served from safetensors checkpoints
- * (engram_open_safetensors, engram_safetensors_tensor): packed weight +
+ * (engram_open_safetensors, engram_safetensors_tensor, and _fd for a
+ * file open already): packed weight +
  * scale rows for a row range, sharded checkpoints through an index file,
  * and clear errors for bad headers, names, shapes, ranges, links and read
  * failures.
@@ -413,6 +414,83 @@ static void test_tensor_info_shard(void)
     }
 }
 
+/* engram_safetensors_tensor_fd(): the tensor of the file open on the
+ * descriptor, whatever the path holds by now; the same checks as by path
+ * (a FIFO, a file others can write, an index, a bad header, a missing
+ * tensor are refused); the descriptor is neither moved nor closed. */
+static void test_tensor_fd(void)
+{
+    char path[512], other[512], fifo[512], idx[512];
+    engram_tensor_info ti = ENGRAM_TENSOR_INFO_INIT, byname = ENGRAM_TENSOR_INFO_INIT;
+    int fd, ffd;
+
+    tu_path(path, sizeof path, "fd.safetensors");
+    tu_path(other, sizeof other, "fd-other.safetensors");
+    tu_path(fifo, sizeof fifo, "fd-fifo");
+    write_model(path);
+    ASSERT_OK(engram_safetensors_tensor(path, "engram.s", &byname));
+    fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    ASSERT(fd >= 0);
+    ASSERT_EQ(lseek(fd, 3, SEEK_SET), 3);
+    /* The path now holds another checkpoint: the descriptor is what counts. */
+    write_st(other, "{\"engram.s\":{\"dtype\":\"U8\",\"shape\":[2,2],\"data_offsets\":[0,4]}}",
+             (const unsigned char *)"abcd", 4);
+    ASSERT_EQ(rename(other, path), 0);
+    memset(&ti, 0x5A, sizeof ti);
+    ti.size = sizeof ti;
+    ASSERT_OK(engram_safetensors_tensor_fd(fd, path, "engram.s", &ti));
+    ASSERT_MEM_EQ(&ti, &byname, sizeof ti);
+    ASSERT_EQ(ti.shape[0], N);
+    ASSERT_STR_EQ(ti.shard, "");
+    ASSERT_EQ(lseek(fd, 0, SEEK_CUR), 3); /* read with pread */
+    ASSERT_ERR(engram_safetensors_tensor_fd(fd, path, "nope", &ti), -ENOENT);
+    ASSERT_CONTAINS(engram_errmsg(), "no tensor 'nope'");
+    ASSERT_ERR(engram_safetensors_tensor_fd(fd, NULL, "nope", &ti), -ENOENT);
+    ASSERT_CONTAINS(engram_errmsg(), "descriptor");
+    ASSERT_ERR(engram_safetensors_tensor_fd(fd, path, "", &ti), -EINVAL);
+    ASSERT_ERR(engram_safetensors_tensor_fd(-1, path, "engram.s", &ti), -EINVAL);
+    ti.size = 0;
+    ASSERT_ERR(engram_safetensors_tensor_fd(fd, path, "engram.s", &ti), -EINVAL);
+    ti.size = sizeof ti;
+    /* The descriptor is still open: the caller's. */
+    ASSERT_OK(engram_safetensors_tensor_fd(fd, path, "engram.w", &ti));
+    ASSERT_EQ(ti.shape[1], W);
+    ASSERT_EQ(fchmod(fd, 0666), 0);
+    ASSERT_ERR(engram_safetensors_tensor_fd(fd, path, "engram.s", &ti), ENGRAM_EUNSAFE);
+    ASSERT_CONTAINS(engram_errmsg(), "writable by others");
+    close(fd);
+
+    /* The file at the path now (the other one) is read as itself. */
+    fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    ASSERT(fd >= 0);
+    ASSERT_OK(engram_safetensors_tensor_fd(fd, path, "engram.s", &ti));
+    ASSERT_EQ(ti.shape[0], 2);
+    ASSERT_STR_EQ(ti.dtype, "U8");
+    close(fd);
+
+    /* A FIFO (opened without blocking, as the header asks) is refused
+     * without being read. */
+    ASSERT_EQ(mkfifo(fifo, 0600), 0);
+    ffd = open(fifo, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    ASSERT(ffd >= 0);
+    ASSERT_ERR(engram_safetensors_tensor_fd(ffd, fifo, "engram.s", &ti), ENGRAM_EUNSAFE);
+    ASSERT_CONTAINS(engram_errmsg(), "not a regular file");
+    close(ffd);
+
+    /* An index is not a safetensors file. */
+    tu_path(idx, sizeof idx, "fd.safetensors.index.json");
+    {
+        FILE *f = fopen(idx, "w");
+        ASSERT(f != NULL);
+        fputs("{\"weight_map\":{\"engram.s\":\"fd.safetensors\"}}", f);
+        ASSERT_EQ(fclose(f), 0);
+    }
+    fd = open(idx, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    ASSERT(fd >= 0);
+    ASSERT_ERR(engram_safetensors_tensor_fd(fd, idx, "engram.s", &ti), ENGRAM_ECORRUPT);
+    close(fd);
+}
+
 int main(void)
 {
     tu_watchdog(120);
@@ -422,6 +500,7 @@ int main(void)
     RUN_TEST(test_read_error);
     RUN_TEST(test_failed_open_keeps_budget);
     RUN_TEST(test_tensor_info_shard);
+    RUN_TEST(test_tensor_fd);
     printf("test_safetensors: all passed\n");
     return 0;
 }

@@ -237,16 +237,45 @@ static int parse_range(const char *v, uint64_t *a, uint64_t *b)
     return cli_parse_u64(colon + 1, b);
 }
 
-/* Opens the file holding tensor info->... : the shard beside an index. */
-static int open_tensor_file(const char *path, const engram_tensor_info *ti, char *file,
-                            size_t cap)
+/* Describes tensor `tn` of checkpoint `path` in *ti from the descriptor of
+ * the file that holds it (the shard an index names, or the file itself),
+ * which it opens once, read-only, into *fd, unless that file is `prev`,
+ * already open on *fd (the weight's file, for a scale in the same file).
+ * The rows are then read from the very file whose header was checked:
+ * opening the path a second time after a check could open another file
+ * put there meanwhile, or block on a FIFO.  O_NONBLOCK keeps the open
+ * itself from blocking, and the library refuses anything but a regular
+ * file.  file[cap] receives the file's path.  Returns 0, or an exit
+ * status after reporting (*fd is then -1 if it was opened here). */
+static int open_tensor_file(const char *name, const char *path, const char *tn,
+                            engram_tensor_info *ti, const char *prev, char *file, size_t cap,
+                            int *fd)
 {
     const char *slash = strrchr(path, '/');
-    if (ti->shard[0] && slash)
-        snprintf(file, cap, "%.*s/%s", (int)(slash - path), path, ti->shard);
-    else
-        snprintf(file, cap, "%s", ti->shard[0] ? ti->shard : path);
-    return open(file, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    size_t len = strlen(path);
+    int rc;
+
+    snprintf(file, cap, "%s", path);
+    /* An index (the library's rule: a name ending in .json) names the
+     * shard; only the name is taken from this first look. */
+    if (len >= 5 && strcmp(path + len - 5, ".json") == 0) {
+        if ((rc = engram_safetensors_tensor(path, tn, ti)) != 0)
+            return cli_lib_fail(rc, "import '%s': tensor '%s' of '%s'", name, tn, path);
+        if (slash)
+            snprintf(file, cap, "%.*s/%s", (int)(slash - path), path, ti->shard);
+        else
+            snprintf(file, cap, "%s", ti->shard);
+    }
+    if (!prev || strcmp(prev, file) != 0) {
+        *fd = open(file, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+        if (*fd < 0)
+            return cli_fail("import '%s': open '%s': %s", name, file,
+                            errno == ELOOP ? "a symbolic link; refusing to follow it"
+                                           : strerror(errno));
+    }
+    if ((rc = engram_safetensors_tensor_fd(*fd, file, tn, ti)) != 0)
+        return cli_lib_fail(rc, "import '%s': tensor '%s' of '%s'", name, tn, path);
+    return 0;
 }
 
 static int import_safetensors(struct cli *cli)
@@ -258,7 +287,7 @@ static int import_safetensors(struct cli *cli)
     engram_table_spec spec = {0, 0, 0};
     uint64_t start = 0, end = 0, nrows = 0, row = 0;
     engram_store *st = NULL;
-    char file[4096];
+    char file[2][4096];
     int status, rc;
 
     if (!tn[0])
@@ -276,10 +305,13 @@ static int import_safetensors(struct cli *cli)
     src.n = tn[1] ? 2 : 1;
     for (unsigned g = 0; g < src.n; g++) {
         uint64_t rb;
-        if ((rc = engram_safetensors_tensor(path, tn[g], &ti[g])) != 0) {
-            status = cli_lib_fail(rc, "import '%s': tensor '%s' of '%s'", name, tn[g], path);
+        /* The scale in the weight's file is read from the weight's
+         * descriptor (one open of each file). */
+        if (g == 1)
+            src.fd[1] = src.fd[0];
+        if ((status = open_tensor_file(name, path, tn[g], &ti[g], g ? file[0] : NULL, file[g],
+                                       sizeof file[g], &src.fd[g])) != 0)
             goto out;
-        }
         if (ti[g].ndim != 2 || ti[g].shape[0] == 0 || (g && ti[g].shape[0] != nrows) ||
             __builtin_mul_overflow(ti[g].shape[1], ti[g].elem_size, &rb) ||
             rb > ENGRAM_ROW_BYTES_MAX) {
@@ -290,10 +322,6 @@ static int import_safetensors(struct cli *cli)
         nrows = ti[g].shape[0];
         src.len[g] = (uint32_t)rb;
         row += rb;
-        if ((src.fd[g] = open_tensor_file(path, &ti[g], file, sizeof file)) < 0) {
-            status = cli_fail("import '%s': open '%s': %s", name, file, strerror(errno));
-            goto out;
-        }
     }
     if (end == 0)
         end = nrows;
@@ -371,9 +399,10 @@ static int import_safetensors(struct cli *cli)
     }
 out:
     engram_store_close(st);
-    for (unsigned g = 0; g < 2; g++)
-        if (src.fd[g] >= 0)
-            close(src.fd[g]);
+    if (src.fd[0] >= 0)
+        close(src.fd[0]);
+    if (src.fd[1] >= 0 && src.fd[1] != src.fd[0])
+        close(src.fd[1]);
     free(src.tmp);
     return status;
 }

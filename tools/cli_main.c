@@ -62,10 +62,14 @@ int cli_opt_u64(const struct cli *cli, int id, uint64_t min, uint64_t max, uint6
 {
     const char *s = cli->opt[id];
     uint64_t v;
+    int rc;
 
     if (!s)
         return 0;
-    if (cli_parse_u64(s, &v) != 0)
+    if ((rc = cli_parse_u64(s, &v)) == -2)
+        return cli_usage_error(cli, "--%s: %s is out of range [%" PRIu64 ", %" PRIu64 "]",
+                               opt_defs[id].name, s, min, max);
+    if (rc != 0)
         return cli_usage_error(cli, "--%s: '%s' is not a non-negative decimal integer",
                                opt_defs[id].name, s);
     if (v < min || v > max)

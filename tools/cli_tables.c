@@ -32,7 +32,8 @@ static int open_info(engram_store *st, const char *name, int map, engram_table_i
     return 0;
 }
 
-/* Strict signed decimal: an optional '-' then digits. */
+/* Strict signed decimal: an optional '-' then digits.  Returns 0, -1 if
+ * s is not such a number, or -2 if it is one outside the int64 range. */
 static int parse_i64(const char *s, int64_t *out)
 {
     char *end;
@@ -47,10 +48,24 @@ static int parse_i64(const char *s, int64_t *out)
         return -1;
     errno = 0;
     v = strtoll(s, &end, 10);
-    if (errno != 0 || *end != '\0')
+    if (*end != '\0')
+        return -1;
+    if (errno == ERANGE)
+        return -2;
+    if (errno != 0)
         return -1;
     *out = (int64_t)v;
     return 0;
+}
+
+/* The usage error for `what` ("id" or "--offset:") whose text `s` did not
+ * parse as an int64 (parse_i64 returned rc). */
+static int i64_usage_error(const struct cli *cli, const char *what, const char *s, int rc)
+{
+    if (rc == -2)
+        return cli_usage_error(cli, "%s '%s' is out of range (%" PRId64 " .. %" PRId64 ")", what,
+                               s, INT64_MIN, INT64_MAX);
+    return cli_usage_error(cli, "%s '%s' is not a decimal integer", what, s);
 }
 
 /* ------------------------------------------------------------------------
@@ -361,15 +376,14 @@ int cli_cmd_lookup(struct cli *cli)
 
     if ((status = cli_check_name(cli, name)) != 0)
         return status;
-    if (cli->opt[OPT_OFFSET] && parse_i64(cli->opt[OPT_OFFSET], &offset) != 0)
-        return cli_usage_error(cli, "--offset: '%s' is not a decimal integer",
-                               cli->opt[OPT_OFFSET]);
+    if (cli->opt[OPT_OFFSET] && (rc = parse_i64(cli->opt[OPT_OFFSET], &offset)) != 0)
+        return i64_usage_error(cli, "--offset:", cli->opt[OPT_OFFSET], rc);
     ids = malloc(n * sizeof(*ids));
     if (!ids)
         return cli_fail("lookup: out of memory");
     for (size_t i = 0; i < n; i++) {
-        if (parse_i64(cli->args[i + 1], &ids[i]) != 0) {
-            status = cli_usage_error(cli, "id '%s' is not a decimal integer", cli->args[i + 1]);
+        if ((rc = parse_i64(cli->args[i + 1], &ids[i])) != 0) {
+            status = i64_usage_error(cli, "id", cli->args[i + 1], rc);
             goto out;
         }
     }

@@ -63,7 +63,9 @@ int cli_fail(const char *fmt, ...)
  * Numbers, sizes, text.
  */
 
-/* Strict unsigned decimal: digits only, no sign, no junk, no overflow. */
+/* Strict unsigned decimal: digits only, no sign, no junk, no overflow.
+ * Returns 0, -1 if s is not such a number, or -2 if it is one above
+ * UINT64_MAX. */
 int cli_parse_u64(const char *s, uint64_t *out)
 {
     char *end;
@@ -73,7 +75,11 @@ int cli_parse_u64(const char *s, uint64_t *out)
         return -1;
     errno = 0;
     v = strtoull(s, &end, 10);
-    if (errno != 0 || *end != '\0')
+    if (*end != '\0')
+        return -1;
+    if (errno == ERANGE)
+        return -2;
+    if (errno != 0)
         return -1;
     *out = (uint64_t)v;
     return 0;

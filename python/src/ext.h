@@ -38,6 +38,25 @@ PyObject *ext_exc_for(int rc);
 /* Raises exception class `cls` with a formatted message and errno = -rc. */
 PyObject *ext_raise_cls(PyObject *cls, int rc, const char *fmt, ...);
 
+/* Strings and paths cross into C as NUL-terminated bytes: a NUL inside
+ * one would make the library act on a shorter, other name or path (a
+ * namespace "prod\0-staging" would be "prod").  These refuse it.
+ *
+ * ext_utf8_arg(): the UTF-8 text of str `s` (the caller checked the type),
+ * or NULL with ValueError naming argument `arg` if it holds a NUL.
+ * ext_path_arg(): a path (str, bytes or os.PathLike) as a new bytes object
+ * in *out (encoded as os.fsencode does), or -1 with TypeError or, for a
+ * NUL, ValueError naming `arg`. */
+const char *ext_utf8_arg(PyObject *s, const char *arg);
+int ext_path_arg(PyObject *o, const char *arg, PyObject **out);
+
+/* An int argument `arg` in [0, max] (a size, a count handed to a C
+ * unsigned field, which a negative or too large value would wrap): 0 and
+ * *out, or -1 with TypeError (not an int) or ValueError naming `arg`, the
+ * range and `hint` (e.g. " (0 = 64)"; may be NULL). */
+int ext_uint_arg(PyObject *v, const char *arg, unsigned long long max, const char *hint,
+                 unsigned long long *out);
+
 /* ---- arrays.c ---------------------------------------------------------- */
 
 #define EXT_MAX_DIMS 8

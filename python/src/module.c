@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <stdarg.h>
+#include <string.h>
 
 PyObject *ext_EngramError;
 PyObject *ext_StoreClosedError;
@@ -116,6 +117,78 @@ PyObject *ext_raise_cls(PyObject *cls, int rc, const char *fmt, ...)
     msg = PyUnicode_FromFormatV(fmt, ap);
     va_end(ap);
     return raise_msg(cls, rc, msg);
+}
+
+/* ---- strings and paths handed to the library ------------------------------ */
+
+const char *ext_utf8_arg(PyObject *s, const char *arg)
+{
+    Py_ssize_t len;
+    const char *c = PyUnicode_AsUTF8AndSize(s, &len);
+    if (c && (size_t)len != strlen(c)) {
+        PyErr_Format(PyExc_ValueError, "%s: cannot contain NUL (the library would see only "
+                     "what comes before it)", arg);
+        return NULL;
+    }
+    return c;
+}
+
+int ext_path_arg(PyObject *o, const char *arg, PyObject **out)
+{
+    PyObject *p = PyOS_FSPath(o), *b;
+    *out = NULL;
+    if (!p) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "%s: expected a path (str, bytes or os.PathLike), "
+                         "got %.100s", arg, Py_TYPE(o)->tp_name);
+        }
+        return -1;
+    }
+    b = PyUnicode_Check(p) ? PyUnicode_EncodeFSDefault(p) : Py_NewRef(p);
+    Py_DECREF(p);
+    if (!b)
+        return -1;
+    if (strlen(PyBytes_AS_STRING(b)) != (size_t)PyBytes_GET_SIZE(b)) {
+        Py_DECREF(b);
+        PyErr_Format(PyExc_ValueError, "%s: a path cannot contain NUL (the library would see "
+                     "only what comes before it)", arg);
+        return -1;
+    }
+    *out = b;
+    return 0;
+}
+
+int ext_uint_arg(PyObject *v, const char *arg, unsigned long long max, const char *hint,
+                 unsigned long long *out)
+{
+    unsigned long long x;
+    int overflow;
+    long long sx;
+    if (!PyLong_Check(v)) {
+        PyErr_Format(PyExc_TypeError, "%s: expected an int, got %.100s", arg,
+                     Py_TYPE(v)->tp_name);
+        return -1;
+    }
+    sx = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (sx == -1 && !overflow && PyErr_Occurred())
+        return -1;
+    if (overflow < 0 || (!overflow && sx < 0))
+        goto range;
+    if (!overflow)
+        x = (unsigned long long)sx;
+    else if ((x = PyLong_AsUnsignedLongLong(v)) == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear(); /* above 2**64 - 1 */
+        goto range;
+    }
+    if (x > max)
+        goto range;
+    *out = x;
+    return 0;
+range:
+    PyErr_Format(PyExc_ValueError, "%s: expected an int in [0, %llu]%s, got %R", arg, max,
+                 hint ? hint : "", v);
+    return -1;
 }
 
 static PyObject *find_class(const char *name)

@@ -169,18 +169,22 @@ static int Store_init(StoreObject *s, PyObject *args, PyObject *kw)
     static char *kwlist[] = {"namespace", "local_dir", "create", "prefault", "random",
                              "huge_pages", "mlock", "verify", "timing", "group", "threads",
                              "file_cache", "cache_bytes", "queue_depth", NULL};
-    PyObject *ns = Py_None, *dir = NULL, *dirb = NULL;
+    PyObject *ns = Py_None, *dir = NULL, *dirb = NULL, *cb = NULL, *qd = NULL;
     int create = 1, prefault = 0, rnd = 0, huge = 0, mlck = 0, verify = 0, timing = 0,
         group = 0, threads = 0, fcache = 0, rc;
-    unsigned long long cache_bytes = 0;
-    unsigned int queue_depth = 0;
+    unsigned long long cache_bytes = 0, queue_depth = 0;
     engram_store_options o = ENGRAM_STORE_OPTIONS_INIT;
     engram_store *st = NULL;
     const char *cns = NULL, *cdir = NULL;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OO$ppppppppipKI:Store", kwlist, &ns, &dir,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OO$ppppppppipOO:Store", kwlist, &ns, &dir,
                                      &create, &prefault, &rnd, &huge, &mlck, &verify, &timing,
-                                     &group, &threads, &fcache, &cache_bytes, &queue_depth))
+                                     &group, &threads, &fcache, &cb, &qd))
+        return -1;
+    /* "K" and "I" would wrap -1 or 2**32 + 1 into another value silently. */
+    if ((cb && ext_uint_arg(cb, "cache_bytes", UINT64_MAX, " (0 = 256 MiB)", &cache_bytes) < 0) ||
+        (qd && ext_uint_arg(qd, "queue_depth", ENGRAM_QUEUE_DEPTH_MAX, " (0 = 64)",
+                            &queue_depth) < 0))
         return -1;
     if (s->st || atomic_load(&s->closing)) {
         PyErr_SetString(PyExc_RuntimeError, "Store.__init__ called twice");
@@ -198,7 +202,7 @@ static int Store_init(StoreObject *s, PyObject *args, PyObject *kw)
               (fcache ? ENGRAM_OPEN_FILE_CACHE : 0);
     o.threads = threads;
     o.cache_bytes = cache_bytes;
-    o.queue_depth = queue_depth;
+    o.queue_depth = (uint32_t)queue_depth;
     if (dir == Py_None) {
         if (ns != Py_None) {
             PyErr_SetString(PyExc_ValueError,
@@ -219,10 +223,10 @@ static int Store_init(StoreObject *s, PyObject *args, PyObject *kw)
                          Py_TYPE(ns)->tp_name);
             return -1;
         }
-        if (!(cns = PyUnicode_AsUTF8(ns)))
+        if (!(cns = ext_utf8_arg(ns, "namespace")))
             return -1;
         if (dir) {
-            if (!PyUnicode_FSConverter(dir, &dirb))
+            if (ext_path_arg(dir, "local_dir", &dirb) < 0)
                 return -1;
             cdir = PyBytes_AS_STRING(dirb);
         }

@@ -361,7 +361,9 @@ resolved:
         }
     }
     if (a.out_stride_t == 0 && a.out_stride_k == 0) {
-        if (T > 1) {
+        /* With no columns there are no rows to overlap (numpy gives an
+         * array of shape (T, 0, 0) the strides (0, 0, 1)): a no-op. */
+        if (T > 1 && K > 0) {
             ext_raise_cls(ext_exc_for(ENGRAM_ELAYOUT), ENGRAM_ELAYOUT,
                           "%s: output rows overlap (the strides of its token and column "
                           "dimensions are 0)", in->out_arg);

@@ -269,7 +269,7 @@ PyObject *ext_store_add_source(StoreObject *s, PyObject *const *args, Py_ssize_t
     if (!PyUnicode_Check(v[0]))
         return PyErr_Format(PyExc_TypeError, "name: expected a str, got %.100s",
                             Py_TYPE(v[0])->tp_name);
-    if (!(cname = PyUnicode_AsUTF8(v[0])))
+    if (!(cname = ext_utf8_arg(v[0], "name")))
         return NULL;
     if (PyCapsule_IsValid(v[3], GROUP_CAPSULE))
         group = PyCapsule_GetPointer(v[3], GROUP_CAPSULE);
@@ -278,8 +278,7 @@ PyObject *ext_store_add_source(StoreObject *s, PyObject *const *args, Py_ssize_t
                             Py_TYPE(v[3])->tp_name);
     if (((nrows = PyLong_AsUnsignedLongLong(v[1])) == (unsigned long long)-1 && PyErr_Occurred()) ||
         ((rbytes = PyLong_AsUnsignedLongLong(v[2])) == (unsigned long long)-1 && PyErr_Occurred()) ||
-        (v[4] && (cache = PyLong_AsUnsignedLongLong(v[4])) == (unsigned long long)-1 &&
-         PyErr_Occurred()))
+        (v[4] && ext_uint_arg(v[4], "cache_bytes", UINT64_MAX, NULL, &cache) < 0))
         return NULL;
     if (rbytes > ENGRAM_ROW_BYTES_MAX)
         return PyErr_Format(PyExc_ValueError, "row_bytes: at most %u, got %llu",

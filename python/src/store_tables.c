@@ -13,20 +13,12 @@
 
 static const char *name_arg(PyObject *name, const char *arg)
 {
-    Py_ssize_t len;
-    const char *c;
     if (!PyUnicode_Check(name)) {
         PyErr_Format(PyExc_TypeError, "%s: expected a table name (str), got %.100s", arg,
                      Py_TYPE(name)->tp_name);
         return NULL;
     }
-    if (!(c = PyUnicode_AsUTF8AndSize(name, &len)))
-        return NULL;
-    if ((size_t)len != strlen(c)) {
-        PyErr_Format(PyExc_ValueError, "%s: a table name cannot contain NUL", arg);
-        return NULL;
-    }
-    return c;
+    return ext_utf8_arg(name, arg);
 }
 
 static PyObject *spec_tuple(const engram_table_spec *sp)
@@ -442,7 +434,7 @@ PyObject *ext_store_open_safetensors(StoreObject *s, PyObject *const *args, Py_s
         (v[5] && (r1 = PyLong_AsUnsignedLongLong(v[5])) == (unsigned long long)-1 &&
          PyErr_Occurred()))
         return NULL;
-    if (!PyUnicode_FSConverter(v[1], &pathb))
+    if (ext_path_arg(v[1], "path", &pathb) < 0)
         return NULL;
     if (ext_store_enter(s) < 0) {
         Py_DECREF(pathb);

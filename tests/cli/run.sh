@@ -212,6 +212,19 @@ run lookup t 1 x2
 check "lookup of a non-numeric id -> 2" eval 'usage_fails && err_has "x2"'
 run lookup t 1 --offset 1.5
 check "lookup --offset 1.5 -> 2" eval 'usage_fails'
+# Numbers that are numbers, but too large: "out of range", not "not a number".
+run lookup t 9223372036854775807 9223372036854775808
+check "lookup of an id above INT64_MAX -> 2, out of range" \
+    eval 'usage_fails && err_has "9223372036854775808. is out of range" && ! err_has "not a decimal"'
+run lookup t -9223372036854775809
+check "lookup of an id below INT64_MIN -> 2, out of range" \
+    eval 'usage_fails && err_has "out of range" && ! err_has "not a decimal"'
+run lookup t 1 --offset 99999999999999999999
+check "lookup --offset beyond int64 -> 2, out of range" \
+    eval 'usage_fails && err_has "offset.*out of range" && ! err_has "not a decimal"'
+run create t --rows 18446744073709551616 --row-bytes 4
+check "create --rows beyond uint64 -> 2, out of range" \
+    eval 'usage_fails && err_has "rows.*out of range" && ! err_has "not a non-negative"'
 run verify
 check "verify without names -> 2" eval 'usage_fails'
 run verify --all t
@@ -631,6 +644,77 @@ run import --safetensors short.safetensors --weight w st5
 check "import of a truncated checkpoint -> 1" eval 'fails_with 1 "truncated"'
 run ls
 check "failed imports published nothing" eval 'rc_is 0 && out_lacks "st5"'
+
+# A checkpoint path swapped between the check of its header and the reading
+# of its rows (anyone who can write its directory can): the rows imported
+# are those of the file checked, and a FIFO put at the path never blocks.
+# run_timed ARGS...: like run, killed after 20 s (rc 124: a hang).  With
+# SWAP_PATH and SWAP_WITH set and tests/cli/swap_open.c preloaded, the file
+# SWAP_WITH is renamed over SWAP_PATH right after the first open of it.
+run_timed() {
+    LAST="engram $*${SWAP_PATH:+ (with $SWAP_WITH renamed over $SWAP_PATH after its first open)}"
+    if [ -n "${SWAP_PATH:-}" ]; then
+        ENGRAM_SWAP_PATH=$SWAP_PATH ENGRAM_SWAP_WITH=$SWAP_WITH LD_PRELOAD=$ENGRAM_SWAP_SHIM \
+            ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
+            timeout 20 "$ENGRAM_BIN" --root "$ROOT" "$@" >out 2>err
+    else
+        timeout 20 "$ENGRAM_BIN" --root "$ROOT" "$@" >out 2>err
+    fi
+    rc=$?
+}
+W16B='\160\161\162\163\164\165\166\167\170\171\172\173\174\175\176\177'
+W_JSON='{"w":{"dtype":"F8_E4M3","shape":[4,4],"data_offsets":[0,16]}}'
+mkfifo fifo-a fifo-b fifo-c fifo-d
+# A FIFO at the checkpoint's path, or at the shard an index names.
+SWAP_PATH=
+run_timed import --safetensors fifo-a --weight w swbad
+check "import of a FIFO -> 1, no hang" eval 'fails_with 1 "not a regular file"'
+printf '{"weight_map":{"w":"fifo-a"}}' >fifo.safetensors.index.json
+run_timed import --safetensors fifo.safetensors.index.json --weight w swbad
+check "import of a shard that is a FIFO -> 1, no hang" eval 'fails_with 1 "not a regular file"'
+if [ -n "${ENGRAM_SWAP_SHIM:-}" ]; then
+    make_st sw1.safetensors "$W_JSON" "$W16"
+    SWAP_PATH=sw1.safetensors SWAP_WITH=fifo-b
+    run_timed import --safetensors sw1.safetensors --weight w swt1
+    check "a FIFO swapped in after the check: the checked file is imported" \
+        eval 'rc_is 0 && out_has "verified" && [ -p sw1.safetensors ]'
+    make_st sw2.safetensors "$W_JSON" "$W16"
+    make_st other.safetensors "$W_JSON" "$W16B"
+    SWAP_PATH=sw2.safetensors SWAP_WITH=other.safetensors
+    run_timed import --safetensors sw2.safetensors --weight w swt2
+    check "another file swapped in after the check: the checked file is imported" \
+        eval 'rc_is 0 && out_has "verified" && [ ! -e other.safetensors ]'
+    SWAP_PATH=
+    run lookup swt1 0 3
+    check "rows of the file checked (FIFO swapped in)" eval 'rc_is 0 && out_is "0: 10 11 12 13
+3: 1c 1d 1e 1f"'
+    run lookup swt2 0 3
+    check "rows of the file checked (other file swapped in)" eval 'rc_is 0 && out_is "0: 10 11 12 13
+3: 1c 1d 1e 1f"'
+    # A weight and a scale in one file: both read from one open of it.
+    make_st sw4.safetensors "$WS_JSON" "$W16$S8"
+    SWAP_PATH=sw4.safetensors SWAP_WITH=fifo-d
+    run_timed import --safetensors sw4.safetensors --weight w --scale s swt4
+    check "weight and scale of one file: one open, the checked file imported" \
+        eval 'rc_is 0 && out_has "verified" && [ -p sw4.safetensors ]'
+    SWAP_PATH=
+    run lookup swt4 0 3
+    check "rows of the file checked (weight + scale)" eval 'rc_is 0 && out_is "0: 10 11 12 13 a0 a1
+3: 1c 1d 1e 1f a6 a7"'
+    # Through an index, the shard is looked at once to find it, then opened
+    # once to be read: a FIFO swapped in between is refused, not waited on.
+    make_st sw3.safetensors "$W_JSON" "$W16"
+    printf '{"weight_map":{"w":"sw3.safetensors"}}' >sw3.safetensors.index.json
+    SWAP_PATH=sw3.safetensors SWAP_WITH=fifo-c
+    run_timed import --safetensors sw3.safetensors.index.json --weight w swbad
+    check "a FIFO swapped in at a shard -> 1, no hang" \
+        eval 'fails_with 1 "not a regular file" && [ -p sw3.safetensors ]'
+    SWAP_PATH=
+else
+    echo "cli: ENGRAM_SWAP_SHIM not set: the swapped-checkpoint cases are skipped"
+fi
+run ls
+check "no import of a FIFO published anything" eval 'rc_is 0 && out_lacks "swbad"'
 
 # ---------------------------------------------------------------------------
 # demo --small: creates, checks, measures and removes its own namespace.

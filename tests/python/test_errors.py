@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import pathlib
 
 import numpy as np
 import pytest
@@ -246,6 +247,47 @@ def test_name_with_nul_or_wrong_type(store, rows_a):
         store.populate(b"a", rows_a)
     with pytest.raises(TypeError, match="^name:"):
         store.remove(None)
+
+
+def test_namespace_with_nul_is_refused_not_cut(local_dir, rows_a):
+    # C would read "prod\0-staging" as "prod": the store must not open
+    # (and remove from) another namespace than the one named.
+    with engramstore.EngramStore(namespace="prod", local_dir=local_dir) as prod:
+        prod.populate("w", rows_a)
+    with pytest.raises(ValueError, match="^namespace: cannot contain NUL"):
+        engramstore.EngramStore(namespace="prod\x00-staging", local_dir=local_dir).remove("w")
+    with pytest.raises(ValueError, match="^namespace: cannot contain NUL"):
+        engramstore.LocalStore(local_dir, "prod\x00-staging")
+    with engramstore.EngramStore(namespace="prod", local_dir=local_dir) as prod:
+        assert prod.list_tables() == ["w"]
+    assert os.listdir(local_dir) == ["prod"]
+
+
+@pytest.mark.parametrize("kind", [str, bytes, pathlib.Path])
+def test_local_dir_with_nul_is_refused(local_dir, kind):
+    bad = local_dir + "\x00/elsewhere"
+    arg = bad.encode() if kind is bytes else kind(bad)
+    with pytest.raises(ValueError, match="^local_dir: a path cannot contain NUL"):
+        engramstore.EngramStore(namespace="n", local_dir=arg)
+    with pytest.raises(ValueError, match="^local_dir: a path cannot contain NUL"):
+        engramstore.LocalStore(arg, "n")
+    assert os.listdir(local_dir) == []
+    # The same path without the NUL part works, as str, bytes or a path.
+    good = local_dir.encode() if kind is bytes else kind(local_dir)
+    with engramstore.EngramStore(namespace="n", local_dir=good) as st:
+        assert st.list_tables() == []
+    with pytest.raises(TypeError, match="^local_dir: expected a path"):
+        engramstore.EngramStore(namespace="n", local_dir=5)
+
+
+def test_source_name_with_nul_is_refused(store):
+    def read_rows(rows, out):
+        out[:] = 1
+    with pytest.raises(ValueError, match="^name: cannot contain NUL"):
+        store.add_source("s\x00x", {"num_rows": 4, "row_bytes": 8}, read_rows)
+    assert store.list_tables() == []
+    store.add_source("s", {"num_rows": 4, "row_bytes": 8}, read_rows)
+    assert store.list_tables() == ["s"]
 
 
 def test_removed_table_while_open_is_gone_or_removed(ab):

@@ -115,6 +115,20 @@ def test_safetensors_bad_inputs(tmp_path):
             st.open_safetensors("t", str(broken), "w")
         with pytest.raises(TypeError, match="^weight: expected a table name"):
             st.open_safetensors("t", str(ck), 3)
+        # A NUL would cut the path or a name short on the C side.
+        with pytest.raises(ValueError, match="^path: a path cannot contain NUL"):
+            st.open_safetensors("t", str(ck) + "\x00.other", "w")
+        with pytest.raises(ValueError, match="^path: a path cannot contain NUL"):
+            st.open_safetensors("t", bytes(ck) + b"\x00.other", "w")
+        with pytest.raises(TypeError, match="^path: expected a path"):
+            st.open_safetensors("t", 3, "w")
+        with pytest.raises(ValueError, match="^weight: cannot contain NUL"):
+            st.open_safetensors("t", str(ck), "w\x00x")
+        with pytest.raises(ValueError, match="^scale: cannot contain NUL"):
+            st.open_safetensors("t", str(ck), "w", "s\x00x")
+        with pytest.raises(ValueError, match="^name: cannot contain NUL"):
+            st.open_safetensors("t\x00x", str(ck), "w")
+        assert st.list_tables() == []
         st.open_safetensors("t", str(ck), "w")
         with pytest.raises(engramstore.TableExistsError):
             st.open_safetensors("t", str(ck), "w")

@@ -203,6 +203,20 @@ def test_empty_batch_is_a_noop(ab):
     assert st.stats()["rows"] == before
 
 
+def test_no_columns_is_a_noop(ab):
+    # K = 0: no tables, no rows, whatever the number of tokens.  numpy gives
+    # an out of shape (T, 0, 0) the strides (0, 0, 1), which are not rows
+    # that overlap.
+    st, _ = ab
+    before = st.stats()["rows"]
+    for T in (0, 1, 2, 5):
+        out = np.zeros((T, 0, 0), np.uint8)
+        assert st.lookup([], np.zeros((T, 0), np.int64), out) is None
+        assert st.lookup((), np.zeros((T, 0), np.int32), out, np.zeros(0, np.int64)) is None
+        assert st.lookup([], np.broadcast_to(np.int64(0), (T, 0)), out) is None
+    assert st.stats()["rows"] == before
+
+
 def test_single_token_and_single_column(ab):
     st, tabs = ab
     ids = np.array([[18]], np.int64)
@@ -299,6 +313,37 @@ def test_tuple_specs(local_dir, rows_a):
 def test_bad_specs(local_dir, spec, exc, msg):
     with pytest.raises(exc, match=msg):
         engramstore.EngramStore(tables={"a": spec}, namespace="bad", local_dir=local_dir)
+
+
+@pytest.mark.parametrize("kw,msg", [
+    ({"cache_bytes": -1}, r"^cache_bytes: expected an int in \[0, 18446744073709551615\] "
+                          r"\(0 = 256 MiB\), got -1$"),
+    ({"cache_bytes": 2**64}, r"^cache_bytes: expected an int in \[0, 18446744073709551615\]"),
+    ({"cache_bytes": -2**70}, r"^cache_bytes: expected an int in"),
+    ({"queue_depth": -1}, r"^queue_depth: expected an int in \[0, 4096\] \(0 = 64\), got -1$"),
+    ({"queue_depth": 4097}, r"^queue_depth: expected an int in \[0, 4096\]"),
+    ({"queue_depth": 2**32 + 1}, r"^queue_depth: expected an int in \[0, 4096\]"),
+])
+def test_options_out_of_range_are_refused(local_dir, kw, msg):
+    # Handed to unsigned C fields, these used to wrap into other values.
+    for file_cache in (False, True):
+        with pytest.raises(ValueError, match=msg):
+            engramstore.EngramStore(namespace="n", local_dir=local_dir, file_cache=file_cache,
+                                    **kw)
+    assert os.listdir(local_dir) == []
+
+
+def test_options_at_their_limits(local_dir):
+    with pytest.raises(TypeError, match="^cache_bytes: expected an int, got float"):
+        engramstore.EngramStore(namespace="n", local_dir=local_dir, cache_bytes=1.5)
+    with engramstore.EngramStore(namespace="n", local_dir=local_dir, file_cache=True,
+                                 cache_bytes=2**64 - 1, queue_depth=4096) as st:
+        cache = st.stats()["cache"]
+        assert cache["queue_depth"] == 4096 and cache["budget_bytes"] == 2**64 - 1
+    with engramstore.EngramStore(local_dir=None) as mem:
+        with pytest.raises(ValueError, match=r"^cache_bytes: expected an int in \[0, "):
+            mem.add_source("s", (4, 8), lambda rows, out: None, cache_bytes=-1)
+        assert mem.list_tables() == []
 
 
 def test_bad_constructor_arguments(local_dir):
