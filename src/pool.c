@@ -36,6 +36,10 @@
 /* Polls (~30-60 us) before a worker sleeps.  Short on purpose: a spinning
  * worker on an SMT sibling slows the thread that does the real work. */
 #define SPIN_ITERS 2000
+/* A wait for workers shorter than this is a part finishing, not a worker
+ * descheduled mid-part (a time slice is milliseconds): it never stops the
+ * splitting. */
+#define WAIT_MIN_NS 100000u
 
 /* The claim word: job number | nparts | next part.  Packing the part count
  * with the counter means a worker that claims from a finished job sees
@@ -203,12 +207,12 @@ int engram__pool_run(engram__pool *p, engram__job_fn fn, void *arg, size_t npart
     t_end = engram__now_ns();
     /* Splitting pays when the workers take parts without making the
      * caller wait for them.  A wait of more than a quarter of the job
-     * means a worker was descheduled mid-part (a busy machine: another
+     * (and more than WAIT_MIN_NS) means a worker was descheduled mid-part (a busy machine: another
      * process on the other CPU): then the next jobs run alone, for a
      * number of jobs that doubles (16 .. 4096) while splitting keeps not
      * paying, so that the pool adds no tail latency on a loaded machine
      * and comes back once it is quiet. */
-    if ((t_end - t_mine) * 4 > t_end - t0) {
+    if (t_end - t_mine > WAIT_MIN_NS && (t_end - t_mine) * 4 > t_end - t0) {
         p->backoff = p->backoff ? (p->backoff < 4096 ? p->backoff * 2 : 4096) : 16;
         atomic_store_explicit(&p->skip, p->backoff, memory_order_relaxed);
     } else {

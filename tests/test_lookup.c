@@ -1093,24 +1093,31 @@ static void test_large_batch(void)
         a.ids = ids;
         a.id_type = ENGRAM_ID_INT64;
         a.out = out;
-        for (int rep = 0; rep < 3; rep++) {
+        /* Three lookups, and with a pool as many more as it takes for one
+         * to be split: the pool takes a 98k-row batch when it is free,
+         * but refuses batches for a while after one where a worker made
+         * the caller wait (src/pool.c), which a busy machine (a parallel
+         * test run) can cause. */
+        engram_stats st = ENGRAM_STATS_INIT;
+        int reps = 0;
+        do {
             memset(out, SENTINEL, out_len);
             ASSERT_OK(engram_lookup(big[s], &a));
             ASSERT_MEM_EQ(out, exp, out_len);
-        }
-        engram_stats st = ENGRAM_STATS_INIT;
-        ASSERT_OK(engram_store_stats(big[s], &st));
+            ASSERT_OK(engram_store_stats(big[s], &st));
+            reps++;
+        } while (reps < 3 || (s == 1 && st.parallel == 0 && reps < 200));
         ASSERT_EQ(st.threads, s + 1);
         if (s == 0)
             ASSERT_EQ_U64(st.parallel, 0);
         else
-            ASSERT(st.parallel >= 1); /* an idle pool takes a 98k-row batch */
+            ASSERT(st.parallel >= 1);
         uint64_t dead = 0;
         for (size_t i = 0; i < (size_t)T * K; i++)
             dead += ids[i] == -1;
-        ASSERT_EQ_U64(st.dead_rows, 3 * dead);
-        ASSERT_EQ_U64(st.rows, 3 * ((uint64_t)T * K - dead));
-        ASSERT_EQ_U64(st.bytes, 3 * ((uint64_t)T * K - dead) * R);
+        ASSERT_EQ_U64(st.dead_rows, (uint64_t)reps * dead);
+        ASSERT_EQ_U64(st.rows, (uint64_t)reps * ((uint64_t)T * K - dead));
+        ASSERT_EQ_U64(st.bytes, (uint64_t)reps * ((uint64_t)T * K - dead) * R);
 
         /* A bad id in the very last position: nothing written, even when
          * the batch is split across threads. */
