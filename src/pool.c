@@ -11,9 +11,11 @@
  * descheduled in the middle of (its rows go to the caller's output): on a
  * machine whose other CPUs are busy that wait is a scheduler time slice,
  * milliseconds.  So a job after which the caller waited for workers for
- * more than a quarter of its time makes the pool refuse the next jobs (the
- * callers run them alone), for a number of jobs that doubles while it
- * keeps happening: splitting continues only where it pays.
+ * more than a quarter of its time, or in which the workers started late
+ * (their CPU was busy), makes the pool refuse the next jobs (the callers
+ * run them alone), for a number of jobs that doubles while it keeps
+ * happening (128 .. 4096) and halves with every eight jobs in a row that pay: splitting
+ * goes on only where it pays.
  *
  * One job at a time: a lookup that finds the pool busy (another thread's
  * lookup holds it) does its whole copy itself instead of waiting, so the
@@ -40,6 +42,15 @@
  * descheduled mid-part (a time slice is milliseconds): it never stops the
  * splitting. */
 #define WAIT_MIN_NS 100000u
+/* A worker that first claims a part this long after the job was posted is
+ * late: spinning workers claim within a microsecond, sleeping ones within
+ * tens of microseconds of the futex wake. */
+#define LATE_NS 200000u
+/* Jobs refused after the first job that did not pay: a few hundred, so
+ * that on a machine whose other CPUs keep getting busy the stalls stay
+ * well under one lookup in a hundred (two jobs a lookup). */
+#define BACKOFF_MIN 128u
+#define BACKOFF_MAX 4096u
 
 /* The claim word: job number | nparts | next part.  Packing the part count
  * with the counter means a worker that claims from a finished job sees
@@ -65,6 +76,10 @@ struct engram__pool {
      * while they keep doing so. */
     _Atomic uint32_t skip;
     uint32_t backoff;
+    uint32_t paid;              /* jobs that paid since the last that did not */
+    /* When a worker first claimed a part of the current job (0: none yet):
+     * a worker that starts late is a CPU that other work holds. */
+    _Atomic uint64_t first_claim_ns;
     int nworkers;
     pid_t pid;                  /* the process whose threads these are */
     pthread_t *threads;
@@ -90,6 +105,13 @@ static void run_parts(engram__pool *p)
         size_t i = (size_t)(c & PART_MASK), n = (size_t)((c >> PART_BITS) & PART_MASK);
         if (i >= n)
             return;
+        if (i > 0 && atomic_load_explicit(&p->first_claim_ns, memory_order_relaxed) == 0) {
+            /* Relaxed: a time stamp for the caller's policy, read after
+             * the job's done count (acquire) orders it. */
+            uint64_t zero = 0;
+            atomic_compare_exchange_strong_explicit(&p->first_claim_ns, &zero, engram__now_ns(),
+                                                    memory_order_relaxed, memory_order_relaxed);
+        }
         /* The job cannot finish (nor fn/arg change) before this part is
          * counted done, so these loads see the job that part i belongs to. */
         engram__job_fn fn = atomic_load_explicit(&p->fn, memory_order_relaxed);
@@ -188,6 +210,7 @@ int engram__pool_run(engram__pool *p, engram__job_fn fn, void *arg, size_t npart
     atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
     atomic_store_explicit(&p->arg, arg, memory_order_relaxed);
     atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->first_claim_ns, 0, memory_order_relaxed);
     p->jobs++;
     /* Release: publishes fn/arg/done with the new claim word. */
     atomic_store_explicit(&p->claim, (p->jobs << (2 * PART_BITS)) | ((uint64_t)nparts << PART_BITS),
@@ -212,11 +235,25 @@ int engram__pool_run(engram__pool *p, engram__job_fn fn, void *arg, size_t npart
      * number of jobs that doubles (16 .. 4096) while splitting keeps not
      * paying, so that the pool adds no tail latency on a loaded machine
      * and comes back once it is quiet. */
-    if (t_end - t_mine > WAIT_MIN_NS && (t_end - t_mine) * 4 > t_end - t0) {
-        p->backoff = p->backoff ? (p->backoff < 4096 ? p->backoff * 2 : 4096) : 16;
-        atomic_store_explicit(&p->skip, p->backoff, memory_order_relaxed);
-    } else {
-        p->backoff = 0;
+    {
+        uint64_t claim = atomic_load_explicit(&p->first_claim_ns, memory_order_relaxed);
+        int stalled = t_end - t_mine > WAIT_MIN_NS && (t_end - t_mine) * 4 > t_end - t0;
+        /* A worker that claimed its first part long after the job was
+         * posted (or never did, in a job long enough for it to) shared its
+         * CPU with other work: splitting then risks the stall above. */
+        int late = claim ? claim - t0 > LATE_NS : t_mine - t0 > LATE_NS;
+        if (stalled || late) {
+            p->backoff = p->backoff ? (p->backoff < BACKOFF_MAX ? p->backoff * 2 : BACKOFF_MAX)
+                                 : BACKOFF_MIN;
+            p->paid = 0;
+            atomic_store_explicit(&p->skip, p->backoff, memory_order_relaxed);
+        } else if (++p->paid == 8) {
+            /* Eight jobs in a row that paid: the next stall backs off
+             * half as long.  The memory of a busy machine fades slowly,
+             * since one job that happens to pay says little. */
+            p->backoff /= 2;
+            p->paid = 0;
+        }
     }
     atomic_flag_clear_explicit(&p->busy, memory_order_release);
     return 0;
