@@ -44,8 +44,9 @@
 #define WAIT_MIN_NS 100000u
 /* A worker that first claims a part this long after the job was posted is
  * late: spinning workers claim within a microsecond, sleeping ones within
- * tens of microseconds of the futex wake. */
-#define LATE_NS 200000u
+ * tens to a few hundred microseconds of the futex wake on a VM; one whose
+ * CPU another thread holds waits for a time slice, milliseconds. */
+#define LATE_NS 1000000u
 /* Jobs refused after the first job that did not pay: a few hundred, so
  * that on a machine whose other CPUs keep getting busy the stalls stay
  * well under one lookup in a hundred (two jobs a lookup). */
