@@ -348,11 +348,14 @@ static void demo_settle(struct demo *d, uint64_t *rng)
         a.id_type = ENGRAM_ID_INT64;
         a.out = out;
         while (cli_now_ns() - t0 < 500000000u) {
-            if (engram_lookup(d->st, &a) != 0)
+            size_t i = (size_t)(cli_rng_next(rng) % ((uint64_t)T * DEMO_COLS)), k = i % DEMO_COLS;
+            if (engram_lookup(d->st, &a) != 0) {
+                printf(" lookup failed: %s\n", engram_errmsg());
                 goto out;
+            }
             calls++;
-            ids[cli_rng_next(rng) % ((size_t)T * DEMO_COLS)] =
-                d->offsets[0] + (int64_t)(cli_rng_next(rng) % d->rows[0]);
+            /* A new id in one position of its column: the batches differ. */
+            ids[i] = d->offsets[k] + (int64_t)(cli_rng_next(rng) % d->rows[k]);
         }
         rate = (double)calls / ((double)(cli_now_ns() - t0) / 1e9);
         if (last > 0 && rate > 0.9 * last && rate < 1.1 * last)
