@@ -20,8 +20,9 @@
  *    sizeof(the struct) (the *_INIT macros do it).
  *  - Thread safety is stated per function.  In short: lookups may run
  *    concurrently from any number of threads; everything else on a store
- *    is serialised internally; engram_remove() and engram_store_close()
- *    must not race with lookups that use the table/store they release.
+ *    is serialised internally; engram_remove() may run while lookups of
+ *    the table run (they finish or fail with ENGRAM_EREMOVED), but
+ *    engram_store_close() must not race with anything using the store.
  */
 #ifndef ENGRAM_H
 #define ENGRAM_H
@@ -340,8 +341,13 @@ ENGRAM_API void engram_free(void *p);
 /*! engram_remove() :
  * Unpublishes table `name`: its file is unlinked (the name is free again at
  * once) and later lookups of its id fail with ENGRAM_EREMOVED.  The store's
- * own mapping is released at engram_store_close(), because concurrent
- * lookups may still be reading it.  Other processes keep their mappings.
+ * own mapping, file and row cache are released as soon as no lookup that
+ * was running can still read them: at once when none runs, else after
+ * waiting up to 50 ms for them, else by a later engram_remove(),
+ * engram_table_open() or engram_store_stats() (stats count what is still
+ * held).  A table whose memory engram_table_memory() gave out stays
+ * mapped until engram_store_close().  Other processes keep their
+ * mappings.  Thread-safe, also while lookups of the table run.
  * @return : 0, -ENOENT, ENGRAM_EBOUND (bound tables cannot be removed). */
 ENGRAM_API int engram_remove(engram_store *st, const char *name);
 
@@ -456,14 +462,23 @@ typedef struct engram_stats {
     uint64_t time_ns;     /* time inside successful lookups (ENGRAM_OPEN_TIMING only) */
     uint64_t tables_open; /* tables mapped or bound */
     uint64_t mapped_bytes; /* bytes of table memory mapped or bound */
+    /* Removed tables whose memory is still held: lent out by
+     * engram_table_memory() (held until close), or removed while lookups
+     * that could still read them were running (released by a later
+     * engram_remove(), engram_table_open() or engram_store_stats()). */
+    uint64_t removed_tables;
+    uint64_t removed_bytes;
 } engram_stats;
 
-#define ENGRAM_STATS_INIT {sizeof(engram_stats), 0u, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+#define ENGRAM_STATS_INIT {sizeof(engram_stats), 0u, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 
 /*! engram_store_stats() :
- * Fills *stats (stats->size must be set).  Counters are summed from
- * per-thread shards without stopping lookups, so a snapshot taken during
- * lookups may be slightly behind.  Thread-safe.
+ * Fills *stats (stats->size must be set; the size of the struct before
+ * removed_tables was added is accepted too, and only that much is
+ * written).  Counters are summed from per-thread shards without stopping
+ * lookups, so a snapshot taken during lookups may be slightly behind.
+ * First releases what removed tables hold where no running lookup can
+ * still read it.  Thread-safe.
  * @return : 0 or -EINVAL. */
 ENGRAM_API int engram_store_stats(engram_store *st, engram_stats *stats);
 
