@@ -780,6 +780,120 @@ ENGRAM_API int engram_safetensors_tensor(const char *path, const char *tensor,
 ENGRAM_API int engram_safetensors_tensor_fd(int fd, const char *what, const char *tensor,
                                             engram_tensor_info *info);
 
+/* ------------------------------------------------------------------------
+ * Tables in a Redis Cluster.
+ *
+ * engram_store_open_redis() opens a namespace kept in a Redis Cluster
+ * instead of a directory.  The store's usual calls then work on the
+ * cluster: engram_populate() and the engram_writer_* calls push a table,
+ * engram_table_open() opens one for lookups (its rows read on demand
+ * behind the store's row cache), engram_list(), engram_get_table_info(),
+ * engram_verify() and engram_remove() list, describe, check and remove
+ * the namespace's tables.  engram_bind(), engram_add_source() and
+ * engram_open_safetensors() add tables to this store only, as in a memory
+ * store (their names hide a cluster table of the same name here).
+ * docs/redis.md has the whole story; in short:
+ *
+ *  - Layout: a table is cut into chunk keys of chunk_bytes (whole rows;
+ *    the last chunk shorter) named "<prefix>/<ns>/<name>/<epoch>/<i>",
+ *    spread over the cluster's slots, or with ENGRAM_REDIS_TAGGED
+ *    "<prefix>/<ns>/{<name>/<epoch>}/<i>", all in one slot.  Its manifest
+ *    (spec, chunk size, layout, a random publish epoch, XXH3-64 of every
+ *    chunk and of the whole) is a field of the hash
+ *    "<prefix>/<ns>/.manifests", written last with HSETNX: create-only,
+ *    and a table is visible only once all its chunks are written,
+ *    persisted and acknowledged by the replicas (WAIT).  A second push of
+ *    a name fails with -EEXIST, whatever its rows.  Chunks of a push that
+ *    died expire (they carry a TTL until the manifest is written).
+ *  - Lookups: the rows a lookup misses in the row cache are read with
+ *    GETRANGE, grouped per node, one pipelined batch per node, all nodes
+ *    at once, on connections of the lookup's own (one per node per
+ *    concurrent lookup).  Every reply must have exactly row_bytes bytes:
+ *    a missing chunk (a master restarted empty, a table removed) reads as
+ *    an empty string and fails the lookup with -ENODATA naming the table
+ *    and the key; its rows are never served.
+ *  - The cluster: slots are routed by CRC16 (hash tags included) over the
+ *    map CLUSTER SLOTS gives; MOVED is followed (and the map reloaded),
+ *    ASK is followed with ASKING; TRYAGAIN, CLUSTERDOWN, LOADING, a
+ *    refused or broken connection are retried with a backoff until the
+ *    operation's deadline (timeout_ms), then fail with -ETIMEDOUT naming
+ *    the node and the last failure.  A failover (a replica promoted)
+ *    therefore either finishes within the deadline or fails clearly.
+ *  - Security: AUTH with a password, or an ACL user and password.  No
+ *    TLS: the libhiredis this builds against (0.14) has none, so use it
+ *    on a trusted network only.
+ *
+ * Built without hiredis (ENGRAM_REDIS=OFF, or AUTO without it), the
+ * calls below exist and fail with -ENOTSUP.
+ */
+#define ENGRAM_TABLE_REDIS 5 /* engram_table_info.kind: a table of a Redis Cluster */
+
+/* engram_redis_options.flags */
+#define ENGRAM_REDIS_TAGGED 0x0001u /* tables written: all chunks of a table in one slot (one
+                                     * node) instead of spread over the cluster */
+
+typedef struct engram_redis_options {
+    uint32_t size;               /* sizeof(engram_redis_options) */
+    uint32_t flags;              /* ENGRAM_REDIS_* */
+    const char *user;            /* ACL user; NULL: AUTH with the password alone */
+    const char *password;        /* NULL: no AUTH */
+    const char *prefix;          /* first part of every key, a valid name: NULL = "engram" */
+    uint32_t timeout_ms;         /* deadline of one operation (a lookup's reads, a command),
+                                  * its retries included: 0 = 5000 */
+    uint32_t connect_timeout_ms; /* one connection attempt: 0 = 1000 */
+    uint64_t chunk_bytes;        /* tables written: bytes per chunk key, rounded down to whole
+                                  * rows (at least one row, at most 512 MiB): 0 = 1 MiB */
+    uint32_t chunk_ttl_ms;       /* tables written: how long the chunks of an unfinished push
+                                  * live (renewed while it runs): 0 = 1 hour */
+    uint32_t reserved;           /* 0 */
+} engram_redis_options;
+
+#define ENGRAM_REDIS_OPTIONS_INIT {sizeof(engram_redis_options), 0u, NULL, NULL, NULL, 0u, 0u, 0, 0u, 0u}
+
+/*! engram_store_open_redis() :
+ * Opens namespace `ns` of the Redis Cluster reached at `nodes`
+ * ("host:port[,host:port...]"; IPv6 hosts in brackets): connects to the
+ * first node that answers and loads the slot map.  `opts` (may be NULL)
+ * are the store's options as for engram_store_open() (cache_bytes,
+ * threads, flags: ENGRAM_OPEN_PREFAULT, ENGRAM_OPEN_MLOCK and
+ * ENGRAM_OPEN_TIMING apply; ENGRAM_OPEN_CREATE is accepted and
+ * needless: a namespace is a key prefix).  `ropts` (may be NULL) are the
+ * cluster's.  The password is kept in memory for reconnections, and
+ * wiped at close.  On success *out owns the store; close it with
+ * engram_store_close().  Thread-safe.
+ * @return : 0, ENGRAM_ESPEC (bad namespace or prefix), -EINVAL (bad node
+ *           list or options), -EACCES (AUTH refused), -ECONNREFUSED /
+ *           -ETIMEDOUT / -EHOSTUNREACH (no node answered), -EIO (not a
+ *           cluster), -ENOMEM, -ENOTSUP (built without hiredis). */
+ENGRAM_API int engram_store_open_redis(const char *nodes, const char *ns,
+                                       const engram_store_options *opts,
+                                       const engram_redis_options *ropts, engram_store **out);
+
+typedef struct engram_redis_stats {
+    uint32_t size;          /* sizeof(engram_redis_stats) */
+    uint32_t nodes;         /* nodes known (given, or learnt from the slot map and redirections) */
+    uint64_t batches;       /* pipelined read batches sent (one per node and round of a lookup) */
+    uint64_t gets;          /* GETRANGE commands sent */
+    uint64_t commands;      /* other commands (writes, manifests, WAIT) */
+    uint64_t moved;         /* MOVED redirections followed */
+    uint64_t ask;           /* ASK redirections followed */
+    uint64_t retries;       /* rounds or commands retried after a passing failure */
+    uint64_t connects;      /* connection attempts */
+    uint64_t conn_errors;   /* connections refused, timed out or broken */
+    uint64_t map_refreshes; /* slot map loads (CLUSTER SLOTS) */
+    uint64_t timeouts;      /* operations that failed at their deadline */
+} engram_redis_stats;
+
+#define ENGRAM_REDIS_STATS_INIT {sizeof(engram_redis_stats), 0u, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+
+/*! engram_get_redis_stats() :
+ * Fills *stats (stats->size must be set) with the cluster client's
+ * counters of store `st`, opened with engram_store_open_redis().
+ * Thread-safe.
+ * @return : 0, -EINVAL (not a Redis store, or a bad size), -ENOTSUP
+ *           (built without hiredis). */
+ENGRAM_API int engram_get_redis_stats(engram_store *st, engram_redis_stats *stats);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building and testing engram needs on a fresh Debian/Ubuntu
 # machine: a C and C++ toolchain, CMake, pkg-config, libxxhash, liburing, cJSON,
+# hiredis with redis-server and redis-cli (Redis Cluster tables and their tests),
 # Python 3 with venv and its headers (for the engramstore package;
 # scripts/test.sh installs numpy, pytest and Mooncake's wheel from PyPI into
 # build/venv), and libibverbs1 (which Mooncake's libraries link).  Runs apt-get
@@ -17,6 +18,14 @@ command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 [ -f /usr/include/xxhash.h ] || need+=(libxxhash-dev)
 [ -f /usr/include/liburing.h ] || need+=(liburing-dev)
 [ -f /usr/include/cjson/cJSON.h ] || need+=(libcjson-dev)
+# Redis Cluster tables: hiredis for the library (found with pkg-config),
+# redis-server and redis-cli for the tests, which start their own cluster
+# on loopback ports (on a host running systemd, installing redis-server
+# also enables its default service on 127.0.0.1:6379; the tests never
+# use it).
+[ -f /usr/include/hiredis/hiredis.h ] || need+=(libhiredis-dev)
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
 # The Python package builds in a virtual environment against Python's headers.
 if command -v python3 >/dev/null 2>&1; then

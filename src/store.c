@@ -24,6 +24,7 @@
 #include "mapfile.h"
 #include "pool.h"
 #include "reader.h"
+#include "remote.h"
 #include "rsec.h"
 #include "rowcache.h"
 #include "store.h"
@@ -294,6 +295,28 @@ fail:
     return err;
 }
 
+int engram__store_open_remote(const engram_store_options *opts, const char *path,
+                              const engram__remote_vt *vt, void *rs, engram_store **out)
+{
+    engram_store *st;
+    int err;
+    if ((err = store_alloc(opts, &st)) != 0)
+        return err;
+    if (!(st->path = strdup(path))) {
+        engram_store_close(st);
+        return engram__err(-ENOMEM, "out of memory");
+    }
+    st->remote = vt;
+    st->remote_state = rs;
+    *out = st;
+    return 0;
+}
+
+void *engram__store_remote(engram_store *st, const engram__remote_vt *vt)
+{
+    return st && st->remote == vt ? st->remote_state : NULL;
+}
+
 /* Releases what a source holds: the module's state, the caller's
  * table_ud (through its release) and the row cache. */
 void engram__source_release(const engram__source *src)
@@ -316,6 +339,9 @@ void engram_store_close(engram_store *st)
             engram__source_release(&t->src);
         free(t);
     }
+    /* After the tables: their sources may use the remote's state. */
+    if (st->remote)
+        st->remote->close(st->remote_state);
     engram__reader_destroy(atomic_load_explicit(&st->reader, memory_order_relaxed));
     engram__cbudget_destroy(atomic_load_explicit(&st->budget, memory_order_relaxed));
     for (int c = 0; c < ENGRAM__MAX_CHUNKS; c++)
@@ -641,6 +667,42 @@ static int file_source(engram_store *st, int fd, const engram__header *h, const 
 
 static void release_removed(engram_store *st, uint64_t wait_ns);
 
+/* engram_table_open() of a table of the store's remote namespace, with
+ * the claim on its name held (and given back here). */
+static int remote_table_open(engram_store *st, const char *name, engram_table_id *id)
+{
+    engram__store_ctx ctx;
+    engram__source src;
+    engram_table_spec spec;
+    engram__table *t = NULL;
+    uint64_t size;
+    int err;
+
+    release_removed(st, 0);
+    if ((err = engram__store_ctx_get(st, &ctx)) != 0 ||
+        (err = st->remote->open(st->remote_state, &ctx, name, &spec, &size, &src)) != 0) {
+        engram__store_unclaim(st, name);
+        return err;
+    }
+    if (!(t = table_new(name, &spec, size, &src))) {
+        engram__source_release(&src);
+        engram__store_unclaim(st, name);
+        return engram__err(-ENOMEM, "out of memory");
+    }
+    pthread_mutex_lock(&st->lock);
+    /* Another table of the name (a bind while we read the manifest) is
+     * the table; nobody else opened this one: they wait for our claim. */
+    if (!engram__find_locked(st, name, id) && (err = registry_append_locked(st, t, id)) == 0)
+        t = NULL;
+    unclaim_locked(st, name);
+    pthread_mutex_unlock(&st->lock);
+    if (t) {
+        engram__source_release(&src);
+        free(t);
+    }
+    return err;
+}
+
 int engram_table_open(engram_store *st, const char *name, engram_table_id *id)
 {
     engram__table *t = NULL, *have;
@@ -654,7 +716,7 @@ int engram_table_open(engram_store *st, const char *name, engram_table_id *id)
     if ((err = engram_name_check(name)) != 0)
         return err;
     pthread_mutex_lock(&st->lock);
-    if (!(have = engram__find_locked(st, name, id)) && st->dirfd >= 0) {
+    if (!(have = engram__find_locked(st, name, id)) && (st->dirfd >= 0 || st->remote)) {
         /* A second opener of the name waits for the first and then finds
          * its table (or tries again if it failed). */
         err = claim_locked(st, name);
@@ -664,6 +726,8 @@ int engram_table_open(engram_store *st, const char *name, engram_table_id *id)
     pthread_mutex_unlock(&st->lock);
     if (have || err)
         return err;
+    if (st->remote)
+        return remote_table_open(st, name, id);
     if (st->dirfd < 0)
         return engram__err(-ENOENT, "table '%s' is not bound in this memory store", name);
     /* What removed tables hold goes first (a row cache's share of the
@@ -793,6 +857,8 @@ int engram_get_table_info(engram_store *st, const char *name, engram_table_info 
         return err;
     }
     engram__rsec_exit();
+    if (st->remote)
+        return st->remote->info(st->remote_state, name, info);
     if (st->dirfd < 0)
         return engram__err(-ENOENT, "table '%s' is not bound in this memory store", name);
     if ((fd = engram__open_entry(st->dirfd, st->path, st->uid, name, O_RDONLY, &sb)) < 0)
@@ -819,6 +885,13 @@ typedef struct namelist {
     char **v;
     size_t n, cap, bytes;
 } namelist;
+
+static int namelist_add(namelist *l, const char *name);
+
+static int namelist_add_cb(void *l, const char *name)
+{
+    return namelist_add(l, name) == 0 ? 0 : engram__err(-ENOMEM, "out of memory");
+}
 
 static int namelist_add(namelist *l, const char *name)
 {
@@ -871,6 +944,11 @@ int engram_list(engram_store *st, char ***names, size_t *count)
                 err = namelist_add(&l, de->d_name);
         if (d)
             closedir(d);
+    }
+    if (!err && st->remote) {
+        /* The remote's own message stands (it may be a network failure). */
+        if ((err = st->remote->list(st->remote_state, namelist_add_cb, &l)) != 0)
+            goto out;
     }
     if (err == -ENOMEM)
         err = engram__err(-ENOMEM, "out of memory listing %s", st->path);
@@ -956,9 +1034,53 @@ static const char *not_removable(uint32_t kind)
         return "served from a checkpoint";
     case ENGRAM_TABLE_SOURCE:
         return "served by a source (engram_add_source)";
+    case ENGRAM_TABLE_REDIS:
+        return "a table of a Redis Cluster";
     default:
         return "bound to caller memory";
     }
+}
+
+/* Marks t removed and puts it on the list of tables whose source is
+ * released once no lookup can read it (st->lock held). */
+static void retire_locked(engram_store *st, engram__table *t)
+{
+    atomic_store_explicit(&t->removed, 1, memory_order_release);
+    /* Release: a lookup that sees the new generation sees the table
+     * removed, and resolves its columns again (gather.c's memo). */
+    atomic_fetch_add_explicit(&st->gen, 1, memory_order_release);
+    t->retired_next = st->retired;
+    st->retired = t;
+}
+
+/* engram_remove() in a store of a remote namespace: the remote table is
+ * unpublished first (without the lock: it is network I/O), then the
+ * store's own copy is retired. */
+static int remote_remove(engram_store *st, const char *name)
+{
+    engram__table *t;
+    int err, unpublished = 0;
+    pthread_mutex_lock(&st->lock);
+    t = engram__find_locked(st, name, NULL);
+    pthread_mutex_unlock(&st->lock);
+    if (t && t->src.kind != st->remote->kind)
+        return engram__err(ENGRAM_EBOUND, "table '%s' is %s, not a table of %s; close the "
+                                          "store to release it",
+                           name, not_removable(t->src.kind), st->path);
+    err = st->remote->remove(st->remote_state, name, &unpublished);
+    if (err == -ENOENT && t)
+        err = 0; /* removed by someone else already: forget our copy too */
+    else if (!unpublished)
+        return err;
+    pthread_mutex_lock(&st->lock);
+    if ((t = engram__find_locked(st, name, NULL)) != NULL && t->src.kind == st->remote->kind)
+        retire_locked(st, t);
+    else
+        t = NULL;
+    pthread_mutex_unlock(&st->lock);
+    if (t)
+        release_removed(st, RELEASE_WAIT_NS);
+    return err;
 }
 
 int engram_remove(engram_store *st, const char *name)
@@ -970,6 +1092,8 @@ int engram_remove(engram_store *st, const char *name)
         return engram__err(-EINVAL, "store is NULL");
     if ((err = engram_name_check(name)) != 0)
         return err;
+    if (st->remote)
+        return remote_remove(st, name);
     pthread_mutex_lock(&st->lock);
     t = engram__find_locked(st, name, NULL);
     if (t && t->src.kind != ENGRAM_TABLE_FILE) {
@@ -1000,14 +1124,8 @@ int engram_remove(engram_store *st, const char *name)
     } else if (fsync(st->dirfd) != 0) {
         err = engram__errno(errno, "fsync %s", st->path);
     }
-    if (t) {
-        atomic_store_explicit(&t->removed, 1, memory_order_release);
-        /* Release: a lookup that sees the new generation sees the table
-         * removed, and resolves its columns again (gather.c's memo). */
-        atomic_fetch_add_explicit(&st->gen, 1, memory_order_release);
-        t->retired_next = st->retired;
-        st->retired = t;
-    }
+    if (t)
+        retire_locked(st, t);
 out:
     pthread_mutex_unlock(&st->lock);
     if (t && err == 0)
@@ -1028,6 +1146,8 @@ int engram_verify(engram_store *st, const char *name, engram_progress_fn progres
     if ((err = engram_name_check(name)) != 0)
         return err;
     t = find_unlocked(st, name);
+    if (st->remote && (!t || t->src.kind == st->remote->kind))
+        return st->remote->verify(st->remote_state, name, progress, ud);
     if (t && t->src.kind != ENGRAM_TABLE_FILE)
         return engram__err(ENGRAM_EBOUND, "table '%s' is %s: no checksum to verify", name,
                            not_removable(t->src.kind));

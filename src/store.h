@@ -39,12 +39,16 @@ typedef struct engram__store_counters {
 struct engram__pool;
 struct engram__reader;
 struct engram__cbudget;
+struct engram__remote_vt;
 
 /* sizeof(engram_store_options) before the row cache fields were added. */
 #define ENGRAM__STORE_OPTIONS_V1_SIZE offsetof(engram_store_options, cache_bytes)
 
 struct engram_store {
-    int dirfd;                    /* namespace directory, or -1 for a memory store */
+    int dirfd;                    /* namespace directory, or -1 for a memory or remote store */
+    /* A remote namespace (remote.h): its functions and state, or NULL. */
+    const struct engram__remote_vt *remote;
+    void *remote_state;
     char *path;                   /* root/ns, for messages */
     engram_store_options opts;
     uid_t uid;                    /* the namespace's owner: the only uid whose files we trust */

@@ -38,6 +38,7 @@
 #include <xxhash.h>
 
 #include "format.h"
+#include "remote.h"
 #include "store.h"
 #include "writer.h"
 
@@ -46,6 +47,7 @@
 
 struct engram_writer {
     engram_store *st;
+    void *remote; /* a writer of the store's remote namespace (remote.h), or NULL */
     int fd;
     char name[ENGRAM_NAME_MAX + 1];
     char tmp[ENGRAM_NAME_MAX + 64];
@@ -93,6 +95,8 @@ static int dir_trylock(engram_store *st, int op)
 
 static void writer_free(engram_writer *w)
 {
+    if (w->remote)
+        w->st->remote->writer_abort(w->remote);
     if (w->fd >= 0) {
         unlinkat(w->st->dirfd, w->tmp, 0);
         close(w->fd);
@@ -167,6 +171,34 @@ static int temp_create(engram_writer *w)
     return err;
 }
 
+/* A writer of a table of the store's remote namespace: the remote
+ * writes it; a table of the name in this store (bound, or a source) is
+ * refused here as in a directory. */
+static int remote_begin(engram_store *st, const char *name, const engram_table_spec *spec,
+                        engram_writer **out)
+{
+    engram_writer *w;
+    int err;
+    pthread_mutex_lock(&st->lock);
+    err = engram__find_locked(st, name, NULL)
+              ? engram__err(-EEXIST, "table '%s' already exists in %s", name, st->path)
+              : 0;
+    pthread_mutex_unlock(&st->lock);
+    if (err)
+        return err;
+    if (!(w = calloc(1, sizeof *w)))
+        return engram__err(-ENOMEM, "out of memory");
+    w->st = st;
+    w->fd = -1;
+    snprintf(w->name, sizeof w->name, "%s", name);
+    if ((err = st->remote->writer_begin(st->remote_state, name, spec, &w->remote)) != 0) {
+        free(w);
+        return err;
+    }
+    *out = w;
+    return 0;
+}
+
 int engram_writer_begin(engram_store *st, const char *name, const engram_table_spec *spec,
                         engram_writer **out)
 {
@@ -178,6 +210,8 @@ int engram_writer_begin(engram_store *st, const char *name, const engram_table_s
     *out = NULL;
     if ((err = engram_name_check(name)) != 0)
         return err;
+    if (st->remote)
+        return remote_begin(st, name, spec, out);
     if (st->dirfd < 0)
         return engram__err(ENGRAM_ESTATE, "a memory store has no directory to write '%s' to; "
                                           "use engram_bind()",
@@ -239,6 +273,11 @@ int engram_writer_append(engram_writer *w, const void *rows, uint64_t nrows, siz
         return engram__err(-EINVAL, "writer is NULL");
     if (w->failed)
         return engram__err(ENGRAM_ESTATE, "writer of '%s' failed earlier; abort it", w->name);
+    if (w->remote) {
+        if ((err = w->st->remote->writer_append(w->remote, rows, nrows, src_stride)) != 0)
+            w->failed = 1;
+        return err;
+    }
     if (nrows == 0)
         return 0;
     rb = w->h.row_bytes;
@@ -312,6 +351,13 @@ int engram_writer_commit(engram_writer *w)
     if (w->failed) {
         err = engram__err(ENGRAM_ESTATE, "writer of '%s' failed earlier; nothing published",
                           w->name);
+        goto out;
+    }
+    if (w->remote) {
+        /* Commit frees the remote writer, whatever happens. */
+        void *rw = w->remote;
+        w->remote = NULL;
+        err = st->remote->writer_commit(rw);
         goto out;
     }
     if (w->rows_done != w->h.num_rows) {

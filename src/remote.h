@@ -1,0 +1,57 @@
+/*
+ * remote.h - the seam between a store and a namespace that lives in a
+ * remote system instead of a directory (internal).
+ *
+ * A store opened on a remote namespace (engram_store_open_redis) has no
+ * directory; store.c and writer.c hand what they would do in the
+ * directory to the remote's functions below: open a table (which makes a
+ * row source for it, as source.h describes), describe, list, verify and
+ * remove tables, and write one.  Everything else (the registry, the
+ * lookup, the row cache, bound and source tables) is the store's as for
+ * any other store.  The functions run without the store's lock (they do
+ * network I/O) and must be thread-safe.
+ */
+#ifndef ENGRAM_REMOTE_H
+#define ENGRAM_REMOTE_H
+
+#include <stdint.h>
+
+#include "engram.h"
+#include "source.h"
+
+typedef struct engram__remote_vt {
+    uint32_t kind; /* engram_table_info.kind of the remote's tables */
+    /* Frees the remote state at engram_store_close(), after every table's
+     * source was released. */
+    void (*close)(void *rs);
+    /* Makes the source of table `name` (-ENOENT if it has none) and its
+     * spec. */
+    int (*open)(void *rs, const engram__store_ctx *ctx, const char *name,
+                engram_table_spec *spec, uint64_t *data_size, engram__source *src);
+    /* Describes table `name` without opening it. */
+    int (*info)(void *rs, const char *name, engram_table_info *info);
+    /* Calls add(ud, name) for every table; stops at add's first error. */
+    int (*list)(void *rs, int (*add)(void *ud, const char *name), void *ud);
+    int (*verify)(void *rs, const char *name, engram_progress_fn progress, void *ud);
+    /* Unpublishes table `name` (-ENOENT if it is not there) and deletes
+     * its data; *unpublished says whether it was unpublished, also when
+     * deleting the data then failed. */
+    int (*remove)(void *rs, const char *name, int *unpublished);
+    /* A writer of table `name`: begin fails at once with -EEXIST if the
+     * name is published; commit publishes create-only and frees it. */
+    int (*writer_begin)(void *rs, const char *name, const engram_table_spec *spec, void **w);
+    int (*writer_append)(void *w, const void *rows, uint64_t nrows, size_t src_stride);
+    int (*writer_commit)(void *w);
+    void (*writer_abort)(void *w);
+} engram__remote_vt;
+
+/* Makes a store with no directory whose namespace is the remote's;
+ * `path` names it in messages.  On success the store owns rs (close
+ * frees it); on failure the caller still does. */
+int engram__store_open_remote(const engram_store_options *opts, const char *path,
+                              const engram__remote_vt *vt, void *rs, engram_store **out);
+
+/* The remote state of a store opened on `vt`, or NULL. */
+void *engram__store_remote(engram_store *st, const engram__remote_vt *vt);
+
+#endif

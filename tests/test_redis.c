@@ -1,0 +1,1023 @@
+/*
+ * test_redis.c - namespaces in a Redis Cluster (engram_store_open_redis)
+ * through the public API, on clusters this test starts itself on
+ * loopback ports of 127.0.0.1 (tests/redis_util.h):
+ *
+ *  - a 3-master + 3-replica cluster: slot hashing against CLUSTER
+ *    KEYSLOT; push (populate and streaming writers, spread and tagged
+ *    layouts, chunks smaller than a row's multiple) and lookups compared
+ *    byte for byte with the rows pushed, every id form, bad ids; list,
+ *    info, verify (and a corrupted chunk); create-only pushes (a second
+ *    push, two racing pushes: one wins, the loser's chunks are deleted);
+ *    aborted and incomplete pushes; remove (seen by another store); the
+ *    row cache in front; lookups from several threads; a slot moved
+ *    during lookups (ASK while it migrates, MOVED once it moved); and a
+ *    master killed (its replica promoted): lookups fail clearly or
+ *    succeed with the right rows, and resume.
+ *  - a 3-master cluster with a password and ACL users: AUTH refused,
+ *    read-only users, and a master restarted empty (its chunks gone:
+ *    lookups fail with -ENODATA naming the table, never return rows);
+ *    then the whole cluster stopped (lookups time out at their deadline).
+ *
+ * Without hiredis the test is skipped (the library has no Redis
+ * support); without redis-server it is skipped with the reason, unless
+ * ENGRAM_REQUIRE_REDIS=1.
+ */
+#include "testutil.h"
+
+#if !defined(ENGRAM_TEST_REDIS)
+int main(void)
+{
+    engram_store *st = NULL;
+    /* The calls exist and say why they fail. */
+    ASSERT_ERR(engram_store_open_redis("127.0.0.1:1", "ns", NULL, NULL, &st), -ENOTSUP);
+    ASSERT(st == NULL);
+    printf("SKIP: libengram was built without hiredis (ENGRAM_REDIS)\n");
+    return TU_SKIP_CODE;
+}
+#else
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include <xxhash.h>
+
+#include "rcluster.h"
+#include "redis_util.h"
+
+enum { R = 264 };
+
+static tr_cluster C; /* 3 masters + 3 replicas */
+
+/* A store of namespace `ns` with a row cache of `cache_bytes` (0: none;
+ * the store's default would be 256 MiB). */
+static engram_store *open_redis(const tr_cluster *c, const char *ns, uint64_t cache_bytes,
+                                const engram_redis_options *ro)
+{
+    engram_store_options o = ENGRAM_STORE_OPTIONS_INIT;
+    engram_store *st = NULL;
+    o.threads = 1;
+    o.cache_bytes = cache_bytes ? cache_bytes : 1; /* below one set: no slots */
+    ASSERT_OK(engram_store_open_redis(c->nodes, ns, &o, ro, &st));
+    ASSERT(st != NULL);
+    return st;
+}
+
+/* Keys matching `pattern` on every live master, and how many masters
+ * hold some. */
+static size_t count_keys(const tr_cluster *c, const char *pattern, int *holders)
+{
+    size_t total = 0;
+    if (holders)
+        *holders = 0;
+    for (int i = 0; i < c->n; i++) {
+        redisReply *r;
+        size_t here = 0;
+        if (c->pid[i] <= 0 || !tr_is_master(c, i))
+            continue;
+        r = tr_must(c, i, "KEYS %s", pattern);
+        here = r->elements;
+        freeReplyObject(r);
+        total += here;
+        if (holders && here)
+            (*holders)++;
+    }
+    return total;
+}
+
+static void check_rows(const unsigned char *out, const int64_t *ids, size_t n, uint32_t seed,
+                       int64_t offset, unsigned char untouched)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (ids[i] == ENGRAM_DEAD_ID)
+            ASSERT_ALL_BYTES(out + i * R, untouched, R);
+        else
+            ASSERT_ROW(out + i * R, seed, (uint64_t)(ids[i] - offset), R);
+    }
+}
+
+/* The publish epoch of table `name` of namespace `ns`, from its
+ * manifest, asked of the master that holds the manifests' hash. */
+static void manifest_epoch(const tr_cluster *c, const char *ns, const char *name, char *epoch)
+{
+    char mkey[200];
+    redisReply *r;
+    const char *e;
+    int live = tr_live(c, -1);
+    snprintf(mkey, sizeof mkey, "engram/%s/.manifests", ns);
+    r = tr_must(c, tr_slot_owner(c, live, engram__rcl_keyslot(mkey, strlen(mkey))), "HGET %s %s",
+                mkey, name);
+    ASSERT(r->type == REDIS_REPLY_STRING);
+    e = strstr(r->str, "\nepoch ");
+    ASSERT(e != NULL);
+    memcpy(epoch, e + 7, 16);
+    epoch[16] = '\0';
+    freeReplyObject(r);
+}
+
+/* ------------------------------------------------------------------------ */
+
+static void test_keyslot(void)
+{
+    static const char *const fixed[] = {"foo", "{user1000}.following", "{user1000}.followers",
+                                        "foo{}{bar}", "foo{{bar}}zap", "foo{bar}{zap}", "{}",
+                                        "{", "}", "a{b", "engram/ns/{t/0123456789abcdef}/7",
+                                        "engram/ns/t/0123456789abcdef/12345"};
+    uint64_t rng = 7;
+    ASSERT_EQ(engram__rcl_crc16("123456789", 9), 0x31C3);
+    for (int i = 0; i < 1200; i++) {
+        char key[64];
+        redisReply *r;
+        if (i < (int)(sizeof fixed / sizeof *fixed)) {
+            snprintf(key, sizeof key, "%s", fixed[i]);
+        } else {
+            /* Random keys of [a-z{}/] so that hash tags come up often. */
+            size_t n = 1 + tu_rand_below(&rng, 20);
+            for (size_t j = 0; j < n; j++)
+                key[j] = "abcdef{}/xyz{}"[tu_rand_below(&rng, 14)];
+            key[n] = '\0';
+        }
+        r = tr_must(&C, 0, "CLUSTER KEYSLOT %s", key);
+        if (engram__rcl_keyslot(key, strlen(key)) != (uint16_t)r->integer) {
+            TU_FAIL_HEAD(__FILE__, __LINE__);
+            fprintf(stderr, "slot of '%s': %u, Redis says %lld\n", key,
+                    engram__rcl_keyslot(key, strlen(key)), r->integer);
+            tu_fail_exit();
+        }
+        freeReplyObject(r);
+    }
+}
+
+static void test_bad_args(void)
+{
+    engram_store *st = (engram_store *)1;
+    engram_redis_options ro = ENGRAM_REDIS_OPTIONS_INIT;
+    engram_redis_stats rs = ENGRAM_REDIS_STATS_INIT;
+    static const char *const bad_nodes[] = {"", "localhost", "127.0.0.1:", "127.0.0.1:0",
+                                            "127.0.0.1:65536", ":6379", "127.0.0.1:12x",
+                                            "127.0.0.1:7000,,"};
+    for (size_t i = 0; i < sizeof bad_nodes / sizeof *bad_nodes; i++) {
+        ASSERT_ERR(engram_store_open_redis(bad_nodes[i], "ns", NULL, NULL, &st), -EINVAL);
+        ASSERT(st == NULL);
+    }
+    ASSERT_ERR(engram_store_open_redis(NULL, "ns", NULL, NULL, &st), -EINVAL);
+    ASSERT_ERR(engram_store_open_redis(C.nodes, "ns", NULL, NULL, NULL), -EINVAL);
+    ASSERT_ERR(engram_store_open_redis(C.nodes, "bad/ns", NULL, NULL, &st), ENGRAM_ESPEC);
+    ASSERT_ERR(engram_store_open_redis(C.nodes, ".ns", NULL, NULL, &st), ENGRAM_ESPEC);
+    ro.size = 8;
+    ASSERT_ERR(engram_store_open_redis(C.nodes, "ns", NULL, &ro, &st), -EINVAL);
+    ro.size = sizeof ro;
+    ro.flags = 0x80;
+    ASSERT_ERR(engram_store_open_redis(C.nodes, "ns", NULL, &ro, &st), -EINVAL);
+    ro.flags = 0;
+    ro.reserved = 1;
+    ASSERT_ERR(engram_store_open_redis(C.nodes, "ns", NULL, &ro, &st), -EINVAL);
+    ro.reserved = 0;
+    ro.prefix = "a{b}";
+    ASSERT_ERR(engram_store_open_redis(C.nodes, "ns", NULL, &ro, &st), ENGRAM_ESPEC);
+    ro.prefix = NULL;
+    ro.chunk_bytes = ((uint64_t)512 << 20) + 1;
+    ASSERT_ERR(engram_store_open_redis(C.nodes, "ns", NULL, &ro, &st), -EINVAL);
+    ro.chunk_bytes = 0;
+    /* Nothing listens on a port we just found free. */
+    {
+        char nodes[64];
+        int rc;
+        snprintf(nodes, sizeof nodes, "127.0.0.1:%d", tr_free_port());
+        ASSERT_FAILS(engram_store_open_redis(nodes, "ns", NULL, &ro, &st), rc);
+        ASSERT_EQ(rc, -ECONNREFUSED);
+        ASSERT_CONTAINS(engram_errmsg(), nodes);
+    }
+    /* Not a Redis store. */
+    ASSERT_OK(engram_store_open_memory(NULL, &st));
+    ASSERT_ERR(engram_get_redis_stats(st, &rs), -EINVAL);
+    engram_store_close(st);
+    st = open_redis(&C, "ns", 0, NULL);
+    rs.size = 4;
+    ASSERT_ERR(engram_get_redis_stats(st, &rs), -EINVAL);
+    rs.size = sizeof rs;
+    ASSERT_OK(engram_get_redis_stats(st, &rs));
+    ASSERT_EQ(rs.nodes, (uint32_t)C.n);
+    ASSERT_GE(rs.map_refreshes, 1);
+    engram_store_close(st);
+}
+
+/* Pushes tables "a" (1000 rows, populate), "b" (777 rows, a streaming
+ * writer fed odd slices at a stride of 300 bytes) in namespace "t1" with
+ * 1000-byte chunks (3 rows each), and "c" (500 rows) with the tagged
+ * layout, and checks every lookup form against the rows. */
+static void test_push_lookup(void)
+{
+    engram_redis_options ro = ENGRAM_REDIS_OPTIONS_INIT, rt = ENGRAM_REDIS_OPTIONS_INIT;
+    engram_table_spec sa = {1000, R, 0}, sb = {777, R, 0}, sc = {500, R, 272};
+    engram_store *w, *wt, *st;
+    engram_writer *wr;
+    engram_table_id ids3[3];
+    engram_table_info info = ENGRAM_TABLE_INFO_INIT;
+    engram_redis_stats rs = ENGRAM_REDIS_STATS_INIT;
+    unsigned char *rows = tu_make_rows(1, 1000, R, 0, 0), *rows_b, *out;
+    enum { T = 2048 };
+    int64_t *ids = tu_xmalloc(T * 3 * sizeof *ids);
+    int32_t *ids32 = tu_xmalloc(T * sizeof *ids32);
+    engram_lookup_args a = ENGRAM_LOOKUP_ARGS_INIT;
+    uint64_t rng = 11;
+    char **names;
+    size_t count;
+    int holders;
+
+    ro.chunk_bytes = 1000;
+    w = open_redis(&C, "t1", 0, &ro);
+    ASSERT_OK(engram_populate(w, "a", &sa, rows, 0));
+    ASSERT_OK(engram_get_table_info(w, "a", &info));
+    ASSERT_EQ(info.kind, ENGRAM_TABLE_REDIS);
+    ASSERT_EQ_U64(info.spec.num_rows, 1000);
+    ASSERT_EQ(info.spec.row_bytes, R);
+    ASSERT_EQ(info.spec.row_pitch, R);
+    ASSERT_EQ_U64(info.data_size, 1000 * R);
+    ASSERT_EQ_U64(info.checksum, XXH3_64bits(rows, 1000 * R));
+    ASSERT_GT(info.created_ns, 0);
+    free(rows);
+    /* 334 chunk keys of 3 rows, spread over all three masters; the
+     * manifest is a field of the namespace's hash. */
+    ASSERT_EQ(count_keys(&C, "engram/t1/a/*", &holders), 334);
+    ASSERT_EQ(holders, 3);
+    {
+        redisReply *r = tr_cmd(&C, tr_slot_owner(&C, 0, engram__rcl_keyslot(
+                                                          "engram/t1/.manifests", 20)),
+                               "HGET engram/t1/.manifests a");
+        const char *want = "engram-redis 1\nname a\nrows 1000\nrow_bytes 264\nchunk_rows 3\n"
+                           "chunks 334\nlayout spread\nepoch ";
+        ASSERT(r && r->type == REDIS_REPLY_STRING);
+        ASSERT(strncmp(r->str, want, strlen(want)) == 0);
+        freeReplyObject(r);
+    }
+
+    /* A streaming writer, rows at a stride of 300 in slices of 1, 5, 100... */
+    rows_b = tu_make_rows(2, 777, R, 300, 0xEE);
+    ASSERT_OK(engram_writer_begin(w, "b", &sb, &wr));
+    {
+        uint64_t done = 0, step = 1;
+        while (done < 777) {
+            uint64_t n = step < 777 - done ? step : 777 - done;
+            ASSERT_OK(engram_writer_append(wr, rows_b + done * 300, n, 300));
+            done += n;
+            step = step * 5 % 203 + 1;
+        }
+    }
+    ASSERT_OK(engram_writer_commit(wr));
+    free(rows_b);
+
+    /* The tagged layout: every chunk of "c" in one slot.  Its spec has a
+     * pitch; the cluster keeps the rows packed. */
+    rt.flags = ENGRAM_REDIS_TAGGED;
+    rt.chunk_bytes = 4096;
+    wt = open_redis(&C, "t1", 0, &rt);
+    rows = tu_make_rows(3, 500, R, 272, 0x55);
+    ASSERT_OK(engram_populate(wt, "c", &sc, rows, 272));
+    free(rows);
+    ASSERT_EQ(count_keys(&C, "engram/t1/{c/*", &holders), 34); /* 15 rows each */
+    ASSERT_EQ(holders, 1);
+    ASSERT_OK(engram_get_table_info(wt, "c", &info));
+    ASSERT_EQ(info.spec.row_pitch, R);
+
+    ASSERT_OK(engram_list(w, &names, &count));
+    ASSERT_EQ(count, 3);
+    ASSERT_STR_EQ(names[0], "a");
+    ASSERT_STR_EQ(names[1], "b");
+    ASSERT_STR_EQ(names[2], "c");
+    engram_free(names);
+    ASSERT_OK(engram_verify(w, "a", NULL, NULL));
+    ASSERT_OK(engram_verify(w, "c", NULL, NULL));
+
+    /* Lookups from a fresh store (no cache): three columns, one per
+     * table, with repeats and dead ids. */
+    st = open_redis(&C, "t1", 0, NULL);
+    ASSERT_OK(engram_table_open(st, "a", &ids3[0]));
+    ASSERT_OK(engram_table_open(st, "b", &ids3[1]));
+    ASSERT_OK(engram_table_open(st, "c", &ids3[2]));
+    {
+        engram_table_id again;
+        ASSERT_OK(engram_table_open(st, "b", &again));
+        ASSERT_EQ(again, ids3[1]);
+    }
+    {
+        engram_table_id none;
+        ASSERT_ERR(engram_table_open(st, "nope", &none), -ENOENT);
+    }
+    ASSERT_CONTAINS(engram_errmsg(), "'nope' not found in redis://");
+    out = tu_xmalloc((size_t)T * 3 * R);
+    memset(out, 0xAB, (size_t)T * 3 * R);
+    for (size_t t = 0; t < T; t++) {
+        ids[t * 3 + 0] = tu_rand_below(&rng, 10) == 0 ? -1 : (int64_t)tu_rand_below(&rng, 1000);
+        ids[t * 3 + 1] = (int64_t)tu_rand_below(&rng, 777);
+        ids[t * 3 + 2] = t % 7 == 0 ? 499 : (int64_t)tu_rand_below(&rng, 500);
+    }
+    a.num_tokens = T;
+    a.num_cols = 3;
+    a.tables = ids3;
+    a.ids = ids;
+    a.id_type = ENGRAM_ID_INT64;
+    a.out = out;
+    a.row_bytes = R;
+    ASSERT_OK(engram_lookup(st, &a));
+    for (size_t t = 0; t < T; t++)
+        for (int k = 0; k < 3; k++) {
+            const unsigned char *o = out + (t * 3 + (size_t)k) * R;
+            if (ids[t * 3 + (size_t)k] < 0)
+                ASSERT_ALL_BYTES(o, 0xAB, R);
+            else
+                ASSERT_ROW(o, (uint32_t)k + 1, (uint64_t)ids[t * 3 + (size_t)k], R);
+        }
+    ASSERT_OK(engram_get_redis_stats(st, &rs));
+    ASSERT_GT(rs.gets, 0);
+    ASSERT_LE(rs.gets, (uint64_t)T * 3);
+    ASSERT_GE(rs.batches, 3); /* one per master at least */
+
+    /* int32 ids with an offset, every row of "a" once, in reverse. */
+    {
+        engram_table_id ta = ids3[0];
+        int64_t off = 5;
+        engram_lookup_args b = ENGRAM_LOOKUP_ARGS_INIT;
+        for (int32_t i = 0; i < 1000; i++)
+            ids32[i] = 999 - i + (int32_t)off;
+        b.num_tokens = 1000;
+        b.num_cols = 1;
+        b.tables = &ta;
+        b.offsets = &off;
+        b.ids = ids32;
+        b.id_type = ENGRAM_ID_INT32;
+        b.out = out;
+        ASSERT_OK(engram_lookup(st, &b));
+        for (int32_t i = 0; i < 1000; i++)
+            ASSERT_ROW(out + (size_t)i * R, 1, (uint64_t)(999 - i), R);
+        /* A bad id: nothing written, the id named. */
+        memset(out, 0xCD, (size_t)T * R);
+        ids32[500] = 1000 + (int32_t)off;
+        ASSERT_ERR(engram_lookup(st, &b), ENGRAM_EBADID);
+        ASSERT_CONTAINS(engram_errmsg(), "1005");
+        ASSERT_ALL_BYTES(out, 0xCD, (size_t)1000 * R);
+    }
+    /* Bound tables live beside the cluster's, in this store only. */
+    {
+        unsigned char mem[R];
+        ASSERT_OK(engram_bind(st, "local", &(engram_table_spec){1, R, 0}, mem));
+        ASSERT_ERR(engram_remove(st, "local"), ENGRAM_EBOUND);
+        ASSERT_ERR(engram_populate(st, "local", &sa, mem, 0), -EEXIST);
+    }
+    engram_store_close(st);
+    engram_store_close(wt);
+    engram_store_close(w);
+    free(out);
+    free(ids);
+    free(ids32);
+}
+
+static void test_corrupt_chunk(void)
+{
+    engram_store *st = open_redis(&C, "t1", 0, NULL);
+    char key[200], epoch[17];
+    int owner;
+    manifest_epoch(&C, "t1", "a", epoch);
+    snprintf(key, sizeof key, "engram/t1/a/%s/17", epoch);
+    owner = tr_slot_owner(&C, 0, engram__rcl_keyslot(key, strlen(key)));
+    freeReplyObject(tr_must(&C, owner, "SETRANGE %s 5 X", key));
+    ASSERT_ERR(engram_verify(st, "a", NULL, NULL), ENGRAM_ECHECKSUM);
+    ASSERT_CONTAINS(engram_errmsg(), "chunk 17");
+    /* Put it back: row 51, byte 5 (chunk 17 holds rows 51..53). */
+    {
+        char b = (char)tu_byte(1, 51, 5);
+        freeReplyObject(tr_must(&C, owner, "SETRANGE %s 5 %b", key, &b, (size_t)1));
+    }
+    ASSERT_OK(engram_verify(st, "a", NULL, NULL));
+    engram_store_close(st);
+}
+
+typedef struct race_arg {
+    engram_store *st;
+    unsigned char *rows;
+    int rc;
+} race_arg;
+
+static void *race_push(void *p)
+{
+    race_arg *a = p;
+    a->rc = engram_populate(a->st, "race", &(engram_table_spec){600, R, 0}, a->rows, 0);
+    return NULL;
+}
+
+static void test_create_only(void)
+{
+    engram_redis_options ro = ENGRAM_REDIS_OPTIONS_INIT;
+    engram_store *st, *st2;
+    engram_writer *wr;
+    unsigned char *rows = tu_make_rows(1, 1000, R, 0, 0), *rows2 = tu_make_rows(9, 600, R, 0, 0);
+    race_arg ra[2];
+    pthread_t th[2];
+
+    ro.chunk_bytes = 10000;
+    st = open_redis(&C, "t1", 0, &ro);
+    st2 = open_redis(&C, "t1", 0, &ro);
+    /* A second push of a published name fails at once, identical or not. */
+    ASSERT_ERR(engram_populate(st, "a", &(engram_table_spec){1000, R, 0}, rows, 0), -EEXIST);
+    ASSERT_CONTAINS(engram_errmsg(), "'a' already exists");
+    ASSERT_ERR(engram_writer_begin(st, "b", &(engram_table_spec){1, R, 0}, &wr), -EEXIST);
+    /* Two stores race to push one name: exactly one wins, the other's
+     * chunks are deleted. */
+    ra[0] = (race_arg){st, rows, 1};
+    ra[1] = (race_arg){st2, rows2, 1};
+    for (int i = 0; i < 2; i++)
+        ASSERT_EQ(pthread_create(&th[i], NULL, race_push, &ra[i]), 0);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    ASSERT((ra[0].rc == 0 && ra[1].rc == -EEXIST) || (ra[0].rc == -EEXIST && ra[1].rc == 0));
+    ASSERT_EQ(count_keys(&C, "engram/t1/race/*", NULL), 17); /* 600 rows, 37 a chunk */
+    tu_check_named(st, "race", ra[0].rc == 0 ? 1 : 9, 600, R);
+    ASSERT_OK(engram_remove(st, "race"));
+    ASSERT_EQ(count_keys(&C, "engram/t1/race/*", NULL), 0);
+    engram_store_close(st);
+    engram_store_close(st2);
+    free(rows);
+    free(rows2);
+}
+
+static void test_writer_states(void)
+{
+    engram_redis_options ro = ENGRAM_REDIS_OPTIONS_INIT;
+    engram_table_spec spec = {100, R, 0};
+    unsigned char *rows = tu_make_rows(4, 100, R, 0, 0);
+    engram_store *st;
+    engram_writer *wr;
+    redisReply *r;
+    char **names;
+    size_t count;
+
+    ro.chunk_bytes = 2 * R;
+    ro.chunk_ttl_ms = 600000;
+    st = open_redis(&C, "t2", 0, &ro);
+    /* While a push runs its chunks expire on their own. */
+    ASSERT_OK(engram_writer_begin(st, "w", &spec, &wr));
+    ASSERT_OK(engram_writer_append(wr, rows, 50, 0));
+    ASSERT_EQ(count_keys(&C, "engram/t2/w/*", NULL), 25);
+    for (int i = 0; i < C.n; i++) {
+        redisReply *k;
+        if (!tr_is_master(&C, i))
+            continue;
+        k = tr_must(&C, i, "KEYS engram/t2/w/*");
+        if (k->elements > 0) {
+            r = tr_must(&C, i, "PTTL %s", k->element[0]->str);
+            ASSERT_GT(r->integer, 500000);
+            ASSERT_LE(r->integer, 600000);
+            freeReplyObject(r);
+        }
+        freeReplyObject(k);
+    }
+    /* Unpublished until commit. */
+    ASSERT_OK(engram_list(st, &names, &count));
+    ASSERT_EQ(count, 0);
+    engram_free(names);
+    engram_writer_abort(wr);
+    ASSERT_EQ(count_keys(&C, "engram/t2/w/*", NULL), 0);
+    /* Too many rows; then too few at commit: nothing published, nothing
+     * left behind. */
+    ASSERT_OK(engram_writer_begin(st, "w", &spec, &wr));
+    ASSERT_OK(engram_writer_append(wr, rows, 99, 0));
+    ASSERT_ERR(engram_writer_append(wr, rows, 2, 0), ENGRAM_ESTATE);
+    ASSERT_ERR(engram_writer_append(wr, rows, 1, 0), ENGRAM_ESTATE);
+    ASSERT_ERR(engram_writer_commit(wr), ENGRAM_ESTATE);
+    ASSERT_OK(engram_writer_begin(st, "w", &spec, &wr));
+    ASSERT_OK(engram_writer_append(wr, rows, 99, 0));
+    ASSERT_ERR(engram_writer_commit(wr), ENGRAM_ESTATE);
+    ASSERT_CONTAINS(engram_errmsg(), "only 99 of 100 rows");
+    ASSERT_EQ(count_keys(&C, "engram/t2/w/*", NULL), 0);
+    ASSERT_ERR(engram_populate(st, "w", &(engram_table_spec){0, R, 0}, rows, 0), ENGRAM_ESPEC);
+    ASSERT_ERR(engram_populate(st, "w", &spec, rows, 100), -EINVAL);
+    ASSERT_ERR(engram_populate(st, "bad/name", &spec, rows, 0), ENGRAM_ESPEC);
+    /* Published chunks have no TTL. */
+    ASSERT_OK(engram_populate(st, "w", &spec, rows, 0));
+    for (int i = 0; i < C.n; i++) {
+        redisReply *k;
+        if (!tr_is_master(&C, i))
+            continue;
+        k = tr_must(&C, i, "KEYS engram/t2/w/*");
+        for (size_t j = 0; j < k->elements; j++) {
+            r = tr_must(&C, i, "PTTL %s", k->element[j]->str);
+            ASSERT_EQ(r->integer, -1);
+            freeReplyObject(r);
+        }
+        freeReplyObject(k);
+    }
+    tu_check_named(st, "w", 4, 100, R);
+    ASSERT_OK(engram_remove(st, "w"));
+    engram_store_close(st);
+    free(rows);
+}
+
+static void test_remove(void)
+{
+    engram_redis_options ro = ENGRAM_REDIS_OPTIONS_INIT;
+    engram_store *a, *b;
+    engram_table_id ta;
+    int64_t ids[4] = {0, 50, 99, 50};
+    unsigned char out[4 * R];
+    char **names;
+    size_t count;
+    int rc;
+
+    ro.chunk_bytes = 8 * R;
+    a = open_redis(&C, "t3", 0, &ro);
+    b = open_redis(&C, "t3", 0, &ro);
+    tu_populate(a, "gone", 5, 100, R, 0);
+    ASSERT_OK(engram_table_open(a, "gone", &ta));
+    ASSERT_OK(tu_lookup1(a, ta, ids, 4, out, 0));
+    check_rows(out, ids, 4, 5, 0, 0);
+    /* Removed through another store: this one's lookups find its chunks
+     * gone, and say so. */
+    ASSERT_OK(engram_remove(b, "gone"));
+    ASSERT_EQ(count_keys(&C, "engram/t3/gone/*", NULL), 0);
+    ASSERT_ERR(engram_remove(b, "gone"), -ENOENT);
+    {
+        engram_table_id none;
+        ASSERT_ERR(engram_table_open(b, "gone", &none), -ENOENT);
+    }
+    memset(out, 0x77, sizeof out);
+    ASSERT_FAILS(tu_lookup1(a, ta, ids, 4, out, 0), rc);
+    ASSERT_EQ(rc, -ENODATA);
+    ASSERT_CONTAINS(engram_errmsg(), "table 'gone'");
+    ASSERT_CONTAINS(engram_errmsg(), "missing");
+    ASSERT_ALL_BYTES(out, 0x77, sizeof out);
+    ASSERT_ERR(engram_verify(a, "gone", NULL, NULL), -ENOENT);
+    ASSERT_OK(engram_list(a, &names, &count));
+    ASSERT_EQ(count, 1); /* this store still has it open */
+    engram_free(names);
+    /* Its own remove finds it gone and forgets its copy. */
+    ASSERT_OK(engram_remove(a, "gone"));
+    ASSERT_ERR(tu_lookup1(a, ta, ids, 4, out, 0), ENGRAM_EREMOVED);
+    ASSERT_OK(engram_list(a, &names, &count));
+    ASSERT_EQ(count, 0);
+    engram_free(names);
+    /* Pushed again: a new epoch, new chunk keys. */
+    tu_populate(b, "gone", 6, 100, R, 0);
+    ASSERT_OK(engram_table_open(a, "gone", &ta));
+    ASSERT_OK(tu_lookup1(a, ta, ids, 4, out, 0));
+    check_rows(out, ids, 4, 6, 0, 0);
+    ASSERT_OK(engram_remove(a, "gone"));
+    engram_store_close(a);
+    engram_store_close(b);
+}
+
+static void test_cache(void)
+{
+    engram_store *st = open_redis(&C, "t1", 8u << 20, NULL);
+    engram_cache_stats cs = ENGRAM_CACHE_STATS_INIT;
+    engram_redis_stats r1 = ENGRAM_REDIS_STATS_INIT, r2 = ENGRAM_REDIS_STATS_INIT;
+    engram_table_id ta;
+    int64_t ids[300];
+    unsigned char *out = tu_xmalloc(sizeof ids / sizeof *ids * R);
+    for (int i = 0; i < 300; i++)
+        ids[i] = (i * 37) % 1000;
+    ASSERT_OK(engram_table_open(st, "a", &ta));
+    ASSERT_OK(tu_lookup1(st, ta, ids, 300, out, 0));
+    check_rows(out, ids, 300, 1, 0, 0);
+    ASSERT_OK(engram_get_redis_stats(st, &r1));
+    memset(out, 0, 300 * R);
+    ASSERT_OK(tu_lookup1(st, ta, ids, 300, out, 0));
+    check_rows(out, ids, 300, 1, 0, 0);
+    ASSERT_OK(engram_get_cache_stats(st, "a", &cs));
+    ASSERT_EQ_U64(cs.hits, 300);
+    ASSERT_EQ_U64(cs.misses, 300);
+    ASSERT_EQ_U64(cs.reads, 300);
+    ASSERT_GT(cs.slots, 0);
+    /* The second lookup sent nothing to the cluster. */
+    ASSERT_OK(engram_get_redis_stats(st, &r2));
+    ASSERT_EQ_U64(r2.gets, r1.gets);
+    engram_store_close(st);
+    free(out);
+}
+
+/* ------------------------------------------------------------------------
+ * Lookups in a loop, in threads, while the test changes the cluster.
+ */
+
+typedef struct looper {
+    engram_store *st;
+    engram_table_id t;
+    uint32_t seed;
+    uint64_t nrows;
+    size_t k;
+    uint64_t rng;
+    _Atomic int stop;
+    /* results (the atomic ones are read while the thread runs) */
+    _Atomic uint64_t ok;
+    uint64_t failed, wrong;
+    int last_rc;
+    char last_msg[512];
+    uint64_t max_ms;
+    _Atomic uint64_t first_ok_after_ms;
+    _Atomic uint64_t mark_ms; /* lookups that start after this count for first_ok_after_ms */
+    pthread_t th;
+} looper;
+
+static void *loop_lookups(void *p)
+{
+    looper *l = p;
+    int64_t *ids = tu_xmalloc(l->k * sizeof *ids);
+    unsigned char *out = tu_xmalloc(l->k * R);
+    while (!atomic_load(&l->stop)) {
+        uint64_t t0 = tr_now_ms(), t1, mark = atomic_load(&l->mark_ms);
+        int rc;
+        for (size_t i = 0; i < l->k; i++)
+            ids[i] = (int64_t)tu_rand_below(&l->rng, l->nrows);
+        memset(out, 0x5A, l->k * R);
+        rc = tu_lookup1(l->st, l->t, ids, l->k, out, 0);
+        t1 = tr_now_ms();
+        if (t1 - t0 > l->max_ms)
+            l->max_ms = t1 - t0;
+        /* Success or not, every row is either right or untouched. */
+        for (size_t i = 0; i < l->k; i++) {
+            const unsigned char *o = out + i * R;
+            if (tu_row_mismatch(o, l->seed, (uint64_t)ids[i], R) < 0)
+                continue;
+            if (rc != 0) {
+                size_t j = 0;
+                while (j < R && o[j] == 0x5A)
+                    j++;
+                if (j == R)
+                    continue;
+            }
+            l->wrong++;
+        }
+        if (rc == 0) {
+            atomic_fetch_add(&l->ok, 1);
+            if (mark && t0 >= mark && !atomic_load(&l->first_ok_after_ms))
+                atomic_store(&l->first_ok_after_ms, t1);
+        } else {
+            l->failed++;
+            l->last_rc = rc;
+            snprintf(l->last_msg, sizeof l->last_msg, "%s", engram_errmsg());
+        }
+    }
+    free(ids);
+    free(out);
+    return NULL;
+}
+
+static void looper_start(looper *l, engram_store *st, const char *name, uint32_t seed,
+                         uint64_t nrows, size_t k, uint64_t rng)
+{
+    memset(l, 0, sizeof *l);
+    l->st = st;
+    l->seed = seed;
+    l->nrows = nrows;
+    l->k = k;
+    l->rng = rng;
+    ASSERT_OK(engram_table_open(st, name, &l->t));
+    ASSERT_EQ(pthread_create(&l->th, NULL, loop_lookups, l), 0);
+}
+
+static void looper_stop(looper *l)
+{
+    atomic_store(&l->stop, 1);
+    pthread_join(l->th, NULL);
+}
+
+static void test_threads(void)
+{
+    engram_store *st = open_redis(&C, "t1", 0, NULL);
+    looper l[4];
+    for (int i = 0; i < 4; i++)
+        looper_start(&l[i], st, i % 2 ? "a" : "b", i % 2 ? 1 : 2, i % 2 ? 1000 : 777, 300,
+                     (uint64_t)i + 100);
+    tr_sleep_ms(1500);
+    for (int i = 0; i < 4; i++) {
+        looper_stop(&l[i]);
+        ASSERT_GT((uint64_t)l[i].ok, 0);
+        ASSERT_EQ(l[i].failed, 0);
+        ASSERT_EQ(l[i].wrong, 0);
+    }
+    engram_store_close(st);
+}
+
+/* Moves the slot of one chunk of table "mv" to another master by hand
+ * (CLUSTER SETSLOT IMPORTING / MIGRATING, MIGRATE, SETSLOT NODE) while a
+ * thread looks rows up: lookups meet ASK while the slot migrates and
+ * MOVED after, and never fail. */
+static void test_moved_ask(void)
+{
+    engram_redis_options ro = ENGRAM_REDIS_OPTIONS_INIT;
+    engram_redis_stats rs = ENGRAM_REDIS_STATS_INIT;
+    engram_store *w, *st;
+    looper l;
+    char key[200], epoch[17], src_id[41], dst_id[41];
+    unsigned slot;
+    int src, dst;
+
+    ro.chunk_bytes = 4 * R;
+    w = open_redis(&C, "mv", 0, &ro);
+    tu_populate(w, "mv", 8, 400, R, 0); /* 100 chunks */
+    manifest_epoch(&C, "mv", "mv", epoch);
+    snprintf(key, sizeof key, "engram/mv/mv/%s/42", epoch);
+    slot = engram__rcl_keyslot(key, strlen(key));
+    src = tr_slot_owner(&C, 0, slot);
+    ASSERT_GE(src, 0);
+    for (dst = 0; dst < C.n; dst++)
+        if (dst != src && tr_is_master(&C, dst))
+            break;
+    ASSERT_LT(dst, C.n);
+    tr_node_id(&C, src, src_id);
+    tr_node_id(&C, dst, dst_id);
+
+    st = open_redis(&C, "mv", 0, NULL);
+    /* Small lookups over 100 chunks: most touch the moving slot's key. */
+    looper_start(&l, st, "mv", 8, 400, 64, 5);
+    tr_sleep_ms(300);
+    freeReplyObject(tr_must(&C, dst, "CLUSTER SETSLOT %u IMPORTING %s", slot, src_id));
+    freeReplyObject(tr_must(&C, src, "CLUSTER SETSLOT %u MIGRATING %s", slot, dst_id));
+    /* Migrating with the key still on the source: served there.  Then
+     * the key moves: the source answers ASK. */
+    tr_sleep_ms(300);
+    freeReplyObject(tr_must(&C, src, "MIGRATE 127.0.0.1 %d %b 0 5000 KEYS %s", C.port[dst], "",
+                            (size_t)0, key));
+    tr_sleep_ms(500);
+    /* Whatever else lives in the slot, then the slot itself. */
+    for (;;) {
+        redisReply *k = tr_must(&C, src, "CLUSTER GETKEYSINSLOT %u 100", slot);
+        size_t n = k->elements;
+        for (size_t i = 0; i < n; i++)
+            freeReplyObject(tr_must(&C, src, "MIGRATE 127.0.0.1 %d %b 0 5000 KEYS %s",
+                                    C.port[dst], "", (size_t)0, k->element[i]->str));
+        freeReplyObject(k);
+        if (n == 0)
+            break;
+    }
+    for (int i = 0; i < C.n; i++)
+        if (tr_is_master(&C, i))
+            freeReplyObject(tr_must(&C, i, "CLUSTER SETSLOT %u NODE %s", slot, dst_id));
+    tr_sleep_ms(500);
+    looper_stop(&l);
+    ASSERT_OK(engram_get_redis_stats(st, &rs));
+    printf("moved slot %u (%s) from port %d to %d: %" PRIu64 " lookups, %" PRIu64
+           " failed, %" PRIu64 " ASK, %" PRIu64 " MOVED, %" PRIu64 " map loads\n",
+           slot, key, C.port[src], C.port[dst], l.ok, l.failed, rs.ask, rs.moved,
+           rs.map_refreshes);
+    if (l.failed)
+        fprintf(stderr, "last failure %d: %s\n", l.last_rc, l.last_msg);
+    ASSERT_EQ(l.failed, 0);
+    ASSERT_EQ(l.wrong, 0);
+    ASSERT_GT(rs.ask, 0);
+    ASSERT_GT(rs.moved, 0);
+    ASSERT_EQ(tr_slot_owner(&C, dst, slot), dst);
+    tu_check_named(st, "mv", 8, 400, R);
+    engram_store_close(st);
+    engram_store_close(w);
+}
+
+/* Kills the master that holds chunk 0 of table "fo" while a thread looks
+ * rows up; its replica takes over after cluster-node-timeout (1.5 s).
+ * Lookups meanwhile fail with the deadline's error or succeed after
+ * their retries, always with the right rows; they resume. */
+static void test_failover(void)
+{
+    engram_redis_options ro = ENGRAM_REDIS_OPTIONS_INIT;
+    engram_redis_stats rs = ENGRAM_REDIS_STATS_INIT;
+    engram_store *w, *st;
+    looper l;
+    char key[200], epoch[17];
+    uint64_t kill_ms;
+    int victim;
+
+    ro.chunk_bytes = 64 * R;
+    w = open_redis(&C, "fo", 0, &ro);
+    tu_populate(w, "fo", 12, 6400, R, 0); /* 100 chunks */
+    engram_store_close(w);
+    manifest_epoch(&C, "fo", "fo", epoch);
+    snprintf(key, sizeof key, "engram/fo/fo/%s/0", epoch);
+    victim = tr_slot_owner(&C, 0, engram__rcl_keyslot(key, strlen(key)));
+    ASSERT_GE(victim, 0);
+
+    ro.timeout_ms = 2000;
+    st = open_redis(&C, "fo", 0, &ro);
+    looper_start(&l, st, "fo", 12, 6400, 256, 9);
+    tr_sleep_ms(500);
+    ASSERT_GT((uint64_t)atomic_load(&l.ok), 0);
+    kill_ms = tr_now_ms();
+    atomic_store(&l.mark_ms, kill_ms + 1);
+    tr_kill(&C, victim);
+    /* Wait for lookups that started after the kill to succeed again. */
+    while (!atomic_load(&l.first_ok_after_ms) && tr_now_ms() - kill_ms < 30000)
+        tr_sleep_ms(20);
+    tr_sleep_ms(300);
+    looper_stop(&l);
+    ASSERT_OK(engram_get_redis_stats(st, &rs));
+    printf("failover: killed master on port %d; %" PRIu64 " lookups ok, %" PRIu64
+           " failed; lookups resumed %" PRIu64 " ms after the kill; the slowest lookup took %"
+           PRIu64 " ms; %" PRIu64 " retries, %" PRIu64 " connection errors, %" PRIu64
+           " map loads, %" PRIu64 " timeouts\n",
+           C.port[victim], l.ok, l.failed, l.first_ok_after_ms ? (uint64_t)l.first_ok_after_ms - kill_ms : 0,
+           l.max_ms, rs.retries, rs.conn_errors, rs.map_refreshes, rs.timeouts);
+    if (l.failed)
+        printf("a failed lookup said (%d, %s): %s\n", l.last_rc, engram_strerror(l.last_rc),
+               l.last_msg);
+    ASSERT_EQ(l.wrong, 0);
+    ASSERT_GT((uint64_t)l.first_ok_after_ms, 0);
+    if (l.failed) {
+        /* Clearly: the deadline's error, naming where it was going. */
+        ASSERT_EQ(l.last_rc, -ETIMEDOUT);
+        ASSERT_CONTAINS(l.last_msg, "table 'fo'");
+    }
+    tu_check_named(st, "fo", 12, 6400, R);
+    engram_store_close(st);
+}
+
+/* ------------------------------------------------------------------------
+ * The second cluster: AUTH, a master restarted empty, a dead cluster.
+ */
+
+static void test_auth(const tr_cluster *A)
+{
+    engram_redis_options ro = ENGRAM_REDIS_OPTIONS_INIT;
+    engram_store *st = NULL;
+    unsigned char *rows = tu_make_rows(23, 300, R, 0, 0);
+    int rc;
+    /* No password: the cluster refuses. */
+    ASSERT_ERR(engram_store_open_redis(A->nodes, "au", NULL, &ro, &st), -EACCES);
+    ASSERT_CONTAINS(engram_errmsg(), "NOAUTH");
+    ro.password = "wrong";
+    ASSERT_ERR(engram_store_open_redis(A->nodes, "au", NULL, &ro, &st), -EACCES);
+    ASSERT_CONTAINS(engram_errmsg(), "refused AUTH");
+    ro.user = "reader";
+    ro.password = "pw-writer";
+    ASSERT_ERR(engram_store_open_redis(A->nodes, "au", NULL, &ro, &st), -EACCES);
+    ASSERT_CONTAINS(engram_errmsg(), "as user reader");
+    /* The default user. */
+    ro.user = NULL;
+    ro.password = A->password;
+    st = open_redis(A, "au", 0, &ro);
+    tu_populate(st, "x", 21, 300, R, 0);
+    tu_check_named(st, "x", 21, 300, R);
+    engram_store_close(st);
+    /* An ACL user that may write only under engram/ ... */
+    ro.user = "writer";
+    ro.password = "pw-writer";
+    st = open_redis(A, "au", 0, &ro);
+    tu_populate(st, "y", 22, 300, R, 0);
+    tu_check_named(st, "y", 22, 300, R);
+    engram_store_close(st);
+    ro.prefix = "other";
+    st = open_redis(A, "au", 0, &ro);
+    ASSERT_FAILS(engram_populate(st, "z", &(engram_table_spec){300, R, 0}, rows, 0), rc);
+    ASSERT_EQ(rc, -EACCES);
+    ASSERT_CONTAINS(engram_errmsg(), "NOPERM");
+    engram_store_close(st);
+    /* ... and one that may only read. */
+    ro.prefix = NULL;
+    ro.user = "reader";
+    ro.password = "pw-reader";
+    st = open_redis(A, "au", 0, &ro);
+    tu_check_named(st, "x", 21, 300, R);
+    ASSERT_FAILS(engram_populate(st, "z", &(engram_table_spec){300, R, 0}, rows, 0), rc);
+    ASSERT_EQ(rc, -EACCES);
+    ASSERT_ERR(engram_remove(st, "x"), -EACCES);
+    engram_store_close(st);
+    free(rows);
+}
+
+static void test_restart_empty(tr_cluster *A)
+{
+    engram_redis_options ro = ENGRAM_REDIS_OPTIONS_INIT;
+    engram_store *st, *st2;
+    engram_table_id t;
+    int64_t *ids = tu_xmalloc(1000 * sizeof *ids);
+    unsigned char *out = tu_xmalloc(1000 * R);
+    int victim, rc, bad = 0, untouched = 0;
+    char epoch[17], key[200];
+    redisReply *r;
+
+    ro.password = A->password;
+    ro.chunk_bytes = 10 * R;
+    ro.timeout_ms = 3000;
+    st = open_redis(A, "re", 0, &ro);
+    tu_populate(st, "e", 31, 1000, R, 0);
+    ASSERT_OK(engram_table_open(st, "e", &t));
+    for (int i = 0; i < 1000; i++)
+        ids[i] = i;
+    ASSERT_OK(tu_lookup1(st, t, ids, 1000, out, 0));
+    check_rows(out, ids, 1000, 31, 0, 0);
+    /* The master holding chunk 0 dies and comes back at once, empty (no
+     * persistence), before the cluster would fail it over. */
+    manifest_epoch(A, "re", "e", epoch);
+    snprintf(key, sizeof key, "engram/re/e/%s/0", epoch);
+    victim = tr_slot_owner(A, 0, engram__rcl_keyslot(key, strlen(key)));
+    tr_kill(A, victim);
+    tr_spawn(A, victim);
+    ASSERT(tr_wait_up(A, victim, 10000));
+    ASSERT(tr_wait_ok(A, A->n, 0, 30000));
+    r = tr_must(A, victim, "DBSIZE");
+    ASSERT_EQ(r->integer, 0);
+    freeReplyObject(r);
+    /* Every lookup that needs its chunks fails naming the table; rows
+     * are right or untouched, never empty or stale bytes. */
+    memset(out, 0x3C, 1000 * R);
+    ASSERT_FAILS(tu_lookup1(st, t, ids, 1000, out, 0), rc);
+    ASSERT_EQ(rc, -ENODATA);
+    ASSERT_CONTAINS(engram_errmsg(), "table 'e'");
+    ASSERT_CONTAINS(engram_errmsg(), "missing");
+    for (int i = 0; i < 1000; i++) {
+        if (tu_row_mismatch(out + (size_t)i * R, 31, (uint64_t)i, R) < 0)
+            continue;
+        for (int j = 0; j < R; j++)
+            if (out[(size_t)i * R + (size_t)j] != 0x3C)
+                bad++;
+        untouched++;
+    }
+    ASSERT_EQ(bad, 0);
+    ASSERT_GT(untouched, 0);
+    /* -ENOENT if the manifests' hash lived on the restarted node too. */
+    rc = engram_verify(st, "e", NULL, NULL);
+    ASSERT(rc == -ENODATA || rc == -ENOENT);
+    /* A new store finds the manifest (if its node kept it) and the same
+     * missing chunks, or no table at all. */
+    st2 = open_redis(A, "re", 0, &ro);
+    rc = engram_table_open(st2, "e", &t);
+    ASSERT(rc == 0 || rc == -ENOENT);
+    if (rc == 0)
+        ASSERT_ERR(tu_lookup1(st2, t, ids, 1000, out, 0), -ENODATA);
+    engram_store_close(st2);
+    engram_store_close(st);
+    free(ids);
+    free(out);
+}
+
+static void test_dead_cluster(tr_cluster *A)
+{
+    engram_redis_options ro = ENGRAM_REDIS_OPTIONS_INIT;
+    engram_store *st;
+    engram_table_id t;
+    int64_t ids[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    unsigned char out[8 * R];
+    uint64_t t0, took;
+    int rc;
+
+    ro.password = A->password;
+    ro.timeout_ms = 1000;
+    st = open_redis(A, "dc", 0, &ro);
+    tu_populate(st, "x", 41, 8, R, 0);
+    ASSERT_OK(engram_table_open(st, "x", &t));
+    ASSERT_OK(tu_lookup1(st, t, ids, 8, out, 0));
+    check_rows(out, ids, 8, 41, 0, 0);
+    tr_stop(A);
+    memset(out, 0x11, sizeof out);
+    t0 = tr_now_ms();
+    ASSERT_FAILS(tu_lookup1(st, t, ids, 8, out, 0), rc);
+    took = tr_now_ms() - t0;
+    printf("lookup on a stopped cluster: %d (%s) after %" PRIu64 " ms: %s\n", rc,
+           engram_strerror(rc), took, engram_errmsg());
+    ASSERT_EQ(rc, -ETIMEDOUT);
+    ASSERT_CONTAINS(engram_errmsg(), "table 'x'");
+    ASSERT_CONTAINS(engram_errmsg(), "connect to 127.0.0.1:");
+    ASSERT_GE(took, 900);
+    ASSERT_LT(took, 5000);
+    ASSERT_ALL_BYTES(out, 0x11, sizeof out);
+    engram_store_close(st);
+}
+
+int main(void)
+{
+    static const char *const acl[] = {
+        "--user", "writer", "on", ">pw-writer", "~engram/*", "+@all",
+        "--user", "reader", "on", ">pw-reader", "~*", "+@read", "+@connection",
+        "+cluster|slots", NULL};
+    tr_cluster A;
+    int rc;
+
+    tu_watchdog(280);
+    if ((rc = tr_start(&C, 3, 1, NULL, NULL)) != 0)
+        return rc;
+    printf("cluster: %s\n", C.nodes);
+    RUN_TEST(test_keyslot);
+    RUN_TEST(test_bad_args);
+    RUN_TEST(test_push_lookup);
+    RUN_TEST(test_corrupt_chunk);
+    RUN_TEST(test_create_only);
+    RUN_TEST(test_writer_states);
+    RUN_TEST(test_remove);
+    RUN_TEST(test_cache);
+    RUN_TEST(test_threads);
+    RUN_TEST(test_moved_ask);
+    RUN_TEST(test_failover);
+    tr_stop(&C);
+
+    if ((rc = tr_start(&A, 3, 0, "pw-default", acl)) != 0)
+        return rc;
+    printf("cluster with AUTH: %s\n", A.nodes);
+    tu_current_case = "test_auth";
+    test_auth(&A);
+    tu_current_case = "test_restart_empty";
+    test_restart_empty(&A);
+    tu_current_case = "test_dead_cluster";
+    test_dead_cluster(&A);
+    tr_stop(&A);
+    printf("ok\n");
+    return 0;
+}
+#endif
