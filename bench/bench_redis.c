@@ -1,0 +1,664 @@
+/*
+ * bench_redis.c - lookups of tables kept in a Redis Cluster
+ * (engram_store_open_redis) against a bare pipelined hiredis client
+ * reading the same rows, in one run.
+ *
+ *   bench_redis [--mib N] [--tables N] [--k K] [--lookups N] [--reps N]
+ *               [--threads LIST] [--dist uniform,zipf] [--zipf S]
+ *               [--cache-pct P] [--chunk-kib N] [--layout spread|tagged]
+ *               [--masters N] [--nodes HOST:PORT,...] [--quick]
+ *
+ * Unless --nodes names a cluster, it starts its own: --masters (3)
+ * redis-server processes with no replicas on free loopback ports of
+ * 127.0.0.1 (stopped by PID at exit), since a loopback benchmark on a
+ * small machine only measures replicas eating the cores.  It pushes --mib
+ * MiB (1024) of 264-byte rows as --tables tables (1) of namespace
+ * "bench" with engram_populate() (timed: the push rate is printed), in
+ * chunk keys of --chunk-kib KiB (1024), spread over the cluster or, with
+ * --layout tagged, each table's chunks in one slot.  Then each lookup
+ * asks for K ids (4096) as K / tables tokens of one id per table, drawn
+ * uniformly or Zipf(S)-distributed (S = 1.0; ranks scattered over the
+ * rows by a fixed permutation, so hot rows are not neighbours), from
+ * each of --threads threads (1,2) at once:
+ *
+ *   bare          a hiredis client written here: per node a connection
+ *                 of each thread, every id's GETRANGE appended to its
+ *                 node's connection (redisAppendCommandArgv), all nodes'
+ *                 commands written, then the replies read node by node
+ *                 (redisGetReply) and copied to the output.  No cluster
+ *                 handling (a map read once), no deduplication, no
+ *                 validation: the floor of a client.
+ *   engram        engram_lookup() on a store of the namespace with no
+ *                 row cache.
+ *   engram+cache  the same with a row cache of --cache-pct percent (5)
+ *                 of the rows, warm (a first repetition, not counted,
+ *                 fills it).
+ *
+ * Each figure is the median of --reps repetitions (5) of --lookups
+ * lookups per thread (100); the configurations' repetitions are
+ * interleaved, so a noisy neighbour slows them alike.  Every output row
+ * of each configuration's first lookup is checked against the rows
+ * pushed.  Ratios are of this run's medians; "vs Mooncake" divides by
+ * 30,000 rows/s, the figure of Mooncake's own EngramStore on a loopback
+ * Mooncake Store measured on this machine (docs/performance.md).
+ *
+ * --quick: 16 MiB, 2 tables, 20 lookups, 2 repetitions (the CTest smoke
+ * run, which checks every output of every lookup).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <hiredis/hiredis.h>
+
+#include "engram.h"
+#include "rcluster.h"
+#include "redis_util.h"
+
+enum { ROW = 264, MAX_TABLES = 64, MAX_NODES = 64 };
+
+static double mib = 1024, zipf_s = 1.0, cache_pct = 5;
+static size_t K = 4096, lookups = 100, ntables = 1, chunk_kib = 1024;
+static int reps = 5, quick, tagged, masters = 3, check_all;
+static int thread_list[8] = {1, 2}, nthread_list = 2;
+static int dists[2] = {1, 1}; /* uniform, zipf */
+static const char *nodes_arg;
+static uint64_t rows_per_table;
+
+static void die(const char *what)
+{
+    fprintf(stderr, "bench_redis: %s: %s\n", what, engram_errmsg());
+    exit(1);
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t mix(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xFF51AFD7ED558CCDull;
+    x ^= x >> 33;
+    x *= 0xC4CEB9FE1A85EC53ull;
+    return x ^ (x >> 33);
+}
+
+/* Row r of table t: 33 words of a hash of (t, r, word). */
+static void fill_row(unsigned char *dst, uint64_t t, uint64_t r)
+{
+    uint64_t h = mix((t << 40) ^ r ^ 0x9E3779B97F4A7C15ull);
+    for (int w = 0; w < ROW / 8; w++) {
+        uint64_t v = h + (uint64_t)w * 0x9E3779B97F4A7C15ull;
+        v = mix(v);
+        memcpy(dst + w * 8, &v, 8);
+    }
+}
+
+static int row_ok(const unsigned char *p, uint64_t t, uint64_t r)
+{
+    unsigned char want[ROW];
+    fill_row(want, t, r);
+    return memcmp(p, want, ROW) == 0;
+}
+
+static double median(double *v, int n)
+{
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            double x = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = x;
+        }
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* ------------------------------------------------------------------------
+ * Ids.
+ */
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static double *zipf_cdf; /* [rows_per_table] */
+static uint64_t perm_mul;
+
+static void zipf_init(void)
+{
+    double sum = 0;
+    uint64_t n = rows_per_table;
+    zipf_cdf = malloc(n * sizeof *zipf_cdf);
+    if (!zipf_cdf) {
+        fprintf(stderr, "bench_redis: out of memory\n");
+        exit(1);
+    }
+    for (uint64_t i = 0; i < n; i++)
+        zipf_cdf[i] = (sum += 1.0 / pow((double)(i + 1), zipf_s));
+    for (uint64_t i = 0; i < n; i++)
+        zipf_cdf[i] /= sum;
+    /* An odd multiplier coprime with n scatters the ranks. */
+    perm_mul = 0x9E3779B97F4A7C15ull % n | 1;
+    for (;;) {
+        uint64_t a = perm_mul, b = n;
+        while (b) {
+            uint64_t t = a % b;
+            a = b;
+            b = t;
+        }
+        if (a == 1)
+            break;
+        perm_mul += 2;
+    }
+}
+
+static uint64_t draw(uint64_t *s, int zipf)
+{
+    uint64_t n = rows_per_table;
+    if (!zipf)
+        return rng_next(s) % n;
+    {
+        double u = (double)(rng_next(s) >> 11) / 9007199254740992.0;
+        uint64_t lo = 0, hi = n - 1;
+        while (lo < hi) {
+            uint64_t mid = (lo + hi) / 2;
+            if (zipf_cdf[mid] < u)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        return (uint64_t)(((unsigned __int128)lo * perm_mul) % n);
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * The bare client.
+ */
+
+typedef struct bare_table {
+    char kpre[600];
+    size_t kpre_len;
+    uint64_t chunk_rows;
+    uint16_t *slots; /* per chunk */
+} bare_table;
+
+static bare_table btab[MAX_TABLES];
+static char node_host[MAX_NODES][64];
+static int node_port[MAX_NODES], nnodes;
+static uint8_t slot_node[16384];
+
+static redisContext *bare_connect(int n)
+{
+    redisContext *c = redisConnect(node_host[n], node_port[n]);
+    if (!c || c->err) {
+        fprintf(stderr, "bench_redis: connect %s:%d: %s\n", node_host[n], node_port[n],
+                c ? c->errstr : "out of memory");
+        exit(1);
+    }
+    return c;
+}
+
+/* The slot map and every table's chunk keys, read once. */
+static void bare_init(const char *seed_host, int seed_port)
+{
+    redisContext *c = redisConnect(seed_host, seed_port);
+    redisReply *r;
+    if (!c || c->err) {
+        fprintf(stderr, "bench_redis: connect to %s:%d failed\n", seed_host, seed_port);
+        exit(1);
+    }
+    r = redisCommand(c, "CLUSTER SLOTS");
+    for (size_t i = 0; r && i < r->elements; i++) {
+        const redisReply *e = r->element[i];
+        const char *h = e->element[2]->element[0]->str;
+        int p = (int)e->element[2]->element[1]->integer, n;
+        for (n = 0; n < nnodes; n++)
+            if (node_port[n] == p && strcmp(node_host[n], h) == 0)
+                break;
+        if (n == nnodes) {
+            snprintf(node_host[n], sizeof node_host[n], "%s", h);
+            node_port[n] = p;
+            nnodes++;
+        }
+        for (long long s = e->element[0]->integer; s <= e->element[1]->integer; s++)
+            slot_node[s] = (uint8_t)n;
+    }
+    freeReplyObject(r);
+    for (size_t t = 0; t < ntables; t++) {
+        char name[32], mkey[64];
+        const char *ep, *cr;
+        uint64_t nch;
+        int owner;
+        snprintf(name, sizeof name, "t%zu", t);
+        snprintf(mkey, sizeof mkey, "engram/bench/.manifests");
+        owner = slot_node[engram__rcl_keyslot(mkey, strlen(mkey))];
+        {
+            redisContext *o = bare_connect(owner);
+            r = redisCommand(o, "HGET %s %s", mkey, name);
+            redisFree(o);
+        }
+        if (!r || r->type != REDIS_REPLY_STRING || !(ep = strstr(r->str, "\nepoch ")) ||
+            !(cr = strstr(r->str, "\nchunk_rows "))) {
+            fprintf(stderr, "bench_redis: no manifest of %s\n", name);
+            exit(1);
+        }
+        btab[t].chunk_rows = strtoull(cr + 12, NULL, 10);
+        btab[t].kpre_len = (size_t)snprintf(btab[t].kpre, sizeof btab[t].kpre,
+                                            tagged ? "engram/bench/{%s/%.16s}/" : "engram/bench/%s/%.16s/",
+                                            name, ep + 7);
+        freeReplyObject(r);
+        nch = (rows_per_table + btab[t].chunk_rows - 1) / btab[t].chunk_rows;
+        btab[t].slots = malloc(nch * sizeof *btab[t].slots);
+        for (uint64_t i = 0; i < nch; i++) {
+            char key[700];
+            int n = snprintf(key, sizeof key, "%s%" PRIu64, btab[t].kpre, i);
+            btab[t].slots[i] = engram__rcl_keyslot(key, (size_t)n);
+        }
+    }
+    redisFree(c);
+}
+
+typedef struct bare_client {
+    redisContext *c[MAX_NODES];
+    uint32_t *by_node; /* ids grouped by node */
+    uint32_t cnt[MAX_NODES + 1];
+} bare_client;
+
+/* One lookup of T x ntables ids into out. */
+static void bare_lookup(bare_client *b, const int64_t *ids, size_t n, unsigned char *out)
+{
+    int node_of[4096 * 16];
+    memset(b->cnt, 0, sizeof b->cnt);
+    for (size_t i = 0; i < n; i++) {
+        const bare_table *t = &btab[i % ntables];
+        uint64_t row = (uint64_t)ids[i], chunk = row / t->chunk_rows;
+        uint64_t start = (row - chunk * t->chunk_rows) * ROW;
+        char key[700], s[24], e[24];
+        const char *argv[4] = {"GETRANGE", key, s, e};
+        size_t lens[4];
+        int node = slot_node[t->slots[chunk]];
+        lens[0] = 8;
+        lens[1] = (size_t)snprintf(key, sizeof key, "%s%" PRIu64, t->kpre, chunk);
+        lens[2] = (size_t)snprintf(s, sizeof s, "%" PRIu64, start);
+        lens[3] = (size_t)snprintf(e, sizeof e, "%" PRIu64, start + ROW - 1);
+        redisAppendCommandArgv(b->c[node], 4, argv, lens);
+        node_of[i] = node;
+        b->cnt[node + 1]++;
+    }
+    for (int k = 0; k < nnodes; k++)
+        b->cnt[k + 1] += b->cnt[k];
+    for (size_t i = 0; i < n; i++)
+        b->by_node[b->cnt[node_of[i]]++] = (uint32_t)i;
+    /* Every node's commands go out before any reply is read. */
+    for (int k = 0; k < nnodes; k++) {
+        int done = 0;
+        while (!done)
+            if (redisBufferWrite(b->c[k], &done) != REDIS_OK) {
+                fprintf(stderr, "bench_redis: write: %s\n", b->c[k]->errstr);
+                exit(1);
+            }
+    }
+    for (int k = 0, start = 0; k < nnodes; start = (int)b->cnt[k], k++) {
+        for (uint32_t j = (uint32_t)start; j < b->cnt[k]; j++) {
+            redisReply *r;
+            if (redisGetReply(b->c[k], (void **)&r) != REDIS_OK || r->type != REDIS_REPLY_STRING ||
+                r->len != ROW) {
+                fprintf(stderr, "bench_redis: a GETRANGE failed\n");
+                exit(1);
+            }
+            memcpy(out + (size_t)b->by_node[j] * ROW, r->str, ROW);
+            freeReplyObject(r);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * The runs.
+ */
+
+enum { C_BARE, C_ENGRAM, C_CACHE, NCONF };
+static const char *const conf_name[NCONF] = {"bare", "engram", "engram+cache"};
+
+typedef struct worker {
+    pthread_t th;
+    int conf;
+    int idx;
+    const int64_t *ids; /* [lookups][K] */
+    unsigned char *out;
+    engram_store *st;
+    engram_table_id tids[MAX_TABLES];
+    bare_client bare;
+    int check; /* check every output row (else only the first lookup's) */
+    uint64_t bad;
+} worker;
+
+static void check_out(worker *w, const int64_t *ids)
+{
+    for (size_t i = 0; i < K; i++)
+        if (!row_ok(w->out + i * ROW, i % ntables, (uint64_t)ids[i]))
+            w->bad++;
+}
+
+static void *run_worker(void *p)
+{
+    worker *w = p;
+    for (size_t l = 0; l < lookups; l++) {
+        const int64_t *ids = w->ids + l * K;
+        if (w->conf == C_BARE) {
+            bare_lookup(&w->bare, ids, K, w->out);
+        } else {
+            engram_lookup_args a = ENGRAM_LOOKUP_ARGS_INIT;
+            a.num_tokens = K / ntables;
+            a.num_cols = ntables;
+            a.tables = w->tids;
+            a.ids = ids;
+            a.id_type = ENGRAM_ID_INT64;
+            a.out = w->out;
+            if (engram_lookup(w->st, &a) != 0)
+                die("engram_lookup");
+        }
+        if (w->check || l == 0)
+            check_out(w, ids);
+    }
+    return NULL;
+}
+
+static engram_store *open_store(const char *nodes, uint64_t cache_bytes)
+{
+    engram_store_options o = ENGRAM_STORE_OPTIONS_INIT;
+    engram_store *st;
+    o.threads = 1;
+    o.cache_bytes = cache_bytes;
+    if (engram_store_open_redis(nodes, "bench", &o, NULL, &st) != 0)
+        die("engram_store_open_redis");
+    return st;
+}
+
+static int parse_list(const char *s, int *v, int max)
+{
+    int n = 0;
+    while (*s && n < max) {
+        v[n++] = atoi(s);
+        s = strchr(s, ',');
+        if (!s)
+            break;
+        s++;
+    }
+    return n;
+}
+
+int main(int argc, char **argv)
+{
+    tr_cluster cl;
+    engram_store *push, *st_plain, *st_cache;
+    engram_redis_options ro = ENGRAM_REDIS_OPTIONS_INIT;
+    engram_cache_stats cs = ENGRAM_CACHE_STATS_INIT;
+    const char *nodes;
+    uint64_t t0, cache_bytes;
+    unsigned char *rows;
+    char seed_host[64] = "127.0.0.1";
+    int seed_port;
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--quick")) {
+            quick = 1;
+            continue;
+        }
+        if (!v) {
+            fprintf(stderr, "bench_redis: %s needs a value (see bench/bench_redis.c)\n", a);
+            return 2;
+        }
+        i++;
+        if (!strcmp(a, "--mib"))
+            mib = atof(v);
+        else if (!strcmp(a, "--tables"))
+            ntables = (size_t)atol(v);
+        else if (!strcmp(a, "--k"))
+            K = (size_t)atol(v);
+        else if (!strcmp(a, "--lookups"))
+            lookups = (size_t)atol(v);
+        else if (!strcmp(a, "--reps"))
+            reps = atoi(v);
+        else if (!strcmp(a, "--threads"))
+            nthread_list = parse_list(v, thread_list, 8);
+        else if (!strcmp(a, "--dist"))
+            dists[0] = strstr(v, "uniform") != NULL, dists[1] = strstr(v, "zipf") != NULL;
+        else if (!strcmp(a, "--zipf"))
+            zipf_s = atof(v);
+        else if (!strcmp(a, "--cache-pct"))
+            cache_pct = atof(v);
+        else if (!strcmp(a, "--chunk-kib"))
+            chunk_kib = (size_t)atol(v);
+        else if (!strcmp(a, "--layout"))
+            tagged = !strcmp(v, "tagged");
+        else if (!strcmp(a, "--masters"))
+            masters = atoi(v);
+        else if (!strcmp(a, "--nodes"))
+            nodes_arg = v;
+        else {
+            fprintf(stderr, "bench_redis: unknown option %s\n", a);
+            return 2;
+        }
+    }
+    if (quick) {
+        mib = 16;
+        ntables = 2;
+        lookups = 20;
+        reps = 2;
+        check_all = 1;
+    }
+    if (ntables < 1 || ntables > MAX_TABLES || K < ntables || K % ntables || K > 4096 * 16 ||
+        reps < 1 || lookups < 1 || masters < 1 || masters > TR_MAX || nthread_list < 1 ||
+        mib <= 0) {
+        fprintf(stderr, "bench_redis: bad options\n");
+        return 2;
+    }
+    for (int i = 0; i < nthread_list; i++)
+        if (thread_list[i] < 1 || thread_list[i] > 16) {
+            fprintf(stderr, "bench_redis: threads are 1..16\n");
+            return 2;
+        }
+    rows_per_table = (uint64_t)(mib * 1048576.0 / ROW / (double)ntables);
+    if (nodes_arg) {
+        nodes = nodes_arg;
+        if (sscanf(nodes, "%63[^:]:%d", seed_host, &seed_port) != 2) {
+            fprintf(stderr, "bench_redis: --nodes HOST:PORT,...\n");
+            return 2;
+        }
+    } else {
+        int rc = tr_start(&cl, masters, 0, NULL, NULL);
+        if (rc != 0)
+            return rc;
+        nodes = cl.nodes;
+        seed_port = cl.port[0];
+    }
+    printf("bench_redis: libengram %s; %s; %zu table(s) of %" PRIu64 " rows of %d bytes "
+           "(%.0f MiB), %s layout, %zu KiB chunks; K = %zu; %zu lookups x %d reps\n",
+           engram_version_string(), nodes, ntables, rows_per_table, ROW,
+           (double)rows_per_table * ntables * ROW / 1048576.0, tagged ? "tagged" : "spread",
+           chunk_kib, K, lookups, reps);
+
+    /* The push. */
+    ro.chunk_bytes = (uint64_t)chunk_kib << 10;
+    ro.flags = tagged ? ENGRAM_REDIS_TAGGED : 0;
+    if (engram_store_open_redis(nodes, "bench", NULL, &ro, &push) != 0)
+        die("engram_store_open_redis");
+    rows = malloc(rows_per_table * ROW);
+    if (!rows) {
+        fprintf(stderr, "bench_redis: out of memory\n");
+        return 1;
+    }
+    t0 = now_ns();
+    for (size_t t = 0; t < ntables; t++) {
+        char name[32];
+        engram_table_spec spec = {rows_per_table, ROW, 0};
+        int err;
+        snprintf(name, sizeof name, "t%zu", t);
+        for (uint64_t r = 0; r < rows_per_table; r++)
+            fill_row(rows + r * ROW, t, r);
+        if ((err = engram_populate(push, name, &spec, rows, 0)) == -EEXIST) {
+            /* A cluster given with --nodes may hold them from a run before. */
+            if (!nodes_arg)
+                die("engram_populate");
+            continue;
+        }
+        if (err)
+            die("engram_populate");
+    }
+    {
+        double s = (double)(now_ns() - t0) / 1e9;
+        printf("push: %.0f MiB in %.1f s (%.0f MiB/s, with the rows generated)\n",
+               (double)rows_per_table * ntables * ROW / 1048576.0, s,
+               (double)rows_per_table * ntables * ROW / 1048576.0 / s);
+    }
+    free(rows);
+    engram_store_close(push);
+    bare_init(seed_host, seed_port);
+    zipf_init();
+
+    cache_bytes = (uint64_t)((double)rows_per_table * ntables * ROW * cache_pct / 100.0);
+    st_plain = open_store(nodes, 1); /* below one set: no cache */
+    /* The cache gets 7/8 of the budget (the rest is kept for file reads). */
+    st_cache = open_store(nodes, cache_bytes / 7 * 8 + (1u << 20));
+
+    for (int d = 0; d < 2; d++) {
+        if (!dists[d])
+            continue;
+        for (int ti = 0; ti < nthread_list; ti++) {
+            int nt = thread_list[ti];
+            double res[NCONF][64];
+            worker *w = calloc((size_t)nt, sizeof *w);
+            int64_t **ids = calloc((size_t)nt, sizeof *ids);
+            uint64_t seed = 42, distinct = 0, total = 0, hits = 0, misses = 0;
+            if (reps > 64)
+                reps = 64;
+            for (int i = 0; i < nt; i++) {
+                ids[i] = malloc(lookups * K * sizeof **ids);
+                for (size_t j = 0; j < lookups * K; j++)
+                    ids[i][j] = (int64_t)draw(&seed, d);
+                w[i].out = malloc(K * ROW);
+                w[i].bare.by_node = malloc(K * sizeof *w[i].bare.by_node);
+                for (int n = 0; n < nnodes; n++)
+                    w[i].bare.c[n] = bare_connect(n);
+            }
+            /* Distinct ids per lookup (what deduplication saves). */
+            {
+                uint64_t *seen = calloc(rows_per_table * ntables / 64 + 1, 8);
+                for (size_t l = 0; l < lookups; l++) {
+                    for (size_t j = 0; j < K; j++) {
+                        uint64_t b = (uint64_t)ids[0][l * K + j] * ntables + j % ntables;
+                        if (!(seen[b / 64] >> (b % 64) & 1)) {
+                            seen[b / 64] |= 1ull << (b % 64);
+                            distinct++;
+                        }
+                    }
+                    for (size_t j = 0; j < K; j++) {
+                        uint64_t b = (uint64_t)ids[0][l * K + j] * ntables + j % ntables;
+                        seen[b / 64] &= ~(1ull << (b % 64));
+                    }
+                    total += K;
+                }
+                free(seen);
+            }
+            for (int rep = -1; rep < reps; rep++) {
+                for (int c = 0; c < NCONF; c++) {
+                    engram_store *st = c == C_CACHE ? st_cache : st_plain;
+                    uint64_t start, bad = 0;
+                    for (int i = 0; i < nt; i++) {
+                        w[i].conf = c;
+                        w[i].idx = i;
+                        w[i].ids = ids[i];
+                        w[i].st = st;
+                        w[i].check = check_all;
+                        w[i].bad = 0;
+                        for (size_t t = 0; t < ntables; t++) {
+                            char name[32];
+                            snprintf(name, sizeof name, "t%zu", t);
+                            if (c != C_BARE && engram_table_open(st, name, &w[i].tids[t]) != 0)
+                                die("engram_table_open");
+                        }
+                    }
+                    engram_cache_stats before = ENGRAM_CACHE_STATS_INIT;
+                    engram_cache_stats after = ENGRAM_CACHE_STATS_INIT;
+                    engram_get_cache_stats(st_cache, NULL, &before);
+                    start = now_ns();
+                    for (int i = 0; i < nt; i++)
+                        pthread_create(&w[i].th, NULL, run_worker, &w[i]);
+                    for (int i = 0; i < nt; i++) {
+                        pthread_join(w[i].th, NULL);
+                        bad += w[i].bad;
+                    }
+                    engram_get_cache_stats(st_cache, NULL, &after);
+                    if (c == C_CACHE && rep >= 0) {
+                        hits += after.hits - before.hits;
+                        misses += after.misses - before.misses;
+                    }
+                    if (bad) {
+                        fprintf(stderr, "bench_redis: %s: %" PRIu64 " wrong rows\n",
+                                conf_name[c], bad);
+                        return 1;
+                    }
+                    if (rep >= 0)
+                        res[c][rep] = (double)nt * (double)lookups * (double)K /
+                                      ((double)(now_ns() - start) / 1e9);
+                }
+            }
+            {
+                double med[NCONF], lo[NCONF], hi[NCONF];
+                for (int c = 0; c < NCONF; c++) {
+                    med[c] = median(res[c], reps); /* sorts res[c] */
+                    lo[c] = res[c][0];
+                    hi[c] = res[c][reps - 1];
+                }
+                printf("%-7s threads %d: %.0f%% of the ids of a lookup distinct; M rows/s, median "
+                       "[min, max] of %d:\n",
+                       d ? "zipf" : "uniform", nt, 100.0 * (double)distinct / (double)total, reps);
+                for (int c = 0; c < NCONF; c++) {
+                    printf("  %-13s %7.3f [%.3f, %.3f]", conf_name[c], med[c] / 1e6, lo[c] / 1e6,
+                           hi[c] / 1e6);
+                    if (c != C_BARE)
+                        printf("  %5.2fx bare  %4.0fx Mooncake", med[c] / med[C_BARE],
+                               med[c] / 30000.0);
+                    if (c == C_CACHE)
+                        printf("  hit rate %.0f%%",
+                               hits + misses ? 100.0 * (double)hits / (double)(hits + misses) : 0.0);
+                    printf("\n");
+                }
+                fflush(stdout);
+            }
+            for (int i = 0; i < nt; i++) {
+                for (int n = 0; n < nnodes; n++)
+                    redisFree(w[i].bare.c[n]);
+                free(w[i].bare.by_node);
+                free(w[i].out);
+                free(ids[i]);
+            }
+            free(w);
+            free(ids);
+        }
+    }
+    engram_get_cache_stats(st_cache, NULL, &cs);
+    printf("row cache: %.1f MiB of slots (%.1f%% of the rows), budget %.1f MiB\n",
+           (double)cs.cache_bytes / 1048576.0,
+           100.0 * (double)cs.slots / (double)(rows_per_table * ntables),
+           (double)cs.budget_bytes / 1048576.0);
+    engram_store_close(st_plain);
+    engram_store_close(st_cache);
+    if (!nodes_arg)
+        tr_stop(&cl);
+    return 0;
+}
