@@ -230,10 +230,13 @@ typedef struct engram_writer engram_writer;
 
 /*! engram_writer_begin() :
  * Starts writing table `name` with `spec` (streaming: the rows may arrive
- * in any number of engram_writer_append() calls).  Space for the whole
- * table is reserved up front, so a full disk fails here (-ENOSPC) rather
- * than half-way.  Fails at once with -EEXIST if the name is already
- * published or bound.  Thread-safe.
+ * in any number of engram_writer_append() calls).  Before anything is
+ * written, the table is checked against the namespace's capacity (see
+ * engram_check_capacity(): -ENOSPC, for the file system or the memory
+ * cgroup of a tmpfs writer, with the figures and the fix in
+ * engram_errmsg()), and space for the whole table is then reserved, so a
+ * full disk fails here rather than half-way.  Fails at once with -EEXIST
+ * if the name is already published or bound.  Thread-safe.
  * @return : 0 and *out, or a negative code. */
 ENGRAM_API int engram_writer_begin(engram_store *st, const char *name,
                                    const engram_table_spec *spec, engram_writer **out);
@@ -258,6 +261,21 @@ ENGRAM_API int engram_writer_commit(engram_writer *w);
 /*! engram_writer_abort() :
  * Discards the temporary file and frees `w`.  Accepts NULL. */
 ENGRAM_API void engram_writer_abort(engram_writer *w);
+
+/*! engram_check_capacity() :
+ * Answers up front whether `n` tables of `specs` fit in directory `dir`
+ * (a namespace, or the root it will be made in): the free space of its
+ * file system (statvfs), and, where `dir` is on a tmpfs (/dev/shm), the
+ * room left under the memory cgroup limits of the calling process, to
+ * which the kernel charges the tmpfs pages it writes (the tightest of its
+ * cgroup and their ancestors, v2 or v1, counting page cache it could give
+ * back).  Every writer makes the same check for its own table.  The
+ * figures are of one moment: others may write meanwhile.  Thread-safe.
+ * @return : 0 if they fit; -ENOSPC (the file system or the cgroup) with
+ *           the bytes needed, the bytes available and the fix in
+ *           engram_errmsg(); ENGRAM_ESPEC; -EINVAL; or the error of
+ *           opening `dir`. */
+ENGRAM_API int engram_check_capacity(const char *dir, const engram_table_spec *specs, size_t n);
 
 /*! engram_populate() :
  * Writes a whole table in one call: begin + append(all rows) + commit.

@@ -37,6 +37,7 @@
 
 #include <xxhash.h>
 
+#include "capacity.h"
 #include "format.h"
 #include "store.h"
 #include "writer.h"
@@ -208,6 +209,16 @@ int engram_writer_begin(engram_store *st, const char *name, const engram_table_s
         goto fail;
     }
     XXH3_64bits_reset(w->xs);
+    {
+        /* Room for the file (and, on a tmpfs, under this process's memory
+         * cgroup), before anything is written: a clear refusal instead of
+         * a kill or a full disk part way. */
+        char what[ENGRAM_NAME_MAX + 16];
+        snprintf(what, sizeof what, "table '%s'", name);
+        if ((err = engram__capacity_check(st->dirfd, st->path,
+                                          engram__table_file_bytes(spec, 0), what, 0)) != 0)
+            goto fail;
+    }
     if ((err = temp_create(w)) != 0)
         goto fail;
     /* Reserve the header and the data region now: a full disk (or a 64 MiB

@@ -161,6 +161,10 @@ class LayerStore(EngramStore):
         if self._mc is None:
             if config is not None:
                 raise TypeError("config: a ReplicateConfig is for a Mooncake store client")
+            # Room for the whole layer first, not a kill or a full disk at
+            # its last head.
+            sizes, row_bytes = self._layer(layer_id)
+            _engram.check_capacity(self._store.path, [(n, row_bytes, 0) for n in sizes])
             for key, buf in zip(self._keys[layer_id], embedding_buffers):
                 self._store.populate(key, buf)
             return
