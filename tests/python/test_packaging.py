@@ -1,5 +1,5 @@
-"""The package's metadata as pip installs it: its license, and the LICENSE
-file in the wheel."""
+"""The package's metadata as pip installs it (its license and the LICENSE
+file in the wheel), and the release notes of its version."""
 from __future__ import annotations
 
 import importlib.metadata
@@ -11,6 +11,13 @@ import pytest
 import engramstore
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _header_version() -> str:
+    text = (ROOT / "include" / "engram.h").read_text()
+    parts = [re.search(rf"^#define ENGRAM_VERSION_{p} (\d+)$", text, re.M).group(1)
+             for p in ("MAJOR", "MINOR", "PATCH")]
+    return ".".join(parts)
 
 
 def _installed_dist():
@@ -40,3 +47,15 @@ def test_license_file():
     text = (ROOT / "LICENSE").read_text()
     assert text.startswith("MIT License\n")
     assert re.search(r"^Copyright \(c\) \d{4} The engram authors$", text, re.M)
+
+
+def test_changelog_has_this_version():
+    version = _header_version()
+    assert engramstore.library_version == version
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    # Keep a Changelog: the newest release first, "## [X.Y.Z] - date".
+    releases = re.findall(r"^## \[(\d+\.\d+\.\d+)\] - (\d{4}-\d{2}-\d{2}|Unreleased)$",
+                          changelog, re.M)
+    assert releases, "CHANGELOG.md has no '## [X.Y.Z] - YYYY-MM-DD' entry"
+    assert releases[0][0] == version, (
+        f"the newest CHANGELOG.md entry is {releases[0][0]}, engram.h says {version}")
