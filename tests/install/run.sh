@@ -13,6 +13,7 @@
 #     find_package(engram VERSION REQUIRED [COMPONENTS cuda]) against the
 #     moved prefix, linking engram::engram and engram::engram_static (and
 #     engram::engram_cuda, engram::engram_cuda_static);
+#     then the README's pkg-config and find_package recipes as written;
 #  5. find_package calls that must fail, each with its message: an unknown
 #     component, versions of another minor or major release, and the cuda
 #     component of a build without the CUDA library.
@@ -129,6 +130,7 @@ configure() {
 stage=$scratch/stage
 "$CMAKE" --install "$ENGRAM_BUILD" --prefix "$stage" > "$scratch/install.log" 2>&1 ||
     { cat "$scratch/install.log"; fail "cmake --install $ENGRAM_BUILD --prefix $stage failed"; }
+# shellcheck disable=SC2012 # the names are ours, and ls -A shows dot files
 got=$(cd "$stage" && ls -A | sort | tr '\n' ' ')
 want=$(printf '%s\n' bin include "${libdir%%/*}" | sort -u | tr '\n' ' ')
 [ "$got" = "$want" ] || fail "the top of the prefix holds: ${got}(expected: $want)"
@@ -172,6 +174,32 @@ if [ "$cuda" = ON ]; then
     not_dynamic "find_package engram::engram_cuda_static" "$scratch/cm/app_cuda_static"
     run_app "find_package engram::engram_cuda_static" "$scratch/cm/app_cuda_static"
 fi
+
+# The README's recipes as written, its prefix /opt/engram replaced: the
+# pkg-config lines, and the find_package project.
+mkdir "$scratch/readme"
+cp "$here/app.c" "$scratch/readme/app.c"
+# shellcheck disable=SC2016 # build.sh expands $CC
+awk '/^```sh$/ { on = 1; buf = ""; next }
+     /^```$/ { if (on && buf ~ /pkg-config --cflags --libs engram/) { printf "%s", buf; exit }
+               on = 0; next }
+     on { buf = buf $0 "\n" }' "$ENGRAM_SRC/README.md" |
+    sed -e "s|/opt/engram/lib|$moved/$libdir|g" -e "s|/opt/engram|$moved|g" \
+        -e 's|^cc |"$CC" -std=c11 -Wall -Wextra -Werror |' > "$scratch/readme/build.sh"
+grep -q pkg-config "$scratch/readme/build.sh" || fail "no pkg-config recipe in README.md"
+(cd "$scratch/readme" && CC=$CC sh -eu build.sh) || fail "the README's pkg-config recipe failed"
+run_app "README pkg-config recipe" "$scratch/readme/a.out"
+awk '/^```cmake$/ { on = 1; next } /^```$/ { if (on) exit } on' "$ENGRAM_SRC/README.md" \
+    > "$scratch/readme/CMakeLists.txt"
+grep -q 'find_package(engram' "$scratch/readme/CMakeLists.txt" ||
+    fail "no find_package(engram) project in README.md"
+if ! { "$CMAKE" -S "$scratch/readme" -B "$scratch/readme/build" -DCMAKE_C_COMPILER="$CC" \
+         -DCMAKE_PREFIX_PATH="$moved" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF &&
+       "$CMAKE" --build "$scratch/readme/build"; } > "$scratch/readme.log" 2>&1; then
+    cat "$scratch/readme.log"
+    fail "the README's find_package project failed"
+fi
+run_app "README find_package project" "$scratch/readme/build/app"
 
 # 5. find_package calls that must fail.
 major=${ENGRAM_VERSION%%.*}
