@@ -16,7 +16,8 @@
 #     then the README's pkg-config and find_package recipes as written;
 #  5. find_package calls that must fail, each with its message: an unknown
 #     component, versions of another minor or major release, and the cuda
-#     component of a build without the CUDA library.
+#     component of a build without the CUDA library, or without the CUDA
+#     toolkit (where plain find_package(engram) must still succeed).
 # Every app is run: it opens a store, creates a table and looks rows up
 # (app_cuda.c looks them up on the GPU where there is one, and otherwise
 # prints the library's "no CUDA device" error).
@@ -119,11 +120,14 @@ pkgconfig_apps() {
     run_app "pkg-config cuda static ($tag)" "$scratch/app_cuda_pc_static"
 }
 
-# configure DIR PREFIX FIND_ARGS: configures the find_package project.
+# configure DIR PREFIX FIND_ARGS [CMAKE_ARGS...]: configures the
+# find_package project.
 configure() {
-    "$CMAKE" -S "$here" -B "$1" -DCMAKE_C_COMPILER="$CC" -DCMAKE_PREFIX_PATH="$2" \
-        -DEXPECT_PREFIX="$2" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF "-DENGRAM_FIND_ARGS=$3" \
-        > "$1.log" 2>&1
+    d=$1 p=$2 a=$3
+    shift 3
+    "$CMAKE" -S "$here" -B "$d" -DCMAKE_C_COMPILER="$CC" -DCMAKE_PREFIX_PATH="$p" \
+        -DEXPECT_PREFIX="$p" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF "-DENGRAM_FIND_ARGS=$a" \
+        "$@" > "$d.log" 2>&1
 }
 
 # 1. Install; the top of the prefix.
@@ -205,12 +209,15 @@ run_app "README find_package project" "$scratch/readme/build/app"
 major=${ENGRAM_VERSION%%.*}
 minor=${ENGRAM_VERSION#*.}
 minor=${minor%%.*}
-must_fail() { # FIND_ARGS, the message expected
-    if configure "$scratch/bad" "$moved" "$1"; then
-        fail "find_package(engram $1) succeeded"
+must_fail() { # FIND_ARGS, the message expected, [CMAKE_ARGS...]
+    f=$1 m=$2
+    shift 2
+    rm -rf "$scratch/bad"
+    if configure "$scratch/bad" "$moved" "$f" "$@"; then
+        fail "find_package(engram $f) $* succeeded"
     fi
-    grep -q "$2" "$scratch/bad.log" || { cat "$scratch/bad.log"; fail "find_package(engram $1) did not say: $2"; }
-    echo "install: find_package(engram $1) fails: $2"
+    grep -q "$m" "$scratch/bad.log" || { cat "$scratch/bad.log"; fail "find_package(engram $f) $* did not say: $m"; }
+    echo "install: find_package(engram $f)${*:+ $*} fails: $m"
     ok
 }
 must_fail "$ENGRAM_VERSION;REQUIRED;COMPONENTS;nope" "engram has no component 'nope'"
@@ -218,6 +225,19 @@ must_fail "$major.$((minor + 1));REQUIRED" 'package "engram" that is compatible'
 must_fail "$((major + 1)).0;REQUIRED" 'package "engram" that is compatible'
 if [ "$cuda" != ON ]; then
     must_fail "REQUIRED;COMPONENTS;cuda" "built without its CUDA library"
+else
+    # Without the CUDA toolkit: the cuda component cannot be had, and a
+    # CPU-only user still finds engram (the CUDA targets are not loaded).
+    must_fail "REQUIRED;COMPONENTS;cuda" "CUDAToolkit" \
+        -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON
+    rm -rf "$scratch/cpu"
+    configure "$scratch/cpu" "$moved" "$ENGRAM_VERSION;REQUIRED" \
+        -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON ||
+        { cat "$scratch/cpu.log"; fail "find_package(engram) without the CUDA toolkit failed"; }
+    grep -q "cuda: FALSE" "$scratch/cpu.log" ||
+        { cat "$scratch/cpu.log"; fail "engram_cuda_FOUND is set without the CUDA toolkit"; }
+    echo "install: find_package(engram $ENGRAM_VERSION REQUIRED) without the CUDA toolkit: found, cuda: FALSE"
+    ok
 fi
 
 echo "install: $passed passed, 0 failed"
