@@ -262,6 +262,25 @@ ENGRAM_API int engram_writer_commit(engram_writer *w);
  * Discards the temporary file and frees `w`.  Accepts NULL. */
 ENGRAM_API void engram_writer_abort(engram_writer *w);
 
+/*! engram_populate_shared() :
+ * The populate that every process of a node can call with the same rows,
+ * with no leader and no barrier between them: exactly one writes the
+ * table, and the others reuse it.  If the table is already published, it
+ * is compared with `rows` (spec, and the data checksum computed from
+ * `rows`); if another live process is writing it (the lock of its
+ * temporary file is held), this waits for that writer to finish and then
+ * compares; if that writer dies instead, this one writes the table.
+ * Processes need only see the same namespace directory (no shared process
+ * group, PID namespace or launcher).  *written (may be NULL) is set to 1
+ * when this call wrote the table, 0 when it reused it.  Comparing reads
+ * all of `rows` once (XXH3, several GB/s).  Thread-safe.
+ * @return : 0; ENGRAM_EMISMATCH if the name is published with another
+ *           spec or other rows; -EEXIST if it is bound in this store; or
+ *           as engram_populate(). */
+ENGRAM_API int engram_populate_shared(engram_store *st, const char *name,
+                                      const engram_table_spec *spec, const void *rows,
+                                      size_t src_stride, int *written);
+
 /*! engram_check_capacity() :
  * Answers up front whether `n` tables of `specs` fit in directory `dir`
  * (a namespace, or the root it will be made in): the free space of its
@@ -310,6 +329,20 @@ typedef uint32_t engram_table_id;
  * @return : 0, -ENOENT, ENGRAM_ECORRUPT, ENGRAM_EVERSION, ENGRAM_EUNSAFE,
  *           ENGRAM_ECHECKSUM (with ENGRAM_OPEN_VERIFY), or -errno. */
 ENGRAM_API int engram_table_open(engram_store *st, const char *name, engram_table_id *id);
+
+/*! engram_table_open_wait() :
+ * As engram_table_open(), but a table that is not published yet is waited
+ * for, up to timeout_ms milliseconds (< 0: no limit; 0: no wait), until
+ * another thread or process publishes it in the namespace: ranks can
+ * block on a table another process is populating instead of meeting at a
+ * barrier.  The wait sleeps on inotify events of the namespace directory
+ * the store holds (where inotify is unavailable, it looks again every
+ * 50 ms), and checks once a second that the directory still exists.  A
+ * memory store does not wait.  Thread-safe.
+ * @return : as engram_table_open(); -ETIMEDOUT when the time is up; -ENOENT
+ *           if the namespace directory is removed meanwhile. */
+ENGRAM_API int engram_table_open_wait(engram_store *st, const char *name, int timeout_ms,
+                                      engram_table_id *id);
 
 /* engram_table_info.kind */
 #define ENGRAM_TABLE_FILE 1  /* a table file of the namespace */
