@@ -499,6 +499,52 @@ typedef struct engram_bad_id {
 ENGRAM_API int engram_last_bad_id(engram_bad_id *bad);
 
 /* ------------------------------------------------------------------------
+ * Shard plans: which heads of a layer each rank of a TP x DP topology
+ * holds.  A layer's H heads (hash columns) are tables of their own; a
+ * shard is a contiguous range of them, so a rank's rows form one global
+ * range [row_start, row_end) of the layer's heads laid end to end, and
+ * head h's lookup offset is its first global row.
+ */
+#define ENGRAM_SHARD_PER_TP 0x1u   /* one shard per TP rank, shared by its DP peers
+                                    * (tp shards); default: one per rank (tp * dp
+                                    * shards, slot tp_rank * dp + dp_rank) */
+#define ENGRAM_SHARD_BALANCED 0x2u /* cuts chosen from read counts (below) */
+
+typedef struct engram_shard {
+    uint32_t first_head; /* the shard holds heads [first_head, first_head + num_heads) */
+    uint32_t num_heads;  /* >= 1 */
+    uint64_t reads;      /* the sum of its heads' read counts (0 without counts) */
+} engram_shard;
+
+/*! engram_shard_count() :
+ * @return : the number of shards of TP `tp` x DP `dp` with `flags`, or 0
+ *           for tp or dp 0 or unknown flags.  Thread-safe. */
+ENGRAM_API uint32_t engram_shard_count(uint32_t tp, uint32_t dp, uint32_t flags);
+
+/*! engram_shard_slot() :
+ * @return : the shard of rank (tp_rank, dp_rank): tp_rank * dp + dp_rank
+ *           (TP-major), or tp_rank with ENGRAM_SHARD_PER_TP; -EINVAL for a
+ *           rank outside the topology.  Thread-safe. */
+ENGRAM_API int engram_shard_slot(uint32_t tp_rank, uint32_t dp_rank, uint32_t tp, uint32_t dp,
+                                 uint32_t flags);
+
+/*! engram_shard_plan() :
+ * Fills shards[engram_shard_count(tp, dp, flags)] for a layer of
+ * `num_heads` heads.  The head-wise plan (the default, as engines shard
+ * today) gives each shard ceil(num_heads / S) heads in order and refuses a
+ * topology that leaves a shard without a head.  With ENGRAM_SHARD_BALANCED,
+ * the cuts are chosen from reads[num_heads] (each head's reads, e.g. rows
+ * looked up per table from the stats, summed over layers) so that the
+ * busiest shard reads as little as possible, every shard keeping at least
+ * one head (the exact optimum over contiguous ranges).  `reads` may be
+ * given to the head-wise plan too, to fill shards[].reads.  Thread-safe.
+ * @return : 0; ENGRAM_ESPEC with the reason (a shard without a head);
+ *           -EINVAL (a bad topology, shards NULL, BALANCED without reads);
+ *           -ENOMEM. */
+ENGRAM_API int engram_shard_plan(uint32_t num_heads, const uint64_t *reads, uint32_t tp,
+                                 uint32_t dp, uint32_t flags, engram_shard *shards);
+
+/* ------------------------------------------------------------------------
  * Statistics.
  */
 typedef struct engram_stats {

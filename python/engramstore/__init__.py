@@ -65,7 +65,7 @@ __all__ = [
     "SpecError", "LayoutMismatchError", "LayoutError", "BadIdError",
     "CorruptTableError", "UnsafePathError", "StateError", "StoreClosedError",
     "default_root", "library_version", "strerror", "DEAD_ID", "HAVE_CUDA",
-    "can_share", "CapacityAnswer",
+    "can_share", "CapacityAnswer", "shard_plan",
 ]
 
 _DEFAULT = object()  # local_dir not given: the library's default root
@@ -311,3 +311,4 @@ def can_share(tables, local_dir=_DEFAULT, namespace=None) -> CapacityAnswer:
 
 from ._mooncake import MooncakeError, MooncakeTableStore  # noqa: E402  (needs the names above)
 from ._layer import LayerStore  # noqa: E402  (needs the names above)
+from ._plan import shard_plan  # noqa: E402
