@@ -13,10 +13,14 @@
 #include <inttypes.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "filesrc.h"
@@ -779,6 +783,89 @@ out:
         engram__source_release(&src);
     free(t);
     close(fd);
+    return err;
+}
+
+/* How often a wait re-checks where inotify cannot be had (no /proc, or
+ * out of inotify instances). */
+#define WAIT_POLL_MS 50
+/* How often a wait checks that the namespace directory still exists: its
+ * removal sends no event while the store holds it open. */
+#define WAIT_ALIVE_MS 1000
+
+/* Reads the inotify events that are there; 1 if one says the watched
+ * directory itself went away (removed, or renamed elsewhere). */
+static int drain_events(int ifd)
+{
+    char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+    int gone = 0;
+    for (;;) {
+        ssize_t n = read(ifd, buf, sizeof buf);
+        if (n <= 0)
+            return gone;
+        for (char *p = buf; p < buf + n;) {
+            const struct inotify_event *ev = (const struct inotify_event *)(void *)p;
+            gone |= (ev->mask & (IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED)) != 0;
+            p += sizeof *ev + ev->len;
+        }
+    }
+}
+
+int engram_table_open_wait(engram_store *st, const char *name, int timeout_ms,
+                           engram_table_id *id)
+{
+    char path[64];
+    uint64_t deadline;
+    int err, ifd;
+    err = engram_table_open(st, name, id);
+    if (err != -ENOENT || timeout_ms == 0 || st->dirfd < 0)
+        return err;
+    deadline = timeout_ms < 0 ? UINT64_MAX : engram__now_ns() + (uint64_t)timeout_ms * 1000000u;
+    /* The watch is on the directory the store holds (through its
+     * descriptor), whatever its path names now; set before the next try,
+     * so that a publication between the two is not missed. */
+    snprintf(path, sizeof path, "/proc/self/fd/%d", st->dirfd);
+    if ((ifd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC)) >= 0 &&
+        inotify_add_watch(ifd, path, IN_CREATE | IN_MOVED_TO | IN_ONLYDIR | IN_DELETE_SELF |
+                                         IN_MOVE_SELF) < 0) {
+        close(ifd);
+        ifd = -1;
+    }
+    for (;;) {
+        struct pollfd pfd;
+        struct stat sb;
+        uint64_t now, left;
+        int ms;
+        if ((err = engram_table_open(st, name, id)) != -ENOENT)
+            break;
+        if (fstat(st->dirfd, &sb) == 0 && sb.st_nlink == 0) {
+            err = engram__err(-ENOENT, "namespace %s was removed while waiting for table '%s'",
+                              st->path, name);
+            break;
+        }
+        now = engram__now_ns();
+        if (now >= deadline) {
+            err = engram__err(-ETIMEDOUT, "table '%s' was not published in %s within %d ms",
+                              name, st->path, timeout_ms);
+            break;
+        }
+        left = (deadline - now + 999999u) / 1000000u;
+        ms = left > INT_MAX ? INT_MAX : (int)left;
+        if (ifd < 0) {
+            struct timespec ts = {0, (long)(ms < WAIT_POLL_MS ? ms : WAIT_POLL_MS) * 1000000L};
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        pfd.fd = ifd;
+        pfd.events = POLLIN;
+        if (poll(&pfd, 1, ms < WAIT_ALIVE_MS ? ms : WAIT_ALIVE_MS) > 0 && drain_events(ifd)) {
+            err = engram__err(-ENOENT, "namespace %s was removed while waiting for table '%s'",
+                              st->path, name);
+            break;
+        }
+    }
+    if (ifd >= 0)
+        close(ifd);
     return err;
 }
 
