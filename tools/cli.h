@@ -17,6 +17,7 @@
  *                 safetensors)
  *   cli_bench.c   bench, and the timing it shares with the demo
  *   cli_demo.c    demo
+ *   cli_push.c    push (a namespace's tables to a Redis Cluster)
  *   npy.c         the .npy header parser (npy.h)
  *
  * Conventions: every command returns an exit status (0 ok, 1 an operation
@@ -74,6 +75,8 @@ enum {
     OPT_SAFETENSORS,
     OPT_WEIGHT,
     OPT_SCALE,
+    OPT_REDIS,
+    OPT_TAGGED,
     OPT_COUNT
 };
 
@@ -135,6 +138,8 @@ int cli_progress_cb(void *ud, uint64_t done, uint64_t total);
 void cli_progress_end(struct progress *p);
 
 const char *cli_root(const struct cli *cli);
+int cli_open_redis(const struct cli *cli, const char *ns, uint32_t flags, engram_store **st,
+                   int *status);
 int cli_open_store(const struct cli *cli, uint32_t flags, int threads, engram_store **st,
                    int quiet_enoent, int *status);
 
@@ -202,5 +207,6 @@ int cli_cmd_lookup(struct cli *cli);
 int cli_cmd_import(struct cli *cli);
 int cli_cmd_bench(struct cli *cli);
 int cli_cmd_demo(struct cli *cli);
+int cli_cmd_push(struct cli *cli);
 
 #endif

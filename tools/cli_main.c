@@ -34,6 +34,7 @@ static const struct opt_def {
     [OPT_KEEP] = {"keep", 0},
     [OPT_SAFETENSORS] = {"safetensors", 1}, [OPT_WEIGHT] = {"weight", 1},
     [OPT_SCALE] = {"scale", 1},
+    [OPT_REDIS] = {"redis", 1},    [OPT_TAGGED] = {"tagged", 0},
 };
 
 #define O(x) (1u << OPT_##x)
@@ -92,7 +93,8 @@ int cli_check_name(const struct cli *cli, const char *name)
  * Commands, help and main.
  */
 static const struct command commands[] = {
-    {"create", cli_cmd_create, O(ROWS) | O(ROW_BYTES) | O(PITCH) | O(FILL) | O(SEED), 1, 1,
+    {"create", cli_cmd_create, O(ROWS) | O(ROW_BYTES) | O(PITCH) | O(FILL) | O(SEED) | O(REDIS),
+     1, 1,
      "create NAME --rows N --row-bytes R [--pitch P] [--fill zero|pattern|random] [--seed S]",
      "Creates table NAME of N synthetic rows of R bytes, streamed to the store in 8 MiB\n"
      "chunks (so tables larger than memory work) and published atomically.\n"
@@ -112,7 +114,7 @@ static const struct command commands[] = {
      "random: the same construction with other constants for every word; reproducible\n"
      "from --seed.\n"},
     {"import", cli_cmd_import,
-     O(ROW_BYTES) | O(PITCH) | O(SAFETENSORS) | O(WEIGHT) | O(SCALE) | O(ROWS), 1, 2,
+     O(ROW_BYTES) | O(PITCH) | O(SAFETENSORS) | O(WEIGHT) | O(SCALE) | O(ROWS) | O(REDIS), 1, 2,
      "import NAME FILE [--row-bytes R] [--pitch P] | import --safetensors CKPT --weight W "
      "[--scale S] [--rows A:B] [--pitch P] NAME",
      "Creates table NAME from FILE, streamed in 8 MiB chunks.\n"
@@ -137,25 +139,25 @@ static const struct command commands[] = {
      "  --weight W          the weight tensor\n"
      "  --scale S           the scale tensor (optional)\n"
      "  --rows A:B          import rows [A, B) only (a TP shard); B empty = N\n"},
-    {"ls", cli_cmd_ls, O(JSON), 0, 0, "ls [--json]",
+    {"ls", cli_cmd_ls, O(JSON) | O(REDIS), 0, 0, "ls [--json]",
      "Lists the tables of the namespace with their rows, row bytes, pitch and data\n"
      "size.\n"
      "\n"
      "  --json            print a JSON array of {name, kind, rows, row_bytes,\n"
      "                    row_pitch, size}\n"},
-    {"info", cli_cmd_info, O(JSON) | O(MAP), 1, 1, "info NAME [--json] [--map]",
+    {"info", cli_cmd_info, O(JSON) | O(MAP) | O(REDIS), 1, 1, "info NAME [--json] [--map]",
      "Shows every field the library reports about table NAME: spec, file layout,\n"
      "checksum, creation time and, with --map, the mapping in this process.\n"
      "\n"
      "  --json            print one JSON object (the checksum as a hex string)\n"
      "  --map             map the table first, to report resident and huge-page bytes\n"},
-    {"verify", cli_cmd_verify, O(ALL), 0, -1, "verify NAME... | verify --all",
+    {"verify", cli_cmd_verify, O(ALL) | O(REDIS), 0, -1, "verify NAME... | verify --all",
      "Re-reads each table and checks its header and data checksum; prints\n"
      "'NAME: OK' or 'NAME: FAILED' per table (and the reason on stderr).  A progress\n"
      "bar is drawn on stderr when it is a terminal.  Exits 1 if any table failed.\n"
      "\n"
      "  --all             verify every table of the namespace\n"},
-    {"lookup", cli_cmd_lookup, O(OFFSET) | O(ZERO_DEAD), 2, -1,
+    {"lookup", cli_cmd_lookup, O(OFFSET) | O(ZERO_DEAD) | O(REDIS), 2, -1,
      "lookup NAME ID [ID...] [--offset O] [--zero-dead]",
      "Gathers the rows of the given ids with engram_lookup and prints one line per\n"
      "id: 'ID: hex bytes'.  Id -1 is padding: it prints 'ID: dead'.  Any other id\n"
@@ -163,7 +165,7 @@ static const struct command commands[] = {
      "\n"
      "  --offset O        subtract O from every id (except -1) first: global ids\n"
      "  --zero-dead       have the library zero-fill dead rows, printed as zeros\n"},
-    {"rm", cli_cmd_rm, 0, 1, -1, "rm NAME...",
+    {"rm", cli_cmd_rm, O(REDIS), 1, -1, "rm NAME...",
      "Removes the named tables (the names are free again at once; processes that\n"
      "have a table mapped keep reading their mapping).\n"},
     {"bench", cli_cmd_bench, O(IDS) | O(ITERS) | O(THREADS) | O(COLS) | O(JSON) | O(HUGE), 1, -1,
@@ -201,6 +203,22 @@ static const struct command commands[] = {
      "  --iters N         timed lookups per measurement (default: a time budget)\n"
      "  --threads N       gather threads (default 0: one per CPU, at most 8)\n"
      "  --keep            keep the namespace and its tables\n"},
+    {"push", cli_cmd_push, O(REDIS) | O(TAGGED), 1, -1,
+     "push NS [NAME...] --redis HOST:PORT[,...] [--tagged]",
+     "Copies the tables of local namespace NS (under --root; all of them, or the\n"
+     "named ones) to namespace NS of the Redis Cluster reached at the given nodes,\n"
+     "where 'engram --redis HOST:PORT --ns NS' then lists, describes, verifies, looks\n"
+     "up and removes them.  Each table goes up in 1 MiB chunk keys and is published\n"
+     "create-only once all its chunks are written and on the replicas.  A table\n"
+     "already in the cluster with the same rows (spec and checksum) is skipped; one\n"
+     "with other rows is an error (remove it first with 'engram --redis ... rm').\n"
+     "\n"
+     "  --redis NODES     the cluster: host:port[,host:port...] (any of its nodes)\n"
+     "  --tagged          keep each table's chunks in one slot (one node) instead of\n"
+     "                    spreading them over the cluster\n"
+     "\n"
+     "A password, and an ACL user, are read from ENGRAM_REDIS_PASSWORD and\n"
+     "ENGRAM_REDIS_USER (never from the command line, where other users see it).\n"},
 };
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
@@ -208,7 +226,7 @@ static const struct command commands[] = {
 static void print_main_help(FILE *f)
 {
     fprintf(f,
-            "Usage: engram [--root DIR] [--ns NAME] COMMAND [ARGS]\n"
+            "Usage: engram [--root DIR] [--ns NAME] [--redis HOST:PORT[,...]] COMMAND [ARGS]\n"
             "\n"
             "Stores Engram embedding tables (static tables of fixed-size rows) in a\n"
             "namespace directory and gathers rows by id.\n"
@@ -221,6 +239,11 @@ static void print_main_help(FILE *f)
             "Global options (also accepted after the command):\n"
             "  --root DIR    root directory of namespaces (default %s)\n"
             "  --ns NAME     namespace (default 'default')\n"
+            "  --redis NODES the namespace is kept in the Redis Cluster at NODES\n"
+            "                (host:port[,...]) instead of under --root: create, import,\n"
+            "                ls, info, verify, lookup and rm work on it; the password\n"
+            "                (and ACL user) come from ENGRAM_REDIS_PASSWORD (and\n"
+            "                ENGRAM_REDIS_USER)\n"
             "  -h, --help    show help; 'engram COMMAND --help' for one command\n"
             "  --version     print the version\n"
             "\n"
@@ -295,7 +318,7 @@ static int parse_and_run(int argc, char **argv)
             print_main_help(stdout);
             return 0;
         }
-        if (id != OPT_ROOT && id != OPT_NS)
+        if (id != OPT_ROOT && id != OPT_NS && id != OPT_REDIS)
             return cli_usage_error(&cli, "unknown option '%s' before the command", argv[i]);
         if (!val) {
             if (i + 1 >= argc)
@@ -328,6 +351,9 @@ static int parse_and_run(int argc, char **argv)
             cli.cmd = &commands[c];
     if (!cli.cmd)
         return cli_usage_error(&cli, "unknown command '%s'", argv[i]);
+    if (cli.opt[OPT_REDIS] && !(cli.cmd->opts & O(REDIS)))
+        return cli_usage_error(&cli, "%s does not work on a Redis Cluster (--redis)",
+                               cli.cmd->name);
     i++;
 
     /* --help anywhere among the options wins over any other usage error. */

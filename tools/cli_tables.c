@@ -130,7 +130,10 @@ int cli_cmd_create(struct cli *cli)
  */
 static const char *kind_name(uint32_t kind)
 {
-    return kind == ENGRAM_TABLE_FILE ? "file" : kind == ENGRAM_TABLE_BOUND ? "bound" : "unknown";
+    return kind == ENGRAM_TABLE_FILE    ? "file"
+           : kind == ENGRAM_TABLE_BOUND ? "bound"
+           : kind == ENGRAM_TABLE_REDIS ? "redis"
+                                        : "unknown";
 }
 
 int cli_cmd_ls(struct cli *cli)
@@ -228,9 +231,12 @@ int cli_cmd_info(struct cli *cli)
         return status;
     if ((status = open_info(st, name, cli->opt[OPT_MAP] != 0, &id, &t)) != 0)
         goto out;
-    snprintf(path, sizeof(path), "%s/%s/%s", cli_root(cli), cli->ns, name);
+    if (cli->opt[OPT_REDIS])
+        snprintf(path, sizeof(path), "redis://%s/%s/%s", cli->opt[OPT_REDIS], cli->ns, name);
+    else
+        snprintf(path, sizeof(path), "%s/%s/%s", cli_root(cli), cli->ns, name);
     secs = (time_t)(t.created_ns / 1000000000u);
-    if (t.kind == ENGRAM_TABLE_FILE && gmtime_r(&secs, &tm))
+    if ((t.kind == ENGRAM_TABLE_FILE || t.kind == ENGRAM_TABLE_REDIS) && gmtime_r(&secs, &tm))
         strftime(created, sizeof(created), "%Y-%m-%dT%H:%M:%SZ", &tm);
 
     if (cli->opt[OPT_JSON]) {

@@ -268,6 +268,32 @@ const char *cli_root(const struct cli *cli)
     return cli->root ? cli->root : engram_default_root();
 }
 
+/* Opens namespace `ns` of the Redis Cluster of --redis, with the password
+ * and ACL user of ENGRAM_REDIS_PASSWORD and ENGRAM_REDIS_USER; on failure
+ * reports it and returns nonzero with the exit status in *status. */
+int cli_open_redis(const struct cli *cli, const char *ns, uint32_t flags, engram_store **st,
+                   int *status)
+{
+    engram_store_options o = ENGRAM_STORE_OPTIONS_INIT;
+    engram_redis_options ro = ENGRAM_REDIS_OPTIONS_INIT;
+    const char *pw = getenv("ENGRAM_REDIS_PASSWORD"), *user = getenv("ENGRAM_REDIS_USER");
+    int rc;
+
+    o.flags = flags & ~ENGRAM_OPEN_CREATE;
+    o.threads = 1;
+    ro.password = pw && pw[0] ? pw : NULL;
+    ro.user = user && user[0] ? user : NULL;
+    if (cli->opt[OPT_TAGGED])
+        ro.flags |= ENGRAM_REDIS_TAGGED;
+    rc = engram_store_open_redis(cli->opt[OPT_REDIS], ns, &o, &ro, st);
+    if (rc == 0)
+        return 0;
+    *st = NULL;
+    *status = cli_lib_fail(rc, "open namespace '%s' of the Redis Cluster at '%s'", ns,
+                           cli->opt[OPT_REDIS]);
+    return rc;
+}
+
 /* Opens the command's store; on failure reports it and returns nonzero
  * with the exit status in *status (so callers can special-case ENOENT). */
 int cli_open_store(const struct cli *cli, uint32_t flags, int threads, engram_store **st,
@@ -278,6 +304,8 @@ int cli_open_store(const struct cli *cli, uint32_t flags, int threads, engram_st
 
     o.flags = flags;
     o.threads = threads;
+    if (cli->opt[OPT_REDIS])
+        return cli_open_redis(cli, cli->ns, flags, st, status);
     rc = engram_store_open(cli->root, cli->ns, &o, st);
     if (rc == 0)
         return 0;

@@ -1,0 +1,222 @@
+#!/bin/sh
+# tests/cli/redis.sh - the `engram` tool on a Redis Cluster: push, and
+# create, ls, info, lookup, verify and rm with --redis, compared with the
+# same commands on the local namespace the tables came from.
+#
+# Starts its own cluster of three masters (no replicas) on free loopback
+# ports of 127.0.0.1, in a scratch directory, and stops every server by
+# the PID it started at exit, however the script ends (trap).  Skips (exit
+# 77) without redis-server and redis-cli, unless ENGRAM_REQUIRE_REDIS=1.
+# Prints one line per failure and ends with "cli_redis: N passed, M
+# failed"; exits 0 only when nothing failed.  POSIX sh only.
+
+set -u
+
+if [ -z "${ENGRAM_BIN:-}" ] || [ ! -x "$ENGRAM_BIN" ]; then
+    echo "cli_redis: set ENGRAM_BIN to the engram binary" >&2
+    exit 2
+fi
+skip() {
+    if [ "${ENGRAM_REQUIRE_REDIS:-0}" = 1 ]; then
+        echo "cli_redis: FAIL: $1 (ENGRAM_REQUIRE_REDIS=1)" >&2
+        [ -f "${SCRATCH:-}/create.log" ] && tail -5 "$SCRATCH/create.log" >&2
+        exit 1
+    fi
+    echo "cli_redis: SKIP: $1"
+    [ -f "$SCRATCH/create.log" ] && tail -5 "$SCRATCH/create.log"
+    exit 77
+}
+command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1 ||
+    skip "redis-server or redis-cli not found (scripts/setup.sh installs them)"
+
+SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/engram-cli-redis.XXXXXX") || exit 2
+PIDS=""
+stop_servers() {
+    for p in $PIDS; do
+        kill -9 "$p" 2>/dev/null
+        wait "$p" 2>/dev/null
+    done
+    PIDS=""
+}
+trap 'stop_servers; rm -rf "$SCRATCH"' EXIT
+trap 'exit 130' INT TERM
+cd "$SCRATCH" || exit 2
+ROOT=$SCRATCH/root
+
+# A port p whose cluster bus port p + 10000 is free too, and nothing
+# answers on either (random in 20000..45000).
+pick_port() {
+    while :; do
+        r=$(od -An -N2 -tu2 /dev/urandom | tr -d ' ')
+        p=$((20000 + r % 25000))
+        if ! redis-cli -h 127.0.0.1 -p "$p" ping >/dev/null 2>&1 &&
+            ! redis-cli -h 127.0.0.1 -p $((p + 10000)) ping >/dev/null 2>&1; then
+            echo "$p"
+            return
+        fi
+    done
+}
+
+start_cluster() {
+    NODES=""
+    ADDRS=""
+    for i in 1 2 3; do
+        port=$(pick_port)
+        redis-server --port "$port" --bind 127.0.0.1 --cluster-enabled yes \
+            --cluster-config-file "nodes-$port.conf" --cluster-node-timeout 2000 \
+            --dir "$SCRATCH" --save "" --appendonly no --logfile "$SCRATCH/server-$port.log" \
+            --daemonize no >/dev/null 2>&1 &
+        PIDS="$PIDS $!"
+        ADDRS="$ADDRS 127.0.0.1:$port"
+        NODES="${NODES:+$NODES,}127.0.0.1:$port"
+    done
+    for a in $ADDRS; do
+        n=0
+        until redis-cli -h 127.0.0.1 -p "${a#*:}" ping >/dev/null 2>&1; do
+            n=$((n + 1))
+            [ $n -gt 100 ] && return 1
+            sleep 0.1
+        done
+    done
+    # shellcheck disable=SC2086
+    redis-cli --cluster create $ADDRS --cluster-replicas 0 --cluster-yes >create.log 2>&1 ||
+        return 1
+    for a in $ADDRS; do
+        n=0
+        until redis-cli -h 127.0.0.1 -p "${a#*:}" cluster info 2>/dev/null |
+            grep -q 'cluster_state:ok'; do
+            n=$((n + 1))
+            [ $n -gt 200 ] && return 1
+            sleep 0.1
+        done
+    done
+    return 0
+}
+
+tries=0
+until start_cluster; do
+    stop_servers
+    tries=$((tries + 1))
+    [ $tries -ge 3 ] && skip "the cluster did not come up (logs in $SCRATCH)"
+done
+
+PASS=0
+FAIL=0
+run() { # engram with the scratch root, output in ./out, ./err, status in $rc
+    LAST="engram $*"
+    "$ENGRAM_BIN" --root "$ROOT" "$@" >out 2>err
+    rc=$?
+}
+show_last() {
+    echo "  command: $LAST"
+    echo "  status:  $rc"
+    sed -n '1,15s/^/  stdout: /p' out
+    sed -n '1,15s/^/  stderr: /p' err
+}
+check() {
+    desc=$1
+    shift
+    if "$@"; then
+        PASS=$((PASS + 1))
+    else
+        FAIL=$((FAIL + 1))
+        echo "FAIL: $desc"
+        show_last
+    fi
+}
+ok() { [ "$rc" -eq 0 ]; }
+status_is() { [ "$rc" -eq "$1" ]; }
+out_has() { grep -q -- "$1" out; }
+err_has() { grep -q -- "$1" err; }
+
+# The local namespace "m": a 264-byte table and a padded 16-byte one.
+run --ns m create a --rows 100 --row-bytes 264 --seed 7
+check "create a" ok
+run --ns m create b --rows 50 --row-bytes 16 --pitch 32 --fill random --seed 3
+check "create b" ok
+
+run push m --redis "$NODES"
+check "push m" ok
+check "push m: a pushed" out_has "^a: pushed 100 rows of 264 bytes"
+check "push m: b pushed" out_has "^b: pushed 50 rows of 16 bytes"
+run push m --redis "$NODES"
+check "push m again" ok
+check "push m again: skipped" out_has "^a: already in the cluster with the same rows, skipped"
+
+run --redis "$NODES" --ns m ls
+check "ls" ok
+check "ls: a" out_has "^a  *100  *264  *264 "
+check "ls: b, packed" out_has "^b  *50  *16  *16 "
+run --redis "$NODES" --ns m ls --json
+check "ls --json: kind redis" out_has '"kind": "redis"'
+
+run --ns m info a --json
+local_sum=$(grep '"checksum"' out)
+run --redis "$NODES" --ns m info a --json
+check "info" ok
+check "info: kind" out_has '"kind": "redis"'
+check "info: path" out_has "\"path\": \"redis://$NODES/m/a\""
+check "info: the local table's checksum" out_has "$local_sum"
+
+for t in "a 0 99 -1 50 50" "b 49 0 17"; do
+    # shellcheck disable=SC2086
+    run --ns m lookup $t
+    cp out local.out
+    # shellcheck disable=SC2086
+    run --redis "$NODES" --ns m lookup $t
+    check "lookup $t" ok
+    check "lookup $t: the local rows" cmp -s out local.out
+done
+
+run --redis "$NODES" --ns m lookup a 100
+check "lookup: a bad id" status_is 1
+check "lookup: a bad id named" err_has "100"
+
+run --redis "$NODES" --ns m verify --all
+check "verify --all" ok
+check "verify: a OK" out_has "^a: OK"
+
+# Another table of the same name: refused; after rm, pushed.
+run --ns m rm a
+run --ns m create a --rows 100 --row-bytes 264 --seed 8
+run push m a --redis "$NODES"
+check "push of other rows" status_is 1
+check "push of other rows: why" err_has "holds another table of that name"
+run --redis "$NODES" --ns m rm a
+check "rm" ok
+run --redis "$NODES" --ns m ls
+check "rm: gone" sh -c '! grep -q "^a " out'
+run push m a --redis "$NODES"
+check "push after rm" ok
+run --ns m lookup a 3 4
+cp out local.out
+run --redis "$NODES" --ns m lookup a 3 4
+check "push after rm: the new rows" cmp -s out local.out
+
+# Tables written straight to the cluster.
+run --redis "$NODES" --ns other create c --rows 10 --row-bytes 8
+check "create on the cluster" ok
+run --redis "$NODES" --ns other lookup c 3 -1
+check "lookup of a created table" ok
+check "lookup of a created table: its pattern" out_has "^3: 03 00 00 00 00 00 00 00$"
+check "lookup of a created table: dead" out_has "^-1: dead$"
+run --redis "$NODES" --ns other create c --rows 10 --row-bytes 8
+check "create-only" status_is 1
+check "create-only: why" err_has "already exists"
+
+# Usage and failures.
+run push m
+check "push without --redis" status_is 2
+run --ns m push m --redis "$NODES"
+check "push with --ns" status_is 2
+run --redis "$NODES" demo --small
+check "demo --redis" status_is 2
+run --redis nohost ls
+check "a bad node list" status_is 1
+check "a bad node list: why" err_has "not host:port"
+run --redis 127.0.0.1:1 ls
+check "no cluster" status_is 1
+check "no cluster: why" err_has "127.0.0.1:1"
+
+echo "cli_redis: $PASS passed, $FAIL failed"
+[ "$FAIL" -eq 0 ]

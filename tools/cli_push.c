@@ -1,0 +1,146 @@
+/*
+ * cli_push.c - push: copies tables of a local namespace to the same
+ * namespace of a Redis Cluster.
+ *
+ * The local tables are mapped and streamed to the cluster through the
+ * store API (cli_write_table() over a store opened with
+ * engram_store_open_redis()), so the cluster side is exactly what a C
+ * program pushing with engram_populate() gets.  The library's publication
+ * is create-only; push adds one convenience on top: a table already in
+ * the cluster with the same spec and the same rows (XXH3-64 of the packed
+ * rows, which the cluster's manifest records) is skipped, so that a push
+ * interrupted half-way can simply be run again.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <xxhash.h>
+
+#include "engram.h"
+#include "cli.h"
+
+/* The row_source_fn of a mapped local table. */
+struct mapped_source {
+    const unsigned char *base;
+    uint32_t pitch, row_bytes;
+};
+
+static int mapped_rows(void *ctx, unsigned char *buf, uint64_t first, uint64_t n)
+{
+    const struct mapped_source *m = ctx;
+    for (uint64_t i = 0; i < n; i++)
+        memcpy(buf + i * m->row_bytes, m->base + (first + i) * m->pitch, m->row_bytes);
+    return 0;
+}
+
+/* XXH3-64 of the rows packed at row_bytes (what a cluster's manifest
+ * records), from the local table's checksum when its rows are packed. */
+static uint64_t packed_checksum(const struct mapped_source *m, uint64_t rows,
+                                const engram_table_info *local)
+{
+    XXH3_state_t *xs;
+    uint64_t sum;
+    if (m->pitch == m->row_bytes)
+        return local->checksum;
+    if (!(xs = XXH3_createState()))
+        return ~local->checksum; /* out of memory: counts as different */
+    XXH3_64bits_reset(xs);
+    for (uint64_t i = 0; i < rows; i++)
+        XXH3_64bits_update(xs, m->base + i * m->pitch, m->row_bytes);
+    sum = XXH3_64bits_digest(xs);
+    XXH3_freeState(xs);
+    return sum;
+}
+
+/* Pushes one table; returns 0 or an exit status after reporting. */
+static int push_one(const struct cli *cli, engram_store *local, engram_store *remote,
+                    const char *ns, const char *name)
+{
+    engram_table_info li = ENGRAM_TABLE_INFO_INIT, ri = ENGRAM_TABLE_INFO_INIT;
+    engram_table_spec spec;
+    struct mapped_source src;
+    engram_table_id id;
+    const void *base;
+    char sz[32];
+    int rc, status;
+
+    if ((rc = engram_table_open(local, name, &id)) != 0)
+        return cli_lib_fail(rc, "open '%s' in namespace '%s'", name, ns);
+    if ((rc = engram_get_table_info(local, name, &li)) != 0)
+        return cli_lib_fail(rc, "info '%s'", name);
+    if ((rc = engram_table_memory(local, id, &base, &spec)) != 0)
+        return cli_lib_fail(rc, "map '%s'", name);
+    src.base = base;
+    src.pitch = spec.row_pitch;
+    src.row_bytes = spec.row_bytes;
+    rc = engram_get_table_info(remote, name, &ri);
+    if (rc == 0) {
+        if (ri.spec.num_rows == spec.num_rows && ri.spec.row_bytes == spec.row_bytes &&
+            ri.checksum == packed_checksum(&src, spec.num_rows, &li)) {
+            printf("%s: already in the cluster with the same rows, skipped\n", name);
+            return 0;
+        }
+        return cli_fail("push '%s': the cluster holds another table of that name (%" PRIu64
+                        " rows of %" PRIu32 " bytes, checksum %016" PRIx64
+                        "); remove it first with 'engram --redis %s --ns %s rm %s'",
+                        name, ri.spec.num_rows, ri.spec.row_bytes, ri.checksum,
+                        cli->opt[OPT_REDIS], ns, name);
+    }
+    if (rc != -ENOENT)
+        return cli_lib_fail(rc, "look for '%s' in the cluster", name);
+    /* The cluster keeps rows packed: the pitch stays local. */
+    spec.row_pitch = 0;
+    if ((status = cli_write_table(remote, "push", name, &spec, mapped_rows, &src)) != 0)
+        return status;
+    printf("%s: pushed %" PRIu64 " rows of %" PRIu32 " bytes (%s)\n", name, spec.num_rows,
+           spec.row_bytes, cli_fmt_bytes(spec.num_rows * spec.row_bytes, sz, sizeof sz));
+    return 0;
+}
+
+int cli_cmd_push(struct cli *cli)
+{
+    const char *ns = cli->args[0];
+    engram_store_options o = ENGRAM_STORE_OPTIONS_INIT;
+    engram_store *local = NULL, *remote = NULL;
+    char **names = NULL, **list;
+    size_t count;
+    int status = 0, failed = 0, rc;
+
+    if (!cli->opt[OPT_REDIS])
+        return cli_usage_error(cli, "--redis HOST:PORT[,...] is required");
+    if (cli->opt[OPT_NS])
+        return cli_usage_error(cli, "the namespace is push's first argument, not --ns");
+    if ((rc = engram_name_check(ns)) != 0)
+        return cli_usage_error(cli, "invalid namespace name '%s': %s", ns, cli_lib_detail(rc));
+    for (int i = 1; i < cli->nargs; i++)
+        if ((status = cli_check_name(cli, cli->args[i])) != 0)
+            return status;
+    o.threads = 1;
+    if ((rc = engram_store_open(cli->root, ns, &o, &local)) != 0)
+        return cli_lib_fail(rc, "open namespace '%s' under '%s'", ns, cli_root(cli));
+    if (cli_open_redis(cli, ns, 0, &remote, &status) != 0)
+        goto out;
+    if (cli->nargs > 1) {
+        list = cli->args + 1;
+        count = (size_t)cli->nargs - 1;
+    } else {
+        if ((rc = engram_list(local, &names, &count)) != 0) {
+            status = cli_lib_fail(rc, "list namespace '%s'", ns);
+            goto out;
+        }
+        list = names;
+    }
+    for (size_t i = 0; i < count && !cli_interrupted; i++)
+        if (push_one(cli, local, remote, ns, list[i]) != 0)
+            failed++;
+    status = failed ? EXIT_FAIL : 0;
+out:
+    engram_free(names);
+    engram_store_close(remote);
+    engram_store_close(local);
+    return status;
+}
