@@ -6,7 +6,8 @@ Two APIs over one implementation (the C library libengram):
 * the table API: ``EngramStore(tables={...}, namespace=..., local_dir=...)``
   with ``populate``, ``lookup``, ``get_table_spec``, ``list_tables``,
   ``remove``, ``stats`` and ``close``; with ``store_client=`` a Mooncake
-  Store client, the tables are objects of that store;
+  Store client, the tables are objects of that store; with
+  ``redis="host:port,..."`` the namespace is kept in a Redis Cluster;
 * the layer API, compatible with Mooncake's EngramStore:
   ``EngramStore({layer_id: EngramStoreConfig}, store=None)`` (or
   ``store=`` a Mooncake ``MooncakeDistributedStore``: Store-backed) with
@@ -80,6 +81,9 @@ class EngramStore:
     ``EngramStore(tables=..., namespace=..., store_client=client)`` opens a
     table store on a Mooncake Store (a :class:`MooncakeTableStore`).
 
+    ``EngramStore(tables=..., namespace=..., redis="host:port,...")`` opens
+    namespace ``namespace`` of a Redis Cluster (a :class:`TableStore`).
+
     ``EngramStore({layer_id: EngramStoreConfig, ...}, store=None)`` makes a
     layer store (a :class:`LayerStore`, Mooncake-compatible); ``store`` may
     be a ``MooncakeDistributedStore`` (the Store-backed mode).
@@ -149,10 +153,29 @@ class TableStore(_engram.Store, EngramStore):
     ``file_cache``: read table files on demand (io_uring) through a row cache
     of ``cache_bytes`` (0: 256 MiB) with ``queue_depth`` reads in flight (0:
     64), for tables larger than memory.
+
+    ``redis="host:port[,host:port...]"`` keeps the namespace in that Redis
+    Cluster instead of a directory (no ``local_dir``): ``populate`` pushes a
+    table (create-only), ``lookup`` reads the rows it needs with pipelined
+    GETRANGE per node behind the row cache (``cache_bytes``), ``remove``
+    unpublishes and deletes one, ``list_tables``, ``get_table_spec``
+    (``kind: "redis"``) and ``verify`` see the cluster's tables, and
+    ``stats()["redis"]`` has the client's counters.  Its options:
+    ``redis_user`` and ``redis_password`` (AUTH; None: none),
+    ``redis_tagged`` (a table's chunks in one slot instead of spread),
+    ``redis_chunk_bytes`` (0: 1 MiB), ``redis_timeout_ms`` (an operation's
+    deadline with its retries; 0: 5000).  See docs/redis.md.
     """
 
     def __init__(self, tables=None, namespace=None, local_dir=_DEFAULT, **options):
-        if local_dir is _DEFAULT:
+        if options.get("redis") is not None:
+            if local_dir is not _DEFAULT:
+                raise TypeError("local_dir: a namespace in a Redis Cluster (redis=) has no "
+                                "directory")
+            if namespace is None:
+                raise TypeError("namespace: required with redis=")
+            local_dir = None
+        elif local_dir is _DEFAULT:
             local_dir = default_root()
         if local_dir is not None and namespace is None:
             raise TypeError("namespace: required (or local_dir=None for a memory-only store)")

@@ -53,7 +53,7 @@ class TableSpec(TypedDict, total=False):
     row_bytes: int
     row_pitch: int
     stored: bool
-    kind: Literal["file", "bound", "safetensors", "source", "other"]
+    kind: Literal["file", "bound", "safetensors", "source", "redis", "other"]
     data_size: int
     checksum: int
     created_ns: int
@@ -76,6 +76,12 @@ class Store:
         file_cache: bool = False,
         cache_bytes: int = 0,
         queue_depth: int = 0,
+        redis: str | None = None,
+        redis_user: str | None = None,
+        redis_password: str | None = None,
+        redis_tagged: bool = False,
+        redis_chunk_bytes: int = 0,
+        redis_timeout_ms: int = 0,
     ) -> None: ...
     @property
     def closed(self) -> bool: ...

@@ -173,9 +173,11 @@ class LayerStore(EngramStore):
                     self._store.populate_shared(key, buf)
                 return
             # Room for the whole layer first, not a kill or a full disk at
-            # its last head.
+            # its last head (a store in a Redis Cluster has no directory:
+            # its pushes are refused by the cluster instead).
             sizes, row_bytes = self._layer(layer_id)
-            _engram.check_capacity(self._store.path, [(n, row_bytes, 0) for n in sizes])
+            if not self._store.path.startswith("redis://"):
+                _engram.check_capacity(self._store.path, [(n, row_bytes, 0) for n in sizes])
             for key, buf in zip(keys, embedding_buffers):
                 self._store.populate(key, buf)
             return

@@ -168,18 +168,26 @@ static int Store_init(StoreObject *s, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"namespace", "local_dir", "create", "prefault", "random",
                              "huge_pages", "mlock", "verify", "timing", "group", "threads",
-                             "file_cache", "cache_bytes", "queue_depth", NULL};
+                             "file_cache", "cache_bytes", "queue_depth", "redis", "redis_user",
+                             "redis_password", "redis_tagged", "redis_chunk_bytes",
+                             "redis_timeout_ms", NULL};
     PyObject *ns = Py_None, *dir = NULL, *dirb = NULL, *cb = NULL, *qd = NULL;
+    PyObject *redis = Py_None, *ruser = Py_None, *rpass = Py_None, *rchunk = NULL, *rto = NULL;
     int create = 1, prefault = 0, rnd = 0, huge = 0, mlck = 0, verify = 0, timing = 0,
-        group = 0, threads = 0, fcache = 0, rc;
-    unsigned long long cache_bytes = 0, queue_depth = 0;
+        group = 0, threads = 0, fcache = 0, rtagged = 0, rc;
+    unsigned long long cache_bytes = 0, queue_depth = 0, chunk_bytes = 0, timeout_ms = 0;
     engram_store_options o = ENGRAM_STORE_OPTIONS_INIT;
     engram_store *st = NULL;
     const char *cns = NULL, *cdir = NULL;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OO$ppppppppipOO:Store", kwlist, &ns, &dir,
-                                     &create, &prefault, &rnd, &huge, &mlck, &verify, &timing,
-                                     &group, &threads, &fcache, &cb, &qd))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OO$ppppppppipOOOOOpOO:Store", kwlist, &ns,
+                                     &dir, &create, &prefault, &rnd, &huge, &mlck, &verify,
+                                     &timing, &group, &threads, &fcache, &cb, &qd, &redis, &ruser,
+                                     &rpass, &rtagged, &rchunk, &rto))
+        return -1;
+    if ((rchunk && ext_uint_arg(rchunk, "redis_chunk_bytes", 512u << 20, " (0 = 1 MiB)",
+                                &chunk_bytes) < 0) ||
+        (rto && ext_uint_arg(rto, "redis_timeout_ms", UINT32_MAX, " (0 = 5000)", &timeout_ms) < 0))
         return -1;
     /* "K" and "I" would wrap -1 or 2**32 + 1 into another value silently. */
     if ((cb && ext_uint_arg(cb, "cache_bytes", UINT64_MAX, " (0 = 256 MiB)", &cache_bytes) < 0) ||
@@ -203,7 +211,41 @@ static int Store_init(StoreObject *s, PyObject *args, PyObject *kw)
     o.threads = threads;
     o.cache_bytes = cache_bytes;
     o.queue_depth = (uint32_t)queue_depth;
-    if (dir == Py_None) {
+    if (redis != Py_None) {
+        engram_redis_options ro = ENGRAM_REDIS_OPTIONS_INIT;
+        const char *cnodes;
+        if (!PyUnicode_Check(redis) || !PyUnicode_Check(ns) ||
+            (ruser != Py_None && !PyUnicode_Check(ruser)) ||
+            (rpass != Py_None && !PyUnicode_Check(rpass))) {
+            PyErr_SetString(PyExc_TypeError, "redis, namespace, redis_user and redis_password: "
+                                             "expected str (the user and password may be None)");
+            return -1;
+        }
+        if (dir && dir != Py_None) {
+            PyErr_SetString(PyExc_ValueError,
+                            "local_dir: a namespace in a Redis Cluster (redis=) has no directory");
+            return -1;
+        }
+        if (!(cnodes = ext_utf8_arg(redis, "redis")) || !(cns = ext_utf8_arg(ns, "namespace")) ||
+            (ruser != Py_None && !(ro.user = ext_utf8_arg(ruser, "redis_user"))) ||
+            (rpass != Py_None && !(ro.password = ext_utf8_arg(rpass, "redis_password"))))
+            return -1;
+        ro.flags = rtagged ? ENGRAM_REDIS_TAGGED : 0;
+        ro.chunk_bytes = chunk_bytes;
+        ro.timeout_ms = (uint32_t)timeout_ms;
+        Py_BEGIN_ALLOW_THREADS
+        rc = engram_store_open_redis(cnodes, cns, &o, &ro, &st);
+        Py_END_ALLOW_THREADS
+        if (rc < 0) {
+            ext_raise(rc, "open");
+            return -1;
+        }
+        Py_SETREF(s->path, PyUnicode_FromFormat("redis://%s/%s", cnodes, cns));
+    } else if (rtagged || rchunk || rto || ruser != Py_None || rpass != Py_None) {
+        PyErr_SetString(PyExc_TypeError, "redis_user, redis_password, redis_tagged, "
+                                         "redis_chunk_bytes, redis_timeout_ms: only with redis=");
+        return -1;
+    } else if (dir == Py_None) {
         if (ns != Py_None) {
             PyErr_SetString(PyExc_ValueError,
                             "namespace: a memory-only store (local_dir=None) has no namespace");
@@ -330,10 +372,13 @@ static PyGetSetDef Store_getset[] = {
 PyDoc_STRVAR(Store_doc,
 "Store(namespace=None, local_dir=None, *, create=True, prefault=False,\n"
 "      random=False, huge_pages=False, mlock=False, verify=False, timing=False,\n"
-"      group=False, threads=0, file_cache=False, cache_bytes=0, queue_depth=0)\n\n"
+"      group=False, threads=0, file_cache=False, cache_bytes=0, queue_depth=0,\n"
+"      redis=None, redis_user=None, redis_password=None, redis_tagged=False,\n"
+"      redis_chunk_bytes=0, redis_timeout_ms=0)\n\n"
 "One namespace of tables: the directory local_dir/namespace (local_dir None with\n"
 "a namespace: the default root), or, with local_dir=None and namespace=None, a\n"
-"memory-only store that serves bound arrays.  Use engramstore.EngramStore.");
+"memory-only store that serves bound arrays, or, with redis='host:port,...',\n"
+"namespace of that Redis Cluster.  Use engramstore.EngramStore.");
 
 static PyType_Slot Store_slots[] = {
     {Py_tp_new, Store_new},

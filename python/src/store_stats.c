@@ -24,12 +24,16 @@ const char ext_store_stats_doc[] = PyDoc_STR(
 "staging_bytes.  Under 'cuda', None before the first GPU lookup, then the\n"
 "GPU context's: device, tables_mapped (read in place), tables_copied (from a\n"
 "pinned copy), tables_host (the host path), mapped_bytes, copied_bytes,\n"
-"copy_huge, plans, lookups, host_gathers.");
+"copy_huge, plans, lookups, host_gathers.  Under 'redis', None unless the\n"
+"store is a namespace of a Redis Cluster, then its client's counters: nodes,\n"
+"batches, gets, commands, moved, ask, retries, connects, conn_errors,\n"
+"map_refreshes, timeouts.");
 
 PyObject *ext_store_stats(StoreObject *s, PyObject *unused)
 {
     engram_stats es = ENGRAM_STATS_INIT;
-    PyObject *d = NULL, *tabs = NULL, *names = NULL, *cache = NULL, *cuda = NULL, *key;
+    PyObject *d = NULL, *tabs = NULL, *names = NULL, *cache = NULL, *cuda = NULL, *redis = NULL,
+             *key;
     int rc;
     (void)unused;
     if (ext_store_enter(s) < 0)
@@ -100,6 +104,28 @@ PyObject *ext_store_stats(StoreObject *s, PyObject *unused)
         if (!cache)
             goto fail;
     }
+    {
+        engram_redis_stats rs = ENGRAM_REDIS_STATS_INIT;
+        if (ext_store_enter(s) < 0)
+            goto fail;
+        rc = engram_get_redis_stats(s->st, &rs);
+        ext_store_leave(s);
+        /* Not a Redis store (or no Redis support): None. */
+        redis = rc < 0 ? Py_NewRef(Py_None)
+                       : Py_BuildValue("{s:I,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "nodes",
+                                       rs.nodes, "batches", (unsigned long long)rs.batches,
+                                       "gets", (unsigned long long)rs.gets, "commands",
+                                       (unsigned long long)rs.commands, "moved",
+                                       (unsigned long long)rs.moved, "ask",
+                                       (unsigned long long)rs.ask, "retries",
+                                       (unsigned long long)rs.retries, "connects",
+                                       (unsigned long long)rs.connects, "conn_errors",
+                                       (unsigned long long)rs.conn_errors, "map_refreshes",
+                                       (unsigned long long)rs.map_refreshes, "timeouts",
+                                       (unsigned long long)rs.timeouts);
+        if (!redis)
+            goto fail;
+    }
     cuda = Py_NewRef(Py_None);
 #ifdef ENGRAMSTORE_HAVE_CUDA
     {
@@ -127,7 +153,8 @@ PyObject *ext_store_stats(StoreObject *s, PyObject *unused)
         }
     }
 #endif
-    d = Py_BuildValue("{s:I,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:O,s:O,s:O}", "threads",
+    d = Py_BuildValue("{s:I,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:O,s:O,s:O,s:O}",
+                      "threads",
                       es.threads,
                       "lookups", (unsigned long long)es.lookups, "failed",
                       (unsigned long long)es.failed, "rows", (unsigned long long)es.rows,
@@ -138,8 +165,9 @@ PyObject *ext_store_stats(StoreObject *s, PyObject *unused)
                       (unsigned long long)es.mapped_bytes, "removed_tables",
                       (unsigned long long)es.removed_tables, "removed_bytes",
                       (unsigned long long)es.removed_bytes, "tables", tabs, "cache", cache,
-                      "cuda", cuda);
+                      "cuda", cuda, "redis", redis);
 fail:
+    Py_XDECREF(redis);
     Py_XDECREF(cuda);
     Py_XDECREF(cache);
     Py_XDECREF(names);

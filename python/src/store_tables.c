@@ -614,6 +614,7 @@ static const char *kind_name(uint32_t kind)
            : kind == ENGRAM_TABLE_BOUND       ? "bound"
            : kind == ENGRAM_TABLE_SAFETENSORS ? "safetensors"
            : kind == ENGRAM_TABLE_SOURCE      ? "source"
+           : kind == ENGRAM_TABLE_REDIS       ? "redis"
                                               : "other";
 }
 
@@ -621,7 +622,7 @@ const char ext_store_get_table_spec_doc[] = PyDoc_STR(
 "get_table_spec(name) -> dict\n\n"
 "The spec of table `name`: num_rows, row_bytes, row_pitch, and `stored` (False\n"
 "for a name that is declared but not populated yet).  Stored tables also give\n"
-"kind ('file', 'bound', 'safetensors' or 'source'), data_size, checksum\n"
+"kind ('file', 'bound', 'safetensors', 'source' or 'redis'), data_size, checksum\n"
 "(XXH3-64) and created_ns.\n"
 "Raises TableNotFoundError for a name neither stored nor declared.");
 
