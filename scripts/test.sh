@@ -14,8 +14,13 @@ scripts/setup.sh
 jobs=$(nproc 2>/dev/null || echo 2)
 
 # setup.sh installed redis-server and redis-cli: a Redis test that cannot
-# start its cluster is a failure here, not a skip.
+# start its cluster is a failure here, not a skip.  The Python tests write
+# the PID of every redis-server they start to ENGRAM_REDIS_PIDFILE (the C
+# and CLI tests stop theirs by PID too, and their servers die with them).
 export ENGRAM_REQUIRE_REDIS=1
+mkdir -p build
+export ENGRAM_REDIS_PIDFILE="$PWD/build/redis-servers.pid"
+: > "$ENGRAM_REDIS_PIDFILE"
 
 run_build() { # name, cmake options..., then -- ctest options...
   local name=$1; shift
@@ -86,5 +91,13 @@ left=""
 done < "$ENGRAM_MOONCAKE_PIDFILE"
 if [ -n "$left" ]; then
   echo "test.sh: Mooncake servers the tests started are still running:$left" >&2
+  exit 1
+fi
+left=""
+while read -r pid; do
+  if grep -qa redis-server "/proc/$pid/cmdline" 2>/dev/null; then left="$left $pid"; fi
+done < "$ENGRAM_REDIS_PIDFILE"
+if [ -n "$left" ]; then
+  echo "test.sh: Redis servers the tests started are still running:$left" >&2
   exit 1
 fi
