@@ -32,7 +32,8 @@
  *                 row cache.
  *   engram+cache  the same with a row cache of --cache-pct percent (5)
  *                 of the rows, warm (a first repetition, not counted,
- *                 fills it).
+ *                 fills it).  Every repetition draws new ids, so its hit
+ *                 rate is the distribution's, not that of ids seen before.
  *
  * Each figure is the median of --reps repetitions (5) of --lookups
  * lookups per thread (100); the configurations' repetitions are
@@ -575,6 +576,13 @@ int main(int argc, char **argv)
                 free(seen);
             }
             for (int rep = -1; rep < reps; rep++) {
+                /* Fresh ids every repetition (the same for the three
+                 * configurations): the cache's hit rate is that of the
+                 * distribution, not of a replay. */
+                if (rep >= 0)
+                    for (int i = 0; i < nt; i++)
+                        for (size_t j = 0; j < lookups * K; j++)
+                            ids[i][j] = (int64_t)draw(&seed, d);
                 for (int c = 0; c < NCONF; c++) {
                     engram_store *st = c == C_CACHE ? st_cache : st_plain;
                     uint64_t start, bad = 0;

@@ -16,89 +16,15 @@ if [ -z "${ENGRAM_BIN:-}" ] || [ ! -x "$ENGRAM_BIN" ]; then
     echo "cli_redis: set ENGRAM_BIN to the engram binary" >&2
     exit 2
 fi
-skip() {
-    if [ "${ENGRAM_REQUIRE_REDIS:-0}" = 1 ]; then
-        echo "cli_redis: FAIL: $1 (ENGRAM_REQUIRE_REDIS=1)" >&2
-        [ -f "${SCRATCH:-}/create.log" ] && tail -5 "$SCRATCH/create.log" >&2
-        exit 1
-    fi
-    echo "cli_redis: SKIP: $1"
-    [ -f "$SCRATCH/create.log" ] && tail -5 "$SCRATCH/create.log"
-    exit 77
-}
-command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1 ||
-    skip "redis-server or redis-cli not found (scripts/setup.sh installs them)"
-
 SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/engram-cli-redis.XXXXXX") || exit 2
-PIDS=""
-stop_servers() {
-    for p in $PIDS; do
-        kill -9 "$p" 2>/dev/null
-        wait "$p" 2>/dev/null
-    done
-    PIDS=""
-}
-trap 'stop_servers; rm -rf "$SCRATCH"' EXIT
+TEST_NAME=cli_redis
+# shellcheck source=../redis_cluster.sh
+. "$(dirname "$0")/../redis_cluster.sh"
+trap 'redis_cluster_stop; rm -rf "$SCRATCH"' EXIT
 trap 'exit 130' INT TERM
 cd "$SCRATCH" || exit 2
 ROOT=$SCRATCH/root
-
-# A port p whose cluster bus port p + 10000 is free too, and nothing
-# answers on either (random in 20000..45000).
-pick_port() {
-    while :; do
-        r=$(od -An -N2 -tu2 /dev/urandom | tr -d ' ')
-        p=$((20000 + r % 25000))
-        if ! redis-cli -h 127.0.0.1 -p "$p" ping >/dev/null 2>&1 &&
-            ! redis-cli -h 127.0.0.1 -p $((p + 10000)) ping >/dev/null 2>&1; then
-            echo "$p"
-            return
-        fi
-    done
-}
-
-start_cluster() {
-    NODES=""
-    ADDRS=""
-    for i in 1 2 3; do
-        port=$(pick_port)
-        redis-server --port "$port" --bind 127.0.0.1 --cluster-enabled yes \
-            --cluster-config-file "nodes-$port.conf" --cluster-node-timeout 2000 \
-            --dir "$SCRATCH" --save "" --appendonly no --logfile "$SCRATCH/server-$port.log" \
-            --daemonize no >/dev/null 2>&1 &
-        PIDS="$PIDS $!"
-        ADDRS="$ADDRS 127.0.0.1:$port"
-        NODES="${NODES:+$NODES,}127.0.0.1:$port"
-    done
-    for a in $ADDRS; do
-        n=0
-        until redis-cli -h 127.0.0.1 -p "${a#*:}" ping >/dev/null 2>&1; do
-            n=$((n + 1))
-            [ $n -gt 100 ] && return 1
-            sleep 0.1
-        done
-    done
-    # shellcheck disable=SC2086
-    redis-cli --cluster create $ADDRS --cluster-replicas 0 --cluster-yes >create.log 2>&1 ||
-        return 1
-    for a in $ADDRS; do
-        n=0
-        until redis-cli -h 127.0.0.1 -p "${a#*:}" cluster info 2>/dev/null |
-            grep -q 'cluster_state:ok'; do
-            n=$((n + 1))
-            [ $n -gt 200 ] && return 1
-            sleep 0.1
-        done
-    done
-    return 0
-}
-
-tries=0
-until start_cluster; do
-    stop_servers
-    tries=$((tries + 1))
-    [ $tries -ge 3 ] && skip "the cluster did not come up (logs in $SCRATCH)"
-done
+redis_cluster_start
 
 PASS=0
 FAIL=0
