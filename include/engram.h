@@ -271,7 +271,11 @@ ENGRAM_API void engram_writer_abort(engram_writer *w);
  * temporary file is held), this waits for that writer to finish and then
  * compares; if that writer dies instead, this one writes the table.
  * Processes need only see the same namespace directory (no shared process
- * group, PID namespace or launcher).  *written (may be NULL) is set to 1
+ * group, PID namespace or launcher).  In a namespace of a Redis Cluster
+ * there is no writer's lock to wait on: racing processes may each upload
+ * the table, the cluster publishes one (create-only) and the others
+ * compare with it (the checksum of the rows packed, without a pitch).
+ * *written (may be NULL) is set to 1
  * when this call wrote the table, 0 when it reused it.  Comparing reads
  * all of `rows` once (XXH3, several GB/s).  Thread-safe.
  * @return : 0; ENGRAM_EMISMATCH if the name is published with another
@@ -337,8 +341,9 @@ ENGRAM_API int engram_table_open(engram_store *st, const char *name, engram_tabl
  * block on a table another process is populating instead of meeting at a
  * barrier.  The wait sleeps on inotify events of the namespace directory
  * the store holds (where inotify is unavailable, it looks again every
- * 50 ms), and checks once a second that the directory still exists.  A
- * memory store does not wait.  Thread-safe.
+ * 50 ms), and checks once a second that the directory still exists.  In
+ * a namespace of a Redis Cluster it looks again every 10 ms, doubling to
+ * 200 ms.  A memory store does not wait.  Thread-safe.
  * @return : as engram_table_open(); -ETIMEDOUT when the time is up; -ENOENT
  *           if the namespace directory is removed meanwhile. */
 ENGRAM_API int engram_table_open_wait(engram_store *st, const char *name, int timeout_ms,

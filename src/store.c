@@ -811,6 +811,30 @@ static int drain_events(int ifd)
     }
 }
 
+/* engram_table_open_wait() in a remote namespace: nothing to watch, so
+ * it looks again, every 10 ms at first, doubling to 200 ms. */
+static int remote_open_wait(engram_store *st, const char *name, int timeout_ms,
+                            uint64_t deadline, engram_table_id *id)
+{
+    uint64_t pause = 10000000u;
+    for (;;) {
+        uint64_t now = engram__now_ns(), ns;
+        struct timespec ts;
+        int err;
+        if (now >= deadline)
+            return engram__err(-ETIMEDOUT, "table '%s' was not published in %s within %d ms",
+                               name, st->path, timeout_ms);
+        ns = deadline - now < pause ? deadline - now : pause;
+        ts.tv_sec = (time_t)(ns / 1000000000u);
+        ts.tv_nsec = (long)(ns % 1000000000u);
+        nanosleep(&ts, NULL);
+        if (pause < 200000000u)
+            pause *= 2;
+        if ((err = engram_table_open(st, name, id)) != -ENOENT)
+            return err;
+    }
+}
+
 int engram_table_open_wait(engram_store *st, const char *name, int timeout_ms,
                            engram_table_id *id)
 {
@@ -818,9 +842,11 @@ int engram_table_open_wait(engram_store *st, const char *name, int timeout_ms,
     uint64_t deadline;
     int err, ifd;
     err = engram_table_open(st, name, id);
-    if (err != -ENOENT || timeout_ms == 0 || st->dirfd < 0)
+    if (err != -ENOENT || timeout_ms == 0 || (st->dirfd < 0 && !st->remote))
         return err;
     deadline = timeout_ms < 0 ? UINT64_MAX : engram__now_ns() + (uint64_t)timeout_ms * 1000000u;
+    if (st->remote)
+        return remote_open_wait(st, name, timeout_ms, deadline, id);
     /* The watch is on the directory the store holds (through its
      * descriptor), whatever its path names now; set before the next try,
      * so that a publication between the two is not missed. */

@@ -560,6 +560,57 @@ static int published_as(engram_store *st, const char *name, const engram_table_s
     return 0;
 }
 
+/* Whether table `name` of the store's remote namespace holds `rows`: a
+ * remote keeps rows packed, so its checksum is of the rows without any
+ * pitch.  0, -ENOENT (not published), ENGRAM_EMISMATCH, or an error. */
+static int remote_published_as(engram_store *st, const char *name, const engram_table_spec *spec,
+                               const unsigned char *rows, size_t src_stride)
+{
+    engram_table_info info = ENGRAM_TABLE_INFO_INIT;
+    engram_table_spec packed = {spec->num_rows, spec->row_bytes, 0};
+    uint64_t sum;
+    int err;
+    if ((err = engram_get_table_info(st, name, &info)) != 0)
+        return err;
+    if (info.kind != st->remote->kind)
+        return engram__err(-EEXIST, "table '%s' is bound in this store, not published", name);
+    if (info.spec.num_rows != spec->num_rows || info.spec.row_bytes != spec->row_bytes)
+        return engram__err(ENGRAM_EMISMATCH,
+                           "table '%s' is published in %s with num_rows=%llu, row_bytes=%u, "
+                           "not num_rows=%llu, row_bytes=%u",
+                           name, st->path, (unsigned long long)info.spec.num_rows,
+                           info.spec.row_bytes, (unsigned long long)spec->num_rows,
+                           spec->row_bytes);
+    if ((err = rows_checksum(&packed, rows, src_stride, &sum)) != 0)
+        return err;
+    if (sum != info.checksum)
+        return engram__err(ENGRAM_EMISMATCH,
+                           "table '%s' is published in %s with other rows (checksum %016llx, "
+                           "these rows %016llx)",
+                           name, st->path, (unsigned long long)info.checksum,
+                           (unsigned long long)sum);
+    return 0;
+}
+
+/* engram_populate_shared() in a remote namespace: there is no writer's
+ * lock to wait on, so racing processes may all upload; the remote's
+ * create-only publication picks one, and the others compare. */
+static int remote_populate_shared(engram_store *st, const char *name,
+                                  const engram_table_spec *spec, const void *rows,
+                                  size_t src_stride, int *written)
+{
+    int err;
+    if ((err = remote_published_as(st, name, spec, rows, src_stride)) != -ENOENT)
+        return err;
+    err = engram_populate(st, name, spec, rows, src_stride);
+    if (err == 0 && written)
+        *written = 1;
+    if (err != -EEXIST)
+        return err;
+    /* Another writer won the race (or a name was bound here meanwhile). */
+    return remote_published_as(st, name, spec, rows, src_stride);
+}
+
 int engram_populate_shared(engram_store *st, const char *name, const engram_table_spec *spec,
                            const void *rows, size_t src_stride, int *written)
 {
@@ -573,6 +624,8 @@ int engram_populate_shared(engram_store *st, const char *name, const engram_tabl
     if (src_stride && src_stride < spec->row_bytes)
         return engram__err(-EINVAL, "populate '%s': stride %zu < row_bytes %u", name, src_stride,
                            spec->row_bytes);
+    if (st->remote)
+        return remote_populate_shared(st, name, spec, rows, src_stride, written);
     if (st->dirfd < 0)
         return engram__err(ENGRAM_ESTATE, "a memory store has no directory to write '%s' to; "
                                           "use engram_bind()",

@@ -441,6 +441,83 @@ static void test_create_only(void)
     free(rows2);
 }
 
+typedef struct shared_arg {
+    engram_store *st;
+    const unsigned char *rows;
+    uint32_t pitch;
+    int written, rc;
+} shared_arg;
+
+static void *shared_push(void *p)
+{
+    shared_arg *a = p;
+    a->rc = engram_populate_shared(a->st, "sh", &(engram_table_spec){300, R, a->pitch}, a->rows,
+                                   a->pitch, &a->written);
+    return NULL;
+}
+
+typedef struct wait_arg {
+    engram_store *st;
+    engram_table_id id;
+    int rc;
+} wait_arg;
+
+static void *wait_open(void *p)
+{
+    wait_arg *a = p;
+    a->rc = engram_table_open_wait(a->st, "sh", 20000, &a->id);
+    return NULL;
+}
+
+/* Ranks sharing a table without a leader (engram_populate_shared,
+ * engram_table_open_wait) on a Redis namespace. */
+static void test_shared(void)
+{
+    engram_store *a = open_redis(&C, "sh", 0, NULL), *b = open_redis(&C, "sh", 0, NULL);
+    unsigned char *rows = tu_make_rows(50, 300, R, 0, 0);
+    unsigned char *padded = tu_make_rows(50, 300, R, 272, 0x99);
+    unsigned char *other = tu_make_rows(51, 300, R, 0, 0);
+    shared_arg sa[2] = {{a, rows, 0, -1, 1}, {b, padded, 272, -1, 1}};
+    wait_arg wa = {b, 0, 1};
+    pthread_t th[3];
+    uint64_t t0;
+    int written = -1;
+
+    /* A rank waits for the table; two race to populate it, one with the
+     * rows at a pitch: one writes, the other finds the same rows. */
+    ASSERT_EQ(pthread_create(&th[2], NULL, wait_open, &wa), 0);
+    tr_sleep_ms(100);
+    for (int i = 0; i < 2; i++)
+        ASSERT_EQ(pthread_create(&th[i], NULL, shared_push, &sa[i]), 0);
+    for (int i = 0; i < 3; i++)
+        pthread_join(th[i], NULL);
+    ASSERT_EQ(sa[0].rc, 0);
+    ASSERT_EQ(sa[1].rc, 0);
+    ASSERT_EQ(sa[0].written + sa[1].written, 1);
+    ASSERT_EQ(wa.rc, 0);
+    tu_check_table(b, wa.id, 50, 300, R);
+    ASSERT_EQ(count_keys(&C, "engram/sh/sh/*", NULL), 1);
+    ASSERT_OK(engram_populate_shared(a, "sh", &(engram_table_spec){300, R, 0}, rows, 0, &written));
+    ASSERT_EQ(written, 0);
+    ASSERT_ERR(engram_populate_shared(a, "sh", &(engram_table_spec){300, R, 0}, other, 0, NULL),
+               ENGRAM_EMISMATCH);
+    ASSERT_CONTAINS(engram_errmsg(), "other rows");
+    ASSERT_ERR(engram_populate_shared(a, "sh", &(engram_table_spec){299, R, 0}, rows, 0, NULL),
+               ENGRAM_EMISMATCH);
+    /* Nobody publishes: the wait ends at its time. */
+    t0 = tr_now_ms();
+    ASSERT_ERR(engram_table_open_wait(a, "never", 300, &wa.id), -ETIMEDOUT);
+    ASSERT_GE(tr_now_ms() - t0, 290);
+    ASSERT_LT(tr_now_ms() - t0, 2000);
+    ASSERT_ERR(engram_table_open_wait(a, "never", 0, &wa.id), -ENOENT);
+    ASSERT_OK(engram_remove(a, "sh"));
+    engram_store_close(a);
+    engram_store_close(b);
+    free(rows);
+    free(padded);
+    free(other);
+}
+
 static void test_writer_states(void)
 {
     engram_redis_options ro = ENGRAM_REDIS_OPTIONS_INIT;
@@ -999,6 +1076,7 @@ int main(void)
     RUN_TEST(test_push_lookup);
     RUN_TEST(test_corrupt_chunk);
     RUN_TEST(test_create_only);
+    RUN_TEST(test_shared);
     RUN_TEST(test_writer_states);
     RUN_TEST(test_remove);
     RUN_TEST(test_cache);
