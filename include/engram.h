@@ -379,6 +379,41 @@ typedef struct engram_table_info {
  * @return : 0, -ENOENT, ENGRAM_ECORRUPT, ... */
 ENGRAM_API int engram_get_table_info(engram_store *st, const char *name, engram_table_info *info);
 
+/* Who holds a table file's memory (engram_get_table_usage()). */
+typedef struct engram_table_usage {
+    uint32_t size;            /* sizeof(engram_table_usage) */
+    uint32_t processes;       /* processes that map the file, this one included */
+    uint32_t unreadable;      /* processes whose maps this one may not read (not counted) */
+    uint32_t sampled_pages;   /* resident pages sampled for the cgroup (0: unknown) */
+    uint32_t cgroup_pages;    /* of which charged to `cgroup` */
+    uint32_t reserved;
+    uint64_t file_bytes;      /* bytes the file holds in its file system (its blocks) */
+    uint64_t rss_bytes;       /* this process: bytes of the file resident in its mappings */
+    uint64_t pss_bytes;       /* this process: its proportional share of them (PSS) */
+    uint64_t total_pss_bytes; /* the PSS of all the processes counted: the resident bytes
+                               * they map between them, each page once */
+    char cgroup[256];         /* the memory cgroup most sampled pages are charged to
+                               * (a directory of the cgroup file system), or "" */
+} engram_table_usage;
+
+#define ENGRAM_TABLE_USAGE_INIT {sizeof(engram_table_usage), 0, 0, 0, 0, 0, 0, 0, 0, 0, ""}
+
+/*! engram_get_table_usage() :
+ * Fills *u with who holds the memory of table file `name` (it need not
+ * be open): the processes that map it and their shares (from
+ * /proc/<pid>/maps and smaps; other users' processes are counted in
+ * `unreadable` unless this process may read them), and the memory cgroup
+ * its pages are charged to.  The kernel charges a tmpfs page to the
+ * cgroup of the process that first wrote or read it, for as long as the
+ * file exists, whoever maps it later; the cgroup is found from a sample
+ * of resident pages (/proc/self/pagemap and /proc/kpagecgroup, which need
+ * CAP_SYS_ADMIN: without it, or when no page is resident, `cgroup` is ""
+ * and sampled_pages 0).  Walks /proc: milliseconds, not for a hot path.
+ * u->size must be set.  Thread-safe.
+ * @return : 0, -ENOENT, -EINVAL, ENGRAM_EUNSAFE, ... */
+ENGRAM_API int engram_get_table_usage(engram_store *st, const char *name,
+                                      engram_table_usage *u);
+
 /*! engram_list() :
  * Lists the names of the store's tables (stored and bound), sorted.
  * *names is one allocation (the array and the strings) to release with

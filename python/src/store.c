@@ -315,6 +315,7 @@ static PyMethodDef Store_methods[] = {
     {"remove", (PyCFunction)ext_store_remove, METH_O, ext_store_remove_doc},
     {"verify", (PyCFunction)ext_store_verify, METH_O, ext_store_verify_doc},
     {"stats", (PyCFunction)ext_store_stats, METH_NOARGS, ext_store_stats_doc},
+    {"usage", (PyCFunction)ext_store_usage, METH_O, ext_store_usage_doc},
     {"close", (PyCFunction)Store_close, METH_NOARGS, close_doc},
     {"__enter__", (PyCFunction)Store_enter, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)(void (*)(void))Store_exit, METH_FASTCALL, NULL},
