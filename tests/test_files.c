@@ -935,6 +935,90 @@ static void test_group_namespace(void)
     ASSERT_EQ(setgroups((size_t)nsaved, saved), 0);
 }
 
+/* As a user who must not be able to change or remove a published table
+ * (`arg`: its path): truncating, opening it for writing, replacing or
+ * unlinking it all fail with EACCES. */
+static void cannot_touch(const char *path)
+{
+    char other[600];
+    ASSERT_EQ(truncate(path, 0), -1);
+    ASSERT_EQ(errno, EACCES);
+    ASSERT_EQ(open(path, O_WRONLY), -1);
+    ASSERT_EQ(errno, EACCES);
+    ASSERT_EQ(open(path, O_RDWR | O_TRUNC), -1);
+    ASSERT_EQ(errno, EACCES);
+    ASSERT_EQ(unlink(path), -1);
+    ASSERT_EQ(errno, EACCES);
+    snprintf(other, sizeof other, "%s.moved", path);
+    ASSERT_EQ(rename(path, other), -1);
+    ASSERT_EQ(errno, EACCES);
+}
+
+/* As B, a member of the namespace's group: maps "t" of namespace
+ * "shared" in `root`, checks it, says so on `ready`, waits on `go` while
+ * the others try, then checks every row once more. */
+static void read_while_others_try(const char *root, int ready, int go)
+{
+    engram_store_options o = ENGRAM_STORE_OPTIONS_INIT;
+    engram_store *st = NULL;
+    engram_table_id tid;
+    char c;
+    o.flags = ENGRAM_OPEN_GROUP;
+    ASSERT_OK(engram_store_open(root, "shared", &o, &st));
+    ASSERT_OK(engram_table_open(st, "t", &tid));
+    tu_check_table(st, tid, 110, NROWS, RB);
+    ASSERT_EQ(write(ready, "r", 1), 1);
+    ASSERT_EQ(read(go, &c, 1), 1);
+    tu_check_table(st, tid, 110, NROWS, RB);
+    engram_store_close(st);
+}
+
+/* A published table cannot be truncated (the SIGBUS of its readers),
+ * written, replaced or removed by another user: not by a member of a
+ * group namespace's group, not by anyone else; its readers go on. */
+static void test_others_cannot_truncate(void)
+{
+    char root[512], t[600], c;
+    int ready[2], go[2], status;
+    pid_t reader;
+    if (geteuid() != 0) {
+        printf("   not root: cannot run as other users; skipped\n");
+        return;
+    }
+    ASSERT_EQ(chmod(tu_scratch_root(), 0711), 0);
+    tu_path(root, sizeof root, "xroot-trunc");
+    ASSERT_EQ(mkdir(root, 0700), 0);
+    ASSERT_EQ(chmod(root, 01777), 0);
+    as_user(UID_A, 0, write_shared, root);
+    snprintf(t, sizeof t, "%s/shared/t", root);
+
+    ASSERT_EQ(pipe(ready), 0);
+    ASSERT_EQ(pipe(go), 0);
+    fflush(stdout);
+    fflush(stderr);
+    reader = fork();
+    ASSERT(reader >= 0);
+    if (reader == 0) {
+        gid_t g = (gid_t)UID_A;
+        if (setgroups(1, &g) != 0 || setgid((gid_t)UID_B) != 0 || setuid(UID_B) != 0)
+            _exit(2);
+        read_while_others_try(root, ready[1], go[0]);
+        _exit(0);
+    }
+    ASSERT_EQ(read(ready[0], &c, 1), 1);
+    as_user(UID_B, (gid_t)UID_A, cannot_touch, t); /* a member of the group */
+    as_user(UID_C, 0, cannot_touch, t);            /* anyone else */
+    ASSERT_EQ(write(go[1], "g", 1), 1);
+    ASSERT_EQ(waitpid(reader, &status, 0), reader);
+    ASSERT(WIFEXITED(status));
+    ASSERT_EQ(WEXITSTATUS(status), 0); /* no SIGBUS: its rows all read again */
+    for (int i = 0; i < 2; i++) {
+        close(ready[i]);
+        close(go[i]);
+    }
+    ASSERT_EQ(chmod(tu_scratch_root(), 0700), 0);
+}
+
 /* ------------------------------------------------------------------------
  * Group mode and hostile local users.  A owns and publishes a group
  * namespace (uid and group 12345), B reads it as a member of A's group
@@ -1099,6 +1183,7 @@ int main(void)
     RUN_TEST(test_unsafe_files);
     RUN_TEST(test_foreign_owner);
     RUN_TEST(test_group_namespace);
+    RUN_TEST(test_others_cannot_truncate);
     RUN_TEST(test_group_hostile_users);
     printf("test_files: all passed\n");
     return 0;
