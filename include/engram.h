@@ -94,6 +94,48 @@ ENGRAM_API const char *engram_strerror(int err);
 ENGRAM_API const char *engram_errmsg(void);
 
 /* ------------------------------------------------------------------------
+ * Log messages.
+ *
+ * Failures are returned, never logged.  What the library has to say
+ * besides goes to one process-wide log sink, as one line per message
+ * (no newline) with a level:
+ *  - ENGRAM_LOG_INFO: the periodic row cache stats line of a store that
+ *    asked for one (engram_store_options.cache_log_ms, or the environment
+ *    variable ENGRAM_CACHE_LOG_MS), "cache ROOT/NS: hit rate ...";
+ *    a temporary file of a writer that died, removed by an open.
+ *  - ENGRAM_LOG_WARN: io_uring could not be set up, so rows behind the row
+ *    cache are read one pread at a time (said once per process).
+ * By default no function is set and the sink is off: nothing is written,
+ * except the cache stats line, which a store that asked for it writes to
+ * stderr as "engram: cache ...".  engram_set_log() hands every message to
+ * a function of yours instead (an engine's own logger).
+ */
+#define ENGRAM_LOG_OFF 0   /* no messages */
+#define ENGRAM_LOG_ERROR 1 /* something failed that no call returns */
+#define ENGRAM_LOG_WARN 2  /* a fallback that costs speed or memory */
+#define ENGRAM_LOG_INFO 3  /* what the library did: stats lines, cleanups */
+#define ENGRAM_LOG_DEBUG 4 /* details for whoever debugs the library */
+
+/* Receives one message: `level` is one of ENGRAM_LOG_ERROR .. DEBUG, `msg`
+ * one line without a newline, valid only during the call. */
+typedef void (*engram_log_fn)(void *ud, int level, const char *msg);
+
+/*! engram_set_log() :
+ * Sends the library's log messages of `level` and more severe levels
+ * (ERROR < WARN < INFO < DEBUG; ENGRAM_LOG_OFF: none at all, not even the
+ * stats line a store asked for) to fn(ud, level, msg), for the whole
+ * process.  fn NULL restores the default (see above); ud and level are
+ * then not used.  fn is called from whichever thread raised the message
+ * (a lookup's, for the stats line), never from two threads at once; it
+ * should return quickly, and must not call engram_set_log() (ENGRAM_ESTATE)
+ * — messages raised by engram calls it makes are dropped.  Once
+ * engram_set_log() has returned, the function it replaced is no longer
+ * called.  Thread-safe.
+ * @return : 0, -EINVAL (level outside ENGRAM_LOG_OFF .. ENGRAM_LOG_DEBUG),
+ *           or ENGRAM_ESTATE (called from the log function). */
+ENGRAM_API int engram_set_log(engram_log_fn fn, void *ud, int level);
+
+/* ------------------------------------------------------------------------
  * Table specs and names.
  *
  * A table is `num_rows` rows of `row_bytes` opaque bytes.  Rows are stored
@@ -164,9 +206,9 @@ typedef struct engram_store_options {
                             * tables): 0 = 256 MiB.  See engram_get_cache_stats(). */
     uint32_t queue_depth;  /* io_uring reads in flight per lookup: 0 = 64
                             * (1 .. ENGRAM_QUEUE_DEPTH_MAX) */
-    uint32_t cache_log_ms; /* print a cache stats line to stderr at most every this many ms
-                            * of lookups; 0 = the ENGRAM_CACHE_LOG_MS environment variable,
-                            * or never */
+    uint32_t cache_log_ms; /* log a cache stats line at most every this many ms of
+                            * lookups (to stderr, or to the function of engram_set_log());
+                            * 0 = the ENGRAM_CACHE_LOG_MS environment variable, or never */
 } engram_store_options;
 
 #define ENGRAM_QUEUE_DEPTH_MAX 4096u /* engram_store_options.queue_depth at most */

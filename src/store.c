@@ -1098,14 +1098,16 @@ void engram__store_maybe_log(engram_store *st)
         return;
     if (engram_get_cache_stats(st, NULL, &s) != 0)
         return;
-    fprintf(stderr,
-            "engram: cache %s: hit rate %.1f%% (%" PRIu64 " hits, %" PRIu64 " misses, %" PRIu64
-            " deduplicated), %" PRIu64 " reads, %.1f MiB read, %" PRIu64 " errors, %.1f MiB in %"
-            PRIu64 " slots (%u ways), %.1f MiB staging, %" PRIu64 "/%" PRIu64
-            " tables O_DIRECT\n",
-            st->path,
-            s.hits + s.misses ? 100.0 * (double)s.hits / (double)(s.hits + s.misses) : 0.0,
-            s.hits, s.misses, s.dedup, s.reads, (double)s.bytes_read / 1048576.0,
-            s.read_errors, (double)s.cache_bytes / 1048576.0, s.slots, s.ways,
-            (double)s.staging_bytes / 1048576.0, s.direct_tables, s.tables);
+    /* Asked for by the store (its interval), so it reaches stderr even
+     * without a log function. */
+    engram__log(ENGRAM_LOG_INFO, ENGRAM__LOG_ASKED,
+                "cache %s: hit rate %.1f%% (%" PRIu64 " hits, %" PRIu64 " misses, %" PRIu64
+                " deduplicated), %" PRIu64 " reads, %.1f MiB read, %" PRIu64 " errors, %.1f MiB in %"
+                PRIu64 " slots (%u ways), %.1f MiB staging, %" PRIu64 "/%" PRIu64
+                " tables O_DIRECT",
+                st->path,
+                s.hits + s.misses ? 100.0 * (double)s.hits / (double)(s.hits + s.misses) : 0.0,
+                s.hits, s.misses, s.dedup, s.reads, (double)s.bytes_read / 1048576.0,
+                s.read_errors, (double)s.cache_bytes / 1048576.0, s.slots, s.ways,
+                (double)s.staging_bytes / 1048576.0, s.direct_tables, s.tables);
 }
