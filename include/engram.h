@@ -257,6 +257,46 @@ ENGRAM_API int engram_store_open_memory(const engram_store_options *opts, engram
  * Accepts NULL.  Must not race with any other call on the same store. */
 ENGRAM_API void engram_store_close(engram_store *st);
 
+/*! engram_namespace_list() :
+ * Lists the namespaces under directory `root` (NULL: the default root):
+ * its subdirectories with valid names (links and other entries are left
+ * out), sorted, whoever owns them (engram_store_open() decides whether a
+ * namespace is trusted).  *names is one allocation (the array, NULL
+ * terminated, and the strings) to release with engram_free(); *count is
+ * its length.  Thread-safe.
+ * @return : 0, -ENOENT (no such root), ENGRAM_EUNSAFE (the root is a link
+ *           or not a directory), -EINVAL (names or count NULL), -ENOMEM,
+ *           or another negative errno. */
+ENGRAM_API int engram_namespace_list(const char *root, char ***names, size_t *count);
+
+/* engram_namespace_remove() flags */
+#define ENGRAM_NS_REMOVE_TABLES 0x0001u /* remove the namespace's tables first */
+
+/*! engram_namespace_remove() :
+ * Removes namespace `ns` under `root` (NULL: the default root).  It is
+ * opened as engram_store_open() opens it (the same trust rules; stale
+ * temporary files of dead writers are removed), then every entry is
+ * checked before anything is removed:
+ *  - a table: without ENGRAM_NS_REMOVE_TABLES the namespace is not empty
+ *    (-ENOTEMPTY, naming the tables); with it, each table is removed as
+ *    engram_remove() removes it;
+ *  - a temporary file of a writer that is still running: -EBUSY, naming
+ *    the table being written;
+ *  - anything else (a file that is not an engram table, a link, a
+ *    directory): -ENOTEMPTY naming it; the library removes only what it
+ *    wrote, so remove such entries yourself.
+ * The directory itself is then removed with rmdir(2), which succeeds only
+ * if it is empty: a table published meanwhile by another process makes
+ * the call fail with -ENOTEMPTY (the tables removed before stay removed)
+ * rather than be lost.  Stores open on the namespace keep the tables they
+ * mapped, as after engram_remove(); they can no longer write tables.
+ * Thread-safe.
+ * @return : 0, -ENOENT (no such namespace), -ENOTEMPTY, -EBUSY,
+ *           ENGRAM_EUNSAFE, ENGRAM_ESPEC (bad name), -EINVAL (unknown
+ *           flags), or another negative errno; engram_errmsg() says which
+ *           entry stopped it. */
+ENGRAM_API int engram_namespace_remove(const char *root, const char *ns, uint32_t flags);
+
 /* ------------------------------------------------------------------------
  * Writing tables: create-only and atomic.
  *

@@ -53,27 +53,6 @@ unsigned engram__shard(int *exclusive)
     return ENGRAM__SHARDS - 1;
 }
 
-/* Opens directory `name` relative to `at`, refusing links; *sb receives
- * its fstat.  Returns the descriptor or a negative code with the reason. */
-static int open_dir(int at, const char *name, const char *what, struct stat *sb)
-{
-    int fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC), err;
-    if (fd < 0) {
-        err = errno;
-        if (err == ELOOP || err == ENOTDIR)
-            return engram__err(ENGRAM_EUNSAFE, "%s is a link or not a directory", what);
-        if (err == ENOENT)
-            return engram__err(-ENOENT, "%s does not exist", what);
-        return engram__errno(err, "open %s", what);
-    }
-    if (fstat(fd, sb) != 0) {
-        err = engram__errno(errno, "fstat %s", what);
-        close(fd);
-        return err;
-    }
-    return fd;
-}
-
 /* 1 if gid is our effective group or one of our supplementary groups. */
 static int in_our_groups(gid_t gid)
 {
@@ -247,7 +226,7 @@ int engram_store_open(const char *root, const char *ns, const engram_store_optio
         goto fail;
     }
     group = (st->opts.flags & ENGRAM_OPEN_GROUP) != 0;
-    if ((rootfd = open_dir(AT_FDCWD, root, root, &rsb)) < 0) {
+    if ((rootfd = engram__open_dir(AT_FDCWD, root, root, &rsb)) < 0) {
         err = rootfd;
         goto fail;
     }
@@ -267,7 +246,7 @@ int engram_store_open(const char *root, const char *ns, const engram_store_optio
         err = engram__errno(errno, "create namespace directory %s", st->path);
         goto fail;
     }
-    if ((st->dirfd = open_dir(rootfd, ns, st->path, &nsb)) < 0) {
+    if ((st->dirfd = engram__open_dir(rootfd, ns, st->path, &nsb)) < 0) {
         err = st->dirfd;
         st->dirfd = -1;
         if (err == -ENOENT && foreign_root && (st->opts.flags & ENGRAM_OPEN_CREATE))
@@ -787,41 +766,11 @@ int engram_get_table_info(engram_store *st, const char *name, engram_table_info 
     return err;
 }
 
-static int cmp_names(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* A growable list of names for engram_list(). */
-typedef struct namelist {
-    char **v;
-    size_t n, cap, bytes;
-} namelist;
-
-static int namelist_add(namelist *l, const char *name)
-{
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 32;
-        char **v = realloc(l->v, cap * sizeof *v);
-        if (!v)
-            return -ENOMEM;
-        l->v = v;
-        l->cap = cap;
-    }
-    if (!(l->v[l->n] = strdup(name)))
-        return -ENOMEM;
-    l->bytes += strlen(name) + 1;
-    l->n++;
-    return 0;
-}
-
 int engram_list(engram_store *st, char ***names, size_t *count)
 {
-    namelist l = {0};
+    engram__namelist l = {0};
     DIR *d = NULL;
     struct dirent *de;
-    char **outv = NULL, *s;
-    size_t n = 0;
     int err = 0, fd;
 
     if (!st || !names || !count)
@@ -833,7 +782,7 @@ int engram_list(engram_store *st, char ***names, size_t *count)
     for (uint32_t i = 0; i < engram__table_count(st) && !err; i++) {
         engram__table *t = engram__table_get(st, i);
         if (!atomic_load_explicit(&t->removed, memory_order_acquire))
-            err = namelist_add(&l, t->name);
+            err = engram__namelist_add(&l, t->name);
     }
     if (!err && st->dirfd >= 0) {
         /* A fresh descriptor: readdir moves the offset of the one it uses. */
@@ -846,38 +795,15 @@ int engram_list(engram_store *st, char ***names, size_t *count)
         while (!err && d && (de = readdir(d)) != NULL)
             if ((de->d_type == DT_REG || de->d_type == DT_UNKNOWN) &&
                 engram__name_valid(de->d_name))
-                err = namelist_add(&l, de->d_name);
+                err = engram__namelist_add(&l, de->d_name);
         if (d)
             closedir(d);
     }
     if (err == -ENOMEM)
         err = engram__err(-ENOMEM, "out of memory listing %s", st->path);
-    if (err)
-        goto out;
-    if (l.n > 1)
-        qsort(l.v, l.n, sizeof *l.v, cmp_names);
-    /* One block: the pointer array, then the strings, freed by one free(). */
-    outv = malloc((l.n + 1) * sizeof(char *) + l.bytes + 1);
-    if (!outv) {
-        err = engram__err(-ENOMEM, "out of memory listing %s", st->path);
-        goto out;
-    }
-    s = (char *)(outv + l.n + 1);
-    for (size_t i = 0; i < l.n; i++) {
-        if (n > 0 && strcmp(outv[n - 1], l.v[i]) == 0)
-            continue;
-        size_t len = strlen(l.v[i]) + 1;
-        memcpy(s, l.v[i], len);
-        outv[n++] = s;
-        s += len;
-    }
-    outv[n] = NULL;
-    *names = outv;
-    *count = n;
-out:
-    for (size_t i = 0; i < l.n; i++)
-        free(l.v[i]);
-    free(l.v);
+    if (!err)
+        err = engram__namelist_pack(&l, st->path, names, count);
+    engram__namelist_free(&l);
     return err;
 }
 
