@@ -216,8 +216,14 @@ typedef struct engram_store_options {
 #define ENGRAM_STORE_OPTIONS_INIT {sizeof(engram_store_options), 0u, 0, 0, 0, 0, 0}
 
 /*! engram_default_root() :
- * @return : the default root directory of namespaces: "/dev/shm/engram"
- *           when /dev/shm exists, else "/tmp/engram".  Static string. */
+ * The root directory used where none is given (engram_store_open() and
+ * engram_namespace_list() with root NULL; the CLI without --root; the
+ * Python package without local_dir).  Thread-safe while nothing changes
+ * the environment.
+ * @return : the value of the environment variable ENGRAM_ROOT when it is
+ *           set and not empty (the environment's own string: valid until
+ *           the environment changes), else "/dev/shm/engram" when /dev/shm
+ *           exists, else "/tmp/engram" (static strings). */
 ENGRAM_API const char *engram_default_root(void);
 
 /*! engram_store_open() :

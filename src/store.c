@@ -31,7 +31,12 @@
 
 const char *engram_default_root(void)
 {
+    const char *env = getenv("ENGRAM_ROOT");
     struct stat sb;
+    /* The environment's choice first, so that every program on the node
+     * (CLI, Python, an engine) agrees on the root without a flag each. */
+    if (env && env[0])
+        return env;
     if (stat("/dev/shm", &sb) == 0 && S_ISDIR(sb.st_mode))
         return "/dev/shm/engram";
     return "/tmp/engram";

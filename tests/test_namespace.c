@@ -2,7 +2,8 @@
  * test_namespace.c - engram_namespace_list() and engram_namespace_remove()
  * through the public API: what is listed and what is left out, and what
  * stops a removal (tables without the flag, a running writer, a file that
- * is not a table, a link) before anything is removed.
+ * is not a table, a link) before anything is removed.  Also the default
+ * root's environment variable, ENGRAM_ROOT.
  */
 #include <fcntl.h>
 #include <sys/wait.h>
@@ -208,13 +209,47 @@ static void test_remove_with_writers(void)
     ASSERT(!ns_exists("busy"));
 }
 
+/* ENGRAM_ROOT names the default root; an empty one is ignored. */
+static void test_env_root(void)
+{
+    struct stat sb;
+    const char *builtin = (stat("/dev/shm", &sb) == 0 && S_ISDIR(sb.st_mode)) ? "/dev/shm/engram"
+                                                                             : "/tmp/engram";
+    char buf[512];
+    engram_store *st = NULL;
+    engram_store_options o = ENGRAM_STORE_OPTIONS_INIT;
+
+    ASSERT(setenv("ENGRAM_ROOT", tu_scratch_root(), 1) == 0);
+    ASSERT_STR_EQ(engram_default_root(), tu_scratch_root());
+    /* Every function that takes root NULL uses it. */
+    o.flags = ENGRAM_OPEN_CREATE;
+    o.threads = 1;
+    ASSERT_OK(engram_store_open(NULL, "via-env", &o, &st));
+    tu_populate(st, "t", 9, 3, 8, 0);
+    engram_store_close(st);
+    ASSERT(ns_exists("via-env/t"));
+    list_str(NULL, buf, sizeof buf);
+    ASSERT(strstr(buf, "via-env") != NULL);
+    ASSERT_ERR(engram_namespace_remove(NULL, "via-env", 0), -ENOTEMPTY);
+    ASSERT_OK(engram_namespace_remove(NULL, "via-env", ENGRAM_NS_REMOVE_TABLES));
+    ASSERT(!ns_exists("via-env"));
+
+    ASSERT(setenv("ENGRAM_ROOT", "", 1) == 0);
+    ASSERT_STR_EQ(engram_default_root(), builtin);
+    ASSERT(unsetenv("ENGRAM_ROOT") == 0);
+    ASSERT_STR_EQ(engram_default_root(), builtin);
+}
+
 int main(void)
 {
     tu_watchdog(120);
+    /* This test decides the variable itself. */
+    unsetenv("ENGRAM_ROOT");
     RUN_TEST(test_list);
     RUN_TEST(test_remove);
     RUN_TEST(test_remove_refuses_foreign_entries);
     RUN_TEST(test_remove_with_writers);
+    RUN_TEST(test_env_root);
     printf("test_namespace: all passed\n");
     return 0;
 }
