@@ -111,6 +111,7 @@ extern volatile sig_atomic_t cli_interrupted;
 const char *cli_lib_detail(int rc);
 __attribute__((format(printf, 2, 3))) int cli_lib_fail(int rc, const char *fmt, ...);
 __attribute__((format(printf, 1, 2))) int cli_fail(const char *fmt, ...);
+__attribute__((format(printf, 1, 2))) void cli_warn(const char *fmt, ...);
 
 int cli_parse_u64(const char *s, uint64_t *out);
 int cli_mul_ok(uint64_t a, uint64_t b, uint64_t *out);
@@ -124,17 +125,25 @@ enum fill { FILL_ZERO, FILL_PATTERN, FILL_RANDOM };
 void cli_fill_row(unsigned char *dst, enum fill fill, uint64_t seed, uint64_t row,
                   uint32_t row_bytes);
 
-/* A progress bar on stderr, drawn only when it is a terminal. */
+/* Progress of a long operation on stderr, in bytes: on a terminal one line
+ * redrawn in place (bar, percentage, bytes, rate, time left), erased at
+ * the end; elsewhere a plain line every ENGRAM_PROGRESS_SECS seconds
+ * (default 10) and, if any was printed, a final one. */
 struct progress {
     const char *label;
-    int enabled;
-    int last; /* last permille drawn, -1 before the first */
+    int tty;              /* stderr is a terminal */
+    int shown;            /* terminal: a line to erase; else: lines were printed */
+    uint64_t start_ns;    /* when it began */
+    uint64_t last_ns;     /* when a line was last drawn or printed */
+    uint64_t interval_ns; /* between two plain lines */
+    uint64_t done, total; /* bytes, as last reported */
 };
 void cli_progress_init(struct progress *p, const char *label);
 int cli_progress_cb(void *ud, uint64_t done, uint64_t total);
 void cli_progress_end(struct progress *p);
 
 const char *cli_root(const struct cli *cli);
+int cli_ns_missing(const char *root, const char *ns, const char *what);
 int cli_open_store(const struct cli *cli, uint32_t flags, int threads, engram_store **st,
                    int quiet_enoent, int *status);
 

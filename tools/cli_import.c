@@ -110,7 +110,8 @@ int cli_write_table(engram_store *st, const char *verb, const char *name,
                                   r + n - 1);
             goto out;
         }
-        cli_progress_cb(&pr, r + n, spec->num_rows);
+        /* In bytes, which the rate and time left are told in. */
+        cli_progress_cb(&pr, (r + n) * spec->row_bytes, spec->num_rows * spec->row_bytes);
     }
     cli_progress_end(&pr);
     rc = engram_writer_commit(w);

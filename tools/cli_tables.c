@@ -320,7 +320,9 @@ int cli_cmd_verify(struct cli *cli)
     }
     for (size_t i = 0; i < count; i++) {
         struct progress pr;
-        cli_progress_init(&pr, list[i]);
+        char label[ENGRAM_NAME_MAX + 16];
+        snprintf(label, sizeof label, "verify %s", list[i]);
+        cli_progress_init(&pr, label);
         rc = engram_verify(st, list[i], cli_progress_cb, &pr);
         cli_progress_end(&pr);
         if (rc == 0) {

@@ -59,6 +59,17 @@ int cli_fail(const char *fmt, ...)
     return EXIT_FAIL;
 }
 
+/* Reports something skipped that does not fail the command. */
+void cli_warn(const char *fmt, ...)
+{
+    va_list ap;
+    fputs("engram: warning: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
 /* ------------------------------------------------------------------------
  * Numbers, sizes, text.
  */
@@ -218,13 +229,86 @@ void cli_fill_row(unsigned char *dst, enum fill fill, uint64_t seed, uint64_t ro
 }
 
 /* ------------------------------------------------------------------------
- * Progress bar, drawn on stderr only when it is a terminal.
+ * Progress.
+ *
+ * A terminal gets one line, redrawn in place at most every 100 ms and
+ * erased at the end (what the command then prints on stdout says how it
+ * ended).  Anything else (a log file, a CI job) gets plain lines, which
+ * only an operation that lasts is worth: the first after one interval,
+ * then one per interval, and once any was printed, a last one saying how
+ * it ended.
  */
+#define PROGRESS_TTY_NS 100000000ull         /* terminal redraws at most this often */
+#define PROGRESS_DEFAULT_SECS 10.0           /* plain lines: ENGRAM_PROGRESS_SECS's default */
+
+/* Seconds between plain lines: ENGRAM_PROGRESS_SECS (a non-negative
+ * decimal number; 0 = every step), else the default.  A bad value is
+ * said once and the default used. */
+static uint64_t progress_interval_ns(void)
+{
+    static int warned;
+    const char *env = getenv("ENGRAM_PROGRESS_SECS");
+    char *end;
+    double secs;
+
+    if (!env || !env[0])
+        return (uint64_t)(PROGRESS_DEFAULT_SECS * 1e9);
+    errno = 0;
+    secs = strtod(env, &end);
+    if (errno != 0 || *end != '\0' || !(secs >= 0.0) || secs > 1e6 || !isdigit((unsigned char)env[0])) {
+        if (!warned)
+            cli_warn("ENGRAM_PROGRESS_SECS='%s' is not a number of seconds (0 .. 1000000); "
+                     "using %.0f", env, PROGRESS_DEFAULT_SECS);
+        warned = 1;
+        return (uint64_t)(PROGRESS_DEFAULT_SECS * 1e9);
+    }
+    return (uint64_t)(secs * 1e9);
+}
+
+/* A duration for humans: "0.4s", "42s", "3m05s", "2h07m". */
+static const char *fmt_secs(double s, char *buf, size_t len)
+{
+    uint64_t t = s < 0 ? 0 : (uint64_t)(s + 0.5);
+    if (s < 9.95)
+        snprintf(buf, len, "%.1fs", s < 0 ? 0.0 : s);
+    else if (t < 60)
+        snprintf(buf, len, "%" PRIu64 "s", t);
+    else if (t < 3600)
+        snprintf(buf, len, "%" PRIu64 "m%02" PRIu64 "s", t / 60, t % 60);
+    else
+        snprintf(buf, len, "%" PRIu64 "h%02" PRIu64 "m", t / 3600, t / 60 % 60);
+    return buf;
+}
+
 void cli_progress_init(struct progress *p, const char *label)
 {
+    memset(p, 0, sizeof *p);
     p->label = label;
-    p->enabled = isatty(STDERR_FILENO);
-    p->last = -1;
+    p->tty = isatty(STDERR_FILENO);
+    p->start_ns = cli_now_ns();
+    p->interval_ns = p->tty ? PROGRESS_TTY_NS : progress_interval_ns();
+}
+
+/* "45%  1.20 GiB / 2.66 GiB  310.5 MiB/s  ETA 5s" (sep between the
+ * parts), for p's current state at `now`. */
+static void progress_text(const struct progress *p, uint64_t now, const char *sep, char *buf,
+                          size_t len)
+{
+    double secs = (double)(now - p->start_ns) / 1e9;
+    double rate = secs > 0 ? (double)p->done / secs : 0.0;
+    int pct = p->total ? (int)((double)p->done * 100.0 / (double)p->total) : 100;
+    char d[32], t[32], r[32], e[32];
+
+    if (pct > 100)
+        pct = 100;
+    cli_fmt_bytes(p->done, d, sizeof d);
+    cli_fmt_bytes(p->total, t, sizeof t);
+    cli_fmt_bytes((uint64_t)rate, r, sizeof r);
+    if (rate > 0 && p->done < p->total)
+        fmt_secs((double)(p->total - p->done) / rate, e, sizeof e);
+    else
+        snprintf(e, sizeof e, "-");
+    snprintf(buf, len, "%3d%%%s%s / %s%s%s/s%sETA %s", pct, sep, d, t, sep, r, sep, e);
 }
 
 int cli_progress_cb(void *ud, uint64_t done, uint64_t total)
@@ -232,31 +316,60 @@ int cli_progress_cb(void *ud, uint64_t done, uint64_t total)
     static const char bar[] = "##############################";
     static const char dots[] = "..............................";
     struct progress *p = ud;
-    const int width = 30;
-    int permille, filled;
+    const int width = 20;
+    uint64_t now;
+    char text[160];
 
     if (cli_interrupted)
         return 1; /* cancels the library operation (-ECANCELED) */
-    if (!p->enabled)
-        return 0;
-    /* Double arithmetic: done * 1000 could overflow for huge tables. */
-    permille = total ? (int)((double)done * 1000.0 / (double)total) : 1000;
-    if (permille > 1000)
-        permille = 1000;
-    if (permille == p->last)
-        return 0;
-    p->last = permille;
-    filled = permille * width / 1000;
-    fprintf(stderr, "\r%s [%.*s%.*s] %3d%%", p->label, filled, bar, width - filled, dots,
-            permille / 10);
+    p->done = done;
+    p->total = total;
+    now = cli_now_ns();
+    if (p->tty) {
+        int filled;
+        /* The last step is always drawn, so the line ends at 100%. */
+        if (p->shown && done < total && now - p->last_ns < p->interval_ns)
+            return 0;
+        filled = total ? (int)((double)done * width / (double)total) : width;
+        if (filled > width)
+            filled = width;
+        progress_text(p, now, "  ", text, sizeof text);
+        fprintf(stderr, "\r%s [%.*s%.*s] %s\033[K", p->label, filled, bar, width - filled, dots,
+                text);
+    } else {
+        /* The first line one interval after the start, then one per
+         * interval. */
+        if (now - (p->shown ? p->last_ns : p->start_ns) < p->interval_ns)
+            return 0;
+        progress_text(p, now, ", ", text, sizeof text);
+        fprintf(stderr, "%s: %s\n", p->label, text);
+    }
+    fflush(stderr);
+    p->shown = 1;
+    p->last_ns = now;
     return 0;
 }
 
 void cli_progress_end(struct progress *p)
 {
-    if (p->enabled && p->last >= 0)
+    if (p->shown && p->tty) {
         fputs("\r\033[K", stderr);
-    p->last = -1;
+    } else if (p->shown) {
+        double secs = (double)(cli_now_ns() - p->start_ns) / 1e9;
+        char d[32], r[32], e[32];
+        cli_fmt_bytes(p->done, d, sizeof d);
+        if (p->done >= p->total)
+            fprintf(stderr, "%s: done, %s in %s (%s/s)\n", p->label, d,
+                    fmt_secs(secs, e, sizeof e),
+                    cli_fmt_bytes(secs > 0 ? (uint64_t)((double)p->done / secs) : 0, r,
+                                  sizeof r));
+        else
+            fprintf(stderr, "%s: stopped at %d%% (%s of %s)\n", p->label,
+                    (int)((double)p->done * 100.0 / (double)p->total), d,
+                    cli_fmt_bytes(p->total, r, sizeof r));
+    }
+    fflush(stderr);
+    p->shown = 0;
 }
 
 /* ------------------------------------------------------------------------

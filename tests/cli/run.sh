@@ -532,6 +532,10 @@ if command -v script >/dev/null 2>&1 && script --version 2>/dev/null | grep -q u
     rc=$?
     check "verify on a terminal" eval 'rc_is 0 && out_has "s7: OK"'
     check "verify on a terminal draws a progress bar" out_has '100%'
+    check "terminal progress shows bytes, rate and time left" \
+        eval 'out_has "verify s7 \[#*\.*\] *[0-9]*%  [0-9.]* [KMG]*i*B / 9.54 MiB  [0-9.]* [KMG]*i*B/s  ETA "'
+    check "terminal progress is one line redrawn, then erased" \
+        eval '[ "$(grep -c "" out)" -eq 1 ] && grep -q "$(printf "\033\\[K\r\033\\[Ks7: OK")" out'
 fi
 F=$NS_DIR/t
 chmod u+w "$F" 2>/dev/null
