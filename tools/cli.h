@@ -3,16 +3,19 @@
  *
  * The tool is a thin front end over the public API of engram.h: it creates,
  * imports, lists, inspects, verifies, looks up and removes tables of one
- * namespace, measures lookups against baselines taken in the same run
- * (`bench`), and runs the end-to-end `demo` shown in the README (one
- * DeepSeek-shaped Engram layer, decode-shaped lookups checked byte for
- * byte).  Internal to the tool; nothing here is installed.
+ * namespace, lists and removes namespaces (`ns`), measures lookups
+ * against baselines taken in the same run (`bench`), and runs the
+ * end-to-end `demo` shown in the README (one DeepSeek-shaped Engram layer,
+ * decode-shaped lookups checked byte for byte).  Internal to the tool;
+ * nothing here is installed.  docs/cli.md is its user documentation.
  *
  * Files:
  *   cli_main.c    main(), the command table, argument parsing, help
  *   cli_util.c    error reports, number parsing and formatting, the row
- *                 fills, the progress bar, opening the command's store
+ *                 fills, the progress display, opening the command's store
+ *                 (with "did you mean" for a mistyped namespace)
  *   cli_tables.c  create, ls, info, verify, rm, lookup
+ *   cli_ns.c      ns ls, ns rm
  *   cli_import.c  writing a table from a row source; import (raw, .npy,
  *                 safetensors)
  *   cli_bench.c   bench, and the timing it shares with the demo
@@ -21,7 +24,10 @@
  *
  * Conventions: every command returns an exit status (0 ok, 1 an operation
  * failed, 2 usage error); library failures are reported as
- * "engram: <what>: <engram_errmsg()>" on stderr.  Numeric arguments are
+ * "engram: <what>: <engram_errmsg()>" on stderr, warnings (an entry
+ * skipped, exit status unchanged) as "engram: warning: <what>".  Commands
+ * that change something print one line saying what they did on stdout;
+ * --json output is one object that starts with "schema": CLI_JSON_SCHEMA.  Numeric arguments are
  * parsed strictly (no signs where none belong, no trailing junk, no
  * overflow).  Big inputs are streamed in fixed-size chunks so that tables
  * larger than memory can be created and imported.  The .npy header parser,
@@ -74,8 +80,14 @@ enum {
     OPT_SAFETENSORS,
     OPT_WEIGHT,
     OPT_SCALE,
+    OPT_FORCE,
+    OPT_STRICT,
     OPT_COUNT
 };
+
+/* The version of every --json output's keys ("schema": N, first): bumped
+ * when a key changes meaning or goes away, not when one is added. */
+#define CLI_JSON_SCHEMA 1
 
 struct cli;
 
@@ -207,6 +219,7 @@ int cli_cmd_ls(struct cli *cli);
 int cli_cmd_info(struct cli *cli);
 int cli_cmd_verify(struct cli *cli);
 int cli_cmd_rm(struct cli *cli);
+int cli_cmd_ns(struct cli *cli);
 int cli_cmd_lookup(struct cli *cli);
 int cli_cmd_import(struct cli *cli);
 int cli_cmd_bench(struct cli *cli);

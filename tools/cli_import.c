@@ -497,6 +497,9 @@ int cli_cmd_import(struct cli *cli)
     if (cli_open_store(cli, ENGRAM_OPEN_CREATE, 1, &st, 0, &status) != 0)
         goto out;
     status = cli_write_table(st, "import", name, &spec, file_rows, &src);
+    if (status == 0)
+        printf("imported %s: %" PRIu64 " rows of %" PRIu32 " bytes from %s\n", name,
+               spec.num_rows, spec.row_bytes, path);
 out:
     engram_store_close(st);
     if (fd >= 0)

@@ -1,8 +1,9 @@
 /*
  * cli_util.c - the helpers every part of the `engram` CLI uses: error
  * reports, strict number parsing, sizes and durations for humans, JSON
- * strings, the id generator, the deterministic row fills, the progress bar
- * and opening the command's store.  See cli.h for the map of the CLI.
+ * strings, the id generator, the deterministic row fills, the progress
+ * display and opening the command's store.  See cli.h for the map of the
+ * CLI.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -381,8 +382,80 @@ const char *cli_root(const struct cli *cli)
     return cli->root ? cli->root : engram_default_root();
 }
 
+/* The edit distance of a and b (insertions, deletions, substitutions
+ * and swaps of neighbours, each 1), for "did you mean"; names are at most
+ * ENGRAM_NAME_MAX bytes. */
+static size_t edit_distance(const char *a, const char *b)
+{
+    size_t n = strlen(a), m = strlen(b);
+    static size_t d[ENGRAM_NAME_MAX + 2][ENGRAM_NAME_MAX + 2];
+
+    if (n > ENGRAM_NAME_MAX || m > ENGRAM_NAME_MAX)
+        return SIZE_MAX;
+    for (size_t i = 0; i <= n; i++)
+        d[i][0] = i;
+    for (size_t j = 0; j <= m; j++)
+        d[0][j] = j;
+    for (size_t i = 1; i <= n; i++) {
+        for (size_t j = 1; j <= m; j++) {
+            size_t best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < best)
+                best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best)
+                best = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
+        }
+    }
+    return d[n][m];
+}
+
+/* Reports that namespace `ns` does not exist under `root`, for `what`
+ * ("open", "ns rm"): the root missing, or the namespace, with the closest
+ * existing name ("did you mean") or the names there are.  Returns the
+ * exit status. */
+int cli_ns_missing(const char *root, const char *ns, const char *what)
+{
+    char **names = NULL;
+    size_t count = 0, best = SIZE_MAX, best_i = 0;
+    int rc = engram_namespace_list(root, &names, &count);
+
+    if (rc == -ENOENT) {
+        cli_fail("%s: namespace '%s': the root directory %s does not exist (set --root or "
+                 "ENGRAM_ROOT; 'engram create' makes it)", what, ns, root);
+        return EXIT_FAIL;
+    }
+    for (size_t i = 0; rc == 0 && i < count; i++) {
+        size_t dist = edit_distance(ns, names[i]);
+        if (dist < best) {
+            best = dist;
+            best_i = i;
+        }
+    }
+    /* Close: at most a third of the name's length, and at least 1. */
+    if (rc == 0 && count > 0 && best <= (strlen(ns) / 3 > 1 ? strlen(ns) / 3 : 1)) {
+        cli_fail("%s: namespace '%s' does not exist in %s; did you mean '%s'?", what, ns, root,
+                 names[best_i]);
+    } else if (rc == 0 && count > 0) {
+        fprintf(stderr, "engram: %s: namespace '%s' does not exist in %s (namespaces there:", what,
+                ns, root);
+        for (size_t i = 0; i < count && i < 8; i++)
+            fprintf(stderr, "%s '%s'", i ? "," : "", names[i]);
+        fprintf(stderr, "%s)\n", count > 8 ? ", ..." : "");
+    } else {
+        cli_fail("%s: namespace '%s' does not exist in %s (no namespaces there yet)", what, ns,
+                 root);
+    }
+    engram_free(names);
+    return EXIT_FAIL;
+}
+
 /* Opens the command's store; on failure reports it and returns nonzero
- * with the exit status in *status (so callers can special-case ENOENT). */
+ * with the exit status in *status (so callers can special-case ENOENT:
+ * with quiet_enoent, a missing namespace is left to the caller, *status
+ * 0). */
 int cli_open_store(const struct cli *cli, uint32_t flags, int threads, engram_store **st,
                    int quiet_enoent, int *status)
 {
@@ -397,6 +470,10 @@ int cli_open_store(const struct cli *cli, uint32_t flags, int threads, engram_st
     *st = NULL;
     if (rc == -ENOENT && quiet_enoent) {
         *status = 0;
+        return rc;
+    }
+    if (rc == -ENOENT && !(flags & ENGRAM_OPEN_CREATE)) {
+        *status = cli_ns_missing(cli_root(cli), cli->ns, cli->cmd ? cli->cmd->name : "open");
         return rc;
     }
     *status = cli_lib_fail(rc, "open namespace '%s' under '%s'", cli->ns, cli_root(cli));
