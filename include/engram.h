@@ -124,11 +124,12 @@ typedef void (*engram_log_fn)(void *ud, int level, const char *msg);
  * Sends the library's log messages of `level` and more severe levels
  * (ERROR < WARN < INFO < DEBUG; ENGRAM_LOG_OFF: none at all, not even the
  * stats line a store asked for) to fn(ud, level, msg), for the whole
- * process.  fn NULL restores the default (see above); ud and level are
- * then not used.  fn is called from whichever thread raised the message
- * (a lookup's, for the stats line), never from two threads at once; it
- * should return quickly, and must not call engram_set_log() (ENGRAM_ESTATE)
- * — messages raised by engram calls it makes are dropped.  Once
+ * process.  fn NULL restores the default (see above); ud is then not
+ * used (level is still checked).  fn is called from whichever thread
+ * raised the message (a lookup's, for the stats line, once that lookup is
+ * done), never from two threads at once.  It should return quickly; it may
+ * call the library (a lookup, say: messages raised on its thread meanwhile
+ * are dropped) but not engram_set_log() (ENGRAM_ESTATE).  Once
  * engram_set_log() has returned, the function it replaced is no longer
  * called.  Thread-safe.
  * @return : 0, -EINVAL (level outside ENGRAM_LOG_OFF .. ENGRAM_LOG_DEBUG),
