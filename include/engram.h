@@ -20,8 +20,9 @@
  *    sizeof(the struct) (the *_INIT macros do it).
  *  - Thread safety is stated per function.  In short: lookups may run
  *    concurrently from any number of threads; everything else on a store
- *    is serialised internally; engram_remove() and engram_store_close()
- *    must not race with lookups that use the table/store they release.
+ *    is serialised internally; engram_remove() may run while lookups of
+ *    the table run (they finish or fail with ENGRAM_EREMOVED), but
+ *    engram_store_close() must not race with anything using the store.
  */
 #ifndef ENGRAM_H
 #define ENGRAM_H
@@ -318,10 +319,13 @@ typedef struct engram_writer engram_writer;
 
 /*! engram_writer_begin() :
  * Starts writing table `name` with `spec` (streaming: the rows may arrive
- * in any number of engram_writer_append() calls).  Space for the whole
- * table is reserved up front, so a full disk fails here (-ENOSPC) rather
- * than half-way.  Fails at once with -EEXIST if the name is already
- * published or bound.  Thread-safe.
+ * in any number of engram_writer_append() calls).  Before anything is
+ * written, the table is checked against the namespace's capacity (see
+ * engram_check_capacity(): -ENOSPC, for the file system or the memory
+ * cgroup of a tmpfs writer, with the figures and the fix in
+ * engram_errmsg()), and space for the whole table is then reserved, so a
+ * full disk fails here rather than half-way.  Fails at once with -EEXIST
+ * if the name is already published or bound.  Thread-safe.
  * @return : 0 and *out, or a negative code. */
 ENGRAM_API int engram_writer_begin(engram_store *st, const char *name,
                                    const engram_table_spec *spec, engram_writer **out);
@@ -346,6 +350,40 @@ ENGRAM_API int engram_writer_commit(engram_writer *w);
 /*! engram_writer_abort() :
  * Discards the temporary file and frees `w`.  Accepts NULL. */
 ENGRAM_API void engram_writer_abort(engram_writer *w);
+
+/*! engram_populate_shared() :
+ * The populate that every process of a node can call with the same rows,
+ * with no leader and no barrier between them: exactly one writes the
+ * table, and the others reuse it.  If the table is already published, it
+ * is compared with `rows` (spec, and the data checksum computed from
+ * `rows`); if another live process is writing it (the lock of its
+ * temporary file is held), this waits for that writer to finish and then
+ * compares; if that writer dies instead, this one writes the table.
+ * Processes need only see the same namespace directory (no shared process
+ * group, PID namespace or launcher).  *written (may be NULL) is set to 1
+ * when this call wrote the table, 0 when it reused it.  Comparing reads
+ * all of `rows` once (XXH3, several GB/s).  Thread-safe.
+ * @return : 0; ENGRAM_EMISMATCH if the name is published with another
+ *           spec or other rows; -EEXIST if it is bound in this store; or
+ *           as engram_populate(). */
+ENGRAM_API int engram_populate_shared(engram_store *st, const char *name,
+                                      const engram_table_spec *spec, const void *rows,
+                                      size_t src_stride, int *written);
+
+/*! engram_check_capacity() :
+ * Answers up front whether `n` tables of `specs` fit in directory `dir`
+ * (a namespace, or the root it will be made in): the free space of its
+ * file system (statvfs), and, where `dir` is on a tmpfs (/dev/shm), the
+ * room left under the memory cgroup limits of the calling process, to
+ * which the kernel charges the tmpfs pages it writes (the tightest of its
+ * cgroup and their ancestors, v2 or v1, counting page cache it could give
+ * back).  Every writer makes the same check for its own table.  The
+ * figures are of one moment: others may write meanwhile.  Thread-safe.
+ * @return : 0 if they fit; -ENOSPC (the file system or the cgroup) with
+ *           the bytes needed, the bytes available and the fix in
+ *           engram_errmsg(); ENGRAM_ESPEC; -EINVAL; or the error of
+ *           opening `dir`. */
+ENGRAM_API int engram_check_capacity(const char *dir, const engram_table_spec *specs, size_t n);
 
 /*! engram_populate() :
  * Writes a whole table in one call: begin + append(all rows) + commit.
@@ -380,6 +418,20 @@ typedef uint32_t engram_table_id;
  * @return : 0, -ENOENT, ENGRAM_ECORRUPT, ENGRAM_EVERSION, ENGRAM_EUNSAFE,
  *           ENGRAM_ECHECKSUM (with ENGRAM_OPEN_VERIFY), or -errno. */
 ENGRAM_API int engram_table_open(engram_store *st, const char *name, engram_table_id *id);
+
+/*! engram_table_open_wait() :
+ * As engram_table_open(), but a table that is not published yet is waited
+ * for, up to timeout_ms milliseconds (< 0: no limit; 0: no wait), until
+ * another thread or process publishes it in the namespace: ranks can
+ * block on a table another process is populating instead of meeting at a
+ * barrier.  The wait sleeps on inotify events of the namespace directory
+ * the store holds (where inotify is unavailable, it looks again every
+ * 50 ms), and checks once a second that the directory still exists.  A
+ * memory store does not wait.  Thread-safe.
+ * @return : as engram_table_open(); -ETIMEDOUT when the time is up; -ENOENT
+ *           if the namespace directory is removed meanwhile. */
+ENGRAM_API int engram_table_open_wait(engram_store *st, const char *name, int timeout_ms,
+                                      engram_table_id *id);
 
 /* engram_table_info.kind */
 #define ENGRAM_TABLE_FILE 1  /* a table file of the namespace */
@@ -429,8 +481,13 @@ ENGRAM_API void engram_free(void *p);
 /*! engram_remove() :
  * Unpublishes table `name`: its file is unlinked (the name is free again at
  * once) and later lookups of its id fail with ENGRAM_EREMOVED.  The store's
- * own mapping is released at engram_store_close(), because concurrent
- * lookups may still be reading it.  Other processes keep their mappings.
+ * own mapping, file and row cache are released as soon as no lookup that
+ * was running can still read them: at once when none runs, else after
+ * waiting up to 50 ms for them, else by a later engram_remove(),
+ * engram_table_open() or engram_store_stats() (stats count what is still
+ * held).  A table whose memory engram_table_memory() gave out stays
+ * mapped until engram_store_close().  Other processes keep their
+ * mappings.  Thread-safe, also while lookups of the table run.
  * @return : 0, -ENOENT, ENGRAM_EBOUND (bound tables cannot be removed). */
 ENGRAM_API int engram_remove(engram_store *st, const char *name);
 
@@ -531,6 +588,52 @@ typedef struct engram_bad_id {
 ENGRAM_API int engram_last_bad_id(engram_bad_id *bad);
 
 /* ------------------------------------------------------------------------
+ * Shard plans: which heads of a layer each rank of a TP x DP topology
+ * holds.  A layer's H heads (hash columns) are tables of their own; a
+ * shard is a contiguous range of them, so a rank's rows form one global
+ * range [row_start, row_end) of the layer's heads laid end to end, and
+ * head h's lookup offset is its first global row.
+ */
+#define ENGRAM_SHARD_PER_TP 0x1u   /* one shard per TP rank, shared by its DP peers
+                                    * (tp shards); default: one per rank (tp * dp
+                                    * shards, slot tp_rank * dp + dp_rank) */
+#define ENGRAM_SHARD_BALANCED 0x2u /* cuts chosen from read counts (below) */
+
+typedef struct engram_shard {
+    uint32_t first_head; /* the shard holds heads [first_head, first_head + num_heads) */
+    uint32_t num_heads;  /* >= 1 */
+    uint64_t reads;      /* the sum of its heads' read counts (0 without counts) */
+} engram_shard;
+
+/*! engram_shard_count() :
+ * @return : the number of shards of TP `tp` x DP `dp` with `flags`, or 0
+ *           for tp or dp 0 or unknown flags.  Thread-safe. */
+ENGRAM_API uint32_t engram_shard_count(uint32_t tp, uint32_t dp, uint32_t flags);
+
+/*! engram_shard_slot() :
+ * @return : the shard of rank (tp_rank, dp_rank): tp_rank * dp + dp_rank
+ *           (TP-major), or tp_rank with ENGRAM_SHARD_PER_TP; -EINVAL for a
+ *           rank outside the topology.  Thread-safe. */
+ENGRAM_API int engram_shard_slot(uint32_t tp_rank, uint32_t dp_rank, uint32_t tp, uint32_t dp,
+                                 uint32_t flags);
+
+/*! engram_shard_plan() :
+ * Fills shards[engram_shard_count(tp, dp, flags)] for a layer of
+ * `num_heads` heads.  The head-wise plan (the default, as engines shard
+ * today) gives each shard ceil(num_heads / S) heads in order and refuses a
+ * topology that leaves a shard without a head.  With ENGRAM_SHARD_BALANCED,
+ * the cuts are chosen from reads[num_heads] (each head's reads, e.g. rows
+ * looked up per table from the stats, summed over layers) so that the
+ * busiest shard reads as little as possible, every shard keeping at least
+ * one head (the exact optimum over contiguous ranges).  `reads` may be
+ * given to the head-wise plan too, to fill shards[].reads.  Thread-safe.
+ * @return : 0; ENGRAM_ESPEC with the reason (a shard without a head);
+ *           -EINVAL (a bad topology, shards NULL, BALANCED without reads);
+ *           -ENOMEM. */
+ENGRAM_API int engram_shard_plan(uint32_t num_heads, const uint64_t *reads, uint32_t tp,
+                                 uint32_t dp, uint32_t flags, engram_shard *shards);
+
+/* ------------------------------------------------------------------------
  * Statistics.
  */
 typedef struct engram_stats {
@@ -545,14 +648,23 @@ typedef struct engram_stats {
     uint64_t time_ns;     /* time inside successful lookups (ENGRAM_OPEN_TIMING only) */
     uint64_t tables_open; /* tables mapped or bound */
     uint64_t mapped_bytes; /* bytes of table memory mapped or bound */
+    /* Removed tables whose memory is still held: lent out by
+     * engram_table_memory() (held until close), or removed while lookups
+     * that could still read them were running (released by a later
+     * engram_remove(), engram_table_open() or engram_store_stats()). */
+    uint64_t removed_tables;
+    uint64_t removed_bytes;
 } engram_stats;
 
-#define ENGRAM_STATS_INIT {sizeof(engram_stats), 0u, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+#define ENGRAM_STATS_INIT {sizeof(engram_stats), 0u, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 
 /*! engram_store_stats() :
- * Fills *stats (stats->size must be set).  Counters are summed from
- * per-thread shards without stopping lookups, so a snapshot taken during
- * lookups may be slightly behind.  Thread-safe.
+ * Fills *stats (stats->size must be set; the size of the struct before
+ * removed_tables was added is accepted too, and only that much is
+ * written).  Counters are summed from per-thread shards without stopping
+ * lookups, so a snapshot taken during lookups may be slightly behind.
+ * First releases what removed tables hold where no running lookup can
+ * still read it.  Thread-safe.
  * @return : 0 or -EINVAL. */
 ENGRAM_API int engram_store_stats(engram_store *st, engram_stats *stats);
 

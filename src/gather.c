@@ -45,6 +45,7 @@
 
 #include "fetch.h"
 #include "pool.h"
+#include "rsec.h"
 #include "store.h"
 
 #define STACK_COLS 64
@@ -647,7 +648,7 @@ int engram_lookup(engram_store *st, const engram_lookup_args *a)
     size_t rows, live, dead = 0, parts = 0;
     uint64_t t0 = 0;
     unsigned shard;
-    int excl, err, timing, par = 0;
+    int excl, err, timing, par = 0, in = 0;
 
     if (ENGRAM__UNLIKELY(!st || !a || a->size != sizeof(engram_lookup_args)))
         return engram__err(-EINVAL, "store and args (with size = sizeof(engram_lookup_args)) are "
@@ -686,6 +687,11 @@ int engram_lookup(engram_store *st, const engram_lookup_args *a)
         err = engram__err(-ENOMEM, "out of memory for the plan of %zu columns", a->num_cols);
         goto fail;
     }
+    /* From resolving the tables to the last copy: a table removed
+     * meanwhile keeps its source until the section ends (rsec.h). */
+    if ((err = engram__rsec_enter()) != 0)
+        goto fail;
+    in = 1;
     if ((err = get_cols(st, a, cols, &p.cols, &p.indirect, &memo)) != 0 ||
         (err = plan_layout(a, &p)) != 0)
         goto fail;
@@ -743,6 +749,7 @@ int engram_lookup(engram_store *st, const engram_lookup_args *a)
         if ((err = fetch_pass(&p, reqs)) != 0)
             goto fail;
     }
+    engram__rsec_exit();
     live = rows - dead;
     if (ENGRAM__LIKELY(memo && memo->excl && !dead)) {
         /* The common case in one loop of plain adds: the thread's own
@@ -780,6 +787,8 @@ int engram_lookup(engram_store *st, const engram_lookup_args *a)
         engram__store_maybe_log(st);
     return 0;
 fail:
+    if (in)
+        engram__rsec_exit();
     engram__ctr_add(&st->ctr[shard].failed, 1, excl);
     return err;
 }

@@ -13,10 +13,14 @@
 #include <inttypes.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "filesrc.h"
@@ -24,6 +28,7 @@
 #include "mapfile.h"
 #include "pool.h"
 #include "reader.h"
+#include "rsec.h"
 #include "rowcache.h"
 #include "store.h"
 #include "writer.h"
@@ -295,7 +300,8 @@ void engram_store_close(engram_store *st)
     engram__pool_destroy(st->pool);
     for (uint32_t i = 0; i < engram__table_count(st); i++) {
         engram__table *t = engram__table_get(st, i);
-        engram__source_release(&t->src);
+        if (!atomic_load_explicit(&t->released, memory_order_relaxed))
+            engram__source_release(&t->src);
         free(t);
     }
     engram__reader_destroy(atomic_load_explicit(&st->reader, memory_order_relaxed));
@@ -621,6 +627,8 @@ static int file_source(engram_store *st, int fd, const engram__header *h, const 
                                 seg.file_size, 1, h, src);
 }
 
+static void release_removed(engram_store *st, uint64_t wait_ns);
+
 int engram_table_open(engram_store *st, const char *name, engram_table_id *id)
 {
     engram__table *t = NULL, *have;
@@ -646,6 +654,9 @@ int engram_table_open(engram_store *st, const char *name, engram_table_id *id)
         return err;
     if (st->dirfd < 0)
         return engram__err(-ENOENT, "table '%s' is not bound in this memory store", name);
+    /* What removed tables hold goes first (a row cache's share of the
+     * budget, a mapping), where no running lookup can still read it. */
+    release_removed(st, 0);
     /* The slow part (reading the header, mapping, prefaulting, verifying)
      * runs without the store's lock: lookups and other opens go on. */
     if ((fd = engram__open_entry(st->dirfd, st->path, st->uid, name, O_RDONLY, &sb)) < 0) {
@@ -695,25 +706,118 @@ out:
     return err;
 }
 
+/* How often a wait re-checks where inotify cannot be had (no /proc, or
+ * out of inotify instances). */
+#define WAIT_POLL_MS 50
+/* How often a wait checks that the namespace directory still exists: its
+ * removal sends no event while the store holds it open. */
+#define WAIT_ALIVE_MS 1000
+
+/* Reads the inotify events that are there; 1 if one says the watched
+ * directory itself went away (removed, or renamed elsewhere). */
+static int drain_events(int ifd)
+{
+    char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+    int gone = 0;
+    for (;;) {
+        ssize_t n = read(ifd, buf, sizeof buf);
+        if (n <= 0)
+            return gone;
+        for (char *p = buf; p < buf + n;) {
+            const struct inotify_event *ev = (const struct inotify_event *)(void *)p;
+            gone |= (ev->mask & (IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED)) != 0;
+            p += sizeof *ev + ev->len;
+        }
+    }
+}
+
+int engram_table_open_wait(engram_store *st, const char *name, int timeout_ms,
+                           engram_table_id *id)
+{
+    char path[64];
+    uint64_t deadline;
+    int err, ifd;
+    err = engram_table_open(st, name, id);
+    if (err != -ENOENT || timeout_ms == 0 || st->dirfd < 0)
+        return err;
+    deadline = timeout_ms < 0 ? UINT64_MAX : engram__now_ns() + (uint64_t)timeout_ms * 1000000u;
+    /* The watch is on the directory the store holds (through its
+     * descriptor), whatever its path names now; set before the next try,
+     * so that a publication between the two is not missed. */
+    snprintf(path, sizeof path, "/proc/self/fd/%d", st->dirfd);
+    if ((ifd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC)) >= 0 &&
+        inotify_add_watch(ifd, path, IN_CREATE | IN_MOVED_TO | IN_ONLYDIR | IN_DELETE_SELF |
+                                         IN_MOVE_SELF) < 0) {
+        close(ifd);
+        ifd = -1;
+    }
+    for (;;) {
+        struct pollfd pfd;
+        struct stat sb;
+        uint64_t now, left;
+        int ms;
+        if ((err = engram_table_open(st, name, id)) != -ENOENT)
+            break;
+        if (fstat(st->dirfd, &sb) == 0 && sb.st_nlink == 0) {
+            err = engram__err(-ENOENT, "namespace %s was removed while waiting for table '%s'",
+                              st->path, name);
+            break;
+        }
+        now = engram__now_ns();
+        if (now >= deadline) {
+            err = engram__err(-ETIMEDOUT, "table '%s' was not published in %s within %d ms",
+                              name, st->path, timeout_ms);
+            break;
+        }
+        left = (deadline - now + 999999u) / 1000000u;
+        ms = left > INT_MAX ? INT_MAX : (int)left;
+        if (ifd < 0) {
+            struct timespec ts = {0, (long)(ms < WAIT_POLL_MS ? ms : WAIT_POLL_MS) * 1000000L};
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        pfd.fd = ifd;
+        pfd.events = POLLIN;
+        if (poll(&pfd, 1, ms < WAIT_ALIVE_MS ? ms : WAIT_ALIVE_MS) > 0 && drain_events(ifd)) {
+            err = engram__err(-ENOENT, "namespace %s was removed while waiting for table '%s'",
+                              st->path, name);
+            break;
+        }
+    }
+    if (ifd >= 0)
+        close(ifd);
+    return err;
+}
+
 int engram_table_memory(engram_store *st, engram_table_id id, const void **base,
                         engram_table_spec *spec)
 {
     engram__table *t;
+    int err = 0;
     if (base)
         *base = NULL;
     if (!st || !(t = engram__table_get(st, id)))
         return engram__err(-EINVAL, "table id %u is not a table id of this store", (unsigned)id);
-    if (atomic_load_explicit(&t->removed, memory_order_acquire))
-        return engram__err(ENGRAM_EREMOVED, "table '%s' was removed", t->name);
-    if (spec)
-        *spec = t->spec;
-    if (!t->src.base)
-        return engram__err(-ENOTSUP, "table '%s' has no base address: its rows are read on "
-                                     "demand from its source",
-                           t->name);
-    if (base)
-        *base = t->src.base;
-    return 0;
+    /* In a read section: a removal that releases the table waits for it,
+     * and then sees it lent. */
+    if ((err = engram__rsec_enter()) != 0)
+        return err;
+    if (atomic_load_explicit(&t->removed, memory_order_acquire)) {
+        err = engram__err(ENGRAM_EREMOVED, "table '%s' was removed", t->name);
+    } else {
+        if (spec)
+            *spec = t->spec;
+        if (!t->src.base) {
+            err = engram__err(-ENOTSUP, "table '%s' has no base address: its rows are read on "
+                                        "demand from its source",
+                              t->name);
+        } else if (base) {
+            atomic_store_explicit(&t->lent, 1, memory_order_relaxed);
+            *base = t->src.base;
+        }
+    }
+    engram__rsec_exit();
+    return err;
 }
 
 static void counters_sum(const engram__table *t, uint64_t *lookups, uint64_t *rows)
@@ -740,7 +844,10 @@ int engram_get_table_info(engram_store *st, const char *name, engram_table_info 
     memset(info, 0, sizeof *info);
     info->size = sizeof *info;
     /* No lock: a table found stays valid until close, and reading
-     * /proc/self/smaps takes a while. */
+     * /proc/self/smaps takes a while.  A read section keeps its source
+     * from being released meanwhile (a removal then waits for it). */
+    if ((err = engram__rsec_enter()) != 0)
+        return err;
     if ((t = find_unlocked(st, name)) != NULL) {
         info->kind = t->src.kind;
         info->spec = t->spec;
@@ -753,8 +860,10 @@ int engram_get_table_info(engram_store *st, const char *name, engram_table_info 
         if (t->src.base)
             err = engram__smaps_coverage(t->src.base, (size_t)t->data_size,
                                          &info->resident_bytes, &info->huge_bytes);
+        engram__rsec_exit();
         return err;
     }
+    engram__rsec_exit();
     if (st->dirfd < 0)
         return engram__err(-ENOENT, "table '%s' is not bound in this memory store", name);
     if ((fd = engram__open_entry(st->dirfd, st->path, st->uid, name, O_RDONLY, &sb)) < 0)
@@ -817,6 +926,46 @@ void engram_free(void *p)
     free(p);
 }
 
+/* How long engram_remove() waits for the lookups that were running to
+ * finish before it releases the table's source; a longer one (a source's
+ * slow read_rows in another lookup) leaves the release to a later remove,
+ * table open or stats call, or to the close. */
+#define RELEASE_WAIT_NS 50000000u
+
+/* Releases the sources of the removed tables once no read section can
+ * reach them any more, waiting at most wait_ns for the open ones to
+ * close.  A table whose memory engram_table_memory() lent out stays
+ * mapped until close (its contract).  Not under st->lock: waiting for a
+ * lookup under it could wait for a source that takes it. */
+static void release_removed(engram_store *st, uint64_t wait_ns)
+{
+    engram__table *list, *t, *next, **tail;
+    pthread_mutex_lock(&st->lock);
+    list = st->retired;
+    st->retired = NULL;
+    pthread_mutex_unlock(&st->lock);
+    if (!list)
+        return;
+    if (engram__rsec_sync(wait_ns) != 0) {
+        /* Sections still open (or called from inside one): later. */
+        pthread_mutex_lock(&st->lock);
+        for (tail = &list; *tail; tail = &(*tail)->retired_next)
+            ;
+        *tail = st->retired;
+        st->retired = list;
+        pthread_mutex_unlock(&st->lock);
+        return;
+    }
+    for (t = list; t; t = next) {
+        next = t->retired_next;
+        t->retired_next = NULL;
+        if (atomic_load_explicit(&t->lent, memory_order_relaxed))
+            continue;
+        engram__source_release(&t->src);
+        atomic_store_explicit(&t->released, 1, memory_order_relaxed);
+    }
+}
+
 /* Why a table that is not a table file cannot be removed. */
 static const char *not_removable(uint32_t kind)
 {
@@ -874,9 +1023,13 @@ int engram_remove(engram_store *st, const char *name)
         /* Release: a lookup that sees the new generation sees the table
          * removed, and resolves its columns again (gather.c's memo). */
         atomic_fetch_add_explicit(&st->gen, 1, memory_order_release);
+        t->retired_next = st->retired;
+        st->retired = t;
     }
 out:
     pthread_mutex_unlock(&st->lock);
+    if (t && err == 0)
+        release_removed(st, RELEASE_WAIT_NS);
     return err;
 }
 
@@ -918,13 +1071,22 @@ out:
     return err;
 }
 
-int engram_store_stats(engram_store *st, engram_stats *s)
+/* sizeof(engram_stats) before removed_tables was added. */
+#define STATS_V1_SIZE offsetof(engram_stats, removed_tables)
+
+int engram_store_stats(engram_store *st, engram_stats *out)
 {
-    if (!st || !s || s->size != sizeof(engram_stats))
+    engram_stats all, *s = &all;
+    uint32_t size;
+    if (!st || !out || (out->size != sizeof(engram_stats) && out->size != STATS_V1_SIZE))
         return engram__err(-EINVAL, "store and stats (with size = sizeof(engram_stats)) are "
                                     "required");
+    /* What removed tables still hold, released first where it can be
+     * without waiting. */
+    release_removed(st, 0);
+    size = out->size;
     memset(s, 0, sizeof *s);
-    s->size = sizeof *s;
+    s->size = size;
     s->threads = (uint32_t)st->threads;
     for (int i = 0; i < ENGRAM__SHARDS; i++) {
         const engram__store_counters *c = &st->ctr[i];
@@ -938,11 +1100,17 @@ int engram_store_stats(engram_store *st, engram_stats *s)
     }
     for (uint32_t i = 0; i < engram__table_count(st); i++) {
         engram__table *t = engram__table_get(st, i);
-        if (t->src.base && !atomic_load_explicit(&t->removed, memory_order_relaxed)) {
-            s->tables_open++;
-            s->mapped_bytes += t->data_size;
+        if (!atomic_load_explicit(&t->removed, memory_order_relaxed)) {
+            if (t->src.base) {
+                s->tables_open++;
+                s->mapped_bytes += t->data_size;
+            }
+        } else if (!atomic_load_explicit(&t->released, memory_order_relaxed)) {
+            s->removed_tables++;
+            s->removed_bytes += t->data_size;
         }
     }
+    memcpy(out, s, size);
     return 0;
 }
 
@@ -987,6 +1155,9 @@ int engram_get_cache_stats(engram_store *st, const char *name, engram_cache_stat
     memset(&all, 0, sizeof all);
     all.size = size;
     all.ways = ENGRAM_CACHE_WAYS;
+    /* A read section keeps the caches read here from being released. */
+    if ((err = engram__rsec_enter()) != 0)
+        return err;
     /* Acquire pairs with the release stores that published them. */
     b = atomic_load_explicit(&st->budget, memory_order_acquire);
     rd = atomic_load_explicit(&st->reader, memory_order_acquire);
@@ -1011,6 +1182,7 @@ int engram_get_cache_stats(engram_store *st, const char *name, engram_cache_stat
                 add_cache_stats(t, &all);
         }
     }
+    engram__rsec_exit();
     memcpy(s, &all, size);
     return err;
 }

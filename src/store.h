@@ -7,7 +7,8 @@
  * a lock (acquire loads of pointers published with release stores);
  * writers of the registry hold store->lock.  Table objects are freed only
  * at close, which is why engram_remove() never invalidates memory a
- * concurrent lookup may be reading.
+ * concurrent lookup may be reading; what a removed table's source holds
+ * is released once no read section (rsec.h) can reach it.
  *
  * store->lock guards the registry and the namespace bookkeeping only.  No
  * slow work runs under it: mapping, prefaulting and checksumming a table,
@@ -59,6 +60,7 @@ struct engram_store {
                                    * memo of resolved tables is for this store only */
     _Atomic uint64_t gen;         /* bumped by every engram_remove(): memos made before are
                                    * stale */
+    engram__table *retired;       /* removed tables whose source is still held (under lock) */
     struct engram__pool *pool;    /* NULL when threads == 1 */
     /* The row cache's budget and the io_uring reader, made with the first
      * table that needs them (under lock), then read without it. */

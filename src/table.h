@@ -3,8 +3,11 @@
  *
  * Tables are made by store.c and freed only at engram_store_close(), so a
  * lookup may hold a table pointer for its whole length, even while the
- * table is being removed.  What a lookup reads of a table comes first;
- * the per-thread-shard counters come last, one cache line per shard.
+ * table is being removed.  A removed table's source (its mapping, file
+ * and row cache) is released earlier, once no read section can reach it
+ * (rsec.h), unless engram_table_memory() lent its memory out.  What a
+ * lookup reads of a table comes first; the per-thread-shard counters come
+ * last, one cache line per shard.
  */
 #ifndef ENGRAM_TABLE_H
 #define ENGRAM_TABLE_H
@@ -32,6 +35,9 @@ typedef struct engram__table {
     engram__source src;     /* src.base first: the lookup reads it with spec */
     uint64_t data_size;     /* num_rows * row_pitch */
     engram_table_id id;     /* its index in the store's registry */
+    atomic_int lent;        /* engram_table_memory() gave its base out: kept until close */
+    atomic_int released;    /* removed and its source released (store.c) */
+    struct engram__table *retired_next; /* removed, source not yet released (store->lock) */
     char name[ENGRAM_NAME_MAX + 1];
     engram__table_counters ctr[ENGRAM__SHARDS];
 } engram__table;

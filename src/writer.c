@@ -37,6 +37,7 @@
 
 #include <xxhash.h>
 
+#include "capacity.h"
 #include "format.h"
 #include "store.h"
 #include "writer.h"
@@ -208,6 +209,16 @@ int engram_writer_begin(engram_store *st, const char *name, const engram_table_s
         goto fail;
     }
     XXH3_64bits_reset(w->xs);
+    {
+        /* Room for the file (and, on a tmpfs, under this process's memory
+         * cgroup), before anything is written: a clear refusal instead of
+         * a kill or a full disk part way. */
+        char what[ENGRAM_NAME_MAX + 16];
+        snprintf(what, sizeof what, "table '%s'", name);
+        if ((err = engram__capacity_check(st->dirfd, st->path,
+                                          engram__table_file_bytes(spec, 0), what, 0)) != 0)
+            goto fail;
+    }
     if ((err = temp_create(w)) != 0)
         goto fail;
     /* Reserve the header and the data region now: a full disk (or a 64 MiB
@@ -375,6 +386,171 @@ int engram_populate(engram_store *st, const char *name, const engram_table_spec 
         return err;
     }
     return engram_writer_commit(w);
+}
+
+/* ------------------------------------------------------------------------
+ * Populating without a leader: engram_populate_shared().
+ */
+
+/* 1 if directory entry `ent` is a temporary file of table `name`:
+ * ".tmp.<name>.<pid>.<hex nonce>" exactly (a name may hold dots, so the
+ * pid and nonce are taken from the end). */
+static int temp_of(const char *ent, const char *name)
+{
+    size_t pl = strlen(TMP_PREFIX), nl = strlen(name);
+    const char *p;
+    if (strncmp(ent, TMP_PREFIX, pl) != 0 || strncmp(ent + pl, name, nl) != 0 ||
+        ent[pl + nl] != '.')
+        return 0;
+    p = ent + pl + nl + 1;
+    if (!*p || !strchr("0123456789", *p))
+        return 0;
+    while (*p >= '0' && *p <= '9')
+        p++;
+    if (*p++ != '.' || !*p)
+        return 0;
+    for (; *p; p++)
+        if (!strchr("0123456789abcdef", *p))
+            return 0;
+    return 1;
+}
+
+/* A descriptor of a temporary file of `name` whose writer is alive (its
+ * lock is held), or -1 if there is none.  Only regular files of the
+ * namespace's owner count. */
+static int live_writer(engram_store *st, const char *name)
+{
+    struct dirent *de;
+    DIR *d;
+    int fd, live = -1;
+    if ((fd = openat(st->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+        return -1;
+    if (!(d = fdopendir(fd))) {
+        close(fd);
+        return -1;
+    }
+    while (live < 0 && (de = readdir(d)) != NULL) {
+        struct stat sb;
+        int tfd;
+        if (!temp_of(de->d_name, name))
+            continue;
+        tfd = openat(st->dirfd, de->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+        if (tfd < 0)
+            continue;
+        if (fstat(tfd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_uid == st->uid &&
+            flock(tfd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK)
+            live = tfd;
+        else
+            close(tfd); /* a dead writer's (closing drops our lock) */
+    }
+    closedir(d);
+    return live;
+}
+
+/* XXH3-64 of `rows` as a table file of `spec` holds them (each row padded
+ * with zeros to the pitch): what the published table's checksum must be.
+ * 0, or -ENOMEM. */
+static int rows_checksum(const engram_table_spec *spec, const unsigned char *rows,
+                         size_t src_stride, uint64_t *sum)
+{
+    size_t rb = spec->row_bytes, pitch = engram__spec_pitch(spec);
+    XXH3_state_t *xs = XXH3_createState();
+    unsigned char *buf = NULL;
+    if (!src_stride)
+        src_stride = rb;
+    if (!xs || (pitch != rb && !(buf = calloc(1, pitch)))) {
+        XXH3_freeState(xs);
+        return engram__err(-ENOMEM, "out of memory");
+    }
+    XXH3_64bits_reset(xs);
+    if (pitch == rb && src_stride == rb) {
+        XXH3_64bits_update(xs, rows, (size_t)spec->num_rows * rb);
+    } else {
+        for (uint64_t i = 0; i < spec->num_rows; i++) {
+            if (buf) {
+                memcpy(buf, rows + i * src_stride, rb);
+                XXH3_64bits_update(xs, buf, pitch);
+            } else {
+                XXH3_64bits_update(xs, rows + i * src_stride, rb);
+            }
+        }
+    }
+    *sum = XXH3_64bits_digest(xs);
+    XXH3_freeState(xs);
+    free(buf);
+    return 0;
+}
+
+/* Whether `name` is published with exactly these rows: 0 (reuse it),
+ * -ENOENT (not published), ENGRAM_EMISMATCH (another spec or other rows),
+ * -EEXIST (the name is bound in this store), or another error. */
+static int published_as(engram_store *st, const char *name, const engram_table_spec *spec,
+                        const void *rows, size_t src_stride)
+{
+    engram_table_info info = ENGRAM_TABLE_INFO_INIT;
+    uint64_t sum = 0;
+    int err;
+    if ((err = engram_get_table_info(st, name, &info)) != 0)
+        return err;
+    if (info.kind != ENGRAM_TABLE_FILE)
+        return engram__err(-EEXIST, "table '%s' is bound in this store, not published", name);
+    if (info.spec.num_rows != spec->num_rows || info.spec.row_bytes != spec->row_bytes ||
+        info.spec.row_pitch != engram__spec_pitch(spec))
+        return engram__err(ENGRAM_EMISMATCH,
+                           "table '%s' is published in %s with num_rows=%llu, row_bytes=%u, "
+                           "row_pitch=%u, not num_rows=%llu, row_bytes=%u, row_pitch=%u",
+                           name, st->path, (unsigned long long)info.spec.num_rows,
+                           info.spec.row_bytes, info.spec.row_pitch,
+                           (unsigned long long)spec->num_rows, spec->row_bytes,
+                           engram__spec_pitch(spec));
+    if ((err = rows_checksum(spec, rows, src_stride, &sum)) != 0)
+        return err;
+    if (sum != info.checksum)
+        return engram__err(ENGRAM_EMISMATCH,
+                           "table '%s' is published in %s with other rows (data checksum "
+                           "%016llx, these rows %016llx)",
+                           name, st->path, (unsigned long long)info.checksum,
+                           (unsigned long long)sum);
+    return 0;
+}
+
+int engram_populate_shared(engram_store *st, const char *name, const engram_table_spec *spec,
+                           const void *rows, size_t src_stride, int *written)
+{
+    int err;
+    if (written)
+        *written = 0;
+    if (!st || !spec || !rows)
+        return engram__err(-EINVAL, "store, spec and rows are required");
+    if ((err = engram_name_check(name)) != 0 || (err = engram_spec_check(spec)) != 0)
+        return err;
+    if (src_stride && src_stride < spec->row_bytes)
+        return engram__err(-EINVAL, "populate '%s': stride %zu < row_bytes %u", name, src_stride,
+                           spec->row_bytes);
+    if (st->dirfd < 0)
+        return engram__err(ENGRAM_ESTATE, "a memory store has no directory to write '%s' to; "
+                                          "use engram_bind()",
+                           name);
+    for (;;) {
+        int fd;
+        if ((err = published_as(st, name, spec, rows, src_stride)) != -ENOENT)
+            return err;
+        if ((fd = live_writer(st, name)) >= 0) {
+            /* Another process is writing it: its lock goes when it commits,
+             * aborts or dies, and then we look again. */
+            while (flock(fd, LOCK_SH) != 0 && errno == EINTR)
+                ;
+            close(fd);
+            continue;
+        }
+        err = engram_populate(st, name, spec, rows, src_stride);
+        if (err != -EEXIST) {
+            if (err == 0 && written)
+                *written = 1;
+            return err;
+        }
+        /* Another writer won the race: compare with what it published. */
+    }
 }
 
 void engram__clean_temps(engram_store *st)

@@ -33,7 +33,11 @@ static void part_fn(void *arg, size_t part, size_t nparts)
         atomic_fetch_add(&j->by_worker, 1);
         if (j->slow_workers)
             usleep(20000); /* descheduled mid-part */
-    } else {
+    } else if (!atomic_load(&j->by_worker)) {
+        /* Leave the worker time to take a part; once it has one, the
+         * caller's own parts are instant, so the job's time is the
+         * worker's stall whatever the machine's load (a caller slowed to
+         * a millisecond a part would make the stall look paid for). */
         usleep(50);
     }
 }

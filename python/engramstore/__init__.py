@@ -19,7 +19,10 @@ naming the argument; a failed library call raises an EngramError subclass.
 """
 from __future__ import annotations
 
+import errno as _errno
+import os
 from collections.abc import Mapping
+from typing import NamedTuple
 
 from . import _engram
 from ._engram import (  # noqa: F401  (re-exported)
@@ -62,6 +65,7 @@ __all__ = [
     "SpecError", "LayoutMismatchError", "LayoutError", "BadIdError",
     "CorruptTableError", "UnsafePathError", "StateError", "StoreClosedError",
     "default_root", "library_version", "strerror", "DEAD_ID", "HAVE_CUDA",
+    "can_share", "CapacityAnswer", "shard_plan",
 ]
 
 _DEFAULT = object()  # local_dir not given: the library's default root
@@ -250,5 +254,61 @@ class EngramStoreConfig:
                 f"row_bytes={self.row_bytes!r})")
 
 
+class CapacityAnswer(NamedTuple):
+    """The answer of :func:`can_share`: true when the tables fit; else
+    ``reason`` names the bytes needed, the bytes available and the fix."""
+
+    ok: bool
+    reason: str
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+def can_share(tables, local_dir=_DEFAULT, namespace=None) -> CapacityAnswer:
+    """Whether ``tables`` fit in the shared directory, asked before anything
+    is written: the free space of the file system of ``local_dir/namespace``
+    (of the nearest directory that exists, before it is made), and, on a
+    tmpfs such as /dev/shm, the memory cgroup limit of this process, to
+    which the kernel charges the tmpfs pages it writes (a populate beyond it
+    gets the process killed).  Every populate makes the same check for its
+    own table.
+
+    ``tables``: ``{name: spec}`` as for :class:`TableStore`, ``{layer_id:
+    EngramStoreConfig}`` as for the layer API, or a list of specs.  Returns
+    a :class:`CapacityAnswer` ``(ok, reason)``, false when they do not fit::
+
+        ok, why = engramstore.can_share({"t": {"num_rows": 10**6, "row_bytes": 264}})
+        if not ok:
+            print(why)
+    """
+    if local_dir is _DEFAULT:
+        local_dir = default_root()
+    specs = []
+    items = tables.items() if isinstance(tables, Mapping) else enumerate(tables)
+    for key, spec in items:
+        if isinstance(spec, EngramStoreConfig):
+            specs.extend((int(n), int(spec.row_bytes), 0) for n in spec.table_vocab_sizes)
+        else:
+            kw = _spec_kwargs(key, spec, f"tables[{key!r}]")
+            specs.append((int(kw["num_rows"]), int(kw["row_bytes"]), int(kw.get("row_pitch", 0))))
+    d = os.fspath(local_dir)
+    if namespace is not None:
+        d = os.path.join(d, namespace)
+    while not os.path.isdir(d):
+        parent = os.path.dirname(os.path.abspath(d))
+        if parent == d:
+            break
+        d = parent
+    try:
+        _engram.check_capacity(d, specs)
+    except EngramError as e:
+        if e.errno != _errno.ENOSPC:
+            raise
+        return CapacityAnswer(False, str(e))
+    return CapacityAnswer(True, "")
+
+
 from ._mooncake import MooncakeError, MooncakeTableStore  # noqa: E402  (needs the names above)
 from ._layer import LayerStore  # noqa: E402  (needs the names above)
+from ._plan import shard_plan  # noqa: E402

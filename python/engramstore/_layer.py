@@ -142,10 +142,16 @@ class LayerStore(EngramStore):
 
     # -- the Mooncake-compatible API ----------------------------------------
 
-    def populate(self, layer_id: int, embedding_buffers, config=None) -> None:
+    def populate(self, layer_id: int, embedding_buffers, config=None, *,
+                 shared: bool = False) -> None:
         """Stores one C-contiguous uint8 ``[N_h, row_bytes]`` array per head
         in the store client (create-only, atomic per head).  Every array is
         checked before the first head is written.
+
+        With a local store and ``shared=True``, every process of a node may
+        call it with the same arrays, with no leader or barrier: each head
+        is written by exactly one of them and reused by the others after
+        comparing it (``TableStore.populate_shared``).
 
         With a Mooncake store: TableExistsError if any head's key exists;
         each buffer is registered, all heads are uploaded with one
@@ -161,9 +167,21 @@ class LayerStore(EngramStore):
         if self._mc is None:
             if config is not None:
                 raise TypeError("config: a ReplicateConfig is for a Mooncake store client")
-            for key, buf in zip(self._keys[layer_id], embedding_buffers):
+            keys = self._keys[layer_id]
+            if shared:
+                for key, buf in zip(keys, embedding_buffers):
+                    self._store.populate_shared(key, buf)
+                return
+            # Room for the whole layer first, not a kill or a full disk at
+            # its last head.
+            sizes, row_bytes = self._layer(layer_id)
+            _engram.check_capacity(self._store.path, [(n, row_bytes, 0) for n in sizes])
+            for key, buf in zip(keys, embedding_buffers):
                 self._store.populate(key, buf)
             return
+        if shared:
+            raise TypeError("shared: for a local store (a Mooncake store's objects are "
+                            "create-only: the first populate wins)")
         self._mooncake_populate(layer_id, list(embedding_buffers), config)
 
     def _mooncake_populate(self, layer_id, bufs, config):

@@ -265,7 +265,125 @@ static PyObject *mod_default_root(PyObject *self, PyObject *unused)
     return PyUnicode_FromString(engram_default_root());
 }
 
+PyDoc_STRVAR(check_capacity_doc,
+"check_capacity(dir, specs) -> None\n\n"
+"Raises EngramError (errno ENOSPC) with the bytes needed, the bytes available\n"
+"and the fix unless tables of `specs` ((num_rows, row_bytes, row_pitch)\n"
+"tuples) fit in directory `dir`: its file system's free space and, on a\n"
+"tmpfs, this process's memory cgroup limit.  engramstore.can_share() is the\n"
+"friendlier form.");
+
+static PyObject *mod_check_capacity(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *dirb = NULL, *seq = NULL;
+    engram_table_spec *specs = NULL;
+    Py_ssize_t n = 0;
+    int rc;
+    (void)self;
+    if (nargs != 2)
+        return PyErr_Format(PyExc_TypeError, "check_capacity(dir, specs): 2 arguments, got %zd",
+                            nargs);
+    if (ext_path_arg(args[0], "dir", &dirb) < 0)
+        return NULL;
+    if (!(seq = PySequence_Fast(args[1], "specs: expected a sequence of spec tuples")))
+        goto fail;
+    n = PySequence_Fast_GET_SIZE(seq);
+    if (n && !(specs = PyMem_Calloc((size_t)n, sizeof *specs))) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned long long rows;
+        unsigned int rb, pitch = 0;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "KI|I", &rows, &rb, &pitch))
+            goto fail;
+        specs[i].num_rows = rows;
+        specs[i].row_bytes = rb;
+        specs[i].row_pitch = pitch;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = engram_check_capacity(PyBytes_AS_STRING(dirb), specs, (size_t)n);
+    Py_END_ALLOW_THREADS
+    if (rc != 0) {
+        ext_raise(rc, NULL);
+        goto fail;
+    }
+    PyMem_Free(specs);
+    Py_DECREF(seq);
+    Py_DECREF(dirb);
+    Py_RETURN_NONE;
+fail:
+    PyMem_Free(specs);
+    Py_XDECREF(seq);
+    Py_XDECREF(dirb);
+    return NULL;
+}
+
+PyDoc_STRVAR(shard_plan_doc,
+"shard_plan(num_heads, reads, tp, dp, flags) -> list[tuple[int, int, int]]\n\n"
+"engram_shard_plan(): (first_head, num_heads, reads) per shard.  reads: a\n"
+"sequence of num_heads ints, or None.  engramstore.shard_plan() is the\n"
+"friendlier form.");
+
+static PyObject *mod_shard_plan(PyObject *self, PyObject *args)
+{
+    unsigned int heads, tp, dp, flags;
+    PyObject *reads_o, *seq = NULL, *res = NULL;
+    uint64_t *reads = NULL;
+    engram_shard *sh = NULL;
+    uint32_t n;
+    int rc;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "IOIII", &heads, &reads_o, &tp, &dp, &flags))
+        return NULL;
+    n = engram_shard_count(tp, dp, flags);
+    if (reads_o != Py_None) {
+        if (!(seq = PySequence_Fast(reads_o, "reads: expected a sequence of ints")))
+            return NULL;
+        if ((size_t)PySequence_Fast_GET_SIZE(seq) != heads) {
+            PyErr_Format(PyExc_ValueError, "reads: expected %u counts (one per head), got %zd",
+                         heads, PySequence_Fast_GET_SIZE(seq));
+            goto out;
+        }
+        if (!(reads = PyMem_Calloc(heads ? heads : 1, sizeof *reads)))
+            goto nomem;
+        for (unsigned int i = 0; i < heads; i++) {
+            reads[i] = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(seq, i));
+            if (reads[i] == (uint64_t)-1 && PyErr_Occurred())
+                goto out;
+        }
+    }
+    if (!(sh = PyMem_Calloc(n ? n : 1, sizeof *sh)))
+        goto nomem;
+    if ((rc = engram_shard_plan(heads, reads, tp, dp, flags, sh)) != 0) {
+        ext_raise(rc, NULL);
+        goto out;
+    }
+    if (!(res = PyList_New(n)))
+        goto out;
+    for (uint32_t i = 0; i < n; i++) {
+        PyObject *t = Py_BuildValue("(IIK)", sh[i].first_head, sh[i].num_heads,
+                                    (unsigned long long)sh[i].reads);
+        if (!t) {
+            Py_CLEAR(res);
+            goto out;
+        }
+        PyList_SET_ITEM(res, i, t);
+    }
+    goto out;
+nomem:
+    PyErr_NoMemory();
+out:
+    PyMem_Free(sh);
+    PyMem_Free(reads);
+    Py_XDECREF(seq);
+    return res;
+}
+
 static PyMethodDef methods[] = {
+    {"shard_plan", mod_shard_plan, METH_VARARGS, shard_plan_doc},
+    {"check_capacity", (PyCFunction)(void (*)(void))mod_check_capacity, METH_FASTCALL,
+     check_capacity_doc},
     {"strerror", mod_strerror, METH_O, strerror_doc},
     {"default_root", mod_default_root, METH_NOARGS, default_root_doc},
     {"_check_rows", (PyCFunction)(void (*)(void))ext_check_rows, METH_FASTCALL,

@@ -126,6 +126,11 @@ PyObject *ext_store_open_safetensors(StoreObject *s, PyObject *const *args, Py_s
 PyObject *ext_store_define(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
                            PyObject *kwnames);
 PyObject *ext_store_get_table_spec(StoreObject *s, PyObject *name);
+extern const char ext_store_populate_shared_doc[], ext_store_wait_for_doc[];
+PyObject *ext_store_populate_shared(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
+                                    PyObject *kwnames);
+PyObject *ext_store_wait_for(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
+                             PyObject *kwnames);
 PyObject *ext_store_list_tables(StoreObject *s, PyObject *unused);
 PyObject *ext_store_remove(StoreObject *s, PyObject *name);
 PyObject *ext_store_verify(StoreObject *s, PyObject *name);

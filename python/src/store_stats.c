@@ -13,7 +13,9 @@
 const char ext_store_stats_doc[] = PyDoc_STR(
 "stats() -> dict\n\n"
 "The store's counters (lookups, failed, rows, dead_rows, bytes, parallel,\n"
-"time_ns, threads, tables_open, mapped_bytes) and, under 'tables', per table\n"
+"time_ns, threads, tables_open, mapped_bytes, and removed_tables and\n"
+"removed_bytes: removed tables whose memory is still held) and, under\n"
+"'tables', per table\n"
 "looked up through this object: lookups, rows, bytes, resident_bytes,\n"
 "huge_bytes, private_copy, map_minor_faults, map_major_faults.  Under\n"
 "'cache', the row cache of the tables read through a source (file cache,\n"
@@ -125,7 +127,7 @@ PyObject *ext_store_stats(StoreObject *s, PyObject *unused)
         }
     }
 #endif
-    d = Py_BuildValue("{s:I,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:O,s:O,s:O}", "threads",
+    d = Py_BuildValue("{s:I,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:O,s:O,s:O}", "threads",
                       es.threads,
                       "lookups", (unsigned long long)es.lookups, "failed",
                       (unsigned long long)es.failed, "rows", (unsigned long long)es.rows,
@@ -133,7 +135,9 @@ PyObject *ext_store_stats(StoreObject *s, PyObject *unused)
                       (unsigned long long)es.bytes, "parallel", (unsigned long long)es.parallel,
                       "time_ns", (unsigned long long)es.time_ns, "tables_open",
                       (unsigned long long)es.tables_open, "mapped_bytes",
-                      (unsigned long long)es.mapped_bytes, "tables", tabs, "cache", cache,
+                      (unsigned long long)es.mapped_bytes, "removed_tables",
+                      (unsigned long long)es.removed_tables, "removed_bytes",
+                      (unsigned long long)es.removed_bytes, "tables", tabs, "cache", cache,
                       "cuda", cuda);
 fail:
     Py_XDECREF(cuda);

@@ -1,12 +1,14 @@
 /*
  * store_tables.c - the Store's tables: resolving names to table ids for
  * lookups, declaring (define), storing (populate), binding caller memory
- * (bind) and safetensors checkpoints (open_safetensors), and the queries
+ * (bind) and safetensors checkpoints (open_safetensors), sharing tables
+ * between processes (populate_shared, wait_for), and the queries
  * get_table_spec, list_tables, remove and verify.
  */
 #include "store.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <string.h>
 
 /* ---- names, specs and resolution ----------------------------------------- */
@@ -292,6 +294,84 @@ PyObject *ext_store_populate(StoreObject *s, PyObject *const *args, Py_ssize_t n
     ext_store_leave(s);
     Py_END_ALLOW_THREADS
     ext_array_release(&a);
+    if (rc < 0)
+        return ext_raise(rc, NULL);
+    Py_RETURN_NONE;
+}
+
+const char ext_store_populate_shared_doc[] = PyDoc_STR(
+"populate_shared(name, rows) -> bool\n\n"
+"populate() for every process of a node at once, with no leader and no\n"
+"barrier: exactly one of them writes the table and the others reuse it.  If\n"
+"the table is published, it is compared with rows (spec and data checksum);\n"
+"if another live process is writing it, this waits for that writer and then\n"
+"compares; if that writer dies, this one writes it.  Returns True if this\n"
+"call wrote the table, False if it reused it.  Raises LayoutMismatchError if\n"
+"the published table has another shape or other rows.  The GIL is released.");
+
+PyObject *ext_store_populate_shared(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
+                                    PyObject *kwnames)
+{
+    ext_array a;
+    engram_table_spec sp;
+    const char *cname;
+    uint32_t decl_pitch;
+    size_t src_stride;
+    int rc, written = 0;
+    if (take_rows(s, "populate_shared", args, nargs, kwnames, &cname, &a, &sp, &decl_pitch) < 0)
+        return NULL;
+    src_stride = sp.row_pitch;
+    sp.row_pitch = decl_pitch;
+    if (ext_store_enter(s) < 0) {
+        ext_array_release(&a);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = engram_populate_shared(s->st, cname, &sp, a.data, src_stride, &written);
+    ext_store_leave(s);
+    Py_END_ALLOW_THREADS
+    ext_array_release(&a);
+    if (rc < 0)
+        return ext_raise(rc, NULL);
+    return PyBool_FromLong(written);
+}
+
+const char ext_store_wait_for_doc[] = PyDoc_STR(
+"wait_for(name, timeout=None) -> None\n\n"
+"Waits until table `name` is published in the namespace (by any process),\n"
+"for at most `timeout` seconds (None: no limit; 0: no wait), sleeping on\n"
+"inotify events of the directory rather than polling: ranks can block on a\n"
+"table another process populates instead of meeting at a barrier.  Raises\n"
+"EngramError with errno ETIMEDOUT when the time is up, TableNotFoundError if\n"
+"the namespace is removed meanwhile.  The GIL is released while waiting.");
+
+PyObject *ext_store_wait_for(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
+                             PyObject *kwnames)
+{
+    static const char *const names[] = {"name", "timeout"};
+    PyObject *v[2];
+    const char *cname;
+    engram_table_id id;
+    int ms = -1, rc;
+    if (ext_store_parse_args("wait_for", args, nargs, kwnames, names, 2, 2, 1, v) < 0 ||
+        !(cname = name_arg(v[0], "name")))
+        return NULL;
+    if (v[1] && v[1] != Py_None) {
+        double t = PyFloat_AsDouble(v[1]);
+        if (t == -1.0 && PyErr_Occurred())
+            return NULL;
+        if (!(t >= 0.0))
+            return PyErr_Format(PyExc_ValueError, "timeout: expected seconds >= 0 or None, "
+                                                  "got %R",
+                                v[1]);
+        ms = t * 1000.0 >= (double)INT_MAX ? INT_MAX : (int)(t * 1000.0 + 0.999);
+    }
+    if (ext_store_enter(s) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = engram_table_open_wait(s->st, cname, ms, &id);
+    ext_store_leave(s);
+    Py_END_ALLOW_THREADS
     if (rc < 0)
         return ext_raise(rc, NULL);
     Py_RETURN_NONE;

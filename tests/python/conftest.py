@@ -93,11 +93,7 @@ def mooncake(tmp_path_factory):
     unless ENGRAM_REQUIRE_MOONCAKE=1 (scripts/test.sh sets it once the
     wheel installed), where that is a failure."""
     import mcserver
-    why = mcserver.mooncake_missing()
-    if why:
-        if os.environ.get("ENGRAM_REQUIRE_MOONCAKE") == "1":
-            pytest.fail(why)
-        pytest.skip(why)
+    mcserver.require_mooncake()
     srv = mcserver.MooncakeServers(str(tmp_path_factory.mktemp("mooncake")))
     srv.start()
     holder = None

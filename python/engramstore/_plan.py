@@ -1,0 +1,129 @@
+"""Shard plans for TP x DP ranks (the thin layer over engram_shard_plan)."""
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from . import _engram
+
+_PER_TP, _BALANCED = 0x1, 0x2
+_NAME = re.compile(r"^engram:l(\d+):h(\d+)$")
+
+
+def _layer_sizes(head_rows, layers) -> dict[int, list[int]]:
+    """{layer_id: [rows of head h]} from a list of sizes (the same for every
+    layer of `layers`) or a {layer_id: sizes or EngramStoreConfig} dict."""
+    from . import EngramStoreConfig
+    if isinstance(head_rows, Mapping):
+        out = {}
+        for lid, v in head_rows.items():
+            sizes = v.table_vocab_sizes if isinstance(v, EngramStoreConfig) else v
+            out[int(lid)] = [int(n) for n in sizes]
+        if layers:
+            raise TypeError("layers: given by head_rows already (a dict of layer -> sizes)")
+    else:
+        sizes = [int(n) for n in head_rows]
+        out = {int(lid): sizes for lid in (layers or (0,))}
+    if not out:
+        raise ValueError("head_rows: no layer")
+    counts = {len(v) for v in out.values()}
+    if len(counts) != 1:
+        raise ValueError(f"head_rows: every layer needs the same number of heads, got {sorted(counts)}")
+    if 0 in counts:
+        raise ValueError("head_rows: a layer of 0 heads")
+    for lid, v in out.items():
+        if any(n <= 0 for n in v):
+            raise ValueError(f"head_rows: layer {lid} has a head of {min(v)} rows")
+    return out
+
+
+def _head_reads(reads, num_heads: int) -> list[int] | None:
+    """Per-head read counts from a list, or from stats()["tables"] (a dict
+    of table name -> {"rows": n, ...} or -> n), summed over layers."""
+    if reads is None:
+        return None
+    if isinstance(reads, Mapping):
+        out = [0] * num_heads
+        for name, v in reads.items():
+            m = _NAME.match(str(name))
+            if not m:
+                continue  # not a layer table
+            h = int(m.group(2))
+            if h >= num_heads:
+                raise ValueError(f"reads: table {name!r} is head {h} of a layer of {num_heads} heads")
+            out[h] += int(v["rows"] if isinstance(v, Mapping) else v)
+        return out
+    if isinstance(reads, Sequence) or hasattr(reads, "__len__"):
+        out = [int(r) for r in reads]
+        if len(out) != num_heads:
+            raise ValueError(f"reads: expected {num_heads} counts (one per head), got {len(out)}")
+        if any(r < 0 for r in out):
+            raise ValueError("reads: counts must be >= 0")
+        return out
+    raise TypeError(f"reads: expected a list of counts or a stats()['tables'] dict, "
+                    f"got {type(reads).__name__}")
+
+
+def _imbalance(shards) -> float:
+    loads = [s[2] for s in shards]
+    mean = sum(loads) / len(loads)
+    return max(loads) / mean if mean else 1.0
+
+
+def shard_plan(head_rows, tp: int, dp: int = 1, *, per_tp: bool = False, reads=None,
+               balanced: bool = False, layers: Sequence[int] = ()) -> dict[str, Any]:
+    """Which heads each rank of a TP x DP topology holds, as a JSON-ready dict.
+
+    ``head_rows``: the rows of each head of a layer (a list, the same for
+    every layer id of ``layers``), or ``{layer_id: sizes or
+    EngramStoreConfig}``.  One shard per rank (TP-major slot ``tp_rank * dp +
+    dp_rank``), or with ``per_tp=True`` one per TP rank shared by its DP
+    peers.  The head-wise plan gives each shard ``ceil(heads / shards)``
+    heads in order and refuses a topology that leaves a shard without one
+    (SpecError); ``balanced=True`` chooses the cuts from ``reads`` (a count
+    per head, or ``stats()["tables"]``) to minimise the busiest shard's
+    reads.  With ``reads``, ``"imbalance"`` gives max / mean reads of both
+    plans (the head-wise one None where it is refused).
+    """
+    sizes = _layer_sizes(head_rows, layers)
+    H = len(next(iter(sizes.values())))
+    counts = _head_reads(reads, H)
+    if balanced and counts is None:
+        raise TypeError("balanced: needs reads (a count per head, or stats()['tables'])")
+    flags = (_PER_TP if per_tp else 0) | (_BALANCED if balanced else 0)
+    shards = _engram.shard_plan(H, counts, tp, dp, flags)
+    plan: dict[str, Any] = {
+        "schema": 1,
+        "tp": tp, "dp": dp,
+        "mode": "per_tp" if per_tp else "per_rank",
+        "plan": "balanced" if balanced else "head_wise",
+        "heads": H,
+        "shards": [{"shard": i, "heads": list(range(f, f + n)), "reads": r}
+                   for i, (f, n, r) in enumerate(shards)],
+    }
+    if counts is not None:
+        other = "head_wise" if balanced else "balanced"
+        try:
+            alt = _engram.shard_plan(H, counts, tp, dp, flags ^ _BALANCED)
+            alt_imb = _imbalance(alt)
+        except _engram.SpecError:
+            alt_imb = None
+        plan["imbalance"] = {plan["plan"]: _imbalance(shards), other: alt_imb}
+    ranks = []
+    for t in range(tp):
+        for d in range(dp):
+            s = t if per_tp else t * dp + d
+            f, n, _ = shards[s]
+            per_layer = {}
+            for lid, v in sizes.items():
+                starts = [sum(v[:h]) for h in range(H + 1)]
+                per_layer[str(lid)] = {
+                    "tables": [f"engram:l{lid}:h{h}" for h in range(f, f + n)],
+                    "offsets": starts[f:f + n],
+                    "row_start": starts[f],
+                    "row_end": starts[f + n],
+                }
+            ranks.append({"tp_rank": t, "dp_rank": d, "shard": s, "layers": per_layer})
+    plan["ranks"] = ranks
+    return plan

@@ -1,0 +1,93 @@
+"""Shard plans (engramstore.shard_plan): hand-computed ranges for 2 layers x
+24 heads on TP 4 x DP 2, refusals, balanced plans from read counts, and a
+rank looking up global ids through its plan's tables and offsets."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import engramstore
+from esutil import make_rows
+
+# 24 prime-sized heads per layer (small stand-ins for DeepSeek's buckets).
+SIZES = [101, 103, 107, 109, 113, 127, 131, 137, 139, 149, 151, 157,
+         163, 167, 173, 179, 181, 191, 193, 197, 199, 211, 223, 227]
+STARTS = [sum(SIZES[:h]) for h in range(25)]
+
+
+def test_head_wise_tp4_dp2_per_rank():
+    p = engramstore.shard_plan(SIZES, tp=4, dp=2, layers=(1, 14))
+    assert p["schema"] == 1 and p["mode"] == "per_rank" and p["plan"] == "head_wise"
+    assert [s["heads"] for s in p["shards"]] == [[3 * i, 3 * i + 1, 3 * i + 2] for i in range(8)]
+    assert len(p["ranks"]) == 8
+    r = next(r for r in p["ranks"] if (r["tp_rank"], r["dp_rank"]) == (1, 1))
+    assert r["shard"] == 3  # TP-major: 1 * 2 + 1
+    l14 = r["layers"]["14"]
+    assert l14["tables"] == ["engram:l14:h9", "engram:l14:h10", "engram:l14:h11"]
+    assert l14["offsets"] == [STARTS[9], STARTS[10], STARTS[11]]
+    assert (l14["row_start"], l14["row_end"]) == (STARTS[9], STARTS[12])
+    json.dumps(p)  # JSON-ready as it is
+    assert "imbalance" not in p
+
+
+def test_head_wise_per_tp_shares_between_dp_peers():
+    p = engramstore.shard_plan(SIZES, tp=4, dp=2, per_tp=True)
+    assert [s["heads"][0] for s in p["shards"]] == [0, 6, 12, 18]
+    peers = [r for r in p["ranks"] if r["tp_rank"] == 2]
+    assert [r["shard"] for r in peers] == [2, 2]
+    assert peers[0]["layers"] == peers[1]["layers"]
+
+
+def test_refusals():
+    with pytest.raises(engramstore.SpecError, match="needs 32 shards"):
+        engramstore.shard_plan(SIZES, tp=4, dp=8)
+    with pytest.raises(engramstore.SpecError, match="leaves shard 6 without a head"):
+        engramstore.shard_plan(SIZES, tp=7)
+    with pytest.raises(TypeError, match="needs reads"):
+        engramstore.shard_plan(SIZES, tp=7, balanced=True)
+    with pytest.raises(ValueError, match="24 counts"):
+        engramstore.shard_plan(SIZES, tp=2, reads=[1, 2, 3])
+    with pytest.raises(ValueError, match="same number of heads"):
+        engramstore.shard_plan({1: SIZES, 2: SIZES[:5]}, tp=1)
+    with pytest.raises(ValueError, match="0 rows"):
+        engramstore.shard_plan([5, 0], tp=1)
+    with pytest.raises(engramstore.EngramError):
+        engramstore.shard_plan(SIZES, tp=0)
+
+
+def test_balanced_from_stats():
+    # Two hot heads (0 and 23) in both layers, as stats()["tables"] gives.
+    tables = {f"engram:l{L}:h{h}": {"rows": (5000 if h in (0, 23) else 100)}
+              for L in (1, 14) for h in range(24)}
+    tables["other"] = {"rows": 10**9}  # not a layer table: ignored
+    head = engramstore.shard_plan(SIZES, tp=4, reads=tables)
+    bal = engramstore.shard_plan(SIZES, tp=4, reads=tables, balanced=True)
+    assert [s["reads"] for s in head["shards"]] == [11000, 1200, 1200, 11000]
+    assert max(s["reads"] for s in bal["shards"]) == 10000  # a hot head alone (x2 layers)
+    assert bal["shards"][0]["heads"] == [0]
+    assert bal["imbalance"]["balanced"] < head["imbalance"]["head_wise"]
+    assert bal["imbalance"]["head_wise"] == head["imbalance"]["head_wise"]
+    # 7 shards: refused head-wise, balanced every shard has a head.
+    p = engramstore.shard_plan(SIZES, tp=7, reads=[1] * 24, balanced=True)
+    assert all(s["heads"] for s in p["shards"]) and p["imbalance"]["head_wise"] is None
+
+
+def test_a_rank_looks_up_global_ids_through_its_plan(local_dir):
+    cfg = engramstore.EngramStoreConfig(SIZES, 264)
+    p = engramstore.shard_plan({1: cfg}, tp=4, dp=2)
+    rank = p["ranks"][5]["layers"]["1"]          # tp 2, dp 1: shard 5, heads 15-17
+    heads = [int(t.rsplit("h", 1)[1]) for t in rank["tables"]]
+    with engramstore.EngramStore(namespace="plan", local_dir=local_dir) as st:
+        rows = {h: make_rows(SIZES[h], 264, seed=h) for h in heads}
+        for t, h in zip(rank["tables"], heads):
+            st.populate(t, rows[h])
+        # Global ids in the rank's range, one column per head.
+        ids = np.array([[rank["offsets"][k] + (7 * k) % SIZES[h] for k, h in enumerate(heads)],
+                        [rank["offsets"][k] + SIZES[h] - 1 for k, h in enumerate(heads)]], np.int64)
+        assert ((ids >= rank["row_start"]) & (ids < rank["row_end"])).all()
+        out = np.empty((2, 3, 264), np.uint8)
+        st.lookup(rank["tables"], ids, out, offsets=np.array(rank["offsets"], np.int64))
+        for k, h in enumerate(heads):
+            assert (out[:, k] == rows[h][ids[:, k] - rank["offsets"][k]]).all()
