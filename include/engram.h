@@ -95,6 +95,49 @@ ENGRAM_API const char *engram_strerror(int err);
 ENGRAM_API const char *engram_errmsg(void);
 
 /* ------------------------------------------------------------------------
+ * Log messages.
+ *
+ * Failures are returned, never logged.  What the library has to say
+ * besides goes to one process-wide log sink, as one line per message
+ * (no newline) with a level:
+ *  - ENGRAM_LOG_INFO: the periodic row cache stats line of a store that
+ *    asked for one (engram_store_options.cache_log_ms, or the environment
+ *    variable ENGRAM_CACHE_LOG_MS), "cache ROOT/NS: hit rate ...";
+ *    a temporary file of a writer that died, removed by an open.
+ *  - ENGRAM_LOG_WARN: io_uring could not be set up, so rows behind the row
+ *    cache are read one pread at a time (said once per process).
+ * By default no function is set and the sink is off: nothing is written,
+ * except the cache stats line, which a store that asked for it writes to
+ * stderr as "engram: cache ...".  engram_set_log() hands every message to
+ * a function of yours instead (an engine's own logger).
+ */
+#define ENGRAM_LOG_OFF 0   /* no messages */
+#define ENGRAM_LOG_ERROR 1 /* something failed that no call returns */
+#define ENGRAM_LOG_WARN 2  /* a fallback that costs speed or memory */
+#define ENGRAM_LOG_INFO 3  /* what the library did: stats lines, cleanups */
+#define ENGRAM_LOG_DEBUG 4 /* details for whoever debugs the library */
+
+/* Receives one message: `level` is one of ENGRAM_LOG_ERROR .. DEBUG, `msg`
+ * one line without a newline, valid only during the call. */
+typedef void (*engram_log_fn)(void *ud, int level, const char *msg);
+
+/*! engram_set_log() :
+ * Sends the library's log messages of `level` and more severe levels
+ * (ERROR < WARN < INFO < DEBUG; ENGRAM_LOG_OFF: none at all, not even the
+ * stats line a store asked for) to fn(ud, level, msg), for the whole
+ * process.  fn NULL restores the default (see above); ud is then not
+ * used (level is still checked).  fn is called from whichever thread
+ * raised the message (a lookup's, for the stats line, once that lookup is
+ * done), never from two threads at once.  It should return quickly; it may
+ * call the library (a lookup, say: messages raised on its thread meanwhile
+ * are dropped) but not engram_set_log() (ENGRAM_ESTATE).  Once
+ * engram_set_log() has returned, the function it replaced is no longer
+ * called.  Thread-safe.
+ * @return : 0, -EINVAL (level outside ENGRAM_LOG_OFF .. ENGRAM_LOG_DEBUG),
+ *           or ENGRAM_ESTATE (called from the log function). */
+ENGRAM_API int engram_set_log(engram_log_fn fn, void *ud, int level);
+
+/* ------------------------------------------------------------------------
  * Table specs and names.
  *
  * A table is `num_rows` rows of `row_bytes` opaque bytes.  Rows are stored
@@ -165,9 +208,9 @@ typedef struct engram_store_options {
                             * tables): 0 = 256 MiB.  See engram_get_cache_stats(). */
     uint32_t queue_depth;  /* io_uring reads in flight per lookup: 0 = 64
                             * (1 .. ENGRAM_QUEUE_DEPTH_MAX) */
-    uint32_t cache_log_ms; /* print a cache stats line to stderr at most every this many ms
-                            * of lookups; 0 = the ENGRAM_CACHE_LOG_MS environment variable,
-                            * or never */
+    uint32_t cache_log_ms; /* log a cache stats line at most every this many ms of
+                            * lookups (to stderr, or to the function of engram_set_log());
+                            * 0 = the ENGRAM_CACHE_LOG_MS environment variable, or never */
 } engram_store_options;
 
 #define ENGRAM_QUEUE_DEPTH_MAX 4096u /* engram_store_options.queue_depth at most */
@@ -175,8 +218,14 @@ typedef struct engram_store_options {
 #define ENGRAM_STORE_OPTIONS_INIT {sizeof(engram_store_options), 0u, 0, 0, 0, 0, 0}
 
 /*! engram_default_root() :
- * @return : the default root directory of namespaces: "/dev/shm/engram"
- *           when /dev/shm exists, else "/tmp/engram".  Static string. */
+ * The root directory used where none is given (engram_store_open() and
+ * engram_namespace_list() with root NULL; the CLI without --root; the
+ * Python package without local_dir).  Thread-safe while nothing changes
+ * the environment.
+ * @return : the value of the environment variable ENGRAM_ROOT when it is
+ *           set and not empty (the environment's own string: valid until
+ *           the environment changes), else "/dev/shm/engram" when /dev/shm
+ *           exists, else "/tmp/engram" (static strings). */
 ENGRAM_API const char *engram_default_root(void);
 
 /*! engram_store_open() :
@@ -215,6 +264,46 @@ ENGRAM_API int engram_store_open_memory(const engram_store_options *opts, engram
  * Unmaps every table, stops the gather threads and frees the store.
  * Accepts NULL.  Must not race with any other call on the same store. */
 ENGRAM_API void engram_store_close(engram_store *st);
+
+/*! engram_namespace_list() :
+ * Lists the namespaces under directory `root` (NULL: the default root):
+ * its subdirectories with valid names (links and other entries are left
+ * out), sorted, whoever owns them (engram_store_open() decides whether a
+ * namespace is trusted).  *names is one allocation (the array, NULL
+ * terminated, and the strings) to release with engram_free(); *count is
+ * its length.  Thread-safe.
+ * @return : 0, -ENOENT (no such root), ENGRAM_EUNSAFE (the root is a link
+ *           or not a directory), -EINVAL (names or count NULL), -ENOMEM,
+ *           or another negative errno. */
+ENGRAM_API int engram_namespace_list(const char *root, char ***names, size_t *count);
+
+/* engram_namespace_remove() flags */
+#define ENGRAM_NS_REMOVE_TABLES 0x0001u /* remove the namespace's tables first */
+
+/*! engram_namespace_remove() :
+ * Removes namespace `ns` under `root` (NULL: the default root).  It is
+ * opened as engram_store_open() opens it (the same trust rules; stale
+ * temporary files of dead writers are removed), then every entry is
+ * checked before anything is removed:
+ *  - a table: without ENGRAM_NS_REMOVE_TABLES the namespace is not empty
+ *    (-ENOTEMPTY, naming the tables); with it, each table is removed as
+ *    engram_remove() removes it;
+ *  - a temporary file of a writer that is still running: -EBUSY, naming
+ *    the table being written;
+ *  - anything else (a file that is not an engram table, a link, a
+ *    directory): -ENOTEMPTY naming it; the library removes only what it
+ *    wrote, so remove such entries yourself.
+ * The directory itself is then removed with rmdir(2), which succeeds only
+ * if it is empty: a table published meanwhile by another process makes
+ * the call fail with -ENOTEMPTY (the tables removed before stay removed)
+ * rather than be lost.  Stores open on the namespace keep the tables they
+ * mapped, as after engram_remove(); they can no longer write tables.
+ * Thread-safe.
+ * @return : 0, -ENOENT (no such namespace), -ENOTEMPTY, -EBUSY,
+ *           ENGRAM_EUNSAFE, ENGRAM_ESPEC (bad name), -EINVAL (unknown
+ *           flags), or another negative errno; engram_errmsg() says which
+ *           entry stopped it. */
+ENGRAM_API int engram_namespace_remove(const char *root, const char *ns, uint32_t flags);
 
 /* ------------------------------------------------------------------------
  * Writing tables: create-only and atomic.

@@ -36,6 +36,16 @@ ENGRAM_API int engram__err(int code, const char *fmt, ...) __attribute__((format
 ENGRAM_API int engram__errno(int errno_value, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* Sends a log message (one line, no newline) of `level` (ENGRAM_LOG_*)
+ * to the caller's log function (engram_set_log()) if it takes that level.
+ * Without a function the message is dropped, unless `flags` holds
+ * ENGRAM__LOG_ASKED (the caller asked for this message by other means,
+ * such as a store's cache_log_ms): it is then written to stderr as
+ * "engram: <message>".  Thread-safe; see log.c. */
+#define ENGRAM__LOG_ASKED 0x1u
+void engram__log(int level, unsigned flags, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /* Records the bad id of the failure just reported with engram__err(), for
  * engram_last_bad_id(). */
 void engram__set_bad_id(const engram_bad_id *bad);

@@ -583,8 +583,10 @@ void engram__clean_temps(engram_store *st)
         if (fstat(tfd, &a) == 0 && S_ISREG(a.st_mode) && a.st_uid == st->uid &&
             flock(tfd, LOCK_EX | LOCK_NB) == 0 &&
             fstatat(st->dirfd, de->d_name, &b, AT_SYMLINK_NOFOLLOW) == 0 &&
-            a.st_ino == b.st_ino && a.st_dev == b.st_dev)
-            unlinkat(st->dirfd, de->d_name, 0);
+            a.st_ino == b.st_ino && a.st_dev == b.st_dev &&
+            unlinkat(st->dirfd, de->d_name, 0) == 0)
+            engram__log(ENGRAM_LOG_INFO, 0, "removed %s/%s, the temporary file of a writer "
+                                            "that died", st->path, de->d_name);
         close(tfd);
     }
     closedir(d);

@@ -3,16 +3,19 @@
  *
  * The tool is a thin front end over the public API of engram.h: it creates,
  * imports, lists, inspects, verifies, looks up and removes tables of one
- * namespace, measures lookups against baselines taken in the same run
- * (`bench`), and runs the end-to-end `demo` shown in the README (one
- * DeepSeek-shaped Engram layer, decode-shaped lookups checked byte for
- * byte).  Internal to the tool; nothing here is installed.
+ * namespace, lists and removes namespaces (`ns`), measures lookups
+ * against baselines taken in the same run (`bench`), and runs the
+ * end-to-end `demo` shown in the README (one DeepSeek-shaped Engram layer,
+ * decode-shaped lookups checked byte for byte).  Internal to the tool;
+ * nothing here is installed.  docs/cli.md is its user documentation.
  *
  * Files:
  *   cli_main.c    main(), the command table, argument parsing, help
  *   cli_util.c    error reports, number parsing and formatting, the row
- *                 fills, the progress bar, opening the command's store
+ *                 fills, the progress display, opening the command's store
+ *                 (with "did you mean" for a mistyped namespace)
  *   cli_tables.c  create, ls, info, verify, rm, lookup
+ *   cli_ns.c      ns ls, ns rm
  *   cli_import.c  writing a table from a row source; import (raw, .npy,
  *                 safetensors)
  *   cli_bench.c   bench, and the timing it shares with the demo
@@ -21,7 +24,10 @@
  *
  * Conventions: every command returns an exit status (0 ok, 1 an operation
  * failed, 2 usage error); library failures are reported as
- * "engram: <what>: <engram_errmsg()>" on stderr.  Numeric arguments are
+ * "engram: <what>: <engram_errmsg()>" on stderr, warnings (an entry
+ * skipped, exit status unchanged) as "engram: warning: <what>".  Commands
+ * that change something print one line saying what they did on stdout;
+ * --json output is one object that starts with "schema": CLI_JSON_SCHEMA.  Numeric arguments are
  * parsed strictly (no signs where none belong, no trailing junk, no
  * overflow).  Big inputs are streamed in fixed-size chunks so that tables
  * larger than memory can be created and imported.  The .npy header parser,
@@ -74,8 +80,14 @@ enum {
     OPT_SAFETENSORS,
     OPT_WEIGHT,
     OPT_SCALE,
+    OPT_FORCE,
+    OPT_STRICT,
     OPT_COUNT
 };
+
+/* The version of every --json output's keys ("schema": N, first): bumped
+ * when a key changes meaning or goes away, not when one is added. */
+#define CLI_JSON_SCHEMA 1
 
 struct cli;
 
@@ -111,6 +123,7 @@ extern volatile sig_atomic_t cli_interrupted;
 const char *cli_lib_detail(int rc);
 __attribute__((format(printf, 2, 3))) int cli_lib_fail(int rc, const char *fmt, ...);
 __attribute__((format(printf, 1, 2))) int cli_fail(const char *fmt, ...);
+__attribute__((format(printf, 1, 2))) void cli_warn(const char *fmt, ...);
 
 int cli_parse_u64(const char *s, uint64_t *out);
 int cli_mul_ok(uint64_t a, uint64_t b, uint64_t *out);
@@ -124,17 +137,25 @@ enum fill { FILL_ZERO, FILL_PATTERN, FILL_RANDOM };
 void cli_fill_row(unsigned char *dst, enum fill fill, uint64_t seed, uint64_t row,
                   uint32_t row_bytes);
 
-/* A progress bar on stderr, drawn only when it is a terminal. */
+/* Progress of a long operation on stderr, in bytes: on a terminal one line
+ * redrawn in place (bar, percentage, bytes, rate, time left), erased at
+ * the end; elsewhere a plain line every ENGRAM_PROGRESS_SECS seconds
+ * (default 10) and, if any was printed, a final one. */
 struct progress {
     const char *label;
-    int enabled;
-    int last; /* last permille drawn, -1 before the first */
+    int tty;              /* stderr is a terminal */
+    int shown;            /* terminal: a line to erase; else: lines were printed */
+    uint64_t start_ns;    /* when it began */
+    uint64_t last_ns;     /* when a line was last drawn or printed */
+    uint64_t interval_ns; /* between two plain lines */
+    uint64_t done, total; /* bytes, as last reported */
 };
 void cli_progress_init(struct progress *p, const char *label);
 int cli_progress_cb(void *ud, uint64_t done, uint64_t total);
 void cli_progress_end(struct progress *p);
 
 const char *cli_root(const struct cli *cli);
+int cli_ns_missing(const char *root, const char *ns, const char *what);
 int cli_open_store(const struct cli *cli, uint32_t flags, int threads, engram_store **st,
                    int quiet_enoent, int *status);
 
@@ -198,6 +219,7 @@ int cli_cmd_ls(struct cli *cli);
 int cli_cmd_info(struct cli *cli);
 int cli_cmd_verify(struct cli *cli);
 int cli_cmd_rm(struct cli *cli);
+int cli_cmd_ns(struct cli *cli);
 int cli_cmd_lookup(struct cli *cli);
 int cli_cmd_import(struct cli *cli);
 int cli_cmd_bench(struct cli *cli);

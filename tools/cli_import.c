@@ -110,7 +110,8 @@ int cli_write_table(engram_store *st, const char *verb, const char *name,
                                   r + n - 1);
             goto out;
         }
-        cli_progress_cb(&pr, r + n, spec->num_rows);
+        /* In bytes, which the rate and time left are told in. */
+        cli_progress_cb(&pr, (r + n) * spec->row_bytes, spec->num_rows * spec->row_bytes);
     }
     cli_progress_end(&pr);
     rc = engram_writer_commit(w);
@@ -496,6 +497,9 @@ int cli_cmd_import(struct cli *cli)
     if (cli_open_store(cli, ENGRAM_OPEN_CREATE, 1, &st, 0, &status) != 0)
         goto out;
     status = cli_write_table(st, "import", name, &spec, file_rows, &src);
+    if (status == 0)
+        printf("imported %s: %" PRIu64 " rows of %" PRIu32 " bytes from %s\n", name,
+               spec.num_rows, spec.row_bytes, path);
 out:
     engram_store_close(st);
     if (fd >= 0)

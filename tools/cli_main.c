@@ -34,6 +34,7 @@ static const struct opt_def {
     [OPT_KEEP] = {"keep", 0},
     [OPT_SAFETENSORS] = {"safetensors", 1}, [OPT_WEIGHT] = {"weight", 1},
     [OPT_SCALE] = {"scale", 1},
+    [OPT_FORCE] = {"force", 0},    [OPT_STRICT] = {"strict", 0},
 };
 
 #define O(x) (1u << OPT_##x)
@@ -137,17 +138,23 @@ static const struct command commands[] = {
      "  --weight W          the weight tensor\n"
      "  --scale S           the scale tensor (optional)\n"
      "  --rows A:B          import rows [A, B) only (a TP shard); B empty = N\n"},
-    {"ls", cli_cmd_ls, O(JSON), 0, 0, "ls [--json]",
+    {"ls", cli_cmd_ls, O(JSON) | O(STRICT), 0, 0, "ls [--json] [--strict]",
      "Lists the tables of the namespace with their rows, row bytes, pitch and data\n"
-     "size.\n"
+     "size.  A namespace that does not exist is an error (exit 1) that names the\n"
+     "path and the closest existing namespace.  An entry of the namespace that is\n"
+     "not a readable table (a stray file, a table of another owner) is skipped with\n"
+     "a warning on stderr; the exit status stays 0 unless --strict.\n"
      "\n"
-     "  --json            print a JSON array of {name, kind, rows, row_bytes,\n"
-     "                    row_pitch, size}\n"},
+     "  --json            print one JSON object: {schema, root, namespace, tables:\n"
+     "                    [{name, kind, num_rows, row_bytes, row_pitch, data_size}],\n"
+     "                    skipped: [{name, reason}]} (docs/cli.md)\n"
+     "  --strict          exit 1 if any entry was skipped\n"},
     {"info", cli_cmd_info, O(JSON) | O(MAP), 1, 1, "info NAME [--json] [--map]",
      "Shows every field the library reports about table NAME: spec, file layout,\n"
      "checksum, creation time and, with --map, the mapping in this process.\n"
      "\n"
-     "  --json            print one JSON object (the checksum as a hex string)\n"
+     "  --json            print one JSON object, {schema, name, path, kind, num_rows,\n"
+     "                    row_bytes, ...} (the checksum as a hex string; docs/cli.md)\n"
      "  --map             map the table first, to report resident and huge-page bytes\n"},
     {"verify", cli_cmd_verify, O(ALL), 0, -1, "verify NAME... | verify --all",
      "Re-reads each table and checks its header and data checksum; prints\n"
@@ -165,7 +172,26 @@ static const struct command commands[] = {
      "  --zero-dead       have the library zero-fill dead rows, printed as zeros\n"},
     {"rm", cli_cmd_rm, 0, 1, -1, "rm NAME...",
      "Removes the named tables (the names are free again at once; processes that\n"
-     "have a table mapped keep reading their mapping).\n"},
+     "have a table mapped keep reading their mapping).  Prints 'removed NAME' for\n"
+     "each.\n"},
+    {"ns", cli_cmd_ns, O(JSON) | O(STRICT) | O(FORCE), 1, -1,
+     "ns ls [--json] [--strict] | ns rm NS... [--force]",
+     "Manages the namespaces of the root (--root, else ENGRAM_ROOT, else the default).\n"
+     "\n"
+     "ns ls lists them with their number of tables and data size.  A namespace that\n"
+     "cannot be opened (another user's) is skipped with a warning on stderr; the exit\n"
+     "status stays 0 unless --strict.\n"
+     "\n"
+     "ns rm removes each namespace NS: its tables (only with --force; without it a\n"
+     "namespace that holds tables is refused), then its directory.  Refused, with\n"
+     "nothing removed: a namespace where a table is being written, or that holds an\n"
+     "entry that is not a table (remove that yourself).  Prints 'removed namespace\n"
+     "NS (N tables)' for each.\n"
+     "\n"
+     "  --json            (ls) print one JSON object: {schema, root, namespaces:\n"
+     "                    [{name, tables, data_size}], skipped: [{name, reason}]}\n"
+     "  --strict          (ls) exit 1 if any namespace was skipped\n"
+     "  --force           (rm) remove the namespace's tables with it\n"},
     {"bench", cli_cmd_bench, O(IDS) | O(ITERS) | O(THREADS) | O(COLS) | O(JSON) | O(HUGE), 1, -1,
      "bench NAME... [--ids T] [--cols C] [--iters N] [--threads N] [--huge] [--json]",
      "Measures engram_lookup of uniform random ids (a fresh batch each call, from a\n"
@@ -181,7 +207,7 @@ static const struct command commands[] = {
      "                    in 1 s)\n"
      "  --threads N       gather threads (default 0: one per CPU, at most 8)\n"
      "  --huge            serve private huge-page copies (ENGRAM_OPEN_PRIVATE_HUGE)\n"
-     "  --json            machine-readable output\n"},
+     "  --json            machine-readable output (one JSON object; docs/cli.md)\n"},
     {"demo", cli_cmd_demo, O(SMALL) | O(TOKENS) | O(ITERS) | O(KEEP) | O(THREADS), 0, 0,
      "demo [--small] [--tokens T] [--iters N] [--threads N] [--keep]",
      "Runs the library end to end on one DeepSeek-shaped Engram layer: creates a\n"
@@ -219,18 +245,37 @@ static void print_main_help(FILE *f)
     fprintf(f,
             "\n"
             "Global options (also accepted after the command):\n"
-            "  --root DIR    root directory of namespaces (default %s)\n"
+            "  --root DIR    root directory of namespaces (default: $ENGRAM_ROOT if set,\n"
+            "                else /dev/shm/engram, or /tmp/engram without /dev/shm; now\n"
+            "                %s)\n"
             "  --ns NAME     namespace (default 'default')\n"
             "  -h, --help    show help; 'engram COMMAND --help' for one command\n"
             "  --version     print the version\n"
             "\n"
-            "Exit status: 0 ok, 1 an operation failed, 2 usage error.\n",
+            "Environment: ENGRAM_ROOT (the default root), ENGRAM_PROGRESS_SECS (seconds\n"
+            "between progress lines when stderr is not a terminal; default 10).\n"
+            "\n"
+            "Exit status: 0 ok, 1 an operation failed, 2 usage error.  docs/cli.md has\n"
+            "the details and the JSON outputs.\n",
             engram_default_root());
 }
 
 static void print_command_help(const struct command *c)
 {
     printf("Usage: engram [--root DIR] [--ns NAME] %s\n\n%s", c->synopsis, c->help);
+}
+
+/* Prints the version; returns the exit status 0. */
+static int print_version(void)
+{
+    /* A shared library older or newer than the header the tool was built
+     * with is worth saying. */
+    if (engram_version_number() == ENGRAM_VERSION_NUMBER)
+        printf("engram %s\n", engram_version_string());
+    else
+        printf("engram %s (built against the header of %d.%d.%d)\n", engram_version_string(),
+               ENGRAM_VERSION_MAJOR, ENGRAM_VERSION_MINOR, ENGRAM_VERSION_PATCH);
+    return 0;
 }
 
 /* Recognises "--name" / "--name=value" / "-h".  Returns the option id or
@@ -279,17 +324,8 @@ static int parse_and_run(int argc, char **argv)
     for (; i < argc && looks_like_option(argv[i]); i++) {
         const char *val;
         int id;
-        if (strcmp(argv[i], "--version") == 0) {
-            /* A shared library older or newer than the header the tool was
-             * built with is worth saying. */
-            if (engram_version_number() == ENGRAM_VERSION_NUMBER)
-                printf("engram %s\n", engram_version_string());
-            else
-                printf("engram %s (built against the header of %d.%d.%d)\n",
-                       engram_version_string(), ENGRAM_VERSION_MAJOR, ENGRAM_VERSION_MINOR,
-                       ENGRAM_VERSION_PATCH);
-            return 0;
-        }
+        if (strcmp(argv[i], "--version") == 0)
+            return print_version();
         id = lookup_option(argv[i], &val);
         if (id == OPT_HELP) {
             print_main_help(stdout);
@@ -330,12 +366,15 @@ static int parse_and_run(int argc, char **argv)
         return cli_usage_error(&cli, "unknown command '%s'", argv[i]);
     i++;
 
-    /* --help anywhere among the options wins over any other usage error. */
+    /* --help and --version anywhere among the options win over any other
+     * usage error (the first of them given). */
     for (int j = i; j < argc && strcmp(argv[j], "--") != 0; j++) {
         if (strcmp(argv[j], "--help") == 0 || strcmp(argv[j], "-h") == 0) {
             print_command_help(cli.cmd);
             return 0;
         }
+        if (strcmp(argv[j], "--version") == 0)
+            return print_version();
     }
 
     pos = calloc((size_t)argc, sizeof(*pos));
