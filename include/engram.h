@@ -237,6 +237,20 @@ typedef struct engram_writer engram_writer;
 ENGRAM_API int engram_writer_begin(engram_store *st, const char *name,
                                    const engram_table_spec *spec, engram_writer **out);
 
+/*! engram_writer_set_range() :
+ * Records in the table being written that it holds rows [row_start,
+ * row_start + num_rows) of a tensor of total_rows rows (a TP rank's
+ * shard, or one head of a layer whose heads are concatenated), so that
+ * readers can find the offset of its global ids in
+ * engram_table_info.row_start / total_rows instead of having to be told.
+ * May be called any time before engram_writer_commit(); a later call
+ * replaces an earlier one.  A table with a range is written in format
+ * version 2 (docs/format.md), which libraries older than this call refuse
+ * (ENGRAM_EVERSION); a table without one stays version 1.
+ * @return : 0, ENGRAM_ESPEC (total_rows 0 or above 2^62, or the rows not
+ *           within it), -EINVAL (w NULL), ENGRAM_ESTATE (a failed writer). */
+ENGRAM_API int engram_writer_set_range(engram_writer *w, uint64_t row_start, uint64_t total_rows);
+
 /*! engram_writer_append() :
  * Appends `nrows` rows read from `rows`, `src_stride` bytes apart
  * (0 = row_bytes; only the first row_bytes of each are used).  Appending
@@ -317,9 +331,23 @@ typedef struct engram_table_info {
                               * k columns of one lookup counts k) */
     uint64_t rows;           /* rows copied from this table (dead ids excluded) */
     uint64_t bytes;          /* bytes copied from this table */
+    /* Came with row ranges.  A caller built against an older header passes
+     * the old size (offsetof(engram_table_info, row_start)) and does not
+     * get them.
+     *
+     * A table that holds a range of a larger tensor (a TP rank's shard of
+     * a checkpoint tensor, one head of a layer's concatenated heads) says
+     * so here: its row i is global row row_start + i of a tensor of
+     * total_rows rows.  Look it up with offsets[k] = row_start to use
+     * global ids.  total_rows is 0 when no range is known (the table was
+     * written without one; row_start is then 0 too).  Recorded in the file
+     * by engram_writer_set_range(); set for safetensors tables from their
+     * [row_start, row_end) and the tensor's N. */
+    uint64_t row_start;      /* global row of the table's row 0 */
+    uint64_t total_rows;     /* rows of the full tensor; 0 = no range known */
 } engram_table_info;
 
-#define ENGRAM_TABLE_INFO_INIT {sizeof(engram_table_info), 0u, {0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+#define ENGRAM_TABLE_INFO_INIT {sizeof(engram_table_info), 0u, {0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 
 /*! engram_get_table_info() :
  * Fills *info about table `name` (stored or bound) without mapping it.
@@ -701,7 +729,9 @@ ENGRAM_API int engram_source_error(int code, const char *fmt, ...)
  * block scales).  Row i of the table is row row_start + i of `weight`
  * followed by the same row of `scale`, packed: row_bytes = A * size +
  * B * size (264 for the example).  [row_start, row_end) selects a shard of
- * the rows (a TP rank's range); row_end 0 means N.
+ * the rows (a TP rank's range); row_end 0 means N.  The table's info
+ * reports the range (engram_table_info.row_start = row_start, total_rows =
+ * N): look it up with offsets[k] = row_start to use global ids.
  *
  * Dtypes: any of BOOL U8 I8 F8_E4M3 F8_E5M2 F8_E8M0 U16 I16 F16 BF16 U32
  * I32 F32 U64 I64 F64; bytes are served as stored (little-endian).

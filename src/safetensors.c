@@ -673,9 +673,11 @@ int engram_open_safetensors(engram_store *st, const char *name, const char *path
     opened = 0; /* filesrc_make consumes the descriptors */
     if ((err = engram__filesrc_make(&ctx, ENGRAM_TABLE_SAFETENSORS, name, segs, nseg,
                                     spec.num_rows, spec.num_rows * row_bytes, 0, NULL,
-                                    &src)) == 0 &&
-        (err = engram__store_add_table(st, name, &spec, &src, id)) != 0)
-        engram__source_release(&src);
+                                    &src)) == 0) {
+        engram__filesrc_set_range(&src, row_start, nrows);
+        if ((err = engram__store_add_table(st, name, &spec, &src, id)) != 0)
+            engram__source_release(&src);
+    }
     engram__store_unclaim(st, name);
     return err;
 fail:

@@ -109,6 +109,12 @@ static void test_packed_rows(void)
     ASSERT_EQ(info.spec.num_rows, 800);
     ASSERT_EQ(info.spec.row_bytes, W + S);
     ASSERT_EQ(info.mapped, 0);
+    /* The shard's place in the tensor: rows [100, 900) of N = 1000. */
+    ASSERT_EQ_U64(info.row_start, 100);
+    ASSERT_EQ_U64(info.total_rows, N);
+    ASSERT_OK(engram_get_table_info(st, "mem", &info));
+    ASSERT_EQ_U64(info.row_start, 0);
+    ASSERT_EQ_U64(info.total_rows, 0); /* bound memory: no range known */
 
     for (int pass = 0; pass < 3; pass++) {
         engram_lookup_args a = ENGRAM_LOOKUP_ARGS_INIT;
@@ -154,6 +160,9 @@ static void test_packed_rows(void)
 
     /* Weights only, all rows. */
     ASSERT_OK(engram_open_safetensors(st, "w-only", path, "engram.w", NULL, 0, 0, &tid));
+    ASSERT_OK(engram_get_table_info(st, "w-only", &info));
+    ASSERT_EQ_U64(info.row_start, 0);
+    ASSERT_EQ_U64(info.total_rows, N);
     {
         int64_t one[3] = {0, 999, 500};
         unsigned char o3[3][W];
