@@ -741,7 +741,10 @@ ENGRAM_API int engram_source_error(int code, const char *fmt, ...)
  * shape and data_offsets (size = product of the shape x dtype size, no
  * overlap, no hole, within the file), duplicate names.  The files are
  * opened read-only with O_NOFOLLOW (a link is refused) and must be regular
- * files.  The checkpoint must not change while served.  Thread-safe.
+ * files.  The checkpoint must not change while served.  A tensor name that
+ * is not found gets the closest name of the file or index suggested in
+ * engram_errmsg() ("did you mean ...?") when one is within a few edits.
+ * Thread-safe.
  * @return : 0 and *id (may be NULL), -ENOENT (file or tensor missing),
  *           ENGRAM_ECORRUPT (a bad header), ENGRAM_ESPEC (a bad name, shape,
  *           dtype or row range), -EEXIST, ENGRAM_EUNSAFE (a link), -errno. */
@@ -776,6 +779,26 @@ typedef struct engram_tensor_info {
  *           ENGRAM_EUNSAFE, -errno. */
 ENGRAM_API int engram_safetensors_tensor(const char *path, const char *tensor,
                                          engram_tensor_info *info);
+
+/* Called by engram_safetensors_list() once per tensor: `name` and `info`
+ * are valid only during the call.  A nonzero return stops the listing,
+ * which then returns that value. */
+typedef int (*engram_tensor_fn)(void *ud, const char *name, const engram_tensor_info *info);
+
+/*! engram_safetensors_list() :
+ * Lists the tensors of a checkpoint: calls fn(ud, name, info) for each
+ * tensor of safetensors file `path` (in file order, info->shard ""), or,
+ * for a model.safetensors.index.json, for each tensor of its weight_map,
+ * described from its shard (shard by shard in name order, and by name
+ * within a shard; info->shard names it, info->offset is within it).  Each
+ * file's header is read once and gets the same checks as in
+ * engram_open_safetensors(); a tensor the index puts in a shard that lacks
+ * it is ENGRAM_ECORRUPT.  For tools that show a checkpoint or find the
+ * tensors of every layer.  Thread-safe.
+ * @return : 0, fn's nonzero value, -ENOENT (a file missing),
+ *           ENGRAM_ECORRUPT, ENGRAM_EUNSAFE, -EINVAL (path or fn NULL),
+ *           -errno. */
+ENGRAM_API int engram_safetensors_list(const char *path, engram_tensor_fn fn, void *ud);
 
 /*! engram_safetensors_tensor_fd() :
  * As engram_safetensors_tensor(), for the safetensors file (not an index)
