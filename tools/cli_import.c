@@ -449,7 +449,7 @@ int cli_cmd_import(struct cli *cli)
     src.fd = fd;
     src.path = path;
     if (is_npy) {
-        struct npy_info info = {0, 0, 0};
+        struct npy_info info;
         char err[512];
         if (npy_read_header(fd, file_size, &info, err, sizeof(err)) != 0) {
             status = cli_fail("import '%s': '%s': %s", name, path, err);
