@@ -180,12 +180,18 @@ static int parse_descr(struct lexer *lx, const char *d, uint64_t *itemsize)
     /* One to nine digits, without a leading zero. */
     bad = p == num || p - num > 9 || (p - num > 1 && num[0] == '0');
     if ((kind == 'm' || kind == 'M') && *p == '[') {
-        const char *u = ++p;
-        while ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9'))
-            p++;
-        bad |= p == u || *p != ']';
-        if (*p == ']')
-            p++;
+        /* numpy's units, with an optional multiplier: "[ns]", "[10ms]". */
+        static const char *const units[] = {"Y", "M", "W", "D", "h", "m", "s",
+                                            "ms", "us", "ns", "ps", "fs", "as"};
+        size_t len;
+        int known = 0;
+        for (p++; *p >= '0' && *p <= '9'; p++)
+            ;
+        len = strcspn(p, "]");
+        for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+            known |= strlen(units[i]) == len && strncmp(p, units[i], len) == 0;
+        bad |= !known || p[len] != ']';
+        p += p[len] == ']' ? len + 1 : len;
     }
     if (bad || *p != '\0')
         kind = '\0';

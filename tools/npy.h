@@ -51,7 +51,7 @@ struct npy_info {
  * dtype (an optional byte order of '<', '>', '|' or '=', then b1, i/u of
  * 1, 2, 4 or 8 bytes, f of 2, 4, 8, 12 or 16, c of 8, 16, 24 or 32,
  * S<n> and V<n> of n bytes, U<n> of 4n bytes, m8 and M8 with an optional
- * [unit]; never object or structured dtypes), C order, and a shape of 1
+ * [unit] of numpy's; never object or structured dtypes), C order, and a shape of 1
  * to NPY_MAX_DIMS dimensions, none zero, whose byte size fits in 64 bits.
  *
  * Returns 0 and fills *info, or -1 and writes a one-line message of

@@ -445,6 +445,9 @@ check "lookup .npy 1-D rows" eval 'rc_is 0 && out_is "3: 0a 0b 0c"'
 make_npy dt.npy 1 "{'descr': '<M8[ns]', 'fortran_order': False, 'shape': (1, 1), }" '\001\002\003\004\005\006\007\010'
 run import dt dt.npy
 check "import .npy datetime64[ns]" eval 'rc_is 0'
+make_npy du.npy 1 "{'descr': '<M8[n8AO3]', 'fortran_order': False, 'shape': (1, 1), }" '\001\002\003\004\005\006\007\010'
+run import bad du.npy
+check ".npy datetime64 of an unknown unit -> 1" eval 'fails_with 1 "M8\[n8AO3\]"'
 make_npy ob.npy 1 "{'descr': '|O', 'fortran_order': False, 'shape': (3, 1), }" "$DATA12"
 run import bad ob.npy
 check ".npy object dtype -> 1" eval 'fails_with 1 "object arrays hold pointers"'
