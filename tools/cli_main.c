@@ -33,7 +33,8 @@ static const struct opt_def {
     [OPT_SMALL] = {"small", 0},    [OPT_TOKENS] = {"tokens", 1},
     [OPT_KEEP] = {"keep", 0},
     [OPT_SAFETENSORS] = {"safetensors", 1}, [OPT_WEIGHT] = {"weight", 1},
-    [OPT_SCALE] = {"scale", 1},
+    [OPT_SCALE] = {"scale", 1},    [OPT_LAYERS] = {"layers", 0},
+    [OPT_HEAD_VOCAB] = {"head-vocab", 1}, [OPT_LAYER_IDS] = {"layer-ids", 1},
 };
 
 #define O(x) (1u << OPT_##x)
@@ -112,9 +113,12 @@ static const struct command commands[] = {
      "random: the same construction with other constants for every word; reproducible\n"
      "from --seed.\n"},
     {"import", cli_cmd_import,
-     O(ROW_BYTES) | O(PITCH) | O(SAFETENSORS) | O(WEIGHT) | O(SCALE) | O(ROWS), 1, 2,
+     O(ROW_BYTES) | O(PITCH) | O(SAFETENSORS) | O(WEIGHT) | O(SCALE) | O(ROWS) | O(LAYERS) |
+         O(HEAD_VOCAB) | O(LAYER_IDS),
+     0, 2,
      "import NAME FILE [--row-bytes R] [--pitch P] | import --safetensors CKPT --weight W "
-     "[--scale S] [--rows A:B] [--pitch P] NAME",
+     "[--scale S] [--rows A:B] [--pitch P] NAME | import --layers --safetensors CKPT "
+     "--head-vocab N0,N1,... [--weight PAT] [--scale PAT] [--layer-ids L,...] [--pitch P]",
      "Creates table NAME from FILE, streamed in 8 MiB chunks.\n"
      "\n"
      "FILE is either an .npy file (recognised by its magic bytes; format 1.0, 2.0 or\n"
@@ -138,7 +142,38 @@ static const struct command commands[] = {
      "  --safetensors CKPT  the checkpoint\n"
      "  --weight W          the weight tensor\n"
      "  --scale S           the scale tensor (optional)\n"
-     "  --rows A:B          import rows [A, B) only (a TP shard); B empty = N\n"},
+     "  --rows A:B          import rows [A, B) only (a TP shard); B empty = N.  The\n"
+     "                      table records the range (engram info: row_range), and\n"
+     "                      global id g is its row g - A: look up with --offset A\n"
+     "\n"
+     "With --layers, the Engram layers of checkpoint CKPT become the tables of the\n"
+     "layer API: head h of layer L is table engram:l{L}:h{h}.  Layer L is a weight\n"
+     "tensor [N, C] and a scale tensor [N, D] (e.g. [N, 256] F8_E4M3 + [N, 8]\n"
+     "F8_E8M0 = 264-byte rows) whose N rows are the heads' rows one after the other;\n"
+     "--head-vocab gives each head's row count, in that order (they must add up to\n"
+     "N).  Head h gets rows [p, p + N_h) of the layer, p the sum of the heads before\n"
+     "it, and records that range (engram info: row_range; global id g of the layer\n"
+     "is row g - p of the head).  The layers are found through the index by name\n"
+     "patterns in which {L} stands for the layer number.  Everything is checked\n"
+     "before the first table is written (tensors, shapes, sizes, names free); each\n"
+     "table is verified after it is written, with a line per table; if one fails,\n"
+     "the tables this import published are removed.\n"
+     "\n"
+     "  --layers            import every layer the --weight pattern finds\n"
+     "  --head-vocab N0,... the rows of each head (the same for every layer)\n"
+     "  --weight PAT        the weight tensors (default model.layers.{L}.engram.weight)\n"
+     "  --scale PAT         the scale tensors (default model.layers.{L}.engram.scale)\n"
+     "  --layer-ids L,...   only these layers (each must exist)\n"
+     "\n"
+     "'engram inspect CKPT' lists a checkpoint's tensors.\n"},
+    {"inspect", cli_cmd_inspect, O(JSON), 1, 1, "inspect CKPT [--json]",
+     "Lists the tensors of a safetensors checkpoint: name, dtype, shape and the shard\n"
+     "file that holds it.  CKPT is a .safetensors file or a\n"
+     "model.safetensors.index.json, whose weight_map gives each tensor's shard.  The\n"
+     "headers are checked as import checks them.  Names are sorted with numbers in\n"
+     "numeric order (layers.2 before layers.10).\n"
+     "\n"
+     "  --json            print a JSON array of {name, dtype, shape, nbytes, shard}\n"},
     {"ls", cli_cmd_ls, O(JSON), 0, 0, "ls [--json]",
      "Lists the tables of the namespace with their rows, row bytes, pitch and data\n"
      "size.\n"
