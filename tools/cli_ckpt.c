@@ -555,7 +555,12 @@ int cli_import_layers(struct cli *cli)
      * layers asked for. */
     if ((status = tensors_read("import --layers", path, &l)) != 0)
         goto out;
-    if (!(layers = calloc(l.n + nwant + 1, sizeof *layers))) {
+    total = nwant;
+    for (size_t i = 0; !nwant && i < l.n; i++) {
+        uint64_t id;
+        total += (size_t)pattern_match(&pw, l.v[i].name, &id);
+    }
+    if (!(layers = calloc(total + 1, sizeof *layers))) {
         status = cli_fail("import --layers: out of memory");
         goto out;
     }
