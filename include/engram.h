@@ -351,7 +351,9 @@ typedef struct engram_table_info {
 
 /*! engram_get_table_info() :
  * Fills *info about table `name` (stored or bound) without mapping it.
- * info->size must be set.  Thread-safe.
+ * info->size must be set: sizeof(engram_table_info), or the size of an
+ * older header's struct (offsetof(engram_table_info, row_start)), of
+ * which only that many bytes are written.  Thread-safe.
  * @return : 0, -ENOENT, ENGRAM_ECORRUPT, ... */
 ENGRAM_API int engram_get_table_info(engram_store *st, const char *name, engram_table_info *info);
 
