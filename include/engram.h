@@ -330,6 +330,20 @@ typedef struct engram_writer engram_writer;
 ENGRAM_API int engram_writer_begin(engram_store *st, const char *name,
                                    const engram_table_spec *spec, engram_writer **out);
 
+/*! engram_writer_set_range() :
+ * Records in the table being written that it holds rows [row_start,
+ * row_start + num_rows) of a tensor of total_rows rows (a TP rank's
+ * shard, or one head of a layer whose heads are concatenated), so that
+ * readers can find the offset of its global ids in
+ * engram_table_info.row_start / total_rows instead of having to be told.
+ * May be called any time before engram_writer_commit(); a later call
+ * replaces an earlier one.  A table with a range is written in format
+ * version 2 (docs/format.md), which libraries older than this call refuse
+ * (ENGRAM_EVERSION); a table without one stays version 1.
+ * @return : 0, ENGRAM_ESPEC (total_rows 0 or above 2^62, or the rows not
+ *           within it), -EINVAL (w NULL), ENGRAM_ESTATE (a failed writer). */
+ENGRAM_API int engram_writer_set_range(engram_writer *w, uint64_t row_start, uint64_t total_rows);
+
 /*! engram_writer_append() :
  * Appends `nrows` rows read from `rows`, `src_stride` bytes apart
  * (0 = row_bytes; only the first row_bytes of each are used).  Appending
@@ -458,13 +472,29 @@ typedef struct engram_table_info {
                               * k columns of one lookup counts k) */
     uint64_t rows;           /* rows copied from this table (dead ids excluded) */
     uint64_t bytes;          /* bytes copied from this table */
+    /* Came with row ranges.  A caller built against an older header passes
+     * the old size (offsetof(engram_table_info, row_start)) and does not
+     * get them.
+     *
+     * A table that holds a range of a larger tensor (a TP rank's shard of
+     * a checkpoint tensor, one head of a layer's concatenated heads) says
+     * so here: its row i is global row row_start + i of a tensor of
+     * total_rows rows.  Look it up with offsets[k] = row_start to use
+     * global ids.  total_rows is 0 when no range is known (the table was
+     * written without one; row_start is then 0 too).  Recorded in the file
+     * by engram_writer_set_range(); set for safetensors tables from their
+     * [row_start, row_end) and the tensor's N. */
+    uint64_t row_start;      /* global row of the table's row 0 */
+    uint64_t total_rows;     /* rows of the full tensor; 0 = no range known */
 } engram_table_info;
 
-#define ENGRAM_TABLE_INFO_INIT {sizeof(engram_table_info), 0u, {0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+#define ENGRAM_TABLE_INFO_INIT {sizeof(engram_table_info), 0u, {0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 
 /*! engram_get_table_info() :
  * Fills *info about table `name` (stored or bound) without mapping it.
- * info->size must be set.  Thread-safe.
+ * info->size must be set: sizeof(engram_table_info), or the size of an
+ * older header's struct (offsetof(engram_table_info, row_start)), of
+ * which only that many bytes are written.  Thread-safe.
  * @return : 0, -ENOENT, ENGRAM_ECORRUPT, ... */
 ENGRAM_API int engram_get_table_info(engram_store *st, const char *name, engram_table_info *info);
 
@@ -937,7 +967,9 @@ ENGRAM_API int engram_source_error(int code, const char *fmt, ...)
  * block scales).  Row i of the table is row row_start + i of `weight`
  * followed by the same row of `scale`, packed: row_bytes = A * size +
  * B * size (264 for the example).  [row_start, row_end) selects a shard of
- * the rows (a TP rank's range); row_end 0 means N.
+ * the rows (a TP rank's range); row_end 0 means N.  The table's info
+ * reports the range (engram_table_info.row_start = row_start, total_rows =
+ * N): look it up with offsets[k] = row_start to use global ids.
  *
  * Dtypes: any of BOOL U8 I8 F8_E4M3 F8_E5M2 F8_E8M0 U16 I16 F16 BF16 U32
  * I32 F32 U64 I64 F64; bytes are served as stored (little-endian).
@@ -947,7 +979,10 @@ ENGRAM_API int engram_source_error(int code, const char *fmt, ...)
  * shape and data_offsets (size = product of the shape x dtype size, no
  * overlap, no hole, within the file), duplicate names.  The files are
  * opened read-only with O_NOFOLLOW (a link is refused) and must be regular
- * files.  The checkpoint must not change while served.  Thread-safe.
+ * files.  The checkpoint must not change while served.  A tensor name that
+ * is not found gets the closest name of the file or index suggested in
+ * engram_errmsg() ("did you mean ...?") when one is within a few edits.
+ * Thread-safe.
  * @return : 0 and *id (may be NULL), -ENOENT (file or tensor missing),
  *           ENGRAM_ECORRUPT (a bad header), ENGRAM_ESPEC (a bad name, shape,
  *           dtype or row range), -EEXIST, ENGRAM_EUNSAFE (a link), -errno. */
@@ -982,6 +1017,26 @@ typedef struct engram_tensor_info {
  *           ENGRAM_EUNSAFE, -errno. */
 ENGRAM_API int engram_safetensors_tensor(const char *path, const char *tensor,
                                          engram_tensor_info *info);
+
+/* Called by engram_safetensors_list() once per tensor: `name` and `info`
+ * are valid only during the call.  A nonzero return stops the listing,
+ * which then returns that value. */
+typedef int (*engram_tensor_fn)(void *ud, const char *name, const engram_tensor_info *info);
+
+/*! engram_safetensors_list() :
+ * Lists the tensors of a checkpoint: calls fn(ud, name, info) for each
+ * tensor of safetensors file `path` (in file order, info->shard ""), or,
+ * for a model.safetensors.index.json, for each tensor of its weight_map,
+ * described from its shard (shard by shard in name order, and by name
+ * within a shard; info->shard names it, info->offset is within it).  Each
+ * file's header is read once and gets the same checks as in
+ * engram_open_safetensors(); a tensor the index puts in a shard that lacks
+ * it is ENGRAM_ECORRUPT.  For tools that show a checkpoint or find the
+ * tensors of every layer.  Thread-safe.
+ * @return : 0, fn's nonzero value, -ENOENT (a file missing),
+ *           ENGRAM_ECORRUPT, ENGRAM_EUNSAFE, -EINVAL (path or fn NULL),
+ *           -errno. */
+ENGRAM_API int engram_safetensors_list(const char *path, engram_tensor_fn fn, void *ud);
 
 /*! engram_safetensors_tensor_fd() :
  * As engram_safetensors_tensor(), for the safetensors file (not an index)

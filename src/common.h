@@ -103,6 +103,11 @@ static inline uint32_t engram__spec_pitch(const engram_table_spec *s)
 
 /* Like engram_spec_check(), and on success stores num_rows * pitch. */
 int engram__spec_size(const engram_table_spec *spec, uint64_t *data_size);
+/* Checks a table's global row range: its num_rows rows are rows
+ * [row_start, row_start + num_rows) of a tensor of total_rows rows, with
+ * 1 <= total_rows <= 2^62 (so every global id is an int64).  0, or
+ * ENGRAM_ESPEC with the reason. */
+int engram__range_check(uint64_t row_start, uint64_t num_rows, uint64_t total_rows);
 
 /* 1 if `name` is a valid table name, else 0; records no message (for
  * filtering directory entries). */

@@ -829,20 +829,17 @@ static void counters_sum(const engram__table *t, uint64_t *lookups, uint64_t *ro
     }
 }
 
-int engram_get_table_info(engram_store *st, const char *name, engram_table_info *info)
+/* sizeof(engram_table_info) before row_start and total_rows were added. */
+#define TABLE_INFO_V1_SIZE offsetof(engram_table_info, row_start)
+
+/* Fills *info (a whole current struct) about table `name`. */
+static int table_info(engram_store *st, const char *name, engram_table_info *info)
 {
     engram__table *t;
     engram__header h;
     struct stat sb;
     int fd, err = 0;
 
-    if (!st || !info || info->size != sizeof(engram_table_info))
-        return engram__err(-EINVAL, "store and info (with size = sizeof(engram_table_info)) are "
-                                    "required");
-    if ((err = engram_name_check(name)) != 0)
-        return err;
-    memset(info, 0, sizeof *info);
-    info->size = sizeof *info;
     /* No lock: a table found stays valid until close, and reading
      * /proc/self/smaps takes a while.  A read section keeps its source
      * from being released meanwhile (a removal then waits for it). */
@@ -877,6 +874,27 @@ int engram_get_table_info(engram_store *st, const char *name, engram_table_info 
         info->kind = ENGRAM_TABLE_FILE;
         engram__header_info(&h, info);
     }
+    return err;
+}
+
+int engram_get_table_info(engram_store *st, const char *name, engram_table_info *info)
+{
+    engram_table_info all;
+    uint32_t size;
+    int err;
+
+    if (!st || !info || (info->size != sizeof(engram_table_info) &&
+                         info->size != TABLE_INFO_V1_SIZE))
+        return engram__err(-EINVAL, "store and info (with size = sizeof(engram_table_info)) are "
+                                    "required");
+    if ((err = engram_name_check(name)) != 0)
+        return err;
+    /* Filled whole here, copied out as far as the caller's struct goes. */
+    size = info->size;
+    memset(&all, 0, sizeof all);
+    err = table_info(st, name, &all);
+    all.size = size;
+    memcpy(info, &all, size);
     return err;
 }
 

@@ -190,7 +190,7 @@ int engram_writer_begin(engram_store *st, const char *name, const engram_table_s
     if ((err = engram__spec_size(spec, &w->h.data_size)) != 0)
         goto fail;
     snprintf(w->name, sizeof w->name, "%s", name);
-    w->h.version = ENGRAM__FORMAT_VERSION;
+    w->h.version = engram__header_version(0); /* until a range is set */
     w->h.checksum_algo = ENGRAM__CHECKSUM_XXH3_64;
     w->h.num_rows = spec->num_rows;
     w->h.row_bytes = spec->row_bytes;
@@ -238,6 +238,24 @@ int engram_writer_begin(engram_store *st, const char *name, const engram_table_s
 fail:
     writer_free(w);
     return err;
+}
+
+int engram_writer_set_range(engram_writer *w, uint64_t row_start, uint64_t total_rows)
+{
+    int err;
+    if (!w)
+        return engram__err(-EINVAL, "writer is NULL");
+    if (w->failed)
+        return engram__err(ENGRAM_ESTATE, "writer of '%s' failed earlier; abort it", w->name);
+    /* A bad range is the caller's argument, not a failure of the writer:
+     * it stays usable. */
+    if ((err = engram__range_check(row_start, w->h.num_rows, total_rows)) != 0)
+        return engram__err(err, "table '%s': %s", w->name, engram_errmsg());
+    w->h.flags |= ENGRAM__FLAG_ROW_RANGE;
+    w->h.version = engram__header_version(w->h.flags);
+    w->h.row_start = row_start;
+    w->h.total_rows = total_rows;
+    return 0;
 }
 
 int engram_writer_append(engram_writer *w, const void *rows, uint64_t nrows, size_t src_stride)

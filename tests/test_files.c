@@ -240,7 +240,11 @@ static void test_good_file(void)
 
     engram__header h;
     ASSERT_OK(engram__header_parse(file, ENGRAM__HEADER_SIZE, (uint64_t)size, p, &h));
-    ASSERT_EQ(h.version, ENGRAM__FORMAT_VERSION);
+    /* A table without a row range is a version-1 file, as before version
+     * 2 existed: flags 0 and bytes 208 .. 504 zero. */
+    ASSERT_EQ(h.version, 1u);
+    ASSERT_EQ(h.flags, 0u);
+    ASSERT_ALL_BYTES(file + 208, 0, 504 - 208);
     ASSERT_EQ_U64(h.num_rows, NROWS);
     ASSERT_EQ(h.row_bytes, RB);
     ASSERT_EQ(h.row_pitch, 72);
@@ -268,6 +272,192 @@ static void test_good_file(void)
         }
     free(file);
     engram_store_close(st);
+}
+
+/* Little-endian integers of a header, read independently of format.c. */
+static uint64_t le_at(const unsigned char *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+/* A table that holds a range of a larger tensor: the writer records it in
+ * a version-2 header, readers report it, and damaged ranges are refused. */
+static void test_row_range(void)
+{
+    char p[512];
+    engram_table_spec spec = {NROWS, RB, 0};
+    unsigned char *rows = tu_make_rows(70, NROWS, RB, RB, 0);
+    engram_store *st = tu_open("range", 0, 1);
+    engram_writer *w;
+
+    /* Bad ranges are refused and leave the writer usable. */
+    ASSERT_OK(engram_writer_begin(st, "shard", &spec, &w));
+    ASSERT_ERR(engram_writer_set_range(w, 0, 0), ENGRAM_ESPEC);
+    ASSERT_ERR(engram_writer_set_range(w, 1, NROWS), ENGRAM_ESPEC);
+    ASSERT_CONTAINS(engram_errmsg(), "shard");
+    ASSERT_CONTAINS(engram_errmsg(), "[1, 501)");
+    ASSERT_ERR(engram_writer_set_range(w, UINT64_MAX - 10, UINT64_MAX), ENGRAM_ESPEC);
+    ASSERT_ERR(engram_writer_set_range(w, 0, ((uint64_t)1 << 62) + 1), ENGRAM_ESPEC);
+    ASSERT_ERR(engram_writer_set_range(NULL, 0, NROWS), -EINVAL);
+    /* A later call replaces an earlier one. */
+    ASSERT_OK(engram_writer_set_range(w, 7, 9999));
+    ASSERT_OK(engram_writer_set_range(w, 1000, 1000 + NROWS + 3));
+    ASSERT_OK(engram_writer_append(w, rows, NROWS, 0));
+    ASSERT_OK(engram_writer_commit(w));
+    /* The whole tensor as a range is a range too. */
+    ASSERT_OK(engram_writer_begin(st, "whole", &spec, &w));
+    ASSERT_OK(engram_writer_set_range(w, 0, NROWS));
+    ASSERT_OK(engram_writer_append(w, rows, NROWS, 0));
+    ASSERT_OK(engram_writer_commit(w));
+    tu_populate(st, "plain", 70, NROWS, RB, 0);
+    engram_store_close(st);
+
+    /* The bytes: version 2, flag 1, the two fields at 208 and 216, zeros
+     * after them. */
+    {
+        unsigned char hb[ENGRAM__HEADER_SIZE];
+        tbl_path(p, sizeof p, "range", "shard");
+        int fd = open(p, O_RDONLY);
+        ASSERT(fd >= 0);
+        ASSERT_EQ(pread(fd, hb, sizeof hb, 0), (ssize_t)sizeof hb);
+        close(fd);
+        ASSERT_EQ_U64(le_at(hb + 8, 4), 2);
+        ASSERT_EQ_U64(le_at(hb + 60, 4), 1);
+        ASSERT_EQ_U64(le_at(hb + 208, 8), 1000);
+        ASSERT_EQ_U64(le_at(hb + 216, 8), 1000 + NROWS + 3);
+        ASSERT_ALL_BYTES(hb + 224, 0, 504 - 224);
+        ASSERT_EQ_U64(le_at(hb + 504, 8), XXH3_64bits(hb, 504));
+    }
+
+    /* Readers report it, mapped or not, and to a caller of the older,
+     * shorter struct nothing past its size is written. */
+    st = open_ns("range", 0);
+    {
+        engram_table_info info = ENGRAM_TABLE_INFO_INIT;
+        ASSERT_OK(engram_get_table_info(st, "shard", &info));
+        ASSERT_EQ_U64(info.row_start, 1000);
+        ASSERT_EQ_U64(info.total_rows, 1000 + NROWS + 3);
+        ASSERT_OK(engram_get_table_info(st, "whole", &info));
+        ASSERT_EQ_U64(info.row_start, 0);
+        ASSERT_EQ_U64(info.total_rows, NROWS);
+        ASSERT_OK(engram_get_table_info(st, "plain", &info));
+        ASSERT_EQ_U64(info.row_start, 0);
+        ASSERT_EQ_U64(info.total_rows, 0);
+
+        union {
+            engram_table_info info;
+            unsigned char bytes[sizeof(engram_table_info) + 16];
+        } old;
+        size_t v1 = offsetof(engram_table_info, row_start);
+        memset(&old, 0xEE, sizeof old);
+        old.info.size = (uint32_t)v1;
+        ASSERT_OK(engram_get_table_info(st, "shard", &old.info));
+        ASSERT_EQ_U64(old.info.spec.num_rows, NROWS);
+        ASSERT_EQ(old.info.size, (uint32_t)v1);
+        ASSERT_ALL_BYTES(old.bytes + v1, 0xEE, sizeof old - v1);
+        old.info.size = (uint32_t)v1 + 8;
+        ASSERT_ERR(engram_get_table_info(st, "shard", &old.info), -EINVAL);
+
+        /* Global ids through offsets = row_start. */
+        engram_table_id tid;
+        int64_t ids[3] = {1000, 1000 + NROWS - 1, -1}, off = 1000;
+        unsigned char out[3][RB];
+        engram_lookup_args a = ENGRAM_LOOKUP_ARGS_INIT;
+        ASSERT_OK(engram_table_open(st, "shard", &tid));
+        ASSERT_OK(engram_get_table_info(st, "shard", &info));
+        ASSERT_EQ_U64(info.row_start, 1000);
+        ASSERT_EQ(info.mapped, 1);
+        a.num_tokens = 3;
+        a.num_cols = 1;
+        a.tables = &tid;
+        a.offsets = &off;
+        a.ids = ids;
+        a.id_type = ENGRAM_ID_INT64;
+        a.out = out;
+        ASSERT_OK(engram_lookup(st, &a));
+        ASSERT_ROW(out[0], 70, 0, RB);
+        ASSERT_ROW(out[1], 70, NROWS - 1, RB);
+        ASSERT_OK(engram_verify(st, "shard", NULL, NULL));
+    }
+    engram_store_close(st);
+    st = open_ns("range", ENGRAM_OPEN_FILE_CACHE);
+    {
+        engram_table_info info = ENGRAM_TABLE_INFO_INIT;
+        engram_table_id tid;
+        ASSERT_OK(engram_table_open(st, "shard", &tid));
+        ASSERT_OK(engram_get_table_info(st, "shard", &info));
+        ASSERT_EQ_U64(info.row_start, 1000);
+        ASSERT_EQ_U64(info.total_rows, 1000 + NROWS + 3);
+    }
+    engram_store_close(st);
+    check_named("range", "shard", 70, NROWS, RB);
+    free(rows);
+
+    /* Every single-byte change of a version-2 header is detected too. */
+    {
+        unsigned char orig[ENGRAM__HEADER_SIZE];
+        engram__header h;
+        tbl_path(p, sizeof p, "range", "shard");
+        read_header(p, orig, &h);
+        for (unsigned o = 0; o < ENGRAM__HEADER_SIZE; o++) {
+            flip_byte(p, o);
+            expect_open_fails_2("range", "shard", ENGRAM_ECORRUPT, ENGRAM_EVERSION, __LINE__);
+            patch_file(p, o, orig + o, 1);
+        }
+        check_named("range", "shard", 70, NROWS, RB);
+    }
+
+    /* Headers with a valid checksum whose range is not. */
+    {
+        static const struct {
+            const char *name;
+            int code;
+        } cases[] = {
+            {"beyond", ENGRAM_ECORRUPT},  {"total0", ENGRAM_ECORRUPT},
+            {"wraps", ENGRAM_ECORRUPT},   {"huge", ENGRAM_ECORRUPT},
+            {"v1flag", ENGRAM_EVERSION},  {"noflag", ENGRAM_ECORRUPT},
+            {"flag2", ENGRAM_EVERSION},   {"v3", ENGRAM_EVERSION},
+        };
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            unsigned char buf[ENGRAM__HEADER_SIZE];
+            engram__header h;
+            make_table("range-bad", cases[i].name, 80 + (uint32_t)i, NROWS, RB, 0);
+            tbl_path(p, sizeof p, "range-bad", cases[i].name);
+            read_header(p, buf, &h);
+            h.version = 2;
+            h.flags = ENGRAM__FLAG_ROW_RANGE;
+            h.row_start = 10;
+            h.total_rows = 10 + NROWS;
+            switch (i) {
+            case 0: h.total_rows -= 1; break;
+            case 1: h.row_start = 0; h.total_rows = 0; break;
+            case 2: h.row_start = UINT64_MAX - 5; h.total_rows = UINT64_MAX; break;
+            case 3: h.total_rows = ((uint64_t)1 << 62) + 1; break;
+            case 4: h.version = 1; break;
+            case 5: break; /* the fields below, without the flag */
+            case 6: h.flags |= 2; break;
+            case 7: h.version = 3; break;
+            }
+            write_header(p, &h);
+            if (i == 5) {
+                /* Version 2, flag clear, yet bytes in the range fields. */
+                unsigned char hb[ENGRAM__HEADER_SIZE];
+                h.flags = 0;
+                engram__header_encode(&h, hb);
+                hb[208] = 10;
+                {
+                    uint64_t sum = XXH3_64bits(hb, 504);
+                    for (int b = 0; b < 8; b++)
+                        hb[504 + b] = (unsigned char)(sum >> (8 * b));
+                }
+                patch_file(p, 0, hb, sizeof hb);
+            }
+            EXPECT_ALL_FAIL("range-bad", cases[i].name, cases[i].code);
+        }
+    }
 }
 
 static void test_truncated_and_extended(void)
@@ -1173,6 +1363,7 @@ int main(void)
 {
     tu_watchdog(120);
     RUN_TEST(test_good_file);
+    RUN_TEST(test_row_range);
     RUN_TEST(test_truncated_and_extended);
     RUN_TEST(test_header_bytes);
     RUN_TEST(test_header_fields);

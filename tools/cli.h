@@ -18,6 +18,8 @@
  *   cli_ns.c      ns ls, ns rm
  *   cli_import.c  writing a table from a row source; import (raw, .npy,
  *                 safetensors)
+ *   cli_ckpt.c    checkpoints: inspect, and import --layers (every layer's
+ *                 Engram tensors split into the layer API's head tables)
  *   cli_bench.c   bench, and the timing it shares with the demo
  *   cli_demo.c    demo
  *   npy.c         the .npy header parser (npy.h)
@@ -82,8 +84,13 @@ enum {
     OPT_SCALE,
     OPT_FORCE,
     OPT_STRICT,
+    OPT_LAYERS,
+    OPT_HEAD_VOCAB,
+    OPT_LAYER_IDS,
     OPT_COUNT
 };
+/* A command's accepted options are bits of a uint32_t. */
+_Static_assert(OPT_COUNT <= 32, "more options than bits in struct cli_cmd's opts");
 
 /* The version of every --json output's keys ("schema": N, first): bumped
  * when a key changes meaning or goes away, not when one is added. */
@@ -178,7 +185,40 @@ int cli_synth_rows(void *ctx, unsigned char *buf, uint64_t first, uint64_t n);
 
 int cli_write_table(engram_store *st, const char *verb, const char *name,
                     const engram_table_spec *spec, row_source_fn src, void *ctx);
+int cli_write_table_range(engram_store *st, const char *verb, const char *name,
+                          const engram_table_spec *spec, uint64_t row_start, uint64_t total_rows,
+                          row_source_fn src, void *ctx);
 int cli_read_pitch(const struct cli *cli, engram_table_spec *spec);
+
+/* cli_write_table() hands its source chunks of at most this many bytes
+ * (or one row, where a row is larger). */
+#define CLI_CHUNK_BYTES ((size_t)8 << 20)
+
+/* The ctx of cli_st_rows(): a range of rows of a checkpoint's weight
+ * tensor, each followed by the same row of its scale tensor. */
+struct cli_st_source {
+    int fd[2];
+    uint64_t off[2];  /* file offset of row 0 of the imported range */
+    uint32_t len[2];  /* bytes per row of each tensor */
+    unsigned n;       /* 1 or 2 tensors */
+    unsigned char *tmp; /* CLI_ST_TMP_BYTES */
+    const char *path;
+};
+#define CLI_ST_TMP_BYTES (CLI_CHUNK_BYTES + ENGRAM_ROW_BYTES_MAX)
+int cli_st_rows(void *ctx, unsigned char *buf, uint64_t first, uint64_t n);
+int cli_open_tensor_file(const char *name, const char *path, const char *tn,
+                         engram_tensor_info *ti, const char *prev, char *file, size_t cap,
+                         int *fd);
+int cli_verify_rows(engram_store *st, const char *verb, const char *name,
+                    const engram_table_spec *spec, row_source_fn src, void *ctx);
+
+/* ------------------------------------------------------------------------
+ * Checkpoints (cli_ckpt.c).
+ */
+const char *cli_fmt_shape(const engram_tensor_info *ti, char *buf, size_t len);
+int cli_check_rows_tensor(const char *name, const char *tn, const engram_tensor_info *ti,
+                          const char *ref_tn, const engram_tensor_info *ref, uint64_t *row_bytes);
+int cli_import_layers(struct cli *cli);
 
 /* ------------------------------------------------------------------------
  * Timing (cli_bench.c).
@@ -222,6 +262,7 @@ int cli_cmd_rm(struct cli *cli);
 int cli_cmd_ns(struct cli *cli);
 int cli_cmd_lookup(struct cli *cli);
 int cli_cmd_import(struct cli *cli);
+int cli_cmd_inspect(struct cli *cli);
 int cli_cmd_bench(struct cli *cli);
 int cli_cmd_demo(struct cli *cli);
 

@@ -35,6 +35,8 @@ static const struct opt_def {
     [OPT_SAFETENSORS] = {"safetensors", 1}, [OPT_WEIGHT] = {"weight", 1},
     [OPT_SCALE] = {"scale", 1},
     [OPT_FORCE] = {"force", 0},    [OPT_STRICT] = {"strict", 0},
+    [OPT_LAYERS] = {"layers", 0},  [OPT_HEAD_VOCAB] = {"head-vocab", 1},
+    [OPT_LAYER_IDS] = {"layer-ids", 1},
 };
 
 #define O(x) (1u << OPT_##x)
@@ -113,15 +115,20 @@ static const struct command commands[] = {
      "random: the same construction with other constants for every word; reproducible\n"
      "from --seed.\n"},
     {"import", cli_cmd_import,
-     O(ROW_BYTES) | O(PITCH) | O(SAFETENSORS) | O(WEIGHT) | O(SCALE) | O(ROWS), 1, 2,
+     O(ROW_BYTES) | O(PITCH) | O(SAFETENSORS) | O(WEIGHT) | O(SCALE) | O(ROWS) | O(LAYERS) |
+         O(HEAD_VOCAB) | O(LAYER_IDS),
+     0, 2,
      "import NAME FILE [--row-bytes R] [--pitch P] | import --safetensors CKPT --weight W "
-     "[--scale S] [--rows A:B] [--pitch P] NAME",
+     "[--scale S] [--rows A:B] [--pitch P] NAME | import --layers --safetensors CKPT "
+     "--head-vocab N0,N1,... [--weight PAT] [--scale PAT] [--layer-ids L,...] [--pitch P]",
      "Creates table NAME from FILE, streamed in 8 MiB chunks.\n"
      "\n"
      "FILE is either an .npy file (recognised by its magic bytes; format 1.0, 2.0 or\n"
-     "3.0) holding a C-ordered uint8 array of shape (rows, row_bytes), dtype '|u1',\n"
-     "or raw rows back to back, which needs --row-bytes and a size that is a multiple\n"
-     "of it.\n"
+     "3.0) holding a C-ordered array of any dtype and shape (rows, ...): each row is\n"
+     "the bytes of one entry of the first dimension, as stored (a uint8 (N, 264)\n"
+     "array gives 264-byte rows, a float32 (N, 64) one 256-byte rows, a 1-D array\n"
+     "rows of one element); or raw rows back to back, which needs --row-bytes and a\n"
+     "size that is a multiple of it.\n"
      "\n"
      "  --row-bytes R     bytes per row (raw files; checked against .npy files)\n"
      "  --pitch P         bytes between row starts in the table (>= R; default R)\n"
@@ -137,7 +144,38 @@ static const struct command commands[] = {
      "  --safetensors CKPT  the checkpoint\n"
      "  --weight W          the weight tensor\n"
      "  --scale S           the scale tensor (optional)\n"
-     "  --rows A:B          import rows [A, B) only (a TP shard); B empty = N\n"},
+     "  --rows A:B          import rows [A, B) only (a TP shard); B empty = N.  The\n"
+     "                      table records the range (engram info: row_range), and\n"
+     "                      global id g is its row g - A: look up with --offset A\n"
+     "\n"
+     "With --layers, the Engram layers of checkpoint CKPT become the tables of the\n"
+     "layer API: head h of layer L is table engram:l{L}:h{h}.  Layer L is a weight\n"
+     "tensor [N, C] and a scale tensor [N, D] (e.g. [N, 256] F8_E4M3 + [N, 8]\n"
+     "F8_E8M0 = 264-byte rows) whose N rows are the heads' rows one after the other;\n"
+     "--head-vocab gives each head's row count, in that order (they must add up to\n"
+     "N).  Head h gets rows [p, p + N_h) of the layer, p the sum of the heads before\n"
+     "it, and records that range (engram info: row_range; global id g of the layer\n"
+     "is row g - p of the head).  The layers are found through the index by name\n"
+     "patterns in which {L} stands for the layer number.  Everything is checked\n"
+     "before the first table is written (tensors, shapes, sizes, names free); each\n"
+     "table is verified after it is written, with a line per table; if one fails,\n"
+     "the tables this import published are removed.\n"
+     "\n"
+     "  --layers            import every layer the --weight pattern finds\n"
+     "  --head-vocab N0,... the rows of each head (the same for every layer)\n"
+     "  --weight PAT        the weight tensors (default model.layers.{L}.engram.weight)\n"
+     "  --scale PAT         the scale tensors (default model.layers.{L}.engram.scale)\n"
+     "  --layer-ids L,...   only these layers (each must exist)\n"
+     "\n"
+     "'engram inspect CKPT' lists a checkpoint's tensors.\n"},
+    {"inspect", cli_cmd_inspect, O(JSON), 1, 1, "inspect CKPT [--json]",
+     "Lists the tensors of a safetensors checkpoint: name, dtype, shape and the shard\n"
+     "file that holds it.  CKPT is a .safetensors file or a\n"
+     "model.safetensors.index.json, whose weight_map gives each tensor's shard.  The\n"
+     "headers are checked as import checks them.  Names are sorted with numbers in\n"
+     "numeric order (layers.2 before layers.10).\n"
+     "\n"
+     "  --json            print a JSON array of {name, dtype, shape, nbytes, shard}\n"},
     {"ls", cli_cmd_ls, O(JSON) | O(STRICT), 0, 0, "ls [--json] [--strict]",
      "Lists the tables of the namespace with their rows, row bytes, pitch and data\n"
      "size.  A namespace that does not exist is an error (exit 1) that names the\n"

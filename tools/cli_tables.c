@@ -281,6 +281,9 @@ int cli_cmd_info(struct cli *cli)
         printf("  \"num_rows\": %" PRIu64 ",\n", t.spec.num_rows);
         printf("  \"row_bytes\": %" PRIu32 ",\n", t.spec.row_bytes);
         printf("  \"row_pitch\": %" PRIu32 ",\n", t.spec.row_pitch);
+        /* The global row range the table holds (0, 0: none recorded). */
+        printf("  \"row_start\": %" PRIu64 ",\n", t.row_start);
+        printf("  \"total_rows\": %" PRIu64 ",\n", t.total_rows);
         printf("  \"data_offset\": %" PRIu64 ",\n", t.data_offset);
         printf("  \"data_size\": %" PRIu64 ",\n", t.data_size);
         /* A string: 64-bit values do not survive JSON readers that use
@@ -304,6 +307,13 @@ int cli_cmd_info(struct cli *cli)
         printf("num_rows          %" PRIu64 "\n", t.spec.num_rows);
         printf("row_bytes         %" PRIu32 "\n", t.spec.row_bytes);
         printf("row_pitch         %" PRIu32 "\n", t.spec.row_pitch);
+        if (t.total_rows)
+            printf("row_range         rows %" PRIu64 "..%" PRIu64 " of %" PRIu64
+                   " (global id = row + %" PRIu64 ": look up with --offset %" PRIu64 ")\n",
+                   t.row_start, t.row_start + t.spec.num_rows - 1, t.total_rows, t.row_start,
+                   t.row_start);
+        else
+            printf("row_range         - (none recorded)\n");
         printf("data_offset       %" PRIu64 "\n", t.data_offset);
         printf("data_size         %" PRIu64 " (%s)\n", t.data_size,
                cli_fmt_bytes(t.data_size, sz, sizeof(sz)));

@@ -57,6 +57,8 @@ class TableSpec(TypedDict, total=False):
     data_size: int
     checksum: int
     created_ns: int
+    row_start: int   # the global row of row 0 (0 when no range was recorded)
+    total_rows: int  # rows of the full tensor (0: no range recorded)
 
 class Store:
     def __init__(

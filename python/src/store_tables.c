@@ -622,7 +622,10 @@ const char ext_store_get_table_spec_doc[] = PyDoc_STR(
 "The spec of table `name`: num_rows, row_bytes, row_pitch, and `stored` (False\n"
 "for a name that is declared but not populated yet).  Stored tables also give\n"
 "kind ('file', 'bound', 'safetensors' or 'source'), data_size, checksum\n"
-"(XXH3-64) and created_ns.\n"
+"(XXH3-64), created_ns, and the global row range the table holds: row i is\n"
+"row row_start + i of a tensor of total_rows rows (a TP shard, a layer's head;\n"
+"look it up with offsets=[row_start] to use global ids), or 0 and 0 when no\n"
+"range was recorded.\n"
 "Raises TableNotFoundError for a name neither stored nor declared.");
 
 PyObject *ext_store_get_table_spec(StoreObject *s, PyObject *name)
@@ -638,13 +641,15 @@ PyObject *ext_store_get_table_spec(StoreObject *s, PyObject *name)
     rc = ext_store_table_info(s, cname, &info);
     ext_store_leave(s);
     if (rc == 0)
-        return Py_BuildValue("{s:K,s:I,s:I,s:O,s:s,s:K,s:K,s:K}", "num_rows",
+        return Py_BuildValue("{s:K,s:I,s:I,s:O,s:s,s:K,s:K,s:K,s:K,s:K}", "num_rows",
                              (unsigned long long)info.spec.num_rows, "row_bytes",
                              info.spec.row_bytes, "row_pitch", info.spec.row_pitch, "stored",
                              Py_True, "kind", kind_name(info.kind), "data_size",
                              (unsigned long long)info.data_size, "checksum",
                              (unsigned long long)info.checksum, "created_ns",
-                             (unsigned long long)info.created_ns);
+                             (unsigned long long)info.created_ns, "row_start",
+                             (unsigned long long)info.row_start, "total_rows",
+                             (unsigned long long)info.total_rows);
     if (rc == -ENOENT) {
         if ((d = declared_spec(s, name, &decl)) < 0)
             return NULL;

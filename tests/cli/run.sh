@@ -492,15 +492,41 @@ check "lookup .npy v3 rows" eval 'rc_is 0 && out_is "5: 0b 0c"'
 run import bad v1.npy --row-bytes 3
 check ".npy with a different --row-bytes -> 1" eval 'fails_with 1 "row-bytes"'
 
+# Any plain dtype and shape: a row is the bytes of one entry of the first
+# dimension, as stored.
 make_npy f4.npy 1 "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 1), }" "$DATA12"
-run import bad f4.npy
-check ".npy dtype <f4 -> 1" eval 'fails_with 1 "<f4"'
-make_npy d3.npy 1 "{'descr': '|u1', 'fortran_order': False, 'shape': (2, 3, 2), }" "$DATA12"
-run import bad d3.npy
-check ".npy 3-D shape -> 1" eval 'fails_with 1 "(2, 3, 2)"'
-make_npy d1.npy 1 "{'descr': '|u1', 'fortran_order': False, 'shape': (12,), }" "$DATA12"
-run import bad d1.npy
-check ".npy 1-D shape -> 1" eval 'fails_with 1 "(12,)"'
+run import f4 f4.npy
+check "import .npy of dtype <f4 (rows of 4 bytes)" eval 'rc_is 0'
+run lookup f4 0 1 2
+check "lookup .npy <f4 rows: the bytes as stored" eval 'rc_is 0 && out_is "$HEX12"'
+make_npy d3.npy 1 "{'descr': '>i2', 'fortran_order': False, 'shape': (2, 3, 1), }" "$DATA12"
+run import d3 d3.npy --row-bytes 6
+check "import .npy 3-D >i2 (2, 3, 1): rows of 6 bytes" eval 'rc_is 0'
+run lookup d3 1
+check "lookup .npy 3-D rows" eval 'rc_is 0 && out_is "1: 07 08 09 0a 0b 0c"'
+make_npy d1.npy 1 "{'descr': '|V3', 'fortran_order': False, 'shape': (4,), }" "$DATA12"
+run import d1 d1.npy
+check "import .npy 1-D |V3: rows of one 3-byte element" eval 'rc_is 0'
+run lookup d1 3
+check "lookup .npy 1-D rows" eval 'rc_is 0 && out_is "3: 0a 0b 0c"'
+make_npy dt.npy 1 "{'descr': '<M8[ns]', 'fortran_order': False, 'shape': (1, 1), }" '\001\002\003\004\005\006\007\010'
+run import dt dt.npy
+check "import .npy datetime64[ns]" eval 'rc_is 0'
+make_npy du.npy 1 "{'descr': '<M8[n8AO3]', 'fortran_order': False, 'shape': (1, 1), }" '\001\002\003\004\005\006\007\010'
+run import bad du.npy
+check ".npy datetime64 of an unknown unit -> 1" eval 'fails_with 1 "M8\[n8AO3\]"'
+make_npy ob.npy 1 "{'descr': '|O', 'fortran_order': False, 'shape': (3, 1), }" "$DATA12"
+run import bad ob.npy
+check ".npy object dtype -> 1" eval 'fails_with 1 "object arrays hold pointers"'
+make_npy f3.npy 1 "{'descr': '<f3', 'fortran_order': False, 'shape': (4, 1), }" "$DATA12"
+run import bad f3.npy
+check ".npy dtype <f3 -> 1" eval 'fails_with 1 "<f3"'
+make_npy sc.npy 1 "{'descr': '|u1', 'fortran_order': False, 'shape': (), }" '\001'
+run import bad sc.npy
+check ".npy 0-D shape -> 1" eval 'fails_with 1 "scalar"'
+make_npy d4.npy 1 "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 2), }" "$DATA12"
+run import bad d4.npy
+check ".npy <f4 (3, 2) of 12 bytes -> 1 (truncated)" eval 'fails_with 1 "3 rows of 8 bytes"'
 make_npy fo.npy 1 "{'descr': '|u1', 'fortran_order': True, 'shape': (3, 4), }" "$DATA12"
 run import bad fo.npy
 check ".npy fortran_order True -> 1" eval 'fails_with 1 "fortran"'
@@ -562,9 +588,13 @@ np.save("npf4.npy", a.astype(np.float32))
 np.save("npfo.npy", np.asfortranarray(a))
 np.save("np3d.npy", a[:4, :6].reshape(2, 2, 6))
 np.save("npi1.npy", a.astype(np.int8))
-with open("np.expected", "w") as f:
-    for i in range(5):
-        f.write("%d: %s\n" % (i, " ".join("%02x" % b for b in a[i])))
+def expect(name, rows):
+    with open(name, "w") as f:
+        for i, r in enumerate(rows):
+            f.write("%d: %s\n" % (i, " ".join("%02x" % b for b in r.tobytes())))
+expect("np.expected", a)
+expect("npf4.expected", a.astype(np.float32))
+expect("np3d.expected", a[:4, :6].reshape(2, 2, 6))
 '
     run import np1 np1.npy
     check "import numpy-saved .npy" eval 'rc_is 0'
@@ -573,14 +603,17 @@ with open("np.expected", "w") as f:
     run import np2 np2.npy
     run lookup np2 0 1 2 3 4
     check "numpy .npy format 2.0 rows" eval 'rc_is 0 && cmp -s np.expected out'
-    run import bad npf4.npy
-    check "numpy float32 .npy -> 1" eval 'fails_with 1 "<f4"'
+    run import npf4 npf4.npy
+    run lookup npf4 0 1 2 3 4
+    check "numpy float32 .npy: rows of 28 bytes as stored" eval 'rc_is 0 && cmp -s npf4.expected out'
     run import bad npfo.npy
     check "numpy Fortran-ordered .npy -> 1" eval 'fails_with 1 "fortran"'
-    run import bad np3d.npy
-    check "numpy 3-D .npy -> 1" eval 'fails_with 1 "(2, 2, 6)"'
-    run import bad npi1.npy
-    check "numpy int8 .npy -> 1" eval 'fails_with 1 "i1"'
+    run import np3d np3d.npy
+    run lookup np3d 0 1
+    check "numpy 3-D .npy: rows of 12 bytes" eval 'rc_is 0 && cmp -s np3d.expected out'
+    run import npi1 npi1.npy
+    run lookup npi1 0 1 2 3 4
+    check "numpy int8 .npy: the same bytes as uint8" eval 'rc_is 0 && cmp -s np.expected out'
 else
     echo "cli: numpy not found: numpy-written .npy files skipped"
 fi
