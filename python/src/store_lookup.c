@@ -386,7 +386,8 @@ resolved:
         call.ptr[1] = out.data;
         call.device[0] = ids.device_id;
         call.device[1] = out.device_id;
-        if (ext_cuda_stream(in->stream, &call.stream) < 0 || ext_store_enter(s) < 0)
+        if (ext_cuda_stream(in->stream, &call.stream) < 0 || ext_cuda_load() < 0 ||
+            ext_store_enter(s) < 0)
             goto out;
         rc = ext_cuda_lookup(&s->cuda, s->st, &a, &call, &cerr);
         ext_store_leave(s);
