@@ -84,10 +84,12 @@ PyObject *ext_cuda_raise(int rc, const ext_cuda_error *err)
         return ext_raise_cls(ext_exc_for(err->code), err->code, "%s", err->msg);
     }
     if (rc == -EINVAL) { /* an argument the library refuses (the stream, say) */
+        char buf[1024];
+        const char *msg = ext_python_terms(engram_errmsg(), buf, sizeof buf);
         if (err->what)
-            PyErr_Format(PyExc_ValueError, "%s: %s", err->what, engram_errmsg());
+            PyErr_Format(PyExc_ValueError, "%s: %s", err->what, msg);
         else
-            PyErr_SetString(PyExc_ValueError, engram_errmsg());
+            PyErr_SetString(PyExc_ValueError, msg);
         return NULL;
     }
     return ext_raise(rc, err->what);

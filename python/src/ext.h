@@ -33,9 +33,15 @@ extern PyObject *ext_EngramError;
 extern PyObject *ext_StoreClosedError;
 
 /* Raises the exception that matches library code `rc` (negative), with
- * `what` (may be NULL) and engram_errmsg() as the message, and sets its
- * `errno` attribute to -rc.  Returns NULL for `return ext_raise(...)`. */
+ * `what` (may be NULL) and engram_errmsg() (in the package's terms, see
+ * ext_python_terms()) as the message, and sets its `errno` attribute to
+ * -rc.  Returns NULL for `return ext_raise(...)`. */
 PyObject *ext_raise(int rc, const char *what);
+
+/* The library's message `msg` in the package's terms (its C names, such
+ * as ENGRAM_OPEN_CREATE, replaced by the Python ones, create=True), in
+ * buf (truncated to len); returns buf.  ext_raise() applies it. */
+const char *ext_python_terms(const char *msg, char *buf, size_t len);
 
 /* The exception class for library code `rc` (borrowed). */
 PyObject *ext_exc_for(int rc);

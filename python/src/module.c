@@ -96,11 +96,53 @@ static PyObject *raise_msg(PyObject *cls, int rc, PyObject *msg)
     return NULL;
 }
 
+/* The library's messages name its C API; the package's users know the
+ * Python names.  Each row: a phrase of a library message that can reach
+ * Python, and what to say instead.  Whole phrases, with the words around
+ * the C name, so that a table or namespace that happens to be called
+ * ENGRAM_OPEN_CREATE is quoted as it is. */
+static const char *const python_terms[][2] = {
+    {"(open with ENGRAM_OPEN_CREATE)", "(open with create=True)"},
+    {"with ENGRAM_OPEN_GROUP another", "with group=True another"},
+    {"ENGRAM_OPEN_FILE_CACHE reads rows on demand and ENGRAM_OPEN_PRIVATE_HUGE copies",
+     "file_cache=True reads rows on demand and huge_pages=True copies"},
+    {"engram_lookup() called from inside", "lookup() called from inside"},
+    {"(engram_add_source)", "(add_source)"},
+    {"; use engram_bind()", "; use bind()"},
+};
+
+const char *ext_python_terms(const char *msg, char *buf, size_t len)
+{
+    size_t o = 0;
+    if (len == 0)
+        return "";
+    while (*msg && o + 1 < len) {
+        size_t i, n = 0;
+        for (i = 0; i < sizeof python_terms / sizeof python_terms[0]; i++) {
+            n = strlen(python_terms[i][0]);
+            if (strncmp(msg, python_terms[i][0], n) == 0)
+                break;
+        }
+        if (i < sizeof python_terms / sizeof python_terms[0]) {
+            const char *t = python_terms[i][1];
+            while (*t && o + 1 < len)
+                buf[o++] = *t++;
+            msg += n;
+        } else {
+            buf[o++] = *msg++;
+        }
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
 PyObject *ext_raise(int rc, const char *what)
 {
+    char buf[1024];
     const char *detail = engram_errmsg();
     if (!detail || !detail[0])
         detail = engram_strerror(rc);
+    detail = ext_python_terms(detail, buf, sizeof buf);
     if (rc == -ENOMEM)
         return PyErr_Format(PyExc_MemoryError, "%s%s%s", what ? what : "", what ? ": " : "",
                             detail);

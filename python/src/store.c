@@ -177,7 +177,7 @@ static int Store_init(StoreObject *s, PyObject *args, PyObject *kw)
     engram_store *st = NULL;
     const char *cns = NULL, *cdir = NULL;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OO$ppppppppipOO:Store", kwlist, &ns, &dir,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OO$ppppppppipOO:EngramStore", kwlist, &ns, &dir,
                                      &create, &prefault, &rnd, &huge, &mlck, &verify, &timing,
                                      &group, &threads, &fcache, &cb, &qd))
         return -1;
@@ -187,7 +187,7 @@ static int Store_init(StoreObject *s, PyObject *args, PyObject *kw)
                             &queue_depth) < 0))
         return -1;
     if (s->st || atomic_load(&s->closing)) {
-        PyErr_SetString(PyExc_RuntimeError, "Store.__init__ called twice");
+        PyErr_SetString(PyExc_RuntimeError, "EngramStore.__init__ called twice");
         return -1;
     }
     if (threads < 0) {
