@@ -48,10 +48,12 @@ class TableSpec(TypedDict, total=False):
     row_bytes: int
     row_pitch: int
     stored: bool
-    kind: Literal["file", "bound", "safetensors", "source", "other"]
+    kind: Literal["file", "bound", "safetensors", "source", "other", "mooncake"]
     data_size: int
     checksum: int
     created_ns: int
+    key: str  # a Mooncake table's object
+    crc32: int  # a Mooncake table's checksum
 
 class Store:
     def __init__(

@@ -281,7 +281,7 @@ static int add_codes(PyObject *m)
     return 0;
 }
 
-PyDoc_STRVAR(strerror_doc, "strerror(errno) -> str\n\n"
+PyDoc_STRVAR(strerror_doc, "strerror($module, errno, /)\n--\n\n"
                            "The library's fixed description of an error number (the `errno` of "
                            "an EngramError).");
 
@@ -296,7 +296,7 @@ static PyObject *mod_strerror(PyObject *self, PyObject *arg)
     return PyUnicode_FromString(engram_strerror(-(int)e));
 }
 
-PyDoc_STRVAR(default_root_doc, "default_root() -> str\n\n"
+PyDoc_STRVAR(default_root_doc, "default_root($module, /)\n--\n\n"
                                "The default root directory of namespaces: /dev/shm/engram when "
                                "/dev/shm exists, else /tmp/engram.");
 
@@ -311,7 +311,9 @@ static PyMethodDef methods[] = {
     {"strerror", mod_strerror, METH_O, strerror_doc},
     {"default_root", mod_default_root, METH_NOARGS, default_root_doc},
     {"_check_rows", (PyCFunction)(void (*)(void))ext_check_rows, METH_FASTCALL,
-     "_check_rows(rows, arg, num_rows, row_bytes): checks a layer buffer, copying nothing."},
+     "_check_rows($module, rows, arg, num_rows, row_bytes, /)\n--\n\n"
+     "Checks a layer buffer (argument `arg`: a C-contiguous uint8 [num_rows, row_bytes] "
+     "array), copying nothing."},
     {"_source_group", (PyCFunction)(void (*)(void))ext_source_group, METH_FASTCALL,
      ext_source_group_doc},
     {NULL, NULL, 0, NULL},

@@ -11,7 +11,7 @@
 #endif
 
 const char ext_store_stats_doc[] = PyDoc_STR(
-"stats() -> dict\n\n"
+"stats($self, /)\n--\n\n"
 "The store's counters (lookups, failed, rows, dead_rows, bytes, parallel,\n"
 "time_ns, threads, tables_open, mapped_bytes) and, under 'tables', per table\n"
 "looked up through this object: lookups, rows, bytes, resident_bytes,\n"
