@@ -99,6 +99,9 @@ class EngramStore:
     ``close``; ``store``.
 
     Every store is a context manager (``with``: closed at the end).
+    Code written for Mooncake's older EngramStore (``EngramStore(layer_id,
+    config, store)``, ``embedding_dim``, a float32 ``lookup(row_ids)``) gets
+    a TypeError that names the call to use instead.
     """
 
     __slots__ = ()
@@ -122,11 +125,42 @@ class EngramStore:
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         if cls is EngramStore:
+            _refuse_old_mooncake_form(args, kwargs)
             target: type[EngramStore] = LayerStore if _is_layer_form(args, kwargs) else TableStore
             if target is TableStore and kwargs.get("store_client") is not None:
                 target = MooncakeTableStore
             return target.__new__(target, *args, **kwargs)
         return object.__new__(cls)
+
+
+# Mooncake's older EngramStore, shipped in its wheels as
+# mooncake.store.EngramStore (0.3.13): one layer per object, an
+# embedding_dim in its config, a float32 lookup(row_ids) returning a new
+# array.  Code written for it fails here with this pointer to the current
+# contract, never with an unrelated TypeError (docs/python.md has the
+# whole migration table).
+OLD_MOONCAKE = (
+    "{what} is Mooncake's older EngramStore (one layer per object, "
+    "EngramStoreConfig.embedding_dim, a float32 lookup(row_ids) returning a new array). "
+    "engramstore follows Mooncake's current contract: {instead}.  "
+    "See 'Code written for Mooncake's older EngramStore' in docs/python.md.")
+
+
+def _old_mooncake(what: str, instead: str) -> str:
+    return OLD_MOONCAKE.format(what=what, instead=instead)
+
+
+def _refuse_old_mooncake_form(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """EngramStore(layer_id, config, store) (or with layer_id=/config=)."""
+    first = args[0] if args else None
+    if ("layer_id" in kwargs or "config" in kwargs or
+            (isinstance(first, int) and not isinstance(first, bool))):
+        raise TypeError(_old_mooncake(
+            "EngramStore(layer_id, config, store)",
+            "EngramStore({layer_id: config, ...}, store) takes every layer at once, with "
+            "config an engramstore.EngramStoreConfig(table_vocab_sizes, row_bytes) "
+            "(row_bytes = embedding_dim * 4 for float32 rows), and lookup_into(layer_id, "
+            "row_ids, output) gathers into a uint8 output [B, L, H, row_bytes]"))
 
 
 def _is_layer_form(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
@@ -290,10 +324,28 @@ class EngramStoreConfig:
         self.table_vocab_sizes = list(table_vocab_sizes) if table_vocab_sizes is not None else []
         self.row_bytes = row_bytes
 
+    if not TYPE_CHECKING:  # a type checker reports embedding_dim as unknown, as it is
+        def __getattr__(self, name):
+            if name == "embedding_dim":
+                raise AttributeError(_EMBEDDING_DIM)
+            raise AttributeError(f"'EngramStoreConfig' object has no attribute {name!r}")
+
+        def __setattr__(self, name, value):
+            if name == "embedding_dim":
+                raise AttributeError(_EMBEDDING_DIM)
+            object.__setattr__(self, name, value)
+
     def __repr__(self) -> str:
         return (f"EngramStoreConfig(table_vocab_sizes={self.table_vocab_sizes!r}, "
                 f"row_bytes={self.row_bytes!r})")
 
+
+_EMBEDDING_DIM = (
+    "EngramStoreConfig has no embedding_dim: that is Mooncake's older EngramStore, whose "
+    "rows were embedding_dim float32 values.  Here rows are opaque bytes: set row_bytes "
+    "(embedding_dim * 4 for float32 rows) and view lookup_into's uint8 output as float32 "
+    "(output.view(np.float32)).  See 'Code written for Mooncake's older EngramStore' in "
+    "docs/python.md.")
 
 
 from ._mooncake import MooncakeError, MooncakeTableStore  # noqa: E402  (needs the names above)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from . import _engram, _mooncake
 from . import EngramStore, EngramStoreConfig, StateError, TableExistsError, TableNotFoundError, TableStore
+from . import _old_mooncake
 from ._mooncake import MooncakeError
 from ._types import ArrayArg, MooncakeClient
 
@@ -63,6 +64,12 @@ class LayerStore(EngramStore):
             if not _is_int(layer_id) or layer_id < 0:
                 raise ValueError(f"layers: layer id {layer_id!r} is not a nonnegative int")
             if not isinstance(cfg, EngramStoreConfig):
+                if hasattr(cfg, "embedding_dim"):
+                    raise TypeError(_old_mooncake(
+                        f"layers[{layer_id}]: a {type(cfg).__module__}.{type(cfg).__name__} "
+                        "with embedding_dim",
+                        "pass an engramstore.EngramStoreConfig(table_vocab_sizes, row_bytes) "
+                        "(row_bytes = embedding_dim * 4 for float32 rows)"))
                 raise TypeError(f"layers[{layer_id}]: expected an EngramStoreConfig, "
                                 f"got {type(cfg).__name__}")
             sizes = cfg.table_vocab_sizes
@@ -132,6 +139,16 @@ class LayerStore(EngramStore):
     # -- helpers ------------------------------------------------------------
 
     def _layer(self, layer_id: int) -> tuple[tuple[int, ...], int]:
+        if isinstance(layer_id, (bool, list, tuple)):
+            # Mooncake's older one-layer EngramStore took no layer id:
+            # populate(buffers), remove_from_store(force).
+            raise TypeError(f"layer_id: expected an int layer id, got "
+                            f"{type(layer_id).__name__} {_short(layer_id)}.  " + _old_mooncake(
+                                "A call without a layer id",
+                                "every layer method takes the layer id first: "
+                                "populate(layer_id, embedding_buffers), "
+                                "remove_from_store(layer_id, force=False), "
+                                "get_num_heads(layer_id), ..."))
         try:
             return self._specs[layer_id]
         except (KeyError, TypeError):
@@ -383,9 +400,35 @@ class LayerStore(EngramStore):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    if not TYPE_CHECKING:  # a type checker reports these as unknown, as they are
+        def lookup(self, *args, **kwargs):
+            """Mooncake's older float32 lookup(row_ids): raises TypeError
+            naming lookup_into, the layer API's lookup."""
+            raise TypeError(_old_mooncake(
+                "lookup(row_ids) returning a float32 array",
+                "output = np.empty((B, L, H, row_bytes), np.uint8); "
+                "store.lookup_into(layer_id, row_ids, output) gathers the rows (row_ids int64 "
+                "[B, L, H]), and output.view(np.float32) is the [B, L, H, row_bytes // 4] "
+                "float32 array of float32 rows"))
+        lookup._old_mooncake = True
+
+        def get_embedding_dim(self, *args, **kwargs):
+            """Mooncake's older get_embedding_dim(): raises TypeError naming
+            get_row_bytes."""
+            raise TypeError(_old_mooncake(
+                "get_embedding_dim()",
+                "get_row_bytes(layer_id) is the bytes of a row (embedding_dim * 4 for float32 "
+                "rows)"))
+        get_embedding_dim._old_mooncake = True
+
     def __repr__(self) -> str:
         where = "store=None" if self._owned else f"store={self.store!r}"
         return f"<engramstore.EngramStore layers={self.get_layer_ids()} {where}>"
+
+
+def _short(x: object) -> str:
+    r = repr(x)
+    return r if len(r) <= 40 else r[:37] + "..."
 
 
 def _closed_lookup(*args: object) -> NoReturn:
