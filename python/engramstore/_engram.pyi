@@ -53,12 +53,14 @@ class TableSpec(TypedDict, total=False):
     row_bytes: int
     row_pitch: int
     stored: bool
-    kind: Literal["file", "bound", "safetensors", "source", "other"]
+    kind: Literal["file", "bound", "safetensors", "source", "other", "mooncake"]
     data_size: int
     checksum: int
     created_ns: int
     row_start: int   # the global row of row 0 (0 when no range was recorded)
     total_rows: int  # rows of the full tensor (0: no range recorded)
+    key: str  # a Mooncake table's object
+    crc32: int  # a Mooncake table's checksum
 
 class Store:
     def __init__(

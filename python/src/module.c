@@ -96,11 +96,53 @@ static PyObject *raise_msg(PyObject *cls, int rc, PyObject *msg)
     return NULL;
 }
 
+/* The library's messages name its C API; the package's users know the
+ * Python names.  Each row: a phrase of a library message that can reach
+ * Python, and what to say instead.  Whole phrases, with the words around
+ * the C name, so that a table or namespace that happens to be called
+ * ENGRAM_OPEN_CREATE is quoted as it is. */
+static const char *const python_terms[][2] = {
+    {"(open with ENGRAM_OPEN_CREATE)", "(open with create=True)"},
+    {"with ENGRAM_OPEN_GROUP another", "with group=True another"},
+    {"ENGRAM_OPEN_FILE_CACHE reads rows on demand and ENGRAM_OPEN_PRIVATE_HUGE copies",
+     "file_cache=True reads rows on demand and huge_pages=True copies"},
+    {"engram_lookup() called from inside", "lookup() called from inside"},
+    {"(engram_add_source)", "(add_source)"},
+    {"; use engram_bind()", "; use bind()"},
+};
+
+const char *ext_python_terms(const char *msg, char *buf, size_t len)
+{
+    size_t o = 0;
+    if (len == 0)
+        return "";
+    while (*msg && o + 1 < len) {
+        size_t i, n = 0;
+        for (i = 0; i < sizeof python_terms / sizeof python_terms[0]; i++) {
+            n = strlen(python_terms[i][0]);
+            if (strncmp(msg, python_terms[i][0], n) == 0)
+                break;
+        }
+        if (i < sizeof python_terms / sizeof python_terms[0]) {
+            const char *t = python_terms[i][1];
+            while (*t && o + 1 < len)
+                buf[o++] = *t++;
+            msg += n;
+        } else {
+            buf[o++] = *msg++;
+        }
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
 PyObject *ext_raise(int rc, const char *what)
 {
+    char buf[1024];
     const char *detail = engram_errmsg();
     if (!detail || !detail[0])
         detail = engram_strerror(rc);
+    detail = ext_python_terms(detail, buf, sizeof buf);
     if (rc == -ENOMEM)
         return PyErr_Format(PyExc_MemoryError, "%s%s%s", what ? what : "", what ? ": " : "",
                             detail);
@@ -239,7 +281,7 @@ static int add_codes(PyObject *m)
     return 0;
 }
 
-PyDoc_STRVAR(strerror_doc, "strerror(errno) -> str\n\n"
+PyDoc_STRVAR(strerror_doc, "strerror($module, errno, /)\n--\n\n"
                            "The library's fixed description of an error number (the `errno` of "
                            "an EngramError).");
 
@@ -254,7 +296,7 @@ static PyObject *mod_strerror(PyObject *self, PyObject *arg)
     return PyUnicode_FromString(engram_strerror(-(int)e));
 }
 
-PyDoc_STRVAR(default_root_doc, "default_root() -> str\n\n"
+PyDoc_STRVAR(default_root_doc, "default_root($module, /)\n--\n\n"
                                "The default root directory of namespaces: /dev/shm/engram when "
                                "/dev/shm exists, else /tmp/engram.");
 
@@ -266,7 +308,7 @@ static PyObject *mod_default_root(PyObject *self, PyObject *unused)
 }
 
 PyDoc_STRVAR(check_capacity_doc,
-"check_capacity(dir, specs) -> None\n\n"
+"check_capacity($module, dir, specs, /)\n--\n\n"
 "Raises EngramError (errno ENOSPC) with the bytes needed, the bytes available\n"
 "and the fix unless tables of `specs` ((num_rows, row_bytes, row_pitch)\n"
 "tuples) fit in directory `dir`: its file system's free space and, on a\n"
@@ -320,8 +362,8 @@ fail:
 }
 
 PyDoc_STRVAR(shard_plan_doc,
-"shard_plan(num_heads, reads, tp, dp, flags) -> list[tuple[int, int, int]]\n\n"
-"engram_shard_plan(): (first_head, num_heads, reads) per shard.  reads: a\n"
+"shard_plan($module, num_heads, reads, tp, dp, flags, /)\n--\n\n"
+"engram_shard_plan(): a list of (first_head, num_heads, reads) per shard.  reads: a\n"
 "sequence of num_heads ints, or None.  engramstore.shard_plan() is the\n"
 "friendlier form.");
 
@@ -387,7 +429,9 @@ static PyMethodDef methods[] = {
     {"strerror", mod_strerror, METH_O, strerror_doc},
     {"default_root", mod_default_root, METH_NOARGS, default_root_doc},
     {"_check_rows", (PyCFunction)(void (*)(void))ext_check_rows, METH_FASTCALL,
-     "_check_rows(rows, arg, num_rows, row_bytes): checks a layer buffer, copying nothing."},
+     "_check_rows($module, rows, arg, num_rows, row_bytes, /)\n--\n\n"
+     "Checks a layer buffer (argument `arg`: a C-contiguous uint8 [num_rows, row_bytes] "
+     "array), copying nothing."},
     {"_source_group", (PyCFunction)(void (*)(void))ext_source_group, METH_FASTCALL,
      ext_source_group_doc},
     {NULL, NULL, 0, NULL},

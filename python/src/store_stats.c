@@ -11,7 +11,7 @@
 #endif
 
 const char ext_store_stats_doc[] = PyDoc_STR(
-"stats() -> dict\n\n"
+"stats($self, /)\n--\n\n"
 "The store's counters (lookups, failed, rows, dead_rows, bytes, parallel,\n"
 "time_ns, threads, tables_open, mapped_bytes, and removed_tables and\n"
 "removed_bytes: removed tables whose memory is still held) and, under\n"
@@ -27,8 +27,8 @@ const char ext_store_stats_doc[] = PyDoc_STR(
 "copy_huge, plans, lookups, host_gathers.");
 
 const char ext_store_usage_doc[] = PyDoc_STR(
-"usage(name) -> dict\n\n"
-"Who holds the memory of table file `name` (open or not): processes (that\n"
+"usage($self, name, /)\n--\n\n"
+"A dict: who holds the memory of table file `name` (open or not): processes (that\n"
 "map it, this one included), unreadable (processes whose maps this one may\n"
 "not read), rss_bytes and pss_bytes (this process's), total_pss_bytes (the\n"
 "resident bytes all of them map, each page once), file_bytes (its blocks),\n"
