@@ -20,6 +20,8 @@
  *                 safetensors)
  *   cli_ckpt.c    checkpoints: inspect, and import --layers (every layer's
  *                 Engram tensors split into the layer API's head tables)
+ *   cli_deploy.c  plan (shards of TP x DP ranks), wait, mem (who maps
+ *                 each table, which memory cgroup pays for it)
  *   cli_bench.c   bench, and the timing it shares with the demo
  *   cli_demo.c    demo
  *   npy.c         the .npy header parser (npy.h)
@@ -87,10 +89,16 @@ enum {
     OPT_LAYERS,
     OPT_HEAD_VOCAB,
     OPT_LAYER_IDS,
+    OPT_TP,
+    OPT_DP,
+    OPT_PER_TP,
+    OPT_READS,
+    OPT_BALANCED,
+    OPT_TIMEOUT,
     OPT_COUNT
 };
-/* A command's accepted options are bits of a uint32_t. */
-_Static_assert(OPT_COUNT <= 32, "more options than bits in struct cli_cmd's opts");
+/* A command's accepted options are bits of a uint64_t. */
+_Static_assert(OPT_COUNT <= 64, "more options than bits in struct command's opts");
 
 /* The version of every --json output's keys ("schema": N, first): bumped
  * when a key changes meaning or goes away, not when one is added. */
@@ -101,7 +109,7 @@ struct cli;
 struct command {
     const char *name;
     int (*run)(struct cli *cli);
-    uint32_t opts;  /* O(...) accepted besides the global ones */
+    uint64_t opts;  /* O(...) accepted besides the global ones */
     int min_args;   /* positional arguments */
     int max_args;   /* -1: no limit */
     const char *synopsis;
@@ -133,6 +141,7 @@ __attribute__((format(printf, 1, 2))) int cli_fail(const char *fmt, ...);
 __attribute__((format(printf, 1, 2))) void cli_warn(const char *fmt, ...);
 
 int cli_parse_u64(const char *s, uint64_t *out);
+int cli_parse_list(const char *s, uint64_t min, uint64_t *v, size_t cap, size_t *n);
 int cli_mul_ok(uint64_t a, uint64_t b, uint64_t *out);
 const char *cli_fmt_bytes(uint64_t n, char *buf, size_t len);
 const char *cli_fmt_ns(double ns, char *buf, size_t len);
@@ -265,5 +274,8 @@ int cli_cmd_import(struct cli *cli);
 int cli_cmd_inspect(struct cli *cli);
 int cli_cmd_bench(struct cli *cli);
 int cli_cmd_demo(struct cli *cli);
+int cli_cmd_plan(struct cli *cli);
+int cli_cmd_wait(struct cli *cli);
+int cli_cmd_mem(struct cli *cli);
 
 #endif

@@ -372,28 +372,6 @@ static const char *suggest_pattern(const struct tensors *l, const struct pattern
     return buf;
 }
 
-/* Parses "a,b,c" of positive integers into v (at most cap), *n of them.
- * 0, -1 (not such a list) or -2 (too many). */
-static int parse_list(const char *s, uint64_t min, uint64_t *v, size_t cap, size_t *n)
-{
-    char item[32];
-    *n = 0;
-    for (;;) {
-        size_t len = strcspn(s, ",");
-        if (len == 0 || len >= sizeof item)
-            return -1;
-        if (*n == cap)
-            return -2;
-        memcpy(item, s, len);
-        item[len] = '\0';
-        if (cli_parse_u64(item, &v[*n]) != 0 || v[*n] < min)
-            return -1;
-        (*n)++;
-        if (s[len] == '\0')
-            return 0;
-        s += len + 1;
-    }
-}
 
 /* One layer to import: its tensors and the bytes of a row. */
 struct layer {
@@ -519,7 +497,7 @@ int cli_import_layers(struct cli *cli)
     if (!cli->opt[OPT_HEAD_VOCAB])
         return cli_usage_error(cli, "--layers needs --head-vocab N0,N1,... (the rows of each "
                                     "head, in the order of the tensor's rows)");
-    rc = parse_list(cli->opt[OPT_HEAD_VOCAB], 1, vocab, HEADS_MAX, &heads);
+    rc = cli_parse_list(cli->opt[OPT_HEAD_VOCAB], 1, vocab, HEADS_MAX, &heads);
     if (rc == -2)
         return cli_usage_error(cli, "--head-vocab: more than %d heads", HEADS_MAX);
     if (rc != 0)
@@ -530,7 +508,7 @@ int cli_import_layers(struct cli *cli)
         if (__builtin_add_overflow(sum, vocab[h], &sum))
             return cli_usage_error(cli, "--head-vocab: the sizes overflow");
     if (cli->opt[OPT_LAYER_IDS]) {
-        rc = parse_list(cli->opt[OPT_LAYER_IDS], 0, want, sizeof want / sizeof want[0], &nwant);
+        rc = cli_parse_list(cli->opt[OPT_LAYER_IDS], 0, want, sizeof want / sizeof want[0], &nwant);
         if (rc != 0)
             return cli_usage_error(cli, "--layer-ids: '%s' is not a comma-separated list of "
                                         "layer numbers (at most 1024)",

@@ -37,9 +37,12 @@ static const struct opt_def {
     [OPT_FORCE] = {"force", 0},    [OPT_STRICT] = {"strict", 0},
     [OPT_LAYERS] = {"layers", 0},  [OPT_HEAD_VOCAB] = {"head-vocab", 1},
     [OPT_LAYER_IDS] = {"layer-ids", 1},
+    [OPT_TP] = {"tp", 1},          [OPT_DP] = {"dp", 1},
+    [OPT_PER_TP] = {"per-tp", 0},  [OPT_READS] = {"reads", 1},
+    [OPT_BALANCED] = {"balanced", 0}, [OPT_TIMEOUT] = {"timeout", 1},
 };
 
-#define O(x) (1u << OPT_##x)
+#define O(x) (UINT64_C(1) << OPT_##x)
 #define GLOBAL_OPTS (O(ROOT) | O(NS) | O(HELP))
 
 /* Prints a usage error for the current command and returns 2. */
@@ -230,6 +233,46 @@ static const struct command commands[] = {
      "                    [{name, tables, data_size}], skipped: [{name, reason}]}\n"
      "  --strict          (ls) exit 1 if any namespace was skipped\n"
      "  --force           (rm) remove the namespace's tables with it\n"},
+    {"plan", cli_cmd_plan,
+     O(HEAD_VOCAB) | O(TP) | O(DP) | O(PER_TP) | O(READS) | O(BALANCED) | O(LAYER_IDS) | O(JSON),
+     0, 0,
+     "plan --head-vocab N0,... --tp T [--dp D] [--per-tp] [--reads R0,... [--balanced]]\n"
+     "                   [--layer-ids L,...] [--json]",
+     "Prints which heads of an Engram layer each rank of a TP x DP topology holds:\n"
+     "its shard, head range, and the global rows [row_start, row_end) of the layer\n"
+     "(heads laid out one after the other); each head h is table engram:l<L>:h<h>\n"
+     "and its lookup offset is its first row.  The head-wise plan gives each shard\n"
+     "ceil(heads / shards) heads in order, one shard per rank (slot tp_rank * dp +\n"
+     "dp_rank), and refuses a topology that leaves a shard without a head.\n"
+     "\n"
+     "  --head-vocab N0,...  each head's rows (the same for every layer)\n"
+     "  --tp T, --dp D       the topology (D default 1)\n"
+     "  --per-tp             one shard per TP rank, shared by its DP peers\n"
+     "  --reads R0,...       each head's read counts: each shard's reads, and the\n"
+     "                       imbalance (busiest / mean) of this plan and the other\n"
+     "  --balanced           cut the heads by --reads to make the busiest shard read\n"
+     "                       as little as possible (every shard keeps a head)\n"
+     "  --layer-ids L,...    the layers, for the table names and JSON (default 0)\n"
+     "  --json               the plan for engines: {schema, tp, dp, mode, plan, heads,\n"
+     "                       shards, [imbalance], ranks: [{tp_rank, dp_rank, shard,\n"
+     "                       layers: {L: {tables, offsets, row_start, row_end}}}]}\n"},
+    {"wait", cli_cmd_wait, O(TIMEOUT), 1, -1, "wait NAME... [--timeout SECS]",
+     "Waits until each named table is published in the namespace (by another\n"
+     "process populating it), sleeping on the directory's inotify events, then\n"
+     "prints 'NAME: published'.  Exit status 1 if --timeout passes first.\n"
+     "\n"
+     "  --timeout SECS    give up after SECS seconds per table (default: never)\n"},
+    {"mem", cli_cmd_mem, O(JSON), 0, -1, "mem [NAME...] [--json]",
+     "Shows who holds the memory of the namespace's tables (or the named ones): the\n"
+     "file's bytes, the processes that map it, the PSS of all of them (the resident\n"
+     "bytes they map, each page once), and the memory cgroup its pages are charged\n"
+     "to: the cgroup of the process that wrote them, for as long as the file exists,\n"
+     "not of the processes that map it later.  The cgroup needs CAP_SYS_ADMIN to\n"
+     "read (/proc/kpagecgroup); processes of other users are counted only where\n"
+     "their maps may be read.\n"
+     "\n"
+     "  --json            {schema, tables: [{name, file_bytes, processes, unreadable,\n"
+     "                    total_pss_bytes, cgroup, cgroup_pages, sampled_pages}]}\n"},
     {"bench", cli_cmd_bench, O(IDS) | O(ITERS) | O(THREADS) | O(COLS) | O(JSON) | O(HUGE), 1, -1,
      "bench NAME... [--ids T] [--cols C] [--iters N] [--threads N] [--huge] [--json]",
      "Measures engram_lookup of uniform random ids (a fresh batch each call, from a\n"
@@ -430,7 +473,7 @@ static int parse_and_run(int argc, char **argv)
             continue;
         }
         id = lookup_option(argv[i], &val);
-        if (id < 0 || !((GLOBAL_OPTS | cli.cmd->opts) & (1u << id))) {
+        if (id < 0 || !((GLOBAL_OPTS | cli.cmd->opts) & (UINT64_C(1) << id))) {
             free(pos);
             return cli_usage_error(&cli, "unknown option '%s'", argv[i]);
         }

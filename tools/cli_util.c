@@ -97,6 +97,29 @@ int cli_parse_u64(const char *s, uint64_t *out)
     return 0;
 }
 
+/* Parses "a,b,c" of integers >= min into v (at most cap), *n of them.
+ * 0, -1 (not such a list) or -2 (too many). */
+int cli_parse_list(const char *s, uint64_t min, uint64_t *v, size_t cap, size_t *n)
+{
+    char item[32];
+    *n = 0;
+    for (;;) {
+        size_t len = strcspn(s, ",");
+        if (len == 0 || len >= sizeof item)
+            return -1;
+        if (*n == cap)
+            return -2;
+        memcpy(item, s, len);
+        item[len] = '\0';
+        if (cli_parse_u64(item, &v[*n]) != 0 || v[*n] < min)
+            return -1;
+        (*n)++;
+        if (s[len] == '\0')
+            return 0;
+        s += len + 1;
+    }
+}
+
 /* Multiplies with an overflow check; the one place size products are
  * formed. */
 int cli_mul_ok(uint64_t a, uint64_t b, uint64_t *out)

@@ -958,6 +958,66 @@ else
 fi
 
 # ---------------------------------------------------------------------------
+# plan, wait, mem: deploying tables to the ranks of a node.
+run plan --head-vocab 101,103,107,109,113,127,131,137 --tp 2 --dp 2
+check "plan head-wise per rank" eval 'rc_is 0 && out_has "^tp 1   dp 0   shard 2   heads 4-5  rows \[420, 660)$" && [ "$(grep -c "^tp " out)" -eq 4 ]'
+run plan --head-vocab 101,103,107,109,113,127 --tp 2 --dp 2 --per-tp
+check "plan --per-tp: DP peers share a shard" eval 'rc_is 0 && out_has "^tp 1   dp 1   shard 1   heads 3-5  rows \[311, 660)$"'
+run plan --head-vocab 101,103,107,109,113,127 --tp 3 --reads 50,1,1,1,1,50 --balanced
+check "plan --balanced cuts by reads" eval 'rc_is 0 && out_has "^tp 0   dp 0   shard 0   heads 0-0 .* reads 50$" && out_has "head-wise plan: 1.471$"'
+run plan --head-vocab 1,2,3,4,5,6,7 --tp 6
+check "plan refuses a shard without a head" eval 'fails_with 1 "without a head"'
+run plan --head-vocab 1,2,3 --tp 4
+check "plan refuses more shards than heads" eval 'fails_with 1 "needs 4 shards"'
+run plan --head-vocab 1,2,x --tp 2
+check "plan --head-vocab junk -> usage" eval 'usage_fails'
+run plan --tp 2
+check "plan without --head-vocab -> usage" eval 'usage_fails'
+run plan --head-vocab 1,2 --tp 2 --balanced
+check "plan --balanced without --reads -> usage" eval 'usage_fails'
+run plan --head-vocab 1,2 --tp 2 --reads 1
+check "plan --reads of the wrong length -> usage" eval 'usage_fails'
+if [ "$HAVE_PY" -eq 1 ]; then
+    run plan --head-vocab 5,6,7,8 --tp 2 --dp 2 --per-tp --layer-ids 1,14 --reads 9,1,1,9 --json
+    check "plan --json" eval 'rc_is 0 && pycheck "
+import json; p = json.load(open(\"out\"))
+assert p[\"schema\"] == 1 and p[\"mode\"] == \"per_tp\" and p[\"plan\"] == \"head_wise\"
+r = p[\"ranks\"][3]
+assert (r[\"tp_rank\"], r[\"dp_rank\"], r[\"shard\"]) == (1, 1, 1)
+l = r[\"layers\"][\"14\"]
+assert l == {\"tables\": [\"engram:l14:h2\", \"engram:l14:h3\"], \"offsets\": [11, 18], \"row_start\": 11, \"row_end\": 26}, l
+assert p[\"imbalance\"] == {\"head_wise\": 1.0, \"balanced\": 1.0}, p[\"imbalance\"]
+"'
+fi
+
+run create waited --rows 3 --row-bytes 8
+run wait waited --timeout 5
+check "wait on a published table" eval 'rc_is 0 && out_is "waited: published"'
+run wait never-made --timeout 1
+check "wait --timeout passes -> 1" eval 'fails_with 1 "not published"'
+( sleep 1; "$ENGRAM_BIN" --root "$ROOT" create late --rows 2 --row-bytes 8 >/dev/null 2>&1 ) &
+run wait late --timeout 30
+wait
+check "wait wakes when another process publishes" eval 'rc_is 0 && out_is "late: published"'
+run wait --timeout 1
+check "wait without a name -> usage" eval 'usage_fails'
+
+run mem waited
+check "mem shows a table" eval 'rc_is 0 && out_has "^NAME " && out_has "^waited "'
+if [ "$HAVE_PY" -eq 1 ]; then
+    run mem --json
+    check "mem --json" eval 'rc_is 0 && pycheck "
+import json; p = json.load(open(\"out\"))
+assert p[\"schema\"] == 1
+t = {x[\"name\"]: x for x in p[\"tables\"]}
+assert t[\"waited\"][\"processes\"] == 0 and t[\"waited\"][\"file_bytes\"] > 0, t
+"'
+fi
+run mem missing-table
+check "mem of a missing table -> 1" eval 'fails_with 1 "missing-table"'
+run rm waited late
+
+# ---------------------------------------------------------------------------
 # demo --small: creates, checks, measures and removes its own namespace.
 run demo --small --iters 20
 check "demo --small" eval 'rc_is 0 && out_has "engram:l1:h0" && out_has "^ *4096 " && out_has "store stats"'
