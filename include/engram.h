@@ -279,6 +279,7 @@ ENGRAM_API int engram_namespace_list(const char *root, char ***names, size_t *co
 
 /* engram_namespace_remove() flags */
 #define ENGRAM_NS_REMOVE_TABLES 0x0001u /* remove the namespace's tables first */
+#define ENGRAM_NS_REMOVE_IN_USE 0x0002u /* also while other processes hold leases on it */
 
 /*! engram_namespace_remove() :
  * Removes namespace `ns` under `root` (NULL: the default root).  It is
@@ -290,6 +291,12 @@ ENGRAM_API int engram_namespace_list(const char *root, char ***names, size_t *co
  *    engram_remove() removes it;
  *  - a temporary file of a writer that is still running: -EBUSY, naming
  *    the table being written;
+ *  - a live lease of another process (it has tables of the namespace
+ *    open, see engram_namespace_usage()): -EBUSY naming the process,
+ *    unless ENGRAM_NS_REMOVE_IN_USE is given (that process keeps reading
+ *    the tables it opened, as after engram_remove(), and can open no new
+ *    one); leases of this process and stale ones are removed with the
+ *    tables;
  *  - anything else (a file that is not an engram table, a link, a
  *    directory): -ENOTEMPTY naming it; the library removes only what it
  *    wrote, so remove such entries yourself.
@@ -304,6 +311,55 @@ ENGRAM_API int engram_namespace_list(const char *root, char ***names, size_t *co
  *           flags), or another negative errno; engram_errmsg() says which
  *           entry stopped it. */
 ENGRAM_API int engram_namespace_remove(const char *root, const char *ns, uint32_t flags);
+
+/* Who uses a namespace (engram_namespace_usage()).  A store holds a lease
+ * on its namespace from its first engram_table_open() (or
+ * engram_table_open_wait() that waits) until it is closed:
+ * a file ".lease.<pid>.<nonce>" locked with flock(), so a lease lives
+ * exactly as long as its process (however that ends), across PID
+ * namespaces.  Leases of dead processes are stale; the next store open
+ * removes them.  A store that cannot write the namespace (a group
+ * member's) holds none. */
+typedef struct engram_namespace_use {
+    uint32_t size;          /* sizeof(engram_namespace_use) */
+    uint32_t users;         /* live leases */
+    uint32_t stale_leases;  /* leases of processes that died */
+    uint32_t reserved;
+    uint64_t last_used_ns;  /* the latest of the directory's and its leases' modification
+                             * times, ns since the Unix epoch */
+    char first_user[200];   /* what a live lease's holder wrote: "pid P start S command C" */
+} engram_namespace_use;
+
+#define ENGRAM_NAMESPACE_USE_INIT {sizeof(engram_namespace_use), 0, 0, 0, 0, ""}
+
+/*! engram_namespace_usage() :
+ * Fills *u for namespace `ns` under `root` (NULL: the default root).
+ * u->size must be set.  Thread-safe.
+ * @return : 0, -ENOENT, ENGRAM_EUNSAFE, ENGRAM_ESPEC, -EINVAL, ... */
+ENGRAM_API int engram_namespace_usage(const char *root, const char *ns, engram_namespace_use *u);
+
+/* engram_namespace_gc() flags and report codes */
+#define ENGRAM_GC_DRY_RUN 0x0001u /* decide and report, remove nothing */
+#define ENGRAM_GC_KEPT 1          /* report code: kept (in use, or used recently) */
+
+/*! A report of engram_namespace_gc() on namespace `ns`: code 0 removed
+ * (or would be, with ENGRAM_GC_DRY_RUN), ENGRAM_GC_KEPT kept, or the
+ * negative error that kept it (not ours to open, an entry that is not a
+ * table, a table being written); `detail` says why. */
+typedef void (*engram_gc_report_fn)(void *ud, const char *ns, int code, const char *detail);
+
+/*! engram_namespace_gc() :
+ * Removes, with their tables, the namespaces under `root` (NULL: the
+ * default root) that no live process holds a lease on and that were last
+ * used at least `idle_s` seconds ago (see engram_namespace_use), as
+ * engram_namespace_remove() removes them: so a crashed job never leaks
+ * its tables for good.  Only namespaces engram_store_open() accepts are
+ * considered; each one is reported through `report` (may be NULL).
+ * Thread-safe.
+ * @return : 0 (per-namespace failures are reported, not returned),
+ *           -EINVAL (unknown flags), or the error of listing `root`. */
+ENGRAM_API int engram_namespace_gc(const char *root, uint64_t idle_s, uint32_t flags,
+                                   engram_gc_report_fn report, void *ud);
 
 /* ------------------------------------------------------------------------
  * Writing tables: create-only and atomic.

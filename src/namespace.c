@@ -20,9 +20,10 @@
 
 #include "common.h"
 #include "fsutil.h"
+#include "lease.h"
+#include "store.h"
 
-/* The prefix of writers' temporary files (writer.c). */
-#define TMP_PREFIX ".tmp."
+#define TMP_PREFIX ENGRAM__TMP_PREFIX
 
 int engram_namespace_list(const char *root, char ***names, size_t *count)
 {
@@ -76,12 +77,24 @@ static const char *temp_table(const char *entry, char *buf, size_t cap)
 
 /* What stops the removal of a namespace in entry `name` of it (`path`):
  * 0 for a table (counted in *tables), or the failure naming the entry. */
-static int classify(engram_store *st, const char *path, const char *name, size_t *tables)
+static int classify(engram_store *st, const char *path, const char *name, uint32_t flags,
+                    size_t *tables)
 {
     engram_table_info info = ENGRAM_TABLE_INFO_INIT;
     char table[ENGRAM_NAME_MAX + 1];
     int err;
 
+    if (strncmp(name, ENGRAM__LEASE_PREFIX, strlen(ENGRAM__LEASE_PREFIX)) == 0) {
+        char who[200] = "";
+        int live = engram__lease_state(st->dirfd, st->uid, name, who, sizeof who, NULL);
+        if (live == 1 && !(flags & ENGRAM_NS_REMOVE_IN_USE))
+            return engram__err(-EBUSY, "namespace %s is in use: a process holds lease %s "
+                                       "(%s); stop it, or pass ENGRAM_NS_REMOVE_IN_USE (its "
+                                       "open tables stay readable)",
+                               path, name, who);
+        if (live >= 0)
+            return 0; /* stale, this process's or allowed: removed with the tables */
+    }
     if (strncmp(name, TMP_PREFIX, strlen(TMP_PREFIX)) == 0)
         return engram__err(-EBUSY, "namespace %s: table '%s' is being written (temporary file "
                                    "%s; the open before this removal would have removed it if "
@@ -114,7 +127,7 @@ int engram_namespace_remove(const char *root, const char *ns, uint32_t flags)
     char *path = NULL;
     int rootfd = -1, fd, err;
 
-    if (flags & ~ENGRAM_NS_REMOVE_TABLES)
+    if (flags & ~(ENGRAM_NS_REMOVE_TABLES | ENGRAM_NS_REMOVE_IN_USE))
         return engram__err(-EINVAL, "unknown flags 0x%x", (unsigned)flags);
     if (!root)
         root = engram_default_root();
@@ -146,7 +159,7 @@ int engram_namespace_remove(const char *root, const char *ns, uint32_t flags)
     while ((de = readdir(d)) != NULL) {
         if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
             continue;
-        if ((err = classify(st, path, de->d_name, &tables)) != 0)
+        if ((err = classify(st, path, de->d_name, flags, &tables)) != 0)
             goto out;
     }
     if (tables > 0 && (err = engram_list(st, &names, &count)) != 0)
@@ -162,11 +175,18 @@ int engram_namespace_remove(const char *root, const char *ns, uint32_t flags)
         goto out;
     }
     /* 2. The tables, as engram_remove() removes them (those listed now:
-     * one published since the look stops step 3). */
+     * one published since the look stops step 3), and the leases step 1
+     * let pass (a lease taken since is live and stops step 3). */
     for (size_t i = 0; i < count; i++)
         if ((err = engram_remove(st, names[i])) != 0 && err != -ENOENT)
             goto out;
     err = 0;
+    rewinddir(d);
+    while ((de = readdir(d)) != NULL) {
+        int live = engram__lease_state(st->dirfd, st->uid, de->d_name, NULL, 0, NULL);
+        if (live == 0 || live == 2 || (live == 1 && (flags & ENGRAM_NS_REMOVE_IN_USE)))
+            unlinkat(st->dirfd, de->d_name, 0);
+    }
     /* 3. The directory, if it is empty now. */
     if (unlinkat(rootfd, ns, AT_REMOVEDIR) != 0) {
         if (errno != ENOTEMPTY && errno != EEXIST) {
@@ -200,4 +220,137 @@ out:
     engram_store_close(st);
     free(path);
     return err;
+}
+
+/* ------------------------------------------------------------------------
+ * Users and garbage collection (leases: lease.c).
+ */
+
+/* The live leases of the namespace open at `fd` (owned by `uid`) and the
+ * time it was last used: the latest of its own and its leases'
+ * modification times. */
+static void users_of(int fd, uid_t uid, engram_namespace_use *u)
+{
+    struct stat sb;
+    struct dirent *de;
+    DIR *d;
+    int dfd = dup(fd);
+    if (fstat(fd, &sb) == 0)
+        u->last_used_ns = (uint64_t)sb.st_mtim.tv_sec * 1000000000u + (uint64_t)sb.st_mtim.tv_nsec;
+    if (dfd < 0 || !(d = fdopendir(dfd))) {
+        if (dfd >= 0)
+            close(dfd);
+        return;
+    }
+    while ((de = readdir(d)) != NULL) {
+        uint64_t mt = 0;
+        char who[sizeof u->first_user] = "";
+        int live = engram__lease_state(fd, uid, de->d_name, who, sizeof who, &mt);
+        if (live < 0)
+            continue;
+        if (mt > u->last_used_ns)
+            u->last_used_ns = mt;
+        if (live) {
+            if (u->users++ == 0)
+                snprintf(u->first_user, sizeof u->first_user, "%s", who);
+        } else {
+            u->stale_leases++;
+        }
+    }
+    closedir(d);
+}
+
+int engram_namespace_usage(const char *root, const char *ns, engram_namespace_use *u)
+{
+    struct stat sb;
+    char *path;
+    int rootfd, fd, err;
+    if (!u || u->size != sizeof *u)
+        return engram__err(-EINVAL, "use (with size = sizeof(engram_namespace_use)) is required");
+    memset(u, 0, sizeof *u);
+    u->size = sizeof *u;
+    if (!root)
+        root = engram_default_root();
+    if ((err = engram_name_check(ns)) != 0)
+        return engram__err(err, "namespace: %s", engram_errmsg());
+    if (!(path = malloc(strlen(root) + strlen(ns) + 2)))
+        return engram__err(-ENOMEM, "out of memory");
+    sprintf(path, "%s/%s", root, ns);
+    if ((rootfd = engram__open_dir(AT_FDCWD, root, root, &sb)) < 0) {
+        free(path);
+        return rootfd;
+    }
+    if ((fd = engram__open_dir(rootfd, ns, path, &sb)) < 0) {
+        err = fd;
+    } else {
+        users_of(fd, sb.st_uid, u);
+        close(fd);
+        err = 0;
+    }
+    close(rootfd);
+    free(path);
+    return err;
+}
+
+int engram_namespace_gc(const char *root, uint64_t idle_s, uint32_t flags,
+                        engram_gc_report_fn report, void *ud)
+{
+    char **names = NULL;
+    size_t count = 0;
+    uint64_t now = engram__wall_ns(), idle_ns;
+    int err;
+    if (flags & ~ENGRAM_GC_DRY_RUN)
+        return engram__err(-EINVAL, "unknown flags 0x%x", (unsigned)flags);
+    if (!root)
+        root = engram_default_root();
+    if ((err = engram_namespace_list(root, &names, &count)) != 0)
+        return err;
+    idle_ns = idle_s > UINT64_MAX / 1000000000u ? UINT64_MAX : idle_s * 1000000000u;
+    for (size_t i = 0; i < count; i++) {
+        engram_namespace_use u = ENGRAM_NAMESPACE_USE_INIT;
+        engram_store_options o = ENGRAM_STORE_OPTIONS_INIT;
+        engram_store *st = NULL;
+        char detail[512];
+        int rc;
+        /* The use first: opening a store removes stale leases, which
+         * touches the directory. */
+        if ((rc = engram_namespace_usage(root, names[i], &u)) != 0) {
+            if (report)
+                report(ud, names[i], rc, engram_errmsg());
+            continue;
+        }
+        /* Only namespaces we may open as a store (ours): the trust rules
+         * decide, not the directory listing. */
+        o.threads = 1;
+        if ((rc = engram_store_open(root, names[i], &o, &st)) != 0) {
+            if (report)
+                report(ud, names[i], rc, engram_errmsg());
+            continue;
+        }
+        engram_store_close(st);
+        if (u.users) {
+            snprintf(detail, sizeof detail, "in use (%u live lease%s: %s)", u.users,
+                     u.users == 1 ? "" : "s", u.first_user);
+            if (report)
+                report(ud, names[i], ENGRAM_GC_KEPT, detail);
+            continue;
+        }
+        if (now < u.last_used_ns || now - u.last_used_ns < idle_ns) {
+            snprintf(detail, sizeof detail, "used %llu s ago",
+                     (unsigned long long)((now > u.last_used_ns ? now - u.last_used_ns : 0) /
+                                          1000000000u));
+            if (report)
+                report(ud, names[i], ENGRAM_GC_KEPT, detail);
+            continue;
+        }
+        snprintf(detail, sizeof detail, "no live lease, last used %llu s ago",
+                 (unsigned long long)((now - u.last_used_ns) / 1000000000u));
+        rc = (flags & ENGRAM_GC_DRY_RUN) ? 0
+                                         : engram_namespace_remove(root, names[i],
+                                                                   ENGRAM_NS_REMOVE_TABLES);
+        if (report)
+            report(ud, names[i], rc, rc ? engram_errmsg() : detail);
+    }
+    engram_free(names);
+    return 0;
 }

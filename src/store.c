@@ -25,6 +25,7 @@
 
 #include "filesrc.h"
 #include "fsutil.h"
+#include "lease.h"
 #include "mapfile.h"
 #include "pool.h"
 #include "reader.h"
@@ -153,6 +154,7 @@ static int store_alloc(const engram_store_options *opts, engram_store **out)
     if (!st)
         return engram__err(-ENOMEM, "out of memory for a store");
     st->dirfd = -1;
+    atomic_init(&st->lease_fd, -1);
     st->uid = geteuid();
     {
         static _Atomic uint64_t serials;
@@ -297,6 +299,7 @@ void engram_store_close(engram_store *st)
 {
     if (!st)
         return;
+    engram__lease_drop(st);
     engram__pool_destroy(st->pool);
     for (uint32_t i = 0; i < engram__table_count(st); i++) {
         engram__table *t = engram__table_get(st, i);
@@ -703,6 +706,10 @@ out:
         engram__source_release(&src);
     free(t);
     close(fd);
+    /* A store that reads tables of the namespace holds its lease (gc
+     * leaves the namespace alone while it lives). */
+    if (err == 0)
+        engram__lease_take(st);
     return err;
 }
 
@@ -741,6 +748,8 @@ int engram_table_open_wait(engram_store *st, const char *name, int timeout_ms,
     if (err != -ENOENT || timeout_ms == 0 || st->dirfd < 0)
         return err;
     deadline = timeout_ms < 0 ? UINT64_MAX : engram__now_ns() + (uint64_t)timeout_ms * 1000000u;
+    /* A store waiting on the namespace uses it (gc leaves it alone). */
+    engram__lease_take(st);
     /* The watch is on the directory the store holds (through its
      * descriptor), whatever its path names now; set before the next try,
      * so that a publication between the two is not missed. */

@@ -39,10 +39,11 @@
 
 #include "capacity.h"
 #include "format.h"
+#include "lease.h"
 #include "store.h"
 #include "writer.h"
 
-#define TMP_PREFIX ".tmp."
+#define TMP_PREFIX ENGRAM__TMP_PREFIX
 #define BUF_SIZE ((size_t)4 << 20)
 
 struct engram_writer {
@@ -573,7 +574,8 @@ int engram_populate_shared(engram_store *st, const char *name, const engram_tabl
 
 void engram__clean_temps(engram_store *st)
 {
-    int lockfd, fd;
+    struct stat before;
+    int lockfd, fd, removed = 0, have_before;
     DIR *d;
     struct dirent *de;
 
@@ -581,6 +583,7 @@ void engram__clean_temps(engram_store *st)
      * merely can read the directory.  Stale files wait for a later open. */
     if ((lockfd = dir_trylock(st, LOCK_EX)) < 0)
         return;
+    have_before = fstat(st->dirfd, &before) == 0;
     fd = openat(st->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0 || !(d = fdopendir(fd))) {
         if (fd >= 0)
@@ -590,8 +593,9 @@ void engram__clean_temps(engram_store *st)
     }
     while ((de = readdir(d)) != NULL) {
         struct stat a, b;
-        int tfd;
-        if (strncmp(de->d_name, TMP_PREFIX, strlen(TMP_PREFIX)) != 0)
+        int tfd, lease = strncmp(de->d_name, ENGRAM__LEASE_PREFIX,
+                                 strlen(ENGRAM__LEASE_PREFIX)) == 0;
+        if (!lease && strncmp(de->d_name, TMP_PREFIX, strlen(TMP_PREFIX)) != 0)
             continue;
         tfd = openat(st->dirfd, de->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
         if (tfd < 0)
@@ -602,11 +606,20 @@ void engram__clean_temps(engram_store *st)
             flock(tfd, LOCK_EX | LOCK_NB) == 0 &&
             fstatat(st->dirfd, de->d_name, &b, AT_SYMLINK_NOFOLLOW) == 0 &&
             a.st_ino == b.st_ino && a.st_dev == b.st_dev &&
-            unlinkat(st->dirfd, de->d_name, 0) == 0)
-            engram__log(ENGRAM_LOG_INFO, 0, "removed %s/%s, the temporary file of a writer "
-                                            "that died", st->path, de->d_name);
+            unlinkat(st->dirfd, de->d_name, 0) == 0) {
+            engram__log(ENGRAM_LOG_INFO, 0, "removed %s/%s, the %s that died", st->path,
+                        de->d_name,
+                        lease ? "namespace lease of a process" : "temporary file of a writer");
+            removed = 1;
+        }
         close(tfd);
     }
     closedir(d);
+    /* Removing what the dead left is no use of the namespace: its
+     * modification time (the last use engram gc goes by) stays. */
+    if (removed && have_before) {
+        struct timespec ts[2] = {{0, UTIME_OMIT}, before.st_mtim};
+        utimensat(st->dirfd, ".", ts, 0);
+    }
     close(lockfd);
 }

@@ -95,6 +95,8 @@ enum {
     OPT_READS,
     OPT_BALANCED,
     OPT_TIMEOUT,
+    OPT_OLDER_THAN,
+    OPT_DRY_RUN,
     OPT_COUNT
 };
 /* A command's accepted options are bits of a uint64_t. */
@@ -277,5 +279,6 @@ int cli_cmd_demo(struct cli *cli);
 int cli_cmd_plan(struct cli *cli);
 int cli_cmd_wait(struct cli *cli);
 int cli_cmd_mem(struct cli *cli);
+int cli_cmd_gc(struct cli *cli);
 
 #endif

@@ -40,6 +40,7 @@ static const struct opt_def {
     [OPT_TP] = {"tp", 1},          [OPT_DP] = {"dp", 1},
     [OPT_PER_TP] = {"per-tp", 0},  [OPT_READS] = {"reads", 1},
     [OPT_BALANCED] = {"balanced", 0}, [OPT_TIMEOUT] = {"timeout", 1},
+    [OPT_OLDER_THAN] = {"older-than", 1}, [OPT_DRY_RUN] = {"dry-run", 0},
 };
 
 #define O(x) (UINT64_C(1) << OPT_##x)
@@ -219,20 +220,40 @@ static const struct command commands[] = {
      "ns ls [--json] [--strict] | ns rm NS... [--force]",
      "Manages the namespaces of the root (--root, else ENGRAM_ROOT, else the default).\n"
      "\n"
-     "ns ls lists them with their number of tables and data size.  A namespace that\n"
-     "cannot be opened (another user's) is skipped with a warning on stderr; the exit\n"
-     "status stays 0 unless --strict.\n"
+     "ns ls lists them with their number of tables, data size, users (processes that\n"
+     "have tables of it open: each holds a lease while its store is open) and when it\n"
+     "was last used.  A namespace that cannot be opened (another user's) is skipped\n"
+     "with a warning on stderr; the exit status stays 0 unless --strict.\n"
      "\n"
      "ns rm removes each namespace NS: its tables (only with --force; without it a\n"
      "namespace that holds tables is refused), then its directory.  Refused, with\n"
-     "nothing removed: a namespace where a table is being written, or that holds an\n"
-     "entry that is not a table (remove that yourself).  Prints 'removed namespace\n"
-     "NS (N tables)' for each.\n"
+     "nothing removed: a namespace where a table is being written, one in use by\n"
+     "another process (unless --force: it keeps reading what it opened), or one that\n"
+     "holds an entry that is not a table (remove that yourself).  Prints 'removed\n"
+     "namespace NS (N tables)' for each.\n"
      "\n"
      "  --json            (ls) print one JSON object: {schema, root, namespaces:\n"
-     "                    [{name, tables, data_size}], skipped: [{name, reason}]}\n"
+     "                    [{name, tables, data_size, users, stale_leases, last_used}],\n"
+     "                    skipped: [{name, reason}]}; last_used in s since the epoch\n"
      "  --strict          (ls) exit 1 if any namespace was skipped\n"
-     "  --force           (rm) remove the namespace's tables with it\n"},
+     "  --force           (rm) remove the namespace's tables with it, also while in use\n"},
+    {"gc", cli_cmd_gc, O(OLDER_THAN) | O(DRY_RUN) | O(JSON) | O(STRICT), 0, 0,
+     "gc [--older-than DURATION] [--dry-run] [--json] [--strict]",
+     "Removes, with their tables, the namespaces of the root that no live process\n"
+     "uses (no lease: a process killed with its store open leaves a stale one, which\n"
+     "does not count) and that were last used longer ago than DURATION, so a crashed\n"
+     "job never leaks its tables for good.  Prints 'removed NS: ...' or 'kept NS:\n"
+     "...' (in use, or used recently) for each namespace, then a summary; namespaces\n"
+     "it may not remove (another user's, a table being written, an entry that is not\n"
+     "a table) are kept with a warning on stderr.\n"
+     "\n"
+     "  --older-than D    idle time before removal: seconds, or N with s, m, h or d\n"
+     "                    (default 1d)\n"
+     "  --dry-run         say what would be removed, remove nothing\n"
+     "  --json            print one JSON object: {schema, root, older_than, dry_run,\n"
+     "                    namespaces: [{name, action, reason}]}, action one of\n"
+     "                    removed, would_remove, kept, failed\n"
+     "  --strict          exit 1 if any namespace could not be looked at\n"},
     {"plan", cli_cmd_plan,
      O(HEAD_VOCAB) | O(TP) | O(DP) | O(PER_TP) | O(READS) | O(BALANCED) | O(LAYER_IDS) | O(JSON),
      0, 0,

@@ -1,12 +1,14 @@
 /*
- * cli_ns.c - `engram ns`: the namespaces of a root.
+ * cli_ns.c - `engram ns` and `engram gc`: the namespaces of a root.
  *
  * ns ls lists them (engram_namespace_list()) with what each holds, opening
- * each as any command would; ns rm removes them with
- * engram_namespace_remove(), which applies the library's own rules (trust,
- * create-only tables removed as engram_remove() does, a running writer or a
- * foreign entry stops it).  The CLI only adds its wording: --force for the
- * tables, and "did you mean" for a namespace that does not exist.
+ * each as any command would, and who uses it (engram_namespace_usage());
+ * ns rm removes them with engram_namespace_remove(), which applies the
+ * library's own rules (trust, create-only tables removed as engram_remove()
+ * does, a running writer, a live user or a foreign entry stops it).  gc
+ * removes those nobody uses with engram_namespace_gc().  The CLI only adds
+ * its wording: --force for the tables and the users, and "did you mean"
+ * for a namespace that does not exist.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -14,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "engram.h"
 #include "cli.h"
@@ -24,7 +27,29 @@ struct ns_entry {
     int skipped;  /* could not be opened or listed */
     char *reason; /* why (NULL: no memory to say it) */
     uint64_t tables, data_size;
+    engram_namespace_use use;
 };
+
+/* "3 s", "5 min", "2 h", "4 d": how long ago `ns` (ns since the epoch)
+ * was, or "-" if unknown. */
+static const char *fmt_ago(uint64_t t_ns, char *buf, size_t cap)
+{
+    struct timespec now;
+    uint64_t s;
+    if (t_ns == 0 || clock_gettime(CLOCK_REALTIME, &now) != 0)
+        return "-";
+    s = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
+    s = s > t_ns ? (s - t_ns) / 1000000000u : 0;
+    if (s < 120)
+        snprintf(buf, cap, "%" PRIu64 " s ago", s);
+    else if (s < 7200)
+        snprintf(buf, cap, "%" PRIu64 " min ago", s / 60);
+    else if (s < 172800)
+        snprintf(buf, cap, "%" PRIu64 " h ago", s / 3600);
+    else
+        snprintf(buf, cap, "%" PRIu64 " d ago", s / 86400);
+    return buf;
+}
 
 /* Opens namespace `ns` of `root` and counts its tables and their bytes
  * into *e; if it cannot, sets e->skipped and e->reason (allocated). */
@@ -38,6 +63,12 @@ static void ns_measure(const char *root, const char *ns, struct ns_entry *e)
 
     e->name = ns;
     o.threads = 1;
+    /* Before the open, which removes stale leases. */
+    e->use.size = sizeof e->use;
+    if (engram_namespace_usage(root, ns, &e->use) != 0) {
+        memset(&e->use, 0, sizeof e->use);
+        e->use.size = sizeof e->use;
+    }
     rc = engram_store_open(root, ns, &o, &st);
     if (rc == 0)
         rc = engram_list(st, &names, &count);
@@ -98,8 +129,10 @@ static int ns_ls(struct cli *cli)
                 continue;
             printf("%s\n    {\"name\": ", first ? "" : ",");
             cli_json_str(stdout, e[i].name);
-            printf(", \"tables\": %" PRIu64 ", \"data_size\": %" PRIu64 "}", e[i].tables,
-                   e[i].data_size);
+            printf(", \"tables\": %" PRIu64 ", \"data_size\": %" PRIu64 ", \"users\": %u, "
+                   "\"stale_leases\": %u, \"last_used\": %.3f}",
+                   e[i].tables, e[i].data_size, e[i].use.users, e[i].use.stale_leases,
+                   (double)e[i].use.last_used_ns / 1e9);
             first = 0;
         }
         printf("%s],\n  \"skipped\": [", first ? "" : "\n  ");
@@ -116,11 +149,14 @@ static int ns_ls(struct cli *cli)
         }
         printf("%s]\n}\n", first ? "" : "\n  ");
     } else {
-        printf("%-*s  %8s  %s\n", (int)width, "NAMESPACE", "TABLES", "SIZE");
+        char ago[32];
+        printf("%-*s  %8s  %10s  %5s  %s\n", (int)width, "NAMESPACE", "TABLES", "SIZE", "USERS",
+               "LAST USED");
         for (size_t i = 0; i < count; i++)
             if (!e[i].skipped)
-                printf("%-*s  %8" PRIu64 "  %s\n", (int)width, e[i].name, e[i].tables,
-                       cli_fmt_bytes(e[i].data_size, sz, sizeof sz));
+                printf("%-*s  %8" PRIu64 "  %10s  %5u  %s\n", (int)width, e[i].name,
+                       e[i].tables, cli_fmt_bytes(e[i].data_size, sz, sizeof sz),
+                       e[i].use.users, fmt_ago(e[i].use.last_used_ns, ago, sizeof ago));
     }
     fflush(stdout);
     for (size_t i = 0; i < count; i++)
@@ -167,7 +203,16 @@ static int ns_rm(struct cli *cli)
                               e.tables == 1 ? "" : "s");
             continue;
         }
-        rc = engram_namespace_remove(cli->root, ns, force ? ENGRAM_NS_REMOVE_TABLES : 0);
+        if (!force && e.use.users > 0) {
+            status = cli_fail("ns rm: namespace %s/%s is in use by %u process%s (%s); not "
+                              "removed (--force removes it anyway: they keep reading the "
+                              "tables they opened)", root, ns, e.use.users,
+                              e.use.users == 1 ? "" : "es", e.use.first_user);
+            continue;
+        }
+        rc = engram_namespace_remove(cli->root, ns,
+                                     force ? ENGRAM_NS_REMOVE_TABLES | ENGRAM_NS_REMOVE_IN_USE
+                                           : 0);
         if (rc == -ENOENT)
             status = cli_ns_missing(root, ns, "ns rm");
         else if (rc != 0)
@@ -178,6 +223,98 @@ static int ns_rm(struct cli *cli)
         fflush(stdout);
     }
     return status;
+}
+
+/* engram gc: what engram_namespace_gc() reported, in the CLI's words. */
+struct gc_out {
+    int json, dry_run, first, failed;
+    unsigned removed, kept;
+};
+
+static void gc_report(void *ud, const char *ns, int code, const char *detail)
+{
+    struct gc_out *g = ud;
+    const char *what = code == 0 ? (g->dry_run ? "would remove" : "removed")
+                       : code == ENGRAM_GC_KEPT ? "kept"
+                                                : "failed";
+    if (code == 0)
+        g->removed++;
+    else if (code == ENGRAM_GC_KEPT)
+        g->kept++;
+    else
+        g->failed++;
+    if (g->json) {
+        printf("%s\n    {\"name\": ", g->first ? "" : ",");
+        cli_json_str(stdout, ns);
+        printf(", \"action\": \"%s\", \"reason\": ",
+               code == 0 ? (g->dry_run ? "would_remove" : "removed") : what);
+        cli_json_str(stdout, detail ? detail : "");
+        putchar('}');
+        g->first = 0;
+    } else if (code < 0) {
+        cli_warn("gc: namespace '%s' kept: %s", ns, detail ? detail : "");
+    } else {
+        printf("%s %s: %s\n", what, ns, detail ? detail : "");
+    }
+}
+
+/* Parses a duration: a number of seconds, or with a suffix s, m, h or d. */
+static int parse_duration(const char *s, uint64_t *out)
+{
+    char num[32];
+    size_t n = strlen(s);
+    uint64_t mult = 1, v;
+    if (n == 0 || n >= sizeof num)
+        return -1;
+    memcpy(num, s, n + 1);
+    switch (num[n - 1]) {
+    case 's': mult = 1; num[--n] = '\0'; break;
+    case 'm': mult = 60; num[--n] = '\0'; break;
+    case 'h': mult = 3600; num[--n] = '\0'; break;
+    case 'd': mult = 86400; num[--n] = '\0'; break;
+    default: break;
+    }
+    if (cli_parse_u64(num, &v) != 0 || !cli_mul_ok(v, mult, out))
+        return -1;
+    return 0;
+}
+
+/* engram gc [--older-than DURATION] [--dry-run] [--json] */
+int cli_cmd_gc(struct cli *cli)
+{
+    const char *root = cli_root(cli);
+    struct gc_out g = {0};
+    uint64_t idle = 86400;
+    int rc;
+    if (cli->opt[OPT_NS])
+        return cli_usage_error(cli, "--ns does not apply to 'gc' (it looks at every namespace "
+                                    "of the root)");
+    if (cli->opt[OPT_OLDER_THAN] && parse_duration(cli->opt[OPT_OLDER_THAN], &idle) != 0)
+        return cli_usage_error(cli, "--older-than: '%s' is not a duration (seconds, or a "
+                                    "number with s, m, h or d)", cli->opt[OPT_OLDER_THAN]);
+    g.json = cli->opt[OPT_JSON] != NULL;
+    g.dry_run = cli->opt[OPT_DRY_RUN] != NULL;
+    g.first = 1;
+    if (g.json) {
+        printf("{\n  \"schema\": %d,\n  \"root\": ", CLI_JSON_SCHEMA);
+        cli_json_str(stdout, root);
+        printf(",\n  \"older_than\": %" PRIu64 ",\n  \"dry_run\": %s,\n  \"namespaces\": [",
+               idle, g.dry_run ? "true" : "false");
+    }
+    rc = engram_namespace_gc(cli->root, idle, g.dry_run ? ENGRAM_GC_DRY_RUN : 0, gc_report, &g);
+    if (g.json)
+        printf("%s]\n}\n", g.first ? "" : "\n  ");
+    else if (rc == 0)
+        printf("%s %u namespace%s, kept %u%s\n", g.dry_run ? "would remove" : "removed",
+               g.removed, g.removed == 1 ? "" : "s", g.kept,
+               g.failed ? ", and some could not be looked at (see above)" : "");
+    fflush(stdout);
+    if (rc == -ENOENT)
+        return cli_fail("gc: the root directory %s does not exist (set --root or ENGRAM_ROOT)",
+                        root);
+    if (rc != 0)
+        return cli_lib_fail(rc, "gc %s", root);
+    return g.failed && cli->opt[OPT_STRICT] ? EXIT_FAIL : 0;
 }
 
 int cli_cmd_ns(struct cli *cli)

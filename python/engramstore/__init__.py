@@ -71,6 +71,7 @@ __all__ = [
     "CorruptTableError", "UnsafePathError", "StateError", "StoreClosedError",
     "default_root", "library_version", "strerror", "DEAD_ID", "HAVE_CUDA",
     "can_share", "CapacityAnswer", "shard_plan",
+    "namespaces", "namespace_usage", "remove_namespace", "gc", "NamespaceUsage", "GcResult",
 ]
 
 _DEFAULT: Any = object()  # local_dir not given: the library's default root
@@ -412,3 +413,5 @@ def can_share(tables: Mapping[Any, object] | Iterable[object],
 from ._mooncake import MooncakeError, MooncakeTableStore  # noqa: E402  (needs the names above)
 from ._layer import LayerStore  # noqa: E402  (needs the names above)
 from ._plan import shard_plan  # noqa: E402
+from ._namespaces import (GcResult, NamespaceUsage, gc, namespace_usage,  # noqa: E402
+                          namespaces, remove_namespace)

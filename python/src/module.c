@@ -422,7 +422,168 @@ out:
     return res;
 }
 
+PyDoc_STRVAR(namespace_usage_doc,
+"namespace_usage($module, root, ns, /)\n--\n\n"
+"engram_namespace_usage(): (users, stale_leases, last_used_ns, first_user).\n"
+"engramstore.namespace_usage() is the friendlier form.");
+
+static PyObject *mod_namespace_usage(PyObject *self, PyObject *args)
+{
+    PyObject *rootb = NULL, *root_o;
+    const char *ns;
+    engram_namespace_use u = ENGRAM_NAMESPACE_USE_INIT;
+    int rc;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "Os", &root_o, &ns) || ext_path_arg(root_o, "root", &rootb) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = engram_namespace_usage(PyBytes_AS_STRING(rootb), ns, &u);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(rootb);
+    if (rc != 0)
+        return ext_raise(rc, NULL);
+    return Py_BuildValue("(IIKs)", u.users, u.stale_leases, (unsigned long long)u.last_used_ns,
+                         u.first_user);
+}
+
+/* What engram_namespace_gc() reported, kept while the GIL is released. */
+struct gc_list {
+    size_t n, cap;
+    struct gc_item {
+        char *ns, *detail;
+        int code;
+    } *v;
+    int nomem;
+};
+
+static void gc_collect(void *ud, const char *ns, int code, const char *detail)
+{
+    struct gc_list *l = ud;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 16;
+        struct gc_item *v = realloc(l->v, cap * sizeof *v);
+        if (!v) {
+            l->nomem = 1;
+            return;
+        }
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n].ns = strdup(ns);
+    l->v[l->n].detail = strdup(detail ? detail : "");
+    l->v[l->n].code = code;
+    if (!l->v[l->n].ns || !l->v[l->n].detail) {
+        free(l->v[l->n].ns);
+        free(l->v[l->n].detail);
+        l->nomem = 1;
+        return;
+    }
+    l->n++;
+}
+
+PyDoc_STRVAR(namespace_gc_doc,
+"namespace_gc($module, root, idle_s, dry_run, /)\n--\n\n"
+"engram_namespace_gc(): a list of (namespace, code, detail), code 0 removed\n"
+"(or would be), 1 kept, or a negative error.  engramstore.gc() is the\n"
+"friendlier form.");
+
+static PyObject *mod_namespace_gc(PyObject *self, PyObject *args)
+{
+    PyObject *rootb = NULL, *root_o, *res = NULL;
+    unsigned long long idle;
+    int dry_run, rc;
+    struct gc_list l = {0};
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OKp", &root_o, &idle, &dry_run) ||
+        ext_path_arg(root_o, "root", &rootb) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = engram_namespace_gc(PyBytes_AS_STRING(rootb), idle, dry_run ? ENGRAM_GC_DRY_RUN : 0,
+                             gc_collect, &l);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(rootb);
+    if (rc != 0)
+        ext_raise(rc, NULL);
+    else if (l.nomem)
+        PyErr_NoMemory();
+    else if ((res = PyList_New((Py_ssize_t)l.n)) != NULL)
+        for (size_t i = 0; i < l.n; i++) {
+            PyObject *t = Py_BuildValue("(sis)", l.v[i].ns, l.v[i].code, l.v[i].detail);
+            if (!t) {
+                Py_CLEAR(res);
+                break;
+            }
+            PyList_SET_ITEM(res, (Py_ssize_t)i, t);
+        }
+    for (size_t i = 0; i < l.n; i++) {
+        free(l.v[i].ns);
+        free(l.v[i].detail);
+    }
+    free(l.v);
+    return res;
+}
+
+PyDoc_STRVAR(namespace_list_doc,
+"namespace_list($module, root, /)\n--\n\n"
+"engram_namespace_list(): the namespaces under root, sorted.");
+
+static PyObject *mod_namespace_list(PyObject *self, PyObject *root_o)
+{
+    PyObject *rootb = NULL, *res = NULL;
+    char **names = NULL;
+    size_t count = 0;
+    int rc;
+    (void)self;
+    if (ext_path_arg(root_o, "root", &rootb) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = engram_namespace_list(PyBytes_AS_STRING(rootb), &names, &count);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(rootb);
+    if (rc != 0)
+        return ext_raise(rc, NULL);
+    if ((res = PyList_New((Py_ssize_t)count)) != NULL)
+        for (size_t i = 0; i < count; i++) {
+            PyObject *o = PyUnicode_DecodeFSDefault(names[i]);
+            if (!o) {
+                Py_CLEAR(res);
+                break;
+            }
+            PyList_SET_ITEM(res, (Py_ssize_t)i, o);
+        }
+    engram_free(names);
+    return res;
+}
+
+PyDoc_STRVAR(namespace_remove_doc,
+"namespace_remove($module, root, ns, flags, /)\n--\n\n"
+"engram_namespace_remove().  engramstore.remove_namespace() is the friendlier\n"
+"form.");
+
+static PyObject *mod_namespace_remove(PyObject *self, PyObject *args)
+{
+    PyObject *rootb = NULL, *root_o;
+    const char *ns;
+    unsigned int flags;
+    int rc;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OsI", &root_o, &ns, &flags) ||
+        ext_path_arg(root_o, "root", &rootb) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = engram_namespace_remove(PyBytes_AS_STRING(rootb), ns, flags);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(rootb);
+    if (rc != 0)
+        return ext_raise(rc, NULL);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"namespace_usage", mod_namespace_usage, METH_VARARGS, namespace_usage_doc},
+    {"namespace_gc", mod_namespace_gc, METH_VARARGS, namespace_gc_doc},
+    {"namespace_list", mod_namespace_list, METH_O, namespace_list_doc},
+    {"namespace_remove", mod_namespace_remove, METH_VARARGS, namespace_remove_doc},
     {"shard_plan", mod_shard_plan, METH_VARARGS, shard_plan_doc},
     {"check_capacity", (PyCFunction)(void (*)(void))mod_check_capacity, METH_FASTCALL,
      check_capacity_doc},

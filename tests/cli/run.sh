@@ -869,18 +869,20 @@ check "an empty ENGRAM_ROOT is the built-in default" eval 'rc_is 0 && out_has "^
 # ---------------------------------------------------------------------------
 # ns ls, ns rm.
 run ns ls
-check "ns ls" eval 'rc_is 0 && out_has "^NAMESPACE  *TABLES  *SIZE$" && out_has "^default  *[0-9][0-9]*  " && out_has "^envns  *1  4 B$" && out_has "^other  *1  1 B$"'
+check "ns ls" eval 'rc_is 0 && out_has "^NAMESPACE  *TABLES  *SIZE  *USERS  *LAST USED$" && out_has "^default  *[0-9][0-9]*  " && out_has "^envns  *1  *4 B  *0  [0-9]* s ago$" && out_has "^other  *1  *1 B  *0  "'
 run ns ls --json
 check "ns ls --json" eval 'rc_is 0 && out_has "\"schema\": 1,"'
 if [ "$HAVE_PY" = 1 ]; then
     check "ns ls --json values" pycheck '
-import json
+import json, time
 j = json.load(open("out"))
 assert list(j) == ["schema", "root", "namespaces", "skipped"], list(j)
 assert j["schema"] == 1 and j["skipped"] == [], j
 d = {n["name"]: n for n in j["namespaces"]}
 assert sorted(d) == ["default", "envns", "other"], sorted(d)
-assert d["envns"] == {"name": "envns", "tables": 1, "data_size": 4}, d["envns"]
+e = dict(d["envns"])
+assert 0 < time.time() - e.pop("last_used") < 3600, d["envns"]
+assert e == {"name": "envns", "tables": 1, "data_size": 4, "users": 0, "stale_leases": 0}, e
 assert d["default"]["tables"] > 5, d["default"]
 '
 fi
@@ -938,6 +940,59 @@ run ns rm empty
 check "ns rm of an empty namespace" eval 'rc_is 0 && out_is "removed namespace empty (0 tables)" && [ ! -e "$ROOT/empty" ]'
 run --ns envns ls
 check "ls of a removed namespace -> 1" eval 'fails_with 1 "envns"'
+
+# Users and gc: a process waiting on a namespace holds a lease on it.
+run --ns inuse create t --rows 4 --row-bytes 4
+"$ENGRAM_BIN" --root "$ROOT" --ns inuse wait never --timeout 60 >/dev/null 2>&1 &
+waiter=$!
+for _ in $(seq 100); do
+    ls -a "$ROOT/inuse" | grep -q '^\.lease\.' && break
+    sleep 0.05
+done
+run ns ls
+check "ns ls counts a user" eval 'rc_is 0 && out_has "^inuse  *1  *16 B  *1  "'
+run ns rm inuse
+check "ns rm of a namespace with tables in use -> 1" eval 'fails_with 1 "holds 1 table"'
+run --ns inuse rm t
+run ns rm inuse
+check "ns rm of a namespace in use -> 1, kept" \
+    eval 'fails_with 1 "in use by 1 process (pid $waiter start [0-9]* command engram)" && [ -d "$ROOT/inuse" ]'
+touch -d '3 days ago' "$ROOT/inuse" "$ROOT/inuse"/.lease.*
+run gc --older-than 1h
+check "gc keeps a namespace in use, however old" eval 'rc_is 0 && out_has "^kept inuse: in use (1 live lease: pid $waiter "'
+kill -9 $waiter
+wait $waiter 2>/dev/null
+run ns ls --json
+if [ "$HAVE_PY" = 1 ]; then
+    check "ns ls --json counts a stale lease" pycheck '
+import json
+d = {n["name"]: n for n in json.load(open("out"))["namespaces"]}
+assert d["inuse"]["users"] == 0 and d["inuse"]["stale_leases"] == 1, d["inuse"]
+'
+fi
+touch -d '2 hours ago' "$ROOT/inuse"
+run --ns gcnew create t --rows 4 --row-bytes 4
+run gc --older-than 1h --dry-run
+check "gc --dry-run says, removes nothing" \
+    eval 'rc_is 0 && out_has "^would remove inuse: no live lease, last used [0-9]* s ago$" && out_has "^kept gcnew: used [0-9]* s ago$" && out_has "^would remove 1 namespace, kept " && [ -d "$ROOT/inuse" ]'
+run gc --older-than 1h --json
+if [ "$HAVE_PY" = 1 ]; then
+    check "gc --json" pycheck '
+import json
+j = json.load(open("out"))
+assert j["schema"] == 1 and j["older_than"] == 3600 and j["dry_run"] is False, j
+d = {n["name"]: n["action"] for n in j["namespaces"]}
+assert d["inuse"] == "removed" and d["gcnew"] == "kept", d
+'
+fi
+check "gc removed the idle namespace, kept the new one" eval '[ ! -e "$ROOT/inuse" ] && [ -f "$ROOT/gcnew/t" ]'
+run gc --older-than 5x
+check "gc --older-than 5x -> 2" eval 'usage_fails && err_has "not a duration"'
+run gc extra
+check "gc with an argument -> 2" usage_fails
+run --ns gcnew gc
+check "gc --ns -> 2" eval 'usage_fails && err_has "--ns"'
+run ns rm gcnew --force
 
 # ---------------------------------------------------------------------------
 # The README's shell block, as written (its root moved into the scratch
