@@ -18,7 +18,9 @@
  *     checksum reach the field checks instead of all failing on the
  *     checksum.
  * Every accepted header must satisfy the invariants below and survive an
- * encode/parse round trip unchanged; any violation aborts.
+ * encode/parse round trip unchanged; any violation aborts.  Version-2
+ * headers with a row range (ENGRAM__FLAG_ROW_RANGE) must describe rows
+ * within the full tensor's total_rows.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,10 +46,12 @@ static void fail(const char *why, const engram__header *h)
     if (h)
         fprintf(stderr,
                 "  version %u algo %u num_rows %llu row_bytes %u row_pitch %u\n"
-                "  data_offset %llu data_size %llu flags 0x%x name '%.*s'\n",
+                "  data_offset %llu data_size %llu flags 0x%x row_start %llu total_rows %llu\n"
+                "  name '%.*s'\n",
                 h->version, h->checksum_algo, (unsigned long long)h->num_rows, h->row_bytes,
                 h->row_pitch, (unsigned long long)h->data_offset,
-                (unsigned long long)h->data_size, h->flags, ENGRAM_NAME_MAX, h->name);
+                (unsigned long long)h->data_size, h->flags, (unsigned long long)h->row_start,
+                (unsigned long long)h->total_rows, ENGRAM_NAME_MAX, h->name);
     abort();
 }
 
@@ -78,6 +82,7 @@ static int header_equal(const engram__header *a, const engram__header *b)
            a->row_pitch == b->row_pitch && a->data_offset == b->data_offset &&
            a->data_size == b->data_size && a->data_checksum == b->data_checksum &&
            a->created_ns == b->created_ns && a->flags == b->flags &&
+           a->row_start == b->row_start && a->total_rows == b->total_rows &&
            strcmp(a->name, b->name) == 0;
 }
 
@@ -93,8 +98,21 @@ static void check_accepted(const uint8_t *buf, size_t len, uint64_t file_size,
 
     if (len < ENGRAM__HEADER_SIZE)
         fail("accepted fewer bytes than a header", h);
-    if (h->version != ENGRAM__FORMAT_VERSION)
+    if (h->version < 1 || h->version > ENGRAM__FORMAT_VERSION)
         fail("accepted an unsupported version", h);
+    if (h->flags & ~(uint32_t)ENGRAM__FLAG_ROW_RANGE)
+        fail("accepted an unknown flag", h);
+    if (h->flags && h->version < 2)
+        fail("accepted a flag in a version-1 header", h);
+    if (h->flags & ENGRAM__FLAG_ROW_RANGE) {
+        /* Every global id of the table is an int64 below total_rows. */
+        if (h->total_rows < 1 || h->total_rows > ((uint64_t)1 << 62))
+            fail("accepted total_rows outside [1, 2^62]", h);
+        if (engram__add_u64(h->row_start, h->num_rows, &end) || end > h->total_rows)
+            fail("accepted a row range beyond total_rows", h);
+    } else if (h->row_start != 0 || h->total_rows != 0) {
+        fail("range fields set without the flag", h);
+    }
     if (h->checksum_algo != ENGRAM__CHECKSUM_XXH3_64)
         fail("accepted an unknown checksum algorithm", h);
     if (h->num_rows < 1)

@@ -4,8 +4,10 @@
  * `engram import` hands npy_parse() the first bytes of any file a user
  * names, so it must reject every malformed preamble or header with a
  * message, and never accept one that breaks what the import relies on:
- * a 2-D uint8 array in C order whose rows * row_bytes bytes start right
- * after the header and end exactly at the end of the file.
+ * an array of a plain dtype in C order whose rows * row_bytes bytes
+ * (row_bytes = the item size times the product of the dimensions after
+ * the first) start right after the header and end exactly at the end of
+ * the file.
  *
  * One input drives two parses:
  *  1. the whole input as the file, with its own length as the file size
@@ -73,18 +75,22 @@ static int contains_u64(const unsigned char *p, size_t n, uint64_t v)
     return contains(p, n, dec);
 }
 
-/* Writes numpy's own v1.0 header for a rows x cols uint8 array into out
- * (which holds at least 256 bytes); returns its length, preamble
- * included, padded with spaces and a newline to a multiple of 64. */
-static size_t canonical_header(uint64_t rows, uint64_t cols, unsigned char *out)
+/* Writes numpy's own v1.0 header for the array *info describes (its
+ * descr and dims) into out (which holds at least 512 bytes); returns its
+ * length, preamble included, padded with spaces and a newline to a
+ * multiple of 64. */
+static size_t canonical_header(const struct npy_info *info, unsigned char *out)
 {
-    char dict[160];
-    int n = snprintf(dict, sizeof dict,
-                     "{'descr': '|u1', 'fortran_order': False, 'shape': (%" PRIu64 ", %" PRIu64
-                     "), }",
-                     rows, cols);
+    char dict[400];
+    int n = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (",
+                     info->descr);
     size_t total, hlen;
 
+    for (uint32_t d = 0; d < info->ndim && n > 0 && (size_t)n < sizeof dict; d++)
+        n += snprintf(dict + n, sizeof dict - (size_t)n, "%" PRIu64 "%s", info->dims[d],
+                      info->ndim == 1 ? "," : d + 1 < info->ndim ? ", " : "");
+    if (n > 0 && (size_t)n < sizeof dict)
+        n += snprintf(dict + n, sizeof dict - (size_t)n, "), }");
     if (n < 0 || (size_t)n >= sizeof dict)
         fail("canonical dict does not fit", NULL);
     total = (10 + (size_t)n + 1 + 63) / 64 * 64;
@@ -132,14 +138,29 @@ static void check_accepted(const uint8_t *buf, size_t len, uint64_t file_size,
         fail("accepted a header that was not all in the buffer", info);
     if (info->rows == 0 || info->cols == 0)
         fail("accepted an empty shape", info);
+    if (info->ndim < 1 || info->ndim > NPY_MAX_DIMS || info->rows != info->dims[0])
+        fail("rows is not the first dimension", info);
+    if (info->itemsize == 0 || memchr(info->descr, '\0', sizeof info->descr) == NULL)
+        fail("accepted an empty or unterminated dtype", info);
+    {
+        uint64_t cols = info->itemsize;
+        for (uint32_t d = 1; d < info->ndim; d++)
+            if (info->dims[d] == 0 || __builtin_mul_overflow(cols, info->dims[d], &cols))
+                fail("a dimension is 0, or the row size overflows", info);
+        if (cols != info->cols)
+            fail("cols is not itemsize x the dimensions after the first", info);
+        for (uint32_t d = info->ndim; d < NPY_MAX_DIMS; d++)
+            if (info->dims[d] != 0)
+                fail("an unused dimension is not 0", info);
+    }
     if (__builtin_mul_overflow(info->rows, info->cols, &data))
         fail("rows * cols overflows", info);
     if (__builtin_add_overflow(info->data_offset, data, &end) || end != file_size)
         fail("the data does not end exactly at the end of the file", info);
 
-    /* An accepted header is a dict of the three keys, with a uint8 dtype,
-     * C order and the two dimensions in decimal, and nothing but
-     * printable ASCII and whitespace. */
+    /* An accepted header is a dict of the three keys, with its dtype, C
+     * order and the dimensions in decimal, and nothing but printable ASCII
+     * and whitespace. */
     {
         const unsigned char *h = buf + prefix;
         size_t n = (size_t)hlen;
@@ -149,12 +170,15 @@ static void check_accepted(const uint8_t *buf, size_t len, uint64_t file_size,
         if (!contains(h, n, "descr") || !contains(h, n, "fortran_order") ||
             !contains(h, n, "shape"))
             fail("accepted a header without one of the three keys", info);
-        if (!contains(h, n, "u1"))
-            fail("accepted a header without a uint8 dtype", info);
+        if (!contains(h, n, info->descr))
+            fail("the dtype is not spelled in the header", info);
+        if (info->descr[strspn(info->descr, "<>|=")] == 'O')
+            fail("accepted an object dtype", info);
         if (!contains(h, n, "False"))
             fail("accepted a header without fortran_order False", info);
-        if (!contains_u64(h, n, info->rows) || !contains_u64(h, n, info->cols))
-            fail("the shape is not spelled in the header", info);
+        for (uint32_t d = 0; d < info->ndim; d++)
+            if (!contains_u64(h, n, info->dims[d]))
+                fail("the shape is not spelled in the header", info);
     }
 
     /* The parser needs the header and nothing after it: the same file
@@ -179,8 +203,8 @@ static void check_accepted(const uint8_t *buf, size_t len, uint64_t file_size,
     /* What numpy would write for this array parses to the same shape,
      * with the data 64-byte aligned. */
     {
-        unsigned char canon[256];
-        size_t clen = canonical_header(info->rows, info->cols, canon);
+        unsigned char canon[512];
+        size_t clen = canonical_header(info, canon);
         struct npy_info again;
         char err[ERR_CAP];
         uint64_t csize;
@@ -191,7 +215,10 @@ static void check_accepted(const uint8_t *buf, size_t len, uint64_t file_size,
             fail("the canonical header of an accepted shape does not parse", info);
         }
         if (again.rows != info->rows || again.cols != info->cols ||
-            again.data_offset != clen || again.data_offset % 64 != 0)
+            again.itemsize != info->itemsize || again.ndim != info->ndim ||
+            memcmp(again.dims, info->dims, sizeof again.dims) != 0 ||
+            strcmp(again.descr, info->descr) != 0 || again.data_offset != clen ||
+            again.data_offset % 64 != 0)
             fail("the canonical header parses differently", &again);
     }
 }

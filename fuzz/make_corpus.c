@@ -41,7 +41,9 @@
 #define OFF_HSIZE 12
 #define OFF_NAME 72
 #define NAME_FIELD 136
-#define OFF_RESERVED (OFF_NAME + NAME_FIELD)
+#define OFF_ROW_START (OFF_NAME + NAME_FIELD)
+#define OFF_RESERVED_V2 (OFF_ROW_START + 16) /* reserved when a row range is set */
+#define OFF_RESERVED OFF_ROW_START
 #define OFF_HSUM (ENGRAM__HEADER_SIZE - 8)
 
 #define MIB ((uint64_t)1 << 20)
@@ -60,7 +62,7 @@ static engram__header base(uint64_t rows, uint32_t row_bytes, uint32_t pitch, ui
 {
     engram__header h;
     memset(&h, 0, sizeof h);
-    h.version = ENGRAM__FORMAT_VERSION;
+    h.version = 1;
     h.checksum_algo = ENGRAM__CHECKSUM_XXH3_64;
     h.num_rows = rows;
     h.row_bytes = row_bytes;
@@ -70,6 +72,17 @@ static engram__header base(uint64_t rows, uint32_t row_bytes, uint32_t pitch, ui
     h.data_checksum = 0x0123456789abcdefull ^ rows;
     h.created_ns = 1764400000000000000ull;
     snprintf(h.name, sizeof h.name, "%s", name);
+    return h;
+}
+
+/* Version 2 with a row range: the rows are [row_start, row_start +
+ * num_rows) of total_rows. */
+static engram__header ranged(engram__header h, uint64_t row_start, uint64_t total_rows)
+{
+    h.version = 2;
+    h.flags = ENGRAM__FLAG_ROW_RANGE;
+    h.row_start = row_start;
+    h.total_rows = total_rows;
     return h;
 }
 
@@ -152,6 +165,31 @@ static void valid_seeds(void)
         seed_from(&s, &h);
         emit(&s, 0, "alphabet");
     }
+    /* Row ranges (version 2): a shard in the middle, the first and the
+     * last shard, the whole tensor, the largest tensor, the version-2
+     * form without a range. */
+    {
+        engram__header g = base(1000, 264, 272, 2 * MIB, "engram:l1:h3");
+        engram__header h = ranged(g, 5000, 9000);
+        seed_from(&s, &h);
+        emit(&s, 0, "range middle");
+        h = ranged(g, 0, 4000);
+        seed_from(&s, &h);
+        emit(&s, 0, "range first");
+        h = ranged(g, 3000, 4000);
+        seed_from(&s, &h);
+        emit(&s, 0, "range last");
+        h = ranged(g, 0, 1000);
+        seed_from(&s, &h);
+        emit(&s, 0, "range whole");
+        h = ranged(g, ((uint64_t)1 << 62) - 1000, (uint64_t)1 << 62);
+        seed_from(&s, &h);
+        emit(&s, 0, "range at 2^62");
+        h = g;
+        h.version = 2;
+        seed_from(&s, &h);
+        emit(&s, 0, "version 2 without a range");
+    }
     /* A valid header followed by the rest of a 4 KiB read. */
     {
         engram__header h = base(9, 16, 16, 2 * MIB, "with.tail");
@@ -196,7 +234,7 @@ static void broken_seeds(void)
     memset(s.b + 8, 0, 8);
     emit(&s, ENGRAM_ECORRUPT, "zero magic");
     h = good;
-    h.version = 2;
+    h.version = ENGRAM__FORMAT_VERSION + 1;
     seed_from(&s, &h);
     emit(&s, ENGRAM_EVERSION, "future version");
     h.version = 0;
@@ -233,7 +271,48 @@ static void broken_seeds(void)
     h = good;
     h.flags = 1;
     seed_from(&s, &h);
-    emit(&s, ENGRAM_EVERSION, "unknown flag");
+    emit(&s, ENGRAM_EVERSION, "flag in version 1");
+    h = ranged(good, 0, 1000);
+    h.flags |= 2;
+    seed_from(&s, &h);
+    emit(&s, ENGRAM_EVERSION, "unknown flag in version 2");
+    h = ranged(good, 0, 1000);
+    h.flags = 0x80000000u;
+    seed_from(&s, &h);
+    emit(&s, ENGRAM_EVERSION, "high flag in version 2");
+
+    /* Row ranges. */
+    h = ranged(good, 1, 1000);
+    seed_from(&s, &h);
+    emit(&s, ENGRAM_ECORRUPT, "range one row beyond total");
+    h = ranged(good, 0, 999);
+    seed_from(&s, &h);
+    emit(&s, ENGRAM_ECORRUPT, "total below num_rows");
+    h = ranged(good, 0, 0);
+    seed_from(&s, &h);
+    emit(&s, ENGRAM_ECORRUPT, "total 0");
+    h = ranged(good, UINT64_MAX - 10, UINT64_MAX);
+    seed_from(&s, &h);
+    emit(&s, ENGRAM_ECORRUPT, "range end wraps");
+    h = ranged(good, 0, ((uint64_t)1 << 62) + 1);
+    seed_from(&s, &h);
+    emit(&s, ENGRAM_ECORRUPT, "total above 2^62");
+    h = good;
+    h.version = 2;
+    seed_from(&s, &h);
+    s.b[8 + OFF_ROW_START] = 7;
+    reseal(&s);
+    emit(&s, ENGRAM_ECORRUPT, "range bytes without the flag");
+    h = good;
+    seed_from(&s, &h);
+    s.b[8 + OFF_ROW_START + 8] = 1;
+    reseal(&s);
+    emit(&s, ENGRAM_ECORRUPT, "range bytes in version 1");
+    h = ranged(good, 0, 1000);
+    seed_from(&s, &h);
+    s.b[8 + OFF_RESERVED_V2] = 1;
+    reseal(&s);
+    emit(&s, ENGRAM_ECORRUPT, "reserved byte after the range");
 
     /* Spec fields. */
     h = good;

@@ -95,6 +95,49 @@ ENGRAM_API const char *engram_strerror(int err);
 ENGRAM_API const char *engram_errmsg(void);
 
 /* ------------------------------------------------------------------------
+ * Log messages.
+ *
+ * Failures are returned, never logged.  What the library has to say
+ * besides goes to one process-wide log sink, as one line per message
+ * (no newline) with a level:
+ *  - ENGRAM_LOG_INFO: the periodic row cache stats line of a store that
+ *    asked for one (engram_store_options.cache_log_ms, or the environment
+ *    variable ENGRAM_CACHE_LOG_MS), "cache ROOT/NS: hit rate ...";
+ *    a temporary file of a writer that died, removed by an open.
+ *  - ENGRAM_LOG_WARN: io_uring could not be set up, so rows behind the row
+ *    cache are read one pread at a time (said once per process).
+ * By default no function is set and the sink is off: nothing is written,
+ * except the cache stats line, which a store that asked for it writes to
+ * stderr as "engram: cache ...".  engram_set_log() hands every message to
+ * a function of yours instead (an engine's own logger).
+ */
+#define ENGRAM_LOG_OFF 0   /* no messages */
+#define ENGRAM_LOG_ERROR 1 /* something failed that no call returns */
+#define ENGRAM_LOG_WARN 2  /* a fallback that costs speed or memory */
+#define ENGRAM_LOG_INFO 3  /* what the library did: stats lines, cleanups */
+#define ENGRAM_LOG_DEBUG 4 /* details for whoever debugs the library */
+
+/* Receives one message: `level` is one of ENGRAM_LOG_ERROR .. DEBUG, `msg`
+ * one line without a newline, valid only during the call. */
+typedef void (*engram_log_fn)(void *ud, int level, const char *msg);
+
+/*! engram_set_log() :
+ * Sends the library's log messages of `level` and more severe levels
+ * (ERROR < WARN < INFO < DEBUG; ENGRAM_LOG_OFF: none at all, not even the
+ * stats line a store asked for) to fn(ud, level, msg), for the whole
+ * process.  fn NULL restores the default (see above); ud is then not
+ * used (level is still checked).  fn is called from whichever thread
+ * raised the message (a lookup's, for the stats line, once that lookup is
+ * done), never from two threads at once.  It should return quickly; it may
+ * call the library (a lookup, say: messages raised on its thread meanwhile
+ * are dropped) but not engram_set_log() (ENGRAM_ESTATE).  Once
+ * engram_set_log() has returned, the function it replaced is no longer
+ * called.  Thread-safe.
+ * @return : 0, -EINVAL (level outside ENGRAM_LOG_OFF .. ENGRAM_LOG_DEBUG),
+ *           or ENGRAM_ESTATE (called from the log function). */
+ENGRAM_API int engram_set_log(engram_log_fn fn, void *ud, int level);
+
+/* ------------------------------------------------------------------------
  * Table specs and names.
  *
  * A table is `num_rows` rows of `row_bytes` opaque bytes.  Rows are stored
@@ -165,9 +208,9 @@ typedef struct engram_store_options {
                             * tables): 0 = 256 MiB.  See engram_get_cache_stats(). */
     uint32_t queue_depth;  /* io_uring reads in flight per lookup: 0 = 64
                             * (1 .. ENGRAM_QUEUE_DEPTH_MAX) */
-    uint32_t cache_log_ms; /* print a cache stats line to stderr at most every this many ms
-                            * of lookups; 0 = the ENGRAM_CACHE_LOG_MS environment variable,
-                            * or never */
+    uint32_t cache_log_ms; /* log a cache stats line at most every this many ms of
+                            * lookups (to stderr, or to the function of engram_set_log());
+                            * 0 = the ENGRAM_CACHE_LOG_MS environment variable, or never */
 } engram_store_options;
 
 #define ENGRAM_QUEUE_DEPTH_MAX 4096u /* engram_store_options.queue_depth at most */
@@ -175,8 +218,14 @@ typedef struct engram_store_options {
 #define ENGRAM_STORE_OPTIONS_INIT {sizeof(engram_store_options), 0u, 0, 0, 0, 0, 0}
 
 /*! engram_default_root() :
- * @return : the default root directory of namespaces: "/dev/shm/engram"
- *           when /dev/shm exists, else "/tmp/engram".  Static string. */
+ * The root directory used where none is given (engram_store_open() and
+ * engram_namespace_list() with root NULL; the CLI without --root; the
+ * Python package without local_dir).  Thread-safe while nothing changes
+ * the environment.
+ * @return : the value of the environment variable ENGRAM_ROOT when it is
+ *           set and not empty (the environment's own string: valid until
+ *           the environment changes), else "/dev/shm/engram" when /dev/shm
+ *           exists, else "/tmp/engram" (static strings). */
 ENGRAM_API const char *engram_default_root(void);
 
 /*! engram_store_open() :
@@ -216,6 +265,102 @@ ENGRAM_API int engram_store_open_memory(const engram_store_options *opts, engram
  * Accepts NULL.  Must not race with any other call on the same store. */
 ENGRAM_API void engram_store_close(engram_store *st);
 
+/*! engram_namespace_list() :
+ * Lists the namespaces under directory `root` (NULL: the default root):
+ * its subdirectories with valid names (links and other entries are left
+ * out), sorted, whoever owns them (engram_store_open() decides whether a
+ * namespace is trusted).  *names is one allocation (the array, NULL
+ * terminated, and the strings) to release with engram_free(); *count is
+ * its length.  Thread-safe.
+ * @return : 0, -ENOENT (no such root), ENGRAM_EUNSAFE (the root is a link
+ *           or not a directory), -EINVAL (names or count NULL), -ENOMEM,
+ *           or another negative errno. */
+ENGRAM_API int engram_namespace_list(const char *root, char ***names, size_t *count);
+
+/* engram_namespace_remove() flags */
+#define ENGRAM_NS_REMOVE_TABLES 0x0001u /* remove the namespace's tables first */
+#define ENGRAM_NS_REMOVE_IN_USE 0x0002u /* also while other processes hold leases on it */
+
+/*! engram_namespace_remove() :
+ * Removes namespace `ns` under `root` (NULL: the default root).  It is
+ * opened as engram_store_open() opens it (the same trust rules; stale
+ * temporary files of dead writers are removed), then every entry is
+ * checked before anything is removed:
+ *  - a table: without ENGRAM_NS_REMOVE_TABLES the namespace is not empty
+ *    (-ENOTEMPTY, naming the tables); with it, each table is removed as
+ *    engram_remove() removes it;
+ *  - a temporary file of a writer that is still running: -EBUSY, naming
+ *    the table being written;
+ *  - a live lease of another process (it has tables of the namespace
+ *    open, see engram_namespace_usage()): -EBUSY naming the process,
+ *    unless ENGRAM_NS_REMOVE_IN_USE is given (that process keeps reading
+ *    the tables it opened, as after engram_remove(), and can open no new
+ *    one); leases of this process and stale ones are removed with the
+ *    tables;
+ *  - anything else (a file that is not an engram table, a link, a
+ *    directory): -ENOTEMPTY naming it; the library removes only what it
+ *    wrote, so remove such entries yourself.
+ * The directory itself is then removed with rmdir(2), which succeeds only
+ * if it is empty: a table published meanwhile by another process makes
+ * the call fail with -ENOTEMPTY (the tables removed before stay removed)
+ * rather than be lost.  Stores open on the namespace keep the tables they
+ * mapped, as after engram_remove(); they can no longer write tables.
+ * Thread-safe.
+ * @return : 0, -ENOENT (no such namespace), -ENOTEMPTY, -EBUSY,
+ *           ENGRAM_EUNSAFE, ENGRAM_ESPEC (bad name), -EINVAL (unknown
+ *           flags), or another negative errno; engram_errmsg() says which
+ *           entry stopped it. */
+ENGRAM_API int engram_namespace_remove(const char *root, const char *ns, uint32_t flags);
+
+/* Who uses a namespace (engram_namespace_usage()).  A store holds a lease
+ * on its namespace from its first engram_table_open() (or
+ * engram_table_open_wait() that waits) until it is closed:
+ * a file ".lease.<pid>.<nonce>" locked with flock(), so a lease lives
+ * exactly as long as its process (however that ends), across PID
+ * namespaces.  Leases of dead processes are stale; the next store open
+ * removes them.  A store that cannot write the namespace (a group
+ * member's) holds none. */
+typedef struct engram_namespace_use {
+    uint32_t size;          /* sizeof(engram_namespace_use) */
+    uint32_t users;         /* live leases */
+    uint32_t stale_leases;  /* leases of processes that died */
+    uint32_t reserved;
+    uint64_t last_used_ns;  /* the latest of the directory's and its leases' modification
+                             * times, ns since the Unix epoch */
+    char first_user[200];   /* what a live lease's holder wrote: "pid P start S command C" */
+} engram_namespace_use;
+
+#define ENGRAM_NAMESPACE_USE_INIT {sizeof(engram_namespace_use), 0, 0, 0, 0, ""}
+
+/*! engram_namespace_usage() :
+ * Fills *u for namespace `ns` under `root` (NULL: the default root).
+ * u->size must be set.  Thread-safe.
+ * @return : 0, -ENOENT, ENGRAM_EUNSAFE, ENGRAM_ESPEC, -EINVAL, ... */
+ENGRAM_API int engram_namespace_usage(const char *root, const char *ns, engram_namespace_use *u);
+
+/* engram_namespace_gc() flags and report codes */
+#define ENGRAM_GC_DRY_RUN 0x0001u /* decide and report, remove nothing */
+#define ENGRAM_GC_KEPT 1          /* report code: kept (in use, or used recently) */
+
+/*! A report of engram_namespace_gc() on namespace `ns`: code 0 removed
+ * (or would be, with ENGRAM_GC_DRY_RUN), ENGRAM_GC_KEPT kept, or the
+ * negative error that kept it (not ours to open, an entry that is not a
+ * table, a table being written); `detail` says why. */
+typedef void (*engram_gc_report_fn)(void *ud, const char *ns, int code, const char *detail);
+
+/*! engram_namespace_gc() :
+ * Removes, with their tables, the namespaces under `root` (NULL: the
+ * default root) that no live process holds a lease on and that were last
+ * used at least `idle_s` seconds ago (see engram_namespace_use), as
+ * engram_namespace_remove() removes them: so a crashed job never leaks
+ * its tables for good.  Only namespaces engram_store_open() accepts are
+ * considered; each one is reported through `report` (may be NULL).
+ * Thread-safe.
+ * @return : 0 (per-namespace failures are reported, not returned),
+ *           -EINVAL (unknown flags), or the error of listing `root`. */
+ENGRAM_API int engram_namespace_gc(const char *root, uint64_t idle_s, uint32_t flags,
+                                   engram_gc_report_fn report, void *ud);
+
 /* ------------------------------------------------------------------------
  * Writing tables: create-only and atomic.
  *
@@ -240,6 +385,20 @@ typedef struct engram_writer engram_writer;
  * @return : 0 and *out, or a negative code. */
 ENGRAM_API int engram_writer_begin(engram_store *st, const char *name,
                                    const engram_table_spec *spec, engram_writer **out);
+
+/*! engram_writer_set_range() :
+ * Records in the table being written that it holds rows [row_start,
+ * row_start + num_rows) of a tensor of total_rows rows (a TP rank's
+ * shard, or one head of a layer whose heads are concatenated), so that
+ * readers can find the offset of its global ids in
+ * engram_table_info.row_start / total_rows instead of having to be told.
+ * May be called any time before engram_writer_commit(); a later call
+ * replaces an earlier one.  A table with a range is written in format
+ * version 2 (docs/format.md), which libraries older than this call refuse
+ * (ENGRAM_EVERSION); a table without one stays version 1.
+ * @return : 0, ENGRAM_ESPEC (total_rows 0 or above 2^62, or the rows not
+ *           within it), -EINVAL (w NULL), ENGRAM_ESTATE (a failed writer). */
+ENGRAM_API int engram_writer_set_range(engram_writer *w, uint64_t row_start, uint64_t total_rows);
 
 /*! engram_writer_append() :
  * Appends `nrows` rows read from `rows`, `src_stride` bytes apart
@@ -374,15 +533,66 @@ typedef struct engram_table_info {
                               * k columns of one lookup counts k) */
     uint64_t rows;           /* rows copied from this table (dead ids excluded) */
     uint64_t bytes;          /* bytes copied from this table */
+    /* Came with row ranges.  A caller built against an older header passes
+     * the old size (offsetof(engram_table_info, row_start)) and does not
+     * get them.
+     *
+     * A table that holds a range of a larger tensor (a TP rank's shard of
+     * a checkpoint tensor, one head of a layer's concatenated heads) says
+     * so here: its row i is global row row_start + i of a tensor of
+     * total_rows rows.  Look it up with offsets[k] = row_start to use
+     * global ids.  total_rows is 0 when no range is known (the table was
+     * written without one; row_start is then 0 too).  Recorded in the file
+     * by engram_writer_set_range(); set for safetensors tables from their
+     * [row_start, row_end) and the tensor's N. */
+    uint64_t row_start;      /* global row of the table's row 0 */
+    uint64_t total_rows;     /* rows of the full tensor; 0 = no range known */
 } engram_table_info;
 
-#define ENGRAM_TABLE_INFO_INIT {sizeof(engram_table_info), 0u, {0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+#define ENGRAM_TABLE_INFO_INIT {sizeof(engram_table_info), 0u, {0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 
 /*! engram_get_table_info() :
  * Fills *info about table `name` (stored or bound) without mapping it.
- * info->size must be set.  Thread-safe.
+ * info->size must be set: sizeof(engram_table_info), or the size of an
+ * older header's struct (offsetof(engram_table_info, row_start)), of
+ * which only that many bytes are written.  Thread-safe.
  * @return : 0, -ENOENT, ENGRAM_ECORRUPT, ... */
 ENGRAM_API int engram_get_table_info(engram_store *st, const char *name, engram_table_info *info);
+
+/* Who holds a table file's memory (engram_get_table_usage()). */
+typedef struct engram_table_usage {
+    uint32_t size;            /* sizeof(engram_table_usage) */
+    uint32_t processes;       /* processes that map the file, this one included */
+    uint32_t unreadable;      /* processes whose maps this one may not read (not counted) */
+    uint32_t sampled_pages;   /* resident pages sampled for the cgroup (0: unknown) */
+    uint32_t cgroup_pages;    /* of which charged to `cgroup` */
+    uint32_t reserved;
+    uint64_t file_bytes;      /* bytes the file holds in its file system (its blocks) */
+    uint64_t rss_bytes;       /* this process: bytes of the file resident in its mappings */
+    uint64_t pss_bytes;       /* this process: its proportional share of them (PSS) */
+    uint64_t total_pss_bytes; /* the PSS of all the processes counted: the resident bytes
+                               * they map between them, each page once */
+    char cgroup[256];         /* the memory cgroup most sampled pages are charged to
+                               * (a directory of the cgroup file system), or "" */
+} engram_table_usage;
+
+#define ENGRAM_TABLE_USAGE_INIT {sizeof(engram_table_usage), 0, 0, 0, 0, 0, 0, 0, 0, 0, ""}
+
+/*! engram_get_table_usage() :
+ * Fills *u with who holds the memory of table file `name` (it need not
+ * be open): the processes that map it and their shares (from
+ * /proc/<pid>/maps and smaps; other users' processes are counted in
+ * `unreadable` unless this process may read them), and the memory cgroup
+ * its pages are charged to.  The kernel charges a tmpfs page to the
+ * cgroup of the process that first wrote or read it, for as long as the
+ * file exists, whoever maps it later; the cgroup is found from a sample
+ * of resident pages (/proc/self/pagemap and /proc/kpagecgroup, which need
+ * CAP_SYS_ADMIN: without it, or when no page is resident, `cgroup` is ""
+ * and sampled_pages 0).  Walks /proc: milliseconds, not for a hot path.
+ * u->size must be set.  Thread-safe.
+ * @return : 0, -ENOENT, -EINVAL, ENGRAM_EUNSAFE, ... */
+ENGRAM_API int engram_get_table_usage(engram_store *st, const char *name,
+                                      engram_table_usage *u);
 
 /*! engram_list() :
  * Lists the names of the store's tables (stored and bound), sorted.
@@ -818,7 +1028,9 @@ ENGRAM_API int engram_source_error(int code, const char *fmt, ...)
  * block scales).  Row i of the table is row row_start + i of `weight`
  * followed by the same row of `scale`, packed: row_bytes = A * size +
  * B * size (264 for the example).  [row_start, row_end) selects a shard of
- * the rows (a TP rank's range); row_end 0 means N.
+ * the rows (a TP rank's range); row_end 0 means N.  The table's info
+ * reports the range (engram_table_info.row_start = row_start, total_rows =
+ * N): look it up with offsets[k] = row_start to use global ids.
  *
  * Dtypes: any of BOOL U8 I8 F8_E4M3 F8_E5M2 F8_E8M0 U16 I16 F16 BF16 U32
  * I32 F32 U64 I64 F64; bytes are served as stored (little-endian).
@@ -828,7 +1040,10 @@ ENGRAM_API int engram_source_error(int code, const char *fmt, ...)
  * shape and data_offsets (size = product of the shape x dtype size, no
  * overlap, no hole, within the file), duplicate names.  The files are
  * opened read-only with O_NOFOLLOW (a link is refused) and must be regular
- * files.  The checkpoint must not change while served.  Thread-safe.
+ * files.  The checkpoint must not change while served.  A tensor name that
+ * is not found gets the closest name of the file or index suggested in
+ * engram_errmsg() ("did you mean ...?") when one is within a few edits.
+ * Thread-safe.
  * @return : 0 and *id (may be NULL), -ENOENT (file or tensor missing),
  *           ENGRAM_ECORRUPT (a bad header), ENGRAM_ESPEC (a bad name, shape,
  *           dtype or row range), -EEXIST, ENGRAM_EUNSAFE (a link), -errno. */
@@ -863,6 +1078,26 @@ typedef struct engram_tensor_info {
  *           ENGRAM_EUNSAFE, -errno. */
 ENGRAM_API int engram_safetensors_tensor(const char *path, const char *tensor,
                                          engram_tensor_info *info);
+
+/* Called by engram_safetensors_list() once per tensor: `name` and `info`
+ * are valid only during the call.  A nonzero return stops the listing,
+ * which then returns that value. */
+typedef int (*engram_tensor_fn)(void *ud, const char *name, const engram_tensor_info *info);
+
+/*! engram_safetensors_list() :
+ * Lists the tensors of a checkpoint: calls fn(ud, name, info) for each
+ * tensor of safetensors file `path` (in file order, info->shard ""), or,
+ * for a model.safetensors.index.json, for each tensor of its weight_map,
+ * described from its shard (shard by shard in name order, and by name
+ * within a shard; info->shard names it, info->offset is within it).  Each
+ * file's header is read once and gets the same checks as in
+ * engram_open_safetensors(); a tensor the index puts in a shard that lacks
+ * it is ENGRAM_ECORRUPT.  For tools that show a checkpoint or find the
+ * tensors of every layer.  Thread-safe.
+ * @return : 0, fn's nonzero value, -ENOENT (a file missing),
+ *           ENGRAM_ECORRUPT, ENGRAM_EUNSAFE, -EINVAL (path or fn NULL),
+ *           -errno. */
+ENGRAM_API int engram_safetensors_list(const char *path, engram_tensor_fn fn, void *ud);
 
 /*! engram_safetensors_tensor_fd() :
  * As engram_safetensors_tensor(), for the safetensors file (not an index)

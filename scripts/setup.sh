@@ -3,6 +3,7 @@
 # machine: a C and C++ toolchain, CMake, pkg-config, libxxhash, liburing, cJSON,
 # hiredis with redis-server and redis-cli (Redis Cluster tables and their tests),
 # Python 3 with venv and its headers (for the engramstore package;
+# numpy for the system's python3, which the CLI tests use;
 # scripts/test.sh installs numpy, pytest and Mooncake's wheel from PyPI into
 # build/venv), and libibverbs1 (which Mooncake's libraries link).  Runs apt-get
 # only when something is missing, so repeated runs are fast.
@@ -35,6 +36,9 @@ if command -v python3 >/dev/null 2>&1; then
 else
   need+=(python3-venv python3-dev)
 fi
+# numpy for the system's python3: the CLI tests write .npy files with it and
+# run the README's shell block, which makes one (tests/cli/run.sh).
+dpkg-query -W -f='${Status}' python3-numpy 2>/dev/null | grep -q 'ok installed' || need+=(python3-numpy)
 # libibverbs1: the libraries of Mooncake's wheel (mooncake-transfer-engine-non-cuda,
 # which scripts/test.sh installs for the Store-backed tests) link it.
 [ -e /usr/lib/x86_64-linux-gnu/libibverbs.so.1 ] || ldconfig -p 2>/dev/null | grep -q 'libibverbs\.so\.1 ' \

@@ -36,11 +36,13 @@ run_build() { # name, cmake options..., then -- ctest options...
 
 run_build release -DCMAKE_BUILD_TYPE=RelWithDebInfo -DENGRAM_PYTHON=ON
 run_build asan -DENGRAM_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug -DENGRAM_PYTHON=ON
-run_build tsan -DENGRAM_TSAN=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -- -R 'test_(lookup|concurrency|filecache|source|pool|reclaim|shared|redis)'
+run_build tsan -DENGRAM_TSAN=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -- -R 'test_(lookup|concurrency|filecache|source|pool|reclaim|shared|log|redis)'
 
 echo "== python package"
 [ -x build/venv/bin/python ] || python3 -m venv build/venv
-build/venv/bin/python -m pip install -q --disable-pip-version-check numpy pytest
+# mypy: tests/python/test_typing.py checks the package and the README's and
+# docs' examples with it.
+build/venv/bin/python -m pip install -q --disable-pip-version-check numpy pytest mypy
 # Mooncake's Store (its Python client, master and metadata server) for the
 # Store-backed tests (tests/python/test_mooncake.py start and stop the servers
 # on 127.0.0.1 themselves).  Where the wheel cannot be installed at all (no

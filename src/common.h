@@ -36,6 +36,16 @@ ENGRAM_API int engram__err(int code, const char *fmt, ...) __attribute__((format
 ENGRAM_API int engram__errno(int errno_value, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* Sends a log message (one line, no newline) of `level` (ENGRAM_LOG_*)
+ * to the caller's log function (engram_set_log()) if it takes that level.
+ * Without a function the message is dropped, unless `flags` holds
+ * ENGRAM__LOG_ASKED (the caller asked for this message by other means,
+ * such as a store's cache_log_ms): it is then written to stderr as
+ * "engram: <message>".  Thread-safe; see log.c. */
+#define ENGRAM__LOG_ASKED 0x1u
+void engram__log(int level, unsigned flags, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /* Records the bad id of the failure just reported with engram__err(), for
  * engram_last_bad_id(). */
 void engram__set_bad_id(const engram_bad_id *bad);
@@ -93,6 +103,11 @@ static inline uint32_t engram__spec_pitch(const engram_table_spec *s)
 
 /* Like engram_spec_check(), and on success stores num_rows * pitch. */
 int engram__spec_size(const engram_table_spec *spec, uint64_t *data_size);
+/* Checks a table's global row range: its num_rows rows are rows
+ * [row_start, row_start + num_rows) of a tensor of total_rows rows, with
+ * 1 <= total_rows <= 2^62 (so every global id is an int64).  0, or
+ * ENGRAM_ESPEC with the reason. */
+int engram__range_check(uint64_t row_start, uint64_t num_rows, uint64_t total_rows);
 
 /* 1 if `name` is a valid table name, else 0; records no message (for
  * filtering directory entries). */

@@ -19,6 +19,7 @@ typedef struct filesrc {
     engram__rfile f; /* the table_ud: first, and what the reader reads */
     int has_hdr;
     engram__header hdr;
+    uint64_t row_start, total_rows; /* without a header: the range, if any */
 } filesrc;
 
 static void filesrc_release(void *state)
@@ -31,8 +32,19 @@ static void filesrc_release(void *state)
 static void filesrc_info(void *state, engram_table_info *info)
 {
     const filesrc *fs = state;
-    if (fs->has_hdr)
+    if (fs->has_hdr) {
         engram__header_info(&fs->hdr, info);
+    } else if (fs->total_rows) {
+        info->row_start = fs->row_start;
+        info->total_rows = fs->total_rows;
+    }
+}
+
+void engram__filesrc_set_range(engram__source *src, uint64_t row_start, uint64_t total_rows)
+{
+    filesrc *fs = src->state;
+    fs->row_start = row_start;
+    fs->total_rows = total_rows;
 }
 
 static void filesrc_cache_stats(void *state, engram_cache_stats *s)

@@ -35,4 +35,10 @@ int engram__filesrc_make(const engram__store_ctx *ctx, uint32_t kind, const char
                          uint64_t size_bytes, int in_namespace, const engram__header *hdr,
                          engram__source *src);
 
+/* Records that a source made by engram__filesrc_make() without a header
+ * (a safetensors table) serves rows [row_start, row_start + num_rows) of
+ * a tensor of total_rows rows, for the table's info.  Call it before the
+ * table is added to the store. */
+void engram__filesrc_set_range(engram__source *src, uint64_t row_start, uint64_t total_rows);
+
 #endif

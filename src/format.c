@@ -6,9 +6,11 @@
  *   8  u32 format version        12  u32 header size (512)
  *  16  u64 num_rows              24  u32 row_bytes     28  u32 row_pitch
  *  32  u64 data_offset           40  u64 data_size     48  u64 data checksum
- *  56  u32 checksum algorithm    60  u32 flags (0)     64  u64 created (ns)
+ *  56  u32 checksum algorithm    60  u32 flags         64  u64 created (ns)
  *  72  name, NUL-padded to 136 bytes
- * 208  reserved, zero           504  u64 XXH3-64 of bytes [0, 504)
+ * 208  u64 row_start            216  u64 total_rows  (version 2, with
+ *      ENGRAM__FLAG_ROW_RANGE; else zero like the rest of the reserved bytes)
+ * 224  reserved, zero           504  u64 XXH3-64 of bytes [0, 504)
  */
 #include <stdio.h>
 #include <string.h>
@@ -32,7 +34,9 @@
 #define OFF_CREATED 64
 #define OFF_NAME 72
 #define NAME_FIELD 136
-#define OFF_RESERVED (OFF_NAME + NAME_FIELD)
+#define OFF_ROW_START (OFF_NAME + NAME_FIELD)
+#define OFF_TOTAL_ROWS (OFF_ROW_START + 8)
+#define OFF_RESERVED (OFF_TOTAL_ROWS + 8) /* reserved when the range fields are used */
 #define OFF_HSUM 504
 
 static void put32(unsigned char *p, uint32_t v)
@@ -76,6 +80,10 @@ void engram__header_encode(const engram__header *h, unsigned char buf[ENGRAM__HE
     put32(buf + OFF_FLAGS, h->flags);
     put64(buf + OFF_CREATED, h->created_ns);
     memcpy(buf + OFF_NAME, h->name, strnlen(h->name, ENGRAM_NAME_MAX));
+    if (h->flags & ENGRAM__FLAG_ROW_RANGE) {
+        put64(buf + OFF_ROW_START, h->row_start);
+        put64(buf + OFF_TOTAL_ROWS, h->total_rows);
+    }
     put64(buf + OFF_HSUM, XXH3_64bits(buf, OFF_HSUM));
 }
 
@@ -99,16 +107,20 @@ int engram__header_parse(const unsigned char *buf, size_t len, uint64_t file_siz
         return engram__err(ENGRAM_ECORRUPT, "%s: implausible format version %u (header is "
                                             "corrupt)",
                            what, h->version);
-    if (h->version != ENGRAM__FORMAT_VERSION)
-        return engram__err(ENGRAM_EVERSION, "%s: format version %u (this library reads %u)", what,
-                           h->version, ENGRAM__FORMAT_VERSION);
+    if (h->version > ENGRAM__FORMAT_VERSION)
+        return engram__err(ENGRAM_EVERSION, "%s: format version %u (this library reads 1 to %u)",
+                           what, h->version, ENGRAM__FORMAT_VERSION);
     if (get32(buf + OFF_HSIZE) != ENGRAM__HEADER_SIZE)
         return engram__err(ENGRAM_ECORRUPT, "%s: header size %u (expected %u)", what,
                            get32(buf + OFF_HSIZE), ENGRAM__HEADER_SIZE);
     if (get64(buf + OFF_HSUM) != XXH3_64bits(buf, OFF_HSUM))
         return engram__err(ENGRAM_ECORRUPT, "%s: header checksum mismatch (header is corrupt)",
                            what);
-    for (size_t i = OFF_RESERVED; i < OFF_HSUM; i++)
+    h->flags = get32(buf + OFF_FLAGS);
+    /* The range fields are reserved bytes unless the flag says otherwise
+     * (the flag itself is checked below, with the version). */
+    for (size_t i = (h->flags & ENGRAM__FLAG_ROW_RANGE) ? OFF_RESERVED : OFF_ROW_START;
+         i < OFF_HSUM; i++)
         if (buf[i] != 0)
             return engram__err(ENGRAM_ECORRUPT, "%s: reserved header byte %zu is not zero", what, i);
 
@@ -119,14 +131,15 @@ int engram__header_parse(const unsigned char *buf, size_t len, uint64_t file_siz
     h->data_size = get64(buf + OFF_DSIZE);
     h->data_checksum = get64(buf + OFF_DSUM);
     h->checksum_algo = get32(buf + OFF_ALGO);
-    h->flags = get32(buf + OFF_FLAGS);
     h->created_ns = get64(buf + OFF_CREATED);
 
     if (h->checksum_algo != ENGRAM__CHECKSUM_XXH3_64)
         return engram__err(ENGRAM_EVERSION, "%s: unknown checksum algorithm %u", what,
                            h->checksum_algo);
-    if (h->flags != 0)
-        return engram__err(ENGRAM_EVERSION, "%s: unknown header flags 0x%x", what, h->flags);
+    /* Version 1 defines no flag; version 2 the row range. */
+    if (h->flags & ~(h->version >= 2 ? ENGRAM__FLAG_ROW_RANGE : 0u))
+        return engram__err(ENGRAM_EVERSION, "%s: unknown header flags 0x%x for format version %u",
+                           what, h->flags, h->version);
     if (h->row_pitch == 0)
         return engram__err(ENGRAM_ECORRUPT, "%s: row_pitch is 0", what);
     spec.num_rows = h->num_rows;
@@ -149,6 +162,13 @@ int engram__header_parse(const unsigned char *buf, size_t len, uint64_t file_siz
                            "%s: file is %llu bytes but the header describes %llu (truncated or "
                            "extended)",
                            what, (unsigned long long)file_size, (unsigned long long)end);
+    if (h->flags & ENGRAM__FLAG_ROW_RANGE) {
+        h->row_start = get64(buf + OFF_ROW_START);
+        h->total_rows = get64(buf + OFF_TOTAL_ROWS);
+        if (engram__range_check(h->row_start, h->num_rows, h->total_rows) != 0)
+            return engram__err(ENGRAM_ECORRUPT, "%s: invalid row range in header: %s", what,
+                               engram_errmsg());
+    }
     namelen = strnlen((const char *)buf + OFF_NAME, NAME_FIELD);
     if (namelen > ENGRAM_NAME_MAX)
         return engram__err(ENGRAM_ECORRUPT, "%s: table name in header is not terminated", what);

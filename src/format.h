@@ -11,6 +11,15 @@
  * engram__header_parse() is the only reader of these bytes, which may come
  * from anyone who could write the file: it checks every field and never
  * trusts a size before checking it (fuzz/fuzz_header.c drives it).
+ *
+ * Versions: 1 has no flags.  2 adds the flag ENGRAM__FLAG_ROW_RANGE, with
+ * which the table's rows are a range of a larger tensor (a TP shard, a
+ * head of a layer): its first global row and the tensor's total rows are
+ * in the first 16 bytes of what version 1 reserves.  A writer writes the
+ * lowest version that holds its table (engram__header_version()), so a
+ * table without a range is the same bytes as before version 2 existed,
+ * and one with a range is refused by a version-1 reader as a later
+ * format (ENGRAM_EVERSION), never misread.
  */
 #ifndef ENGRAM_FORMAT_H
 #define ENGRAM_FORMAT_H
@@ -21,10 +30,11 @@
 #include "engram.h"
 
 #define ENGRAM__MAGIC "ENGRAMTB"     /* 8 bytes, no NUL */
-#define ENGRAM__FORMAT_VERSION 1u
+#define ENGRAM__FORMAT_VERSION 2u     /* the newest version read and written */
 #define ENGRAM__HEADER_SIZE 512u     /* bytes covered by the header checksum (+8) */
 #define ENGRAM__DATA_ALIGN (2u << 20) /* 2 MiB */
 #define ENGRAM__CHECKSUM_XXH3_64 1u
+#define ENGRAM__FLAG_ROW_RANGE 0x1u  /* (version 2) row_start and total_rows are set */
 
 typedef struct engram__header {
     uint32_t version;
@@ -37,8 +47,17 @@ typedef struct engram__header {
     uint64_t data_checksum;
     uint64_t created_ns;
     uint32_t flags;
+    uint64_t row_start;  /* with ENGRAM__FLAG_ROW_RANGE: the first row's global row */
+    uint64_t total_rows; /* with ENGRAM__FLAG_ROW_RANGE: rows of the full tensor; else 0 */
     char name[ENGRAM_NAME_MAX + 1];
 } engram__header;
+
+/* The lowest format version that can hold a header with `flags`: 1 without
+ * flags, so tables without a row range stay readable by every reader. */
+static inline uint32_t engram__header_version(uint32_t flags)
+{
+    return flags ? 2u : 1u;
+}
 
 /* Serialises `h` into exactly ENGRAM__HEADER_SIZE bytes (with the header
  * checksum in its last 8 bytes). */
@@ -52,7 +71,7 @@ int engram__header_parse(const unsigned char *buf, size_t len, uint64_t file_siz
                          const char *what, engram__header *h);
 
 /* Copies the header's facts into a table's info (spec, data offset and
- * size, checksum, creation time). */
+ * size, checksum, creation time, row range). */
 static inline void engram__header_info(const engram__header *h, engram_table_info *info)
 {
     info->spec.num_rows = h->num_rows;
@@ -62,6 +81,10 @@ static inline void engram__header_info(const engram__header *h, engram_table_inf
     info->data_size = h->data_size;
     info->checksum = h->data_checksum;
     info->created_ns = h->created_ns;
+    if (h->flags & ENGRAM__FLAG_ROW_RANGE) {
+        info->row_start = h->row_start;
+        info->total_rows = h->total_rows;
+    }
 }
 
 #endif

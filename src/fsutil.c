@@ -1,5 +1,6 @@
 /*
- * fsutil.c - safe access to the namespace directory and its entries.
+ * fsutil.c - safe access to directories (roots, namespaces) and their
+ * entries, and lists of their names.
  *
  * Namespaces often live on /dev/shm, which every user can write.  Every
  * entry is therefore opened relative to the namespace's directory fd with
@@ -20,6 +21,82 @@
 #include "fsutil.h"
 
 #define IO_CHUNK ((size_t)8 << 20)
+
+int engram__open_dir(int at, const char *name, const char *what, struct stat *sb)
+{
+    int fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC), err;
+    if (fd < 0) {
+        err = errno;
+        if (err == ELOOP || err == ENOTDIR)
+            return engram__err(ENGRAM_EUNSAFE, "%s is a link or not a directory", what);
+        if (err == ENOENT)
+            return engram__err(-ENOENT, "%s does not exist", what);
+        return engram__errno(err, "open %s", what);
+    }
+    if (fstat(fd, sb) != 0) {
+        err = engram__errno(errno, "fstat %s", what);
+        close(fd);
+        return err;
+    }
+    return fd;
+}
+
+int engram__namelist_add(engram__namelist *l, const char *name)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 32;
+        char **v = realloc(l->v, cap * sizeof *v);
+        if (!v)
+            return -ENOMEM;
+        l->v = v;
+        l->cap = cap;
+    }
+    if (!(l->v[l->n] = strdup(name)))
+        return -ENOMEM;
+    l->bytes += strlen(name) + 1;
+    l->n++;
+    return 0;
+}
+
+static int cmp_names(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int engram__namelist_pack(engram__namelist *l, const char *what, char ***names, size_t *count)
+{
+    char **outv, *s;
+    size_t n = 0;
+
+    if (l->n > 1)
+        qsort(l->v, l->n, sizeof *l->v, cmp_names);
+    /* One block: the pointer array, then the strings, freed by one free(). */
+    outv = malloc((l->n + 1) * sizeof(char *) + l->bytes + 1);
+    if (!outv)
+        return engram__err(-ENOMEM, "out of memory listing %s", what);
+    s = (char *)(outv + l->n + 1);
+    for (size_t i = 0; i < l->n; i++) {
+        if (n > 0 && strcmp(outv[n - 1], l->v[i]) == 0)
+            continue;
+        size_t len = strlen(l->v[i]) + 1;
+        memcpy(s, l->v[i], len);
+        outv[n++] = s;
+        s += len;
+    }
+    outv[n] = NULL;
+    *names = outv;
+    *count = n;
+    return 0;
+}
+
+void engram__namelist_free(engram__namelist *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        free(l->v[i]);
+    free(l->v);
+    l->v = NULL;
+    l->n = l->cap = l->bytes = 0;
+}
 
 int engram__open_entry(int dirfd, const char *path, uid_t uid, const char *name, int flags,
                        struct stat *sb)

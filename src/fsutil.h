@@ -1,14 +1,39 @@
 /*
- * fsutil.h - safe access to the namespace directory and its entries, and
- * reading table files (internal).
+ * fsutil.h - safe access to directories (roots, namespaces) and their
+ * entries, lists of their names, and reading table files (internal).
  */
 #ifndef ENGRAM_FSUTIL_H
 #define ENGRAM_FSUTIL_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/stat.h>
 
 #include "format.h"
+
+/* Opens directory `name` relative to `at` (AT_FDCWD for a path), refusing
+ * links, shown as `what` in messages; *sb receives its fstat.  Returns the
+ * descriptor, or a negative code with the reason: ENGRAM_EUNSAFE (a link
+ * or not a directory), -ENOENT, -errno. */
+int engram__open_dir(int at, const char *name, const char *what, struct stat *sb);
+
+/* A growable list of names, for the functions that hand a caller a list
+ * (engram_list(), engram_namespace_list()). */
+typedef struct engram__namelist {
+    char **v;
+    size_t n, cap, bytes;
+} engram__namelist;
+
+/* Appends a copy of `name`: 0 or -ENOMEM (no message). */
+int engram__namelist_add(engram__namelist *l, const char *name);
+
+/* Hands the names over as the public lists are: sorted, without
+ * duplicates, in one allocation (the NULL-terminated pointer array, then
+ * the strings) for engram_free().  0, or -ENOMEM with a message naming
+ * `what`.  `l` still needs engram__namelist_free(). */
+int engram__namelist_pack(engram__namelist *l, const char *what, char ***names, size_t *count);
+
+void engram__namelist_free(engram__namelist *l);
 
 /* Opens entry `name` of the namespace directory `dirfd` (shown as `path`
  * in messages) with O_NOFOLLOW, refusing anything but a regular file

@@ -748,8 +748,6 @@ int engram_lookup(engram_store *st, const engram_lookup_args *a)
     if (p.indirect) {
         if ((err = fetch_pass(&p, reqs)) != 0)
             goto fail;
-        if (st->log_ns)
-            engram__store_maybe_log(st);
     }
     engram__rsec_exit();
     live = rows - dead;
@@ -783,6 +781,10 @@ int engram_lookup(engram_store *st, const engram_lookup_args *a)
         if (timing)
             engram__ctr_add(&c->time_ns, engram__now_ns() - t0, excl);
     }
+    /* Last, once this lookup is done with the thread's plan and memo: the
+     * log function it may call can look up on this thread itself. */
+    if (p.indirect && st->log_ns)
+        engram__store_maybe_log(st);
     return 0;
 fail:
     if (in)

@@ -215,7 +215,17 @@ static int ring_ready(rd_ring *r, uint64_t cfg)
          * ring's memory counts against a small RLIMIT_MEMLOCK (kernels
          * before 5.12, containers again), EMFILE, ...  The same reads
          * then run one pread at a time. */
-        r->state = io_uring_queue_init(qd, &r->ring, 0) == 0 ? 1 : -1;
+        int qerr = io_uring_queue_init(qd, &r->ring, 0);
+        r->state = qerr == 0 ? 1 : -1;
+        if (qerr != 0) {
+            /* Once per process: every ring of every store would say the
+             * same. */
+            static atomic_flag told = ATOMIC_FLAG_INIT;
+            if (!atomic_flag_test_and_set_explicit(&told, memory_order_relaxed))
+                engram__log(ENGRAM_LOG_WARN, 0, "io_uring is unavailable (%s): rows behind "
+                                                "the row cache are read one pread at a time",
+                            engram_strerror(qerr));
+        }
     }
     if (slot > r->stage_slot) {
         void *p = NULL;

@@ -376,6 +376,90 @@ int engram__st_read(int fd, uint64_t file_size, const char *what, engram__st_hea
 }
 
 /* ------------------------------------------------------------------------
+ * "Did you mean": the tensor name closest to a name that was not found.
+ */
+
+/* The edit distance (insertions, deletions, substitutions) between a and
+ * b if it is at most `cap`, else cap + 1.  Names longer than the row
+ * buffer are compared by their first ENGRAM__SUGGEST_MAX bytes. */
+#define ENGRAM__SUGGEST_MAX 255
+static size_t edit_distance(const char *a, const char *b, size_t cap)
+{
+    size_t la = strnlen(a, ENGRAM__SUGGEST_MAX), lb = strnlen(b, ENGRAM__SUGGEST_MAX);
+    size_t row[ENGRAM__SUGGEST_MAX + 1];
+    if ((la > lb ? la - lb : lb - la) > cap)
+        return cap + 1;
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0], best;
+        row[0] = i;
+        best = row[0];
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j];
+            size_t v = diag + (a[i - 1] != b[j - 1]);
+            if (row[j - 1] + 1 < v)
+                v = row[j - 1] + 1;
+            if (up + 1 < v)
+                v = up + 1;
+            row[j] = v;
+            diag = up;
+            if (v < best)
+                best = v;
+        }
+        if (best > cap) /* every later row is at least this far */
+            return cap + 1;
+    }
+    return row[lb] <= cap ? row[lb] : cap + 1;
+}
+
+/* Collects the candidate closest to `want`: close enough to be a typo
+ * (at most a quarter of its length, and at least 2 edits allowed). */
+typedef struct suggest {
+    const char *want;
+    size_t best; /* distance of name[], or the threshold + 1 */
+    char name[ENGRAM__SUGGEST_MAX + 1];
+} suggest;
+
+static void suggest_init(suggest *sg, const char *want)
+{
+    size_t len = strnlen(want, ENGRAM__SUGGEST_MAX);
+    sg->want = want;
+    sg->best = (len / 4 > 2 ? len / 4 : 2) + 1;
+    sg->name[0] = '\0';
+}
+
+static void suggest_try(suggest *sg, const char *name)
+{
+    size_t d = edit_distance(sg->want, name, sg->best - 1);
+    if (d < sg->best && strlen(name) <= ENGRAM__SUGGEST_MAX) {
+        sg->best = d;
+        snprintf(sg->name, sizeof sg->name, "%s", name);
+    }
+}
+
+/* " (did you mean 'x'?)" into buf, or "" when nothing was close. */
+static const char *suggest_text(const suggest *sg, char *buf, size_t cap)
+{
+    if (!sg->name[0])
+        return "";
+    snprintf(buf, cap, " (did you mean '%s'?)", sg->name);
+    return buf;
+}
+
+/* The -ENOENT of a tensor missing from `what`, whose tensors are h's. */
+static int no_tensor(const char *what, const char *tensor, const engram__st_header *h)
+{
+    suggest sg;
+    char hint[ENGRAM__SUGGEST_MAX + 32];
+    suggest_init(&sg, tensor);
+    for (size_t i = 0; i < h->n; i++)
+        suggest_try(&sg, h->t[i].name);
+    return engram__err(-ENOENT, "%s: no tensor '%s'%s", what, tensor,
+                       suggest_text(&sg, hint, sizeof hint));
+}
+
+/* ------------------------------------------------------------------------
  * Files and index files.
  */
 
@@ -426,18 +510,15 @@ static int is_index(const char *path)
     return l >= 5 && strcmp(path + l - 5, ".json") == 0;
 }
 
-/* Resolves `tensor` through the index file at `path` into the path of
- * its shard (same directory), in out[cap]; shard[] gets the bare name. */
-static int index_resolve(const char *path, const char *tensor, char *out, size_t cap,
-                         char *shard, size_t shard_cap)
+/* Reads and parses the index file at `path`: *root (free it with
+ * cJSON_Delete) and *map, its "weight_map" object. */
+static int index_load(const char *path, cJSON **root, const cJSON **map)
 {
     struct stat sb;
     char *buf = NULL;
-    cJSON *root = NULL;
-    const cJSON *map, *v;
-    const char *slash;
-    int fd, err = 0, n;
+    int fd, err = 0;
 
+    *root = NULL;
     if ((fd = open_checked(path, &sb)) < 0)
         return fd;
     if ((uint64_t)sb.st_size > INDEX_MAX) {
@@ -460,35 +541,75 @@ static int index_resolve(const char *path, const char *tensor, char *out, size_t
                           path, ENGRAM__ST_VALUES_MAX);
         goto out;
     }
-    root = json_parse(buf, (size_t)sb.st_size, NULL);
-    map = root ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
-    if (!cJSON_IsObject(map)) {
+    *root = json_parse(buf, (size_t)sb.st_size, NULL);
+    *map = *root ? cJSON_GetObjectItemCaseSensitive(*root, "weight_map") : NULL;
+    if (!cJSON_IsObject(*map)) {
         err = engram__err(ENGRAM_ECORRUPT, "%s: not JSON with a \"weight_map\" object", path);
-        goto out;
+        cJSON_Delete(*root);
+        *root = NULL;
     }
-    v = cJSON_GetObjectItemCaseSensitive(map, tensor);
-    if (!v) {
-        err = engram__err(-ENOENT, "%s: no tensor '%s' in the weight_map", path, tensor);
-        goto out;
-    }
-    /* A shard is a plain file name beside the index: never a path. */
-    if (!cJSON_IsString(v) || v->valuestring[0] == '\0' || v->valuestring[0] == '.' ||
-        strchr(v->valuestring, '/') || strlen(v->valuestring) >= shard_cap) {
-        err = engram__err(ENGRAM_ECORRUPT, "%s: the shard of tensor '%s' is not a plain file "
-                                           "name in the index's directory",
-                          path, tensor);
-        goto out;
-    }
-    snprintf(shard, shard_cap, "%s", v->valuestring);
-    slash = strrchr(path, '/');
-    n = slash ? snprintf(out, cap, "%.*s/%s", (int)(slash - path), path, v->valuestring)
-              : snprintf(out, cap, "%s", v->valuestring);
-    if (n < 0 || (size_t)n >= cap)
-        err = engram__err(-ENAMETOOLONG, "%s: shard path too long", path);
 out:
-    cJSON_Delete(root);
     free(buf);
     close(fd);
+    return err;
+}
+
+/* Checks that entry v of the index at `path` names a shard as a plain
+ * file name in the index's directory (never a path), at most cap - 1
+ * bytes long; returns the name or NULL with ENGRAM_ECORRUPT recorded. */
+static const char *index_shard(const char *path, const cJSON *v, size_t cap)
+{
+    if (!cJSON_IsString(v) || v->valuestring[0] == '\0' || v->valuestring[0] == '.' ||
+        strchr(v->valuestring, '/') || strlen(v->valuestring) >= cap) {
+        engram__err(ENGRAM_ECORRUPT, "%s: the shard of tensor '%.128s' is not a plain file "
+                                     "name in the index's directory",
+                    path, v->string);
+        return NULL;
+    }
+    return v->valuestring;
+}
+
+/* The path of shard `shard` beside the index at `path`, in out[cap]. */
+static int shard_path(const char *path, const char *shard, char *out, size_t cap)
+{
+    const char *slash = strrchr(path, '/');
+    int n = slash ? snprintf(out, cap, "%.*s/%s", (int)(slash - path), path, shard)
+                  : snprintf(out, cap, "%s", shard);
+    if (n < 0 || (size_t)n >= cap)
+        return engram__err(-ENAMETOOLONG, "%s: shard path too long", path);
+    return 0;
+}
+
+/* Resolves `tensor` through the index file at `path` into the path of
+ * its shard (same directory), in out[cap]; shard[] gets the bare name. */
+static int index_resolve(const char *path, const char *tensor, char *out, size_t cap,
+                         char *shard, size_t shard_cap)
+{
+    cJSON *root;
+    const cJSON *map, *v;
+    const char *sh;
+    int err;
+
+    if ((err = index_load(path, &root, &map)) != 0)
+        return err;
+    v = cJSON_GetObjectItemCaseSensitive(map, tensor);
+    if (!v) {
+        suggest sg;
+        char hint[ENGRAM__SUGGEST_MAX + 32];
+        suggest_init(&sg, tensor);
+        cJSON_ArrayForEach(v, map) suggest_try(&sg, v->string);
+        err = engram__err(-ENOENT, "%s: no tensor '%s' in the weight_map%s", path, tensor,
+                          suggest_text(&sg, hint, sizeof hint));
+        goto out;
+    }
+    if (!(sh = index_shard(path, v, shard_cap))) {
+        err = ENGRAM_ECORRUPT;
+        goto out;
+    }
+    snprintf(shard, shard_cap, "%s", sh);
+    err = shard_path(path, sh, out, cap);
+out:
+    cJSON_Delete(root);
     return err;
 }
 
@@ -517,7 +638,7 @@ static int open_tensor(const char *path, const char *tensor, int *fd, struct sta
     if ((err = engram__st_read(*fd, (uint64_t)sb->st_size, path, h)) != 0)
         goto fail;
     if (!(*t = engram__st_find(h, tensor))) {
-        err = engram__err(-ENOENT, "%s: no tensor '%s'", path, tensor);
+        err = no_tensor(path, tensor, h);
         engram__st_free(h);
         goto fail;
     }
@@ -585,12 +706,115 @@ int engram_safetensors_tensor_fd(int fd, const char *what, const char *tensor,
         (err = engram__st_read(fd, (uint64_t)sb.st_size, what, &h)) != 0)
         return err;
     if (!(t = engram__st_find(&h, tensor))) {
+        err = no_tensor(what, tensor, &h);
         engram__st_free(&h);
-        return engram__err(-ENOENT, "%s: no tensor '%s'", what, tensor);
+        return err;
     }
     tensor_info(&h, t, "", info);
     engram__st_free(&h);
     return 0;
+}
+
+/* A tensor of an index's weight_map: its name and its shard's. */
+typedef struct index_entry {
+    const char *name, *shard;
+} index_entry;
+
+static int cmp_entry(const void *a, const void *b)
+{
+    const index_entry *x = a, *y = b;
+    int c = strcmp(x->shard, y->shard);
+    return c ? c : strcmp(x->name, y->name);
+}
+
+/* engram_safetensors_list() of an index: the weight_map's tensors, shard
+ * by shard, each shard's header read once. */
+static int list_index(const char *path, engram_tensor_fn fn, void *ud)
+{
+    cJSON *root;
+    const cJSON *map, *v;
+    index_entry *e = NULL;
+    size_t n = 0, i = 0;
+    int err;
+
+    if ((err = index_load(path, &root, &map)) != 0)
+        return err;
+    cJSON_ArrayForEach(v, map) n++;
+    if (n && !(e = malloc(n * sizeof *e))) {
+        err = engram__err(-ENOMEM, "%s: out of memory for %zu tensors", path, n);
+        goto out;
+    }
+    cJSON_ArrayForEach(v, map)
+    {
+        if (!(e[i].shard = index_shard(path, v, sizeof ((engram_tensor_info *)0)->shard))) {
+            err = ENGRAM_ECORRUPT;
+            goto out;
+        }
+        e[i++].name = v->string;
+    }
+    qsort(e, n, sizeof *e, cmp_entry);
+    for (i = 0; i < n && err == 0;) {
+        engram__st_header h;
+        struct stat sb;
+        char file[4096];
+        size_t j;
+        int fd;
+        if ((err = shard_path(path, e[i].shard, file, sizeof file)) != 0)
+            break;
+        if ((fd = open_checked(file, &sb)) < 0) {
+            err = fd;
+            break;
+        }
+        err = engram__st_read(fd, (uint64_t)sb.st_size, file, &h);
+        close(fd);
+        if (err)
+            break;
+        for (j = i; j < n && strcmp(e[j].shard, e[i].shard) == 0; j++) {
+            const engram__st_tensor *t;
+            engram_tensor_info info;
+            if (err)
+                continue;
+            if (!(t = engram__st_find(&h, e[j].name))) {
+                err = engram__err(ENGRAM_ECORRUPT, "%s: the index puts tensor '%.128s' in %s, "
+                                                   "which has no such tensor",
+                                  path, e[j].name, e[j].shard);
+                continue;
+            }
+            tensor_info(&h, t, e[j].shard, &info);
+            err = fn(ud, e[j].name, &info);
+        }
+        engram__st_free(&h);
+        i = j;
+    }
+out:
+    free(e);
+    cJSON_Delete(root);
+    return err;
+}
+
+int engram_safetensors_list(const char *path, engram_tensor_fn fn, void *ud)
+{
+    engram__st_header h;
+    struct stat sb;
+    int fd, err = 0;
+
+    if (!path || !fn)
+        return engram__err(-EINVAL, "path and fn are required");
+    if (is_index(path))
+        return list_index(path, fn, ud);
+    if ((fd = open_checked(path, &sb)) < 0)
+        return fd;
+    err = engram__st_read(fd, (uint64_t)sb.st_size, path, &h);
+    close(fd);
+    if (err)
+        return err;
+    for (size_t i = 0; i < h.n && err == 0; i++) {
+        engram_tensor_info info;
+        tensor_info(&h, &h.t[i], "", &info);
+        err = fn(ud, h.t[i].name, &info);
+    }
+    engram__st_free(&h);
+    return err;
 }
 
 int engram_open_safetensors(engram_store *st, const char *name, const char *path,
@@ -673,9 +897,11 @@ int engram_open_safetensors(engram_store *st, const char *name, const char *path
     opened = 0; /* filesrc_make consumes the descriptors */
     if ((err = engram__filesrc_make(&ctx, ENGRAM_TABLE_SAFETENSORS, name, segs, nseg,
                                     spec.num_rows, spec.num_rows * row_bytes, 0, NULL,
-                                    &src)) == 0 &&
-        (err = engram__store_add_table(st, name, &spec, &src, id)) != 0)
-        engram__source_release(&src);
+                                    &src)) == 0) {
+        engram__filesrc_set_range(&src, row_start, nrows);
+        if ((err = engram__store_add_table(st, name, &spec, &src, id)) != 0)
+            engram__source_release(&src);
+    }
     engram__store_unclaim(st, name);
     return err;
 fail:

@@ -112,7 +112,7 @@ int engram_shard_plan(uint32_t num_heads, const uint64_t *reads, uint32_t tp, ui
         return engram__err(ENGRAM_ESPEC, "a layer of 0 heads has nothing to shard");
     if (num_heads < S)
         return engram__err(ENGRAM_ESPEC, "TP %u x DP %u (%s) needs %u shards, but a layer has "
-                                         "only %u heads: %u shards would hold no head; use "
+                                         "only %u heads: %u of them would hold no head; use "
                                          "fewer shards (one copy per TP rank, or a smaller TP)",
                            tp, dp, mode_name(flags), S, num_heads, S - num_heads);
     memset(shards, 0, (size_t)S * sizeof *shards);

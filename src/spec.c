@@ -85,6 +85,23 @@ int engram_spec_check(const engram_table_spec *spec)
     return engram__spec_size(spec, NULL);
 }
 
+int engram__range_check(uint64_t row_start, uint64_t num_rows, uint64_t total_rows)
+{
+    uint64_t end;
+    if (total_rows == 0 || total_rows > ENGRAM__MAX_DATA)
+        return engram__err(ENGRAM_ESPEC, "total_rows %llu is outside [1, 2^62]",
+                           (unsigned long long)total_rows);
+    if (engram__add_u64(row_start, num_rows, &end))
+        return engram__err(ENGRAM_ESPEC, "row_start %llu + num_rows %llu overflows",
+                           (unsigned long long)row_start, (unsigned long long)num_rows);
+    if (end > total_rows)
+        return engram__err(ENGRAM_ESPEC,
+                           "rows [%llu, %llu) are not within the %llu rows of the full tensor",
+                           (unsigned long long)row_start, (unsigned long long)end,
+                           (unsigned long long)total_rows);
+    return 0;
+}
+
 /* Checks that T x K rows of R bytes at the given strides never overlap:
  * the inner dimension's stride must cover a row and the outer dimension's
  * stride must cover the whole inner extent. */

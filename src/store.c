@@ -25,6 +25,7 @@
 
 #include "filesrc.h"
 #include "fsutil.h"
+#include "lease.h"
 #include "mapfile.h"
 #include "pool.h"
 #include "reader.h"
@@ -37,7 +38,12 @@
 
 const char *engram_default_root(void)
 {
+    const char *env = getenv("ENGRAM_ROOT");
     struct stat sb;
+    /* The environment's choice first, so that every program on the node
+     * (CLI, Python, an engine) agrees on the root without a flag each. */
+    if (env && env[0])
+        return env;
     if (stat("/dev/shm", &sb) == 0 && S_ISDIR(sb.st_mode))
         return "/dev/shm/engram";
     return "/tmp/engram";
@@ -57,27 +63,6 @@ unsigned engram__shard(int *exclusive)
     }
     *exclusive = 0;
     return ENGRAM__SHARDS - 1;
-}
-
-/* Opens directory `name` relative to `at`, refusing links; *sb receives
- * its fstat.  Returns the descriptor or a negative code with the reason. */
-static int open_dir(int at, const char *name, const char *what, struct stat *sb)
-{
-    int fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC), err;
-    if (fd < 0) {
-        err = errno;
-        if (err == ELOOP || err == ENOTDIR)
-            return engram__err(ENGRAM_EUNSAFE, "%s is a link or not a directory", what);
-        if (err == ENOENT)
-            return engram__err(-ENOENT, "%s does not exist", what);
-        return engram__errno(err, "open %s", what);
-    }
-    if (fstat(fd, sb) != 0) {
-        err = engram__errno(errno, "fstat %s", what);
-        close(fd);
-        return err;
-    }
-    return fd;
 }
 
 /* 1 if gid is our effective group or one of our supplementary groups. */
@@ -170,6 +155,7 @@ static int store_alloc(const engram_store_options *opts, engram_store **out)
     if (!st)
         return engram__err(-ENOMEM, "out of memory for a store");
     st->dirfd = -1;
+    atomic_init(&st->lease_fd, -1);
     st->uid = geteuid();
     {
         static _Atomic uint64_t serials;
@@ -253,7 +239,7 @@ int engram_store_open(const char *root, const char *ns, const engram_store_optio
         goto fail;
     }
     group = (st->opts.flags & ENGRAM_OPEN_GROUP) != 0;
-    if ((rootfd = open_dir(AT_FDCWD, root, root, &rsb)) < 0) {
+    if ((rootfd = engram__open_dir(AT_FDCWD, root, root, &rsb)) < 0) {
         err = rootfd;
         goto fail;
     }
@@ -273,7 +259,7 @@ int engram_store_open(const char *root, const char *ns, const engram_store_optio
         err = engram__errno(errno, "create namespace directory %s", st->path);
         goto fail;
     }
-    if ((st->dirfd = open_dir(rootfd, ns, st->path, &nsb)) < 0) {
+    if ((st->dirfd = engram__open_dir(rootfd, ns, st->path, &nsb)) < 0) {
         err = st->dirfd;
         st->dirfd = -1;
         if (err == -ENOENT && foreign_root && (st->opts.flags & ENGRAM_OPEN_CREATE))
@@ -336,6 +322,7 @@ void engram_store_close(engram_store *st)
 {
     if (!st)
         return;
+    engram__lease_drop(st);
     engram__pool_destroy(st->pool);
     for (uint32_t i = 0; i < engram__table_count(st); i++) {
         engram__table *t = engram__table_get(st, i);
@@ -783,6 +770,10 @@ out:
         engram__source_release(&src);
     free(t);
     close(fd);
+    /* A store that reads tables of the namespace holds its lease (gc
+     * leaves the namespace alone while it lives). */
+    if (err == 0)
+        engram__lease_take(st);
     return err;
 }
 
@@ -845,6 +836,8 @@ int engram_table_open_wait(engram_store *st, const char *name, int timeout_ms,
     if (err != -ENOENT || timeout_ms == 0 || (st->dirfd < 0 && !st->remote))
         return err;
     deadline = timeout_ms < 0 ? UINT64_MAX : engram__now_ns() + (uint64_t)timeout_ms * 1000000u;
+    /* A store waiting on the namespace uses it (gc leaves it alone). */
+    engram__lease_take(st);
     if (st->remote)
         return remote_open_wait(st, name, timeout_ms, deadline, id);
     /* The watch is on the directory the store holds (through its
@@ -935,20 +928,17 @@ static void counters_sum(const engram__table *t, uint64_t *lookups, uint64_t *ro
     }
 }
 
-int engram_get_table_info(engram_store *st, const char *name, engram_table_info *info)
+/* sizeof(engram_table_info) before row_start and total_rows were added. */
+#define TABLE_INFO_V1_SIZE offsetof(engram_table_info, row_start)
+
+/* Fills *info (a whole current struct) about table `name`. */
+static int table_info(engram_store *st, const char *name, engram_table_info *info)
 {
     engram__table *t;
     engram__header h;
     struct stat sb;
     int fd, err = 0;
 
-    if (!st || !info || info->size != sizeof(engram_table_info))
-        return engram__err(-EINVAL, "store and info (with size = sizeof(engram_table_info)) are "
-                                    "required");
-    if ((err = engram_name_check(name)) != 0)
-        return err;
-    memset(info, 0, sizeof *info);
-    info->size = sizeof *info;
     /* No lock: a table found stays valid until close, and reading
      * /proc/self/smaps takes a while.  A read section keeps its source
      * from being released meanwhile (a removal then waits for it). */
@@ -988,48 +978,38 @@ int engram_get_table_info(engram_store *st, const char *name, engram_table_info 
     return err;
 }
 
-static int cmp_names(const void *a, const void *b)
+int engram_get_table_info(engram_store *st, const char *name, engram_table_info *info)
 {
-    return strcmp(*(char *const *)a, *(char *const *)b);
+    engram_table_info all;
+    uint32_t size;
+    int err;
+
+    if (!st || !info || (info->size != sizeof(engram_table_info) &&
+                         info->size != TABLE_INFO_V1_SIZE))
+        return engram__err(-EINVAL, "store and info (with size = sizeof(engram_table_info)) are "
+                                    "required");
+    if ((err = engram_name_check(name)) != 0)
+        return err;
+    /* Filled whole here, copied out as far as the caller's struct goes. */
+    size = info->size;
+    memset(&all, 0, sizeof all);
+    err = table_info(st, name, &all);
+    all.size = size;
+    memcpy(info, &all, size);
+    return err;
 }
 
-/* A growable list of names for engram_list(). */
-typedef struct namelist {
-    char **v;
-    size_t n, cap, bytes;
-} namelist;
-
-static int namelist_add(namelist *l, const char *name);
-
+/* Adds a remote's table name to engram_list()'s list. */
 static int namelist_add_cb(void *l, const char *name)
 {
-    return namelist_add(l, name) == 0 ? 0 : engram__err(-ENOMEM, "out of memory");
-}
-
-static int namelist_add(namelist *l, const char *name)
-{
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 32;
-        char **v = realloc(l->v, cap * sizeof *v);
-        if (!v)
-            return -ENOMEM;
-        l->v = v;
-        l->cap = cap;
-    }
-    if (!(l->v[l->n] = strdup(name)))
-        return -ENOMEM;
-    l->bytes += strlen(name) + 1;
-    l->n++;
-    return 0;
+    return engram__namelist_add(l, name) == 0 ? 0 : engram__err(-ENOMEM, "out of memory");
 }
 
 int engram_list(engram_store *st, char ***names, size_t *count)
 {
-    namelist l = {0};
+    engram__namelist l = {0};
     DIR *d = NULL;
     struct dirent *de;
-    char **outv = NULL, *s;
-    size_t n = 0;
     int err = 0, fd;
 
     if (!st || !names || !count)
@@ -1041,7 +1021,7 @@ int engram_list(engram_store *st, char ***names, size_t *count)
     for (uint32_t i = 0; i < engram__table_count(st) && !err; i++) {
         engram__table *t = engram__table_get(st, i);
         if (!atomic_load_explicit(&t->removed, memory_order_acquire))
-            err = namelist_add(&l, t->name);
+            err = engram__namelist_add(&l, t->name);
     }
     if (!err && st->dirfd >= 0) {
         /* A fresh descriptor: readdir moves the offset of the one it uses. */
@@ -1054,43 +1034,18 @@ int engram_list(engram_store *st, char ***names, size_t *count)
         while (!err && d && (de = readdir(d)) != NULL)
             if ((de->d_type == DT_REG || de->d_type == DT_UNKNOWN) &&
                 engram__name_valid(de->d_name))
-                err = namelist_add(&l, de->d_name);
+                err = engram__namelist_add(&l, de->d_name);
         if (d)
             closedir(d);
     }
-    if (!err && st->remote) {
-        /* The remote's own message stands (it may be a network failure). */
-        if ((err = st->remote->list(st->remote_state, namelist_add_cb, &l)) != 0)
-            goto out;
-    }
     if (err == -ENOMEM)
         err = engram__err(-ENOMEM, "out of memory listing %s", st->path);
-    if (err)
-        goto out;
-    if (l.n > 1)
-        qsort(l.v, l.n, sizeof *l.v, cmp_names);
-    /* One block: the pointer array, then the strings, freed by one free(). */
-    outv = malloc((l.n + 1) * sizeof(char *) + l.bytes + 1);
-    if (!outv) {
-        err = engram__err(-ENOMEM, "out of memory listing %s", st->path);
-        goto out;
-    }
-    s = (char *)(outv + l.n + 1);
-    for (size_t i = 0; i < l.n; i++) {
-        if (n > 0 && strcmp(outv[n - 1], l.v[i]) == 0)
-            continue;
-        size_t len = strlen(l.v[i]) + 1;
-        memcpy(s, l.v[i], len);
-        outv[n++] = s;
-        s += len;
-    }
-    outv[n] = NULL;
-    *names = outv;
-    *count = n;
-out:
-    for (size_t i = 0; i < l.n; i++)
-        free(l.v[i]);
-    free(l.v);
+    /* The remote's own message stands (it may be a network failure). */
+    if (!err && st->remote)
+        err = st->remote->list(st->remote_state, namelist_add_cb, &l);
+    if (!err)
+        err = engram__namelist_pack(&l, st->path, names, count);
+    engram__namelist_free(&l);
     return err;
 }
 
@@ -1416,14 +1371,16 @@ void engram__store_maybe_log(engram_store *st)
         return;
     if (engram_get_cache_stats(st, NULL, &s) != 0)
         return;
-    fprintf(stderr,
-            "engram: cache %s: hit rate %.1f%% (%" PRIu64 " hits, %" PRIu64 " misses, %" PRIu64
-            " deduplicated), %" PRIu64 " reads, %.1f MiB read, %" PRIu64 " errors, %.1f MiB in %"
-            PRIu64 " slots (%u ways), %.1f MiB staging, %" PRIu64 "/%" PRIu64
-            " tables O_DIRECT\n",
-            st->path,
-            s.hits + s.misses ? 100.0 * (double)s.hits / (double)(s.hits + s.misses) : 0.0,
-            s.hits, s.misses, s.dedup, s.reads, (double)s.bytes_read / 1048576.0,
-            s.read_errors, (double)s.cache_bytes / 1048576.0, s.slots, s.ways,
-            (double)s.staging_bytes / 1048576.0, s.direct_tables, s.tables);
+    /* Asked for by the store (its interval), so it reaches stderr even
+     * without a log function. */
+    engram__log(ENGRAM_LOG_INFO, ENGRAM__LOG_ASKED,
+                "cache %s: hit rate %.1f%% (%" PRIu64 " hits, %" PRIu64 " misses, %" PRIu64
+                " deduplicated), %" PRIu64 " reads, %.1f MiB read, %" PRIu64 " errors, %.1f MiB in %"
+                PRIu64 " slots (%u ways), %.1f MiB staging, %" PRIu64 "/%" PRIu64
+                " tables O_DIRECT",
+                st->path,
+                s.hits + s.misses ? 100.0 * (double)s.hits / (double)(s.hits + s.misses) : 0.0,
+                s.hits, s.misses, s.dedup, s.reads, (double)s.bytes_read / 1048576.0,
+                s.read_errors, (double)s.cache_bytes / 1048576.0, s.slots, s.ways,
+                (double)s.staging_bytes / 1048576.0, s.direct_tables, s.tables);
 }

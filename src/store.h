@@ -65,6 +65,10 @@ struct engram_store {
     _Atomic uint64_t gen;         /* bumped by every engram_remove(): memos made before are
                                    * stale */
     engram__table *retired;       /* removed tables whose source is still held (under lock) */
+    /* The namespace lease (lease.c), taken at the first table open. */
+    _Atomic int lease_fd;         /* -1: none */
+    pid_t lease_pid;              /* the process that made it */
+    char lease_name[64];
     struct engram__pool *pool;    /* NULL when threads == 1 */
     /* The row cache's budget and the io_uring reader, made with the first
      * table that needs them (under lock), then read without it. */

@@ -39,11 +39,12 @@
 
 #include "capacity.h"
 #include "format.h"
+#include "lease.h"
 #include "remote.h"
 #include "store.h"
 #include "writer.h"
 
-#define TMP_PREFIX ".tmp."
+#define TMP_PREFIX ENGRAM__TMP_PREFIX
 #define BUF_SIZE ((size_t)4 << 20)
 
 struct engram_writer {
@@ -224,7 +225,7 @@ int engram_writer_begin(engram_store *st, const char *name, const engram_table_s
     if ((err = engram__spec_size(spec, &w->h.data_size)) != 0)
         goto fail;
     snprintf(w->name, sizeof w->name, "%s", name);
-    w->h.version = ENGRAM__FORMAT_VERSION;
+    w->h.version = engram__header_version(0); /* until a range is set */
     w->h.checksum_algo = ENGRAM__CHECKSUM_XXH3_64;
     w->h.num_rows = spec->num_rows;
     w->h.row_bytes = spec->row_bytes;
@@ -272,6 +273,24 @@ int engram_writer_begin(engram_store *st, const char *name, const engram_table_s
 fail:
     writer_free(w);
     return err;
+}
+
+int engram_writer_set_range(engram_writer *w, uint64_t row_start, uint64_t total_rows)
+{
+    int err;
+    if (!w)
+        return engram__err(-EINVAL, "writer is NULL");
+    if (w->failed)
+        return engram__err(ENGRAM_ESTATE, "writer of '%s' failed earlier; abort it", w->name);
+    /* A bad range is the caller's argument, not a failure of the writer:
+     * it stays usable. */
+    if ((err = engram__range_check(row_start, w->h.num_rows, total_rows)) != 0)
+        return engram__err(err, "table '%s': %s", w->name, engram_errmsg());
+    w->h.flags |= ENGRAM__FLAG_ROW_RANGE;
+    w->h.version = engram__header_version(w->h.flags);
+    w->h.row_start = row_start;
+    w->h.total_rows = total_rows;
+    return 0;
 }
 
 int engram_writer_append(engram_writer *w, const void *rows, uint64_t nrows, size_t src_stride)
@@ -654,7 +673,8 @@ int engram_populate_shared(engram_store *st, const char *name, const engram_tabl
 
 void engram__clean_temps(engram_store *st)
 {
-    int lockfd, fd;
+    struct stat before;
+    int lockfd, fd, removed = 0, have_before;
     DIR *d;
     struct dirent *de;
 
@@ -662,6 +682,7 @@ void engram__clean_temps(engram_store *st)
      * merely can read the directory.  Stale files wait for a later open. */
     if ((lockfd = dir_trylock(st, LOCK_EX)) < 0)
         return;
+    have_before = fstat(st->dirfd, &before) == 0;
     fd = openat(st->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0 || !(d = fdopendir(fd))) {
         if (fd >= 0)
@@ -671,8 +692,9 @@ void engram__clean_temps(engram_store *st)
     }
     while ((de = readdir(d)) != NULL) {
         struct stat a, b;
-        int tfd;
-        if (strncmp(de->d_name, TMP_PREFIX, strlen(TMP_PREFIX)) != 0)
+        int tfd, lease = strncmp(de->d_name, ENGRAM__LEASE_PREFIX,
+                                 strlen(ENGRAM__LEASE_PREFIX)) == 0;
+        if (!lease && strncmp(de->d_name, TMP_PREFIX, strlen(TMP_PREFIX)) != 0)
             continue;
         tfd = openat(st->dirfd, de->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
         if (tfd < 0)
@@ -682,10 +704,21 @@ void engram__clean_temps(engram_store *st)
         if (fstat(tfd, &a) == 0 && S_ISREG(a.st_mode) && a.st_uid == st->uid &&
             flock(tfd, LOCK_EX | LOCK_NB) == 0 &&
             fstatat(st->dirfd, de->d_name, &b, AT_SYMLINK_NOFOLLOW) == 0 &&
-            a.st_ino == b.st_ino && a.st_dev == b.st_dev)
-            unlinkat(st->dirfd, de->d_name, 0);
+            a.st_ino == b.st_ino && a.st_dev == b.st_dev &&
+            unlinkat(st->dirfd, de->d_name, 0) == 0) {
+            engram__log(ENGRAM_LOG_INFO, 0, "removed %s/%s, the %s that died", st->path,
+                        de->d_name,
+                        lease ? "namespace lease of a process" : "temporary file of a writer");
+            removed = 1;
+        }
         close(tfd);
     }
     closedir(d);
+    /* Removing what the dead left is no use of the namespace: its
+     * modification time (the last use engram gc goes by) stays. */
+    if (removed && have_before) {
+        struct timespec ts[2] = {{0, UTIME_OMIT}, before.st_mtim};
+        utimensat(st->dirfd, ".", ts, 0);
+    }
     close(lockfd);
 }

@@ -240,7 +240,11 @@ static void test_good_file(void)
 
     engram__header h;
     ASSERT_OK(engram__header_parse(file, ENGRAM__HEADER_SIZE, (uint64_t)size, p, &h));
-    ASSERT_EQ(h.version, ENGRAM__FORMAT_VERSION);
+    /* A table without a row range is a version-1 file, as before version
+     * 2 existed: flags 0 and bytes 208 .. 504 zero. */
+    ASSERT_EQ(h.version, 1u);
+    ASSERT_EQ(h.flags, 0u);
+    ASSERT_ALL_BYTES(file + 208, 0, 504 - 208);
     ASSERT_EQ_U64(h.num_rows, NROWS);
     ASSERT_EQ(h.row_bytes, RB);
     ASSERT_EQ(h.row_pitch, 72);
@@ -268,6 +272,192 @@ static void test_good_file(void)
         }
     free(file);
     engram_store_close(st);
+}
+
+/* Little-endian integers of a header, read independently of format.c. */
+static uint64_t le_at(const unsigned char *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+/* A table that holds a range of a larger tensor: the writer records it in
+ * a version-2 header, readers report it, and damaged ranges are refused. */
+static void test_row_range(void)
+{
+    char p[512];
+    engram_table_spec spec = {NROWS, RB, 0};
+    unsigned char *rows = tu_make_rows(70, NROWS, RB, RB, 0);
+    engram_store *st = tu_open("range", 0, 1);
+    engram_writer *w;
+
+    /* Bad ranges are refused and leave the writer usable. */
+    ASSERT_OK(engram_writer_begin(st, "shard", &spec, &w));
+    ASSERT_ERR(engram_writer_set_range(w, 0, 0), ENGRAM_ESPEC);
+    ASSERT_ERR(engram_writer_set_range(w, 1, NROWS), ENGRAM_ESPEC);
+    ASSERT_CONTAINS(engram_errmsg(), "shard");
+    ASSERT_CONTAINS(engram_errmsg(), "[1, 501)");
+    ASSERT_ERR(engram_writer_set_range(w, UINT64_MAX - 10, UINT64_MAX), ENGRAM_ESPEC);
+    ASSERT_ERR(engram_writer_set_range(w, 0, ((uint64_t)1 << 62) + 1), ENGRAM_ESPEC);
+    ASSERT_ERR(engram_writer_set_range(NULL, 0, NROWS), -EINVAL);
+    /* A later call replaces an earlier one. */
+    ASSERT_OK(engram_writer_set_range(w, 7, 9999));
+    ASSERT_OK(engram_writer_set_range(w, 1000, 1000 + NROWS + 3));
+    ASSERT_OK(engram_writer_append(w, rows, NROWS, 0));
+    ASSERT_OK(engram_writer_commit(w));
+    /* The whole tensor as a range is a range too. */
+    ASSERT_OK(engram_writer_begin(st, "whole", &spec, &w));
+    ASSERT_OK(engram_writer_set_range(w, 0, NROWS));
+    ASSERT_OK(engram_writer_append(w, rows, NROWS, 0));
+    ASSERT_OK(engram_writer_commit(w));
+    tu_populate(st, "plain", 70, NROWS, RB, 0);
+    engram_store_close(st);
+
+    /* The bytes: version 2, flag 1, the two fields at 208 and 216, zeros
+     * after them. */
+    {
+        unsigned char hb[ENGRAM__HEADER_SIZE];
+        tbl_path(p, sizeof p, "range", "shard");
+        int fd = open(p, O_RDONLY);
+        ASSERT(fd >= 0);
+        ASSERT_EQ(pread(fd, hb, sizeof hb, 0), (ssize_t)sizeof hb);
+        close(fd);
+        ASSERT_EQ_U64(le_at(hb + 8, 4), 2);
+        ASSERT_EQ_U64(le_at(hb + 60, 4), 1);
+        ASSERT_EQ_U64(le_at(hb + 208, 8), 1000);
+        ASSERT_EQ_U64(le_at(hb + 216, 8), 1000 + NROWS + 3);
+        ASSERT_ALL_BYTES(hb + 224, 0, 504 - 224);
+        ASSERT_EQ_U64(le_at(hb + 504, 8), XXH3_64bits(hb, 504));
+    }
+
+    /* Readers report it, mapped or not, and to a caller of the older,
+     * shorter struct nothing past its size is written. */
+    st = open_ns("range", 0);
+    {
+        engram_table_info info = ENGRAM_TABLE_INFO_INIT;
+        ASSERT_OK(engram_get_table_info(st, "shard", &info));
+        ASSERT_EQ_U64(info.row_start, 1000);
+        ASSERT_EQ_U64(info.total_rows, 1000 + NROWS + 3);
+        ASSERT_OK(engram_get_table_info(st, "whole", &info));
+        ASSERT_EQ_U64(info.row_start, 0);
+        ASSERT_EQ_U64(info.total_rows, NROWS);
+        ASSERT_OK(engram_get_table_info(st, "plain", &info));
+        ASSERT_EQ_U64(info.row_start, 0);
+        ASSERT_EQ_U64(info.total_rows, 0);
+
+        union {
+            engram_table_info info;
+            unsigned char bytes[sizeof(engram_table_info) + 16];
+        } old;
+        size_t v1 = offsetof(engram_table_info, row_start);
+        memset(&old, 0xEE, sizeof old);
+        old.info.size = (uint32_t)v1;
+        ASSERT_OK(engram_get_table_info(st, "shard", &old.info));
+        ASSERT_EQ_U64(old.info.spec.num_rows, NROWS);
+        ASSERT_EQ(old.info.size, (uint32_t)v1);
+        ASSERT_ALL_BYTES(old.bytes + v1, 0xEE, sizeof old - v1);
+        old.info.size = (uint32_t)v1 + 8;
+        ASSERT_ERR(engram_get_table_info(st, "shard", &old.info), -EINVAL);
+
+        /* Global ids through offsets = row_start. */
+        engram_table_id tid;
+        int64_t ids[3] = {1000, 1000 + NROWS - 1, -1}, off = 1000;
+        unsigned char out[3][RB];
+        engram_lookup_args a = ENGRAM_LOOKUP_ARGS_INIT;
+        ASSERT_OK(engram_table_open(st, "shard", &tid));
+        ASSERT_OK(engram_get_table_info(st, "shard", &info));
+        ASSERT_EQ_U64(info.row_start, 1000);
+        ASSERT_EQ(info.mapped, 1);
+        a.num_tokens = 3;
+        a.num_cols = 1;
+        a.tables = &tid;
+        a.offsets = &off;
+        a.ids = ids;
+        a.id_type = ENGRAM_ID_INT64;
+        a.out = out;
+        ASSERT_OK(engram_lookup(st, &a));
+        ASSERT_ROW(out[0], 70, 0, RB);
+        ASSERT_ROW(out[1], 70, NROWS - 1, RB);
+        ASSERT_OK(engram_verify(st, "shard", NULL, NULL));
+    }
+    engram_store_close(st);
+    st = open_ns("range", ENGRAM_OPEN_FILE_CACHE);
+    {
+        engram_table_info info = ENGRAM_TABLE_INFO_INIT;
+        engram_table_id tid;
+        ASSERT_OK(engram_table_open(st, "shard", &tid));
+        ASSERT_OK(engram_get_table_info(st, "shard", &info));
+        ASSERT_EQ_U64(info.row_start, 1000);
+        ASSERT_EQ_U64(info.total_rows, 1000 + NROWS + 3);
+    }
+    engram_store_close(st);
+    check_named("range", "shard", 70, NROWS, RB);
+    free(rows);
+
+    /* Every single-byte change of a version-2 header is detected too. */
+    {
+        unsigned char orig[ENGRAM__HEADER_SIZE];
+        engram__header h;
+        tbl_path(p, sizeof p, "range", "shard");
+        read_header(p, orig, &h);
+        for (unsigned o = 0; o < ENGRAM__HEADER_SIZE; o++) {
+            flip_byte(p, o);
+            expect_open_fails_2("range", "shard", ENGRAM_ECORRUPT, ENGRAM_EVERSION, __LINE__);
+            patch_file(p, o, orig + o, 1);
+        }
+        check_named("range", "shard", 70, NROWS, RB);
+    }
+
+    /* Headers with a valid checksum whose range is not. */
+    {
+        static const struct {
+            const char *name;
+            int code;
+        } cases[] = {
+            {"beyond", ENGRAM_ECORRUPT},  {"total0", ENGRAM_ECORRUPT},
+            {"wraps", ENGRAM_ECORRUPT},   {"huge", ENGRAM_ECORRUPT},
+            {"v1flag", ENGRAM_EVERSION},  {"noflag", ENGRAM_ECORRUPT},
+            {"flag2", ENGRAM_EVERSION},   {"v3", ENGRAM_EVERSION},
+        };
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            unsigned char buf[ENGRAM__HEADER_SIZE];
+            engram__header h;
+            make_table("range-bad", cases[i].name, 80 + (uint32_t)i, NROWS, RB, 0);
+            tbl_path(p, sizeof p, "range-bad", cases[i].name);
+            read_header(p, buf, &h);
+            h.version = 2;
+            h.flags = ENGRAM__FLAG_ROW_RANGE;
+            h.row_start = 10;
+            h.total_rows = 10 + NROWS;
+            switch (i) {
+            case 0: h.total_rows -= 1; break;
+            case 1: h.row_start = 0; h.total_rows = 0; break;
+            case 2: h.row_start = UINT64_MAX - 5; h.total_rows = UINT64_MAX; break;
+            case 3: h.total_rows = ((uint64_t)1 << 62) + 1; break;
+            case 4: h.version = 1; break;
+            case 5: break; /* the fields below, without the flag */
+            case 6: h.flags |= 2; break;
+            case 7: h.version = 3; break;
+            }
+            write_header(p, &h);
+            if (i == 5) {
+                /* Version 2, flag clear, yet bytes in the range fields. */
+                unsigned char hb[ENGRAM__HEADER_SIZE];
+                h.flags = 0;
+                engram__header_encode(&h, hb);
+                hb[208] = 10;
+                {
+                    uint64_t sum = XXH3_64bits(hb, 504);
+                    for (int b = 0; b < 8; b++)
+                        hb[504 + b] = (unsigned char)(sum >> (8 * b));
+                }
+                patch_file(p, 0, hb, sizeof hb);
+            }
+            EXPECT_ALL_FAIL("range-bad", cases[i].name, cases[i].code);
+        }
+    }
 }
 
 static void test_truncated_and_extended(void)
@@ -935,6 +1125,90 @@ static void test_group_namespace(void)
     ASSERT_EQ(setgroups((size_t)nsaved, saved), 0);
 }
 
+/* As a user who must not be able to change or remove a published table
+ * (`arg`: its path): truncating, opening it for writing, replacing or
+ * unlinking it all fail with EACCES. */
+static void cannot_touch(const char *path)
+{
+    char other[600];
+    ASSERT_EQ(truncate(path, 0), -1);
+    ASSERT_EQ(errno, EACCES);
+    ASSERT_EQ(open(path, O_WRONLY), -1);
+    ASSERT_EQ(errno, EACCES);
+    ASSERT_EQ(open(path, O_RDWR | O_TRUNC), -1);
+    ASSERT_EQ(errno, EACCES);
+    ASSERT_EQ(unlink(path), -1);
+    ASSERT_EQ(errno, EACCES);
+    snprintf(other, sizeof other, "%s.moved", path);
+    ASSERT_EQ(rename(path, other), -1);
+    ASSERT_EQ(errno, EACCES);
+}
+
+/* As B, a member of the namespace's group: maps "t" of namespace
+ * "shared" in `root`, checks it, says so on `ready`, waits on `go` while
+ * the others try, then checks every row once more. */
+static void read_while_others_try(const char *root, int ready, int go)
+{
+    engram_store_options o = ENGRAM_STORE_OPTIONS_INIT;
+    engram_store *st = NULL;
+    engram_table_id tid;
+    char c;
+    o.flags = ENGRAM_OPEN_GROUP;
+    ASSERT_OK(engram_store_open(root, "shared", &o, &st));
+    ASSERT_OK(engram_table_open(st, "t", &tid));
+    tu_check_table(st, tid, 110, NROWS, RB);
+    ASSERT_EQ(write(ready, "r", 1), 1);
+    ASSERT_EQ(read(go, &c, 1), 1);
+    tu_check_table(st, tid, 110, NROWS, RB);
+    engram_store_close(st);
+}
+
+/* A published table cannot be truncated (the SIGBUS of its readers),
+ * written, replaced or removed by another user: not by a member of a
+ * group namespace's group, not by anyone else; its readers go on. */
+static void test_others_cannot_truncate(void)
+{
+    char root[512], t[600], c;
+    int ready[2], go[2], status;
+    pid_t reader;
+    if (geteuid() != 0) {
+        printf("   not root: cannot run as other users; skipped\n");
+        return;
+    }
+    ASSERT_EQ(chmod(tu_scratch_root(), 0711), 0);
+    tu_path(root, sizeof root, "xroot-trunc");
+    ASSERT_EQ(mkdir(root, 0700), 0);
+    ASSERT_EQ(chmod(root, 01777), 0);
+    as_user(UID_A, 0, write_shared, root);
+    snprintf(t, sizeof t, "%s/shared/t", root);
+
+    ASSERT_EQ(pipe(ready), 0);
+    ASSERT_EQ(pipe(go), 0);
+    fflush(stdout);
+    fflush(stderr);
+    reader = fork();
+    ASSERT(reader >= 0);
+    if (reader == 0) {
+        gid_t g = (gid_t)UID_A;
+        if (setgroups(1, &g) != 0 || setgid((gid_t)UID_B) != 0 || setuid(UID_B) != 0)
+            _exit(2);
+        read_while_others_try(root, ready[1], go[0]);
+        _exit(0);
+    }
+    ASSERT_EQ(read(ready[0], &c, 1), 1);
+    as_user(UID_B, (gid_t)UID_A, cannot_touch, t); /* a member of the group */
+    as_user(UID_C, 0, cannot_touch, t);            /* anyone else */
+    ASSERT_EQ(write(go[1], "g", 1), 1);
+    ASSERT_EQ(waitpid(reader, &status, 0), reader);
+    ASSERT(WIFEXITED(status));
+    ASSERT_EQ(WEXITSTATUS(status), 0); /* no SIGBUS: its rows all read again */
+    for (int i = 0; i < 2; i++) {
+        close(ready[i]);
+        close(go[i]);
+    }
+    ASSERT_EQ(chmod(tu_scratch_root(), 0700), 0);
+}
+
 /* ------------------------------------------------------------------------
  * Group mode and hostile local users.  A owns and publishes a group
  * namespace (uid and group 12345), B reads it as a member of A's group
@@ -1089,6 +1363,7 @@ int main(void)
 {
     tu_watchdog(120);
     RUN_TEST(test_good_file);
+    RUN_TEST(test_row_range);
     RUN_TEST(test_truncated_and_extended);
     RUN_TEST(test_header_bytes);
     RUN_TEST(test_header_fields);
@@ -1099,6 +1374,7 @@ int main(void)
     RUN_TEST(test_unsafe_files);
     RUN_TEST(test_foreign_owner);
     RUN_TEST(test_group_namespace);
+    RUN_TEST(test_others_cannot_truncate);
     RUN_TEST(test_group_hostile_users);
     printf("test_files: all passed\n");
     return 0;

@@ -109,6 +109,12 @@ static void test_packed_rows(void)
     ASSERT_EQ(info.spec.num_rows, 800);
     ASSERT_EQ(info.spec.row_bytes, W + S);
     ASSERT_EQ(info.mapped, 0);
+    /* The shard's place in the tensor: rows [100, 900) of N = 1000. */
+    ASSERT_EQ_U64(info.row_start, 100);
+    ASSERT_EQ_U64(info.total_rows, N);
+    ASSERT_OK(engram_get_table_info(st, "mem", &info));
+    ASSERT_EQ_U64(info.row_start, 0);
+    ASSERT_EQ_U64(info.total_rows, 0); /* bound memory: no range known */
 
     for (int pass = 0; pass < 3; pass++) {
         engram_lookup_args a = ENGRAM_LOOKUP_ARGS_INIT;
@@ -154,6 +160,9 @@ static void test_packed_rows(void)
 
     /* Weights only, all rows. */
     ASSERT_OK(engram_open_safetensors(st, "w-only", path, "engram.w", NULL, 0, 0, &tid));
+    ASSERT_OK(engram_get_table_info(st, "w-only", &info));
+    ASSERT_EQ_U64(info.row_start, 0);
+    ASSERT_EQ_U64(info.total_rows, N);
     {
         int64_t one[3] = {0, 999, 500};
         unsigned char o3[3][W];
@@ -227,6 +236,126 @@ static void test_sharded_index(void)
     engram_store_close(st);
     free(w);
     free(s);
+}
+
+/* What engram_safetensors_list() saw: names, in call order, with shard,
+ * dtype and shape. */
+typedef struct listing {
+    int n, stop_at;
+    char line[8][400];
+} listing;
+
+static int collect(void *ud, const char *name, const engram_tensor_info *info)
+{
+    listing *l = ud;
+    ASSERT_EQ(info->size, sizeof *info);
+    if (l->n == l->stop_at)
+        return 42;
+    ASSERT_LT(l->n, 8);
+    snprintf(l->line[l->n], sizeof l->line[l->n], "%s %s %s [%llu, %llu] %llu", name,
+             info->shard[0] ? info->shard : "-", info->dtype,
+             (unsigned long long)info->shape[0],
+             (unsigned long long)(info->ndim > 1 ? info->shape[1] : 0),
+             (unsigned long long)info->nbytes);
+    l->n++;
+    return 0;
+}
+
+/* Listing the tensors of a file and of an index, and "did you mean" for
+ * mistyped tensor names. */
+static void test_list_and_suggest(void)
+{
+    char path[512], p1[512], p2[512], idx[512];
+    listing l;
+    engram_store *st;
+    FILE *f;
+
+    tu_path(path, sizeof path, "list.safetensors");
+    write_model(path);
+    memset(&l, 0, sizeof l);
+    l.stop_at = -1;
+    ASSERT_OK(engram_safetensors_list(path, collect, &l));
+    ASSERT_EQ(l.n, 3); /* file order, without __metadata__ */
+    ASSERT_STR_EQ(l.line[0], "model.other - BF16 [3, 0] 6");
+    ASSERT_STR_EQ(l.line[1], "engram.w - F8_E4M3 [1000, 256] 256000");
+    ASSERT_STR_EQ(l.line[2], "engram.s - F8_E8M0 [1000, 8] 8000");
+    memset(&l, 0, sizeof l);
+    l.stop_at = 1;
+    ASSERT_EQ(engram_safetensors_list(path, collect, &l), 42);
+    ASSERT_EQ(l.n, 1);
+    ASSERT_ERR(engram_safetensors_list(NULL, collect, &l), -EINVAL);
+    ASSERT_ERR(engram_safetensors_list(path, NULL, &l), -EINVAL);
+
+    /* An index over two shards: shard by shard, by name within each. */
+    tu_path(p1, sizeof p1, "l-00001.safetensors");
+    tu_path(p2, sizeof p2, "l-00002.safetensors");
+    tu_path(idx, sizeof idx, "list.safetensors.index.json");
+    {
+        unsigned char d[40] = {0};
+        write_st(p1, "{\"b.w\":{\"dtype\":\"U8\",\"shape\":[2,4],\"data_offsets\":[0,8]},"
+                     "\"a.w\":{\"dtype\":\"U8\",\"shape\":[2,4],\"data_offsets\":[8,16]}}",
+                 d, 16);
+        write_st(p2, "{\"a.s\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]}}", d,
+                 24);
+    }
+    f = fopen(idx, "w");
+    ASSERT(f != NULL);
+    fputs("{\"weight_map\":{\"a.s\":\"l-00002.safetensors\",\"b.w\":\"l-00001.safetensors\","
+          "\"a.w\":\"l-00001.safetensors\"}}",
+          f);
+    fclose(f);
+    memset(&l, 0, sizeof l);
+    l.stop_at = -1;
+    ASSERT_OK(engram_safetensors_list(idx, collect, &l));
+    ASSERT_EQ(l.n, 3);
+    ASSERT_STR_EQ(l.line[0], "a.w l-00001.safetensors U8 [2, 4] 8");
+    ASSERT_STR_EQ(l.line[1], "b.w l-00001.safetensors U8 [2, 4] 8");
+    ASSERT_STR_EQ(l.line[2], "a.s l-00002.safetensors F32 [2, 3] 24");
+
+    /* An index naming a tensor its shard lacks, or a shard that is not a
+     * plain file name, or is missing. */
+    f = fopen(idx, "w");
+    fputs("{\"weight_map\":{\"a.w\":\"l-00001.safetensors\",\"zz\":\"l-00001.safetensors\"}}",
+          f);
+    fclose(f);
+    memset(&l, 0, sizeof l);
+    l.stop_at = -1;
+    ASSERT_ERR(engram_safetensors_list(idx, collect, &l), ENGRAM_ECORRUPT);
+    ASSERT_CONTAINS(engram_errmsg(), "'zz'");
+    f = fopen(idx, "w");
+    fputs("{\"weight_map\":{\"a.w\":\"../l-00001.safetensors\"}}", f);
+    fclose(f);
+    ASSERT_ERR(engram_safetensors_list(idx, collect, &l), ENGRAM_ECORRUPT);
+    ASSERT_CONTAINS(engram_errmsg(), "plain file name");
+    f = fopen(idx, "w");
+    fputs("{\"weight_map\":{\"a.w\":\"l-00009.safetensors\"}}", f);
+    fclose(f);
+    ASSERT_ERR(engram_safetensors_list(idx, collect, &l), -ENOENT);
+    ASSERT_CONTAINS(engram_errmsg(), "l-00009.safetensors");
+
+    /* Did you mean: in a file, in an index, and nothing for a name far
+     * from every tensor. */
+    ASSERT_OK(engram_store_open_memory(NULL, &st));
+    ASSERT_ERR(engram_open_safetensors(st, "x", path, "engram.wieght", NULL, 0, 0, NULL), -ENOENT);
+    ASSERT_ERR(engram_open_safetensors(st, "x", path, "engarm.w", NULL, 0, 0, NULL), -ENOENT);
+    ASSERT_CONTAINS(engram_errmsg(), "no tensor 'engarm.w' (did you mean 'engram.w'?)");
+    ASSERT_ERR(engram_open_safetensors(st, "x", path, "completely.different.name", NULL, 0, 0,
+                                       NULL),
+               -ENOENT);
+    ASSERT(strstr(engram_errmsg(), "did you mean") == NULL);
+    f = fopen(idx, "w");
+    fputs("{\"weight_map\":{\"model.layers.1.engram.weight\":\"l-00001.safetensors\"}}", f);
+    fclose(f);
+    ASSERT_ERR(engram_open_safetensors(st, "x", idx, "model.layers.1.engram.weigth", NULL, 0, 0,
+                                       NULL),
+               -ENOENT);
+    ASSERT_CONTAINS(engram_errmsg(), "(did you mean 'model.layers.1.engram.weight'?)");
+    {
+        engram_tensor_info ti = ENGRAM_TENSOR_INFO_INIT;
+        ASSERT_ERR(engram_safetensors_tensor(path, "engram.z", &ti), -ENOENT);
+        ASSERT_CONTAINS(engram_errmsg(), "did you mean 'engram.");
+    }
+    engram_store_close(st);
 }
 
 /* A header that must be refused, with a phrase of the message. */
@@ -496,6 +625,7 @@ int main(void)
     tu_watchdog(120);
     RUN_TEST(test_packed_rows);
     RUN_TEST(test_sharded_index);
+    RUN_TEST(test_list_and_suggest);
     RUN_TEST(test_bad_inputs);
     RUN_TEST(test_read_error);
     RUN_TEST(test_failed_open_keeps_budget);

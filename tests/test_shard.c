@@ -67,7 +67,7 @@ static void test_refusals(void)
     /* More shards than heads: no plan gives each a head. */
     ASSERT_ERR(engram_shard_plan(24, NULL, 4, 8, 0, s), ENGRAM_ESPEC);
     ASSERT_CONTAINS(engram_errmsg(), "needs 32 shards");
-    ASSERT_CONTAINS(engram_errmsg(), "8 shards would hold no head");
+    ASSERT_CONTAINS(engram_errmsg(), "8 of them would hold no head");
     ASSERT_ERR(engram_shard_plan(24, reads, 4, 8, ENGRAM_SHARD_BALANCED, s), ENGRAM_ESPEC);
     ASSERT_OK(engram_shard_plan(24, NULL, 4, 8, ENGRAM_SHARD_PER_TP, s));
     /* Bad arguments. */

@@ -205,6 +205,8 @@ static void test_default_root(void)
     struct stat sb;
     const char *want = (stat("/dev/shm", &sb) == 0 && S_ISDIR(sb.st_mode)) ? "/dev/shm/engram"
                                                                           : "/tmp/engram";
+    /* Without ENGRAM_ROOT (test_namespace covers it). */
+    ASSERT(unsetenv("ENGRAM_ROOT") == 0);
     ASSERT_STR_EQ(engram_default_root(), want);
 }
 

@@ -539,7 +539,10 @@ static inline int tu_strays(const char *ns, engram_store *st, char names[][256],
     int n = 0;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+        /* A store with open tables holds a lease on its namespace: the
+         * library's own entry, not a stray. */
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 ||
+            strncmp(e->d_name, ".lease.", 7) == 0)
             continue;
         int known = 0;
         for (size_t i = 0; i < count; i++)

@@ -3,18 +3,25 @@
  *
  * The tool is a thin front end over the public API of engram.h: it creates,
  * imports, lists, inspects, verifies, looks up and removes tables of one
- * namespace, measures lookups against baselines taken in the same run
- * (`bench`), and runs the end-to-end `demo` shown in the README (one
- * DeepSeek-shaped Engram layer, decode-shaped lookups checked byte for
- * byte).  Internal to the tool; nothing here is installed.
+ * namespace, lists and removes namespaces (`ns`), measures lookups
+ * against baselines taken in the same run (`bench`), and runs the
+ * end-to-end `demo` shown in the README (one DeepSeek-shaped Engram layer,
+ * decode-shaped lookups checked byte for byte).  Internal to the tool;
+ * nothing here is installed.  docs/cli.md is its user documentation.
  *
  * Files:
  *   cli_main.c    main(), the command table, argument parsing, help
  *   cli_util.c    error reports, number parsing and formatting, the row
- *                 fills, the progress bar, opening the command's store
+ *                 fills, the progress display, opening the command's store
+ *                 (with "did you mean" for a mistyped namespace)
  *   cli_tables.c  create, ls, info, verify, rm, lookup
+ *   cli_ns.c      ns ls, ns rm
  *   cli_import.c  writing a table from a row source; import (raw, .npy,
  *                 safetensors)
+ *   cli_ckpt.c    checkpoints: inspect, and import --layers (every layer's
+ *                 Engram tensors split into the layer API's head tables)
+ *   cli_deploy.c  plan (shards of TP x DP ranks), wait, mem (who maps
+ *                 each table, which memory cgroup pays for it)
  *   cli_bench.c   bench, and the timing it shares with the demo
  *   cli_demo.c    demo
  *   cli_push.c    push (a namespace's tables to a Redis Cluster)
@@ -22,7 +29,10 @@
  *
  * Conventions: every command returns an exit status (0 ok, 1 an operation
  * failed, 2 usage error); library failures are reported as
- * "engram: <what>: <engram_errmsg()>" on stderr.  Numeric arguments are
+ * "engram: <what>: <engram_errmsg()>" on stderr, warnings (an entry
+ * skipped, exit status unchanged) as "engram: warning: <what>".  Commands
+ * that change something print one line saying what they did on stdout;
+ * --json output is one object that starts with "schema": CLI_JSON_SCHEMA.  Numeric arguments are
  * parsed strictly (no signs where none belong, no trailing junk, no
  * overflow).  Big inputs are streamed in fixed-size chunks so that tables
  * larger than memory can be created and imported.  The .npy header parser,
@@ -75,17 +85,36 @@ enum {
     OPT_SAFETENSORS,
     OPT_WEIGHT,
     OPT_SCALE,
+    OPT_FORCE,
+    OPT_STRICT,
+    OPT_LAYERS,
+    OPT_HEAD_VOCAB,
+    OPT_LAYER_IDS,
+    OPT_TP,
+    OPT_DP,
+    OPT_PER_TP,
+    OPT_READS,
+    OPT_BALANCED,
+    OPT_TIMEOUT,
+    OPT_OLDER_THAN,
+    OPT_DRY_RUN,
     OPT_REDIS,
     OPT_TAGGED,
     OPT_COUNT
 };
+/* A command's accepted options are bits of a uint64_t. */
+_Static_assert(OPT_COUNT <= 64, "more options than bits in struct command's opts");
+
+/* The version of every --json output's keys ("schema": N, first): bumped
+ * when a key changes meaning or goes away, not when one is added. */
+#define CLI_JSON_SCHEMA 1
 
 struct cli;
 
 struct command {
     const char *name;
     int (*run)(struct cli *cli);
-    uint32_t opts;  /* O(...) accepted besides the global ones */
+    uint64_t opts;  /* O(...) accepted besides the global ones */
     int min_args;   /* positional arguments */
     int max_args;   /* -1: no limit */
     const char *synopsis;
@@ -114,8 +143,10 @@ extern volatile sig_atomic_t cli_interrupted;
 const char *cli_lib_detail(int rc);
 __attribute__((format(printf, 2, 3))) int cli_lib_fail(int rc, const char *fmt, ...);
 __attribute__((format(printf, 1, 2))) int cli_fail(const char *fmt, ...);
+__attribute__((format(printf, 1, 2))) void cli_warn(const char *fmt, ...);
 
 int cli_parse_u64(const char *s, uint64_t *out);
+int cli_parse_list(const char *s, uint64_t min, uint64_t *v, size_t cap, size_t *n);
 int cli_mul_ok(uint64_t a, uint64_t b, uint64_t *out);
 const char *cli_fmt_bytes(uint64_t n, char *buf, size_t len);
 const char *cli_fmt_ns(double ns, char *buf, size_t len);
@@ -127,17 +158,25 @@ enum fill { FILL_ZERO, FILL_PATTERN, FILL_RANDOM };
 void cli_fill_row(unsigned char *dst, enum fill fill, uint64_t seed, uint64_t row,
                   uint32_t row_bytes);
 
-/* A progress bar on stderr, drawn only when it is a terminal. */
+/* Progress of a long operation on stderr, in bytes: on a terminal one line
+ * redrawn in place (bar, percentage, bytes, rate, time left), erased at
+ * the end; elsewhere a plain line every ENGRAM_PROGRESS_SECS seconds
+ * (default 10) and, if any was printed, a final one. */
 struct progress {
     const char *label;
-    int enabled;
-    int last; /* last permille drawn, -1 before the first */
+    int tty;              /* stderr is a terminal */
+    int shown;            /* terminal: a line to erase; else: lines were printed */
+    uint64_t start_ns;    /* when it began */
+    uint64_t last_ns;     /* when a line was last drawn or printed */
+    uint64_t interval_ns; /* between two plain lines */
+    uint64_t done, total; /* bytes, as last reported */
 };
 void cli_progress_init(struct progress *p, const char *label);
 int cli_progress_cb(void *ud, uint64_t done, uint64_t total);
 void cli_progress_end(struct progress *p);
 
 const char *cli_root(const struct cli *cli);
+int cli_ns_missing(const char *root, const char *ns, const char *what);
 int cli_open_redis(const struct cli *cli, const char *ns, uint32_t flags, engram_store **st,
                    int *status);
 int cli_open_store(const struct cli *cli, uint32_t flags, int threads, engram_store **st,
@@ -162,7 +201,40 @@ int cli_synth_rows(void *ctx, unsigned char *buf, uint64_t first, uint64_t n);
 
 int cli_write_table(engram_store *st, const char *verb, const char *name,
                     const engram_table_spec *spec, row_source_fn src, void *ctx);
+int cli_write_table_range(engram_store *st, const char *verb, const char *name,
+                          const engram_table_spec *spec, uint64_t row_start, uint64_t total_rows,
+                          row_source_fn src, void *ctx);
 int cli_read_pitch(const struct cli *cli, engram_table_spec *spec);
+
+/* cli_write_table() hands its source chunks of at most this many bytes
+ * (or one row, where a row is larger). */
+#define CLI_CHUNK_BYTES ((size_t)8 << 20)
+
+/* The ctx of cli_st_rows(): a range of rows of a checkpoint's weight
+ * tensor, each followed by the same row of its scale tensor. */
+struct cli_st_source {
+    int fd[2];
+    uint64_t off[2];  /* file offset of row 0 of the imported range */
+    uint32_t len[2];  /* bytes per row of each tensor */
+    unsigned n;       /* 1 or 2 tensors */
+    unsigned char *tmp; /* CLI_ST_TMP_BYTES */
+    const char *path;
+};
+#define CLI_ST_TMP_BYTES (CLI_CHUNK_BYTES + ENGRAM_ROW_BYTES_MAX)
+int cli_st_rows(void *ctx, unsigned char *buf, uint64_t first, uint64_t n);
+int cli_open_tensor_file(const char *name, const char *path, const char *tn,
+                         engram_tensor_info *ti, const char *prev, char *file, size_t cap,
+                         int *fd);
+int cli_verify_rows(engram_store *st, const char *verb, const char *name,
+                    const engram_table_spec *spec, row_source_fn src, void *ctx);
+
+/* ------------------------------------------------------------------------
+ * Checkpoints (cli_ckpt.c).
+ */
+const char *cli_fmt_shape(const engram_tensor_info *ti, char *buf, size_t len);
+int cli_check_rows_tensor(const char *name, const char *tn, const engram_tensor_info *ti,
+                          const char *ref_tn, const engram_tensor_info *ref, uint64_t *row_bytes);
+int cli_import_layers(struct cli *cli);
 
 /* ------------------------------------------------------------------------
  * Timing (cli_bench.c).
@@ -203,10 +275,16 @@ int cli_cmd_ls(struct cli *cli);
 int cli_cmd_info(struct cli *cli);
 int cli_cmd_verify(struct cli *cli);
 int cli_cmd_rm(struct cli *cli);
+int cli_cmd_ns(struct cli *cli);
 int cli_cmd_lookup(struct cli *cli);
 int cli_cmd_import(struct cli *cli);
+int cli_cmd_inspect(struct cli *cli);
 int cli_cmd_bench(struct cli *cli);
 int cli_cmd_demo(struct cli *cli);
+int cli_cmd_plan(struct cli *cli);
+int cli_cmd_wait(struct cli *cli);
+int cli_cmd_mem(struct cli *cli);
+int cli_cmd_gc(struct cli *cli);
 int cli_cmd_push(struct cli *cli);
 
 #endif

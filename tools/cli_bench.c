@@ -251,7 +251,7 @@ int cli_cmd_bench(struct cli *cli)
         double r_threads = cli_ratio(rate, cli_per_second(rows_per_call, &tm[1]));
         double r_memcpy = cli_ratio(rate, cli_per_second(rows_per_call, &tm[2]));
         if (json) {
-            printf("{\n  \"tables\": [");
+            printf("{\n  \"schema\": %d,\n  \"tables\": [", CLI_JSON_SCHEMA);
             for (int i = 0; i < cli->nargs; i++) {
                 printf("%s", i ? ", " : "");
                 cli_json_str(stdout, cli->args[i]);

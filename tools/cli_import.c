@@ -24,7 +24,7 @@
 
 /* Rows are produced and consumed in chunks of about this many bytes, so
  * memory use stays flat whatever the table size. */
-#define CHUNK_BYTES ((size_t)8 << 20)
+#define CHUNK_BYTES CLI_CHUNK_BYTES
 
 /* ------------------------------------------------------------------------
  * Writing tables (create, import, demo).
@@ -68,9 +68,12 @@ static int file_rows(void *ctx, unsigned char *buf, uint64_t first, uint64_t n)
 }
 
 /* Streams a table into the store in chunks of about CHUNK_BYTES.  The
- * writer publishes nothing unless every row arrived. */
-int cli_write_table(engram_store *st, const char *verb, const char *name,
-                    const engram_table_spec *spec, row_source_fn src, void *ctx)
+ * writer publishes nothing unless every row arrived.  total_rows > 0
+ * records that the table holds rows [row_start, row_start + num_rows) of
+ * a tensor of total_rows rows (engram_writer_set_range). */
+int cli_write_table_range(engram_store *st, const char *verb, const char *name,
+                          const engram_table_spec *spec, uint64_t row_start, uint64_t total_rows,
+                          row_source_fn src, void *ctx)
 {
     engram_writer *w = NULL;
     unsigned char *buf = NULL;
@@ -91,6 +94,8 @@ int cli_write_table(engram_store *st, const char *verb, const char *name,
     cli_progress_init(&pr, label);
 
     rc = engram_writer_begin(st, name, spec, &w);
+    if (rc == 0 && total_rows)
+        rc = engram_writer_set_range(w, row_start, total_rows);
     if (rc != 0) {
         status = cli_lib_fail(rc, "%s '%s'", verb, name);
         goto out;
@@ -110,7 +115,8 @@ int cli_write_table(engram_store *st, const char *verb, const char *name,
                                   r + n - 1);
             goto out;
         }
-        cli_progress_cb(&pr, r + n, spec->num_rows);
+        /* In bytes, which the rate and time left are told in. */
+        cli_progress_cb(&pr, (r + n) * spec->row_bytes, spec->num_rows * spec->row_bytes);
     }
     cli_progress_end(&pr);
     rc = engram_writer_commit(w);
@@ -122,6 +128,13 @@ out:
     engram_writer_abort(w);
     free(buf);
     return status;
+}
+
+/* cli_write_table_range() without a range. */
+int cli_write_table(engram_store *st, const char *verb, const char *name,
+                    const engram_table_spec *spec, row_source_fn src, void *ctx)
+{
+    return cli_write_table_range(st, verb, name, spec, 0, 0, src, ctx);
 }
 
 /* Reads --row-bytes/--pitch shared by create and import. */
@@ -192,18 +205,12 @@ static int npy_read_header(int fd, uint64_t file_size, struct npy_info *info, ch
     return rc;
 }
 
-struct st_source {
-    int fd[2];
-    uint64_t off[2];  /* file offset of row 0 of the imported range */
-    uint32_t len[2];  /* bytes per row of each tensor */
-    unsigned n;       /* 1 or 2 tensors */
-    unsigned char *tmp;
-    const char *path;
-};
-
-static int st_rows(void *ctx, unsigned char *buf, uint64_t first, uint64_t n)
+/* The row_source_fn of checkpoint rows (ctx: a struct cli_st_source): row
+ * i is row i of the imported range of each tensor, packed.  s->tmp holds
+ * CLI_ST_TMP_BYTES. */
+int cli_st_rows(void *ctx, unsigned char *buf, uint64_t first, uint64_t n)
 {
-    struct st_source *s = ctx;
+    struct cli_st_source *s = ctx;
     uint32_t row = s->len[0] + (s->n > 1 ? s->len[1] : 0), at = 0;
     for (unsigned g = 0; g < s->n; g++) {
         /* One sequential read per tensor and chunk, then interleave. */
@@ -247,9 +254,9 @@ static int parse_range(const char *v, uint64_t *a, uint64_t *b)
  * itself from blocking, and the library refuses anything but a regular
  * file.  file[cap] receives the file's path.  Returns 0, or an exit
  * status after reporting (*fd is then -1 if it was opened here). */
-static int open_tensor_file(const char *name, const char *path, const char *tn,
-                            engram_tensor_info *ti, const char *prev, char *file, size_t cap,
-                            int *fd)
+int cli_open_tensor_file(const char *name, const char *path, const char *tn,
+                         engram_tensor_info *ti, const char *prev, char *file, size_t cap,
+                         int *fd)
 {
     const char *slash = strrchr(path, '/');
     size_t len = strlen(path);
@@ -278,17 +285,72 @@ static int open_tensor_file(const char *name, const char *path, const char *tn,
     return 0;
 }
 
+/* Checks a table just written from `src`: its checksum (what reached the
+ * disk) and 1024 rows (the first, the last and random ones) read back
+ * through a lookup against the source's bytes.  0, or an exit status
+ * after reporting. */
+int cli_verify_rows(engram_store *st, const char *verb, const char *name,
+                    const engram_table_spec *spec, row_source_fn src, void *ctx)
+{
+    struct progress pr;
+    engram_table_id tid;
+    int64_t ids[1024];
+    size_t row = spec->row_bytes;
+    unsigned char *got = malloc(1024 * row), *want = malloc(row);
+    uint64_t seed = 12345;
+    int status = 0, rc;
+
+    cli_progress_init(&pr, "verify");
+    rc = engram_verify(st, name, cli_progress_cb, &pr);
+    cli_progress_end(&pr);
+    if (rc != 0) {
+        status = cli_lib_fail(rc, "%s '%s': verify", verb, name);
+        goto out;
+    }
+    if (!got || !want) {
+        status = cli_fail("%s '%s': out of memory", verb, name);
+        goto out;
+    }
+    if ((rc = engram_table_open(st, name, &tid)) != 0) {
+        status = cli_lib_fail(rc, "%s '%s': open", verb, name);
+        goto out;
+    }
+    for (int i = 0; i < 1024; i++)
+        ids[i] = (int64_t)(i == 0 ? 0 : i == 1 ? spec->num_rows - 1
+                                               : cli_rng_next(&seed) % spec->num_rows);
+    engram_lookup_args a = ENGRAM_LOOKUP_ARGS_INIT;
+    a.num_tokens = 1024;
+    a.num_cols = 1;
+    a.tables = &tid;
+    a.ids = ids;
+    a.id_type = ENGRAM_ID_INT64;
+    a.out = got;
+    if ((rc = engram_lookup(st, &a)) != 0)
+        status = cli_lib_fail(rc, "%s '%s': read back", verb, name);
+    for (int i = 0; i < 1024 && status == 0; i++) {
+        if ((status = src(ctx, want, (uint64_t)ids[i], 1)) != 0)
+            break;
+        if (memcmp(want, got + (size_t)i * row, row) != 0)
+            status = cli_fail("%s '%s': row %" PRId64 " read back differs from the "
+                              "checkpoint", verb, name, ids[i]);
+    }
+out:
+    free(got);
+    free(want);
+    return status;
+}
+
 static int import_safetensors(struct cli *cli)
 {
     const char *name = cli->args[0], *path = cli->opt[OPT_SAFETENSORS];
     const char *tn[2] = {cli->opt[OPT_WEIGHT], cli->opt[OPT_SCALE]};
     engram_tensor_info ti[2] = {ENGRAM_TENSOR_INFO_INIT, ENGRAM_TENSOR_INFO_INIT};
-    struct st_source src = {{-1, -1}, {0, 0}, {0, 0}, 0, NULL, path};
+    struct cli_st_source src = {{-1, -1}, {0, 0}, {0, 0}, 0, NULL, path};
     engram_table_spec spec = {0, 0, 0};
     uint64_t start = 0, end = 0, nrows = 0, row = 0;
     engram_store *st = NULL;
     char file[2][4096];
-    int status, rc;
+    int status;
 
     if (!tn[0])
         return cli_usage_error(cli, "--safetensors needs --weight NAME");
@@ -309,16 +371,12 @@ static int import_safetensors(struct cli *cli)
          * descriptor (one open of each file). */
         if (g == 1)
             src.fd[1] = src.fd[0];
-        if ((status = open_tensor_file(name, path, tn[g], &ti[g], g ? file[0] : NULL, file[g],
-                                       sizeof file[g], &src.fd[g])) != 0)
+        if ((status = cli_open_tensor_file(name, path, tn[g], &ti[g], g ? file[0] : NULL,
+                                           file[g], sizeof file[g], &src.fd[g])) != 0)
             goto out;
-        if (ti[g].ndim != 2 || ti[g].shape[0] == 0 || (g && ti[g].shape[0] != nrows) ||
-            __builtin_mul_overflow(ti[g].shape[1], ti[g].elem_size, &rb) ||
-            rb > ENGRAM_ROW_BYTES_MAX) {
-            status = cli_fail("import '%s': tensor '%s' is not [N, C]%s (ndim %u, %s)", name, tn[g],
-                              g ? " with the weight's N" : "", ti[g].ndim, ti[g].dtype);
+        if ((status = cli_check_rows_tensor(name, tn[g], &ti[g], g ? tn[0] : NULL,
+                                            g ? &ti[0] : NULL, &rb)) != 0)
             goto out;
-        }
         nrows = ti[g].shape[0];
         src.len[g] = (uint32_t)rb;
         row += rb;
@@ -338,65 +396,29 @@ static int import_safetensors(struct cli *cli)
         status = cli_lib_fail(ENGRAM_ESPEC, "import '%s': rows of %" PRIu64 " bytes", name, row);
         goto out;
     }
-    if (!(src.tmp = malloc(CHUNK_BYTES + ENGRAM_ROW_BYTES_MAX))) {
+    if (!(src.tmp = malloc(CLI_ST_TMP_BYTES))) {
         status = cli_fail("import '%s': out of memory", name);
         goto out;
     }
     if (cli_open_store(cli, ENGRAM_OPEN_CREATE, 1, &st, 0, &status) != 0)
         goto out;
-    /* The writer syncs the file before it publishes it. */
-    if ((status = cli_write_table(st, "import", name, &spec, st_rows, &src)) != 0)
+    /* The writer syncs the file before it publishes it.  A part of the
+     * tensor records where it lies in it, so that its global ids can be
+     * looked up with the right offset (the whole tensor records nothing:
+     * the same file as before ranges existed). */
+    if ((status = cli_write_table_range(st, "import", name, &spec, start,
+                                        start != 0 || end != nrows ? nrows : 0, cli_st_rows,
+                                        &src)) != 0)
         goto out;
-    /* Verify: the checksum of what reached the disk, then rows read back
-     * through a lookup against the checkpoint's bytes. */
-    {
-        struct progress pr;
-        engram_table_id tid;
-        int64_t ids[1024];
-        unsigned char *got = malloc((size_t)1024 * row), *want = malloc((size_t)row);
-        uint64_t seed = 12345;
-        cli_progress_init(&pr, "verify");
-        rc = engram_verify(st, name, cli_progress_cb, &pr);
-        cli_progress_end(&pr);
-        if (rc != 0) {
-            free(got);
-            free(want);
-            status = cli_lib_fail(rc, "import '%s': verify", name);
-            goto out;
-        }
-        if (!got || !want || (rc = engram_table_open(st, name, &tid)) != 0) {
-            free(got);
-            free(want);
-            status = got && want ? cli_lib_fail(rc, "import '%s': open", name)
-                                 : cli_fail("import '%s': out of memory", name);
-            goto out;
-        }
-        for (int i = 0; i < 1024; i++)
-            ids[i] = (int64_t)(i == 0 ? 0 : i == 1 ? spec.num_rows - 1
-                                                   : cli_rng_next(&seed) % spec.num_rows);
-        engram_lookup_args a = ENGRAM_LOOKUP_ARGS_INIT;
-        a.num_tokens = 1024;
-        a.num_cols = 1;
-        a.tables = &tid;
-        a.ids = ids;
-        a.id_type = ENGRAM_ID_INT64;
-        a.out = got;
-        if ((rc = engram_lookup(st, &a)) != 0)
-            status = cli_lib_fail(rc, "import '%s': read back", name);
-        for (int i = 0; i < 1024 && status == 0; i++) {
-            if ((status = st_rows(&src, want, (uint64_t)ids[i], 1)) != 0)
-                break;
-            if (memcmp(want, got + (size_t)i * row, row) != 0)
-                status = cli_fail("import '%s': row %" PRId64 " read back differs from the "
-                                  "checkpoint", name, ids[i]);
-        }
-        free(got);
-        free(want);
-        if (status == 0)
-            printf("imported %s: %" PRIu64 " rows of %" PRIu64 " bytes from %s (%s%s%s), "
-                   "verified\n", name, spec.num_rows, row, path, tn[0], tn[1] ? " + " : "",
-                   tn[1] ? tn[1] : "");
-    }
+    status = cli_verify_rows(st, "import", name, &spec, cli_st_rows, &src);
+    if (status == 0)
+        printf("imported %s: %" PRIu64 " rows of %" PRIu64 " bytes from %s (%s%s%s), "
+               "verified\n", name, spec.num_rows, row, path, tn[0], tn[1] ? " + " : "",
+               tn[1] ? tn[1] : "");
+    if (status == 0 && (start != 0 || end != nrows))
+        printf("  rows %" PRIu64 "..%" PRIu64 " of %" PRIu64 ": global id = row + %" PRIu64
+               " (look up with offset %" PRIu64 ")\n",
+               start, end - 1, nrows, start, start);
 out:
     engram_store_close(st);
     if (src.fd[0] >= 0)
@@ -409,7 +431,8 @@ out:
 
 int cli_cmd_import(struct cli *cli)
 {
-    const char *name = cli->args[0], *path = cli->nargs > 1 ? cli->args[1] : NULL;
+    const char *name = cli->nargs > 0 ? cli->args[0] : NULL;
+    const char *path = cli->nargs > 1 ? cli->args[1] : NULL;
     engram_table_spec spec = {0, 0, 0};
     struct file_source src;
     uint64_t row_bytes = 0, file_size;
@@ -418,6 +441,12 @@ int cli_cmd_import(struct cli *cli)
     struct stat sb;
     int fd = -1, status, is_npy = 0;
 
+    if (cli->opt[OPT_LAYERS])
+        return cli_import_layers(cli);
+    if (cli->opt[OPT_HEAD_VOCAB] || cli->opt[OPT_LAYER_IDS])
+        return cli_usage_error(cli, "--head-vocab and --layer-ids go with --layers");
+    if (cli->nargs == 0)
+        return cli_usage_error(cli, "missing arguments; usage: engram %s", cli->cmd->synopsis);
     if (cli->opt[OPT_SAFETENSORS])
         return import_safetensors(cli);
     if (cli->opt[OPT_WEIGHT] || cli->opt[OPT_SCALE] || cli->opt[OPT_ROWS])
@@ -449,7 +478,7 @@ int cli_cmd_import(struct cli *cli)
     src.fd = fd;
     src.path = path;
     if (is_npy) {
-        struct npy_info info = {0, 0, 0};
+        struct npy_info info;
         char err[512];
         if (npy_read_header(fd, file_size, &info, err, sizeof(err)) != 0) {
             status = cli_fail("import '%s': '%s': %s", name, path, err);
@@ -496,6 +525,9 @@ int cli_cmd_import(struct cli *cli)
     if (cli_open_store(cli, ENGRAM_OPEN_CREATE, 1, &st, 0, &status) != 0)
         goto out;
     status = cli_write_table(st, "import", name, &spec, file_rows, &src);
+    if (status == 0)
+        printf("imported %s: %" PRIu64 " rows of %" PRIu32 " bytes from %s\n", name,
+               spec.num_rows, spec.row_bytes, path);
 out:
     engram_store_close(st);
     if (fd >= 0)

@@ -34,10 +34,17 @@ static const struct opt_def {
     [OPT_KEEP] = {"keep", 0},
     [OPT_SAFETENSORS] = {"safetensors", 1}, [OPT_WEIGHT] = {"weight", 1},
     [OPT_SCALE] = {"scale", 1},
+    [OPT_FORCE] = {"force", 0},    [OPT_STRICT] = {"strict", 0},
+    [OPT_LAYERS] = {"layers", 0},  [OPT_HEAD_VOCAB] = {"head-vocab", 1},
+    [OPT_LAYER_IDS] = {"layer-ids", 1},
+    [OPT_TP] = {"tp", 1},          [OPT_DP] = {"dp", 1},
+    [OPT_PER_TP] = {"per-tp", 0},  [OPT_READS] = {"reads", 1},
+    [OPT_BALANCED] = {"balanced", 0}, [OPT_TIMEOUT] = {"timeout", 1},
+    [OPT_OLDER_THAN] = {"older-than", 1}, [OPT_DRY_RUN] = {"dry-run", 0},
     [OPT_REDIS] = {"redis", 1},    [OPT_TAGGED] = {"tagged", 0},
 };
 
-#define O(x) (1u << OPT_##x)
+#define O(x) (UINT64_C(1) << OPT_##x)
 #define GLOBAL_OPTS (O(ROOT) | O(NS) | O(HELP))
 
 /* Prints a usage error for the current command and returns 2. */
@@ -114,15 +121,20 @@ static const struct command commands[] = {
      "random: the same construction with other constants for every word; reproducible\n"
      "from --seed.\n"},
     {"import", cli_cmd_import,
-     O(ROW_BYTES) | O(PITCH) | O(SAFETENSORS) | O(WEIGHT) | O(SCALE) | O(ROWS) | O(REDIS), 1, 2,
+     O(ROW_BYTES) | O(PITCH) | O(SAFETENSORS) | O(WEIGHT) | O(SCALE) | O(ROWS) | O(LAYERS) |
+         O(HEAD_VOCAB) | O(LAYER_IDS) | O(REDIS),
+     0, 2,
      "import NAME FILE [--row-bytes R] [--pitch P] | import --safetensors CKPT --weight W "
-     "[--scale S] [--rows A:B] [--pitch P] NAME",
+     "[--scale S] [--rows A:B] [--pitch P] NAME | import --layers --safetensors CKPT "
+     "--head-vocab N0,N1,... [--weight PAT] [--scale PAT] [--layer-ids L,...] [--pitch P]",
      "Creates table NAME from FILE, streamed in 8 MiB chunks.\n"
      "\n"
      "FILE is either an .npy file (recognised by its magic bytes; format 1.0, 2.0 or\n"
-     "3.0) holding a C-ordered uint8 array of shape (rows, row_bytes), dtype '|u1',\n"
-     "or raw rows back to back, which needs --row-bytes and a size that is a multiple\n"
-     "of it.\n"
+     "3.0) holding a C-ordered array of any dtype and shape (rows, ...): each row is\n"
+     "the bytes of one entry of the first dimension, as stored (a uint8 (N, 264)\n"
+     "array gives 264-byte rows, a float32 (N, 64) one 256-byte rows, a 1-D array\n"
+     "rows of one element); or raw rows back to back, which needs --row-bytes and a\n"
+     "size that is a multiple of it.\n"
      "\n"
      "  --row-bytes R     bytes per row (raw files; checked against .npy files)\n"
      "  --pitch P         bytes between row starts in the table (>= R; default R)\n"
@@ -138,18 +150,55 @@ static const struct command commands[] = {
      "  --safetensors CKPT  the checkpoint\n"
      "  --weight W          the weight tensor\n"
      "  --scale S           the scale tensor (optional)\n"
-     "  --rows A:B          import rows [A, B) only (a TP shard); B empty = N\n"},
-    {"ls", cli_cmd_ls, O(JSON) | O(REDIS), 0, 0, "ls [--json]",
-     "Lists the tables of the namespace with their rows, row bytes, pitch and data\n"
-     "size.\n"
+     "  --rows A:B          import rows [A, B) only (a TP shard); B empty = N.  The\n"
+     "                      table records the range (engram info: row_range), and\n"
+     "                      global id g is its row g - A: look up with --offset A\n"
      "\n"
-     "  --json            print a JSON array of {name, kind, rows, row_bytes,\n"
-     "                    row_pitch, size}\n"},
+     "With --layers, the Engram layers of checkpoint CKPT become the tables of the\n"
+     "layer API: head h of layer L is table engram:l{L}:h{h}.  Layer L is a weight\n"
+     "tensor [N, C] and a scale tensor [N, D] (e.g. [N, 256] F8_E4M3 + [N, 8]\n"
+     "F8_E8M0 = 264-byte rows) whose N rows are the heads' rows one after the other;\n"
+     "--head-vocab gives each head's row count, in that order (they must add up to\n"
+     "N).  Head h gets rows [p, p + N_h) of the layer, p the sum of the heads before\n"
+     "it, and records that range (engram info: row_range; global id g of the layer\n"
+     "is row g - p of the head).  The layers are found through the index by name\n"
+     "patterns in which {L} stands for the layer number.  Everything is checked\n"
+     "before the first table is written (tensors, shapes, sizes, names free); each\n"
+     "table is verified after it is written, with a line per table; if one fails,\n"
+     "the tables this import published are removed.\n"
+     "\n"
+     "  --layers            import every layer the --weight pattern finds\n"
+     "  --head-vocab N0,... the rows of each head (the same for every layer)\n"
+     "  --weight PAT        the weight tensors (default model.layers.{L}.engram.weight)\n"
+     "  --scale PAT         the scale tensors (default model.layers.{L}.engram.scale)\n"
+     "  --layer-ids L,...   only these layers (each must exist)\n"
+     "\n"
+     "'engram inspect CKPT' lists a checkpoint's tensors.\n"},
+    {"inspect", cli_cmd_inspect, O(JSON), 1, 1, "inspect CKPT [--json]",
+     "Lists the tensors of a safetensors checkpoint: name, dtype, shape and the shard\n"
+     "file that holds it.  CKPT is a .safetensors file or a\n"
+     "model.safetensors.index.json, whose weight_map gives each tensor's shard.  The\n"
+     "headers are checked as import checks them.  Names are sorted with numbers in\n"
+     "numeric order (layers.2 before layers.10).\n"
+     "\n"
+     "  --json            print a JSON array of {name, dtype, shape, nbytes, shard}\n"},
+    {"ls", cli_cmd_ls, O(JSON) | O(STRICT) | O(REDIS), 0, 0, "ls [--json] [--strict]",
+     "Lists the tables of the namespace with their rows, row bytes, pitch and data\n"
+     "size.  A namespace that does not exist is an error (exit 1) that names the\n"
+     "path and the closest existing namespace.  An entry of the namespace that is\n"
+     "not a readable table (a stray file, a table of another owner) is skipped with\n"
+     "a warning on stderr; the exit status stays 0 unless --strict.\n"
+     "\n"
+     "  --json            print one JSON object: {schema, root, namespace, tables:\n"
+     "                    [{name, kind, num_rows, row_bytes, row_pitch, data_size}],\n"
+     "                    skipped: [{name, reason}]} (docs/cli.md)\n"
+     "  --strict          exit 1 if any entry was skipped\n"},
     {"info", cli_cmd_info, O(JSON) | O(MAP) | O(REDIS), 1, 1, "info NAME [--json] [--map]",
      "Shows every field the library reports about table NAME: spec, file layout,\n"
      "checksum, creation time and, with --map, the mapping in this process.\n"
      "\n"
-     "  --json            print one JSON object (the checksum as a hex string)\n"
+     "  --json            print one JSON object, {schema, name, path, kind, num_rows,\n"
+     "                    row_bytes, ...} (the checksum as a hex string; docs/cli.md)\n"
      "  --map             map the table first, to report resident and huge-page bytes\n"},
     {"verify", cli_cmd_verify, O(ALL) | O(REDIS), 0, -1, "verify NAME... | verify --all",
      "Re-reads each table and checks its header and data checksum; prints\n"
@@ -167,7 +216,86 @@ static const struct command commands[] = {
      "  --zero-dead       have the library zero-fill dead rows, printed as zeros\n"},
     {"rm", cli_cmd_rm, O(REDIS), 1, -1, "rm NAME...",
      "Removes the named tables (the names are free again at once; processes that\n"
-     "have a table mapped keep reading their mapping).\n"},
+     "have a table mapped keep reading their mapping).  Prints 'removed NAME' for\n"
+     "each.\n"},
+    {"ns", cli_cmd_ns, O(JSON) | O(STRICT) | O(FORCE), 1, -1,
+     "ns ls [--json] [--strict] | ns rm NS... [--force]",
+     "Manages the namespaces of the root (--root, else ENGRAM_ROOT, else the default).\n"
+     "\n"
+     "ns ls lists them with their number of tables, data size, users (processes that\n"
+     "have tables of it open: each holds a lease while its store is open) and when it\n"
+     "was last used.  A namespace that cannot be opened (another user's) is skipped\n"
+     "with a warning on stderr; the exit status stays 0 unless --strict.\n"
+     "\n"
+     "ns rm removes each namespace NS: its tables (only with --force; without it a\n"
+     "namespace that holds tables is refused), then its directory.  Refused, with\n"
+     "nothing removed: a namespace where a table is being written, one in use by\n"
+     "another process (unless --force: it keeps reading what it opened), or one that\n"
+     "holds an entry that is not a table (remove that yourself).  Prints 'removed\n"
+     "namespace NS (N tables)' for each.\n"
+     "\n"
+     "  --json            (ls) print one JSON object: {schema, root, namespaces:\n"
+     "                    [{name, tables, data_size, users, stale_leases, last_used}],\n"
+     "                    skipped: [{name, reason}]}; last_used in s since the epoch\n"
+     "  --strict          (ls) exit 1 if any namespace was skipped\n"
+     "  --force           (rm) remove the namespace's tables with it, also while in use\n"},
+    {"gc", cli_cmd_gc, O(OLDER_THAN) | O(DRY_RUN) | O(JSON) | O(STRICT), 0, 0,
+     "gc [--older-than DURATION] [--dry-run] [--json] [--strict]",
+     "Removes, with their tables, the namespaces of the root that no live process\n"
+     "uses (no lease: a process killed with its store open leaves a stale one, which\n"
+     "does not count) and that were last used longer ago than DURATION, so a crashed\n"
+     "job never leaks its tables for good.  Prints 'removed NS: ...' or 'kept NS:\n"
+     "...' (in use, or used recently) for each namespace, then a summary; namespaces\n"
+     "it may not remove (another user's, a table being written, an entry that is not\n"
+     "a table) are kept with a warning on stderr.\n"
+     "\n"
+     "  --older-than D    idle time before removal: seconds, or N with s, m, h or d\n"
+     "                    (default 1d)\n"
+     "  --dry-run         say what would be removed, remove nothing\n"
+     "  --json            print one JSON object: {schema, root, older_than, dry_run,\n"
+     "                    namespaces: [{name, action, reason}]}, action one of\n"
+     "                    removed, would_remove, kept, failed\n"
+     "  --strict          exit 1 if any namespace could not be looked at\n"},
+    {"plan", cli_cmd_plan,
+     O(HEAD_VOCAB) | O(TP) | O(DP) | O(PER_TP) | O(READS) | O(BALANCED) | O(LAYER_IDS) | O(JSON),
+     0, 0,
+     "plan --head-vocab N0,... --tp T [--dp D] [--per-tp] [--reads R0,... [--balanced]]\n"
+     "                   [--layer-ids L,...] [--json]",
+     "Prints which heads of an Engram layer each rank of a TP x DP topology holds:\n"
+     "its shard, head range, and the global rows [row_start, row_end) of the layer\n"
+     "(heads laid out one after the other); each head h is table engram:l<L>:h<h>\n"
+     "and its lookup offset is its first row.  The head-wise plan gives each shard\n"
+     "ceil(heads / shards) heads in order, one shard per rank (slot tp_rank * dp +\n"
+     "dp_rank), and refuses a topology that leaves a shard without a head.\n"
+     "\n"
+     "  --head-vocab N0,...  each head's rows (the same for every layer)\n"
+     "  --tp T, --dp D       the topology (D default 1)\n"
+     "  --per-tp             one shard per TP rank, shared by its DP peers\n"
+     "  --reads R0,...       each head's read counts: each shard's reads, and the\n"
+     "                       imbalance (busiest / mean) of this plan and the other\n"
+     "  --balanced           cut the heads by --reads to make the busiest shard read\n"
+     "                       as little as possible (every shard keeps a head)\n"
+     "  --layer-ids L,...    the layers, for the table names and JSON (default 0)\n"
+     "  --json               the plan for engines: {schema, tp, dp, mode, plan, heads,\n"
+     "                       shards, [imbalance], ranks: [{tp_rank, dp_rank, shard,\n"
+     "                       layers: {L: {tables, offsets, row_start, row_end}}}]}\n"},
+    {"wait", cli_cmd_wait, O(TIMEOUT) | O(REDIS), 1, -1, "wait NAME... [--timeout SECS]",
+     "Waits until each named table is published in the namespace (by another\n"
+     "process populating it), sleeping on the directory's inotify events, then\n"
+     "prints 'NAME: published'.  Exit status 1 if --timeout passes first.\n"
+     "\n"
+     "  --timeout SECS    give up after SECS seconds per table (default: never)\n"},
+    {"mem", cli_cmd_mem, O(JSON), 0, -1, "mem [NAME...] [--json]",
+     "Shows who holds the memory of the namespace's tables (or the named ones): the\n"
+     "file's bytes, the processes that map it, the PSS of all of them (the resident\n"
+     "bytes they map, each page once), and the memory cgroup its pages are charged\n"
+     "to: the cgroup of the process that wrote them, for as long as the file exists,\n"
+     "not of the processes that map it later.  The cgroup needs CAP_SYS_ADMIN to\n"
+     "read (/proc/kpagecgroup); processes of other users are counted only where\n"
+     "their maps may be read.\n"
+     "\n"
+     "  --json            {schema, tables: [{name, file_bytes, processes, unreadable,\n"
+     "                    total_pss_bytes, cgroup, cgroup_pages, sampled_pages}]}\n"},
     {"bench", cli_cmd_bench, O(IDS) | O(ITERS) | O(THREADS) | O(COLS) | O(JSON) | O(HUGE), 1, -1,
      "bench NAME... [--ids T] [--cols C] [--iters N] [--threads N] [--huge] [--json]",
      "Measures engram_lookup of uniform random ids (a fresh batch each call, from a\n"
@@ -183,7 +311,7 @@ static const struct command commands[] = {
      "                    in 1 s)\n"
      "  --threads N       gather threads (default 0: one per CPU, at most 8)\n"
      "  --huge            serve private huge-page copies (ENGRAM_OPEN_PRIVATE_HUGE)\n"
-     "  --json            machine-readable output\n"},
+     "  --json            machine-readable output (one JSON object; docs/cli.md)\n"},
     {"demo", cli_cmd_demo, O(SMALL) | O(TOKENS) | O(ITERS) | O(KEEP) | O(THREADS), 0, 0,
      "demo [--small] [--tokens T] [--iters N] [--threads N] [--keep]",
      "Runs the library end to end on one DeepSeek-shaped Engram layer: creates a\n"
@@ -237,7 +365,9 @@ static void print_main_help(FILE *f)
     fprintf(f,
             "\n"
             "Global options (also accepted after the command):\n"
-            "  --root DIR    root directory of namespaces (default %s)\n"
+            "  --root DIR    root directory of namespaces (default: $ENGRAM_ROOT if set,\n"
+            "                else /dev/shm/engram, or /tmp/engram without /dev/shm; now\n"
+            "                %s)\n"
             "  --ns NAME     namespace (default 'default')\n"
             "  --redis NODES the namespace is kept in the Redis Cluster at NODES\n"
             "                (host:port[,...]) instead of under --root: create, import,\n"
@@ -247,13 +377,30 @@ static void print_main_help(FILE *f)
             "  -h, --help    show help; 'engram COMMAND --help' for one command\n"
             "  --version     print the version\n"
             "\n"
-            "Exit status: 0 ok, 1 an operation failed, 2 usage error.\n",
+            "Environment: ENGRAM_ROOT (the default root), ENGRAM_PROGRESS_SECS (seconds\n"
+            "between progress lines when stderr is not a terminal; default 10).\n"
+            "\n"
+            "Exit status: 0 ok, 1 an operation failed, 2 usage error.  docs/cli.md has\n"
+            "the details and the JSON outputs.\n",
             engram_default_root());
 }
 
 static void print_command_help(const struct command *c)
 {
     printf("Usage: engram [--root DIR] [--ns NAME] %s\n\n%s", c->synopsis, c->help);
+}
+
+/* Prints the version; returns the exit status 0. */
+static int print_version(void)
+{
+    /* A shared library older or newer than the header the tool was built
+     * with is worth saying. */
+    if (engram_version_number() == ENGRAM_VERSION_NUMBER)
+        printf("engram %s\n", engram_version_string());
+    else
+        printf("engram %s (built against the header of %d.%d.%d)\n", engram_version_string(),
+               ENGRAM_VERSION_MAJOR, ENGRAM_VERSION_MINOR, ENGRAM_VERSION_PATCH);
+    return 0;
 }
 
 /* Recognises "--name" / "--name=value" / "-h".  Returns the option id or
@@ -302,17 +449,8 @@ static int parse_and_run(int argc, char **argv)
     for (; i < argc && looks_like_option(argv[i]); i++) {
         const char *val;
         int id;
-        if (strcmp(argv[i], "--version") == 0) {
-            /* A shared library older or newer than the header the tool was
-             * built with is worth saying. */
-            if (engram_version_number() == ENGRAM_VERSION_NUMBER)
-                printf("engram %s\n", engram_version_string());
-            else
-                printf("engram %s (built against the header of %d.%d.%d)\n",
-                       engram_version_string(), ENGRAM_VERSION_MAJOR, ENGRAM_VERSION_MINOR,
-                       ENGRAM_VERSION_PATCH);
-            return 0;
-        }
+        if (strcmp(argv[i], "--version") == 0)
+            return print_version();
         id = lookup_option(argv[i], &val);
         if (id == OPT_HELP) {
             print_main_help(stdout);
@@ -356,12 +494,15 @@ static int parse_and_run(int argc, char **argv)
                                cli.cmd->name);
     i++;
 
-    /* --help anywhere among the options wins over any other usage error. */
+    /* --help and --version anywhere among the options win over any other
+     * usage error (the first of them given). */
     for (int j = i; j < argc && strcmp(argv[j], "--") != 0; j++) {
         if (strcmp(argv[j], "--help") == 0 || strcmp(argv[j], "-h") == 0) {
             print_command_help(cli.cmd);
             return 0;
         }
+        if (strcmp(argv[j], "--version") == 0)
+            return print_version();
     }
 
     pos = calloc((size_t)argc, sizeof(*pos));
@@ -379,7 +520,7 @@ static int parse_and_run(int argc, char **argv)
             continue;
         }
         id = lookup_option(argv[i], &val);
-        if (id < 0 || !((GLOBAL_OPTS | cli.cmd->opts) & (1u << id))) {
+        if (id < 0 || !((GLOBAL_OPTS | cli.cmd->opts) & (UINT64_C(1) << id))) {
             free(pos);
             return cli_usage_error(&cli, "unknown option '%s'", argv[i]);
         }

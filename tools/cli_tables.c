@@ -121,6 +121,12 @@ int cli_cmd_create(struct cli *cli)
     if (cli_open_store(cli, ENGRAM_OPEN_CREATE, 1, &st, 0, &status) != 0)
         return status;
     status = cli_write_table(st, "create", name, &spec, cli_synth_rows, &src);
+    if (status == 0) {
+        char sz[32];
+        uint64_t size = spec.num_rows * (spec.row_pitch ? spec.row_pitch : spec.row_bytes);
+        printf("created %s: %" PRIu64 " rows of %" PRIu32 " bytes (%s)\n", name, spec.num_rows,
+               spec.row_bytes, cli_fmt_bytes(size, sz, sizeof sz));
+    }
     engram_store_close(st);
     return status;
 }
@@ -136,31 +142,35 @@ static const char *kind_name(uint32_t kind)
                                         : "unknown";
 }
 
+/* An entry of the namespace that ls could not read as a table. */
+struct skipped {
+    const char *name;
+    char *reason;
+};
+
 int cli_cmd_ls(struct cli *cli)
 {
     int json = cli->opt[OPT_JSON] != NULL;
     engram_store *st = NULL;
     char **names = NULL;
-    size_t count = 0, width = 4;
+    size_t count = 0, width = 4, nskipped = 0;
     engram_table_info *infos = NULL;
+    struct skipped *skipped = NULL;
     int status = 0, rc;
     char sz[32];
 
-    /* A namespace that does not exist yet simply has no tables. */
-    if (cli_open_store(cli, 0, 1, &st, 1, &status) != 0) {
-        if (status == 0 && json)
-            puts("[]");
-        else if (status == 0)
-            printf("%-4s  %12s  %9s  %9s  %s\n", "NAME", "ROWS", "ROW_BYTES", "PITCH", "SIZE");
+    /* A namespace that does not exist is a mistyped name or root far more
+     * often than a namespace not made yet: an error naming the path. */
+    if (cli_open_store(cli, 0, 1, &st, 0, &status) != 0)
         return status;
-    }
     rc = engram_list(st, &names, &count);
     if (rc != 0) {
         status = cli_lib_fail(rc, "list namespace '%s'", cli->ns);
         goto out;
     }
     infos = calloc(count ? count : 1, sizeof(*infos));
-    if (!infos) {
+    skipped = calloc(count ? count : 1, sizeof(*skipped));
+    if (!infos || !skipped) {
         status = cli_fail("ls: out of memory");
         goto out;
     }
@@ -169,11 +179,18 @@ int cli_cmd_ls(struct cli *cli)
         infos[i] = init;
         rc = engram_get_table_info(st, names[i], &infos[i]);
         if (rc != 0) {
-            /* A table removed between list and info is simply gone; a
-             * corrupt one is reported but does not hide the others. */
-            if (rc != -ENOENT)
-                status = cli_lib_fail(rc, "info '%s'", names[i]);
+            /* A table removed between list and info is simply gone; an
+             * entry that is not a readable table (a stray file, a corrupt
+             * or foreign one) is reported but hides nothing else. */
             infos[i].size = 0;
+            if (rc == -ENOENT)
+                continue;
+            skipped[nskipped].name = names[i];
+            if (!(skipped[nskipped].reason = strdup(cli_lib_detail(rc)))) {
+                status = cli_fail("ls: out of memory");
+                goto out;
+            }
+            nskipped++;
             continue;
         }
         if (strlen(names[i]) > width)
@@ -181,20 +198,32 @@ int cli_cmd_ls(struct cli *cli)
     }
     if (json) {
         int first = 1;
-        putchar('[');
+        printf("{\n  \"schema\": %d,\n  \"root\": ", CLI_JSON_SCHEMA);
+        cli_json_str(stdout, cli_root(cli));
+        printf(",\n  \"namespace\": ");
+        cli_json_str(stdout, cli->ns);
+        printf(",\n  \"tables\": [");
         for (size_t i = 0; i < count; i++) {
             const engram_table_info *t = &infos[i];
             if (t->size == 0)
                 continue;
-            printf("%s\n  {\"name\": ", first ? "" : ",");
+            printf("%s\n    {\"name\": ", first ? "" : ",");
             cli_json_str(stdout, names[i]);
-            printf(", \"kind\": \"%s\", \"rows\": %" PRIu64 ", \"row_bytes\": %" PRIu32
-                   ", \"row_pitch\": %" PRIu32 ", \"size\": %" PRIu64 "}",
+            printf(", \"kind\": \"%s\", \"num_rows\": %" PRIu64 ", \"row_bytes\": %" PRIu32
+                   ", \"row_pitch\": %" PRIu32 ", \"data_size\": %" PRIu64 "}",
                    kind_name(t->kind), t->spec.num_rows, t->spec.row_bytes, t->spec.row_pitch,
                    t->data_size);
             first = 0;
         }
-        puts(first ? "]" : "\n]");
+        printf("%s],\n  \"skipped\": [", first ? "" : "\n  ");
+        for (size_t i = 0; i < nskipped; i++) {
+            printf("%s\n    {\"name\": ", i ? "," : "");
+            cli_json_str(stdout, skipped[i].name);
+            printf(", \"reason\": ");
+            cli_json_str(stdout, skipped[i].reason);
+            putchar('}');
+        }
+        printf("%s]\n}\n", nskipped ? "\n  " : "");
     } else {
         printf("%-*s  %12s  %9s  %9s  %s\n", (int)width, "NAME", "ROWS", "ROW_BYTES", "PITCH",
                "SIZE");
@@ -207,7 +236,17 @@ int cli_cmd_ls(struct cli *cli)
                    cli_fmt_bytes(t->data_size, sz, sizeof(sz)));
         }
     }
+    /* After the listing, so that they are the last thing on a terminal. */
+    fflush(stdout);
+    for (size_t i = 0; i < nskipped; i++)
+        cli_warn("skipped '%s' in %s/%s: %s", skipped[i].name, cli_root(cli), cli->ns,
+                 skipped[i].reason);
+    if (nskipped && cli->opt[OPT_STRICT])
+        status = EXIT_FAIL;
 out:
+    for (size_t i = 0; skipped && i < nskipped; i++)
+        free(skipped[i].reason);
+    free(skipped);
     free(infos);
     engram_free(names);
     engram_store_close(st);
@@ -240,7 +279,7 @@ int cli_cmd_info(struct cli *cli)
         strftime(created, sizeof(created), "%Y-%m-%dT%H:%M:%SZ", &tm);
 
     if (cli->opt[OPT_JSON]) {
-        printf("{\n  \"name\": ");
+        printf("{\n  \"schema\": %d,\n  \"name\": ", CLI_JSON_SCHEMA);
         cli_json_str(stdout, name);
         printf(",\n  \"path\": ");
         cli_json_str(stdout, path);
@@ -248,6 +287,9 @@ int cli_cmd_info(struct cli *cli)
         printf("  \"num_rows\": %" PRIu64 ",\n", t.spec.num_rows);
         printf("  \"row_bytes\": %" PRIu32 ",\n", t.spec.row_bytes);
         printf("  \"row_pitch\": %" PRIu32 ",\n", t.spec.row_pitch);
+        /* The global row range the table holds (0, 0: none recorded). */
+        printf("  \"row_start\": %" PRIu64 ",\n", t.row_start);
+        printf("  \"total_rows\": %" PRIu64 ",\n", t.total_rows);
         printf("  \"data_offset\": %" PRIu64 ",\n", t.data_offset);
         printf("  \"data_size\": %" PRIu64 ",\n", t.data_size);
         /* A string: 64-bit values do not survive JSON readers that use
@@ -271,6 +313,13 @@ int cli_cmd_info(struct cli *cli)
         printf("num_rows          %" PRIu64 "\n", t.spec.num_rows);
         printf("row_bytes         %" PRIu32 "\n", t.spec.row_bytes);
         printf("row_pitch         %" PRIu32 "\n", t.spec.row_pitch);
+        if (t.total_rows)
+            printf("row_range         rows %" PRIu64 "..%" PRIu64 " of %" PRIu64
+                   " (global id = row + %" PRIu64 ": look up with --offset %" PRIu64 ")\n",
+                   t.row_start, t.row_start + t.spec.num_rows - 1, t.total_rows, t.row_start,
+                   t.row_start);
+        else
+            printf("row_range         - (none recorded)\n");
         printf("data_offset       %" PRIu64 "\n", t.data_offset);
         printf("data_size         %" PRIu64 " (%s)\n", t.data_size,
                cli_fmt_bytes(t.data_size, sz, sizeof(sz)));
@@ -326,7 +375,9 @@ int cli_cmd_verify(struct cli *cli)
     }
     for (size_t i = 0; i < count; i++) {
         struct progress pr;
-        cli_progress_init(&pr, list[i]);
+        char label[ENGRAM_NAME_MAX + 16];
+        snprintf(label, sizeof label, "verify %s", list[i]);
+        cli_progress_init(&pr, label);
         rc = engram_verify(st, list[i], cli_progress_cb, &pr);
         cli_progress_end(&pr);
         if (rc == 0) {
@@ -359,6 +410,10 @@ int cli_cmd_rm(struct cli *cli)
         int rc = engram_remove(st, cli->args[i]);
         if (rc != 0)
             status = cli_lib_fail(rc, "rm '%s'", cli->args[i]);
+        else
+            printf("removed %s\n", cli->args[i]);
+        /* In the order they happened, when stdout and stderr are one. */
+        fflush(stdout);
     }
     engram_store_close(st);
     return status;

@@ -1,8 +1,9 @@
 /*
  * cli_util.c - the helpers every part of the `engram` CLI uses: error
  * reports, strict number parsing, sizes and durations for humans, JSON
- * strings, the id generator, the deterministic row fills, the progress bar
- * and opening the command's store.  See cli.h for the map of the CLI.
+ * strings, the id generator, the deterministic row fills, the progress
+ * display and opening the command's store.  See cli.h for the map of the
+ * CLI.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -59,6 +60,17 @@ int cli_fail(const char *fmt, ...)
     return EXIT_FAIL;
 }
 
+/* Reports something skipped that does not fail the command. */
+void cli_warn(const char *fmt, ...)
+{
+    va_list ap;
+    fputs("engram: warning: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
 /* ------------------------------------------------------------------------
  * Numbers, sizes, text.
  */
@@ -83,6 +95,29 @@ int cli_parse_u64(const char *s, uint64_t *out)
         return -1;
     *out = (uint64_t)v;
     return 0;
+}
+
+/* Parses "a,b,c" of integers >= min into v (at most cap), *n of them.
+ * 0, -1 (not such a list) or -2 (too many). */
+int cli_parse_list(const char *s, uint64_t min, uint64_t *v, size_t cap, size_t *n)
+{
+    char item[32];
+    *n = 0;
+    for (;;) {
+        size_t len = strcspn(s, ",");
+        if (len == 0 || len >= sizeof item)
+            return -1;
+        if (*n == cap)
+            return -2;
+        memcpy(item, s, len);
+        item[len] = '\0';
+        if (cli_parse_u64(item, &v[*n]) != 0 || v[*n] < min)
+            return -1;
+        (*n)++;
+        if (s[len] == '\0')
+            return 0;
+        s += len + 1;
+    }
 }
 
 /* Multiplies with an overflow check; the one place size products are
@@ -218,13 +253,86 @@ void cli_fill_row(unsigned char *dst, enum fill fill, uint64_t seed, uint64_t ro
 }
 
 /* ------------------------------------------------------------------------
- * Progress bar, drawn on stderr only when it is a terminal.
+ * Progress.
+ *
+ * A terminal gets one line, redrawn in place at most every 100 ms and
+ * erased at the end (what the command then prints on stdout says how it
+ * ended).  Anything else (a log file, a CI job) gets plain lines, which
+ * only an operation that lasts is worth: the first after one interval,
+ * then one per interval, and once any was printed, a last one saying how
+ * it ended.
  */
+#define PROGRESS_TTY_NS 100000000ull         /* terminal redraws at most this often */
+#define PROGRESS_DEFAULT_SECS 10.0           /* plain lines: ENGRAM_PROGRESS_SECS's default */
+
+/* Seconds between plain lines: ENGRAM_PROGRESS_SECS (a non-negative
+ * decimal number; 0 = every step), else the default.  A bad value is
+ * said once and the default used. */
+static uint64_t progress_interval_ns(void)
+{
+    static int warned;
+    const char *env = getenv("ENGRAM_PROGRESS_SECS");
+    char *end;
+    double secs;
+
+    if (!env || !env[0])
+        return (uint64_t)(PROGRESS_DEFAULT_SECS * 1e9);
+    errno = 0;
+    secs = strtod(env, &end);
+    if (errno != 0 || *end != '\0' || !(secs >= 0.0) || secs > 1e6 || !isdigit((unsigned char)env[0])) {
+        if (!warned)
+            cli_warn("ENGRAM_PROGRESS_SECS='%s' is not a number of seconds (0 .. 1000000); "
+                     "using %.0f", env, PROGRESS_DEFAULT_SECS);
+        warned = 1;
+        return (uint64_t)(PROGRESS_DEFAULT_SECS * 1e9);
+    }
+    return (uint64_t)(secs * 1e9);
+}
+
+/* A duration for humans: "0.4s", "42s", "3m05s", "2h07m". */
+static const char *fmt_secs(double s, char *buf, size_t len)
+{
+    uint64_t t = s < 0 ? 0 : (uint64_t)(s + 0.5);
+    if (s < 9.95)
+        snprintf(buf, len, "%.1fs", s < 0 ? 0.0 : s);
+    else if (t < 60)
+        snprintf(buf, len, "%" PRIu64 "s", t);
+    else if (t < 3600)
+        snprintf(buf, len, "%" PRIu64 "m%02" PRIu64 "s", t / 60, t % 60);
+    else
+        snprintf(buf, len, "%" PRIu64 "h%02" PRIu64 "m", t / 3600, t / 60 % 60);
+    return buf;
+}
+
 void cli_progress_init(struct progress *p, const char *label)
 {
+    memset(p, 0, sizeof *p);
     p->label = label;
-    p->enabled = isatty(STDERR_FILENO);
-    p->last = -1;
+    p->tty = isatty(STDERR_FILENO);
+    p->start_ns = cli_now_ns();
+    p->interval_ns = p->tty ? PROGRESS_TTY_NS : progress_interval_ns();
+}
+
+/* "45%  1.20 GiB / 2.66 GiB  310.5 MiB/s  ETA 5s" (sep between the
+ * parts), for p's current state at `now`. */
+static void progress_text(const struct progress *p, uint64_t now, const char *sep, char *buf,
+                          size_t len)
+{
+    double secs = (double)(now - p->start_ns) / 1e9;
+    double rate = secs > 0 ? (double)p->done / secs : 0.0;
+    int pct = p->total ? (int)((double)p->done * 100.0 / (double)p->total) : 100;
+    char d[32], t[32], r[32], e[32];
+
+    if (pct > 100)
+        pct = 100;
+    cli_fmt_bytes(p->done, d, sizeof d);
+    cli_fmt_bytes(p->total, t, sizeof t);
+    cli_fmt_bytes((uint64_t)rate, r, sizeof r);
+    if (rate > 0 && p->done < p->total)
+        fmt_secs((double)(p->total - p->done) / rate, e, sizeof e);
+    else
+        snprintf(e, sizeof e, "-");
+    snprintf(buf, len, "%3d%%%s%s / %s%s%s/s%sETA %s", pct, sep, d, t, sep, r, sep, e);
 }
 
 int cli_progress_cb(void *ud, uint64_t done, uint64_t total)
@@ -232,31 +340,60 @@ int cli_progress_cb(void *ud, uint64_t done, uint64_t total)
     static const char bar[] = "##############################";
     static const char dots[] = "..............................";
     struct progress *p = ud;
-    const int width = 30;
-    int permille, filled;
+    const int width = 20;
+    uint64_t now;
+    char text[160];
 
     if (cli_interrupted)
         return 1; /* cancels the library operation (-ECANCELED) */
-    if (!p->enabled)
-        return 0;
-    /* Double arithmetic: done * 1000 could overflow for huge tables. */
-    permille = total ? (int)((double)done * 1000.0 / (double)total) : 1000;
-    if (permille > 1000)
-        permille = 1000;
-    if (permille == p->last)
-        return 0;
-    p->last = permille;
-    filled = permille * width / 1000;
-    fprintf(stderr, "\r%s [%.*s%.*s] %3d%%", p->label, filled, bar, width - filled, dots,
-            permille / 10);
+    p->done = done;
+    p->total = total;
+    now = cli_now_ns();
+    if (p->tty) {
+        int filled;
+        /* The last step is always drawn, so the line ends at 100%. */
+        if (p->shown && done < total && now - p->last_ns < p->interval_ns)
+            return 0;
+        filled = total ? (int)((double)done * width / (double)total) : width;
+        if (filled > width)
+            filled = width;
+        progress_text(p, now, "  ", text, sizeof text);
+        fprintf(stderr, "\r%s [%.*s%.*s] %s\033[K", p->label, filled, bar, width - filled, dots,
+                text);
+    } else {
+        /* The first line one interval after the start, then one per
+         * interval. */
+        if (now - (p->shown ? p->last_ns : p->start_ns) < p->interval_ns)
+            return 0;
+        progress_text(p, now, ", ", text, sizeof text);
+        fprintf(stderr, "%s: %s\n", p->label, text);
+    }
+    fflush(stderr);
+    p->shown = 1;
+    p->last_ns = now;
     return 0;
 }
 
 void cli_progress_end(struct progress *p)
 {
-    if (p->enabled && p->last >= 0)
+    if (p->shown && p->tty) {
         fputs("\r\033[K", stderr);
-    p->last = -1;
+    } else if (p->shown) {
+        double secs = (double)(cli_now_ns() - p->start_ns) / 1e9;
+        char d[32], r[32], e[32];
+        cli_fmt_bytes(p->done, d, sizeof d);
+        if (p->done >= p->total)
+            fprintf(stderr, "%s: done, %s in %s (%s/s)\n", p->label, d,
+                    fmt_secs(secs, e, sizeof e),
+                    cli_fmt_bytes(secs > 0 ? (uint64_t)((double)p->done / secs) : 0, r,
+                                  sizeof r));
+        else
+            fprintf(stderr, "%s: stopped at %d%% (%s of %s)\n", p->label,
+                    (int)((double)p->done * 100.0 / (double)p->total), d,
+                    cli_fmt_bytes(p->total, r, sizeof r));
+    }
+    fflush(stderr);
+    p->shown = 0;
 }
 
 /* ------------------------------------------------------------------------
@@ -294,8 +431,80 @@ int cli_open_redis(const struct cli *cli, const char *ns, uint32_t flags, engram
     return rc;
 }
 
+/* The edit distance of a and b (insertions, deletions, substitutions
+ * and swaps of neighbours, each 1), for "did you mean"; names are at most
+ * ENGRAM_NAME_MAX bytes. */
+static size_t edit_distance(const char *a, const char *b)
+{
+    size_t n = strlen(a), m = strlen(b);
+    static size_t d[ENGRAM_NAME_MAX + 2][ENGRAM_NAME_MAX + 2];
+
+    if (n > ENGRAM_NAME_MAX || m > ENGRAM_NAME_MAX)
+        return SIZE_MAX;
+    for (size_t i = 0; i <= n; i++)
+        d[i][0] = i;
+    for (size_t j = 0; j <= m; j++)
+        d[0][j] = j;
+    for (size_t i = 1; i <= n; i++) {
+        for (size_t j = 1; j <= m; j++) {
+            size_t best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < best)
+                best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best)
+                best = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
+        }
+    }
+    return d[n][m];
+}
+
+/* Reports that namespace `ns` does not exist under `root`, for `what`
+ * ("open", "ns rm"): the root missing, or the namespace, with the closest
+ * existing name ("did you mean") or the names there are.  Returns the
+ * exit status. */
+int cli_ns_missing(const char *root, const char *ns, const char *what)
+{
+    char **names = NULL;
+    size_t count = 0, best = SIZE_MAX, best_i = 0;
+    int rc = engram_namespace_list(root, &names, &count);
+
+    if (rc == -ENOENT) {
+        cli_fail("%s: namespace '%s': the root directory %s does not exist (set --root or "
+                 "ENGRAM_ROOT; 'engram create' makes it)", what, ns, root);
+        return EXIT_FAIL;
+    }
+    for (size_t i = 0; rc == 0 && i < count; i++) {
+        size_t dist = edit_distance(ns, names[i]);
+        if (dist < best) {
+            best = dist;
+            best_i = i;
+        }
+    }
+    /* Close: at most a third of the name's length, and at least 1. */
+    if (rc == 0 && count > 0 && best <= (strlen(ns) / 3 > 1 ? strlen(ns) / 3 : 1)) {
+        cli_fail("%s: namespace '%s' does not exist in %s; did you mean '%s'?", what, ns, root,
+                 names[best_i]);
+    } else if (rc == 0 && count > 0) {
+        fprintf(stderr, "engram: %s: namespace '%s' does not exist in %s (namespaces there:", what,
+                ns, root);
+        for (size_t i = 0; i < count && i < 8; i++)
+            fprintf(stderr, "%s '%s'", i ? "," : "", names[i]);
+        fprintf(stderr, "%s)\n", count > 8 ? ", ..." : "");
+    } else {
+        cli_fail("%s: namespace '%s' does not exist in %s (no namespaces there yet)", what, ns,
+                 root);
+    }
+    engram_free(names);
+    return EXIT_FAIL;
+}
+
 /* Opens the command's store; on failure reports it and returns nonzero
- * with the exit status in *status (so callers can special-case ENOENT). */
+ * with the exit status in *status (so callers can special-case ENOENT:
+ * with quiet_enoent, a missing namespace is left to the caller, *status
+ * 0). */
 int cli_open_store(const struct cli *cli, uint32_t flags, int threads, engram_store **st,
                    int quiet_enoent, int *status)
 {
@@ -312,6 +521,10 @@ int cli_open_store(const struct cli *cli, uint32_t flags, int threads, engram_st
     *st = NULL;
     if (rc == -ENOENT && quiet_enoent) {
         *status = 0;
+        return rc;
+    }
+    if (rc == -ENOENT && !(flags & ENGRAM_OPEN_CREATE)) {
+        *status = cli_ns_missing(cli_root(cli), cli->ns, cli->cmd ? cli->cmd->name : "open");
         return rc;
     }
     *status = cli_lib_fail(rc, "open namespace '%s' under '%s'", cli->ns, cli_root(cli));

@@ -4,7 +4,7 @@
  * The preamble and header of an .npy file are bytes from outside, so this
  * parser trusts no length before checking it against both the file size
  * and the bytes it was given, and accepts only what numpy itself writes
- * for a 2-D uint8 array in C order (see npy.h).  It reads nothing but the
+ * for an array of a plain dtype in C order (see npy.h).  It reads nothing but the
  * buffer it is handed: the CLI does the file I/O, and fuzz/fuzz_npy.c
  * drives this very code with arbitrary bytes.
  */
@@ -15,8 +15,6 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-
-#define NPY_MAX_DIMS 8
 
 /* Multiplies with an overflow check; the one place the data size is
  * formed. */
@@ -161,15 +159,72 @@ static void fmt_shape(const uint64_t *dims, int ndim, char *buf, size_t len)
         snprintf(buf + o, len - o, ndim == 1 ? ",)" : ")");
 }
 
+/* Reads a plain numpy dtype string (see npy.h) into *itemsize: 0, or -1
+ * with the reason in the lexer's message. */
+static int parse_descr(struct lexer *lx, const char *d, uint64_t *itemsize)
+{
+    const char *p = d, *num;
+    char kind;
+    uint64_t n = 0;
+    int bad = 0;
+
+    if (*p == '<' || *p == '>' || *p == '|' || *p == '=')
+        p++;
+    kind = *p ? *p++ : '\0';
+    if (kind == 'O')
+        return lex_error(lx, "unsupported .npy dtype '%s': object arrays hold pointers, not "
+                             "row bytes",
+                         d);
+    for (num = p; *p >= '0' && *p <= '9' && p - num < 10; p++)
+        n = n * 10 + (uint64_t)(*p - '0');
+    /* One to nine digits, without a leading zero. */
+    bad = p == num || p - num > 9 || (p - num > 1 && num[0] == '0');
+    if ((kind == 'm' || kind == 'M') && *p == '[') {
+        /* numpy's units, with an optional multiplier: "[ns]", "[10ms]". */
+        static const char *const units[] = {"Y", "M", "W", "D", "h", "m", "s",
+                                            "ms", "us", "ns", "ps", "fs", "as"};
+        size_t len;
+        int known = 0;
+        for (p++; *p >= '0' && *p <= '9'; p++)
+            ;
+        len = strcspn(p, "]");
+        for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+            known |= strlen(units[i]) == len && strncmp(p, units[i], len) == 0;
+        bad |= !known || p[len] != ']';
+        p += p[len] == ']' ? len + 1 : len;
+    }
+    if (bad || *p != '\0')
+        kind = '\0';
+    switch (kind) {
+    case 'b': if (n != 1) kind = '\0'; break;
+    case 'i':
+    case 'u': if (n != 1 && n != 2 && n != 4 && n != 8) kind = '\0'; break;
+    case 'f': if (n != 2 && n != 4 && n != 8 && n != 12 && n != 16) kind = '\0'; break;
+    case 'c': if (n != 8 && n != 16 && n != 24 && n != 32) kind = '\0'; break;
+    case 'S':
+    case 'V': if (n == 0) kind = '\0'; break;
+    case 'U': if (n == 0) kind = '\0'; n *= 4; break; /* UCS-4 */
+    case 'm':
+    case 'M': if (n != 8) kind = '\0'; break;
+    default: kind = '\0'; break;
+    }
+    if (kind == '\0')
+        return lex_error(lx, "unsupported .npy dtype '%s' (need a plain dtype such as '|u1', "
+                             "'<f4', '<f2' or '|V2')",
+                         d);
+    *itemsize = n;
+    return 0;
+}
+
 /* Parses the dictionary of an .npy header: exactly the keys 'descr',
  * 'fortran_order' and 'shape', each once, as numpy itself requires. */
 static int npy_parse_dict(const char *h, size_t len, struct npy_info *info, char *err,
                           size_t errlen)
 {
     struct lexer lx = {h, h + len, err, errlen};
-    char key[32], descr[64];
+    char key[32], descr[sizeof info->descr];
     int have_descr = 0, have_fortran = 0, have_shape = 0, fortran = 0, ndim = 0;
-    uint64_t dims[NPY_MAX_DIMS];
+    uint64_t dims[NPY_MAX_DIMS], itemsize = 0, cols;
     char shape[256];
 
     if (lex_expect(&lx, '{', "at the start of the header") != 0)
@@ -181,8 +236,8 @@ static int npy_parse_dict(const char *h, size_t len, struct npy_info *info, char
             return -1;
         if (strcmp(key, "descr") == 0 && !have_descr) {
             if (lex_peek(&lx) == '[')
-                return lex_error(&lx, "unsupported .npy dtype: a structured dtype (need uint8 "
-                                      "'|u1')");
+                return lex_error(&lx, "unsupported .npy dtype: a structured dtype (save "
+                                      "a.view(np.uint8) instead)");
             if (lex_string(&lx, descr, sizeof(descr)) != 0)
                 return -1;
             have_descr = 1;
@@ -214,20 +269,31 @@ static int npy_parse_dict(const char *h, size_t len, struct npy_info *info, char
         return lex_error(&lx, "malformed .npy header: missing key '%s'",
                          !have_descr ? "descr" : !have_fortran ? "fortran_order" : "shape");
 
-    /* One-byte unsigned integers have no byte order; numpy writes '|u1'. */
-    if (strcmp(descr, "|u1") != 0 && strcmp(descr, "<u1") != 0 && strcmp(descr, "u1") != 0)
-        return lex_error(&lx, "unsupported .npy dtype '%s' (need uint8: '|u1')", descr);
+    /* The bytes are taken as stored, whatever the dtype: a row is the
+     * bytes of one entry of the first dimension. */
+    if (parse_descr(&lx, descr, &itemsize) != 0)
+        return -1;
     if (fortran)
         return lex_error(&lx, "unsupported .npy layout: fortran_order is True (need C order; "
                               "save np.ascontiguousarray(a))");
     fmt_shape(dims, ndim, shape, sizeof(shape));
-    if (ndim != 2)
-        return lex_error(&lx, "unsupported .npy shape %s: need a 2-D shape (rows, row_bytes)",
-                         shape);
-    if (dims[0] == 0 || dims[1] == 0)
-        return lex_error(&lx, "unsupported .npy shape %s: the table would be empty", shape);
+    if (ndim == 0)
+        return lex_error(&lx, "unsupported .npy shape %s: a scalar has no rows", shape);
+    cols = itemsize;
+    for (int d = 0; d < ndim; d++) {
+        if (dims[d] == 0)
+            return lex_error(&lx, "unsupported .npy shape %s: the table would be empty", shape);
+        if (d > 0 && !mul_ok(cols, dims[d], &cols))
+            return lex_error(&lx, "unsupported .npy shape %s of '%s': rows too large", shape,
+                             descr);
+    }
+    memset(info, 0, sizeof *info);
     info->rows = dims[0];
-    info->cols = dims[1];
+    info->cols = cols;
+    info->itemsize = itemsize;
+    info->ndim = (uint32_t)ndim;
+    memcpy(info->dims, dims, (size_t)ndim * sizeof dims[0]);
+    memcpy(info->descr, descr, strlen(descr) + 1);
     return 0;
 }
 
@@ -282,11 +348,11 @@ int npy_parse(const unsigned char *buf, size_t len, uint64_t file_size, struct n
     out.data_offset = prefix + hlen;
     if (!mul_ok(out.rows, out.cols, &data))
         return set_error(err, errlen,
-                         "unsupported .npy shape (%" PRIu64 ", %" PRIu64 "): too large", out.rows,
-                         out.cols);
+                         "unsupported .npy array: %" PRIu64 " rows of %" PRIu64 " bytes is too "
+                         "large", out.rows, out.cols);
     if (data > file_size - out.data_offset)
         return set_error(err, errlen,
-                         "truncated .npy data: shape (%" PRIu64 ", %" PRIu64 ") needs %" PRIu64
+                         "truncated .npy data: %" PRIu64 " rows of %" PRIu64 " bytes need %" PRIu64
                          " bytes but only %" PRIu64 " follow the header",
                          out.rows, out.cols, data, file_size - out.data_offset);
     if (data != file_size - out.data_offset)

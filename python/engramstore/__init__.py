@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import errno as _errno
 import os
-from collections.abc import Mapping
-from typing import NamedTuple
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple, overload
 
 from . import _engram
 from ._engram import (  # noqa: F401  (re-exported)
@@ -56,6 +56,11 @@ from ._engram import (  # noqa: F401  (re-exported)
     library_version,
     strerror,
 )
+from ._types import (ArrayArg, MooncakeClient, MooncakeStoreOptions, PathArg, StoreOptions,
+                     TableSpecArg)
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __version__ = "0.1.0"
 
@@ -67,9 +72,10 @@ __all__ = [
     "CorruptTableError", "UnsafePathError", "StateError", "StoreClosedError",
     "default_root", "library_version", "strerror", "DEAD_ID", "HAVE_CUDA",
     "can_share", "CapacityAnswer", "shard_plan",
+    "namespaces", "namespace_usage", "remove_namespace", "gc", "NamespaceUsage", "GcResult",
 ]
 
-_DEFAULT = object()  # local_dir not given: the library's default root
+_DEFAULT: Any = object()  # local_dir not given: the library's default root
 
 
 class EngramStore:
@@ -87,20 +93,86 @@ class EngramStore:
     ``EngramStore({layer_id: EngramStoreConfig, ...}, store=None)`` makes a
     layer store (a :class:`LayerStore`, Mooncake-compatible); ``store`` may
     be a ``MooncakeDistributedStore`` (the Store-backed mode).
+
+    The methods are those of the class returned (``help()`` on it):
+
+    TableStore (and MooncakeTableStore): ``define``, ``populate``,
+    ``populate_shared``, ``wait_for``, ``bind``, ``open_safetensors``,
+    ``add_source``, ``lookup``, ``cuda_check``, ``get_table_spec``,
+    ``list_tables``, ``remove``, ``verify``, ``stats``, ``usage``,
+    ``close``; ``closed`` and ``path``.
+
+    LayerStore: ``populate``, ``bind_local``, ``lookup_into``,
+    ``remove_from_store``, ``get_layer_ids``, ``get_table_vocab_sizes``,
+    ``get_store_keys``, ``get_num_heads``, ``get_row_bytes``, ``stats``,
+    ``close``; ``store``.
+
+    Every store is a context manager (``with``: closed at the end).
+    Code written for Mooncake's older EngramStore (``EngramStore(layer_id,
+    config, store)``, ``embedding_dim``, a float32 ``lookup(row_ids)``) gets
+    a TypeError that names the call to use instead.
     """
 
     __slots__ = ()
 
-    def __new__(cls, *args, **kwargs):
+    @overload
+    def __new__(cls, layers: Mapping[int, EngramStoreConfig],
+                store: TableStore | MooncakeClient | None = None, *, cache_bytes: int = 0,
+                read_deadline: float = ..., max_ranges: int = ...) -> LayerStore: ...
+
+    @overload
+    def __new__(cls, tables: Mapping[str, TableSpecArg] | None = None,
+                namespace: str | None = None, local_dir: PathArg | None = ...,
+                **options: Unpack[StoreOptions]) -> TableStore: ...
+
+    @overload
+    def __new__(cls, tables: Mapping[str, TableSpecArg] | None = None,
+                namespace: str | None = None, local_dir: None = None, *,
+                store_client: MooncakeClient, read_deadline: float = ...,
+                max_ranges: int = ...,
+                **options: Unpack[MooncakeStoreOptions]) -> MooncakeTableStore: ...
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         if cls is EngramStore:
-            target = LayerStore if _is_layer_form(args, kwargs) else TableStore
+            _refuse_old_mooncake_form(args, kwargs)
+            target: type[EngramStore] = LayerStore if _is_layer_form(args, kwargs) else TableStore
             if target is TableStore and kwargs.get("store_client") is not None:
                 target = MooncakeTableStore
             return target.__new__(target, *args, **kwargs)
         return object.__new__(cls)
 
 
-def _is_layer_form(args, kwargs) -> bool:
+# Mooncake's older EngramStore, shipped in its wheels as
+# mooncake.store.EngramStore (0.3.13): one layer per object, an
+# embedding_dim in its config, a float32 lookup(row_ids) returning a new
+# array.  Code written for it fails here with this pointer to the current
+# contract, never with an unrelated TypeError (docs/python.md has the
+# whole migration table).
+OLD_MOONCAKE = (
+    "{what} is Mooncake's older EngramStore (one layer per object, "
+    "EngramStoreConfig.embedding_dim, a float32 lookup(row_ids) returning a new array). "
+    "engramstore follows Mooncake's current contract: {instead}.  "
+    "See 'Code written for Mooncake's older EngramStore' in docs/python.md.")
+
+
+def _old_mooncake(what: str, instead: str) -> str:
+    return OLD_MOONCAKE.format(what=what, instead=instead)
+
+
+def _refuse_old_mooncake_form(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """EngramStore(layer_id, config, store) (or with layer_id=/config=)."""
+    first = args[0] if args else None
+    if ("layer_id" in kwargs or "config" in kwargs or
+            (isinstance(first, int) and not isinstance(first, bool))):
+        raise TypeError(_old_mooncake(
+            "EngramStore(layer_id, config, store)",
+            "EngramStore({layer_id: config, ...}, store) takes every layer at once, with "
+            "config an engramstore.EngramStoreConfig(table_vocab_sizes, row_bytes) "
+            "(row_bytes = embedding_dim * 4 for float32 rows), and lookup_into(layer_id, "
+            "row_ids, output) gathers into a uint8 output [B, L, H, row_bytes]"))
+
+
+def _is_layer_form(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """The layer form is a map of int layer ids to EngramStoreConfig (and
     maybe a store); the table form is all keywords (tables=, namespace=)."""
     if "store" in kwargs or "layers" in kwargs:
@@ -114,7 +186,7 @@ def _is_layer_form(args, kwargs) -> bool:
     return False
 
 
-def _spec_kwargs(name, spec, arg=None) -> dict:
+def _spec_kwargs(name: str, spec: object, arg: str | None = None) -> dict[str, Any]:
     """The spec of table `name` as keywords; `arg` names the argument in
     errors (default: tables[name])."""
     arg = arg or f"tables[{name!r}]"
@@ -167,7 +239,9 @@ class TableStore(_engram.Store, EngramStore):
     deadline with its retries; 0: 5000).  See docs/redis.md.
     """
 
-    def __init__(self, tables=None, namespace=None, local_dir=_DEFAULT, **options):
+    def __init__(self, tables: Mapping[str, TableSpecArg] | None = None,
+                 namespace: str | None = None, local_dir: PathArg | None = _DEFAULT,
+                 **options: Unpack[StoreOptions]) -> None:
         if options.get("redis") is not None:
             if local_dir is not _DEFAULT:
                 raise TypeError("local_dir: a namespace in a Redis Cluster (redis=) has no "
@@ -181,9 +255,10 @@ class TableStore(_engram.Store, EngramStore):
             raise TypeError("namespace: required (or local_dir=None for a memory-only store)")
         if tables is not None and not isinstance(tables, Mapping):
             raise TypeError(f"tables: expected a dict of name -> spec, got {type(tables).__name__}")
-        if "store_client" in options and options["store_client"] is None:
-            del options["store_client"]  # the local form, spelled out
-        super().__init__(namespace, local_dir, **options)
+        opts: dict[str, Any] = dict(options)
+        if "store_client" in opts and opts["store_client"] is None:
+            del opts["store_client"]  # the local form, spelled out
+        super().__init__(namespace, local_dir, **opts)
         try:
             for name, spec in (tables or {}).items():
                 self.define(name, **_spec_kwargs(name, spec))
@@ -191,7 +266,8 @@ class TableStore(_engram.Store, EngramStore):
             self.close()
             raise
 
-    def add_source(self, name, spec, read_rows, *, cache_bytes=0, group=None):
+    def add_source(self, name: str, spec: TableSpecArg, read_rows: Callable[..., object], *,
+                   cache_bytes: int = 0, group: Hashable | None = None) -> int | None:
         """Adds table ``name`` served by your own code: ``read_rows(rows,
         out)`` gets the distinct, validated row numbers a lookup needs
         (``rows``: uint64 ``[n]``) and fills ``out`` (uint8 ``[n,
@@ -216,10 +292,11 @@ class TableStore(_engram.Store, EngramStore):
                              "(its rows are handed over packed)")
         if not callable(read_rows):
             raise TypeError(f"read_rows: expected a callable, got {type(read_rows).__name__}")
-        fn = read_rows
+        fn: Callable[..., object] = read_rows
         np = _numpy()
         if np is not None:
-            def fn(rows, out, tables=None, _read=read_rows, _asarray=np.asarray):
+            def fn(rows: Any, out: Any, tables: Any = None, _read: Callable[..., object] = read_rows,
+                   _asarray: Callable[[Any], Any] = np.asarray) -> object:
                 if tables is None:
                     return _read(_asarray(rows), _asarray(out))
                 return _read(_asarray(rows), _asarray(out), _asarray(tables))
@@ -239,7 +316,7 @@ class TableStore(_engram.Store, EngramStore):
         return f"<engramstore.{type(self).__name__} {self.path!r}{state}>"
 
 
-def _numpy():
+def _numpy() -> Any:
     """numpy if it is installed (never required), else None."""
     try:
         import numpy
@@ -253,7 +330,8 @@ class LocalStore(TableStore):
     the directory ``local_dir`` (typically on /dev/shm), shared by every
     process of the node.  It is a :class:`TableStore`; options as there."""
 
-    def __init__(self, local_dir=_DEFAULT, namespace=None, **options):
+    def __init__(self, local_dir: PathArg = _DEFAULT, namespace: str | None = None,
+                 **options: Unpack[StoreOptions]) -> None:
         if local_dir is None:
             raise ValueError("local_dir: a LocalStore needs a directory "
                              "(use store=None for caller memory)")
@@ -267,14 +345,35 @@ class EngramStoreConfig:
     ``row_bytes`` bytes.  ``row_bytes`` defaults to 0 and must be set."""
 
     __slots__ = ("table_vocab_sizes", "row_bytes")
+    table_vocab_sizes: list[int]
+    row_bytes: int
 
-    def __init__(self, table_vocab_sizes=None, row_bytes: int = 0):
+    def __init__(self, table_vocab_sizes: Iterable[int] | None = None, row_bytes: int = 0) -> None:
         self.table_vocab_sizes = list(table_vocab_sizes) if table_vocab_sizes is not None else []
         self.row_bytes = row_bytes
+
+    if not TYPE_CHECKING:  # a type checker reports embedding_dim as unknown, as it is
+        def __getattr__(self, name):
+            if name == "embedding_dim":
+                raise AttributeError(_EMBEDDING_DIM)
+            raise AttributeError(f"'EngramStoreConfig' object has no attribute {name!r}")
+
+        def __setattr__(self, name, value):
+            if name == "embedding_dim":
+                raise AttributeError(_EMBEDDING_DIM)
+            object.__setattr__(self, name, value)
 
     def __repr__(self) -> str:
         return (f"EngramStoreConfig(table_vocab_sizes={self.table_vocab_sizes!r}, "
                 f"row_bytes={self.row_bytes!r})")
+
+
+_EMBEDDING_DIM = (
+    "EngramStoreConfig has no embedding_dim: that is Mooncake's older EngramStore, whose "
+    "rows were embedding_dim float32 values.  Here rows are opaque bytes: set row_bytes "
+    "(embedding_dim * 4 for float32 rows) and view lookup_into's uint8 output as float32 "
+    "(output.view(np.float32)).  See 'Code written for Mooncake's older EngramStore' in "
+    "docs/python.md.")
 
 
 class CapacityAnswer(NamedTuple):
@@ -288,7 +387,9 @@ class CapacityAnswer(NamedTuple):
         return self.ok
 
 
-def can_share(tables, local_dir=_DEFAULT, namespace=None) -> CapacityAnswer:
+def can_share(tables: Mapping[Any, object] | Iterable[object],
+              local_dir: PathArg | None = _DEFAULT,
+              namespace: str | None = None) -> CapacityAnswer:
     """Whether ``tables`` fit in the shared directory, asked before anything
     is written: the free space of the file system of ``local_dir/namespace``
     (of the nearest directory that exists, before it is made), and, on a
@@ -305,17 +406,17 @@ def can_share(tables, local_dir=_DEFAULT, namespace=None) -> CapacityAnswer:
         if not ok:
             print(why)
     """
-    if local_dir is _DEFAULT:
+    if local_dir is _DEFAULT or local_dir is None:
         local_dir = default_root()
-    specs = []
+    specs: list[tuple[int, int, int]] = []
     items = tables.items() if isinstance(tables, Mapping) else enumerate(tables)
     for key, spec in items:
         if isinstance(spec, EngramStoreConfig):
             specs.extend((int(n), int(spec.row_bytes), 0) for n in spec.table_vocab_sizes)
         else:
-            kw = _spec_kwargs(key, spec, f"tables[{key!r}]")
+            kw = _spec_kwargs(str(key), spec, f"tables[{key!r}]")
             specs.append((int(kw["num_rows"]), int(kw["row_bytes"]), int(kw.get("row_pitch", 0))))
-    d = os.fspath(local_dir)
+    d = os.fsdecode(os.fspath(local_dir))
     if namespace is not None:
         d = os.path.join(d, namespace)
     while not os.path.isdir(d):
@@ -335,3 +436,5 @@ def can_share(tables, local_dir=_DEFAULT, namespace=None) -> CapacityAnswer:
 from ._mooncake import MooncakeError, MooncakeTableStore  # noqa: E402  (needs the names above)
 from ._layer import LayerStore  # noqa: E402  (needs the names above)
 from ._plan import shard_plan  # noqa: E402
+from ._namespaces import (GcResult, NamespaceUsage, gc, namespace_usage,  # noqa: E402
+                          namespaces, remove_namespace)

@@ -9,20 +9,28 @@ read through source tables of a private memory store (see _mooncake)."""
 from __future__ import annotations
 
 import errno as _errno
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from . import _engram, _mooncake
 from . import EngramStore, EngramStoreConfig, StateError, TableExistsError, TableNotFoundError, TableStore
+from . import _old_mooncake
 from ._mooncake import MooncakeError
+from ._types import ArrayArg, MooncakeClient
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+_E = TypeVar("_E", bound=BaseException)
 
 
-def _error(cls, code: int, msg: str):
+def _error(cls: type[_E], code: int, msg: str) -> _E:
     e = cls(msg)
-    e.errno = code
+    e.errno = code  # type: ignore[attr-defined]
     return e
 
 
-def _is_int(x) -> bool:
+def _is_int(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
@@ -42,18 +50,26 @@ class LayerStore(EngramStore):
     Mooncake call).
     """
 
-    def __init__(self, layers, store=None, *, cache_bytes=0,
-                 read_deadline=_mooncake.READ_DEADLINE, max_ranges=_mooncake.MAX_RANGES):
+    def __init__(self, layers: Mapping[int, EngramStoreConfig],
+                 store: TableStore | MooncakeClient | None = None, *, cache_bytes: int = 0,
+                 read_deadline: float = _mooncake.READ_DEADLINE,
+                 max_ranges: int = _mooncake.MAX_RANGES) -> None:
         if not isinstance(layers, Mapping):
             raise TypeError(f"layers: expected a dict of layer_id -> EngramStoreConfig, "
                             f"got {type(layers).__name__}")
         if not layers:
             raise ValueError("layers: at least one layer is needed")
-        specs = {}
+        specs: dict[int, tuple[tuple[int, ...], int]] = {}
         for layer_id, cfg in layers.items():
             if not _is_int(layer_id) or layer_id < 0:
                 raise ValueError(f"layers: layer id {layer_id!r} is not a nonnegative int")
             if not isinstance(cfg, EngramStoreConfig):
+                if hasattr(cfg, "embedding_dim"):
+                    raise TypeError(_old_mooncake(
+                        f"layers[{layer_id}]: a {type(cfg).__module__}.{type(cfg).__name__} "
+                        "with embedding_dim",
+                        "pass an engramstore.EngramStoreConfig(table_vocab_sizes, row_bytes) "
+                        "(row_bytes = embedding_dim * 4 for float32 rows)"))
                 raise TypeError(f"layers[{layer_id}]: expected an EngramStoreConfig, "
                                 f"got {type(cfg).__name__}")
             sizes = cfg.table_vocab_sizes
@@ -69,7 +85,7 @@ class LayerStore(EngramStore):
                                  f"(got {cfg.row_bytes!r})")
             specs[layer_id] = (tuple(sizes), cfg.row_bytes)
 
-        self._mc = None
+        self._mc: _mooncake._Client | None = None
         mooncake = _mooncake.is_mooncake_client(store)
         if not mooncake and (cache_bytes or read_deadline != _mooncake.READ_DEADLINE or
                              max_ranges != _mooncake.MAX_RANGES):
@@ -95,40 +111,51 @@ class LayerStore(EngramStore):
             budget, shares = _mooncake.cache_shares(
                 cache_bytes, [specs[l][0][h] * specs[l][1] for l, h in order])
             self._share = dict(zip(order, shares))
-            self._gen = {}      # layer -> times removed through this store
+            self._gen: dict[int, int] = {}  # layer -> times removed through this store
             self._store = TableStore(local_dir=None, cache_bytes=budget)
             self._owned = False
         else:
             raise TypeError(f"store: expected an engramstore store client (e.g. "
                             f"engramstore.LocalStore(local_dir, namespace)), a Mooncake "
                             f"MooncakeDistributedStore or None, got {store!r}")
-        self._bound = set()
+        self._bound: set[int] = set()
         # The Mooncake mode's open layers: layer -> the names of their
         # source tables (the heads' keys; with a suffix once a layer was
         # removed and populated again through this store, so rows cached
         # before are never served for the new tables).
-        self._live = {}
+        self._live: dict[int, tuple[str, ...]] = {}
         if self._mc is None:
             try:
-                for layer_id, (sizes, row_bytes) in specs.items():
-                    for key, n in zip(self._keys[layer_id], sizes):
+                for layer_id, (heads, row_bytes) in specs.items():
+                    for key, n in zip(self._keys[layer_id], heads):
                         self._store.define(key, n, row_bytes)
             except BaseException:
                 if self._owned:
                     self._store.close()
                 raise
-        self._lookup = self._store._lookup_layer
+        self._lookup: Callable[[Sequence[str], ArrayArg, ArrayArg], None] = \
+            self._store._lookup_layer
 
     # -- helpers ------------------------------------------------------------
 
-    def _layer(self, layer_id):
+    def _layer(self, layer_id: int) -> tuple[tuple[int, ...], int]:
+        if isinstance(layer_id, (bool, list, tuple)):
+            # Mooncake's older one-layer EngramStore took no layer id:
+            # populate(buffers), remove_from_store(force).
+            raise TypeError(f"layer_id: expected an int layer id, got "
+                            f"{type(layer_id).__name__} {_short(layer_id)}.  " + _old_mooncake(
+                                "A call without a layer id",
+                                "every layer method takes the layer id first: "
+                                "populate(layer_id, embedding_buffers), "
+                                "remove_from_store(layer_id, force=False), "
+                                "get_num_heads(layer_id), ..."))
         try:
             return self._specs[layer_id]
         except (KeyError, TypeError):
             raise ValueError(f"layer_id: {layer_id!r} is not a layer of this store "
                              f"(layers: {sorted(self._specs)})") from None
 
-    def _check_buffers(self, layer_id, buffers, arg):
+    def _check_buffers(self, layer_id: int, buffers: Sequence[ArrayArg], arg: str) -> None:
         sizes, row_bytes = self._layer(layer_id)
         if not isinstance(buffers, (list, tuple)):
             raise TypeError(f"{arg}: expected a list of {len(sizes)} arrays (one per head), "
@@ -140,10 +167,16 @@ class LayerStore(EngramStore):
         for h, (buf, n) in enumerate(zip(buffers, sizes)):
             _engram._check_rows(buf, f"{arg}[{h}]", n, row_bytes)
 
+    def _client(self) -> _mooncake._Client:
+        """The Mooncake client of a Store-backed layer store."""
+        if self._mc is None:
+            raise _error(StateError, _engram.ESTATE, "this EngramStore has no Mooncake store")
+        return self._mc
+
     # -- the Mooncake-compatible API ----------------------------------------
 
-    def populate(self, layer_id: int, embedding_buffers, config=None, *,
-                 shared: bool = False) -> None:
+    def populate(self, layer_id: int, embedding_buffers: Sequence[ArrayArg],
+                 config: object = None, *, shared: bool = False) -> None:
         """Stores one C-contiguous uint8 ``[N_h, row_bytes]`` array per head
         in the store client (create-only, atomic per head).  Every array is
         checked before the first head is written.
@@ -186,36 +219,37 @@ class LayerStore(EngramStore):
                             "create-only: the first populate wins)")
         self._mooncake_populate(layer_id, list(embedding_buffers), config)
 
-    def _mooncake_populate(self, layer_id, bufs, config):
+    def _mooncake_populate(self, layer_id: int, bufs: list[ArrayArg], config: object) -> None:
+        mc = self._client()
         if self._lookup is _closed_lookup:
             _closed_lookup()
         keys = list(self._keys[layer_id])
-        have = self._mc.exist(keys)
+        have = mc.exist(keys)
         taken = [k for k in keys if have[k]]
         if taken:
             raise _error(TableExistsError, _errno.EEXIST,
                          f"populate: layer {layer_id}: {', '.join(taken)} already in the "
                          f"Mooncake store (remove_from_store first)")
-        np = self._mc.np
+        np = mc.np
         arrays = [np.asarray(b) for b in bufs]  # views: _check_buffers took them as they are
         try:
-            res = self._mc.put(keys, arrays, config)
+            res = mc.put(keys, arrays, config)
         except BaseException:
-            self._mc.rollback(keys)
+            mc.rollback(keys)
             raise
         bad = [(k, rc) for k, rc in zip(keys, res) if rc != 0]
         if bad:
             # Every head goes, failed ones too: a put that reports a failure
             # may still have stored its object, and none of these keys
             # existed when this call began.
-            self._mc.rollback(keys)
+            mc.rollback(keys)
             raise MooncakeError(bad[0][0], f"populate of layer {layer_id} failed "
                                 f"({len(bad)} of {len(keys)} heads; the others were removed)",
                                 bad[0][1])
         self._live.pop(layer_id, None)
         self._open_layer(layer_id)
 
-    def bind_local(self, layer_id: int, embedding_buffers) -> None:
+    def bind_local(self, layer_id: int, embedding_buffers: Sequence[ArrayArg]) -> None:
         """Serves caller arrays (one C-contiguous uint8 ``[N_h, row_bytes]``
         per head, e.g. np.memmap views) as the layer's tables without
         copying; they are referenced until :meth:`close`."""
@@ -230,7 +264,7 @@ class LayerStore(EngramStore):
             self._store.bind(key, buf)
         self._bound.add(layer_id)
 
-    def lookup_into(self, layer_id: int, row_ids, output) -> None:
+    def lookup_into(self, layer_id: int, row_ids: ArrayArg, output: ArrayArg) -> None:
         """Gathers ``output[b, l, h] = table_h[row_ids[b, l, h]]``: row_ids a
         C-contiguous int64 ``[B, L, H]`` array (int64 only, as
         in Mooncake's contract), output a writable
@@ -251,21 +285,22 @@ class LayerStore(EngramStore):
             raise
         self._lookup(keys, row_ids, output)
 
-    def _open_layer(self, layer_id):
+    def _open_layer(self, layer_id: int) -> tuple[str, ...]:
         """Mooncake mode: checks that every head of the layer is stored
         with its size, and adds its source tables; returns their names."""
+        mc = self._client()
         sizes, row_bytes = self._layer(layer_id)
         if self._lookup is _closed_lookup:
             _closed_lookup()
         keys = self._keys[layer_id]
-        have = self._mc.exist(list(keys))
+        have = mc.exist(list(keys))
         missing = [k for k in keys if not have[k]]
         if missing:
             raise _error(TableNotFoundError, _errno.ENOENT,
                          f"layer {layer_id}: {', '.join(missing)} not in the Mooncake store "
                          f"(populate it first)")
         for key, n in zip(keys, sizes):
-            self._mc.check_size(key, n * row_bytes)
+            mc.check_size(key, n * row_bytes)
         g = self._gen.get(layer_id, 0)
         names = tuple(k if g == 0 else f"{k}.{g}" for k in keys)
         for h, (key, name, n) in enumerate(zip(keys, names, sizes)):
@@ -307,13 +342,14 @@ class LayerStore(EngramStore):
                         raise
         return removed
 
-    def _mooncake_remove(self, layer_id, keys, force):
+    def _mooncake_remove(self, layer_id: int, keys: tuple[str, ...], force: bool) -> int:
         """Without force: every head must be there (TableNotFoundError,
         nothing removed, otherwise), and a lease of a recent read is waited
         out; with force: what is there is removed at once."""
+        mc = self._client()
         if self._lookup is _closed_lookup:
             _closed_lookup()
-        have = self._mc.exist(list(keys))
+        have = mc.exist(list(keys))
         missing = [k for k in keys if not have[k]]
         if missing and not force:
             raise _error(TableNotFoundError, _errno.ENOENT,
@@ -324,7 +360,7 @@ class LayerStore(EngramStore):
             self._gen[layer_id] = self._gen.get(layer_id, 0) + 1
         removed = 0
         for key in keys:
-            if have[key] and self._mc.remove(key, force):
+            if have[key] and mc.remove(key, force):
                 removed += 1
         return removed
 
@@ -352,13 +388,13 @@ class LayerStore(EngramStore):
     # -- lifetime -----------------------------------------------------------
 
     @property
-    def store(self):
+    def store(self) -> TableStore | MooncakeClient | None:
         """The store client, or None for a metadata-only (bind_local) store."""
         if self._mc is not None:
             return self._mc_client
         return None if self._owned else self._store
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         """The underlying table store's stats (see TableStore.stats); with
         a Mooncake store, its reads under ``mooncake``."""
         st = self._store.stats()
@@ -377,16 +413,42 @@ class LayerStore(EngramStore):
             self._store.close()
             self._mc.close()
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
+
+    if not TYPE_CHECKING:  # a type checker reports these as unknown, as they are
+        def lookup(self, *args, **kwargs):
+            """Mooncake's older float32 lookup(row_ids): raises TypeError
+            naming lookup_into, the layer API's lookup."""
+            raise TypeError(_old_mooncake(
+                "lookup(row_ids) returning a float32 array",
+                "output = np.empty((B, L, H, row_bytes), np.uint8); "
+                "store.lookup_into(layer_id, row_ids, output) gathers the rows (row_ids int64 "
+                "[B, L, H]), and output.view(np.float32) is the [B, L, H, row_bytes // 4] "
+                "float32 array of float32 rows"))
+        lookup._old_mooncake = True
+
+        def get_embedding_dim(self, *args, **kwargs):
+            """Mooncake's older get_embedding_dim(): raises TypeError naming
+            get_row_bytes."""
+            raise TypeError(_old_mooncake(
+                "get_embedding_dim()",
+                "get_row_bytes(layer_id) is the bytes of a row (embedding_dim * 4 for float32 "
+                "rows)"))
+        get_embedding_dim._old_mooncake = True
 
     def __repr__(self) -> str:
         where = "store=None" if self._owned else f"store={self.store!r}"
         return f"<engramstore.EngramStore layers={self.get_layer_ids()} {where}>"
 
 
-def _closed_lookup(*args):
+def _short(x: object) -> str:
+    r = repr(x)
+    return r if len(r) <= 40 else r[:37] + "..."
+
+
+def _closed_lookup(*args: object) -> NoReturn:
     raise _error(_engram.StoreClosedError, _engram.ESTATE, "the store is closed")

@@ -57,6 +57,8 @@ import os
 import threading
 import time
 import zlib
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import _engram
 from ._engram import (EngramError, LayoutMismatchError, StateError, TableExistsError,
@@ -85,11 +87,13 @@ REMOVE_DEADLINE = 15.0    # seconds a remove waits out leases (Mooncake's defaul
 MANIFEST_FORMAT = "engramstore-mooncake/1"
 ROW_BYTES_MAX = 1 << 24   # ENGRAM_ROW_BYTES_MAX
 
+_E = TypeVar("_E", bound=BaseException)
+
 
 _NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-")
 
 
-def check_name(name, arg="name"):
+def check_name(name: object, arg: str = "name") -> str:
     """engram's name rule (engram.h): 1..128 bytes of [A-Za-z0-9._:-], not
     starting with '.'."""
     if not isinstance(name, str):
@@ -119,13 +123,13 @@ class MooncakeError(EngramError):
         self.code = code
 
 
-def _error(cls, code: int, msg: str):
+def _error(cls: type[_E], code: int, msg: str) -> _E:
     e = cls(msg)
-    e.errno = code
+    e.errno = code  # type: ignore[attr-defined]
     return e
 
 
-def is_mooncake_client(obj) -> bool:
+def is_mooncake_client(obj: object) -> bool:
     """A Mooncake Store client, by what it can do (engramstore never
     imports mooncake itself)."""
     return all(callable(getattr(obj, m, None)) for m in
@@ -133,7 +137,7 @@ def is_mooncake_client(obj) -> bool:
                 "unregister_buffer", "remove", "get_size"))
 
 
-def _numpy():
+def _numpy() -> Any:
     try:
         import numpy
     except ImportError:  # pragma: no cover - Mooncake's wheel needs it anyway
@@ -141,7 +145,7 @@ def _numpy():
     return numpy
 
 
-def _positive(name, value, kind=int):
+def _positive(name: str, value: Any, kind: type = int) -> Any:
     if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int) \
             or value <= 0:
         raise ValueError(f"{name}: expected a positive {kind.__name__}, got {value!r}")
@@ -152,8 +156,8 @@ class _Client:
     """One engramstore object's use of a Mooncake client: the read path
     (staging, bounded calls, length checks, retries) and the writes."""
 
-    def __init__(self, mc, *, read_deadline=READ_DEADLINE, max_ranges=MAX_RANGES,
-                 stage_bytes=STAGE_BYTES):
+    def __init__(self, mc: Any, *, read_deadline: float = READ_DEADLINE,
+                 max_ranges: int = MAX_RANGES, stage_bytes: int = STAGE_BYTES) -> None:
         if not is_mooncake_client(mc):
             raise TypeError(f"store client: expected a mooncake.store.MooncakeDistributedStore "
                             f"(set up), got {type(mc).__name__}")
@@ -163,14 +167,14 @@ class _Client:
         self.stage_bytes = _positive("stage_bytes", stage_bytes)
         self.np = _numpy()
         self.lock = threading.Lock()
-        self.stage = None       # numpy uint8, registered with mc while not None
+        self.stage: Any = None  # numpy uint8, registered with mc while not None
         self.closed = False
         self.calls = 0          # get_into_ranges calls (stats)
         self.retries = 0
 
     # -- the read path -------------------------------------------------------
 
-    def _staging(self, row_bytes):
+    def _staging(self, row_bytes: int) -> Any:
         """The registered staging buffer, holding at least one row (under
         the lock)."""
         if self.closed:
@@ -185,12 +189,13 @@ class _Client:
             self.stage = stage
         return self.stage
 
-    def _unregister_stage(self):
+    def _unregister_stage(self) -> None:
         if self.stage is not None:
             stage, self.stage = self.stage, None
             self.mc.unregister_buffer(stage.ctypes.data)
 
-    def read_group(self, keys, row_bytes, rows, out, tables):
+    def read_group(self, keys: list[str], row_bytes: int, rows: Any, out: Any,
+                   tables: Any) -> None:
         """Fills out[i] with row rows[i] of object keys[tables[i]] (rows:
         uint64 [n], tables: uint32 [n], out: uint8 [n, row_bytes]), in
         calls of at most max_ranges ranges and MAX_KEYS keys, split evenly;
@@ -210,7 +215,10 @@ class _Client:
             bounds = [0] + (np.flatnonzero(st[1:] != st[:-1]) + 1).tolist() + [n]
             i = 0
             while i < n:
-                m, ks, dsts, srcs = 0, [], [], []
+                m = 0
+                ks: list[str] = []
+                dsts: list[list[int]] = []
+                srcs: list[list[int]] = []
                 for a, b in zip(bounds, bounds[1:]):
                     if b <= i:
                         continue
@@ -226,7 +234,7 @@ class _Client:
                 out[order[i:i + m]] = stage[:m * row_bytes].reshape(m, row_bytes)
                 i += m
 
-    def read_bytes(self, key, size, out):
+    def read_bytes(self, key: str, size: int, out: Any) -> None:
         """Reads bytes [0, size) of object `key` into out (uint8 [size]),
         one staging buffer at a time (verify)."""
         with self.lock:
@@ -238,7 +246,8 @@ class _Client:
                                  time.monotonic() + self.read_deadline)
                 out[off:off + m] = stage[:m]
 
-    def _read_chunk(self, keys, row_bytes, ptr, dsts, srcs, deadline):
+    def _read_chunk(self, keys: list[str], row_bytes: int, ptr: int, dsts: list[list[int]],
+                    srcs: list[list[int]], deadline: float) -> None:
         """One bounded get_into_ranges: for each key, ranges of row_bytes
         bytes at offsets srcs[j] into the staging buffer at dsts[j].  Every
         range must come back whole; passing errors are retried until the
@@ -276,7 +285,7 @@ class _Client:
 
     # -- objects -------------------------------------------------------------
 
-    def exist(self, keys):
+    def exist(self, keys: list[str]) -> dict[str, bool]:
         """{key: bool}; raises MooncakeError if the store cannot tell."""
         res = self.mc.batch_is_exist(list(keys))
         if len(res) != len(keys):
@@ -286,7 +295,8 @@ class _Client:
                 raise MooncakeError(k, "existence check failed", r)
         return {k: r == 1 for k, r in zip(keys, res)}
 
-    def check_size(self, key, want, missing_cls=TableNotFoundError):
+    def check_size(self, key: str, want: int,
+                   missing_cls: type[EngramError] = TableNotFoundError) -> None:
         """Checks that object `key` exists with `want` bytes."""
         size = self.mc.get_size(key)
         if size == OBJECT_NOT_FOUND:
@@ -297,10 +307,11 @@ class _Client:
             raise _error(LayoutMismatchError, _engram.EMISMATCH,
                          f"{key}: the stored object has {size} bytes, the spec says {want}")
 
-    def put(self, keys, arrays, config=None):
+    def put(self, keys: list[str], arrays: list[Any], config: object = None) -> list[int]:
         """Uploads C-contiguous arrays to new keys (batch_put_from, each
         array registered for the call); returns Mooncake's codes."""
-        ptrs, sizes, done = [a.ctypes.data for a in arrays], [a.nbytes for a in arrays], []
+        ptrs, sizes = [a.ctypes.data for a in arrays], [a.nbytes for a in arrays]
+        done: list[int] = []
         with self.lock:
             try:
                 for k, p, s in zip(keys, ptrs, sizes):
@@ -317,7 +328,7 @@ class _Client:
             res = (res + [-1] * len(keys))[:len(keys)]
         return res
 
-    def remove(self, key, force=False):
+    def remove(self, key: str, force: bool = False) -> bool:
         """Removes `key`: True if removed, False if it was not there.
         Without force, a lease (a recent read) is waited out for up to
         REMOVE_DEADLINE seconds."""
@@ -336,7 +347,7 @@ class _Client:
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
 
-    def rollback(self, keys):
+    def rollback(self, keys: list[str]) -> None:
         """Removes keys a failed write made (force: nobody may keep them)."""
         for k in keys:
             try:
@@ -344,13 +355,13 @@ class _Client:
             except Exception:  # noqa: BLE001 - best effort, the write error is raised
                 pass
 
-    def close(self):
+    def close(self) -> None:
         with self.lock:
             if not self.closed:
                 self.closed = True
                 self._unregister_stage()
 
-    def __del__(self):
+    def __del__(self) -> None:
         # A store dropped without close(): its staging buffer must not stay
         # registered once freed (a later buffer at the same address could
         # not be registered).
@@ -361,13 +372,13 @@ class _Client:
         except Exception:  # noqa: BLE001 - nothing to report to at this point
             pass
 
-    def stats(self):
+    def stats(self) -> dict[str, Any]:
         return {"get_into_ranges_calls": self.calls, "retries": self.retries,
                 "staging_bytes": 0 if self.stage is None else len(self.stage),
                 "max_ranges": self.max_ranges, "read_deadline": self.read_deadline}
 
 
-def _shape(res):
+def _shape(res: Any) -> str:
     try:
         return f"{len(res)} buffers, {[len(x) for x in res]} keys, " \
                f"{[[len(y) for y in x] for x in res]} ranges"
@@ -382,19 +393,22 @@ class Sources:
     bounded call sequence: one Mooncake call per lookup, not one per head,
     which is what a ranged read costs most."""
 
-    def __init__(self, client):
+    def __init__(self, client: _Client) -> None:
         self.c = client
-        self.keys = {}   # row_bytes -> [Mooncake key of the group's table i]
-        self.fns = {}    # row_bytes -> the group's read_rows
+        self.keys: dict[int, list[str]] = {}  # row_bytes -> [Mooncake key of the group's table i]
+        self.fns: dict[int, Callable[[Any, Any, Any], None]] = {}  # row_bytes -> its read_rows
         self.lock = threading.Lock()
 
-    def add(self, store, name, num_rows, row_bytes, key, cache_bytes):
+    def add(self, store: TableStore, name: str, num_rows: int, row_bytes: int, key: str,
+            cache_bytes: int) -> None:
         """Adds source table `name` of `store` serving object `key`."""
         with self.lock:
             keys = self.keys.setdefault(row_bytes, [])
             fn = self.fns.get(row_bytes)
             if fn is None:
-                def fn(rows, out, tables, _read=self.c.read_group, _keys=keys, _r=row_bytes):
+                def fn(rows: Any, out: Any, tables: Any,
+                       _read: Callable[..., None] = self.c.read_group, _keys: list[str] = keys,
+                       _r: int = row_bytes) -> None:
                     _read(_keys, _r, rows, out, tables)
                 self.fns[row_bytes] = fn
             # The key is in place before the table can be looked up.
@@ -408,7 +422,7 @@ class Sources:
             assert idx == len(keys) - 1, (idx, len(keys))
 
 
-def cache_shares(cache_bytes, sizes):
+def cache_shares(cache_bytes: int, sizes: list[int]) -> tuple[int, list[int]]:
     """Splits a row cache budget over tables of `sizes` bytes in proportion
     to their size; returns (the memory store's budget, [share per table]).
     The library keeps an eighth of a store's budget for file-backed reads,
@@ -420,7 +434,7 @@ def cache_shares(cache_bytes, sizes):
     return cache_bytes + cache_bytes // 7 + (64 << 10), shares
 
 
-def checksum(arr) -> int:
+def checksum(arr: Any) -> int:
     """CRC-32 of a C-contiguous array's bytes, in 64 MiB steps."""
     mv = memoryview(arr).cast("B")
     crc, step = 0, 64 << 20
@@ -434,25 +448,25 @@ class TableWriter:
     their manifests {namespace}/.manifest/{name} (a name never starts with
     '.', so no table's key is a manifest's)."""
 
-    def __init__(self, client, namespace):
+    def __init__(self, client: _Client, namespace: str) -> None:
         check_name(namespace, "namespace")
         self.c = client
         self.ns = namespace
 
-    def data_key(self, name):
+    def data_key(self, name: str) -> str:
         return f"{self.ns}/{name}"
 
-    def manifest_key(self, name):
+    def manifest_key(self, name: str) -> str:
         return f"{self.ns}/.manifest/{name}"
 
-    def read_manifest(self, name):
+    def read_manifest(self, name: str) -> dict[str, Any] | None:
         """The manifest dict of a published table, or None."""
         key = self.manifest_key(name)
         if not self.c.exist([key])[key]:
             return None
         raw = self.c.mc.get(key)
         try:
-            m = json.loads(bytes(raw).decode())
+            m: dict[str, Any] = json.loads(bytes(raw).decode())
             if m.get("format") != MANIFEST_FORMAT:
                 raise ValueError(f"unknown format {m.get('format')!r}")
             int(m["num_rows"]), int(m["row_bytes"]), int(m["crc32"])
@@ -461,7 +475,7 @@ class TableWriter:
                          f"{key}: not a table manifest ({e})") from None
         return m
 
-    def publish(self, name, rows, config=None):
+    def publish(self, name: str, rows: Any, config: object = None) -> dict[str, Any]:
         """Uploads a packed C-contiguous [N, R] array as table `name`,
         create-only: the data first, the manifest last, so a reader never
         sees a table whose data is not all there."""
@@ -495,6 +509,12 @@ class TableWriter:
 
 
 from . import TableStore, _spec_kwargs  # noqa: E402  (defined before this module is imported)
+from ._types import ArrayArg, MooncakeClient, MooncakeStoreOptions, TableSpecArg  # noqa: E402
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ._engram import TableSpec
 
 _TABLE_OPTIONS = frozenset(("cache_bytes", "threads", "timing"))
 
@@ -513,8 +533,10 @@ class MooncakeTableStore(TableStore):
     ``list_tables`` names the tables this store has opened (Mooncake has no
     key listing)."""
 
-    def __init__(self, tables=None, namespace=None, local_dir=None, *, store_client,
-                 read_deadline=READ_DEADLINE, max_ranges=MAX_RANGES, **options):
+    def __init__(self, tables: Mapping[str, TableSpecArg] | None = None,
+                 namespace: str | None = None, local_dir: None = None, *,
+                 store_client: MooncakeClient, read_deadline: float = READ_DEADLINE,
+                 max_ranges: int = MAX_RANGES, **options: Unpack[MooncakeStoreOptions]) -> None:
         if local_dir is not None:
             raise TypeError("local_dir: a store on a Mooncake store_client has no local "
                             "directory")
@@ -530,16 +552,16 @@ class MooncakeTableStore(TableStore):
         budget, _ = cache_shares(self._cache_total, [1])
         client = _Client(store_client, read_deadline=read_deadline, max_ranges=max_ranges)
         writer = TableWriter(client, namespace)
-        opts = dict(options, cache_bytes=budget)
+        opts: dict[str, Any] = dict(options, cache_bytes=budget)
         super().__init__(None, None, None, **opts)
         self._mc = client
         self._sources = Sources(client)
         self._w = writer
-        self._declared = {}    # name -> (num_rows, row_bytes)
-        self._open = {}        # name -> internal table name, for published tables
-        self._gen = {}         # name -> times it was removed through this store
+        self._declared: dict[str, tuple[int, int]] = {}  # name -> (num_rows, row_bytes)
+        self._open: dict[str, str] = {}  # name -> internal table name, for published tables
+        self._gen: dict[str, int] = {}   # name -> times it was removed through this store
         self._remap = False    # some internal name differs from its table name
-        self._removed = set()  # removed through this store and not populated since
+        self._removed: set[str] = set()  # removed through this store and not populated since
         self._known_bytes = 0
         try:
             for name, spec in (tables or {}).items():
@@ -552,16 +574,19 @@ class MooncakeTableStore(TableStore):
             raise
 
     @property
-    def namespace(self):
+    def namespace(self) -> str:
+        """The namespace: the prefix of the tables' Mooncake keys."""
         return self._w.ns
 
     @property
-    def store_client(self):
-        return self._mc.mc
+    def store_client(self) -> MooncakeClient:
+        """The Mooncake client (the caller's: close() leaves it open)."""
+        client: MooncakeClient = self._mc.mc
+        return client
 
     # -- tables --------------------------------------------------------------
 
-    def define(self, name, num_rows, row_bytes, row_pitch=0):
+    def define(self, name: str, num_rows: int, row_bytes: int, row_pitch: int = 0) -> None:
         """Declares table ``name``; if it is published, its manifest must
         match (LayoutMismatchError otherwise) and it is opened."""
         check_name(name)
@@ -581,14 +606,14 @@ class MooncakeTableStore(TableStore):
                 self._check_spec(name, m)
                 self._add(name, m)
 
-    def _check_spec(self, name, m):
+    def _check_spec(self, name: str, m: dict[str, Any]) -> None:
         want = self._declared.get(name)
         if want is not None and want != (m["num_rows"], m["row_bytes"]):
             raise _error(LayoutMismatchError, _engram.EMISMATCH,
                          f"table '{name}': declared {want[0]} rows of {want[1]} bytes, "
                          f"published {m['num_rows']} rows of {m['row_bytes']} bytes")
 
-    def _add(self, name, m):
+    def _add(self, name: str, m: dict[str, Any]) -> None:
         """Opens published table `name` (manifest m) as a source table."""
         n, r = m["num_rows"], m["row_bytes"]
         key = self._w.data_key(name)
@@ -605,7 +630,7 @@ class MooncakeTableStore(TableStore):
         self._removed.discard(name)
         self._remap = any(k != v for k, v in self._open.items()) or bool(self._removed)
 
-    def _open_missing(self, tables):
+    def _open_missing(self, tables: Sequence[object]) -> bool:
         """Opens the published tables of a lookup this store has not
         opened; False if there were none."""
         opened = False
@@ -618,7 +643,7 @@ class MooncakeTableStore(TableStore):
                     opened = True
         return opened
 
-    def populate(self, name, rows, config=None):
+    def populate(self, name: str, rows: ArrayArg, config: object = None) -> None:
         """Publishes ``rows`` (uint8 ``[num_rows, row_bytes]``, row stride
         >= row_bytes) as table ``name``, create-only: TableExistsError if
         it is published (or its data object exists).  ``config`` is a
@@ -644,7 +669,9 @@ class MooncakeTableStore(TableStore):
         m = self._w.publish(name, packed, config)
         self._add(name, m)
 
-    def lookup(self, tables, ids, out, offsets=None, stream=None, *, zero_dead=False):
+    def lookup(self, tables: Sequence[str], ids: ArrayArg, out: ArrayArg,
+               offsets: ArrayArg | None = None, stream: object = None, *,
+               zero_dead: bool = False) -> None:
         """The table API's lookup (see TableStore.lookup) over the
         Mooncake tables: published tables not opened yet are opened on
         first use."""
@@ -659,16 +686,16 @@ class MooncakeTableStore(TableStore):
         names = self._internal_names(tables) if self._remap else tables
         return super().lookup(names, ids, out, offsets, stream, zero_dead=zero_dead)
 
-    def _internal_names(self, tables):
+    def _internal_names(self, tables: Sequence[str]) -> Sequence[str]:
         if not isinstance(tables, (list, tuple)):
             return tables
         for t in tables:
             if t in self._removed:
                 raise _error(TableNotFoundError, _errno.ENOENT,
                              f"table '{t}' was removed from the Mooncake store")
-        return [self._open.get(t, t) for t in tables]
+        return [self._open.get(t) or t for t in tables]
 
-    def get_table_spec(self, name):
+    def get_table_spec(self, name: str) -> TableSpec:
         """``{"num_rows", "row_bytes", "row_pitch", "stored", "kind": "mooncake",
         "key", "crc32"}`` of a published table; declared-only names give
         ``stored: False``."""
@@ -684,12 +711,12 @@ class MooncakeTableStore(TableStore):
                 "row_pitch": m["row_bytes"], "stored": True, "kind": "mooncake",
                 "key": self._w.data_key(name), "crc32": m["crc32"]}
 
-    def list_tables(self):
+    def list_tables(self) -> list[str]:
         """The published tables this store has opened (declared, populated
         or looked up), sorted: Mooncake has no listing of keys."""
         return sorted(self._open)
 
-    def remove(self, name, force=False):
+    def remove(self, name: str, force: bool = False) -> None:
         """Unpublishes table ``name``: its manifest first (new readers no
         longer see it), then its data.  Without ``force`` a lease of a recent
         read is waited out (up to 15 s); ``force=True`` removes at once.  A
@@ -708,7 +735,7 @@ class MooncakeTableStore(TableStore):
             raise _error(TableNotFoundError, _errno.ENOENT,
                          f"table '{name}' is not in the Mooncake namespace '{self.namespace}'")
 
-    def verify(self, name):
+    def verify(self, name: str) -> None:
         """Reads table ``name`` whole and checks it against its manifest's
         CRC-32 (CorruptTableError on a mismatch)."""
         m = self._w.read_manifest(check_name(name))
@@ -724,14 +751,32 @@ class MooncakeTableStore(TableStore):
             raise _error(_engram.CorruptTableError, _engram.ECHECKSUM,
                          f"table '{name}': {key} does not match its manifest's checksum")
 
-    def stats(self):
+    def populate_shared(self, name: str, rows: ArrayArg) -> bool:
+        """Not for a Mooncake Store: its objects are create-only already;
+        every rank may call :meth:`populate` and the first one wins."""
+        raise _error(_engram.StateError, _engram.ESTATE,
+                     "populate_shared: for a local namespace; on a Mooncake Store every rank "
+                     "may populate() and the first wins (the others get TableExistsError)")
+
+    def wait_for(self, name: str, timeout: float | None = None) -> None:
+        """Not for a Mooncake Store (its tables are read on demand)."""
+        raise _error(_engram.StateError, _engram.ESTATE,
+                     "wait_for: for a local namespace (it watches the namespace directory)")
+
+    def usage(self, name: str) -> dict[str, Any]:
+        """Not for a Mooncake Store (no table file to account for)."""
+        raise _error(_engram.StateError, _engram.ESTATE,
+                     "usage: for a table file of a local namespace; a Mooncake table's memory "
+                     "is the Store's (see stats()['mooncake'])")
+
+    def stats(self) -> dict[str, Any]:
         """The library's stats of the source tables (row cache included),
         with the Mooncake reads under ``mooncake``."""
         st = super().stats()
         st["mooncake"] = self._mc.stats()
         return st
 
-    def close(self):
+    def close(self) -> None:
         """Closes the store (waits for running lookups) and unregisters its
         staging buffer; the Mooncake client stays the caller's."""
         super().close()
@@ -739,15 +784,15 @@ class MooncakeTableStore(TableStore):
         if mc is not None:
             mc.close()
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         state = " (closed)" if self.closed else ""
         return f"<engramstore.MooncakeTableStore namespace={self.namespace!r}{state}>"
 
 
-def _rows_array(np, rows):
+def _rows_array(np: Any, rows: ArrayArg) -> Any:
     """rows as a numpy view (never a copy): uint8 [N, R], each row's bytes
     contiguous."""
     try:

@@ -11,15 +11,17 @@ _PER_TP, _BALANCED = 0x1, 0x2
 _NAME = re.compile(r"^engram:l(\d+):h(\d+)$")
 
 
-def _layer_sizes(head_rows, layers) -> dict[int, list[int]]:
+def _layer_sizes(head_rows: Mapping[int, object] | Sequence[int],
+                 layers: Sequence[int]) -> dict[int, list[int]]:
     """{layer_id: [rows of head h]} from a list of sizes (the same for every
     layer of `layers`) or a {layer_id: sizes or EngramStoreConfig} dict."""
     from . import EngramStoreConfig
+    out: dict[int, list[int]]
     if isinstance(head_rows, Mapping):
         out = {}
         for lid, v in head_rows.items():
             sizes = v.table_vocab_sizes if isinstance(v, EngramStoreConfig) else v
-            out[int(lid)] = [int(n) for n in sizes]
+            out[int(lid)] = [int(n) for n in sizes]  # type: ignore[attr-defined]
         if layers:
             raise TypeError("layers: given by head_rows already (a dict of layer -> sizes)")
     else:
@@ -38,7 +40,7 @@ def _layer_sizes(head_rows, layers) -> dict[int, list[int]]:
     return out
 
 
-def _head_reads(reads, num_heads: int) -> list[int] | None:
+def _head_reads(reads: object, num_heads: int) -> list[int] | None:
     """Per-head read counts from a list, or from stats()["tables"] (a dict
     of table name -> {"rows": n, ...} or -> n), summed over layers."""
     if reads is None:
@@ -55,7 +57,7 @@ def _head_reads(reads, num_heads: int) -> list[int] | None:
             out[h] += int(v["rows"] if isinstance(v, Mapping) else v)
         return out
     if isinstance(reads, Sequence) or hasattr(reads, "__len__"):
-        out = [int(r) for r in reads]
+        out = [int(r) for r in reads]  # type: ignore[attr-defined]
         if len(out) != num_heads:
             raise ValueError(f"reads: expected {num_heads} counts (one per head), got {len(out)}")
         if any(r < 0 for r in out):
@@ -65,14 +67,15 @@ def _head_reads(reads, num_heads: int) -> list[int] | None:
                     f"got {type(reads).__name__}")
 
 
-def _imbalance(shards) -> float:
+def _imbalance(shards: Sequence[tuple[int, int, int]]) -> float:
     loads = [s[2] for s in shards]
     mean = sum(loads) / len(loads)
     return max(loads) / mean if mean else 1.0
 
 
-def shard_plan(head_rows, tp: int, dp: int = 1, *, per_tp: bool = False, reads=None,
-               balanced: bool = False, layers: Sequence[int] = ()) -> dict[str, Any]:
+def shard_plan(head_rows: Mapping[int, object] | Sequence[int], tp: int, dp: int = 1, *,
+               per_tp: bool = False, reads: object = None, balanced: bool = False,
+               layers: Sequence[int] = ()) -> dict[str, Any]:
     """Which heads each rank of a TP x DP topology holds, as a JSON-ready dict.
 
     ``head_rows``: the rows of each head of a layer (a list, the same for

@@ -1,5 +1,14 @@
 /*
- * cuda.c - lookups into GPU memory (builds with libengram_cuda only).
+ * cuda.c - the module engramstore._engram_cuda: lookups into GPU memory
+ * through libengram_cuda (CUDA builds).
+ *
+ * A module of its own because it links the CUDA runtime: engramstore._engram
+ * imports it at the first lookup into GPU memory, once the runtime is
+ * loaded (cuda_load.c), and calls it through ext_cuda_api, the capsule
+ * `_api`.  libengram_cuda calls five functions of libengram; this module
+ * has no copy of the library, and defines them at the end of this file
+ * over the table of the one in _engram (ext_core_api), which attach()
+ * receives before any other call.
  *
  * A store gets a CUDA context (engram_cuda_open) on the GPU of the arrays
  * of its first lookup that passes device arrays, and every lookup goes
@@ -15,7 +24,7 @@
  * These functions run with the store entered (store.c's close guard), so
  * they create no Python object: an allocation could start the garbage
  * collector, whose finalizers may call close() on this store and wait for
- * this very call.  Errors are returned as codes for the caller to raise
+ * this very call.  Errors are returned as codes for _engram to raise
  * after leaving the store.
  */
 #include "ext.h"
@@ -30,6 +39,8 @@
 #include <string.h>
 
 #include <engram_cuda.h>
+
+#include "common.h" /* engram__err, engram__check_out_layout: defined below */
 
 struct ext_cuda {
     engram_cuda_ctx *ctx;
@@ -48,45 +59,6 @@ static int refuse(ext_cuda_error *err, int code, const char *fmt, ...)
     va_end(ap);
     err->code = code;
     return code ? code : -EINVAL;
-}
-
-/* A stream argument: None (the legacy default stream), an int handle, an
- * object with `cuda_stream` (torch.cuda.Stream) or __cuda_stream__()
- * (the CUDA stream protocol: (version, handle)). */
-int ext_cuda_stream(PyObject *obj, void **out)
-{
-    PyObject *h = NULL;
-    unsigned long long v;
-    if (!obj || obj == Py_None) {
-        *out = 0;
-        return 0;
-    }
-    if (PyLong_Check(obj)) {
-        h = Py_NewRef(obj);
-    } else if (PyObject_HasAttrString(obj, "__cuda_stream__")) {
-        PyObject *r = PyObject_CallMethod(obj, "__cuda_stream__", NULL);
-        if (!r)
-            return -1;
-        if (PyTuple_Check(r) && PyTuple_GET_SIZE(r) == 2)
-            h = Py_NewRef(PyTuple_GET_ITEM(r, 1));
-        Py_DECREF(r);
-    } else if (PyObject_HasAttrString(obj, "cuda_stream")) {
-        h = PyObject_GetAttrString(obj, "cuda_stream");
-        if (!h)
-            return -1;
-    }
-    if (!h || !PyLong_Check(h)) {
-        Py_XDECREF(h);
-        PyErr_Format(PyExc_TypeError, "stream: expected None, an int stream handle or a CUDA "
-                     "stream object (torch.cuda.Stream), got %.100s", Py_TYPE(obj)->tp_name);
-        return -1;
-    }
-    v = PyLong_AsUnsignedLongLong(h);
-    Py_DECREF(h);
-    if (v == (unsigned long long)-1 && PyErr_Occurred())
-        return -1;
-    *out = (void *)(uintptr_t)v;
-    return 0;
 }
 
 /* The store's context, opened on GPU `dev` at its first GPU lookup. */
@@ -176,8 +148,8 @@ static cudaStream_t cai_stream(uintptr_t v)
     return v == 1 ? cudaStreamLegacy : v == 2 ? cudaStreamPerThread : (cudaStream_t)v;
 }
 
-int ext_cuda_lookup(ext_cuda **slot, engram_store *st, const engram_lookup_args *a,
-                    const ext_cuda_call *call, ext_cuda_error *err)
+static int gpu_lookup(ext_cuda **slot, engram_store *st, const engram_lookup_args *a,
+                      const ext_cuda_call *call, ext_cuda_error *err)
 {
     engram_cuda_plan_args cols = ENGRAM_CUDA_PLAN_ARGS_INIT;
     engram_cuda_lookup_args ca = ENGRAM_CUDA_LOOKUP_ARGS_INIT;
@@ -224,48 +196,23 @@ int ext_cuda_lookup(ext_cuda **slot, engram_store *st, const engram_lookup_args 
     return rc;
 }
 
-PyObject *ext_cuda_raise(int rc, const ext_cuda_error *err)
-{
-    if (err->nomem)
-        return PyErr_NoMemory();
-    if (err->msg[0]) {
-        if (!err->code) {
-            PyErr_SetString(PyExc_ValueError, err->msg);
-            return NULL;
-        }
-        return ext_raise_cls(ext_exc_for(err->code), err->code, "%s", err->msg);
-    }
-    if (rc == -EINVAL) { /* an argument the library refuses (the stream, say) */
-        if (err->what)
-            PyErr_Format(PyExc_ValueError, "%s: %s", err->what, engram_errmsg());
-        else
-            PyErr_SetString(PyExc_ValueError, engram_errmsg());
-        return NULL;
-    }
-    return ext_raise(rc, err->what);
-}
-
-int ext_cuda_check(ext_cuda *c, engram_cuda_report *rep)
+static int gpu_check(ext_cuda *c, engram_cuda_report *rep)
 {
     int rc;
-    if (!c)
-        return 0;
     Py_BEGIN_ALLOW_THREADS
     rc = engram_cuda_check(c->ctx, rep);
     Py_END_ALLOW_THREADS
     return rc;
 }
 
-int ext_cuda_stats(const ext_cuda *c, struct engram_cuda_stats *out)
+static int gpu_stats(const ext_cuda *c, struct engram_cuda_stats *out)
 {
-    return c && engram_cuda_get_stats(c->ctx, out) == 0;
+    return engram_cuda_get_stats(c->ctx, out) == 0;
 }
 
-void ext_cuda_close(ext_cuda *c)
+static void gpu_close(ext_cuda *c)
 {
     int prev = 0;
-    if (!c)
-        return;
     /* Lookups enqueued on the GPU may still read the registered tables
      * and the plans: let the device finish before unregistering them. */
     Py_BEGIN_ALLOW_THREADS
@@ -284,6 +231,92 @@ void ext_cuda_close(ext_cuda *c)
     engram_cuda_close(c->ctx); /* destroys the plans too */
     Py_END_ALLOW_THREADS
     free(c);
+}
+
+/* ---- the module ------------------------------------------------------------------ */
+
+/* libengram's functions in _engram (set by attach(), before any other call;
+ * the same table every time). */
+static const ext_core_api *core;
+
+static int gpu_attach(const ext_core_api *c)
+{
+    if (!c || c->abi != EXT_CUDA_ABI || c->size != sizeof *c)
+        return -1;
+    core = c;
+    return 0;
+}
+
+static const ext_cuda_api api = {
+    .abi = EXT_CUDA_ABI,
+    .size = sizeof(ext_cuda_api),
+    .attach = gpu_attach,
+    .lookup = gpu_lookup,
+    .check = gpu_check,
+    .stats = gpu_stats,
+    .close = gpu_close,
+};
+
+PyDoc_STRVAR(module_doc, "engramstore._engram_cuda: lookups into GPU memory, loaded by "
+                         "engramstore._engram at the first one.  Nothing here is called "
+                         "directly.");
+
+static PyModuleDef moddef = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = EXT_CUDA_MODULE,
+    .m_doc = module_doc,
+    .m_size = 0,
+};
+
+PyMODINIT_FUNC PyInit__engram_cuda(void);
+PyMODINIT_FUNC PyInit__engram_cuda(void)
+{
+    PyObject *m = PyModule_Create(&moddef), *cap;
+    if (!m)
+        return NULL;
+    cap = PyCapsule_New((void *)(uintptr_t)&api, EXT_CUDA_CAPSULE, NULL);
+    if (!cap || PyModule_AddObjectRef(m, "_api", cap) < 0) {
+        Py_XDECREF(cap);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_DECREF(cap);
+    return m;
+}
+
+/* ---- libengram, through _engram ---------------------------------------------------
+ * The five functions libengram_cuda calls, over the table attach() was
+ * given (hidden: nothing outside this module binds to them). */
+
+int engram_lookup(engram_store *st, const engram_lookup_args *args)
+{
+    return core->lookup(st, args);
+}
+
+int engram_table_memory(engram_store *st, engram_table_id id, const void **base,
+                        engram_table_spec *spec)
+{
+    return core->table_memory(st, id, base, spec);
+}
+
+const char *engram_errmsg(void)
+{
+    return core->errmsg();
+}
+
+int engram__check_out_layout(size_t R, size_t T, size_t K, ptrdiff_t ost, ptrdiff_t osk)
+{
+    return core->check_out_layout(R, T, K, ost, osk);
+}
+
+int engram__err(int code, const char *fmt, ...)
+{
+    char msg[512]; /* the size of the library's own message */
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return core->err(code, "%s", msg);
 }
 
 #endif /* ENGRAMSTORE_HAVE_CUDA */

@@ -8,7 +8,12 @@
  *            methods are in store_lookup.c (lookups), store_tables.c
  *            (tables: populate, bind, define, queries) and store_stats.c
  *            (stats), and store.h is what these four share
- * cuda.c     lookups into GPU memory through libengram_cuda (CUDA builds)
+ * cuda_load.c  the GPU lookups' side in this module (CUDA builds): their
+ *            stream argument, their errors, and the loading of the CUDA
+ *            runtime and of the GPU module at the first one
+ * cuda.c     that GPU module, engramstore._engram_cuda: lookups into GPU
+ *            memory through libengram_cuda (a module of its own, and the
+ *            only one that links the CUDA runtime)
  */
 #ifndef ENGRAMSTORE_EXT_H
 #define ENGRAMSTORE_EXT_H
@@ -28,9 +33,15 @@ extern PyObject *ext_EngramError;
 extern PyObject *ext_StoreClosedError;
 
 /* Raises the exception that matches library code `rc` (negative), with
- * `what` (may be NULL) and engram_errmsg() as the message, and sets its
- * `errno` attribute to -rc.  Returns NULL for `return ext_raise(...)`. */
+ * `what` (may be NULL) and engram_errmsg() (in the package's terms, see
+ * ext_python_terms()) as the message, and sets its `errno` attribute to
+ * -rc.  Returns NULL for `return ext_raise(...)`. */
 PyObject *ext_raise(int rc, const char *what);
+
+/* The library's message `msg` in the package's terms (its C names, such
+ * as ENGRAM_OPEN_CREATE, replaced by the Python ones, create=True), in
+ * buf (truncated to len); returns buf.  ext_raise() applies it. */
+const char *ext_python_terms(const char *msg, char *buf, size_t len);
 
 /* The exception class for library code `rc` (borrowed). */
 PyObject *ext_exc_for(int rc);
@@ -152,7 +163,19 @@ PyObject *ext_source_take_exception(void);
 PyObject *ext_source_group(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
 extern const char ext_source_group_doc[];
 
-/* ---- cuda.c (ENGRAMSTORE_HAVE_CUDA builds) ------------------------------ */
+/* ---- GPU lookups (ENGRAMSTORE_HAVE_CUDA builds) ----------------------------
+ *
+ * They live in a module of their own, engramstore._engram_cuda (cuda.c
+ * over libengram_cuda), which links the CUDA runtime; this module does
+ * not, so `import engramstore` and every host lookup work where the
+ * runtime is missing.  cuda_load.c loads the runtime and imports that
+ * module at the first lookup into GPU memory, and raises ImportError
+ * saying what is missing if it cannot.  The two modules meet through two
+ * tables of functions, exchanged once: ext_cuda_api (the GPU module's
+ * functions, in its capsule `_api`) and ext_core_api (the functions of
+ * libengram that libengram_cuda calls, from the one copy of the library
+ * linked into this module, so that both modules work on the same stores
+ * and report through the same per-thread message). */
 
 typedef struct ext_cuda ext_cuda;
 struct engram_cuda_report;
@@ -179,15 +202,21 @@ typedef struct ext_cuda_call {
     const void *ptr[2];   /* ids, out: device addresses */
     int device[2];        /* their GPUs as the arrays said (DLPack), or -1 */
 } ext_cuda_call;
+
+/* Loads the CUDA runtime and the GPU module, once: 0, or -1 with
+ * ImportError naming what is missing.  Imports a module (runs Python
+ * code), so call it before entering the store. */
+int ext_cuda_load(void);
 /* Enqueues lookup `a` (ids and out in device memory) on call->stream,
  * after the work already enqueued on each producer stream of call->wait,
  * on the arrays' GPU, creating the store's CUDA context in *slot there on
  * first use; engram_cuda_lookup_tables() keeps the plans (and refuses a
  * first lookup of a's tables and offsets while the stream is being
- * captured into a graph).  Called with the GIL held and the store entered;
- * releases the GIL around library calls and creates no Python object (see
- * cuda.c).  0, or an engram error code with *err (zeroed by the caller)
- * filled in: raise it with ext_cuda_raise() once the store is left. */
+ * captured into a graph).  Needs ext_cuda_load() first.  Called with the
+ * GIL held and the store entered; releases the GIL around library calls
+ * and creates no Python object (see cuda.c).  0, or an engram error code
+ * with *err (zeroed by the caller) filled in: raise it with
+ * ext_cuda_raise() once the store is left. */
 int ext_cuda_lookup(ext_cuda **slot, engram_store *st, const engram_lookup_args *a,
                     const ext_cuda_call *call, ext_cuda_error *err);
 /* Raises the error of a failed ext_cuda_lookup() (-EINVAL as ValueError);
@@ -201,8 +230,44 @@ int ext_cuda_check(ext_cuda *c, struct engram_cuda_report *rep);
 /* Fills *out with the context's counters: 1, or 0 if there is no
  * context (no GPU lookup yet).  Creates no Python object. */
 int ext_cuda_stats(const ext_cuda *c, struct engram_cuda_stats *out);
-/* Waits for the context's device, then closes the context and its plans. */
+/* Waits for the context's device, then closes the context and its plans.
+ * NULL (no GPU lookup yet) does nothing. */
 void ext_cuda_close(ext_cuda *c);
+
+/* The seam between the two modules.  Both tables start with the ABI
+ * number and their size: a GPU module of another build is refused. */
+#define EXT_CUDA_ABI 1
+
+/* The functions of libengram that libengram_cuda calls (cuda.c defines
+ * them over this table). */
+typedef struct ext_core_api {
+    unsigned abi;
+    size_t size;
+    int (*lookup)(engram_store *st, const engram_lookup_args *args);
+    int (*table_memory)(engram_store *st, engram_table_id id, const void **base,
+                        engram_table_spec *spec);
+    int (*err)(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+    const char *(*errmsg)(void);
+    int (*check_out_layout)(size_t R, size_t T, size_t K, ptrdiff_t ost, ptrdiff_t osk);
+} ext_core_api;
+
+/* The GPU module's functions: ext_cuda_lookup() and the others above call
+ * these.  attach() hands it the core table; 0, or -1 if it is not one the
+ * module can use. */
+typedef struct ext_cuda_api {
+    unsigned abi;
+    size_t size;
+    int (*attach)(const ext_core_api *core);
+    int (*lookup)(ext_cuda **slot, engram_store *st, const engram_lookup_args *a,
+                  const ext_cuda_call *call, ext_cuda_error *err);
+    int (*check)(ext_cuda *c, struct engram_cuda_report *rep);
+    int (*stats)(const ext_cuda *c, struct engram_cuda_stats *out);
+    void (*close)(ext_cuda *c);
+} ext_cuda_api;
+
+/* The GPU module and the name of its capsule of ext_cuda_api. */
+#define EXT_CUDA_MODULE "engramstore._engram_cuda"
+#define EXT_CUDA_CAPSULE EXT_CUDA_MODULE "._api"
 #endif
 
 #endif

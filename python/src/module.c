@@ -96,11 +96,53 @@ static PyObject *raise_msg(PyObject *cls, int rc, PyObject *msg)
     return NULL;
 }
 
+/* The library's messages name its C API; the package's users know the
+ * Python names.  Each row: a phrase of a library message that can reach
+ * Python, and what to say instead.  Whole phrases, with the words around
+ * the C name, so that a table or namespace that happens to be called
+ * ENGRAM_OPEN_CREATE is quoted as it is. */
+static const char *const python_terms[][2] = {
+    {"(open with ENGRAM_OPEN_CREATE)", "(open with create=True)"},
+    {"with ENGRAM_OPEN_GROUP another", "with group=True another"},
+    {"ENGRAM_OPEN_FILE_CACHE reads rows on demand and ENGRAM_OPEN_PRIVATE_HUGE copies",
+     "file_cache=True reads rows on demand and huge_pages=True copies"},
+    {"engram_lookup() called from inside", "lookup() called from inside"},
+    {"(engram_add_source)", "(add_source)"},
+    {"; use engram_bind()", "; use bind()"},
+};
+
+const char *ext_python_terms(const char *msg, char *buf, size_t len)
+{
+    size_t o = 0;
+    if (len == 0)
+        return "";
+    while (*msg && o + 1 < len) {
+        size_t i, n = 0;
+        for (i = 0; i < sizeof python_terms / sizeof python_terms[0]; i++) {
+            n = strlen(python_terms[i][0]);
+            if (strncmp(msg, python_terms[i][0], n) == 0)
+                break;
+        }
+        if (i < sizeof python_terms / sizeof python_terms[0]) {
+            const char *t = python_terms[i][1];
+            while (*t && o + 1 < len)
+                buf[o++] = *t++;
+            msg += n;
+        } else {
+            buf[o++] = *msg++;
+        }
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
 PyObject *ext_raise(int rc, const char *what)
 {
+    char buf[1024];
     const char *detail = engram_errmsg();
     if (!detail || !detail[0])
         detail = engram_strerror(rc);
+    detail = ext_python_terms(detail, buf, sizeof buf);
     if (rc == -ENOMEM)
         return PyErr_Format(PyExc_MemoryError, "%s%s%s", what ? what : "", what ? ": " : "",
                             detail);
@@ -239,7 +281,7 @@ static int add_codes(PyObject *m)
     return 0;
 }
 
-PyDoc_STRVAR(strerror_doc, "strerror(errno) -> str\n\n"
+PyDoc_STRVAR(strerror_doc, "strerror($module, errno, /)\n--\n\n"
                            "The library's fixed description of an error number (the `errno` of "
                            "an EngramError).");
 
@@ -254,7 +296,7 @@ static PyObject *mod_strerror(PyObject *self, PyObject *arg)
     return PyUnicode_FromString(engram_strerror(-(int)e));
 }
 
-PyDoc_STRVAR(default_root_doc, "default_root() -> str\n\n"
+PyDoc_STRVAR(default_root_doc, "default_root($module, /)\n--\n\n"
                                "The default root directory of namespaces: /dev/shm/engram when "
                                "/dev/shm exists, else /tmp/engram.");
 
@@ -266,7 +308,7 @@ static PyObject *mod_default_root(PyObject *self, PyObject *unused)
 }
 
 PyDoc_STRVAR(check_capacity_doc,
-"check_capacity(dir, specs) -> None\n\n"
+"check_capacity($module, dir, specs, /)\n--\n\n"
 "Raises EngramError (errno ENOSPC) with the bytes needed, the bytes available\n"
 "and the fix unless tables of `specs` ((num_rows, row_bytes, row_pitch)\n"
 "tuples) fit in directory `dir`: its file system's free space and, on a\n"
@@ -320,8 +362,8 @@ fail:
 }
 
 PyDoc_STRVAR(shard_plan_doc,
-"shard_plan(num_heads, reads, tp, dp, flags) -> list[tuple[int, int, int]]\n\n"
-"engram_shard_plan(): (first_head, num_heads, reads) per shard.  reads: a\n"
+"shard_plan($module, num_heads, reads, tp, dp, flags, /)\n--\n\n"
+"engram_shard_plan(): a list of (first_head, num_heads, reads) per shard.  reads: a\n"
 "sequence of num_heads ints, or None.  engramstore.shard_plan() is the\n"
 "friendlier form.");
 
@@ -380,14 +422,177 @@ out:
     return res;
 }
 
+PyDoc_STRVAR(namespace_usage_doc,
+"namespace_usage($module, root, ns, /)\n--\n\n"
+"engram_namespace_usage(): (users, stale_leases, last_used_ns, first_user).\n"
+"engramstore.namespace_usage() is the friendlier form.");
+
+static PyObject *mod_namespace_usage(PyObject *self, PyObject *args)
+{
+    PyObject *rootb = NULL, *root_o;
+    const char *ns;
+    engram_namespace_use u = ENGRAM_NAMESPACE_USE_INIT;
+    int rc;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "Os", &root_o, &ns) || ext_path_arg(root_o, "root", &rootb) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = engram_namespace_usage(PyBytes_AS_STRING(rootb), ns, &u);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(rootb);
+    if (rc != 0)
+        return ext_raise(rc, NULL);
+    return Py_BuildValue("(IIKs)", u.users, u.stale_leases, (unsigned long long)u.last_used_ns,
+                         u.first_user);
+}
+
+/* What engram_namespace_gc() reported, kept while the GIL is released. */
+struct gc_list {
+    size_t n, cap;
+    struct gc_item {
+        char *ns, *detail;
+        int code;
+    } *v;
+    int nomem;
+};
+
+static void gc_collect(void *ud, const char *ns, int code, const char *detail)
+{
+    struct gc_list *l = ud;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 16;
+        struct gc_item *v = realloc(l->v, cap * sizeof *v);
+        if (!v) {
+            l->nomem = 1;
+            return;
+        }
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n].ns = strdup(ns);
+    l->v[l->n].detail = strdup(detail ? detail : "");
+    l->v[l->n].code = code;
+    if (!l->v[l->n].ns || !l->v[l->n].detail) {
+        free(l->v[l->n].ns);
+        free(l->v[l->n].detail);
+        l->nomem = 1;
+        return;
+    }
+    l->n++;
+}
+
+PyDoc_STRVAR(namespace_gc_doc,
+"namespace_gc($module, root, idle_s, dry_run, /)\n--\n\n"
+"engram_namespace_gc(): a list of (namespace, code, detail), code 0 removed\n"
+"(or would be), 1 kept, or a negative error.  engramstore.gc() is the\n"
+"friendlier form.");
+
+static PyObject *mod_namespace_gc(PyObject *self, PyObject *args)
+{
+    PyObject *rootb = NULL, *root_o, *res = NULL;
+    unsigned long long idle;
+    int dry_run, rc;
+    struct gc_list l = {0};
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OKp", &root_o, &idle, &dry_run) ||
+        ext_path_arg(root_o, "root", &rootb) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = engram_namespace_gc(PyBytes_AS_STRING(rootb), idle, dry_run ? ENGRAM_GC_DRY_RUN : 0,
+                             gc_collect, &l);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(rootb);
+    if (rc != 0)
+        ext_raise(rc, NULL);
+    else if (l.nomem)
+        PyErr_NoMemory();
+    else if ((res = PyList_New((Py_ssize_t)l.n)) != NULL)
+        for (size_t i = 0; i < l.n; i++) {
+            PyObject *t = Py_BuildValue("(sis)", l.v[i].ns, l.v[i].code, l.v[i].detail);
+            if (!t) {
+                Py_CLEAR(res);
+                break;
+            }
+            PyList_SET_ITEM(res, (Py_ssize_t)i, t);
+        }
+    for (size_t i = 0; i < l.n; i++) {
+        free(l.v[i].ns);
+        free(l.v[i].detail);
+    }
+    free(l.v);
+    return res;
+}
+
+PyDoc_STRVAR(namespace_list_doc,
+"namespace_list($module, root, /)\n--\n\n"
+"engram_namespace_list(): the namespaces under root, sorted.");
+
+static PyObject *mod_namespace_list(PyObject *self, PyObject *root_o)
+{
+    PyObject *rootb = NULL, *res = NULL;
+    char **names = NULL;
+    size_t count = 0;
+    int rc;
+    (void)self;
+    if (ext_path_arg(root_o, "root", &rootb) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = engram_namespace_list(PyBytes_AS_STRING(rootb), &names, &count);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(rootb);
+    if (rc != 0)
+        return ext_raise(rc, NULL);
+    if ((res = PyList_New((Py_ssize_t)count)) != NULL)
+        for (size_t i = 0; i < count; i++) {
+            PyObject *o = PyUnicode_DecodeFSDefault(names[i]);
+            if (!o) {
+                Py_CLEAR(res);
+                break;
+            }
+            PyList_SET_ITEM(res, (Py_ssize_t)i, o);
+        }
+    engram_free(names);
+    return res;
+}
+
+PyDoc_STRVAR(namespace_remove_doc,
+"namespace_remove($module, root, ns, flags, /)\n--\n\n"
+"engram_namespace_remove().  engramstore.remove_namespace() is the friendlier\n"
+"form.");
+
+static PyObject *mod_namespace_remove(PyObject *self, PyObject *args)
+{
+    PyObject *rootb = NULL, *root_o;
+    const char *ns;
+    unsigned int flags;
+    int rc;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OsI", &root_o, &ns, &flags) ||
+        ext_path_arg(root_o, "root", &rootb) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = engram_namespace_remove(PyBytes_AS_STRING(rootb), ns, flags);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(rootb);
+    if (rc != 0)
+        return ext_raise(rc, NULL);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"namespace_usage", mod_namespace_usage, METH_VARARGS, namespace_usage_doc},
+    {"namespace_gc", mod_namespace_gc, METH_VARARGS, namespace_gc_doc},
+    {"namespace_list", mod_namespace_list, METH_O, namespace_list_doc},
+    {"namespace_remove", mod_namespace_remove, METH_VARARGS, namespace_remove_doc},
     {"shard_plan", mod_shard_plan, METH_VARARGS, shard_plan_doc},
     {"check_capacity", (PyCFunction)(void (*)(void))mod_check_capacity, METH_FASTCALL,
      check_capacity_doc},
     {"strerror", mod_strerror, METH_O, strerror_doc},
     {"default_root", mod_default_root, METH_NOARGS, default_root_doc},
     {"_check_rows", (PyCFunction)(void (*)(void))ext_check_rows, METH_FASTCALL,
-     "_check_rows(rows, arg, num_rows, row_bytes): checks a layer buffer, copying nothing."},
+     "_check_rows($module, rows, arg, num_rows, row_bytes, /)\n--\n\n"
+     "Checks a layer buffer (argument `arg`: a C-contiguous uint8 [num_rows, row_bytes] "
+     "array), copying nothing."},
     {"_source_group", (PyCFunction)(void (*)(void))ext_source_group, METH_FASTCALL,
      ext_source_group_doc},
     {NULL, NULL, 0, NULL},

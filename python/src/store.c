@@ -73,7 +73,7 @@ int ext_store_parse_args(const char *fn, PyObject *const *args, Py_ssize_t nargs
 /* ---- open and close ---------------------------------------------------- */
 
 PyDoc_STRVAR(close_doc,
-"close() -> None\n\n"
+"close($self, /)\n--\n\n"
 "Closes the store: waits for lookups running in other threads to finish, then\n"
 "unmaps every table and releases bound arrays.  Later calls raise\n"
 "StoreClosedError.  Closing twice is allowed.");
@@ -180,7 +180,7 @@ static int Store_init(StoreObject *s, PyObject *args, PyObject *kw)
     engram_store *st = NULL;
     const char *cns = NULL, *cdir = NULL;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OO$ppppppppipOOOOOpOO:Store", kwlist, &ns,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OO$ppppppppipOOOOOpOO:EngramStore", kwlist, &ns,
                                      &dir, &create, &prefault, &rnd, &huge, &mlck, &verify,
                                      &timing, &group, &threads, &fcache, &cb, &qd, &redis, &ruser,
                                      &rpass, &rtagged, &rchunk, &rto))
@@ -195,7 +195,7 @@ static int Store_init(StoreObject *s, PyObject *args, PyObject *kw)
                             &queue_depth) < 0))
         return -1;
     if (s->st || atomic_load(&s->closing)) {
-        PyErr_SetString(PyExc_RuntimeError, "Store.__init__ called twice");
+        PyErr_SetString(PyExc_RuntimeError, "EngramStore.__init__ called twice");
         return -1;
     }
     if (threads < 0) {
@@ -357,9 +357,12 @@ static PyMethodDef Store_methods[] = {
     {"remove", (PyCFunction)ext_store_remove, METH_O, ext_store_remove_doc},
     {"verify", (PyCFunction)ext_store_verify, METH_O, ext_store_verify_doc},
     {"stats", (PyCFunction)ext_store_stats, METH_NOARGS, ext_store_stats_doc},
+    {"usage", (PyCFunction)ext_store_usage, METH_O, ext_store_usage_doc},
     {"close", (PyCFunction)Store_close, METH_NOARGS, close_doc},
-    {"__enter__", (PyCFunction)Store_enter, METH_NOARGS, NULL},
-    {"__exit__", (PyCFunction)(void (*)(void))Store_exit, METH_FASTCALL, NULL},
+    {"__enter__", (PyCFunction)Store_enter, METH_NOARGS,
+     "__enter__($self, /)\n--\n\nReturns the store, for `with`."},
+    {"__exit__", (PyCFunction)(void (*)(void))Store_exit, METH_FASTCALL,
+     "__exit__($self, /, *exc_info)\n--\n\nCloses the store (see close())."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -370,11 +373,10 @@ static PyGetSetDef Store_getset[] = {
 };
 
 PyDoc_STRVAR(Store_doc,
-"Store(namespace=None, local_dir=None, *, create=True, prefault=False,\n"
-"      random=False, huge_pages=False, mlock=False, verify=False, timing=False,\n"
-"      group=False, threads=0, file_cache=False, cache_bytes=0, queue_depth=0,\n"
-"      redis=None, redis_user=None, redis_password=None, redis_tagged=False,\n"
-"      redis_chunk_bytes=0, redis_timeout_ms=0)\n\n"
+"Store(namespace=None, local_dir=None, *, create=True, prefault=False, random=False, "
+"huge_pages=False, mlock=False, verify=False, timing=False, group=False, threads=0, "
+"file_cache=False, cache_bytes=0, queue_depth=0, redis=None, redis_user=None, "
+"redis_password=None, redis_tagged=False, redis_chunk_bytes=0, redis_timeout_ms=0)\n--\n\n"
 "One namespace of tables: the directory local_dir/namespace (local_dir None with\n"
 "a namespace: the default root), or, with local_dir=None and namespace=None, a\n"
 "memory-only store that serves bound arrays, or, with redis='host:port,...',\n"

@@ -127,6 +127,8 @@ PyObject *ext_store_define(StoreObject *s, PyObject *const *args, Py_ssize_t nar
                            PyObject *kwnames);
 PyObject *ext_store_get_table_spec(StoreObject *s, PyObject *name);
 extern const char ext_store_populate_shared_doc[], ext_store_wait_for_doc[];
+extern const char ext_store_usage_doc[];
+PyObject *ext_store_usage(StoreObject *s, PyObject *name);
 PyObject *ext_store_populate_shared(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
                                     PyObject *kwnames);
 PyObject *ext_store_wait_for(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,

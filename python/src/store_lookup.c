@@ -386,7 +386,8 @@ resolved:
         call.ptr[1] = out.data;
         call.device[0] = ids.device_id;
         call.device[1] = out.device_id;
-        if (ext_cuda_stream(in->stream, &call.stream) < 0 || ext_store_enter(s) < 0)
+        if (ext_cuda_stream(in->stream, &call.stream) < 0 || ext_cuda_load() < 0 ||
+            ext_store_enter(s) < 0)
             goto out;
         rc = ext_cuda_lookup(&s->cuda, s->st, &a, &call, &cerr);
         ext_store_leave(s);
@@ -433,7 +434,7 @@ out:
 }
 
 const char ext_store_lookup_doc[] = PyDoc_STR(
-"lookup(tables, ids, out, offsets=None, stream=None, *, zero_dead=False) -> None\n\n"
+"lookup($self, tables, ids, out, offsets=None, stream=None, *, zero_dead=False)\n--\n\n"
 "Gathers rows: for every token t and column k, the row ids[t, k] - offsets[k]\n"
 "of table tables[k] is copied to out[t, k].\n\n"
 "tables: list or tuple of K table names (names may repeat).\n"
@@ -481,7 +482,7 @@ PyObject *ext_store_lookup(StoreObject *s, PyObject *const *args, Py_ssize_t nar
 }
 
 const char ext_store_lookup_layer_doc[] = PyDoc_STR(
-"_lookup_layer(tables, row_ids, output) -> None\n\n"
+"_lookup_layer($self, tables, row_ids, output, /)\n--\n\n"
 "The layer API's lookup: row_ids int64 C-contiguous [B, L, H], output\n"
 "uint8 [B, L, H, row_bytes]; tables names the H tables.  Used by\n"
 "engramstore.EngramStore.lookup_into.");
@@ -507,7 +508,7 @@ PyObject *ext_store_lookup_layer(StoreObject *s, PyObject *const *args, Py_ssize
 }
 
 const char ext_store_cuda_check_doc[] = PyDoc_STR(
-"cuda_check() -> None\n\n"
+"cuda_check($self, /)\n--\n\n"
 "GPU lookups cannot raise for a bad id: the kernel skips it (its output row is\n"
 "left untouched) and keeps the first one.  After synchronising with the\n"
 "lookups to check, cuda_check() raises BadIdError naming that id (position,\n"

@@ -198,7 +198,7 @@ static void group_capsule_free(PyObject *cap)
 }
 
 const char ext_source_group_doc[] = PyDoc_STR(
-"_source_group(read_rows, row_bytes) -> group\n\n"
+"_source_group($module, read_rows, row_bytes, /)\n--\n\n"
 "A group of source tables of row_bytes-byte rows served by one callable:\n"
 "pass it as _add_source's read_rows.  A lookup then reads the rows of all\n"
 "the group's tables in one call, read_rows(rows, out, tables), where\n"
@@ -240,7 +240,7 @@ PyObject *ext_source_group(PyObject *mod, PyObject *const *args, Py_ssize_t narg
 }
 
 const char ext_store_add_source_doc[] = PyDoc_STR(
-"_add_source(name, num_rows, row_bytes, read_rows, cache_bytes=0) -> None\n\n"
+"_add_source($self, name, num_rows, row_bytes, read_rows, cache_bytes=0)\n--\n\n"
 "Adds table `name` of num_rows rows of row_bytes bytes, served by the\n"
 "callable read_rows(rows, out): rows is a memoryview of uint64 row numbers\n"
 "(distinct, validated), out a writable memoryview of bytes [len(rows),\n"

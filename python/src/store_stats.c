@@ -11,7 +11,7 @@
 #endif
 
 const char ext_store_stats_doc[] = PyDoc_STR(
-"stats() -> dict\n\n"
+"stats($self, /)\n--\n\n"
 "The store's counters (lookups, failed, rows, dead_rows, bytes, parallel,\n"
 "time_ns, threads, tables_open, mapped_bytes, and removed_tables and\n"
 "removed_bytes: removed tables whose memory is still held) and, under\n"
@@ -28,6 +28,45 @@ const char ext_store_stats_doc[] = PyDoc_STR(
 "store is a namespace of a Redis Cluster, then its client's counters: nodes,\n"
 "batches, gets, commands, moved, ask, retries, connects, conn_errors,\n"
 "map_refreshes, timeouts.");
+
+const char ext_store_usage_doc[] = PyDoc_STR(
+"usage($self, name, /)\n--\n\n"
+"A dict: who holds the memory of table file `name` (open or not): processes (that\n"
+"map it, this one included), unreadable (processes whose maps this one may\n"
+"not read), rss_bytes and pss_bytes (this process's), total_pss_bytes (the\n"
+"resident bytes all of them map, each page once), file_bytes (its blocks),\n"
+"and cgroup: the memory cgroup its pages are charged to (the one of the\n"
+"process that wrote them), None where it cannot be told (it needs\n"
+"CAP_SYS_ADMIN), with cgroup_pages of sampled_pages.  Walks /proc: not for a\n"
+"hot path.");
+
+PyObject *ext_store_usage(StoreObject *s, PyObject *name)
+{
+    engram_table_usage u = ENGRAM_TABLE_USAGE_INIT;
+    const char *cname;
+    int rc;
+    if (!PyUnicode_Check(name))
+        return PyErr_Format(PyExc_TypeError, "name: expected a str, got %.100s",
+                            Py_TYPE(name)->tp_name);
+    if (!(cname = ext_utf8_arg(name, "name")))
+        return NULL;
+    if (ext_store_enter(s) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = engram_get_table_usage(s->st, cname, &u);
+    ext_store_leave(s);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        return ext_raise(rc, NULL);
+    return Py_BuildValue("{s:I,s:I,s:K,s:K,s:K,s:K,s:N,s:I,s:I}", "processes", u.processes,
+                         "unreadable", u.unreadable, "rss_bytes",
+                         (unsigned long long)u.rss_bytes, "pss_bytes",
+                         (unsigned long long)u.pss_bytes, "total_pss_bytes",
+                         (unsigned long long)u.total_pss_bytes, "file_bytes",
+                         (unsigned long long)u.file_bytes, "cgroup",
+                         u.cgroup[0] ? PyUnicode_DecodeFSDefault(u.cgroup) : Py_NewRef(Py_None),
+                         "cgroup_pages", u.cgroup_pages, "sampled_pages", u.sampled_pages);
+}
 
 PyObject *ext_store_stats(StoreObject *s, PyObject *unused)
 {

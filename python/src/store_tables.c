@@ -263,7 +263,7 @@ fail:
 }
 
 const char ext_store_populate_doc[] = PyDoc_STR(
-"populate(name, rows) -> None\n\n"
+"populate($self, name, rows)\n--\n\n"
 "Stores rows (uint8 [num_rows, row_bytes], rows stored one after another) as\n"
 "table `name`: create-only and atomic.  If the name was declared (tables= or\n"
 "define()), the shape must match it; otherwise the shape is the spec.  Raises\n"
@@ -300,13 +300,13 @@ PyObject *ext_store_populate(StoreObject *s, PyObject *const *args, Py_ssize_t n
 }
 
 const char ext_store_populate_shared_doc[] = PyDoc_STR(
-"populate_shared(name, rows) -> bool\n\n"
+"populate_shared($self, name, rows)\n--\n\n"
 "populate() for every process of a node at once, with no leader and no\n"
 "barrier: exactly one of them writes the table and the others reuse it.  If\n"
 "the table is published, it is compared with rows (spec and data checksum);\n"
 "if another live process is writing it, this waits for that writer and then\n"
 "compares; if that writer dies, this one writes it.  Returns True if this\n"
-"call wrote the table, False if it reused it.  Raises LayoutMismatchError if\n"
+"call wrote the table (a bool), False if it reused it.  Raises LayoutMismatchError if\n"
 "the published table has another shape or other rows.  The GIL is released.");
 
 PyObject *ext_store_populate_shared(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
@@ -337,7 +337,7 @@ PyObject *ext_store_populate_shared(StoreObject *s, PyObject *const *args, Py_ss
 }
 
 const char ext_store_wait_for_doc[] = PyDoc_STR(
-"wait_for(name, timeout=None) -> None\n\n"
+"wait_for($self, name, timeout=None)\n--\n\n"
 "Waits until table `name` is published in the namespace (by any process),\n"
 "for at most `timeout` seconds (None: no limit; 0: no wait), sleeping on\n"
 "inotify events of the directory rather than polling: ranks can block on a\n"
@@ -387,7 +387,7 @@ static void hold_destroy(PyObject *cap)
 }
 
 const char ext_store_bind_doc[] = PyDoc_STR(
-"bind(name, rows) -> None\n\n"
+"bind($self, name, rows)\n--\n\n"
 "Serves caller memory as table `name` without copying: rows is a uint8\n"
 "[num_rows, row_bytes] array (any row stride >= row_bytes, e.g. an np.memmap).\n"
 "The store keeps a reference to it until close(); its contents must not change\n"
@@ -485,7 +485,7 @@ PyObject *ext_check_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 }
 
 const char ext_store_open_safetensors_doc[] = PyDoc_STR(
-"open_safetensors(name, path, weight, scale=None, row_start=0, row_end=0) -> None\n\n"
+"open_safetensors($self, name, path, weight, scale=None, row_start=0, row_end=0)\n--\n\n"
 "Serves rows of a safetensors checkpoint as table `name`, read on demand\n"
 "through the store's row cache (no copy of the checkpoint): row i is row\n"
 "row_start + i of tensor `weight` followed by the same row of `scale` (e.g.\n"
@@ -534,7 +534,7 @@ PyObject *ext_store_open_safetensors(StoreObject *s, PyObject *const *args, Py_s
 /* ---- definitions and queries ------------------------------------------- */
 
 const char ext_store_define_doc[] = PyDoc_STR(
-"define(name, num_rows, row_bytes, row_pitch=0) -> None\n\n"
+"define($self, name, num_rows, row_bytes, row_pitch=0)\n--\n\n"
 "Declares table `name` with its spec.  If the table is already stored, the\n"
 "spec must match it (LayoutMismatchError otherwise); a name declared twice must\n"
 "be declared the same way.  Declared tables are checked again when they are\n"
@@ -619,11 +619,14 @@ static const char *kind_name(uint32_t kind)
 }
 
 const char ext_store_get_table_spec_doc[] = PyDoc_STR(
-"get_table_spec(name) -> dict\n\n"
+"get_table_spec($self, name, /)\n--\n\n"
 "The spec of table `name`: num_rows, row_bytes, row_pitch, and `stored` (False\n"
 "for a name that is declared but not populated yet).  Stored tables also give\n"
 "kind ('file', 'bound', 'safetensors', 'source' or 'redis'), data_size, checksum\n"
-"(XXH3-64) and created_ns.\n"
+"(XXH3-64), created_ns, and the global row range the table holds: row i is\n"
+"row row_start + i of a tensor of total_rows rows (a TP shard, a layer's head;\n"
+"look it up with offsets=[row_start] to use global ids), or 0 and 0 when no\n"
+"range was recorded.\n"
 "Raises TableNotFoundError for a name neither stored nor declared.");
 
 PyObject *ext_store_get_table_spec(StoreObject *s, PyObject *name)
@@ -639,13 +642,15 @@ PyObject *ext_store_get_table_spec(StoreObject *s, PyObject *name)
     rc = ext_store_table_info(s, cname, &info);
     ext_store_leave(s);
     if (rc == 0)
-        return Py_BuildValue("{s:K,s:I,s:I,s:O,s:s,s:K,s:K,s:K}", "num_rows",
+        return Py_BuildValue("{s:K,s:I,s:I,s:O,s:s,s:K,s:K,s:K,s:K,s:K}", "num_rows",
                              (unsigned long long)info.spec.num_rows, "row_bytes",
                              info.spec.row_bytes, "row_pitch", info.spec.row_pitch, "stored",
                              Py_True, "kind", kind_name(info.kind), "data_size",
                              (unsigned long long)info.data_size, "checksum",
                              (unsigned long long)info.checksum, "created_ns",
-                             (unsigned long long)info.created_ns);
+                             (unsigned long long)info.created_ns, "row_start",
+                             (unsigned long long)info.row_start, "total_rows",
+                             (unsigned long long)info.total_rows);
     if (rc == -ENOENT) {
         if ((d = declared_spec(s, name, &decl)) < 0)
             return NULL;
@@ -659,7 +664,7 @@ PyObject *ext_store_get_table_spec(StoreObject *s, PyObject *name)
 }
 
 const char ext_store_list_tables_doc[] = PyDoc_STR(
-"list_tables() -> list[str]\n\n"
+"list_tables($self, /)\n--\n\n"
 "The names of the stored and bound tables, sorted.");
 
 PyObject *ext_store_list_tables(StoreObject *s, PyObject *unused)
@@ -693,7 +698,7 @@ out:
 }
 
 const char ext_store_remove_doc[] = PyDoc_STR(
-"remove(name) -> None\n\n"
+"remove($self, name, /)\n--\n\n"
 "Unpublishes stored table `name` (the name is free again at once).  Other\n"
 "processes keep the mapping they have; this store's later lookups of the name\n"
 "find the table gone.  Bound tables cannot be removed (StateError).");
@@ -732,7 +737,7 @@ PyObject *ext_store_remove(StoreObject *s, PyObject *name)
 }
 
 const char ext_store_verify_doc[] = PyDoc_STR(
-"verify(name) -> None\n\n"
+"verify($self, name, /)\n--\n\n"
 "Re-reads stored table `name` and checks its header and data checksum\n"
 "(CorruptTableError if they disagree).  The GIL is released meanwhile.");
 

@@ -2,7 +2,8 @@
 # tests/cli/run.sh - end-to-end tests of the `engram` command-line tool.
 #
 # Drives the built binary ($ENGRAM_BIN) in a scratch directory (removed at
-# exit) with its own --root, and compares what it prints with known bytes:
+# exit) with its own --root (and runs the shell block of $ENGRAM_SRC/README.md
+# there), and compares what it prints with known bytes:
 # the pattern fill is computed independently (the expected hex below was
 # produced by a separate Python implementation of the formula in
 # `engram create --help`), raw and .npy inputs are written byte by byte with
@@ -19,6 +20,10 @@ fi
 case $ENGRAM_BIN in
 /*) ;;
 *) ENGRAM_BIN=$(pwd)/$ENGRAM_BIN ;;
+esac
+case ${ENGRAM_SRC:-/} in
+/*) ;;
+*) ENGRAM_SRC=$(pwd)/$ENGRAM_SRC ;;
 esac
 if [ ! -x "$ENGRAM_BIN" ]; then
     echo "cli: ENGRAM_BIN=$ENGRAM_BIN is not an executable" >&2
@@ -37,9 +42,18 @@ PASS=0
 FAIL=0
 HAVE_PY=0
 HAVE_NUMPY=0
-if command -v python3 >/dev/null 2>&1 && python3 -c 'import json' >/dev/null 2>&1; then
+# PY: a python3 with numpy if there is one (the one on PATH, else the
+# system's, which scripts/setup.sh gives numpy), else any python3.
+PY=python3
+for _py in python3 /usr/bin/python3; do
+    if command -v "$_py" >/dev/null 2>&1 && "$_py" -c 'import numpy' >/dev/null 2>&1; then
+        PY=$_py
+        break
+    fi
+done
+if command -v "$PY" >/dev/null 2>&1 && "$PY" -c 'import json' >/dev/null 2>&1; then
     HAVE_PY=1
-    if python3 -c 'import numpy' >/dev/null 2>&1; then
+    if "$PY" -c 'import numpy' >/dev/null 2>&1; then
         HAVE_NUMPY=1
     fi
 fi
@@ -96,10 +110,10 @@ fails_with() {
 usage_fails() {
     [ "$rc" -eq 2 ] && grep -q '^engram: ' err
 }
-json_ok() { python3 -m json.tool out >/dev/null 2>&1; }
+json_ok() { "$PY" -m json.tool out >/dev/null 2>&1; }
 # pycheck SCRIPT: runs a Python check (of ./out); shows why it failed.
 pycheck() {
-    python3 -c "$1" 2>pyerr && return 0
+    "$PY" -c "$1" 2>pyerr && return 0
     tail -n 1 pyerr | sed 's/^/  python: /'
     return 1
 }
@@ -138,11 +152,24 @@ HEX12="0: 01 02 03 04
 # Version and help.
 run_bare --version
 check "--version prints the version" eval 'rc_is 0 && out_has "^engram [0-9][0-9]*\.[0-9][0-9]*\.[0-9]"'
+cp out version.out
+# --version anywhere on the line, as --help: before any other check, and
+# nothing is done.
+for args in "ls --version" "lookup t 0 --version" "create t --rows 1 --row-bytes 1 --version" \
+    "ns rm x --version" "info --version t" "bench --bogus --version"; do
+    # shellcheck disable=SC2086
+    run $args
+    check "engram $args prints the version" eval 'rc_is 0 && cmp -s version.out out && err_empty'
+done
+check "create --version created nothing" eval '[ ! -e "$ROOT" ]'
+run lookup t 0 -- --version
+check "--version after -- is an argument" eval 'usage_fails'
 run_bare --help
 check "--help prints usage" eval 'rc_is 0 && out_has "^Usage: engram" && err_empty'
+check "--help names ENGRAM_ROOT and the progress interval" eval 'out_has "ENGRAM_ROOT" && out_has "ENGRAM_PROGRESS_SECS"'
 run_bare -h
 check "-h prints usage" eval 'rc_is 0 && out_has "^Usage: engram"'
-for c in create import ls info verify lookup rm bench demo; do
+for c in create import ls info verify lookup rm ns bench demo; do
     run_bare "$c" --help
     check "$c --help" eval 'rc_is 0 && out_has "^Usage: engram .*$c" && err_empty'
     run_bare help "$c"
@@ -240,20 +267,26 @@ check "demo with an argument -> 2" eval 'usage_fails'
 check "usage errors created nothing" eval '[ ! -e "$NS_DIR/t" ] && [ ! -e "$NS_DIR/a" ]'
 
 # ---------------------------------------------------------------------------
-# ls of a namespace that does not exist yet.
+# ls before anything exists: an error naming the missing root, not an empty
+# listing.
 run ls
-check "ls of a missing namespace is empty" eval 'rc_is 0 && out_is "NAME          ROWS  ROW_BYTES      PITCH  SIZE"'
+check "ls of a missing root -> 1, naming it" eval 'fails_with 1 "root directory $ROOT does not exist" && [ ! -s out ]'
 run ls --json
-check "ls --json of a missing namespace is []" eval 'rc_is 0 && out_is "[]"'
+check "ls --json of a missing root -> 1, no JSON" eval 'fails_with 1 "does not exist" && [ ! -s out ]'
 
 # ---------------------------------------------------------------------------
 # create + ls + info + lookup, with pattern bytes computed independently.
 run create t --rows 10 --row-bytes 12
-check "create t" eval 'rc_is 0 && err_empty'
+check "create t says what it made" eval 'rc_is 0 && err_empty && out_is "created t: 10 rows of 12 bytes (120 B)"'
 check "table file exists" test -f "$NS_DIR/t"
 run ls
 check "ls lists t" eval 'rc_is 0 && out_is "NAME          ROWS  ROW_BYTES      PITCH  SIZE
 t               10         12         12  120 B"'
+# A mistyped namespace: an error naming the path, with the closest name.
+run --ns defualt ls
+check "ls of a mistyped namespace -> 1, did you mean" eval 'fails_with 1 "namespace .defualt. does not exist in $ROOT; did you mean .default.?" && [ ! -s out ]'
+run --ns zzzzzzzz lookup t 0
+check "any command on a missing namespace -> 1, naming those there" eval 'fails_with 1 "lookup: namespace .zzzzzzzz. does not exist in $ROOT (namespaces there: .default.)"'
 run lookup t 0 3 9
 check "lookup pattern rows" eval 'rc_is 0 && out_is "0: 00 00 00 00 00 00 00 00 26 5a 2e 4e
 3: 03 00 00 00 00 00 00 00 0d ea 38 b7
@@ -305,11 +338,26 @@ S7_OFF=$(sed -n 's/^ *"data_offset": \([0-9][0-9]*\),$/\1/p' out)
 tail -c +$((S7_OFF + 1)) "$NS_DIR/s7" >s7.raw
 check "s7 rows cut out of the table file" eval '[ "$(wc -c <s7.raw)" -eq 10000000 ]'
 run import s7raw s7.raw --row-bytes 20
-check "import of a 10 MB raw file" eval 'rc_is 0'
+check "import of a 10 MB raw file" eval 'rc_is 0 && out_is "imported s7raw: 500000 rows of 20 bytes from s7.raw"'
+check "import: no progress lines when short and not on a terminal" err_empty
 make_npy s7.npy 1 "{'descr': '|u1', 'fortran_order': False, 'shape': (500000, 20), }" ''
 cat s7.raw >>s7.npy
-run import s7npy s7.npy
-check "import of a 10 MB .npy file" eval 'rc_is 0'
+# Progress when stderr is not a terminal: plain lines (here at every
+# step: ENGRAM_PROGRESS_SECS=0), then a final one; stdout is not mixed in.
+LAST="ENGRAM_PROGRESS_SECS=0 engram import s7npy s7.npy 2>file"
+ENGRAM_PROGRESS_SECS=0 "$ENGRAM_BIN" --root "$ROOT" import s7npy s7.npy >out 2>err
+rc=$?
+check "import of a 10 MB .npy file" eval 'rc_is 0 && out_is "imported s7npy: 500000 rows of 20 bytes from s7.npy"'
+check "non-terminal progress: a plain line per step (8 MiB chunks of 9.54 MiB)" \
+    eval '[ "$(grep -c "^import s7npy: *[0-9]*%, [0-9.]* [KMG]*i*B / 9.54 MiB, [0-9.]* [KMG]*i*B/s, ETA " err)" -eq 2 ]'
+check "non-terminal progress: percentages in order, ending at 100%" \
+    eval '[ "$(sed -n "s/^import s7npy: *\([0-9]*\)%.*/\1/p" err | tr "\n" " ")" = "83 100 " ]'
+check "non-terminal progress: a final line" eval 'tail -n 1 err | grep -q "^import s7npy: done, 9.54 MiB in [0-9.]*[smh].* ([0-9.]* [KMG]*i*B/s)$"'
+check "non-terminal progress: no terminal control characters" eval '! grep -q "$(printf "\r")" err && ! grep -q "$(printf "\033")" err'
+LAST="ENGRAM_PROGRESS_SECS=soon engram verify s7npy"
+ENGRAM_PROGRESS_SECS=soon "$ENGRAM_BIN" --root "$ROOT" verify s7npy >out 2>err
+rc=$?
+check "a bad ENGRAM_PROGRESS_SECS is a warning, once" eval 'rc_is 0 && out_is "s7npy: OK" && [ "$(grep -c "^engram: warning: ENGRAM_PROGRESS_SECS=.soon. is not a number" err)" -eq 1 ]'
 run lookup s7 0 419429 419430 499999
 cp out s7.out
 run lookup s7raw 0 419429 419430 499999
@@ -318,6 +366,8 @@ run lookup s7npy 0 419429 419430 499999
 check ".npy import reads back across chunks" eval 'rc_is 0 && cmp -s s7.out out'
 rm -f s7.raw s7.npy
 run rm s7raw s7npy
+check "rm says what it removed" eval 'rc_is 0 && out_is "removed s7raw
+removed s7npy"'
 
 # Pitch, zero and random fills.
 run create p --rows 4 --row-bytes 5 --pitch 8
@@ -362,18 +412,35 @@ if [ "$HAVE_PY" = 1 ]; then
     check "info --json values" pycheck '
 import json, sys
 d = json.load(open("out"))
+assert list(d)[0] == "schema" and d["schema"] == 1, d
 assert d["name"] == "t" and d["num_rows"] == 10 and d["row_bytes"] == 12, d
 assert d["data_size"] == 120 and d["data_offset"] % 4096 == 0, d
 assert len(d["checksum"]) == 16 and d["mapped"] is False, d
 '
+    cp out info_t.json
+    run info p --json
+    cp out info_p.json
     run ls --json
     check "ls --json is valid JSON" json_ok
     check "ls --json values" pycheck '
 import json
-d = {t["name"]: t for t in json.load(open("out"))}
-assert sorted(d) == ["p", "r1", "r2", "r3", "s7", "t", "z"], sorted(d)
-assert d["t"] == {"name": "t", "kind": "file", "rows": 10, "row_bytes": 12, "row_pitch": 12, "size": 120}, d["t"]
-assert d["p"]["row_pitch"] == 8 and d["p"]["size"] == 32, d["p"]
+j = json.load(open("out"))
+assert list(j) == ["schema", "root", "namespace", "tables", "skipped"], list(j)
+assert j["schema"] == 1 and j["namespace"] == "default" and j["root"].endswith("/root"), j
+assert j["skipped"] == [], j["skipped"]
+d = {t["name"]: t for t in j["tables"]}
+assert [t["name"] for t in j["tables"]] == ["p", "r1", "r2", "r3", "s7", "t", "z"], list(d)
+assert d["t"] == {"name": "t", "kind": "file", "num_rows": 10, "row_bytes": 12, "row_pitch": 12,
+                  "data_size": 120}, d["t"]
+assert d["p"]["row_pitch"] == 8 and d["p"]["data_size"] == 32, d["p"]
+'
+    check "ls and info --json: one set of keys, the same values" pycheck '
+import json
+tables = {t["name"]: t for t in json.load(open("out"))["tables"]}
+for name in ("t", "p"):
+    info = json.load(open("info_%s.json" % name))
+    for k, v in tables[name].items():
+        assert k in info and info[k] == v, (name, k, v, info.get(k))
 '
 else
     echo "cli: python3 not found: JSON syntax checks skipped"
@@ -425,15 +492,41 @@ check "lookup .npy v3 rows" eval 'rc_is 0 && out_is "5: 0b 0c"'
 run import bad v1.npy --row-bytes 3
 check ".npy with a different --row-bytes -> 1" eval 'fails_with 1 "row-bytes"'
 
+# Any plain dtype and shape: a row is the bytes of one entry of the first
+# dimension, as stored.
 make_npy f4.npy 1 "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 1), }" "$DATA12"
-run import bad f4.npy
-check ".npy dtype <f4 -> 1" eval 'fails_with 1 "<f4"'
-make_npy d3.npy 1 "{'descr': '|u1', 'fortran_order': False, 'shape': (2, 3, 2), }" "$DATA12"
-run import bad d3.npy
-check ".npy 3-D shape -> 1" eval 'fails_with 1 "(2, 3, 2)"'
-make_npy d1.npy 1 "{'descr': '|u1', 'fortran_order': False, 'shape': (12,), }" "$DATA12"
-run import bad d1.npy
-check ".npy 1-D shape -> 1" eval 'fails_with 1 "(12,)"'
+run import f4 f4.npy
+check "import .npy of dtype <f4 (rows of 4 bytes)" eval 'rc_is 0'
+run lookup f4 0 1 2
+check "lookup .npy <f4 rows: the bytes as stored" eval 'rc_is 0 && out_is "$HEX12"'
+make_npy d3.npy 1 "{'descr': '>i2', 'fortran_order': False, 'shape': (2, 3, 1), }" "$DATA12"
+run import d3 d3.npy --row-bytes 6
+check "import .npy 3-D >i2 (2, 3, 1): rows of 6 bytes" eval 'rc_is 0'
+run lookup d3 1
+check "lookup .npy 3-D rows" eval 'rc_is 0 && out_is "1: 07 08 09 0a 0b 0c"'
+make_npy d1.npy 1 "{'descr': '|V3', 'fortran_order': False, 'shape': (4,), }" "$DATA12"
+run import d1 d1.npy
+check "import .npy 1-D |V3: rows of one 3-byte element" eval 'rc_is 0'
+run lookup d1 3
+check "lookup .npy 1-D rows" eval 'rc_is 0 && out_is "3: 0a 0b 0c"'
+make_npy dt.npy 1 "{'descr': '<M8[ns]', 'fortran_order': False, 'shape': (1, 1), }" '\001\002\003\004\005\006\007\010'
+run import dt dt.npy
+check "import .npy datetime64[ns]" eval 'rc_is 0'
+make_npy du.npy 1 "{'descr': '<M8[n8AO3]', 'fortran_order': False, 'shape': (1, 1), }" '\001\002\003\004\005\006\007\010'
+run import bad du.npy
+check ".npy datetime64 of an unknown unit -> 1" eval 'fails_with 1 "M8\[n8AO3\]"'
+make_npy ob.npy 1 "{'descr': '|O', 'fortran_order': False, 'shape': (3, 1), }" "$DATA12"
+run import bad ob.npy
+check ".npy object dtype -> 1" eval 'fails_with 1 "object arrays hold pointers"'
+make_npy f3.npy 1 "{'descr': '<f3', 'fortran_order': False, 'shape': (4, 1), }" "$DATA12"
+run import bad f3.npy
+check ".npy dtype <f3 -> 1" eval 'fails_with 1 "<f3"'
+make_npy sc.npy 1 "{'descr': '|u1', 'fortran_order': False, 'shape': (), }" '\001'
+run import bad sc.npy
+check ".npy 0-D shape -> 1" eval 'fails_with 1 "scalar"'
+make_npy d4.npy 1 "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 2), }" "$DATA12"
+run import bad d4.npy
+check ".npy <f4 (3, 2) of 12 bytes -> 1 (truncated)" eval 'fails_with 1 "3 rows of 8 bytes"'
 make_npy fo.npy 1 "{'descr': '|u1', 'fortran_order': True, 'shape': (3, 4), }" "$DATA12"
 run import bad fo.npy
 check ".npy fortran_order True -> 1" eval 'fails_with 1 "fortran"'
@@ -485,7 +578,7 @@ check "failed imports left no file" eval '[ ! -e "$NS_DIR/bad" ]'
 
 # import: files written by numpy itself.
 if [ "$HAVE_NUMPY" = 1 ]; then
-    python3 -c '
+    "$PY" -c '
 import numpy as np
 a = (np.arange(35, dtype=np.uint32) * 37 % 256).astype(np.uint8).reshape(5, 7)
 np.save("np1.npy", a)
@@ -495,9 +588,13 @@ np.save("npf4.npy", a.astype(np.float32))
 np.save("npfo.npy", np.asfortranarray(a))
 np.save("np3d.npy", a[:4, :6].reshape(2, 2, 6))
 np.save("npi1.npy", a.astype(np.int8))
-with open("np.expected", "w") as f:
-    for i in range(5):
-        f.write("%d: %s\n" % (i, " ".join("%02x" % b for b in a[i])))
+def expect(name, rows):
+    with open(name, "w") as f:
+        for i, r in enumerate(rows):
+            f.write("%d: %s\n" % (i, " ".join("%02x" % b for b in r.tobytes())))
+expect("np.expected", a)
+expect("npf4.expected", a.astype(np.float32))
+expect("np3d.expected", a[:4, :6].reshape(2, 2, 6))
 '
     run import np1 np1.npy
     check "import numpy-saved .npy" eval 'rc_is 0'
@@ -506,14 +603,17 @@ with open("np.expected", "w") as f:
     run import np2 np2.npy
     run lookup np2 0 1 2 3 4
     check "numpy .npy format 2.0 rows" eval 'rc_is 0 && cmp -s np.expected out'
-    run import bad npf4.npy
-    check "numpy float32 .npy -> 1" eval 'fails_with 1 "<f4"'
+    run import npf4 npf4.npy
+    run lookup npf4 0 1 2 3 4
+    check "numpy float32 .npy: rows of 28 bytes as stored" eval 'rc_is 0 && cmp -s npf4.expected out'
     run import bad npfo.npy
     check "numpy Fortran-ordered .npy -> 1" eval 'fails_with 1 "fortran"'
-    run import bad np3d.npy
-    check "numpy 3-D .npy -> 1" eval 'fails_with 1 "(2, 2, 6)"'
-    run import bad npi1.npy
-    check "numpy int8 .npy -> 1" eval 'fails_with 1 "i1"'
+    run import np3d np3d.npy
+    run lookup np3d 0 1
+    check "numpy 3-D .npy: rows of 12 bytes" eval 'rc_is 0 && cmp -s np3d.expected out'
+    run import npi1 npi1.npy
+    run lookup npi1 0 1 2 3 4
+    check "numpy int8 .npy: the same bytes as uint8" eval 'rc_is 0 && cmp -s np.expected out'
 else
     echo "cli: numpy not found: numpy-written .npy files skipped"
 fi
@@ -532,6 +632,10 @@ if command -v script >/dev/null 2>&1 && script --version 2>/dev/null | grep -q u
     rc=$?
     check "verify on a terminal" eval 'rc_is 0 && out_has "s7: OK"'
     check "verify on a terminal draws a progress bar" out_has '100%'
+    check "terminal progress shows bytes, rate and time left" \
+        eval 'out_has "verify s7 \[#*\.*\] *[0-9]*%  [0-9.]* [KMG]*i*B / 9.54 MiB  [0-9.]* [KMG]*i*B/s  ETA "'
+    check "terminal progress is one line redrawn, then erased" \
+        eval '[ "$(grep -c "" out)" -eq 1 ] && grep -q "$(printf "\033\\[K\r\033\\[Ks7: OK")" out'
 fi
 F=$NS_DIR/t
 chmod u+w "$F" 2>/dev/null
@@ -560,11 +664,34 @@ run lookup t 1
 check "the new table is served" eval 'rc_is 0 && out_is "1: 01 00 00"'
 
 # Namespaces are separate.
-run --ns other ls
-check "another namespace is empty" eval 'rc_is 0 && out_has "^NAME " && out_lacks "^s7 "'
 run --ns other create t --rows 1 --row-bytes 1
+run --ns other ls
+check "another namespace holds only its own tables" eval 'rc_is 0 && out_has "^t " && out_lacks "^s7 "'
 run --ns other lookup t 0
 check "same name in another namespace" eval 'rc_is 0 && out_is "0: 00"'
+
+# ---------------------------------------------------------------------------
+# A stray entry in the namespace: ls lists the tables, warns about the
+# entry on stderr and exits 0, or 1 with --strict.
+printf 'not a table\n' >"$NS_DIR/notes.txt"
+run ls
+check "ls with a stray file lists the tables, exit 0" eval 'rc_is 0 && out_has "^s7 " && out_lacks "notes"'
+check "ls with a stray file warns, labelled as a warning" \
+    eval '[ "$(wc -l <err)" -eq 1 ] && grep -q "^engram: warning: skipped .notes.txt. in $NS_DIR: .*header" err && ! err_has "info"'
+run ls --strict
+check "ls --strict with a stray file -> 1" eval 'rc_is 1 && out_has "^s7 " && err_has "warning: skipped .notes.txt."'
+run ls --json
+check "ls --json with a stray file names it under skipped" eval 'rc_is 0 && err_has "warning"'
+if [ "$HAVE_PY" = 1 ]; then
+    check "ls --json skipped entry" pycheck '
+import json
+j = json.load(open("out"))
+assert [s["name"] for s in j["skipped"]] == ["notes.txt"], j["skipped"]
+assert "header" in j["skipped"][0]["reason"], j["skipped"]
+assert "s7" in [t["name"] for t in j["tables"]], j
+'
+fi
+rm -f "$NS_DIR/notes.txt"
 
 # ---------------------------------------------------------------------------
 # bench.
@@ -579,6 +706,7 @@ if [ "$HAVE_PY" = 1 ]; then
     check "bench --json values" pycheck '
 import json
 d = json.load(open("out"))
+assert list(d)[0] == "schema" and d["schema"] == 1, d
 assert d["tables"] == ["n1", "r"] and d["ids"] == 8 and d["row_bytes"] == 4, d
 for k in ("engram", "engram_1thread", "memcpy"):
     r = d["results"][k]
@@ -715,6 +843,234 @@ else
 fi
 run ls
 check "no import of a FIFO published anything" eval 'rc_is 0 && out_lacks "swbad"'
+
+# ---------------------------------------------------------------------------
+# ENGRAM_ROOT: the default root when --root is not given.
+run_env() { # VALUE ARGS...: engram with ENGRAM_ROOT=VALUE and no --root
+    _v=$1
+    shift
+    LAST="ENGRAM_ROOT=$_v engram $*"
+    ENGRAM_ROOT=$_v "$ENGRAM_BIN" "$@" >out 2>err
+    rc=$?
+}
+run_env "$ROOT" lookup t 1
+check "ENGRAM_ROOT is the default root" eval 'rc_is 0 && out_is "1: 01 00 00"'
+run_env "$ROOT" --ns envns create e --rows 2 --row-bytes 2
+check "ENGRAM_ROOT: create goes there" eval 'rc_is 0 && [ -f "$ROOT/envns/e" ]'
+run_env "$SCRATCH/elsewhere" --root "$ROOT" lookup t 1
+check "--root wins over ENGRAM_ROOT" eval 'rc_is 0 && out_is "1: 01 00 00"'
+run_env "$SCRATCH/elsewhere" lookup t 1
+check "a missing ENGRAM_ROOT is named" eval 'fails_with 1 "root directory $SCRATCH/elsewhere does not exist"'
+run_env "$ROOT" --help
+check "--help shows the root ENGRAM_ROOT gives" eval 'rc_is 0 && out_has "^ *$ROOT)$"'
+run_env "" --help
+check "an empty ENGRAM_ROOT is the built-in default" eval 'rc_is 0 && out_has "^ *\(/dev/shm/engram\|/tmp/engram\))$"'
+
+# ---------------------------------------------------------------------------
+# ns ls, ns rm.
+run ns ls
+check "ns ls" eval 'rc_is 0 && out_has "^NAMESPACE  *TABLES  *SIZE  *USERS  *LAST USED$" && out_has "^default  *[0-9][0-9]*  " && out_has "^envns  *1  *4 B  *0  [0-9]* s ago$" && out_has "^other  *1  *1 B  *0  "'
+run ns ls --json
+check "ns ls --json" eval 'rc_is 0 && out_has "\"schema\": 1,"'
+if [ "$HAVE_PY" = 1 ]; then
+    check "ns ls --json values" pycheck '
+import json, time
+j = json.load(open("out"))
+assert list(j) == ["schema", "root", "namespaces", "skipped"], list(j)
+assert j["schema"] == 1 and j["skipped"] == [], j
+d = {n["name"]: n for n in j["namespaces"]}
+assert sorted(d) == ["default", "envns", "other"], sorted(d)
+e = dict(d["envns"])
+assert 0 < time.time() - e.pop("last_used") < 3600, d["envns"]
+assert e == {"name": "envns", "tables": 1, "data_size": 4, "users": 0, "stale_leases": 0}, e
+assert d["default"]["tables"] > 5, d["default"]
+'
+fi
+# A namespace that cannot be opened (writable by others: not trusted).
+mkdir -m 700 "$ROOT/opened"
+chmod 777 "$ROOT/opened"
+run ns ls
+check "ns ls skips an untrusted namespace with a warning" \
+    eval 'rc_is 0 && out_lacks "^opened" && grep -q "^engram: warning: skipped namespace .opened. in $ROOT: .*writable by group or others" err'
+run ns ls --strict
+check "ns ls --strict with a skipped namespace -> 1" eval 'rc_is 1 && out_has "^envns "'
+run ns ls --json
+if [ "$HAVE_PY" = 1 ]; then
+    check "ns ls --json lists it under skipped" pycheck '
+import json
+j = json.load(open("out"))
+assert [s["name"] for s in j["skipped"]] == ["opened"] and "writable" in j["skipped"][0]["reason"], j
+'
+fi
+rmdir "$ROOT/opened"
+# Usage errors.
+run ns
+check "ns without a subcommand -> 2" usage_fails
+run ns frob
+check "ns frob -> 2" eval 'usage_fails && err_has "frob"'
+run ns rm
+check "ns rm without names -> 2" usage_fails
+run ns rm 'bad/name'
+check "ns rm of an invalid name -> 2" eval 'usage_fails && err_has "bad/name"'
+run ns ls --force
+check "ns ls --force -> 2" usage_fails
+run ns rm envns --json
+check "ns rm --json -> 2" usage_fails
+run --ns envns ns ls
+check "--ns with ns -> 2" eval 'usage_fails && err_has "--ns"'
+run ns ls extra
+check "ns ls with an argument -> 2" eval 'usage_fails && err_has "extra"'
+check "ns usage errors removed nothing" eval '[ -f "$ROOT/envns/e" ]'
+# rm: refused while it holds tables, unless --force.
+run ns rm envns
+check "ns rm of a namespace with tables -> 1, kept" \
+    eval 'fails_with 1 "holds 1 table; not removed (--force" && [ ! -s out ] && [ -f "$ROOT/envns/e" ]'
+run ns rm envnss
+check "ns rm of a mistyped namespace -> 1, did you mean" eval 'fails_with 1 "did you mean .envns.?"'
+printf 'x' >"$ROOT/envns/keep.me"
+run ns rm envns --force
+check "ns rm --force with a foreign file -> 1, nothing removed" \
+    eval 'fails_with 1 "keep.me., which is not an engram table" && [ -f "$ROOT/envns/e" ] && [ -f "$ROOT/envns/keep.me" ]'
+rm -f "$ROOT/envns/keep.me"
+run ns rm envns --force
+check "ns rm --force" eval 'rc_is 0 && out_is "removed namespace envns (1 table)" && [ ! -e "$ROOT/envns" ]'
+run --ns empty create x --rows 1 --row-bytes 1
+run --ns empty rm x
+run ns rm empty
+check "ns rm of an empty namespace" eval 'rc_is 0 && out_is "removed namespace empty (0 tables)" && [ ! -e "$ROOT/empty" ]'
+run --ns envns ls
+check "ls of a removed namespace -> 1" eval 'fails_with 1 "envns"'
+
+# Users and gc: a process waiting on a namespace holds a lease on it.
+run --ns inuse create t --rows 4 --row-bytes 4
+"$ENGRAM_BIN" --root "$ROOT" --ns inuse wait never --timeout 60 >/dev/null 2>&1 &
+waiter=$!
+for _ in $(seq 100); do
+    ls -a "$ROOT/inuse" | grep -q '^\.lease\.' && break
+    sleep 0.05
+done
+run ns ls
+check "ns ls counts a user" eval 'rc_is 0 && out_has "^inuse  *1  *16 B  *1  "'
+run ns rm inuse
+check "ns rm of a namespace with tables in use -> 1" eval 'fails_with 1 "holds 1 table"'
+run --ns inuse rm t
+run ns rm inuse
+check "ns rm of a namespace in use -> 1, kept" \
+    eval 'fails_with 1 "in use by 1 process (pid $waiter start [0-9]* command engram)" && [ -d "$ROOT/inuse" ]'
+touch -d '3 days ago' "$ROOT/inuse" "$ROOT/inuse"/.lease.*
+run gc --older-than 1h
+check "gc keeps a namespace in use, however old" eval 'rc_is 0 && out_has "^kept inuse: in use (1 live lease: pid $waiter "'
+kill -9 $waiter
+wait $waiter 2>/dev/null
+run ns ls --json
+if [ "$HAVE_PY" = 1 ]; then
+    check "ns ls --json counts a stale lease" pycheck '
+import json
+d = {n["name"]: n for n in json.load(open("out"))["namespaces"]}
+assert d["inuse"]["users"] == 0 and d["inuse"]["stale_leases"] == 1, d["inuse"]
+'
+fi
+touch -d '2 hours ago' "$ROOT/inuse"
+run --ns gcnew create t --rows 4 --row-bytes 4
+run gc --older-than 1h --dry-run
+check "gc --dry-run says, removes nothing" \
+    eval 'rc_is 0 && out_has "^would remove inuse: no live lease, last used [0-9]* s ago$" && out_has "^kept gcnew: used [0-9]* s ago$" && out_has "^would remove 1 namespace, kept " && [ -d "$ROOT/inuse" ]'
+run gc --older-than 1h --json
+if [ "$HAVE_PY" = 1 ]; then
+    check "gc --json" pycheck '
+import json
+j = json.load(open("out"))
+assert j["schema"] == 1 and j["older_than"] == 3600 and j["dry_run"] is False, j
+d = {n["name"]: n["action"] for n in j["namespaces"]}
+assert d["inuse"] == "removed" and d["gcnew"] == "kept", d
+'
+fi
+check "gc removed the idle namespace, kept the new one" eval '[ ! -e "$ROOT/inuse" ] && [ -f "$ROOT/gcnew/t" ]'
+run gc --older-than 5x
+check "gc --older-than 5x -> 2" eval 'usage_fails && err_has "not a duration"'
+run gc extra
+check "gc with an argument -> 2" usage_fails
+run --ns gcnew gc
+check "gc --ns -> 2" eval 'usage_fails && err_has "--ns"'
+run ns rm gcnew --force
+
+# ---------------------------------------------------------------------------
+# The README's shell block, as written (its root moved into the scratch
+# directory): every command in it must work.
+if [ "$HAVE_NUMPY" = 1 ] && [ -f "${ENGRAM_SRC:-}/README.md" ]; then
+    mkdir readme && awk '/^## Use it from the shell/{s=1} s && /^```sh$/{on=1; next} on && /^```$/{exit} on' \
+        "$ENGRAM_SRC/README.md" | sed -e "s|^e=build/release/engram|e=\"$ENGRAM_BIN\"|" \
+        -e "s|/tmp/eng|$SCRATCH/readme-root|g" -e "s|^python3 |\"$PY\" |" >readme/block.sh
+    LAST="the README's shell block (readme/block.sh)"
+    (cd readme && sh -e block.sh) >out 2>err
+    rc=$?
+    check "README shell block runs" eval 'rc_is 0 && [ -s readme/block.sh ] && out_has "^created engram:l1:h0: 100003 rows of 264 bytes"'
+    check "README shell block: rows.npy imported" eval 'out_has "^imported my-table: 1000 rows of 264 bytes from rows.npy$"'
+    check "README shell block: the namespace is removed at the end" \
+        eval 'out_has "^removed namespace demo (1 table)$" && [ ! -e "$SCRATCH/readme-root/demo" ]'
+else
+    echo "cli: numpy or ENGRAM_SRC (the source tree) not found: the README's shell block is skipped"
+fi
+
+# ---------------------------------------------------------------------------
+# plan, wait, mem: deploying tables to the ranks of a node.
+run plan --head-vocab 101,103,107,109,113,127,131,137 --tp 2 --dp 2
+check "plan head-wise per rank" eval 'rc_is 0 && out_has "^tp 1   dp 0   shard 2   heads 4-5  rows \[420, 660)$" && [ "$(grep -c "^tp " out)" -eq 4 ]'
+run plan --head-vocab 101,103,107,109,113,127 --tp 2 --dp 2 --per-tp
+check "plan --per-tp: DP peers share a shard" eval 'rc_is 0 && out_has "^tp 1   dp 1   shard 1   heads 3-5  rows \[311, 660)$"'
+run plan --head-vocab 101,103,107,109,113,127 --tp 3 --reads 50,1,1,1,1,50 --balanced
+check "plan --balanced cuts by reads" eval 'rc_is 0 && out_has "^tp 0   dp 0   shard 0   heads 0-0 .* reads 50$" && out_has "head-wise plan: 1.471$"'
+run plan --head-vocab 1,2,3,4,5,6,7 --tp 6
+check "plan refuses a shard without a head" eval 'fails_with 1 "without a head"'
+run plan --head-vocab 1,2,3 --tp 4
+check "plan refuses more shards than heads" eval 'fails_with 1 "needs 4 shards"'
+run plan --head-vocab 1,2,x --tp 2
+check "plan --head-vocab junk -> usage" eval 'usage_fails'
+run plan --tp 2
+check "plan without --head-vocab -> usage" eval 'usage_fails'
+run plan --head-vocab 1,2 --tp 2 --balanced
+check "plan --balanced without --reads -> usage" eval 'usage_fails'
+run plan --head-vocab 1,2 --tp 2 --reads 1
+check "plan --reads of the wrong length -> usage" eval 'usage_fails'
+if [ "$HAVE_PY" -eq 1 ]; then
+    run plan --head-vocab 5,6,7,8 --tp 2 --dp 2 --per-tp --layer-ids 1,14 --reads 9,1,1,9 --json
+    check "plan --json" eval 'rc_is 0 && pycheck "
+import json; p = json.load(open(\"out\"))
+assert p[\"schema\"] == 1 and p[\"mode\"] == \"per_tp\" and p[\"plan\"] == \"head_wise\"
+r = p[\"ranks\"][3]
+assert (r[\"tp_rank\"], r[\"dp_rank\"], r[\"shard\"]) == (1, 1, 1)
+l = r[\"layers\"][\"14\"]
+assert l == {\"tables\": [\"engram:l14:h2\", \"engram:l14:h3\"], \"offsets\": [11, 18], \"row_start\": 11, \"row_end\": 26}, l
+assert p[\"imbalance\"] == {\"head_wise\": 1.0, \"balanced\": 1.0}, p[\"imbalance\"]
+"'
+fi
+
+run create waited --rows 3 --row-bytes 8
+run wait waited --timeout 5
+check "wait on a published table" eval 'rc_is 0 && out_is "waited: published"'
+run wait never-made --timeout 1
+check "wait --timeout passes -> 1" eval 'fails_with 1 "not published"'
+( sleep 1; "$ENGRAM_BIN" --root "$ROOT" create late --rows 2 --row-bytes 8 >/dev/null 2>&1 ) &
+run wait late --timeout 30
+wait
+check "wait wakes when another process publishes" eval 'rc_is 0 && out_is "late: published"'
+run wait --timeout 1
+check "wait without a name -> usage" eval 'usage_fails'
+
+run mem waited
+check "mem shows a table" eval 'rc_is 0 && out_has "^NAME " && out_has "^waited "'
+if [ "$HAVE_PY" -eq 1 ]; then
+    run mem --json
+    check "mem --json" eval 'rc_is 0 && pycheck "
+import json; p = json.load(open(\"out\"))
+assert p[\"schema\"] == 1
+t = {x[\"name\"]: x for x in p[\"tables\"]}
+assert t[\"waited\"][\"processes\"] == 0 and t[\"waited\"][\"file_bytes\"] > 0, t
+"'
+fi
+run mem missing-table
+check "mem of a missing table -> 1" eval 'fails_with 1 "missing-table"'
+run rm waited late
 
 # ---------------------------------------------------------------------------
 # demo --small: creates, checks, measures and removes its own namespace.

@@ -5,7 +5,8 @@ cupy is needed.  Elsewhere they are skipped with the reason.
 
 With ENGRAM_TEST_CUDA_EMU=1 the package on the path is the build over the
 emulated runtime (tests/cuda_emu, see scripts/test.sh): no GPU is needed,
-and the runtime calls below go to the emulation inside the module."""
+and the runtime calls below go to the emulation inside its GPU module
+(engramstore._engram_cuda)."""
 from __future__ import annotations
 
 import ctypes
@@ -29,7 +30,10 @@ H2D, D2H = 1, 2
 
 def runtime():
     if EMU:
-        return ctypes.CDLL(engramstore._engram.__file__)
+        # The emulated runtime is inside the GPU module (which the first
+        # GPU lookup would import anyway).
+        import engramstore._engram_cuda
+        return ctypes.CDLL(engramstore._engram_cuda.__file__)
     for name in ("libcudart.so.13", "libcudart.so", ctypes.util.find_library("cudart")):
         if name:
             try:

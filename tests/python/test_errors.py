@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import pathlib
+import re
 
 import numpy as np
 import pytest
@@ -301,3 +302,82 @@ def test_removed_table_while_open_is_gone_or_removed(ab):
     with pytest.raises((engramstore.TableNotFoundError, engramstore.TableRemovedError)):
         st.lookup(["b"], np.array([[4]], np.int64), out)
     assert (out == SENTINEL).all()
+
+
+# ---- messages in the package's terms -------------------------------------------
+# The library's messages name its C API (ENGRAM_OPEN_CREATE, engram_bind());
+# a Python caller gets the names it uses (create=True, bind()).
+
+def assert_python_terms(e, *terms):
+    msg = str(e.value)
+    assert not re.search(r"ENGRAM_|engram_|\bStore\(", msg), msg
+    for t in terms:
+        assert t in msg, msg
+
+
+def test_missing_namespace_says_create_true(local_dir):
+    with pytest.raises(engramstore.TableNotFoundError) as e:
+        engramstore.EngramStore(namespace="absent", local_dir=local_dir, create=False)
+    assert_python_terms(e, f"namespace {local_dir}/absent does not exist",
+                        "(open with create=True)")
+    assert e.value.errno == errno.ENOENT
+
+
+def test_conflicting_options_are_named_as_keywords(local_dir):
+    with pytest.raises(engramstore.EngramError) as e:
+        engramstore.EngramStore(namespace="n", local_dir=local_dir, file_cache=True,
+                                huge_pages=True)
+    assert_python_terms(e, "file_cache=True reads rows on demand and huge_pages=True copies "
+                           "whole tables into memory: choose one")
+
+
+def test_memory_store_points_to_bind_and_sources_to_add_source(rows_a):
+    st = engramstore.EngramStore(local_dir=None)
+    with pytest.raises(engramstore.StateError) as e:
+        st.populate("a", rows_a)
+    assert_python_terms(e, "a memory store has no directory to write 'a' to; use bind()")
+    st.add_source("s", (4, 8), lambda rows, out: None)
+    with pytest.raises(engramstore.StateError) as e:
+        st.remove("s")
+    assert_python_terms(e, "served by a source (add_source)")
+    st.close()
+
+
+def test_lookup_inside_read_rows_is_named_as_lookup():
+    st = engramstore.EngramStore(local_dir=None)
+    ids, out = np.zeros((1, 1), np.int64), np.zeros((1, 1, 8), np.uint8)
+
+    def read_rows(rows, dst):
+        st.lookup(["s"], ids, out)
+    st.add_source("s", (4, 8), read_rows)
+    with pytest.raises(engramstore.EngramError) as e:
+        st.lookup(["s"], ids, out)
+    assert_python_terms(e, "read_rows raised StateError: lookup() called from inside a "
+                           "source's read_rows")
+    st.close()
+
+
+def test_argument_errors_of_the_constructor_name_engramstore(local_dir):
+    with pytest.raises(TypeError) as e:
+        engramstore.EngramStore(namespace="n", local_dir=local_dir, prefetch=True)
+    assert_python_terms(e, "'prefetch' is an invalid keyword argument for EngramStore()")
+    with engramstore.EngramStore(namespace="n", local_dir=local_dir) as st:
+        with pytest.raises(RuntimeError) as e:
+            st.__init__(namespace="n", local_dir=local_dir)
+        assert_python_terms(e, "EngramStore.__init__ called twice")
+
+
+def test_python_terms_leave_names_alone(local_dir):
+    # Names may look like the library's C names: only the library's own
+    # phrases are reworded, and names are quoted as they are.
+    st = engramstore.EngramStore(local_dir=None)
+    with pytest.raises(engramstore.StateError) as e:
+        st.populate("ENGRAM_OPEN_CREATE", np.zeros((2, 8), np.uint8))
+    assert str(e.value) == ("a memory store has no directory to write 'ENGRAM_OPEN_CREATE' "
+                            "to; use bind()")
+    st.close()
+    with pytest.raises(engramstore.TableNotFoundError) as e:
+        engramstore.EngramStore(namespace="ENGRAM_OPEN_CREATE", local_dir=local_dir,
+                                create=False)
+    assert str(e.value) == (f"open: namespace {local_dir}/ENGRAM_OPEN_CREATE does not exist "
+                            "(open with create=True)")

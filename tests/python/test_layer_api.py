@@ -469,3 +469,130 @@ def test_operations_after_close(configs, local_dir):
         t2.populate(1, layer_rows(1))
     with pytest.raises(engramstore.StoreClosedError):
         t2.remove_from_store(1)
+
+
+# ---- code written for Mooncake's older EngramStore -------------------------------
+# mooncake.store.EngramStore of Mooncake's 0.3 wheels: EngramStore(layer_id,
+# config, store), config.embedding_dim, a float32 lookup(row_ids) returning
+# a new array.  Each of its call shapes gets a TypeError (AttributeError for
+# the attribute) that names the call to make instead.
+
+OLDER = "is Mooncake's older EngramStore"
+
+
+def test_older_constructor_points_to_the_layer_map(config):
+    cfg = config([17, 19], R)
+    for args, kwargs in [((61, cfg, None), {}), ((61, cfg), {"store": None}),
+                         ((), {"layer_id": 61, "config": cfg, "store": None}), ((61, cfg), {})]:
+        with pytest.raises(TypeError) as e:
+            engramstore.EngramStore(*args, **kwargs)
+        msg = str(e.value)
+        assert msg.startswith(f"EngramStore(layer_id, config, store) {OLDER}"), msg
+        assert "EngramStore({layer_id: config, ...}, store)" in msg
+        assert "row_bytes = embedding_dim * 4" in msg and "lookup_into(layer_id" in msg
+        assert "docs/python.md" in msg
+
+
+def test_embedding_dim_points_to_row_bytes(config):
+    cfg = config([17, 19], R)
+    with pytest.raises(AttributeError, match=r"^EngramStoreConfig has no embedding_dim: "
+                                             r"that is Mooncake's older EngramStore.*"
+                                             r"set row_bytes \(embedding_dim \* 4"):
+        cfg.embedding_dim = 66
+    with pytest.raises(AttributeError, match="^EngramStoreConfig has no embedding_dim"):
+        cfg.embedding_dim
+    assert not hasattr(cfg, "embedding_dim")
+    # Other attributes are as before: set, read, and unknown ones refused.
+    cfg.row_bytes = 8
+    assert cfg.row_bytes == 8
+    with pytest.raises(AttributeError, match="has no attribute 'rows'"):
+        cfg.rows = 3
+    with pytest.raises(AttributeError, match="has no attribute 'rows'"):
+        cfg.rows
+
+
+class OlderConfig:
+    """An imitation of Mooncake's older EngramStoreConfig."""
+    __module__ = "mooncake.store"
+
+    def __init__(self):
+        self.embedding_dim = 66
+        self.table_vocab_sizes = [17, 19]
+
+
+OlderConfig.__name__ = "EngramStoreConfig"
+
+
+def older_configs():
+    """The imitation, and the real one where Mooncake's wheel has it."""
+    cfgs = [pytest.param(OlderConfig(), id="imitation")]
+    try:
+        from mooncake.store import EngramStoreConfig as Real
+    except ImportError:
+        return cfgs
+    if hasattr(Real(), "embedding_dim"):
+        real = Real()
+        real.embedding_dim, real.table_vocab_sizes = 66, [17, 19]
+        cfgs.append(pytest.param(real, id="mooncake-wheel"))
+    return cfgs
+
+
+@pytest.mark.parametrize("older", older_configs())
+def test_an_older_config_in_the_layer_map_points_to_ours(older):
+    with pytest.raises(TypeError) as e:
+        engramstore.EngramStore({1: older}, store=None)
+    msg = str(e.value)
+    assert msg.startswith("layers[1]: a mooncake.store.EngramStoreConfig with embedding_dim "
+                          + OLDER), msg
+    assert "engramstore.EngramStoreConfig(table_vocab_sizes, row_bytes)" in msg
+
+
+def test_older_lookup_points_to_lookup_into(configs):
+    t = engramstore.EngramStore(configs, store=None)
+    t.bind_local(1, layer_rows(1))
+    row_ids = random_ids(1, 2, 3, seed=4)
+    with pytest.raises(TypeError) as e:
+        t.lookup(row_ids)
+    msg = str(e.value)
+    assert msg.startswith("lookup(row_ids) returning a float32 array " + OLDER), msg
+    assert "store.lookup_into(layer_id, row_ids, output)" in msg
+    assert "output.view(np.float32)" in msg
+    with pytest.raises(TypeError, match=r"^get_embedding_dim\(\) " + OLDER + r".*"
+                                        r"get_row_bytes\(layer_id\)"):
+        t.get_embedding_dim()
+    # What the message says to do works: rows of 66 float32 values.
+    vals = [np.arange(n * 66, dtype=np.float32).reshape(n, 66) for n in (17, 19)]
+    f = engramstore.EngramStore({3: engramstore.EngramStoreConfig([17, 19], 66 * 4)},
+                                store=None)
+    f.bind_local(3, [v.view(np.uint8) for v in vals])
+    output = np.empty((2, 3, 2, 66 * 4), np.uint8)
+    f.lookup_into(3, row_ids, output)
+    got = output.view(np.float32)
+    assert got.shape == (2, 3, 2, 66)
+    for h in range(2):
+        np.testing.assert_array_equal(got[:, :, h], vals[h][row_ids[:, :, h]])
+    f.close()
+    t.close()
+
+
+def test_older_calls_without_a_layer_id_are_refused(populated, local_store):
+    t, bufs = populated
+    # Older: remove_from_store(force).  True is not layer 1 here.
+    with pytest.raises(TypeError) as e:
+        t.remove_from_store(True)
+    msg = str(e.value)
+    assert msg.startswith("layer_id: expected an int layer id, got bool True.  A call "
+                          "without a layer id " + OLDER), msg
+    assert "remove_from_store(layer_id, force=False)" in msg
+    assert set(local_store.list_tables()) >= {"engram:l1:h0", "engram:l1:h1"}
+    # Older: populate(embedding_buffers).
+    with pytest.raises(TypeError, match="missing 1 required positional argument: "
+                                        "'embedding_buffers'"):
+        t.populate(bufs[1])
+    with pytest.raises(TypeError, match=r"^layer_id: expected an int layer id, got list "):
+        t.populate(bufs[1], bufs[1])
+    # Older: get_num_heads(), get_table_vocab_sizes(), get_store_keys().
+    for name in ("get_num_heads", "get_table_vocab_sizes", "get_store_keys", "get_row_bytes"):
+        with pytest.raises(TypeError, match="missing 1 required positional argument: "
+                                            "'layer_id'"):
+            getattr(t, name)()

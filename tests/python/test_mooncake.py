@@ -666,3 +666,13 @@ def test_table_api_two_processes(mooncake, mc_client, namespace):
         assert res["ok"] and res["tables"] == ["t0", "t1"], res
         for h in range(2):
             st.remove(f"t{h}", force=True)
+
+
+def test_table_api_local_only_methods_say_so(tables):
+    st, rows = tables
+    with pytest.raises(engramstore.StateError, match="first wins"):
+        st.populate_shared("a", rows["a"])
+    with pytest.raises(engramstore.StateError, match="local namespace"):
+        st.wait_for("a", timeout=0)
+    with pytest.raises(engramstore.StateError, match="table file"):
+        st.usage("a")

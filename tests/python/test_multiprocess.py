@@ -101,6 +101,13 @@ def test_forked_child_can_use_the_inherited_store(local_dir):
         ids = np.random.default_rng(1).integers(0, 20000, 20000)
         out = sentinel((20000, 1, 64))
         st.lookup(["t"], ids.reshape(-1, 1), out)  # parent's gather threads are started
+        # ... and have taken part in a lookup: on a loaded machine the pool
+        # declines jobs for a while after a worker started late, so look
+        # up again until one is split.
+        for _ in range(1000):
+            if st.stats()["parallel"] >= 1 or st.stats()["threads"] == 1:
+                break
+            st.lookup(["t"], ids.reshape(-1, 1), out)
         assert st.stats()["parallel"] >= 1 or st.stats()["threads"] == 1
         # a large lookup in the child, whose copy of the store has no gather
         # threads: it must complete (alone), not hang

@@ -628,3 +628,22 @@ def test_version_and_module_functions():
         engramstore.strerror(-1)
     for name in engramstore.__all__:
         assert hasattr(engramstore, name), name
+
+
+def test_default_root_follows_engram_root(tmp_path, monkeypatch):
+    # The package's default local_dir is the library's default root, which
+    # the environment variable ENGRAM_ROOT names when it is set.
+    root = tmp_path / "env-root"
+    monkeypatch.setenv("ENGRAM_ROOT", str(root))
+    assert engramstore.default_root() == str(root)
+    rows = make_rows(3, 8, 5)
+    with engramstore.EngramStore(namespace="env-ns") as st:
+        st.populate("t", rows)
+    assert (root / "env-ns" / "t").is_file()
+    with engramstore.TableStore(namespace="env-ns") as st:
+        assert st.list_tables() == ["t"]
+        out = sentinel((1, 1, 8))
+        st.lookup(["t"], np.array([[2]], np.int64), out)
+        np.testing.assert_array_equal(out[0, 0], rows[2])
+    monkeypatch.setenv("ENGRAM_ROOT", "")
+    assert engramstore.default_root() in ("/dev/shm/engram", "/tmp/engram")
