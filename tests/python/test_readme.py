@@ -44,11 +44,25 @@ def test_readme_python_block(tmp_path, line, code):
         why = mcserver.mooncake_missing()
         if why and os.environ.get("ENGRAM_REQUIRE_MOONCAKE") != "1":
             pytest.skip(why)
+    cluster = None
+    if "redis=\"127.0.0.1:7000" in code:
+        # A Redis example runs on a cluster of its own: its nodes replace
+        # the example's addresses (tests/python/rdserver.py).
+        from rdserver import RedisCluster, require_redis
+        require_redis()
+        cluster = RedisCluster(str(tmp_path / "redis"), masters=3)
+        os.mkdir(cluster.dir)
+        cluster.start()
+        code = re.sub(r"127\.0\.0\.1:7000(,127\.0\.0\.1:700\d)*", cluster.nodes, code)
     script = tmp_path / "example.py"
     script.write_text(code, encoding="utf-8")
     env = dict(os.environ, TMPDIR=str(tmp_path))
-    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=60)
+    try:
+        proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=60)
+    finally:
+        if cluster is not None:
+            cluster.stop()
     assert proc.returncode == 0, (
         f"block at {line} failed (exit {proc.returncode}):\n"
         f"--- code ---\n{code}--- stdout ---\n{proc.stdout}--- stderr ---\n{proc.stderr}")
