@@ -98,6 +98,7 @@ enum {
     OPT_TIMEOUT,
     OPT_OLDER_THAN,
     OPT_DRY_RUN,
+    OPT_SHARD,
     OPT_REDIS,
     OPT_TAGGED,
     OPT_COUNT

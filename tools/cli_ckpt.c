@@ -402,7 +402,7 @@ static void rollback(engram_store *st, struct published *pub)
 
 /* Imports the heads of one layer (its tensors already checked). */
 static int import_layer(engram_store *st, const char *path, const struct layer *ly,
-                        const uint64_t *vocab, size_t heads, uint32_t pitch,
+                        const uint64_t *vocab, size_t h0, size_t h1, uint32_t pitch,
                         struct published *pub, size_t *done, size_t total)
 {
     struct cli_st_source src = {{-1, -1}, {0, 0}, {0, 0}, 2, NULL, path};
@@ -437,7 +437,9 @@ static int import_layer(engram_store *st, const char *path, const struct layer *
     }
     src.len[0] = ly->len[0];
     src.len[1] = ly->len[1];
-    for (size_t h = 0; h < heads; h++) {
+    for (size_t h = 0; h < h0; h++)
+        first += vocab[h];
+    for (size_t h = h0; h < h1; h++) {
         engram_table_spec spec = {vocab[h], ly->len[0] + ly->len[1], pitch};
         snprintf(table, sizeof table, "engram:l%" PRIu64 ":h%zu", ly->id, h);
         for (unsigned g = 0; g < 2; g++)
@@ -465,6 +467,60 @@ out:
     return status;
 }
 
+/* The heads [*h0, *h1) of import --layers: all of them, or with --shard S
+ * those of shard S of the plan --tp/--dp/--per-tp/--reads/--balanced
+ * describe (as engram plan prints it). */
+static int shard_heads(const struct cli *cli, const uint64_t *vocab, size_t heads, size_t *h0,
+                       size_t *h1)
+{
+    uint64_t tp = 0, dp = 1, shard = 0, reads[HEADS_MAX];
+    uint32_t flags = 0, count;
+    size_t nreads = 0;
+    engram_shard *sh;
+    int status, rc;
+    (void)vocab;
+    *h0 = 0;
+    *h1 = heads;
+    if (!cli->opt[OPT_SHARD]) {
+        if (cli->opt[OPT_TP] || cli->opt[OPT_DP] || cli->opt[OPT_PER_TP] || cli->opt[OPT_READS] ||
+            cli->opt[OPT_BALANCED])
+            return cli_usage_error(cli, "--tp, --dp, --per-tp, --reads and --balanced describe "
+                                        "the plan of --shard S: give the shard to import");
+        return 0;
+    }
+    if (!cli->opt[OPT_TP])
+        return cli_usage_error(cli, "--shard needs the topology: --tp T [--dp D] [--per-tp]");
+    if ((status = cli_opt_u64(cli, OPT_TP, 1, 65536, &tp)) != 0 ||
+        (status = cli_opt_u64(cli, OPT_DP, 1, 65536, &dp)) != 0)
+        return status;
+    if (cli->opt[OPT_READS]) {
+        if (cli_parse_list(cli->opt[OPT_READS], 0, reads, HEADS_MAX, &nreads) != 0 ||
+            nreads != heads)
+            return cli_usage_error(cli, "--reads: give %zu read counts (one per head of "
+                                        "--head-vocab), got '%s'",
+                                   heads, cli->opt[OPT_READS]);
+    } else if (cli->opt[OPT_BALANCED]) {
+        return cli_usage_error(cli, "--balanced needs --reads R0,... (each head's reads)");
+    }
+    flags = (cli->opt[OPT_PER_TP] ? ENGRAM_SHARD_PER_TP : 0) |
+            (cli->opt[OPT_BALANCED] ? ENGRAM_SHARD_BALANCED : 0);
+    count = engram_shard_count((uint32_t)tp, (uint32_t)dp, flags);
+    if ((status = cli_opt_u64(cli, OPT_SHARD, 0, count ? count - 1 : 0, &shard)) != 0)
+        return status;
+    if (!(sh = calloc(count, sizeof *sh)))
+        return cli_fail("import --layers: out of memory");
+    rc = engram_shard_plan((uint32_t)heads, nreads ? reads : NULL, (uint32_t)tp, (uint32_t)dp,
+                           flags, sh);
+    if (rc == 0) {
+        *h0 = sh[shard].first_head;
+        *h1 = (size_t)sh[shard].first_head + sh[shard].num_heads;
+    }
+    free(sh);
+    if (rc != 0)
+        return cli_lib_fail(rc, "import --layers: the plan of --shard");
+    return 0;
+}
+
 static int cmp_u64(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -479,7 +535,7 @@ int cli_import_layers(struct cli *cli)
     struct layer *layers = NULL;
     struct published pub = {NULL, 0};
     uint64_t vocab[HEADS_MAX], want[1024], sum = 0, pitch = 0;
-    size_t heads = 0, nwant = 0, nlayers = 0, done = 0, total;
+    size_t heads = 0, nwant = 0, nlayers = 0, done = 0, total, h0 = 0, h1 = 0;
     engram_store *st = NULL;
     char hint[600], shape[256];
     int status, rc;
@@ -527,6 +583,8 @@ int cli_import_layers(struct cli *cli)
                                 &ps)) != 0)
         return status;
     if ((status = cli_opt_u64(cli, OPT_PITCH, 0, ENGRAM_ROW_BYTES_MAX, &pitch)) != 0)
+        return status;
+    if ((status = shard_heads(cli, vocab, heads, &h0, &h1)) != 0)
         return status;
 
     /* 1. The layers: every weight tensor the pattern matches, or the
@@ -613,7 +671,7 @@ int cli_import_layers(struct cli *cli)
         ly->len[0] = (uint32_t)rb[0];
         ly->len[1] = (uint32_t)rb[1];
     }
-    total = nlayers * heads;
+    total = nlayers * (h1 - h0);
     if (!(pub.names = calloc(total, sizeof *pub.names))) {
         status = cli_fail("import --layers: out of memory");
         goto out;
@@ -621,7 +679,7 @@ int cli_import_layers(struct cli *cli)
     if (cli_open_store(cli, ENGRAM_OPEN_CREATE, 1, &st, 0, &status) != 0)
         goto out;
     for (size_t i = 0; i < nlayers; i++)
-        for (size_t h = 0; h < heads; h++) {
+        for (size_t h = h0; h < h1; h++) {
             engram_table_info info = ENGRAM_TABLE_INFO_INIT;
             char table[ENGRAM_NAME_MAX + 1];
             snprintf(table, sizeof table, "engram:l%" PRIu64 ":h%zu", layers[i].id, h);
@@ -640,11 +698,17 @@ int cli_import_layers(struct cli *cli)
         }
 
     /* 3. The tables, layer by layer, head by head. */
-    printf("importing %zu layer%s x %zu heads from %s into namespace '%s'\n", nlayers,
-           nlayers == 1 ? "" : "s", heads, path, cli->ns);
+    if (h1 - h0 == heads)
+        printf("importing %zu layer%s x %zu heads from %s into namespace '%s'\n", nlayers,
+               nlayers == 1 ? "" : "s", heads, path, cli->ns);
+    else
+        printf("importing %zu layer%s x heads %zu-%zu of %zu (shard %s) from %s into namespace "
+               "'%s'\n",
+               nlayers, nlayers == 1 ? "" : "s", h0, h1 - 1, heads, cli->opt[OPT_SHARD], path,
+               cli->ns);
     fflush(stdout);
     for (size_t i = 0; i < nlayers; i++)
-        if ((status = import_layer(st, path, &layers[i], vocab, heads, (uint32_t)pitch, &pub,
+        if ((status = import_layer(st, path, &layers[i], vocab, h0, h1, (uint32_t)pitch, &pub,
                                    &done, total)) != 0)
             break;
     if (status != 0)
@@ -654,7 +718,7 @@ int cli_import_layers(struct cli *cli)
     for (size_t i = 0; status == 0 && i < nlayers; i++)
         printf("%s %" PRIu64, i ? "," : "", layers[i].id);
     if (status == 0)
-        printf("; heads engram:l{L}:h0..h%zu), verified\n", heads - 1);
+        printf("; heads engram:l{L}:h%zu..h%zu), verified\n", h0, h1 - 1);
 out:
     engram_store_close(st);
     free(pub.names);

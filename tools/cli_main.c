@@ -41,6 +41,7 @@ static const struct opt_def {
     [OPT_PER_TP] = {"per-tp", 0},  [OPT_READS] = {"reads", 1},
     [OPT_BALANCED] = {"balanced", 0}, [OPT_TIMEOUT] = {"timeout", 1},
     [OPT_OLDER_THAN] = {"older-than", 1}, [OPT_DRY_RUN] = {"dry-run", 0},
+    [OPT_SHARD] = {"shard", 1},
     [OPT_REDIS] = {"redis", 1},    [OPT_TAGGED] = {"tagged", 0},
 };
 
@@ -122,11 +123,13 @@ static const struct command commands[] = {
      "from --seed.\n"},
     {"import", cli_cmd_import,
      O(ROW_BYTES) | O(PITCH) | O(SAFETENSORS) | O(WEIGHT) | O(SCALE) | O(ROWS) | O(LAYERS) |
-         O(HEAD_VOCAB) | O(LAYER_IDS) | O(REDIS),
+         O(HEAD_VOCAB) | O(LAYER_IDS) | O(REDIS) | O(SHARD) | O(TP) | O(DP) | O(PER_TP) |
+         O(READS) | O(BALANCED),
      0, 2,
      "import NAME FILE [--row-bytes R] [--pitch P] | import --safetensors CKPT --weight W "
      "[--scale S] [--rows A:B] [--pitch P] NAME | import --layers --safetensors CKPT "
-     "--head-vocab N0,N1,... [--weight PAT] [--scale PAT] [--layer-ids L,...] [--pitch P]",
+     "--head-vocab N0,N1,... [--weight PAT] [--scale PAT] [--layer-ids L,...] [--pitch P] "
+     "[--shard S --tp T [--dp D] [--per-tp] [--reads R0,... [--balanced]]]",
      "Creates table NAME from FILE, streamed in 8 MiB chunks.\n"
      "\n"
      "FILE is either an .npy file (recognised by its magic bytes; format 1.0, 2.0 or\n"
@@ -172,6 +175,10 @@ static const struct command commands[] = {
      "  --weight PAT        the weight tensors (default model.layers.{L}.engram.weight)\n"
      "  --scale PAT         the scale tensors (default model.layers.{L}.engram.scale)\n"
      "  --layer-ids L,...   only these layers (each must exist)\n"
+     "  --shard S           only the heads of shard S of the plan the following\n"
+     "                      options describe, as 'engram plan' prints it (a rank's\n"
+     "                      shard: tp_rank * D + dp_rank, or tp_rank with --per-tp)\n"
+     "  --tp, --dp, --per-tp, --reads, --balanced   the plan, as for 'engram plan'\n"
      "\n"
      "'engram inspect CKPT' lists a checkpoint's tensors.\n"},
     {"inspect", cli_cmd_inspect, O(JSON), 1, 1, "inspect CKPT [--json]",

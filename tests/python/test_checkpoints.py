@@ -384,3 +384,53 @@ def test_tp_shard_records_its_range(tmp_path, ckpt, local_dir):
     assert r.returncode == 1
     assert ("tensor 'model.embed_tokens.weight' has shape [2, 3] BF16, but "
             "'model.layers.1.engram.weight' has shape [59, 256] F8_E4M3") in r.stderr
+
+
+def test_import_layers_one_shard(tmp_path, ckpt, local_dir):
+    """--shard S imports only the heads of one rank's shard of the plan,
+    with the same names, rows and recorded ranges as a full import."""
+    # TP 3 x DP 1: shard 1 holds head 1 (rows 17..35 of each layer).
+    r = import_layers(local_dir, ckpt, "--tp", "3", "--shard", "1")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == (f"importing 2 layers x heads 1-1 of 3 (shard 1) from {ckpt} into "
+                        "namespace 'model-x'")
+    assert lines[1] == ("[1/2] engram:l1:h1: 19 rows of 264 bytes, rows 17..35 of layer 1, "
+                        "verified")
+    assert lines[-1].startswith("imported 2 tables (layers 1, 14; heads engram:l{L}:h1..h1)")
+    assert tables(local_dir) == ["engram:l14:h1", "engram:l1:h1"]
+    st = engramstore.EngramStore(namespace="model-x", local_dir=local_dir)
+    spec = st.get_table_spec("engram:l14:h1")
+    assert (spec["row_start"], spec["total_rows"]) == (17, N)
+    w, s = planes(14)
+    out = np.empty((2, 1, 264), np.uint8)
+    st.lookup(["engram:l14:h1"], np.array([[17], [35]], np.int64), out,
+              offsets=np.array([17], np.int64))
+    assert (out[:, 0, :W] == w[[17, 35]]).all() and (out[:, 0, W:] == s[[17, 35]]).all()
+    st.close()
+    # TP 2 x DP 2 sharing per TP rank: shard 1 is heads 2.. (ceil(3 / 2) = 2 heads
+    # a shard); balanced by reads, shard 0 takes the one hot head alone.
+    r = import_layers(local_dir, ckpt, "--tp", "2", "--dp", "2", "--per-tp", "--shard", "1",
+                      "--layer-ids", "1")
+    assert r.returncode == 0, r.stderr
+    assert "heads 2-2 of 3 (shard 1)" in r.stdout
+    r = import_layers(local_dir, ckpt, "--tp", "2", "--reads", "900,10,10", "--balanced",
+                      "--shard", "0", "--layer-ids", "14")
+    assert r.returncode == 0, r.stderr
+    assert "heads 0-0 of 3 (shard 0)" in r.stdout
+    assert tables(local_dir) == ["engram:l14:h0", "engram:l14:h1", "engram:l1:h1",
+                                 "engram:l1:h2"]
+
+
+@pytest.mark.parametrize("extra,why", [
+    (["--tp", "2"], "describe the plan of --shard S"),
+    (["--shard", "0"], "--shard needs the topology"),
+    (["--tp", "2", "--shard", "2"], "--shard: 2 is outside [0, 1]"),
+    (["--tp", "4", "--shard", "0"], "would hold no head"),
+    (["--tp", "2", "--balanced", "--shard", "0"], "--balanced needs --reads"),
+    (["--tp", "2", "--reads", "1,2", "--shard", "0"], "give 3 read counts"),
+])
+def test_import_layers_shard_refusals(tmp_path, ckpt, local_dir, extra, why):
+    r = import_layers(local_dir, ckpt, *extra)
+    assert r.returncode != 0 and why in r.stderr, r.stderr
+    assert tables(local_dir) == []
