@@ -110,13 +110,23 @@ out:
 
 void engram__lease_drop(engram_store *st)
 {
-    int fd = atomic_load_explicit(&st->lease_fd, memory_order_relaxed);
+    int fd = atomic_load_explicit(&st->lease_fd, memory_order_relaxed), fd2;
     if (fd < 0)
         return;
-    if (st->lease_pid == getpid())
-        unlinkat(st->dirfd, st->lease_name, 0);
     close(fd);
     atomic_store_explicit(&st->lease_fd, -1, memory_order_relaxed);
+    if (st->lease_pid != getpid())
+        return; /* a forked child's copy: the file is its parent's */
+    /* Children forked with the store open share the lock (one open file
+     * description) and may still use the store: the lease stays theirs
+     * while one of them holds it.  Otherwise the lock is ours to take, and
+     * the file to remove. */
+    fd2 = openat(st->dirfd, st->lease_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (fd2 < 0)
+        return;
+    if (flock(fd2, LOCK_EX | LOCK_NB) == 0)
+        unlinkat(st->dirfd, st->lease_name, 0);
+    close(fd2);
 }
 
 int engram__lease_state(int dirfd, uid_t uid, const char *name, char *who, size_t cap,

@@ -18,7 +18,8 @@
 void engram__lease_take(engram_store *st);
 
 /* Drops st's lease (at close): the file is removed by the process that
- * made it; a forked child only closes its descriptor. */
+ * made it, unless children it forked still hold the lock; a forked child
+ * only closes its descriptor. */
 void engram__lease_drop(engram_store *st);
 
 /* Whether entry `name` of the directory open at `dirfd` is a lease of a

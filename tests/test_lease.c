@@ -155,6 +155,43 @@ static void test_own_lease(void)
     usage_of("own", &u);
     ASSERT_EQ(u.users, 0);
     ASSERT_EQ(lease_files("own"), 0);
+
+    /* A child forked with the store open keeps the lease alive after its
+     * parent closes the store; it is stale once the child is gone. */
+    st = tu_open("own", 0, 1);
+    ASSERT_OK(engram_table_open(st, "t", &a));
+    {
+        int p[2];
+        char c;
+        pid_t pid;
+        ASSERT(pipe(p) == 0);
+        pid = fork();
+        ASSERT(pid >= 0);
+        if (pid == 0) {
+            close(p[1]);
+            /* Until the parent says, using the inherited store. */
+            ASSERT(read(p[0], &c, 1) >= 0);
+            tu_check_table(st, a, 1, 16, 8);
+            _exit(0);
+        }
+        close(p[0]);
+        engram_store_close(st);
+        usage_of("own", &u);
+        ASSERT_EQ(u.users, 1);
+        ASSERT_EQ(lease_files("own"), 1);
+        ASSERT(write(p[1], "x", 1) == 1);
+        close(p[1]);
+        {
+            int status;
+            ASSERT(waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+                   WEXITSTATUS(status) == 0);
+        }
+        usage_of("own", &u);
+        ASSERT_EQ(u.users, 0);
+        ASSERT_EQ(u.stale_leases, 1);
+        engram_store_close(tu_open("own", 0, 1));
+        ASSERT_EQ(lease_files("own"), 0);
+    }
 }
 
 static void test_other_process(void)
