@@ -546,6 +546,25 @@ static int rows_checksum(const engram_table_spec *spec, const unsigned char *row
     return 0;
 }
 
+/* Whether published table `name` (`info`) holds `rows`, laid out as
+ * `spec` says (the checksum covers the pitch where the table keeps one):
+ * 0, or ENGRAM_EMISMATCH. */
+static int same_rows(engram_store *st, const char *name, const engram_table_info *info,
+                     const engram_table_spec *spec, const void *rows, size_t src_stride)
+{
+    uint64_t sum = 0;
+    int err;
+    if ((err = rows_checksum(spec, rows, src_stride, &sum)) != 0)
+        return err;
+    if (sum != info->checksum)
+        return engram__err(ENGRAM_EMISMATCH,
+                           "table '%s' is published in %s with other rows (data checksum "
+                           "%016llx, these rows %016llx)",
+                           name, st->path, (unsigned long long)info->checksum,
+                           (unsigned long long)sum);
+    return 0;
+}
+
 /* Whether `name` is published with exactly these rows: 0 (reuse it),
  * -ENOENT (not published), ENGRAM_EMISMATCH (another spec or other rows),
  * -EEXIST (the name is bound in this store), or another error. */
@@ -553,62 +572,24 @@ static int published_as(engram_store *st, const char *name, const engram_table_s
                         const void *rows, size_t src_stride)
 {
     engram_table_info info = ENGRAM_TABLE_INFO_INIT;
-    uint64_t sum = 0;
+    /* A remote keeps rows packed: its checksum is of the rows without
+     * any pitch. */
+    engram_table_spec want = {spec->num_rows, spec->row_bytes, st->remote ? 0 : spec->row_pitch};
     int err;
     if ((err = engram_get_table_info(st, name, &info)) != 0)
         return err;
-    if (info.kind != ENGRAM_TABLE_FILE)
+    if (info.kind != (st->remote ? st->remote->kind : ENGRAM_TABLE_FILE))
         return engram__err(-EEXIST, "table '%s' is bound in this store, not published", name);
-    if (info.spec.num_rows != spec->num_rows || info.spec.row_bytes != spec->row_bytes ||
-        info.spec.row_pitch != engram__spec_pitch(spec))
+    if (info.spec.num_rows != want.num_rows || info.spec.row_bytes != want.row_bytes ||
+        info.spec.row_pitch != engram__spec_pitch(&want))
         return engram__err(ENGRAM_EMISMATCH,
                            "table '%s' is published in %s with num_rows=%llu, row_bytes=%u, "
                            "row_pitch=%u, not num_rows=%llu, row_bytes=%u, row_pitch=%u",
                            name, st->path, (unsigned long long)info.spec.num_rows,
                            info.spec.row_bytes, info.spec.row_pitch,
-                           (unsigned long long)spec->num_rows, spec->row_bytes,
-                           engram__spec_pitch(spec));
-    if ((err = rows_checksum(spec, rows, src_stride, &sum)) != 0)
-        return err;
-    if (sum != info.checksum)
-        return engram__err(ENGRAM_EMISMATCH,
-                           "table '%s' is published in %s with other rows (data checksum "
-                           "%016llx, these rows %016llx)",
-                           name, st->path, (unsigned long long)info.checksum,
-                           (unsigned long long)sum);
-    return 0;
-}
-
-/* Whether table `name` of the store's remote namespace holds `rows`: a
- * remote keeps rows packed, so its checksum is of the rows without any
- * pitch.  0, -ENOENT (not published), ENGRAM_EMISMATCH, or an error. */
-static int remote_published_as(engram_store *st, const char *name, const engram_table_spec *spec,
-                               const unsigned char *rows, size_t src_stride)
-{
-    engram_table_info info = ENGRAM_TABLE_INFO_INIT;
-    engram_table_spec packed = {spec->num_rows, spec->row_bytes, 0};
-    uint64_t sum;
-    int err;
-    if ((err = engram_get_table_info(st, name, &info)) != 0)
-        return err;
-    if (info.kind != st->remote->kind)
-        return engram__err(-EEXIST, "table '%s' is bound in this store, not published", name);
-    if (info.spec.num_rows != spec->num_rows || info.spec.row_bytes != spec->row_bytes)
-        return engram__err(ENGRAM_EMISMATCH,
-                           "table '%s' is published in %s with num_rows=%llu, row_bytes=%u, "
-                           "not num_rows=%llu, row_bytes=%u",
-                           name, st->path, (unsigned long long)info.spec.num_rows,
-                           info.spec.row_bytes, (unsigned long long)spec->num_rows,
-                           spec->row_bytes);
-    if ((err = rows_checksum(&packed, rows, src_stride, &sum)) != 0)
-        return err;
-    if (sum != info.checksum)
-        return engram__err(ENGRAM_EMISMATCH,
-                           "table '%s' is published in %s with other rows (checksum %016llx, "
-                           "these rows %016llx)",
-                           name, st->path, (unsigned long long)info.checksum,
-                           (unsigned long long)sum);
-    return 0;
+                           (unsigned long long)want.num_rows, want.row_bytes,
+                           engram__spec_pitch(&want));
+    return same_rows(st, name, &info, &want, rows, src_stride);
 }
 
 /* engram_populate_shared() in a remote namespace: there is no writer's
@@ -619,7 +600,7 @@ static int remote_populate_shared(engram_store *st, const char *name,
                                   size_t src_stride, int *written)
 {
     int err;
-    if ((err = remote_published_as(st, name, spec, rows, src_stride)) != -ENOENT)
+    if ((err = published_as(st, name, spec, rows, src_stride)) != -ENOENT)
         return err;
     err = engram_populate(st, name, spec, rows, src_stride);
     if (err == 0 && written)
@@ -627,7 +608,7 @@ static int remote_populate_shared(engram_store *st, const char *name,
     if (err != -EEXIST)
         return err;
     /* Another writer won the race (or a name was bound here meanwhile). */
-    return remote_published_as(st, name, spec, rows, src_stride);
+    return published_as(st, name, spec, rows, src_stride);
 }
 
 int engram_populate_shared(engram_store *st, const char *name, const engram_table_spec *spec,

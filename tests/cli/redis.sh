@@ -22,38 +22,15 @@ TEST_NAME=cli_redis
 . "$(dirname "$0")/../redis_cluster.sh"
 trap 'redis_cluster_stop; rm -rf "$SCRATCH"' EXIT
 trap 'exit 130' INT TERM
+CLI_TESTS=$(cd "$(dirname "$0")" && pwd)
 cd "$SCRATCH" || exit 2
 ROOT=$SCRATCH/root
 redis_cluster_start
 
-PASS=0
-FAIL=0
-run() { # engram with the scratch root, output in ./out, ./err, status in $rc
-    LAST="engram $*"
-    "$ENGRAM_BIN" --root "$ROOT" "$@" >out 2>err
-    rc=$?
-}
-show_last() {
-    echo "  command: $LAST"
-    echo "  status:  $rc"
-    sed -n '1,15s/^/  stdout: /p' out
-    sed -n '1,15s/^/  stderr: /p' err
-}
-check() {
-    desc=$1
-    shift
-    if "$@"; then
-        PASS=$((PASS + 1))
-    else
-        FAIL=$((FAIL + 1))
-        echo "FAIL: $desc"
-        show_last
-    fi
-}
+# shellcheck source=lib.sh
+. "$CLI_TESTS/lib.sh"
 ok() { [ "$rc" -eq 0 ]; }
 status_is() { [ "$rc" -eq "$1" ]; }
-out_has() { grep -q -- "$1" out; }
-err_has() { grep -q -- "$1" err; }
 
 # The local namespace "m": a 264-byte table and a padded 16-byte one.
 run --ns m create a --rows 100 --row-bytes 264 --seed 7

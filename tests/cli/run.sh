@@ -34,12 +34,11 @@ SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/engram-cli.XXXXXX") || exit 2
 # The scratch tree holds table files that are read-only; rm -rf copes.
 trap 'rm -rf "$SCRATCH"' EXIT
 trap 'exit 130' INT TERM
+CLI_TESTS=$(cd "$(dirname "$0")" && pwd)
 cd "$SCRATCH" || exit 2
 ROOT=$SCRATCH/root
 NS_DIR=$ROOT/default
 
-PASS=0
-FAIL=0
 HAVE_PY=0
 HAVE_NUMPY=0
 # PY: a python3 with numpy if there is one (the one on PATH, else the
@@ -58,58 +57,9 @@ if command -v "$PY" >/dev/null 2>&1 && "$PY" -c 'import json' >/dev/null 2>&1; t
     fi
 fi
 
-# run ARGS...: runs engram with the scratch root; keeps stdout in ./out,
-# stderr in ./err and the exit status in $rc, and remembers the command.
-run() {
-    LAST="engram $*"
-    "$ENGRAM_BIN" --root "$ROOT" "$@" >out 2>err
-    rc=$?
-}
+# shellcheck source=lib.sh
+. "$CLI_TESTS/lib.sh"
 
-# Like run, without the --root option (for help, version, parsing).
-run_bare() {
-    LAST="engram $*"
-    "$ENGRAM_BIN" "$@" >out 2>err
-    rc=$?
-}
-
-show_last() {
-    echo "  command: $LAST"
-    echo "  status:  $rc"
-    sed -n '1,15s/^/  stdout: /p' out
-    sed -n '1,15s/^/  stderr: /p' err
-}
-
-# check DESCRIPTION COMMAND...: one test; passes when COMMAND succeeds.
-check() {
-    desc=$1
-    shift
-    if "$@"; then
-        PASS=$((PASS + 1))
-    else
-        FAIL=$((FAIL + 1))
-        echo "FAIL: $desc"
-        show_last
-    fi
-}
-
-rc_is() { [ "$rc" -eq "$1" ]; }
-# out_is TEXT: stdout is exactly TEXT plus a final newline.
-out_is() {
-    printf '%s\n' "$1" >expected
-    cmp -s expected out
-}
-out_has() { grep -q -e "$1" out; }
-out_lacks() { ! grep -q -e "$1" out; }
-err_has() { grep -q -i -e "$1" err; }
-err_empty() { [ ! -s err ]; }
-# A failure: the given status, and a message on stderr in the tool's form.
-fails_with() {
-    [ "$rc" -eq "$1" ] && grep -q '^engram: ' err && grep -q -i -e "$2" err
-}
-usage_fails() {
-    [ "$rc" -eq 2 ] && grep -q '^engram: ' err
-}
 json_ok() { "$PY" -m json.tool out >/dev/null 2>&1; }
 # pycheck SCRIPT: runs a Python check (of ./out); shows why it failed.
 pycheck() {
