@@ -36,12 +36,10 @@ static const ext_store_memo *memo_find(StoreObject *s, PyObject *const *names, P
     int i = s->memo_last;
     for (int j = 0; j < EXT_STORE_MEMOS; j++, i = i + 1 < EXT_STORE_MEMOS ? i + 1 : 0) {
         const ext_store_memo *e = &s->memo[i];
-        Py_ssize_t k = 1;
-        if (e->k != K || e->names[0] != names[0])
-            continue;
-        while (k < K && e->names[k] == names[k])
-            k++;
-        if (k == K) {
+        /* The pointers compared as bytes: K of them in a few vector
+         * compares. */
+        if (e->k == K && e->names[0] == names[0] &&
+            memcmp(e->names, names, (size_t)K * sizeof *names) == 0) {
             s->memo_last = i;
             return e;
         }
