@@ -624,6 +624,7 @@ const char ext_store_bench_lookup_doc[] = PyDoc_STR(
 "For benchmarks: the arguments of lookup(tables, ids, out) checked once,\n"
 "then engram_lookup() called `calls` times with them, each call timed on its\n"
 "own (CLOCK_MONOTONIC, the clock of time.perf_counter_ns), the GIL held.\n"
+"Host arrays and tables of memory rows (no source) only.\n"
 "With `empty` true, the same number of empty timed regions instead (the\n"
 "timer's own cost).  Returns bytes of `calls` int64 nanoseconds.");
 
@@ -657,9 +658,15 @@ PyObject *ext_store_bench_lookup(StoreObject *s, PyObject *const *args, Py_ssize
     if (lookup_prepare(s, &in, &p) == 0) {
         if (p.out.device != EXT_DEVICE_HOST)
             PyErr_SetString(PyExc_ValueError, "_bench_lookup: host arrays only");
+        else if (!p.memory)
+            /* A source's read_rows would run Python code in the loop. */
+            PyErr_SetString(PyExc_ValueError, "_bench_lookup: tables of memory rows only");
         else if ((ret = PyBytes_FromStringAndSize(NULL, calls * 8)) &&
                  ext_store_enter(s) == 0) {
             int64_t *ns = (int64_t *)(void *)PyBytes_AS_STRING(ret);
+            /* The GIL stays held: the loop times the library's call alone,
+             * as a C caller makes it (no other thread's Python code runs
+             * between two calls). */
             for (Py_ssize_t c = 0; c < calls && rc >= 0; c++) {
                 int64_t t0 = now_ns();
                 if (!empty)

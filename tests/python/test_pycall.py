@@ -233,3 +233,21 @@ def test_bench_lookup_hook(local_dir):
             st._bench_lookup(["a"], ids.astype(np.float64), out, 1, False)
         with pytest.raises(ValueError, match="calls"):
             st._bench_lookup(["a"], ids, out, -1, False)
+
+
+def test_bench_lookup_takes_memory_tables_only():
+    # A source's read_rows runs Python code, which the hook's timed loop
+    # (the GIL held) must not: refused before any call.
+    with engramstore.EngramStore(local_dir=None) as st:
+        rows = make_rows(9, R, seed=4)
+        calls = []
+        st.add_source("s", (9, R), lambda r, o: (calls.append(1), o.__setitem__(
+            slice(None), rows[r.astype(np.int64)])))
+        ids = np.array([[2]], np.int64)
+        out = sentinel((1, 1, R))
+        st.lookup(["s"], ids, out)  # a source table is served by lookup
+        np.testing.assert_array_equal(out[0, 0], rows[2])
+        n = len(calls)
+        with pytest.raises(ValueError, match="^_bench_lookup: tables of memory rows only"):
+            st._bench_lookup(["s"], ids, out, 3, False)
+        assert len(calls) == n
