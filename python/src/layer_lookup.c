@@ -127,6 +127,30 @@ static PyMethodDef LayerLookup_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* What introspection asks of a method: inspect.signature() and help()
+ * follow __wrapped__ to the Python method, whose name it has. */
+static PyObject *LayerLookup_get_wrapped(LayerLookupObject *o, void *unused)
+{
+    (void)unused;
+    if (!o->fallback)
+        Py_RETURN_NONE;
+    return Py_NewRef(o->fallback);
+}
+
+static PyObject *LayerLookup_get_name(LayerLookupObject *o, void *qual)
+{
+    if (!o->fallback)
+        return PyUnicode_FromString("lookup_into");
+    return PyObject_GetAttrString(o->fallback, qual ? "__qualname__" : "__name__");
+}
+
+static PyGetSetDef LayerLookup_getset[] = {
+    {"__wrapped__", (getter)LayerLookup_get_wrapped, NULL, "The Python method.", NULL},
+    {"__name__", (getter)LayerLookup_get_name, NULL, "The Python method's.", NULL},
+    {"__qualname__", (getter)LayerLookup_get_name, NULL, "The Python method's.", (void *)1},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
 static PyMemberDef LayerLookup_members[] = {
     {"__vectorcalloffset__", T_PYSSIZET, offsetof(LayerLookupObject, vectorcall), READONLY,
      NULL},
@@ -146,6 +170,7 @@ static PyType_Slot LayerLookup_slots[] = {
     {Py_tp_dealloc, (void *)(uintptr_t)LayerLookup_dealloc},
     {Py_tp_methods, LayerLookup_methods},
     {Py_tp_members, LayerLookup_members},
+    {Py_tp_getset, LayerLookup_getset},
     {Py_tp_doc, (void *)(uintptr_t)LayerLookup_doc},
     {0, NULL},
 };

@@ -5,6 +5,7 @@ lists of the last lookups, and the benchmark hook Store._bench_lookup."""
 from __future__ import annotations
 
 import gc
+import inspect
 import weakref
 
 import numpy as np
@@ -94,6 +95,14 @@ def test_bad_call_forms_raise_as_the_method_does(populated):
     with pytest.raises(engramstore.BadIdError, match=r"^row_ids\[0\]\[0\]\[1\] = 19"):
         t.lookup_into(1, np.array([[[16, 19]]], np.int64), out)
     assert (out == SENTINEL).all()
+
+
+def test_lookup_into_introspects_as_the_method(populated):
+    t, _ = populated
+    assert t.lookup_into.__name__ == "lookup_into"
+    assert t.lookup_into.__qualname__ == "LayerStore.lookup_into"
+    assert str(inspect.signature(t.lookup_into)) == (
+        "(layer_id: 'int', row_ids: 'ArrayArg', output: 'ArrayArg') -> 'None'")
 
 
 def test_a_lookup_into_taken_before_close_raises_after(populated, client):
