@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno as _errno
 from collections.abc import Callable, Mapping, Sequence
+from types import MethodType
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from . import _engram, _mooncake
@@ -135,6 +136,17 @@ class LayerStore(EngramStore):
                 raise
         self._lookup: Callable[[Sequence[str], ArrayArg, ArrayArg], None] = \
             self._store._lookup_layer
+        # lookup_into in C: the extension maps the layer id to its table
+        # names (those of _keys, which never changes, or of the open
+        # Mooncake layers in _live, read at every call) and looks up, with
+        # no Python code between; any other call (keywords, a layer id not
+        # there, after close()) goes to the method below, which raises or
+        # opens the layer.
+        if type(self).lookup_into is LayerStore.lookup_into:
+            live = self._mc is not None
+            self.__dict__["lookup_into"] = self._store._layer_lookup(
+                self._live if live else self._keys, MethodType(LayerStore.lookup_into, self),
+                live)
 
     # -- helpers ------------------------------------------------------------
 
@@ -407,6 +419,9 @@ class LayerStore(EngramStore):
         the source tables and the staging buffer registered with the
         client.  A store client is the caller's and stays open."""
         self._lookup = _closed_lookup
+        fast = self.__dict__.pop("lookup_into", None)
+        if fast is not None:
+            fast._close()  # one taken before close() ends up in the method too
         if self._owned:
             self._store.close()
         if self._mc is not None:

@@ -136,10 +136,16 @@ static void parse_format(const char *fmt, Py_ssize_t itemsize, ext_array *a)
         fmt++;
     if (!fmt[0] || fmt[1])
         return;
-    if (strchr("bhilq", fmt[0]))
+    switch (fmt[0]) {
+    case 'b': case 'h': case 'i': case 'l': case 'q':
         a->kind = EXT_KIND_INT;
-    else if (strchr("BHILQ", fmt[0]))
+        break;
+    case 'B': case 'H': case 'I': case 'L': case 'Q':
         a->kind = EXT_KIND_UINT;
+        break;
+    default:
+        break;
+    }
 }
 
 /* Replaces the pending exception, raised by the exporter of `obj`, with a

@@ -337,6 +337,10 @@ static PyMethodDef Store_methods[] = {
      ext_store_lookup_doc},
     {"_lookup_layer", (PyCFunction)(void (*)(void))ext_store_lookup_layer, METH_FASTCALL,
      ext_store_lookup_layer_doc},
+    {"_layer_lookup", (PyCFunction)(void (*)(void))ext_store_layer_lookup, METH_FASTCALL,
+     ext_store_layer_lookup_doc},
+    {"_bench_lookup", (PyCFunction)(void (*)(void))ext_store_bench_lookup, METH_FASTCALL,
+     ext_store_bench_lookup_doc},
     {"populate", (PyCFunction)(void (*)(void))ext_store_populate, METH_FASTCALL | METH_KEYWORDS,
      ext_store_populate_doc},
     {"populate_shared", (PyCFunction)(void (*)(void))ext_store_populate_shared,
@@ -402,8 +406,8 @@ static PyType_Spec Store_spec = {
 
 int ext_store_init(PyObject *m)
 {
-    PyObject *t = PyType_FromSpec(&Store_spec);
-    if (!t)
+    PyObject *t;
+    if (ext_layer_lookup_module_init(m) < 0 || !(t = PyType_FromSpec(&Store_spec)))
         return -1;
     if (PyModule_AddObjectRef(m, "Store", t) < 0) {
         Py_DECREF(t);

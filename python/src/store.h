@@ -5,8 +5,9 @@
  *
  * store.c         the type itself: new/init/dealloc/repr, the close guard,
  *                 argument parsing, close() and the method table
- * store_lookup.c  lookup(), _lookup_layer() and cuda_check(): the memo,
- *                 layouts and bad-id errors
+ * store_lookup.c  lookup(), _lookup_layer(), _bench_lookup() and
+ *                 cuda_check(): the memo, layouts and bad-id errors
+ * layer_lookup.c  _layer_lookup(): the type of the layer API's lookup_into
  * store_tables.c  populate(), bind(), open_safetensors(), define(),
  *                 get_table_spec(), list_tables(), remove(), verify(), and
  *                 the resolution of names to tables
@@ -18,7 +19,8 @@
  *   tables    name -> resolved table (id | row_bytes << 32), filled on the
  *             first lookup that names a table, so later lookups resolve a
  *             name with one dict probe;
- *   memo      the names of the last lookup and their ids;
+ *   memo      the name lists of the last lookups (one per layer, say) and
+ *             their ids;
  *   gen       bumped by remove() and close(): an id resolved while the GIL
  *             was released is cached (tables, memo) only if gen did not
  *             change meanwhile, so a removed table's id is never kept;
@@ -50,18 +52,31 @@
  * on the stack and are memoized. */
 #define EXT_STORE_STACK_COLS 64
 
+/* How many name lists the memo keeps: a model's layers looked up in turn,
+ * each with its own list, all skip resolution. */
+#define EXT_STORE_MEMOS 16
+
+/* One memoized name list: k > 0 names (strong references) and their ids,
+ * in one block; k == 0 is an empty entry. */
+typedef struct {
+    Py_ssize_t k;
+    PyObject **names;
+    engram_table_id *ids;
+    uint32_t R;
+    int memory; /* every table of it is memory (no source to call) */
+} ext_store_memo;
+
 typedef struct {
     PyObject_HEAD
     engram_store *st;
     PyObject *path;     /* str, for repr */
     PyObject *tables;   /* dict */
-    /* The names of the last lookup (strong references) and their ids: a
-     * lookup naming the very same objects skips resolution. */
-    Py_ssize_t memo_k;
-    PyObject *memo_names[EXT_STORE_STACK_COLS];
-    engram_table_id memo_ids[EXT_STORE_STACK_COLS];
-    uint32_t memo_R;
-    int memo_memory;    /* every table of the memo is memory (no source to call) */
+    /* The name lists of the last lookups and their ids: a lookup naming
+     * the very same objects as one of them skips resolution.  memo_last is
+     * the entry hit or set last (tried first), memo_next the one replaced
+     * next (round robin). */
+    ext_store_memo memo[EXT_STORE_MEMOS];
+    int memo_last, memo_next;
     uint64_t gen;       /* see above; read and written with the GIL */
     PyObject *declared; /* dict */
     PyObject *holds;    /* list of capsules */
@@ -98,10 +113,25 @@ void ext_store_memo_clear(StoreObject *s);
 PyObject *ext_store_lookup(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
                            PyObject *kwnames);
 PyObject *ext_store_lookup_layer(StoreObject *s, PyObject *const *args, Py_ssize_t nargs);
+PyObject *ext_store_bench_lookup(StoreObject *s, PyObject *const *args, Py_ssize_t nargs);
 PyObject *ext_store_cuda_check(StoreObject *s, PyObject *unused);
 extern const char ext_store_lookup_doc[];
 extern const char ext_store_lookup_layer_doc[];
+extern const char ext_store_bench_lookup_doc[];
 extern const char ext_store_cuda_check_doc[];
+
+/* The layer API's lookup, as _lookup_layer(names, row_ids, output): names
+ * a tuple or list of the layer's H table names, row_ids int64 C-contiguous
+ * [B, L, H], output uint8 [B, L, H, row_bytes]. */
+PyObject *ext_store_lookup_layer_call(StoreObject *s, PyObject *names, PyObject *row_ids,
+                                      PyObject *output);
+
+/* ---- layer_lookup.c ----------------------------------------------------- */
+
+/* Makes the type of _layer_lookup()'s objects (at module init). */
+int ext_layer_lookup_module_init(PyObject *m);
+PyObject *ext_store_layer_lookup(StoreObject *s, PyObject *const *args, Py_ssize_t nargs);
+extern const char ext_store_layer_lookup_doc[];
 
 /* ---- store_tables.c ----------------------------------------------------- */
 

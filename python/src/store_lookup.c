@@ -1,6 +1,6 @@
 /*
  * store_lookup.c - Store.lookup() and Store._lookup_layer(): resolving the
- * named tables (through the memo of the last lookup's names, else
+ * named tables (through the memo of the last lookups' name lists, else
  * ext_store_resolve()), checking the ids/out/offsets arrays and their
  * layouts, and running the lookup on the host or, for GPU arrays, through
  * cuda.c; and the bad-id errors of both paths, cuda_check() included.
@@ -9,6 +9,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #ifdef ENGRAMSTORE_HAVE_CUDA
 #include <engram_cuda.h>
@@ -19,29 +20,68 @@
 
 /* ---- the memo ---------------------------------------------------------- */
 
-/* Replaces the memo with k names (references stolen) and their ids.  The
- * old names are dropped last: that may run Python code (a str subclass's
- * __del__), which may look up and fill the memo again. */
-static void memo_set(StoreObject *s, PyObject *const *names, Py_ssize_t k,
+/* Drops an entry taken out of the memo: its names (which may run Python
+ * code: a str subclass's __del__, which may look up and fill the memo
+ * again) and its block. */
+static void memo_drop(ext_store_memo e)
+{
+    for (Py_ssize_t i = 0; i < e.k; i++)
+        Py_DECREF(e.names[i]);
+    PyMem_Free(e.names);
+}
+
+/* The entry of exactly these K > 0 name objects, or NULL. */
+static const ext_store_memo *memo_find(StoreObject *s, PyObject *const *names, Py_ssize_t K)
+{
+    int i = s->memo_last;
+    for (int j = 0; j < EXT_STORE_MEMOS; j++, i = i + 1 < EXT_STORE_MEMOS ? i + 1 : 0) {
+        const ext_store_memo *e = &s->memo[i];
+        /* The pointers compared as bytes: K of them in a few vector
+         * compares. */
+        if (e->k == K && e->names[0] == names[0] &&
+            memcmp(e->names, names, (size_t)K * sizeof *names) == 0) {
+            s->memo_last = i;
+            return e;
+        }
+    }
+    return NULL;
+}
+
+/* Memoizes k > 0 names (references stolen) and their ids in place of the
+ * entry set longest ago.  Out of memory, nothing is memoized (and no
+ * exception raised): the next lookup resolves the names again. */
+static void memo_add(StoreObject *s, PyObject *const *names, Py_ssize_t k,
                      const engram_table_id *ids, uint32_t R, int memory)
 {
-    PyObject *old[EXT_STORE_STACK_COLS];
-    Py_ssize_t n = s->memo_k;
-    memcpy(old, s->memo_names, (size_t)n * sizeof *old);
-    if (k)
-        memcpy(s->memo_names, names, (size_t)k * sizeof *names);
-    if (k)
-        memcpy(s->memo_ids, ids, (size_t)k * sizeof *ids);
-    s->memo_R = R;
-    s->memo_memory = memory;
-    s->memo_k = k;
-    for (Py_ssize_t i = 0; i < n; i++)
-        Py_DECREF(old[i]);
+    int i = s->memo_next;
+    ext_store_memo old = s->memo[i], *e = &s->memo[i];
+    PyObject **blk = PyMem_Malloc((size_t)k * (sizeof *names + sizeof *ids));
+    if (!blk) {
+        for (Py_ssize_t j = 0; j < k; j++)
+            Py_DECREF(names[j]);
+        return;
+    }
+    memcpy(blk, names, (size_t)k * sizeof *names);
+    e->names = blk;
+    e->ids = (engram_table_id *)(void *)(blk + k);
+    memcpy(e->ids, ids, (size_t)k * sizeof *ids);
+    e->k = k;
+    e->R = R;
+    e->memory = memory;
+    s->memo_last = i;
+    s->memo_next = i + 1 < EXT_STORE_MEMOS ? i + 1 : 0;
+    memo_drop(old);
 }
 
 void ext_store_memo_clear(StoreObject *s)
 {
-    memo_set(s, NULL, 0, NULL, 0, 0);
+    for (int i = 0; i < EXT_STORE_MEMOS; i++) {
+        ext_store_memo old = s->memo[i];
+        s->memo[i].k = 0;
+        s->memo[i].names = NULL;
+        s->memo[i].ids = NULL;
+        memo_drop(old);
+    }
 }
 
 /* ---- lookup ------------------------------------------------------------ */
@@ -144,59 +184,52 @@ typedef struct lookup_in {
     const char *ids_arg, *out_arg;
 } lookup_in;
 
-static PyObject *do_lookup(StoreObject *s, const lookup_in *in)
-{
-    engram_table_id tid_stack[EXT_STORE_STACK_COLS], *tids = tid_stack;
-    int64_t off_stack[EXT_STORE_STACK_COLS], *offs = NULL;
-    ext_array ids = {0}, out = {0}, oa = {0};
-    engram_lookup_args a = ENGRAM_LOOKUP_ARGS_INIT;
-    Py_ssize_t K, T, T2, ist, ost;
-    uint32_t R = 0;
-    char b1[64], b2[64];
-    const int lead = in->lead;
-    int rc;
-    PyObject *ret = NULL;
-    PyObject *rn[EXT_STORE_STACK_COLS]; /* the names resolved, held (K <= that) */
-    Py_ssize_t nrn = 0;
-    uint64_t gen = s->gen;
-    int memory = 1; /* every table named has memory rows */
+/* A lookup whose tables are resolved and whose arrays are checked and
+ * held: filled by lookup_prepare(), run by lookup_run(), released by
+ * lookup_release(). */
+typedef struct lookup_prep {
+    engram_lookup_args a;
+    engram_table_id tid_stack[EXT_STORE_STACK_COLS];
+    int64_t off_stack[EXT_STORE_STACK_COLS];
+    int64_t *heap; /* offsets then table ids, for K > EXT_STORE_STACK_COLS */
+    ext_array ids, out, oa;
+    Py_ssize_t T, K;
+    int memory; /* every table named has memory rows */
+} lookup_prep;
 
-    if (!PyList_Check(in->tables) && !PyTuple_Check(in->tables)) {
-        PyErr_Format(PyExc_TypeError, "tables: expected a list or tuple of table names, got %.100s",
-                     Py_TYPE(in->tables)->tp_name);
-        return NULL;
+static void lookup_release(lookup_prep *p)
+{
+    ext_array_release(&p->oa);
+    ext_array_release(&p->out);
+    ext_array_release(&p->ids);
+    PyMem_Free(p->heap);
+    p->heap = NULL;
+}
+
+/* Resolves the p->K tables of in->tables into tids[] (the memo, else
+ * ext_store_resolve()), their row size into *R and p->memory.  0, or -1
+ * with an exception. */
+static int lookup_resolve(StoreObject *s, const lookup_in *in, lookup_prep *p,
+                          engram_table_id *tids, uint32_t *R)
+{
+    PyObject *rn[EXT_STORE_STACK_COLS]; /* the names resolved, held (K <= that) */
+    Py_ssize_t nrn = 0, K = p->K;
+    uint64_t gen = s->gen;
+    const ext_store_memo *e;
+    int ret = -1;
+
+    if (K > 0 && K <= EXT_STORE_STACK_COLS &&
+        (e = memo_find(s, PySequence_Fast_ITEMS(in->tables), K))) {
+        memcpy(tids, e->ids, (size_t)K * sizeof *tids);
+        *R = e->R;
+        p->memory = e->memory;
+        return 0;
     }
-    /* The store is entered only around library calls (see store.h); this
-     * just fails early. */
-    if (!s->st || atomic_load(&s->closing))
-        return ext_raise_cls(ext_StoreClosedError, ENGRAM_ESTATE, "the store is closed");
-    K = PySequence_Fast_GET_SIZE(in->tables);
-    if (K > EXT_STORE_STACK_COLS) {
-        /* One block: the int64 offsets first, so they are aligned, then the
-         * table ids. */
-        offs = PyMem_Malloc((size_t)K * (sizeof *offs + sizeof *tids));
-        if (!offs) {
-            PyErr_NoMemory();
-            goto out;
-        }
-        tids = (engram_table_id *)(void *)(offs + K);
-    } else
-        offs = off_stack;
-    if (K > 0 && K == s->memo_k) {
-        Py_ssize_t k = 0;
-        while (k < K && PySequence_Fast_GET_ITEM(in->tables, k) == s->memo_names[k])
-            k++;
-        if (k == K) {
-            memcpy(tids, s->memo_ids, (size_t)K * sizeof *tids);
-            R = s->memo_R;
-            memory = s->memo_memory;
-            goto resolved;
-        }
-    }
+    p->memory = 1;
     for (Py_ssize_t k = 0; k < K; k++) {
         PyObject *name;
         uint32_t rb;
-        int mem;
+        int mem, rc;
         /* The list may change while a table is being opened (the GIL is
          * released there): re-read its length each time, and hold the
          * names resolved, to check them and memoize them with their ids. */
@@ -206,7 +239,7 @@ static PyObject *do_lookup(StoreObject *s, const lookup_in *in)
         }
         name = Py_NewRef(PySequence_Fast_GET_ITEM(in->tables, k));
         rc = ext_store_resolve(s, name, &tids[k], &rb, &mem, k);
-        memory &= mem;
+        p->memory &= mem;
         if (K <= EXT_STORE_STACK_COLS)
             rn[nrn++] = name;
         else
@@ -214,7 +247,7 @@ static PyObject *do_lookup(StoreObject *s, const lookup_in *in)
         if (rc < 0)
             goto out;
         if (k == 0)
-            R = rb;
+            *R = rb;
     }
     if (K != PySequence_Fast_GET_SIZE(in->tables)) {
         PyErr_SetString(PyExc_RuntimeError, "tables: the list changed during the lookup");
@@ -225,211 +258,275 @@ static PyObject *do_lookup(StoreObject *s, const lookup_in *in)
             PyErr_SetString(PyExc_RuntimeError, "tables: the list changed during the lookup");
             goto out;
         }
+    ret = 0;
     /* Memoize the names with the ids they resolved to, unless remove() or
      * close() ran meanwhile (an id may be a removed table's). */
-    if (K <= EXT_STORE_STACK_COLS && s->gen == gen) {
-        nrn = 0; /* the memo takes the names */
-        memo_set(s, rn, K, tids, R, memory);
+    if (K > 0 && K <= EXT_STORE_STACK_COLS && s->gen == gen) {
+        memo_add(s, rn, K, tids, *R, p->memory);
+        nrn = 0; /* the memo took the names */
     }
-resolved:
+out:
+    for (Py_ssize_t k = 0; k < nrn; k++)
+        Py_DECREF(rn[k]);
+    return ret;
+}
+
+/* Resolves the tables and checks and takes the arrays of `in` into *p
+ * (released by lookup_release() either way).  0, or -1 with an exception. */
+static int lookup_prepare(StoreObject *s, const lookup_in *in, lookup_prep *p)
+{
+    engram_lookup_args *a = &p->a;
+    engram_table_id *tids = p->tid_stack;
+    int64_t *offs = p->off_stack;
+    Py_ssize_t K, T, T2, ist, ost;
+    uint32_t R = 0;
+    char b1[64], b2[64];
+    const int lead = in->lead;
+
+    /* What lookup_release() reads, set before anything can fail. */
+    p->ids.has_view = p->out.has_view = p->oa.has_view = 0;
+    p->ids.dl_capsule = p->out.dl_capsule = p->oa.dl_capsule = NULL;
+    p->heap = NULL;
+    *a = (engram_lookup_args)ENGRAM_LOOKUP_ARGS_INIT;
+
+    if (!PyList_Check(in->tables) && !PyTuple_Check(in->tables)) {
+        PyErr_Format(PyExc_TypeError, "tables: expected a list or tuple of table names, got %.100s",
+                     Py_TYPE(in->tables)->tp_name);
+        return -1;
+    }
+    /* The store is entered only around library calls (see store.h); this
+     * just fails early. */
+    if (!s->st || atomic_load(&s->closing)) {
+        ext_raise_cls(ext_StoreClosedError, ENGRAM_ESTATE, "the store is closed");
+        return -1;
+    }
+    p->K = K = PySequence_Fast_GET_SIZE(in->tables);
+    if (K > EXT_STORE_STACK_COLS) {
+        /* One block: the int64 offsets first, so they are aligned, then the
+         * table ids. */
+        p->heap = PyMem_Malloc((size_t)K * (sizeof *offs + sizeof *tids));
+        if (!p->heap) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        offs = p->heap;
+        tids = (engram_table_id *)(void *)(offs + K);
+    }
+    a->tables = tids;
+    if (lookup_resolve(s, in, p, tids, &R) < 0)
+        return -1;
 
     /* ids: [T, K] of int32 or int64; the layer API's row_ids [B, L, H] are
      * int64 only, as Mooncake's EngramStore contract has them. */
-    if (ext_array_get_gpu(in->ids, in->ids_arg, EXT_DEVICE_OK, in->stream, &ids) < 0)
-        goto out;
-    if (ids.kind != EXT_KIND_INT || (ids.itemsize != 8 && (ids.itemsize != 4 || lead == 2))) {
+    if (ext_array_get_gpu(in->ids, in->ids_arg, EXT_DEVICE_OK, in->stream, &p->ids) < 0)
+        return -1;
+    const ext_array *ids = &p->ids;
+    if (ids->kind != EXT_KIND_INT || (ids->itemsize != 8 && (ids->itemsize != 4 || lead == 2))) {
         PyErr_Format(PyExc_TypeError, "%s: expected %s, got %s", in->ids_arg,
-                     lead == 2 ? "int64" : "int32 or int64", ext_array_dtype(&ids, b1, sizeof b1));
-        goto out;
+                     lead == 2 ? "int64" : "int32 or int64", ext_array_dtype(ids, b1, sizeof b1));
+        return -1;
     }
-    if (ids.ndim != lead + 1) {
+    if (ids->ndim != lead + 1) {
         PyErr_Format(PyExc_ValueError, "%s: expected %s, got shape %s", in->ids_arg,
                      lead == 1 ? "a 2-D array [T, K]" : "a 3-D array [B, L, H]",
-                     ext_array_shape(&ids, b1, sizeof b1));
-        goto out;
+                     ext_array_shape(ids, b1, sizeof b1));
+        return -1;
     }
-    if (ids.shape[lead] != K) {
+    if (ids->shape[lead] != K) {
         PyErr_Format(PyExc_ValueError, "%s: shape %s has %zd columns but %zd tables are named",
-                     in->ids_arg, ext_array_shape(&ids, b1, sizeof b1), ids.shape[lead], K);
-        goto out;
+                     in->ids_arg, ext_array_shape(ids, b1, sizeof b1), ids->shape[lead], K);
+        return -1;
     }
-    if (in->ids_contig && !ext_array_c_contiguous(&ids)) {
+    if (in->ids_contig && !ext_array_c_contiguous(ids)) {
         PyErr_Format(PyExc_ValueError, "%s: must be C-contiguous", in->ids_arg);
-        goto out;
+        return -1;
     }
     for (int i = 0; i <= lead; i++)
-        if (ids.strides[i] % ids.itemsize) {
+        if (ids->strides[i] % ids->itemsize) {
             PyErr_Format(PyExc_ValueError, "%s: strides must be multiples of the item size",
                          in->ids_arg);
-            goto out;
+            return -1;
         }
-    if (collapse_lead(&ids, lead, in->ids_arg, &T, &ist) < 0)
-        goto out;
+    if (collapse_lead(ids, lead, in->ids_arg, &T, &ist) < 0)
+        return -1;
+    p->T = T;
 
     /* out: [T, K, R] (or [B, L, H, R]) of uint8, writable, rows contiguous. */
-    if (ext_array_get_gpu(in->out, in->out_arg, EXT_WRITABLE | EXT_DEVICE_OK, in->stream, &out) <
-        0)
-        goto out;
-    if (ids.device != out.device) {
+    if (ext_array_get_gpu(in->out, in->out_arg, EXT_WRITABLE | EXT_DEVICE_OK, in->stream,
+                          &p->out) < 0)
+        return -1;
+    const ext_array *out = &p->out;
+    if (ids->device != out->device) {
         PyErr_Format(PyExc_ValueError, "%s and %s: both must be host arrays or both GPU arrays "
                      "(%s is %s memory)", in->ids_arg, in->out_arg, in->out_arg,
-                     out.device == EXT_DEVICE_CUDA ? "GPU" : "host");
-        goto out;
+                     out->device == EXT_DEVICE_CUDA ? "GPU" : "host");
+        return -1;
     }
-    if (out.device == EXT_DEVICE_HOST && in->stream && in->stream != Py_None) {
+    if (out->device == EXT_DEVICE_HOST && in->stream && in->stream != Py_None) {
         PyErr_SetString(PyExc_ValueError, "stream: a CUDA stream orders GPU lookups only; "
                         "ids and out are host arrays (pass stream=None)");
-        goto out;
+        return -1;
     }
-    if (out.kind != EXT_KIND_UINT || out.itemsize != 1) {
+    if (out->kind != EXT_KIND_UINT || out->itemsize != 1) {
         PyErr_Format(PyExc_TypeError, "%s: expected uint8, got %s", in->out_arg,
-                     ext_array_dtype(&out, b1, sizeof b1));
-        goto out;
+                     ext_array_dtype(out, b1, sizeof b1));
+        return -1;
     }
     {
-        int bad = out.ndim != lead + 2;
+        int bad = out->ndim != lead + 2;
         for (int i = 0; !bad && i < lead; i++)
-            bad = out.shape[i] != ids.shape[i];
+            bad = out->shape[i] != ids->shape[i];
         if (!bad)
-            bad = out.shape[lead] != K || (K > 0 && out.shape[lead + 1] != (Py_ssize_t)R);
+            bad = out->shape[lead] != K || (K > 0 && out->shape[lead + 1] != (Py_ssize_t)R);
         if (bad) {
             char want[96];
             if (lead == 1)
-                PyOS_snprintf(want, sizeof want, "(%zd, %zd, %u)", ids.shape[0], K, R);
+                PyOS_snprintf(want, sizeof want, "(%zd, %zd, %u)", ids->shape[0], K, R);
             else
-                PyOS_snprintf(want, sizeof want, "(%zd, %zd, %zd, %u)", ids.shape[0],
-                              ids.shape[1], K, R);
+                PyOS_snprintf(want, sizeof want, "(%zd, %zd, %zd, %u)", ids->shape[0],
+                              ids->shape[1], K, R);
             PyErr_Format(PyExc_ValueError, "%s: expected shape %s (%s x row_bytes), got %s",
                          in->out_arg, want, lead == 1 ? "ids.shape" : "row_ids.shape",
-                         ext_array_shape(&out, b2, sizeof b2));
-            goto out;
+                         ext_array_shape(out, b2, sizeof b2));
+            return -1;
         }
     }
-    if (R > 1 && out.strides[lead + 1] != 1) {
+    if (R > 1 && out->strides[lead + 1] != 1) {
         PyErr_Format(PyExc_ValueError, "%s: the bytes of each row must be contiguous "
-                     "(last stride 1, got %zd)", in->out_arg, out.strides[lead + 1]);
-        goto out;
+                     "(last stride 1, got %zd)", in->out_arg, out->strides[lead + 1]);
+        return -1;
     }
-    if (collapse_lead(&out, lead, in->out_arg, &T2, &ost) < 0)
-        goto out;
+    if (collapse_lead(out, lead, in->out_arg, &T2, &ost) < 0)
+        return -1;
 
     /* offsets: [K] int64, any stride. */
     if (in->offsets && in->offsets != Py_None) {
-        if (ext_array_get(in->offsets, "offsets", 0, &oa) < 0)
-            goto out;
-        if (oa.kind != EXT_KIND_INT || oa.itemsize != 8) {
+        const ext_array *oa = &p->oa;
+        if (ext_array_get(in->offsets, "offsets", 0, &p->oa) < 0)
+            return -1;
+        if (oa->kind != EXT_KIND_INT || oa->itemsize != 8) {
             PyErr_Format(PyExc_TypeError, "offsets: expected int64, got %s",
-                         ext_array_dtype(&oa, b1, sizeof b1));
-            goto out;
+                         ext_array_dtype(oa, b1, sizeof b1));
+            return -1;
         }
-        if (oa.ndim != 1 || oa.shape[0] != K) {
+        if (oa->ndim != 1 || oa->shape[0] != K) {
             PyErr_Format(PyExc_ValueError, "offsets: expected shape (%zd,), got %s", K,
-                         ext_array_shape(&oa, b1, sizeof b1));
-            goto out;
+                         ext_array_shape(oa, b1, sizeof b1));
+            return -1;
         }
         for (Py_ssize_t k = 0; k < K; k++)
-            memcpy(&offs[k], oa.data + k * oa.strides[0], sizeof offs[k]);
-        a.offsets = offs;
+            memcpy(&offs[k], oa->data + k * oa->strides[0], sizeof offs[k]);
+        a->offsets = offs;
     }
 
-    a.flags = in->zero_dead ? ENGRAM_LOOKUP_ZERO_DEAD : 0;
-    a.num_tokens = (size_t)T;
-    a.num_cols = (size_t)K;
-    a.tables = tids;
-    a.ids = ids.data;
-    a.id_type = ids.itemsize == 8 ? ENGRAM_ID_INT64 : ENGRAM_ID_INT32;
-    a.id_stride_t = ist / ids.itemsize;
-    a.id_stride_k = ids.strides[lead] / ids.itemsize;
-    a.out = out.data;
-    a.out_stride_t = ost;
-    a.out_stride_k = out.strides[lead];
-    a.row_bytes = R;
+    a->flags = in->zero_dead ? ENGRAM_LOOKUP_ZERO_DEAD : 0;
+    a->num_tokens = (size_t)T;
+    a->num_cols = (size_t)K;
+    a->ids = ids->data;
+    a->id_type = ids->itemsize == 8 ? ENGRAM_ID_INT64 : ENGRAM_ID_INT32;
+    a->id_stride_t = ist / ids->itemsize;
+    a->id_stride_k = ids->strides[lead] / ids->itemsize;
+    a->out = out->data;
+    a->out_stride_t = ost;
+    a->out_stride_k = out->strides[lead];
+    a->row_bytes = R;
     /* The library reads strides 0, 0 as "contiguous [T, K]": never pass
      * them for a view that is not.  A stride of a dimension of size 1 is
      * never used, so it can be made nonzero; zero strides of T > 1 tokens
      * and K > 1 columns describe ids no stride pair can (one element read
      * everywhere), or output rows that overlap. */
-    if (a.id_stride_t == 0 && a.id_stride_k == 0) {
+    if (a->id_stride_t == 0 && a->id_stride_k == 0) {
         if (T <= 1)
-            a.id_stride_t = K > 0 ? K : 1;
+            a->id_stride_t = K > 0 ? K : 1;
         else if (K <= 1)
-            a.id_stride_k = 1;
+            a->id_stride_k = 1;
         else {
             PyErr_Format(PyExc_ValueError, "%s: every stride is 0 (one id broadcast to "
                          "every token and column); pass the ids as an array", in->ids_arg);
-            goto out;
+            return -1;
         }
     }
-    if (a.out_stride_t == 0 && a.out_stride_k == 0) {
+    if (a->out_stride_t == 0 && a->out_stride_k == 0) {
         /* With no columns there are no rows to overlap (numpy gives an
          * array of shape (T, 0, 0) the strides (0, 0, 1)): a no-op. */
         if (T > 1 && K > 0) {
             ext_raise_cls(ext_exc_for(ENGRAM_ELAYOUT), ENGRAM_ELAYOUT,
                           "%s: output rows overlap (the strides of its token and column "
                           "dimensions are 0)", in->out_arg);
-            goto out;
+            return -1;
         }
-        a.out_stride_t = K > 0 && R > 0 ? (ptrdiff_t)K * R : 1;
+        a->out_stride_t = K > 0 && R > 0 ? (ptrdiff_t)K * R : 1;
     }
+    return 0;
+}
 
+/* Runs a prepared lookup: on the GPU for GPU arrays, else on the host
+ * (the GIL released for all but small lookups of memory rows).  None, or
+ * NULL with an exception (BadIdError naming the first bad id). */
+static PyObject *lookup_run(StoreObject *s, const lookup_in *in, lookup_prep *p)
+{
+    int rc;
 #ifdef ENGRAMSTORE_HAVE_CUDA
-    if (out.device == EXT_DEVICE_CUDA) {
+    if (p->out.device == EXT_DEVICE_CUDA) {
         ext_cuda_error cerr;
         ext_cuda_call call;
         memset(&cerr, 0, sizeof cerr);
         memset(&call, 0, sizeof call);
-        if (ids.has_sync_stream)
-            call.wait[call.nwait++] = ids.sync_stream;
-        if (out.has_sync_stream && !(call.nwait && call.wait[0] == out.sync_stream))
-            call.wait[call.nwait++] = out.sync_stream; /* one wait per stream is enough */
-        call.ptr[0] = ids.data;
-        call.ptr[1] = out.data;
-        call.device[0] = ids.device_id;
-        call.device[1] = out.device_id;
+        if (p->ids.has_sync_stream)
+            call.wait[call.nwait++] = p->ids.sync_stream;
+        if (p->out.has_sync_stream && !(call.nwait && call.wait[0] == p->out.sync_stream))
+            call.wait[call.nwait++] = p->out.sync_stream; /* one wait per stream is enough */
+        call.ptr[0] = p->ids.data;
+        call.ptr[1] = p->out.data;
+        call.device[0] = p->ids.device_id;
+        call.device[1] = p->out.device_id;
         if (ext_cuda_stream(in->stream, &call.stream) < 0 || ext_cuda_load() < 0 ||
             ext_store_enter(s) < 0)
-            goto out;
-        rc = ext_cuda_lookup(&s->cuda, s->st, &a, &call, &cerr);
+            return NULL;
+        rc = ext_cuda_lookup(&s->cuda, s->st, &p->a, &call, &cerr);
         ext_store_leave(s);
         if (rc == 0)
-            ret = Py_NewRef(Py_None);
-        else
-            ext_cuda_raise(rc, &cerr);
-        goto out;
+            Py_RETURN_NONE;
+        ext_cuda_raise(rc, &cerr);
+        return NULL;
     }
+#else
+    (void)in;
 #endif
     /* A source callable's exception left from a failure that raised
      * nothing here (a GPU host path) must not become this lookup's cause. */
     Py_XDECREF(ext_source_take_exception());
     if (ext_store_enter(s) < 0)
-        goto out;
-    if (memory && (uint64_t)T * (uint64_t)K <= EXT_HOLD_GIL_ROWS) {
+        return NULL;
+    if (p->memory && (uint64_t)p->T * (uint64_t)p->K <= EXT_HOLD_GIL_ROWS) {
         /* A small lookup of memory rows takes a few microseconds at most,
          * less than releasing and taking back the GIL costs (about 0.2 us
          * here): it keeps it, and no Python code runs meanwhile (no source
          * to call). */
-        rc = engram_lookup(s->st, &a);
+        rc = engram_lookup(s->st, &p->a);
         ext_store_leave(s);
     } else {
         Py_BEGIN_ALLOW_THREADS
-        rc = engram_lookup(s->st, &a);
+        rc = engram_lookup(s->st, &p->a);
         ext_store_leave(s);
         Py_END_ALLOW_THREADS
     }
-    if (rc == ENGRAM_EBADID)
-        raise_bad_id(rc, &ids, in->ids_arg, lead);
-    else if (rc < 0)
-        ext_raise(rc, NULL);
-    else
-        ret = Py_NewRef(Py_None);
-out:
-    ext_array_release(&oa);
-    ext_array_release(&out);
-    ext_array_release(&ids);
-    if (offs && offs != off_stack)
-        PyMem_Free(offs);
-    for (Py_ssize_t k = 0; k < nrn; k++)
-        Py_DECREF(rn[k]);
+    if (rc == ENGRAM_EBADID) {
+        raise_bad_id(rc, &p->ids, in->ids_arg, in->lead);
+        return NULL;
+    }
+    if (rc < 0)
+        return ext_raise(rc, NULL);
+    Py_RETURN_NONE;
+}
+
+static PyObject *do_lookup(StoreObject *s, const lookup_in *in)
+{
+    lookup_prep p;
+    PyObject *ret = NULL;
+    if (lookup_prepare(s, in, &p) == 0)
+        ret = lookup_run(s, in, &p);
+    lookup_release(&p);
     return ret;
 }
 
@@ -487,16 +584,13 @@ const char ext_store_lookup_layer_doc[] = PyDoc_STR(
 "uint8 [B, L, H, row_bytes]; tables names the H tables.  Used by\n"
 "engramstore.EngramStore.lookup_into.");
 
-PyObject *ext_store_lookup_layer(StoreObject *s, PyObject *const *args, Py_ssize_t nargs)
+PyObject *ext_store_lookup_layer_call(StoreObject *s, PyObject *names, PyObject *row_ids,
+                                      PyObject *output)
 {
     lookup_in in;
-    if (nargs != 3) {
-        PyErr_Format(PyExc_TypeError, "_lookup_layer() takes 3 arguments (%zd given)", nargs);
-        return NULL;
-    }
-    in.tables = args[0];
-    in.ids = args[1];
-    in.out = args[2];
+    in.tables = names;
+    in.ids = row_ids;
+    in.out = output;
     in.offsets = NULL;
     in.stream = NULL;
     in.zero_dead = 0;
@@ -505,6 +599,90 @@ PyObject *ext_store_lookup_layer(StoreObject *s, PyObject *const *args, Py_ssize
     in.ids_arg = "row_ids";
     in.out_arg = "output";
     return do_lookup(s, &in);
+}
+
+PyObject *ext_store_lookup_layer(StoreObject *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "_lookup_layer() takes 3 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    return ext_store_lookup_layer_call(s, args[0], args[1], args[2]);
+}
+
+/* ---- timing the library's own call, for bench/bench_pycall.py ----------- */
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+const char ext_store_bench_lookup_doc[] = PyDoc_STR(
+"_bench_lookup($self, tables, ids, out, calls, empty, /)\n--\n\n"
+"For benchmarks: the arguments of lookup(tables, ids, out) checked once,\n"
+"then engram_lookup() called `calls` times with them, each call timed on its\n"
+"own (CLOCK_MONOTONIC, the clock of time.perf_counter_ns), the GIL held.\n"
+"Host arrays and tables of memory rows (no source) only.\n"
+"With `empty` true, the same number of empty timed regions instead (the\n"
+"timer's own cost).  Returns bytes of `calls` int64 nanoseconds.");
+
+PyObject *ext_store_bench_lookup(StoreObject *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    lookup_in in;
+    lookup_prep p;
+    Py_ssize_t calls;
+    PyObject *ret = NULL;
+    int empty, rc = 0;
+    if (nargs != 5) {
+        PyErr_Format(PyExc_TypeError, "_bench_lookup() takes 5 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    calls = PyLong_AsSsize_t(args[3]);
+    if (calls == -1 && PyErr_Occurred())
+        return NULL;
+    if (calls < 0 || calls > PY_SSIZE_T_MAX / 8) {
+        PyErr_SetString(PyExc_ValueError, "calls: expected an int >= 0");
+        return NULL;
+    }
+    if ((empty = PyObject_IsTrue(args[4])) < 0)
+        return NULL;
+    memset(&in, 0, sizeof in);
+    in.tables = args[0];
+    in.ids = args[1];
+    in.out = args[2];
+    in.lead = 1;
+    in.ids_arg = "ids";
+    in.out_arg = "out";
+    if (lookup_prepare(s, &in, &p) == 0) {
+        if (p.out.device != EXT_DEVICE_HOST)
+            PyErr_SetString(PyExc_ValueError, "_bench_lookup: host arrays only");
+        else if (!p.memory)
+            /* A source's read_rows would run Python code in the loop. */
+            PyErr_SetString(PyExc_ValueError, "_bench_lookup: tables of memory rows only");
+        else if ((ret = PyBytes_FromStringAndSize(NULL, calls * 8)) &&
+                 ext_store_enter(s) == 0) {
+            int64_t *ns = (int64_t *)(void *)PyBytes_AS_STRING(ret);
+            /* The GIL stays held: the loop times the library's call alone,
+             * as a C caller makes it (no other thread's Python code runs
+             * between two calls). */
+            for (Py_ssize_t c = 0; c < calls && rc >= 0; c++) {
+                int64_t t0 = now_ns();
+                if (!empty)
+                    rc = engram_lookup(s->st, &p.a);
+                ns[c] = now_ns() - t0;
+            }
+            ext_store_leave(s);
+            if (rc < 0) {
+                Py_CLEAR(ret);
+                ext_raise(rc, NULL);
+            }
+        } else
+            Py_CLEAR(ret);
+    }
+    lookup_release(&p);
+    return ret;
 }
 
 const char ext_store_cuda_check_doc[] = PyDoc_STR(
