@@ -14,7 +14,9 @@
  * (I refs of the run - I refs of the 0-call run) / calls.  The tables
  * (24 x 2000 rows, 12.7 MiB: within half of a 32 MiB last-level cache,
  * so the library copies without prefetching) are bound memory; 64 sets
- * of ids are cycled.
+ * of ids are cycled.  With L > 1 (`bench_callcost engram 1 100000 L`),
+ * the calls go through L layers in turn, as an engine's decode step does:
+ * the same 24 buffers bound as L sets of 24 tables.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,7 +24,7 @@
 
 #include "engram.h"
 
-enum { K = 24, R = 264, ROWS = 2000, SETS = 64 };
+enum { K = 24, R = 264, ROWS = 2000, SETS = 64, LAYERS_MAX = 16 };
 
 static unsigned char *bases[K];
 
@@ -46,15 +48,16 @@ int main(int argc, char **argv)
     int use_naive = argc > 1 && !strcmp(argv[1], "naive");
     size_t T = argc > 2 ? strtoull(argv[2], NULL, 10) : 1;
     long calls = argc > 3 ? atol(argv[3]) : 100000;
+    int layers = argc > 4 ? atoi(argv[4]) : 1;
     /* Through a volatile: the row size stays a run-time value for naive. */
     volatile size_t rsize = R;
     engram_store_options o = ENGRAM_STORE_OPTIONS_INIT;
     engram_store *st;
-    engram_table_id tabs[K];
+    engram_table_id tabs[LAYERS_MAX][K];
     int64_t *ids;
     unsigned char *out;
-    if (argc < 2 || T == 0) {
-        fprintf(stderr, "usage: bench_callcost engram|naive [T] [calls]\n");
+    if (argc < 2 || T == 0 || layers < 1 || layers > LAYERS_MAX) {
+        fprintf(stderr, "usage: bench_callcost engram|naive [T] [calls] [layers 1..16]\n");
         return 2;
     }
     o.threads = 1;
@@ -66,9 +69,12 @@ int main(int argc, char **argv)
         if (!(bases[k] = malloc((size_t)ROWS * R)))
             return 1;
         memset(bases[k], k, (size_t)ROWS * R);
-        snprintf(name, sizeof name, "engram:l1:h%d", k);
-        if (engram_bind(st, name, &sp, bases[k]) != 0 || engram_table_open(st, name, &tabs[k]))
-            return 1;
+        for (int l = 0; l < layers; l++) {
+            snprintf(name, sizeof name, "engram:l%d:h%d", l + 1, k);
+            if (engram_bind(st, name, &sp, bases[k]) != 0 ||
+                engram_table_open(st, name, &tabs[l][k]))
+                return 1;
+        }
     }
     ids = malloc(SETS * T * K * sizeof *ids);
     out = malloc(T * K * R);
@@ -85,7 +91,7 @@ int main(int argc, char **argv)
             engram_lookup_args a = ENGRAM_LOOKUP_ARGS_INIT;
             a.num_tokens = T;
             a.num_cols = K;
-            a.tables = tabs;
+            a.tables = tabs[c % layers];
             a.ids = id;
             a.id_type = ENGRAM_ID_INT64;
             a.out = out;
@@ -93,8 +99,8 @@ int main(int argc, char **argv)
                 return 1;
         }
     }
-    printf("%s: %ld calls of T=%zu, K=%d (first byte %d)\n", use_naive ? "naive" : "engram",
-           calls, T, K, out[0]);
+    printf("%s: %ld calls of T=%zu, K=%d, %d layer%s (first byte %d)\n",
+           use_naive ? "naive" : "engram", calls, T, K, layers, layers == 1 ? "" : "s", out[0]);
     engram_store_close(st);
     return 0;
 }

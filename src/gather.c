@@ -64,15 +64,17 @@ typedef struct col {
     engram__table *t;
 } col;
 
-/* The columns a thread resolved last, for its next lookup of the same
- * tables and offsets (an engine asks for the same 24 tables every decode
- * step): resolving K tables through the registry, checking them and
- * filling their descriptors is most of a small lookup's own cost.  The
- * memo is valid while the store is the same one (serial: a new store may
+/* The columns a thread resolved for its last few sets of tables and
+ * offsets, for its next lookups of the same ones (an engine asks for the
+ * same 24 tables of each Engram layer every decode step, layer after
+ * layer): resolving K tables through the registry, checking them and
+ * filling their descriptors is most of a small lookup's own cost.  An
+ * entry is valid while the store is the same one (serial: a new store may
  * reuse a closed one's address) and no table of it was removed since
  * (gen); the tables, their specs and base addresses never change
- * otherwise. */
+ * otherwise.  MEMO_SLOTS entries, replaced in turn. */
 #define MEMO_COLS 64
+#define MEMO_SLOTS 4
 typedef struct colmemo {
     uint64_t serial; /* the store's; 0 = empty */
     uint64_t gen;    /* the store's removal generation when made */
@@ -87,6 +89,12 @@ typedef struct colmemo {
     int excl;
     int hot; /* the distinct tables of the columns fit in half the last-level cache */
 } colmemo;
+
+typedef struct memoset {
+    colmemo e[MEMO_SLOTS];
+    unsigned last; /* the entry of the last lookup, tried first */
+    unsigned next; /* the entry a new set of columns replaces */
+} memoset;
 
 typedef struct plan {
     const col *cols;
@@ -486,7 +494,7 @@ static int resolve_cols(engram_store *st, const engram_lookup_args *a, col *cols
  * exit), or NULL without memory: lookups then resolve every time.  The
  * pointer is initial-exec TLS (a plain %fs load), the memo itself is on
  * the heap, since the static TLS left for a dlopen()ed module is small. */
-static _Thread_local colmemo *memo_tls __attribute__((tls_model("initial-exec")));
+static _Thread_local memoset *memo_tls __attribute__((tls_model("initial-exec")));
 static pthread_key_t memo_key;
 static pthread_once_t memo_once = PTHREAD_ONCE_INIT;
 
@@ -503,9 +511,9 @@ static void memo_key_init(void)
     (void)pthread_key_create(&memo_key, memo_free);
 }
 
-static colmemo *memo_get(void)
+static memoset *memo_get(void)
 {
-    colmemo *m = memo_tls;
+    memoset *m = memo_tls;
     if (ENGRAM__UNLIKELY(!m)) {
         pthread_once(&memo_once, memo_key_init);
         if (!(m = calloc(1, sizeof *m)))
@@ -562,22 +570,31 @@ static int get_cols(engram_store *st, const engram_lookup_args *a, col *cols, co
                     int *indirect, colmemo **memo)
 {
     size_t K = a->num_cols;
-    colmemo *m = K <= MEMO_COLS ? memo_get() : NULL;
+    memoset *ms = K <= MEMO_COLS ? memo_get() : NULL;
     /* Acquire pairs with the release increment in engram_remove(): a
      * removal before this load is seen as a new generation. */
     uint64_t gen = atomic_load_explicit(&st->gen, memory_order_acquire);
     int err;
-    if (ENGRAM__LIKELY(m != NULL)) {
-        if (ENGRAM__LIKELY(m->serial == st->serial && m->gen == gen && m->K == K &&
-                           m->has_offsets == (a->offsets != NULL) &&
-                           memcmp(m->tables, a->tables, K * sizeof *a->tables) == 0 &&
-                           (!a->offsets ||
-                            memcmp(m->offsets, a->offsets, K * sizeof *a->offsets) == 0))) {
-            *out = m->cols;
-            *indirect = m->indirect;
-            *memo = m;
-            return 0;
+    if (ENGRAM__LIKELY(ms != NULL)) {
+        colmemo *m;
+        for (unsigned i = 0; i < MEMO_SLOTS; i++) {
+            unsigned j = (ms->last + i) % MEMO_SLOTS;
+            m = &ms->e[j];
+            if (ENGRAM__LIKELY(m->serial == st->serial && m->gen == gen && m->K == K &&
+                               m->has_offsets == (a->offsets != NULL) &&
+                               memcmp(m->tables, a->tables, K * sizeof *a->tables) == 0 &&
+                               (!a->offsets ||
+                                memcmp(m->offsets, a->offsets, K * sizeof *a->offsets) == 0))) {
+                ms->last = j;
+                *out = m->cols;
+                *indirect = m->indirect;
+                *memo = m;
+                return 0;
+            }
         }
+        ms->last = ms->next;
+        ms->next = (ms->next + 1) % MEMO_SLOTS;
+        m = &ms->e[ms->last];
         m->serial = 0;
         if ((err = resolve_cols(st, a, m->cols, &m->indirect)) != 0)
             return err;

@@ -1286,6 +1286,80 @@ static void test_random(void)
     free(ids32);
 }
 
+/* An engine's decode step: one lookup per layer, layer after layer, each
+ * with its own tables (and offsets).  Six layers, more than the sets of
+ * columns a thread keeps resolved, in turn and in other orders, through
+ * two stores, and after a table of one layer is replaced: every row is the
+ * right table's. */
+static void test_layers_in_turn(void)
+{
+    enum { L = 6, KL = 3, N = 40, RB = 24 };
+    engram_store *st[2] = {tu_open("layers-a", 0, 1), tu_open("layers-b", 0, 1)};
+    engram_table_id tid[2][L][KL];
+    int64_t offs[L][KL], ids[2][KL];
+    unsigned char out[2 * KL * RB];
+    uint32_t seed[2][L][KL];
+    static const int order[] = {0, 1, 2, 3, 4, 5, 0, 1, 0, 1, 5, 4, 3, 2, 1, 0, 2, 2, 4, 0,
+                                1, 2, 3, 4, 5, 5, 3, 1};
+    for (int s = 0; s < 2; s++)
+        for (int l = 0; l < L; l++)
+            for (int k = 0; k < KL; k++) {
+                char name[32];
+                snprintf(name, sizeof name, "engram:l%d:h%d", l, k);
+                seed[s][l][k] = (uint32_t)(100 * s + 10 * l + k + 1);
+                tu_populate(st[s], name, seed[s][l][k], N, RB, 0);
+                ASSERT_OK(engram_table_open(st[s], name, &tid[s][l][k]));
+                offs[l][k] = 1000 * l + 100 * k;
+            }
+    for (int round = 0; round < 3; round++)
+        for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+            int l = order[i], s = (int)(i + (size_t)round) % 2;
+            engram_lookup_args a = ENGRAM_LOOKUP_ARGS_INIT;
+            for (int t = 0; t < 2; t++)
+                for (int k = 0; k < KL; k++)
+                    ids[t][k] = offs[l][k] + (int64_t)((i * 7 + (size_t)t * 13 + (size_t)k) % N);
+            a.num_tokens = 2;
+            a.num_cols = KL;
+            a.tables = tid[s][l];
+            /* Round 1 looks up without offsets: other ids, same tables. */
+            a.offsets = round == 1 ? NULL : offs[l];
+            if (round == 1)
+                for (int t = 0; t < 2; t++)
+                    for (int k = 0; k < KL; k++)
+                        ids[t][k] -= offs[l][k];
+            a.ids = ids;
+            a.id_type = ENGRAM_ID_INT64;
+            a.out = out;
+            ASSERT_OK(engram_lookup(st[s], &a));
+            for (int t = 0; t < 2; t++)
+                for (int k = 0; k < KL; k++)
+                    ASSERT_ROW(out + (size_t)(t * KL + k) * RB, seed[s][l][k],
+                               (uint64_t)(ids[t][k] - (round == 1 ? 0 : offs[l][k])), RB);
+            if (round == 2 && i == 10) {
+                /* Layer 1's head 2 of store 0 replaced by other rows. */
+                engram_lookup_args b = ENGRAM_LOOKUP_ARGS_INIT;
+                int64_t one[KL] = {offs[1][0], offs[1][1], offs[1][2]};
+                b.num_tokens = 1;
+                b.num_cols = KL;
+                b.tables = tid[0][1];
+                b.offsets = offs[1];
+                b.ids = one;
+                b.id_type = ENGRAM_ID_INT64;
+                b.out = out;
+                ASSERT_OK(engram_lookup(st[0], &b));
+                ASSERT_OK(engram_remove(st[0], "engram:l1:h2"));
+                /* Its columns, resolved just before, are not served any
+                 * more. */
+                ASSERT_ERR(engram_lookup(st[0], &b), ENGRAM_EREMOVED);
+                seed[0][1][2] = 999;
+                tu_populate(st[0], "engram:l1:h2", 999, N, RB, 0);
+                ASSERT_OK(engram_table_open(st[0], "engram:l1:h2", &tid[0][1][2]));
+            }
+        }
+    engram_store_close(st[0]);
+    engram_store_close(st[1]);
+}
+
 int main(void)
 {
     tu_watchdog(240);
@@ -1301,6 +1375,7 @@ int main(void)
     RUN_TEST(test_row_sizes);
     RUN_TEST(test_large_batch);
     RUN_TEST(test_random);
+    RUN_TEST(test_layers_in_turn);
     teardown();
     printf("test_lookup: all passed\n");
     return 0;
