@@ -129,6 +129,15 @@ PyObject *ext_store_get_table_spec(StoreObject *s, PyObject *name);
 extern const char ext_store_populate_shared_doc[], ext_store_wait_for_doc[];
 extern const char ext_store_usage_doc[];
 PyObject *ext_store_usage(StoreObject *s, PyObject *name);
+extern const char ext_store_placement_doc[];
+PyObject *ext_store_placement(StoreObject *s, PyObject *name);
+/* The pages per node of table `cname` as a dict {node: pages}, or None
+ * where the table is not memory of this process (or without libnuma);
+ * NULL with an exception for any other failure.  Enters the store. */
+PyObject *ext_store_numa_nodes(StoreObject *s, const char *cname);
+extern const char ext_store_numa_copy_doc[];
+PyObject *ext_store_numa_copy(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
+                              PyObject *kwnames);
 PyObject *ext_store_populate_shared(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
                                     PyObject *kwnames);
 PyObject *ext_store_wait_for(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
