@@ -463,8 +463,14 @@ int engram__numa_query(const void *addr, size_t len, int touch, engram_table_pla
                     (void)*(volatile const unsigned char *)where[j];
             }
         }
-        if (move_pages(0, (unsigned long)n, where, NULL, status, 0) != 0)
-            return engram__errno(errno, "query the NUMA nodes of %zu pages (move_pages)", n);
+        if (move_pages(0, (unsigned long)n, where, NULL, status, 0) != 0) {
+            int e = errno;
+            /* Refused outright (no NUMA in the kernel, or a seccomp
+             * profile): there is no placement to tell. */
+            return engram__errno(e == EPERM || e == ENOSYS ? ENOTSUP : e,
+                                 "query the NUMA nodes of %zu pages (move_pages: %s)", n,
+                                 strerror(e));
+        }
         for (size_t j = 0; j < n; j++) {
             if (status[j] < 0)
                 p->absent++;

@@ -315,12 +315,9 @@ int cli_cmd_info(struct cli *cli)
         return status;
     if ((status = open_info(st, name, cli->opt[OPT_MAP] != 0, &id, &t)) != 0)
         goto out;
-    /* -ENOTSUP (not memory, or no libnuma) is shown as such; anything
-     * else is a failure of the command. */
-    if ((prc = engram_get_table_placement(st, name, &pl)) != 0 && prc != -ENOTSUP) {
-        status = cli_lib_fail(prc, "placement of '%s'", name);
-        goto out;
-    }
+    /* No placement (not memory, no libnuma, the query refused) is shown
+     * with its reason; the rest of the info stands. */
+    prc = engram_get_table_placement(st, name, &pl);
     if (cli->opt[OPT_REDIS])
         snprintf(path, sizeof(path), "redis://%s/%s/%s", cli->opt[OPT_REDIS], cli->ns, name);
     else

@@ -670,8 +670,8 @@ const char ext_store_get_table_spec_doc[] = PyDoc_STR(
 "row row_start + i of a tensor of total_rows rows (a TP shard, a layer's head;\n"
 "look it up with offsets=[row_start] to use global ids), or 0 and 0 when no\n"
 "range was recorded.  numa_nodes is {node: pages} of the table's memory as\n"
-"placement() counts it (sampled above 65536 pages), or None where the table is\n"
-"not memory of this machine (read on demand) or the library has no libnuma.\n"
+"placement() counts it (sampled above 65536 pages), or None where that cannot\n"
+"be told (rows read on demand, no libnuma; placement() says why).\n"
 "Raises TableNotFoundError for a name neither stored nor declared.");
 
 PyObject *ext_store_get_table_spec(StoreObject *s, PyObject *name)
