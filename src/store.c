@@ -1061,7 +1061,6 @@ int engram_get_table_info(engram_store *st, const char *name, engram_table_info 
     return err;
 }
 
-/* Adds a remote's table name to engram_list()'s list. */
 /* The placement of a table file of the namespace, from a mapping of its
  * data made for the query. */
 static int file_placement(engram_store *st, const char *name, engram_table_placement *p)
@@ -1135,6 +1134,7 @@ int engram_get_table_placement(engram_store *st, const char *name, engram_table_
     return file_placement(st, name, p);
 }
 
+/* Adds a remote's table name to engram_list()'s list. */
 static int namelist_add_cb(void *l, const char *name)
 {
     return engram__namelist_add(l, name) == 0 ? 0 : engram__err(-ENOMEM, "out of memory");
