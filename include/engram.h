@@ -192,6 +192,15 @@ typedef struct engram_store engram_store;
                                            * on demand with io_uring (O_DIRECT where the file
                                            * system allows it) through a bounded row cache; see
                                            * cache_bytes and engram_get_cache_stats() */
+#define ENGRAM_OPEN_NUMA_LOCAL 0x0200u    /* engram_table_open() of NAME serves NAME.numaN, the
+                                           * copy on the calling thread's NUMA node N, where the
+                                           * namespace has one (engram_numa_copy()) */
+
+/* engram_store_options.numa_policy: where table pages go (see "NUMA
+ * placement" below). */
+#define ENGRAM_NUMA_DEFAULT 0    /* the kernel's choice: the node of whoever touches a page first */
+#define ENGRAM_NUMA_NODE 1       /* prefer one node: numa_node, or the node of PCI device numa_gpu */
+#define ENGRAM_NUMA_INTERLEAVE 2 /* interleave pages over the nodes of numa_nodes */
 
 typedef struct engram_store_options {
     uint32_t size;     /* sizeof(engram_store_options) */
@@ -211,11 +220,24 @@ typedef struct engram_store_options {
     uint32_t cache_log_ms; /* log a cache stats line at most every this many ms of
                             * lookups (to stderr, or to the function of engram_set_log());
                             * 0 = the ENGRAM_CACHE_LOG_MS environment variable, or never */
+    /* Fields below came with NUMA placement.  A caller built against an
+     * older header passes the old size (offsetof(engram_store_options,
+     * numa_policy), or the row cache's older one) and gets no placement.
+     * The placement applies to the table files this store writes in a
+     * tmpfs namespace and to the private copies it makes at open
+     * (ENGRAM_OPEN_PRIVATE_HUGE); see "NUMA placement" below. */
+    uint32_t numa_policy;   /* ENGRAM_NUMA_*; ENGRAM_NUMA_DEFAULT = no placement */
+    int32_t numa_node;      /* ENGRAM_NUMA_NODE: the node, or -1 to take numa_gpu's */
+    const char *numa_gpu;   /* ENGRAM_NUMA_NODE with numa_node -1: the PCI bus id of a
+                             * device ("0000:3b:00.0", as cudaDeviceGetPCIBusId() and
+                             * nvidia-smi give it) whose node the pages go to; read at open */
+    const char *numa_nodes; /* ENGRAM_NUMA_INTERLEAVE: the nodes, "0-1,3" (numactl's list
+                             * syntax); NULL or "" = every node with memory; read at open */
 } engram_store_options;
 
 #define ENGRAM_QUEUE_DEPTH_MAX 4096u /* engram_store_options.queue_depth at most */
 
-#define ENGRAM_STORE_OPTIONS_INIT {sizeof(engram_store_options), 0u, 0, 0, 0, 0, 0}
+#define ENGRAM_STORE_OPTIONS_INIT {sizeof(engram_store_options), 0u, 0, 0, 0, 0, 0, 0u, 0, NULL, NULL}
 
 /*! engram_default_root() :
  * The root directory used where none is given (engram_store_open() and
@@ -593,6 +615,105 @@ typedef struct engram_table_usage {
  * @return : 0, -ENOENT, -EINVAL, ENGRAM_EUNSAFE, ... */
 ENGRAM_API int engram_get_table_usage(engram_store *st, const char *name,
                                       engram_table_usage *u);
+
+/* ------------------------------------------------------------------------
+ * NUMA placement.
+ *
+ * On a machine with several NUMA nodes (sockets), a row read from another
+ * node's memory crosses the interconnect.  A store can place the memory of
+ * its tables (engram_store_options.numa_policy):
+ *  - ENGRAM_NUMA_NODE: on node numa_node, or on the node of the PCI device
+ *    numa_gpu (a GPU's bus id; its node is read from
+ *    /sys/bus/pci/devices/<id>/numa_node, no CUDA needed).  The node is
+ *    preferred, not required: when it runs out of memory the kernel takes
+ *    another (engram_get_table_placement() shows where pages went) rather
+ *    than fail the write or call the OOM killer.
+ *  - ENGRAM_NUMA_INTERLEAVE: pages spread round-robin over numa_nodes.
+ * It applies to
+ *  - the table files the store writes (engram_populate(), the writer,
+ *    engram_populate_shared(), engram_numa_copy()) in a tmpfs namespace
+ *    (/dev/shm): the policy is set on the file before its first page is
+ *    allocated and stays with the file, so its pages are placed however
+ *    many processes map it later.  In a namespace on another file system
+ *    the pages are the page cache's, placed by whoever reads them back:
+ *    writing there with a placement fails with -ENOTSUP;
+ *  - the private copies the store makes at open (ENGRAM_OPEN_PRIVATE_HUGE).
+ * The placement is checked at engram_store_open(): a node that does not
+ * exist, is offline, has no memory or is outside this process's cpuset, a
+ * device that does not exist or reports no node on a machine of several
+ * nodes, or a bad node list, fails the open with -EINVAL or -ENODEV and
+ * the reason.  Built without libnuma, or where the kernel refuses NUMA
+ * calls (no NUMA support, or a seccomp profile that forbids mbind), a
+ * placement fails the open with -ENOTSUP.
+ *
+ * Per-node copies: engram_numa_copy() writes NAME.numaN, a copy of table
+ * NAME placed on node N, in the same namespace; a store opened with
+ * ENGRAM_OPEN_NUMA_LOCAL then serves NAME from the copy on the node of
+ * the thread that opens it (see engram_numa_copy()).
+ */
+#define ENGRAM_NUMA_MAX_NODES 64        /* nodes engram places on and counts: 0 .. 63 */
+#define ENGRAM_PLACEMENT_SAMPLE 65536u  /* pages a placement query looks at, at most */
+
+/* Where a table's pages are (engram_get_table_placement()). */
+typedef struct engram_table_placement {
+    uint32_t size;         /* sizeof(engram_table_placement) */
+    uint32_t page_size;    /* bytes of a page as counted here (the base page size) */
+    uint64_t pages;        /* pages of the table's data */
+    uint64_t sampled;      /* pages looked at: all of them, or ENGRAM_PLACEMENT_SAMPLE
+                            * evenly spaced ones for a larger table */
+    uint64_t absent;       /* of those, not in memory (never touched, or swapped out) */
+    uint64_t other_nodes;  /* of those, on a node >= ENGRAM_NUMA_MAX_NODES */
+    int32_t max_node;      /* the highest node holding a sampled page; -1: none */
+    uint32_t private_copy; /* 1: the pages of this process's private copy; 0: the table's
+                            * shared memory (file pages, or memory bound by the caller) */
+    uint64_t node_pages[ENGRAM_NUMA_MAX_NODES]; /* sampled pages on each node */
+} engram_table_placement;
+
+#define ENGRAM_TABLE_PLACEMENT_INIT {sizeof(engram_table_placement), 0u, 0, 0, 0, 0, -1, 0u, {0}}
+
+/*! engram_get_table_placement() :
+ * Fills *p with the NUMA nodes holding the pages of table `name`, as
+ * move_pages(2) reports them: for a table file, its pages in memory (the
+ * table need not be open: the file is mapped for the query, and a page is
+ * read only when mincore() says it is in memory, so nothing is read from
+ * disk); for a table this store serves from a private copy, that copy;
+ * for a bound table, the caller's memory (pages never touched count as
+ * absent).  Tables of up to ENGRAM_PLACEMENT_SAMPLE pages are counted
+ * whole, larger ones by that many evenly spaced pages (multiply
+ * node_pages by pages / sampled for an estimate).  A query costs about a
+ * microsecond per page looked at.  p->size must be set.  Thread-safe.
+ * @return : 0, -ENOENT, -ENOTSUP (a table whose rows are not memory:
+ *           read on demand, from a source or a Redis Cluster; or built
+ *           without libnuma), -EINVAL, or another negative errno. */
+ENGRAM_API int engram_get_table_placement(engram_store *st, const char *name,
+                                          engram_table_placement *p);
+
+/*! engram_numa_copy() :
+ * Makes NAME.numaN ("engram:l1:h0.numa1" for node 1), a copy of table
+ * file `name` whose pages are placed on node `node` (ENGRAM_NUMA_NODE
+ * semantics, whatever the store's own placement), in the store's
+ * namespace, which must be on a tmpfs.  The copy has the table's spec,
+ * rows and row range.  Like engram_populate_shared(), every process of a
+ * node can call it with no leader: exactly one writes the copy and the
+ * others reuse it (a copy with other rows is ENGRAM_EMISMATCH).  *written
+ * (may be NULL) is set to 1 when this call wrote it.  The node is checked
+ * as a store's numa_node is.  Thread-safe.
+ *
+ * Reading: a store opened with ENGRAM_OPEN_NUMA_LOCAL resolves
+ * engram_table_open(st, NAME) (and engram_table_open_wait()) to
+ * NAME.numaN when that table exists, N being the node of the CPU the
+ * opening thread runs on (getcpu(2)); otherwise to NAME.  The id is then
+ * the copy's, for every later lookup, from whatever thread: open tables
+ * from a thread bound to the node that will look them up (numactl
+ * --cpunodebind, or the engine's CPU affinity).  Names that already end in
+ * ".numa<digits>" are opened as they are.  Other calls
+ * (engram_get_table_info(), engram_remove(), ...) take names literally.
+ * @return : 0; -EINVAL (st or name NULL, a bad node: see "NUMA placement");
+ *           ENGRAM_ESPEC (NAME.numaN longer than ENGRAM_NAME_MAX);
+ *           -ENOENT (no table `name`); -ENOTSUP (not a tmpfs namespace, not
+ *           a table file, or built without libnuma); ENGRAM_EMISMATCH; or as
+ *           engram_populate(). */
+ENGRAM_API int engram_numa_copy(engram_store *st, const char *name, int node, int *written);
 
 /*! engram_list() :
  * Lists the names of the store's tables (stored and bound), sorted.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building and testing engram needs on a fresh Debian/Ubuntu
 # machine: a C and C++ toolchain, CMake, pkg-config, libxxhash, liburing, cJSON,
+# libnuma and numactl,
 # hiredis with redis-server and redis-cli (Redis Cluster tables and their tests),
 # Python 3 with venv and its headers (for the engramstore package;
 # numpy for the system's python3, which the CLI tests use;
@@ -19,6 +20,10 @@ command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 [ -f /usr/include/xxhash.h ] || need+=(libxxhash-dev)
 [ -f /usr/include/liburing.h ] || need+=(liburing-dev)
 [ -f /usr/include/cjson/cJSON.h ] || need+=(libcjson-dev)
+# NUMA placement of tables (mbind, move_pages): libnuma; numactl shows the
+# machine's nodes (numactl -H).
+[ -f /usr/include/numaif.h ] || need+=(libnuma-dev)
+command -v numactl >/dev/null 2>&1 || need+=(numactl)
 # Redis Cluster tables: hiredis for the library (found with pkg-config),
 # redis-server and redis-cli for the tests, which start their own cluster
 # on loopback ports (on a host running systemd, installing redis-server

@@ -45,7 +45,7 @@ typedef struct mapfile {
 /* A private copy in anonymous memory, 2 MiB aligned, asked to be backed by
  * huge pages before the first touch (the copy is the touch), then collapsed
  * where the kernel left small pages. */
-static int map_private_huge(mapfile *m, int fd, const char *name)
+static int map_private_huge(mapfile *m, int fd, const engram__numa *numa, const char *name)
 {
     size_t size = (size_t)m->hdr.data_size;
     size_t len = (size_t)engram__align_up(size, HUGE_SZ);
@@ -63,6 +63,15 @@ static int map_private_huge(mapfile *m, int fd, const char *name)
     if (raw + span > p + len)
         munmap(p + len, (size_t)(raw + span - (p + len)));
     (void)madvise(p, len, MADV_HUGEPAGE);
+    /* Placed before the copy's first touch allocates a page. */
+    {
+        char what[ENGRAM_NAME_MAX + 32];
+        snprintf(what, sizeof what, "the private copy of '%s'", name);
+        if ((err = engram__numa_apply(p, len, numa, what)) != 0) {
+            munmap(p, len);
+            return err;
+        }
+    }
     if ((err = engram__read_full(fd, p, size, m->hdr.data_offset, name)) != 0) {
         munmap(p, len);
         return err;
@@ -104,8 +113,13 @@ static void mapfile_info(void *state, engram_table_info *info)
 
 static const engram__source_vt mapfile_vt = {mapfile_release, mapfile_info, NULL};
 
-int engram__mapfile_make(int fd, const engram__header *h, uint32_t fl, const char *name,
-                         engram__source *src)
+int engram__mapfile_is_private(const engram__source *src)
+{
+    return src->vt == &mapfile_vt && ((const mapfile *)src->state)->private_copy;
+}
+
+int engram__mapfile_make(int fd, const engram__header *h, uint32_t fl, const engram__numa *numa,
+                         const char *name, engram__source *src)
 {
     struct rusage r0, r1;
     mapfile *m = calloc(1, sizeof *m);
@@ -116,7 +130,7 @@ int engram__mapfile_make(int fd, const engram__header *h, uint32_t fl, const cha
     m->hdr = *h;
     getrusage(RUSAGE_THREAD, &r0);
     if (fl & ENGRAM_OPEN_PRIVATE_HUGE) {
-        if ((err = map_private_huge(m, fd, name)) != 0)
+        if ((err = map_private_huge(m, fd, numa, name)) != 0)
             goto fail;
     } else {
         void *p = mmap(NULL, (size_t)h->data_size, PROT_READ,

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/inotify.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -141,9 +142,12 @@ static int store_alloc(const engram_store_options *opts, engram_store **out)
     /* The options grew at their end: a caller built against the older,
      * shorter struct passes its size and gets the new fields' defaults. */
     if (opts && opts->size != sizeof(engram_store_options) &&
+        opts->size != ENGRAM__STORE_OPTIONS_V2_SIZE &&
         opts->size != ENGRAM__STORE_OPTIONS_V1_SIZE)
-        return engram__err(-EINVAL, "engram_store_options.size is %u, expected %zu (or %zu)",
+        return engram__err(-EINVAL, "engram_store_options.size is %u, expected %zu (or %zu "
+                                    "or %zu)",
                            opts->size, sizeof(engram_store_options),
+                           (size_t)ENGRAM__STORE_OPTIONS_V2_SIZE,
                            (size_t)ENGRAM__STORE_OPTIONS_V1_SIZE);
     if (opts && opts->threads < 0)
         return engram__err(-EINVAL, "threads is %d (must be >= 0)", opts->threads);
@@ -163,6 +167,16 @@ static int store_alloc(const engram_store_options *opts, engram_store **out)
     }
     if (opts)
         memcpy(&st->opts, opts, opts->size);
+    /* The placement is checked now, once; its strings are the caller's and
+     * are not kept. */
+    {
+        int err = engram__numa_resolve(&st->opts, &st->numa);
+        st->opts.numa_gpu = st->opts.numa_nodes = NULL;
+        if (err) {
+            free(st);
+            return err;
+        }
+    }
     st->opts.size = sizeof st->opts;
     pthread_mutex_init(&st->lock, NULL);
     pthread_cond_init(&st->opened_cv, NULL);
@@ -193,12 +207,28 @@ static int store_alloc(const engram_store_options *opts, engram_store **out)
     return 0;
 }
 
+/* A placement is for memory the store writes or copies; a store that has
+ * none (a memory store, a Redis Cluster's) refuses it rather than ignore
+ * it.  On refusal *st is closed and NULL. */
+static int no_placement(engram_store **st, const char *what)
+{
+    if ((*st)->numa.policy == ENGRAM_NUMA_DEFAULT)
+        return 0;
+    engram_store_close(*st);
+    *st = NULL;
+    return engram__err(-EINVAL, "NUMA placement: %s writes no table files and makes no private "
+                                "copies; place the memory you bind yourself",
+                       what);
+}
+
 int engram_store_open_memory(const engram_store_options *opts, engram_store **out)
 {
     int err;
     if (!out)
         return engram__err(-EINVAL, "out is NULL");
     if ((err = store_alloc(opts, out)) != 0)
+        return err;
+    if ((err = no_placement(out, "a memory store")) != 0)
         return err;
     (*out)->path = strdup("(memory)");
     if (!(*out)->path) {
@@ -290,7 +320,8 @@ int engram__store_open_remote(const engram_store_options *opts, const char *path
 {
     engram_store *st;
     int err;
-    if ((err = store_alloc(opts, &st)) != 0)
+    if ((err = store_alloc(opts, &st)) != 0 ||
+        (err = no_placement(&st, "a store of a Redis Cluster")) != 0)
         return err;
     if (!(st->path = strdup(path))) {
         engram_store_close(st);
@@ -632,7 +663,7 @@ static int file_source(engram_store *st, int fd, const engram__header *h, const 
         /* A mapped hole could cost a SIGBUS at lookup (see fsutil.h). */
         if ((err = engram__check_holes(fd, h, name)) != 0)
             return err;
-        return engram__mapfile_make(fd, h, st->opts.flags, name, src);
+        return engram__mapfile_make(fd, h, st->opts.flags, &st->numa, name, src);
     }
     if (st->opts.flags & ENGRAM_OPEN_VERIFY) {
         /* Rows are read on demand: verify the file now, once. */
@@ -694,18 +725,49 @@ static int remote_table_open(engram_store *st, const char *name, engram_table_id
     return err;
 }
 
+/* 1 if `name` ends in ".numa<digits>": a node copy's name. */
+static int is_copy_name(const char *name)
+{
+    const char *dot = strrchr(name, '.');
+    if (!dot || strncmp(dot, ".numa", 5) != 0 || !dot[5])
+        return 0;
+    for (const char *p = dot + 5; *p; p++)
+        if (*p < '0' || *p > '9')
+            return 0;
+    return 1;
+}
+
+/* With ENGRAM_OPEN_NUMA_LOCAL: the name of the copy of `name` on the
+ * calling thread's node, into buf, if the store or its namespace has that
+ * table; else `name`. */
+static const char *local_copy(engram_store *st, const char *name, char *buf, size_t cap)
+{
+    int node, have;
+    if (!(st->opts.flags & ENGRAM_OPEN_NUMA_LOCAL) || is_copy_name(name) ||
+        (node = engram__numa_current_node()) < 0 ||
+        (size_t)snprintf(buf, cap, "%s.numa%d", name, node) >= cap ||
+        !engram__name_valid(buf))
+        return name;
+    pthread_mutex_lock(&st->lock);
+    have = engram__name_taken_locked(st, buf);
+    pthread_mutex_unlock(&st->lock);
+    return have ? buf : name;
+}
+
 int engram_table_open(engram_store *st, const char *name, engram_table_id *id)
 {
     engram__table *t = NULL, *have;
     engram__header h;
     engram__source src;
     struct stat sb, now;
+    char copy[ENGRAM_NAME_MAX + 1];
     int fd = -1, err = 0, made = 0, claimed = 1;
 
     if (!st || !id)
         return engram__err(-EINVAL, "store and id are required");
     if ((err = engram_name_check(name)) != 0)
         return err;
+    name = local_copy(st, name, copy, sizeof copy);
     pthread_mutex_lock(&st->lock);
     if (!(have = engram__find_locked(st, name, id)) && (st->dirfd >= 0 || st->remote)) {
         /* A second opener of the name waits for the first and then finds
@@ -997,6 +1059,79 @@ int engram_get_table_info(engram_store *st, const char *name, engram_table_info 
     all.size = size;
     memcpy(info, &all, size);
     return err;
+}
+
+/* The placement of a table file of the namespace, from a mapping of its
+ * data made for the query. */
+static int file_placement(engram_store *st, const char *name, engram_table_placement *p)
+{
+    engram__header h;
+    struct stat sb;
+    void *addr;
+    int fd, err;
+    if ((fd = engram__open_entry(st->dirfd, st->path, st->uid, name, O_RDONLY, &sb)) < 0)
+        return fd;
+    if ((err = engram__read_header(fd, &sb, name, &h)) != 0)
+        goto out;
+    if (strcmp(h.name, name) != 0) {
+        err = engram__err(ENGRAM_ECORRUPT, "file %s/%s holds table '%s' (renamed file?)",
+                          st->path, name, h.name);
+        goto out;
+    }
+    addr = mmap(NULL, (size_t)h.data_size, PROT_READ, MAP_SHARED, fd, (off_t)h.data_offset);
+    if (addr == MAP_FAILED) {
+        err = engram__errno(errno, "mmap table '%s' to query its placement", name);
+        goto out;
+    }
+    err = engram__numa_query(addr, (size_t)h.data_size, 1, p);
+    munmap(addr, (size_t)h.data_size);
+out:
+    close(fd);
+    return err;
+}
+
+int engram_get_table_placement(engram_store *st, const char *name, engram_table_placement *p)
+{
+    engram__table *t;
+    int err = 0, done = 0;
+
+    if (!st || !p || p->size != sizeof *p)
+        return engram__err(-EINVAL, "store and p (with size = sizeof(engram_table_placement)) "
+                                    "are required");
+    if ((err = engram_name_check(name)) != 0)
+        return err;
+    memset((char *)p + sizeof p->size, 0, sizeof *p - sizeof p->size);
+    p->max_node = -1;
+    /* A read section keeps an open table's memory mapped meanwhile. */
+    if ((err = engram__rsec_enter()) != 0)
+        return err;
+    if ((t = find_unlocked(st, name)) != NULL) {
+        done = 1;
+        if (t->src.base) {
+            /* This process's memory of the table: its private copy, the
+             * caller's bound memory (not touched), or its shared mapping
+             * of the file (pages in memory touched, to be found). */
+            p->private_copy = (uint32_t)engram__mapfile_is_private(&t->src);
+            err = engram__numa_query(t->src.base, (size_t)t->data_size,
+                                     t->src.kind == ENGRAM_TABLE_FILE && !p->private_copy, p);
+        } else if (t->src.kind == ENGRAM_TABLE_FILE && st->dirfd >= 0) {
+            done = 0; /* read through the row cache: the file's pages are queried */
+        } else {
+            err = engram__err(-ENOTSUP, "table '%s' is not memory of this process: its rows "
+                                        "are read on demand from its source",
+                              name);
+        }
+    }
+    engram__rsec_exit();
+    if (done)
+        return err;
+    if (st->remote)
+        return engram__err(-ENOTSUP, "table '%s' of %s is in a Redis Cluster, not in memory "
+                                     "of this machine",
+                           name, st->path);
+    if (st->dirfd < 0)
+        return engram__err(-ENOENT, "table '%s' is not bound in this memory store", name);
+    return file_placement(st, name, p);
 }
 
 /* Adds a remote's table name to engram_list()'s list. */

@@ -26,6 +26,7 @@
 #include <sys/types.h>
 
 #include "common.h"
+#include "numa.h"
 #include "table.h"
 
 #define ENGRAM__CHUNK_BITS 8
@@ -41,8 +42,10 @@ struct engram__reader;
 struct engram__cbudget;
 struct engram__remote_vt;
 
-/* sizeof(engram_store_options) before the row cache fields were added. */
+/* sizeof(engram_store_options) before the row cache fields were added,
+ * and before the NUMA fields were. */
 #define ENGRAM__STORE_OPTIONS_V1_SIZE offsetof(engram_store_options, cache_bytes)
+#define ENGRAM__STORE_OPTIONS_V2_SIZE offsetof(engram_store_options, numa_policy)
 
 struct engram_store {
     int dirfd;                    /* namespace directory, or -1 for a memory or remote store */
@@ -50,7 +53,8 @@ struct engram_store {
     const struct engram__remote_vt *remote;
     void *remote_state;
     char *path;                   /* root/ns, for messages */
-    engram_store_options opts;
+    engram_store_options opts;     /* numa_gpu and numa_nodes are NULL here: see numa */
+    engram__numa numa;            /* the placement of what the store writes or copies */
     uid_t uid;                    /* the namespace's owner: the only uid whose files we trust */
     pthread_mutex_t lock;         /* registry writes, bind/populate/remove bookkeeping */
     /* Names being opened, under lock: a second opener of a name waits for

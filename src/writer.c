@@ -9,8 +9,10 @@
  *     and drop the directory lock.  A live writer therefore always holds
  *     its temp file's lock; the kernel drops it when the writer dies,
  *     however it dies.
- *  2. Reserve the header and the data region (fallocate) so a full disk
- *     fails at begin.
+ *  2. With a NUMA placement (a tmpfs namespace only), give the file its
+ *     memory policy (numa.h) before any of its pages exists; then reserve
+ *     the header and the data region (fallocate) so a full disk fails at
+ *     begin.
  *  3. Stream rows at their pitch, hashing them (XXH3-64) as they go.
  *  4. Commit: write the header, fsync, make the file read-only, link(2) it
  *     to the table name (fails with EEXIST: create-only, exactly one of
@@ -32,12 +34,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <xxhash.h>
 
 #include "capacity.h"
+#include "fsutil.h"
 #include "format.h"
 #include "lease.h"
 #include "remote.h"
@@ -201,8 +206,54 @@ static int remote_begin(engram_store *st, const char *name, const engram_table_s
     return 0;
 }
 
-int engram_writer_begin(engram_store *st, const char *name, const engram_table_spec *spec,
-                        engram_writer **out)
+#ifndef TMPFS_MAGIC
+#define TMPFS_MAGIC 0x01021994
+#endif
+
+/* Refuses a placement in a namespace whose pages a policy on the file
+ * would not place (anything but a tmpfs). */
+static int placement_fits(engram_store *st, const engram__numa *pl, const char *name)
+{
+    struct statfs fs;
+    if (pl->policy == ENGRAM_NUMA_DEFAULT)
+        return 0;
+    if (fstatfs(st->dirfd, &fs) != 0)
+        return engram__errno(errno, "statfs %s", st->path);
+    if (fs.f_type != TMPFS_MAGIC)
+        return engram__err(-ENOTSUP, "table '%s': NUMA placement (%s) of a written table needs "
+                                     "a tmpfs namespace (/dev/shm); %s is on another file "
+                                     "system, whose cached pages go wherever the process that "
+                                     "reads them runs (place private copies at open instead)",
+                           name, pl->desc, st->path);
+    return 0;
+}
+
+/* Gives w's file the placement `pl` (step 2): a policy set with mbind() on
+ * a shared mapping of a tmpfs file is the file's own (the inode's), and
+ * every page allocated for the range afterwards follows it, by whatever
+ * call (fallocate, write, a fault) and whoever makes it.  The mapping is
+ * only the handle; it goes at once. */
+static int place_file(engram_writer *w, const engram__numa *pl)
+{
+    char what[ENGRAM_NAME_MAX + 16];
+    void *addr;
+    int err;
+    if (pl->policy == ENGRAM_NUMA_DEFAULT)
+        return 0;
+    addr = mmap(NULL, (size_t)w->h.data_size, PROT_READ, MAP_SHARED, w->fd,
+                (off_t)w->h.data_offset);
+    if (addr == MAP_FAILED)
+        return engram__errno(errno, "map table '%s' to place it", w->name);
+    snprintf(what, sizeof what, "table '%s'", w->name);
+    err = engram__numa_apply(addr, (size_t)w->h.data_size, pl, what);
+    munmap(addr, (size_t)w->h.data_size);
+    return err;
+}
+
+/* engram_writer_begin() with placement `pl` (the store's, or a node
+ * copy's). */
+static int writer_begin_placed(engram_store *st, const char *name, const engram_table_spec *spec,
+                               const engram__numa *pl, engram_writer **out)
 {
     engram_writer *w = NULL;
     int err;
@@ -218,6 +269,8 @@ int engram_writer_begin(engram_store *st, const char *name, const engram_table_s
         return engram__err(ENGRAM_ESTATE, "a memory store has no directory to write '%s' to; "
                                           "use engram_bind()",
                            name);
+    if ((err = placement_fits(st, pl, name)) != 0)
+        return err;
     if (!(w = calloc(1, sizeof *w)))
         return engram__err(-ENOMEM, "out of memory");
     w->st = st;
@@ -254,7 +307,7 @@ int engram_writer_begin(engram_store *st, const char *name, const engram_table_s
                                           engram__table_file_bytes(spec, 0), what, 0)) != 0)
             goto fail;
     }
-    if ((err = temp_create(w)) != 0)
+    if ((err = temp_create(w)) != 0 || (err = place_file(w, pl)) != 0)
         goto fail;
     /* Reserve the header and the data region now: a full disk (or a 64 MiB
      * /dev/shm in a container) fails here, before any row is written, and
@@ -273,6 +326,14 @@ int engram_writer_begin(engram_store *st, const char *name, const engram_table_s
 fail:
     writer_free(w);
     return err;
+}
+
+int engram_writer_begin(engram_store *st, const char *name, const engram_table_spec *spec,
+                        engram_writer **out)
+{
+    if (!st || !out)
+        return engram__err(-EINVAL, "store and out are required");
+    return writer_begin_placed(st, name, spec, &st->numa, out);
 }
 
 int engram_writer_set_range(engram_writer *w, uint64_t row_start, uint64_t total_rows)
@@ -439,18 +500,30 @@ void engram_writer_abort(engram_writer *w)
         writer_free(w);
 }
 
-int engram_populate(engram_store *st, const char *name, const engram_table_spec *spec,
-                    const void *rows, size_t src_stride)
+/* engram_populate() with placement `pl` and, where total_rows is not 0,
+ * the row range [row_start, row_start + num_rows) of total_rows. */
+static int populate_placed(engram_store *st, const char *name, const engram_table_spec *spec,
+                           const void *rows, size_t src_stride, uint64_t row_start,
+                           uint64_t total_rows, const engram__numa *pl)
 {
     engram_writer *w;
-    int err = engram_writer_begin(st, name, spec, &w);
-    if (err)
+    int err;
+    if ((err = writer_begin_placed(st, name, spec, pl, &w)) != 0)
         return err;
-    if ((err = engram_writer_append(w, rows, spec->num_rows, src_stride)) != 0) {
+    if ((total_rows && (err = engram_writer_set_range(w, row_start, total_rows)) != 0) ||
+        (err = engram_writer_append(w, rows, spec->num_rows, src_stride)) != 0) {
         engram_writer_abort(w);
         return err;
     }
     return engram_writer_commit(w);
+}
+
+int engram_populate(engram_store *st, const char *name, const engram_table_spec *spec,
+                    const void *rows, size_t src_stride)
+{
+    if (!st)
+        return engram__err(-EINVAL, "store is required");
+    return populate_placed(st, name, spec, rows, src_stride, 0, 0, &st->numa);
 }
 
 /* ------------------------------------------------------------------------
@@ -611,6 +684,35 @@ static int remote_populate_shared(engram_store *st, const char *name,
     return published_as(st, name, spec, rows, src_stride);
 }
 
+/* engram_populate_shared() in a directory namespace, with placement `pl`
+ * and a row range as populate_placed() takes it. */
+static int populate_shared_placed(engram_store *st, const char *name,
+                                  const engram_table_spec *spec, const void *rows,
+                                  size_t src_stride, uint64_t row_start, uint64_t total_rows,
+                                  const engram__numa *pl, int *written)
+{
+    for (;;) {
+        int fd, err;
+        if ((err = published_as(st, name, spec, rows, src_stride)) != -ENOENT)
+            return err;
+        if ((fd = live_writer(st, name)) >= 0) {
+            /* Another process is writing it: its lock goes when it commits,
+             * aborts or dies, and then we look again. */
+            while (flock(fd, LOCK_SH) != 0 && errno == EINTR)
+                ;
+            close(fd);
+            continue;
+        }
+        err = populate_placed(st, name, spec, rows, src_stride, row_start, total_rows, pl);
+        if (err != -EEXIST) {
+            if (err == 0 && written)
+                *written = 1;
+            return err;
+        }
+        /* Another writer won the race: compare with what it published. */
+    }
+}
+
 int engram_populate_shared(engram_store *st, const char *name, const engram_table_spec *spec,
                            const void *rows, size_t src_stride, int *written)
 {
@@ -630,26 +732,69 @@ int engram_populate_shared(engram_store *st, const char *name, const engram_tabl
         return engram__err(ENGRAM_ESTATE, "a memory store has no directory to write '%s' to; "
                                           "use engram_bind()",
                            name);
-    for (;;) {
-        int fd;
-        if ((err = published_as(st, name, spec, rows, src_stride)) != -ENOENT)
-            return err;
-        if ((fd = live_writer(st, name)) >= 0) {
-            /* Another process is writing it: its lock goes when it commits,
-             * aborts or dies, and then we look again. */
-            while (flock(fd, LOCK_SH) != 0 && errno == EINTR)
-                ;
-            close(fd);
-            continue;
-        }
-        err = engram_populate(st, name, spec, rows, src_stride);
-        if (err != -EEXIST) {
-            if (err == 0 && written)
-                *written = 1;
-            return err;
-        }
-        /* Another writer won the race: compare with what it published. */
+    return populate_shared_placed(st, name, spec, rows, src_stride, 0, 0, &st->numa, written);
+}
+
+int engram_numa_copy(engram_store *st, const char *name, int node, int *written)
+{
+    engram_store_options o = ENGRAM_STORE_OPTIONS_INIT;
+    engram__numa pl;
+    engram__header h;
+    engram_table_spec spec;
+    char copy[ENGRAM_NAME_MAX + 32];
+    struct stat sb;
+    void *rows = MAP_FAILED;
+    int fd = -1, err;
+
+    if (written)
+        *written = 0;
+    if (!st || !name)
+        return engram__err(-EINVAL, "store and name are required");
+    if ((err = engram_name_check(name)) != 0)
+        return err;
+    if (node < 0)
+        return engram__err(-EINVAL, "node copy of '%s': node %d is not a node", name, node);
+    snprintf(copy, sizeof copy, "%s.numa%d", name, node);
+    if (strlen(copy) > ENGRAM_NAME_MAX)
+        return engram__err(ENGRAM_ESPEC, "node copy of '%s': its name '%s' is longer than %d "
+                                         "bytes",
+                           name, copy, ENGRAM_NAME_MAX);
+    if (st->remote || st->dirfd < 0)
+        return engram__err(-ENOTSUP, "node copy of '%s': %s is not a namespace directory", name,
+                           st->path);
+    /* The node is checked as a store's numa_node is. */
+    o.numa_policy = ENGRAM_NUMA_NODE;
+    o.numa_node = node;
+    if ((err = engram__numa_resolve(&o, &pl)) != 0 || (err = placement_fits(st, &pl, copy)) != 0)
+        return err;
+    /* The rows come from a read-only mapping of the table's file. */
+    if ((fd = engram__open_entry(st->dirfd, st->path, st->uid, name, O_RDONLY, &sb)) < 0)
+        return fd;
+    if ((err = engram__read_header(fd, &sb, name, &h)) != 0 ||
+        (err = engram__check_holes(fd, &h, name)) != 0)
+        goto out;
+    if (strcmp(h.name, name) != 0) {
+        err = engram__err(ENGRAM_ECORRUPT, "file %s/%s holds table '%s' (renamed file?)",
+                          st->path, name, h.name);
+        goto out;
     }
+    rows = mmap(NULL, (size_t)h.data_size, PROT_READ, MAP_SHARED, fd, (off_t)h.data_offset);
+    if (rows == MAP_FAILED) {
+        err = engram__errno(errno, "map table '%s' to copy it", name);
+        goto out;
+    }
+    spec.num_rows = h.num_rows;
+    spec.row_bytes = h.row_bytes;
+    spec.row_pitch = h.row_pitch;
+    err = populate_shared_placed(st, copy, &spec, rows, h.row_pitch,
+                                 (h.flags & ENGRAM__FLAG_ROW_RANGE) ? h.row_start : 0,
+                                 (h.flags & ENGRAM__FLAG_ROW_RANGE) ? h.total_rows : 0, &pl,
+                                 written);
+out:
+    if (rows != MAP_FAILED)
+        munmap(rows, (size_t)h.data_size);
+    close(fd);
+    return err;
 }
 
 void engram__clean_temps(engram_store *st)

@@ -21,7 +21,8 @@
  *   cli_ckpt.c    checkpoints: inspect, and import --layers (every layer's
  *                 Engram tensors split into the layer API's head tables)
  *   cli_deploy.c  plan (shards of TP x DP ranks), wait, mem (who maps
- *                 each table, which memory cgroup pays for it)
+ *                 each table, which memory cgroup pays for it), numa-copy
+ *                 (a table's copy on a NUMA node)
  *   cli_bench.c   bench, and the timing it shares with the demo
  *   cli_demo.c    demo
  *   cli_push.c    push (a namespace's tables to a Redis Cluster)
@@ -101,6 +102,9 @@ enum {
     OPT_SHARD,
     OPT_REDIS,
     OPT_TAGGED,
+    OPT_NUMA_NODE,
+    OPT_NUMA_GPU,
+    OPT_INTERLEAVE,
     OPT_COUNT
 };
 /* A command's accepted options are bits of a uint64_t. */
@@ -287,5 +291,6 @@ int cli_cmd_wait(struct cli *cli);
 int cli_cmd_mem(struct cli *cli);
 int cli_cmd_gc(struct cli *cli);
 int cli_cmd_push(struct cli *cli);
+int cli_cmd_numa_copy(struct cli *cli);
 
 #endif

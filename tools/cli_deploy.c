@@ -272,3 +272,33 @@ out:
     engram_store_close(st);
     return status;
 }
+
+/* engram numa-copy NAME... --numa-node N */
+int cli_cmd_numa_copy(struct cli *cli)
+{
+    engram_store *st = NULL;
+    uint64_t node = UINT64_MAX;
+    int status = 0;
+    if ((status = cli_opt_u64(cli, OPT_NUMA_NODE, 0, ENGRAM_NUMA_MAX_NODES - 1, &node)) != 0)
+        return status;
+    if (node == UINT64_MAX)
+        return cli_usage_error(cli, "--numa-node N is required");
+    for (int i = 0; i < cli->nargs; i++)
+        if ((status = cli_check_name(cli, cli->args[i])) != 0)
+            return status;
+    /* The store is opened with the node as its placement: a bad node is
+     * refused here, before any copy. */
+    if (cli_open_store(cli, 0, 1, &st, 0, &status) != 0)
+        return status;
+    for (int i = 0; i < cli->nargs && !status; i++) {
+        int written = 0, rc = engram_numa_copy(st, cli->args[i], (int)node, &written);
+        if (rc != 0)
+            status = cli_lib_fail(rc, "copy %s to node %" PRIu64, cli->args[i], node);
+        else if (written)
+            printf("%s.numa%" PRIu64 ": written on node %" PRIu64 "\n", cli->args[i], node, node);
+        else
+            printf("%s.numa%" PRIu64 ": already there\n", cli->args[i], node);
+    }
+    engram_store_close(st);
+    return status;
+}

@@ -43,10 +43,21 @@ static const struct opt_def {
     [OPT_OLDER_THAN] = {"older-than", 1}, [OPT_DRY_RUN] = {"dry-run", 0},
     [OPT_SHARD] = {"shard", 1},
     [OPT_REDIS] = {"redis", 1},    [OPT_TAGGED] = {"tagged", 0},
+    [OPT_NUMA_NODE] = {"numa-node", 1}, [OPT_NUMA_GPU] = {"numa-gpu", 1},
+    [OPT_INTERLEAVE] = {"interleave", 1},
 };
 
 #define O(x) (UINT64_C(1) << OPT_##x)
 #define GLOBAL_OPTS (O(ROOT) | O(NS) | O(HELP))
+#define NUMA_OPTS (O(NUMA_NODE) | O(NUMA_GPU) | O(INTERLEAVE))
+#define NUMA_HELP                                                                            \
+    "\n"                                                                                     \
+    "NUMA placement of the table's pages (a tmpfs namespace such as /dev/shm; one of):\n"   \
+    "  --numa-node N     on node N (preferred: a full node spills to others)\n"            \
+    "  --numa-gpu PCI    on the node of the PCI device PCI, a GPU's bus id such as\n"      \
+    "                    0000:3b:00.0 (nvidia-smi --query-gpu=pci.bus_id)\n"               \
+    "  --interleave L    interleaved over the nodes of list L (0-1,3) or all\n"           \
+    "'engram info NAME' shows where the pages are (docs/operations.md, NUMA).\n"
 
 /* Prints a usage error for the current command and returns 2. */
 int cli_usage_error(const struct cli *cli, const char *fmt, ...)
@@ -101,9 +112,10 @@ int cli_check_name(const struct cli *cli, const char *name)
  * Commands, help and main.
  */
 static const struct command commands[] = {
-    {"create", cli_cmd_create, O(ROWS) | O(ROW_BYTES) | O(PITCH) | O(FILL) | O(SEED) | O(REDIS),
-     1, 1,
-     "create NAME --rows N --row-bytes R [--pitch P] [--fill zero|pattern|random] [--seed S]",
+    {"create", cli_cmd_create,
+     O(ROWS) | O(ROW_BYTES) | O(PITCH) | O(FILL) | O(SEED) | O(REDIS) | NUMA_OPTS, 1, 1,
+     "create NAME --rows N --row-bytes R [--pitch P] [--fill zero|pattern|random] [--seed S]\n"
+     "                   [--numa-node N | --numa-gpu PCI | --interleave L]",
      "Creates table NAME of N synthetic rows of R bytes, streamed to the store in 8 MiB\n"
      "chunks (so tables larger than memory work) and published atomically.\n"
      "\n"
@@ -120,16 +132,17 @@ static const struct command commands[] = {
      "  z = (z ^ z>>30) * 0xBF58476D1CE4E5B9; z = (z ^ z>>27) * 0x94D049BB133111EB;\n"
      "  z ^ z>>31   (all mod 2^64).\n"
      "random: the same construction with other constants for every word; reproducible\n"
-     "from --seed.\n"},
+     "from --seed.\n" NUMA_HELP},
     {"import", cli_cmd_import,
      O(ROW_BYTES) | O(PITCH) | O(SAFETENSORS) | O(WEIGHT) | O(SCALE) | O(ROWS) | O(LAYERS) |
          O(HEAD_VOCAB) | O(LAYER_IDS) | O(REDIS) | O(SHARD) | O(TP) | O(DP) | O(PER_TP) |
-         O(READS) | O(BALANCED),
+         O(READS) | O(BALANCED) | NUMA_OPTS,
      0, 2,
      "import NAME FILE [--row-bytes R] [--pitch P] | import --safetensors CKPT --weight W "
      "[--scale S] [--rows A:B] [--pitch P] NAME | import --layers --safetensors CKPT "
      "--head-vocab N0,N1,... [--weight PAT] [--scale PAT] [--layer-ids L,...] [--pitch P] "
-     "[--shard S --tp T [--dp D] [--per-tp] [--reads R0,... [--balanced]]]",
+     "[--shard S --tp T [--dp D] [--per-tp] [--reads R0,... [--balanced]]]\n"
+     "                   (each form also with [--numa-node N | --numa-gpu PCI | --interleave L])",
      "Creates table NAME from FILE, streamed in 8 MiB chunks.\n"
      "\n"
      "FILE is either an .npy file (recognised by its magic bytes; format 1.0, 2.0 or\n"
@@ -180,7 +193,7 @@ static const struct command commands[] = {
      "                      shard: tp_rank * D + dp_rank, or tp_rank with --per-tp)\n"
      "  --tp, --dp, --per-tp, --reads, --balanced   the plan, as for 'engram plan'\n"
      "\n"
-     "'engram inspect CKPT' lists a checkpoint's tensors.\n"},
+     "'engram inspect CKPT' lists a checkpoint's tensors.\n" NUMA_HELP},
     {"inspect", cli_cmd_inspect, O(JSON), 1, 1, "inspect CKPT [--json]",
      "Lists the tensors of a safetensors checkpoint: name, dtype, shape and the shard\n"
      "file that holds it.  CKPT is a .safetensors file or a\n"
@@ -202,7 +215,9 @@ static const struct command commands[] = {
      "  --strict          exit 1 if any entry was skipped\n"},
     {"info", cli_cmd_info, O(JSON) | O(MAP) | O(REDIS), 1, 1, "info NAME [--json] [--map]",
      "Shows every field the library reports about table NAME: spec, file layout,\n"
-     "checksum, creation time and, with --map, the mapping in this process.\n"
+     "checksum, creation time, the NUMA nodes its pages are on (counted with\n"
+     "move_pages; tables above 65536 pages are sampled) and, with --map, the mapping\n"
+     "in this process.\n"
      "\n"
      "  --json            print one JSON object, {schema, name, path, kind, num_rows,\n"
      "                    row_bytes, ...} (the checksum as a hex string; docs/cli.md)\n"
@@ -303,6 +318,16 @@ static const struct command commands[] = {
      "\n"
      "  --json            {schema, tables: [{name, file_bytes, processes, unreadable,\n"
      "                    total_pss_bytes, cgroup, cgroup_pages, sampled_pages}]}\n"},
+    {"numa-copy", cli_cmd_numa_copy, O(NUMA_NODE), 1, -1, "numa-copy NAME... --numa-node N",
+     "Writes NAME.numaN, a copy of each named table whose pages are on NUMA node N,\n"
+     "in the same namespace (a tmpfs), with the table's rows and row range.  Every\n"
+     "process of the node may run it: one writes each copy, the others find it\n"
+     "(a copy with other rows is an error).  Prints 'NAME.numaN: written on node N'\n"
+     "or 'NAME.numaN: already there'.  A store opened with NUMA-local lookups\n"
+     "(ENGRAM_OPEN_NUMA_LOCAL; Python numa_local=True) then serves NAME from the\n"
+     "copy on the node of the thread that opens it.\n"
+     "\n"
+     "  --numa-node N     the node (required)\n"},
     {"bench", cli_cmd_bench, O(IDS) | O(ITERS) | O(THREADS) | O(COLS) | O(JSON) | O(HUGE), 1, -1,
      "bench NAME... [--ids T] [--cols C] [--iters N] [--threads N] [--huge] [--json]",
      "Measures engram_lookup of uniform random ids (a fresh batch each call, from a\n"

@@ -253,14 +253,59 @@ out:
     return status;
 }
 
+/* Prints where a table's pages are, as info shows it: JSON (an object, or
+ * null when the table is not memory) or one text line. */
+static void print_placement(int rc, const engram_table_placement *p, int json)
+{
+    if (json) {
+        int first = 1;
+        if (rc != 0) {
+            printf("null");
+            return;
+        }
+        printf("{\"page_size\": %" PRIu32 ", \"pages\": %" PRIu64 ", \"sampled\": %" PRIu64
+               ", \"absent\": %" PRIu64 ", \"other_nodes\": %" PRIu64
+               ", \"private_copy\": %s, \"nodes\": {",
+               p->page_size, p->pages, p->sampled, p->absent, p->other_nodes,
+               p->private_copy ? "true" : "false");
+        for (int n = 0; n <= p->max_node && n < ENGRAM_NUMA_MAX_NODES; n++) {
+            if (!p->node_pages[n])
+                continue;
+            printf("%s\"%d\": %" PRIu64, first ? "" : ", ", n, p->node_pages[n]);
+            first = 0;
+        }
+        printf("}}");
+        return;
+    }
+    if (rc != 0) {
+        printf("- (%s)\n", engram_errmsg());
+        return;
+    }
+    for (int n = 0; n <= p->max_node && n < ENGRAM_NUMA_MAX_NODES; n++)
+        if (p->node_pages[n])
+            printf("node %d: %" PRIu64 " pages (%.1f%%), ", n, p->node_pages[n],
+                   100.0 * (double)p->node_pages[n] / (double)p->sampled);
+    if (p->other_nodes)
+        printf("nodes >= %d: %" PRIu64 " pages, ", ENGRAM_NUMA_MAX_NODES, p->other_nodes);
+    if (p->absent)
+        printf("not in memory: %" PRIu64 " pages, ", p->absent);
+    if (p->sampled == p->pages)
+        printf("all %" PRIu64 " pages counted%s\n", p->pages,
+               p->private_copy ? " (this process's private copy)" : "");
+    else
+        printf("%" PRIu64 " of %" PRIu64 " pages sampled%s\n", p->sampled, p->pages,
+               p->private_copy ? " (this process's private copy)" : "");
+}
+
 int cli_cmd_info(struct cli *cli)
 {
     const char *name = cli->args[0];
     engram_table_info t = ENGRAM_TABLE_INFO_INIT;
+    engram_table_placement pl = ENGRAM_TABLE_PLACEMENT_INIT;
     engram_store *st = NULL;
     engram_table_id id;
     char path[PATH_MAX * 2], created[64] = "", sz[32];
-    int status = 0;
+    int status = 0, prc;
     time_t secs;
     struct tm tm;
 
@@ -270,6 +315,9 @@ int cli_cmd_info(struct cli *cli)
         return status;
     if ((status = open_info(st, name, cli->opt[OPT_MAP] != 0, &id, &t)) != 0)
         goto out;
+    /* No placement (not memory, no libnuma, the query refused) is shown
+     * with its reason; the rest of the info stands. */
+    prc = engram_get_table_placement(st, name, &pl);
     if (cli->opt[OPT_REDIS])
         snprintf(path, sizeof(path), "redis://%s/%s/%s", cli->opt[OPT_REDIS], cli->ns, name);
     else
@@ -305,7 +353,11 @@ int cli_cmd_info(struct cli *cli)
         printf("  \"map_major_faults\": %" PRIu64 ",\n", t.map_major_faults);
         printf("  \"lookups\": %" PRIu64 ",\n", t.lookups);
         printf("  \"rows\": %" PRIu64 ",\n", t.rows);
-        printf("  \"bytes\": %" PRIu64 "\n}\n", t.bytes);
+        printf("  \"bytes\": %" PRIu64 ",\n", t.bytes);
+        /* Pages per NUMA node (move_pages), or null: docs/cli.md. */
+        printf("  \"placement\": ");
+        print_placement(prc, &pl, 1);
+        printf("\n}\n");
     } else {
         printf("name              %s\n", name);
         printf("path              %s\n", path);
@@ -337,6 +389,8 @@ int cli_cmd_info(struct cli *cli)
         printf("lookups           %" PRIu64 "\n", t.lookups);
         printf("rows              %" PRIu64 "\n", t.rows);
         printf("bytes             %" PRIu64 "\n", t.bytes);
+        printf("numa_placement    ");
+        print_placement(prc, &pl, 0);
     }
 out:
     engram_store_close(st);

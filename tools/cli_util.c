@@ -501,6 +501,37 @@ int cli_ns_missing(const char *root, const char *ns, const char *what)
     return EXIT_FAIL;
 }
 
+/* The NUMA placement options (--numa-node, --numa-gpu, --interleave)
+ * into *o: 0, or the usage exit status. */
+static int numa_opts(const struct cli *cli, engram_store_options *o)
+{
+    const char *gpu = cli->opt[OPT_NUMA_GPU], *il = cli->opt[OPT_INTERLEAVE];
+    int given = (cli->opt[OPT_NUMA_NODE] != NULL) + (gpu != NULL) + (il != NULL);
+    uint64_t node = 0;
+    int status;
+    if (given == 0)
+        return 0;
+    if (given > 1)
+        return cli_usage_error(cli, "--numa-node, --numa-gpu and --interleave: give one");
+    if (cli->opt[OPT_REDIS])
+        return cli_usage_error(cli, "NUMA placement is for tables in this machine's memory, not "
+                                    "a Redis Cluster's (--redis)");
+    if (cli->opt[OPT_NUMA_NODE]) {
+        if ((status = cli_opt_u64(cli, OPT_NUMA_NODE, 0, ENGRAM_NUMA_MAX_NODES - 1, &node)) != 0)
+            return status;
+        o->numa_policy = ENGRAM_NUMA_NODE;
+        o->numa_node = (int32_t)node;
+    } else if (gpu) {
+        o->numa_policy = ENGRAM_NUMA_NODE;
+        o->numa_node = -1;
+        o->numa_gpu = gpu;
+    } else {
+        o->numa_policy = ENGRAM_NUMA_INTERLEAVE;
+        o->numa_nodes = strcmp(il, "all") == 0 ? NULL : il;
+    }
+    return 0;
+}
+
 /* Opens the command's store; on failure reports it and returns nonzero
  * with the exit status in *status (so callers can special-case ENOENT:
  * with quiet_enoent, a missing namespace is left to the caller, *status
@@ -513,6 +544,9 @@ int cli_open_store(const struct cli *cli, uint32_t flags, int threads, engram_st
 
     o.flags = flags;
     o.threads = threads;
+    *st = NULL;
+    if ((*status = numa_opts(cli, &o)) != 0)
+        return -EINVAL;
     if (cli->opt[OPT_REDIS])
         return cli_open_redis(cli, cli->ns, flags, st, status);
     rc = engram_store_open(cli->root, cli->ns, &o, st);

@@ -100,7 +100,7 @@ class EngramStore:
     ``populate_shared``, ``wait_for``, ``bind``, ``open_safetensors``,
     ``add_source``, ``lookup``, ``cuda_check``, ``get_table_spec``,
     ``list_tables``, ``remove``, ``verify``, ``stats``, ``usage``,
-    ``close``; ``closed`` and ``path``.
+    ``placement``, ``numa_copy``, ``close``; ``closed`` and ``path``.
 
     LayerStore: ``populate``, ``bind_local``, ``lookup_into``,
     ``remove_from_store``, ``get_layer_ids``, ``get_table_vocab_sizes``,
@@ -225,6 +225,16 @@ class TableStore(_engram.Store, EngramStore):
     ``file_cache``: read table files on demand (io_uring) through a row cache
     of ``cache_bytes`` (0: 256 MiB) with ``queue_depth`` reads in flight (0:
     64), for tables larger than memory.
+
+    NUMA (docs/operations.md, "NUMA"): ``numa_node=N`` puts the pages of the
+    tables this store writes (in a tmpfs namespace such as /dev/shm) and of
+    its ``huge_pages`` copies on node N; ``numa_gpu="0000:3b:00.0"`` on the
+    node of that PCI device (a GPU's bus id); ``numa_interleave=True`` (or a
+    node list such as ``"0-1"``) interleaves them.  ``numa_local=True``
+    serves table NAME from its copy NAME.numaN on the node of the thread
+    that first looks it up, where :meth:`numa_copy` made one;
+    :meth:`placement` and ``get_table_spec(name)["numa_nodes"]`` say where
+    a table's pages are.
 
     ``redis="host:port[,host:port...]"`` keeps the namespace in that Redis
     Cluster instead of a directory (no ``local_dir``): ``populate`` pushes a

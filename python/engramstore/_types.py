@@ -55,6 +55,10 @@ class StoreOptions(TypedDict, total=False):
     redis_tagged: bool
     redis_chunk_bytes: int
     redis_timeout_ms: int
+    numa_node: int | None
+    numa_gpu: str | None
+    numa_interleave: bool | str | None
+    numa_local: bool
 
 
 class MooncakeStoreOptions(TypedDict, total=False):

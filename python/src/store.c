@@ -164,26 +164,86 @@ static PyObject *Store_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     return (PyObject *)s;
 }
 
+/* The NUMA placement keywords into *o (their strings stay owned by the
+ * argument objects, which outlive the open): 0, or -1 with TypeError or
+ * ValueError raised. */
+static int numa_args(PyObject *node, PyObject *gpu, PyObject *il, engram_store_options *o)
+{
+    int given = (node != Py_None) + (gpu != Py_None) + (il != Py_None && il != Py_False);
+    if (given > 1) {
+        PyErr_SetString(PyExc_ValueError,
+                        "numa_node, numa_gpu and numa_interleave: give one placement");
+        return -1;
+    }
+    if (node != Py_None) {
+        long v;
+        if (!PyLong_Check(node) || PyBool_Check(node)) {
+            PyErr_Format(PyExc_TypeError, "numa_node: expected an int, got %.100s",
+                         Py_TYPE(node)->tp_name);
+            return -1;
+        }
+        v = PyLong_AsLong(node);
+        if (v == -1 && PyErr_Occurred())
+            return -1;
+        if (v < 0 || v >= ENGRAM_NUMA_MAX_NODES) {
+            PyErr_Format(PyExc_ValueError, "numa_node: expected a node in [0, %d], got %ld",
+                         ENGRAM_NUMA_MAX_NODES - 1, v);
+            return -1;
+        }
+        o->numa_policy = ENGRAM_NUMA_NODE;
+        o->numa_node = (int32_t)v;
+    } else if (gpu != Py_None) {
+        if (!PyUnicode_Check(gpu)) {
+            PyErr_Format(PyExc_TypeError, "numa_gpu: expected a str (a PCI bus id such as "
+                                          "'0000:3b:00.0'), got %.100s",
+                         Py_TYPE(gpu)->tp_name);
+            return -1;
+        }
+        if (!(o->numa_gpu = ext_utf8_arg(gpu, "numa_gpu")))
+            return -1;
+        o->numa_policy = ENGRAM_NUMA_NODE;
+        o->numa_node = -1;
+    } else if (il == Py_True) {
+        o->numa_policy = ENGRAM_NUMA_INTERLEAVE;
+    } else if (il != Py_None && il != Py_False) {
+        if (!PyUnicode_Check(il)) {
+            PyErr_Format(PyExc_TypeError, "numa_interleave: expected True or a node list "
+                                          "such as '0-1', got %.100s",
+                         Py_TYPE(il)->tp_name);
+            return -1;
+        }
+        if (!(o->numa_nodes = ext_utf8_arg(il, "numa_interleave")))
+            return -1;
+        o->numa_policy = ENGRAM_NUMA_INTERLEAVE;
+    }
+    return 0;
+}
+
 static int Store_init(StoreObject *s, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"namespace", "local_dir", "create", "prefault", "random",
                              "huge_pages", "mlock", "verify", "timing", "group", "threads",
                              "file_cache", "cache_bytes", "queue_depth", "redis", "redis_user",
                              "redis_password", "redis_tagged", "redis_chunk_bytes",
-                             "redis_timeout_ms", NULL};
+                             "redis_timeout_ms", "numa_node", "numa_gpu", "numa_interleave",
+                             "numa_local", NULL};
     PyObject *ns = Py_None, *dir = NULL, *dirb = NULL, *cb = NULL, *qd = NULL;
     PyObject *redis = Py_None, *ruser = Py_None, *rpass = Py_None, *rchunk = NULL, *rto = NULL;
+    PyObject *nnode = Py_None, *ngpu = Py_None, *nil = Py_None;
     int create = 1, prefault = 0, rnd = 0, huge = 0, mlck = 0, verify = 0, timing = 0,
-        group = 0, threads = 0, fcache = 0, rtagged = 0, rc;
+        group = 0, threads = 0, fcache = 0, rtagged = 0, nlocal = 0, rc;
     unsigned long long cache_bytes = 0, queue_depth = 0, chunk_bytes = 0, timeout_ms = 0;
     engram_store_options o = ENGRAM_STORE_OPTIONS_INIT;
     engram_store *st = NULL;
     const char *cns = NULL, *cdir = NULL;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OO$ppppppppipOOOOOpOO:EngramStore", kwlist, &ns,
-                                     &dir, &create, &prefault, &rnd, &huge, &mlck, &verify,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OO$ppppppppipOOOOOpOOOOOp:EngramStore", kwlist,
+                                     &ns, &dir, &create, &prefault, &rnd, &huge, &mlck, &verify,
                                      &timing, &group, &threads, &fcache, &cb, &qd, &redis, &ruser,
-                                     &rpass, &rtagged, &rchunk, &rto))
+                                     &rpass, &rtagged, &rchunk, &rto, &nnode, &ngpu, &nil,
+                                     &nlocal))
+        return -1;
+    if (numa_args(nnode, ngpu, nil, &o) < 0)
         return -1;
     if ((rchunk && ext_uint_arg(rchunk, "redis_chunk_bytes", 512u << 20, " (0 = 1 MiB)",
                                 &chunk_bytes) < 0) ||
@@ -207,7 +267,7 @@ static int Store_init(StoreObject *s, PyObject *args, PyObject *kw)
               (rnd ? ENGRAM_OPEN_RANDOM : 0) | (huge ? ENGRAM_OPEN_PRIVATE_HUGE : 0) |
               (mlck ? ENGRAM_OPEN_MLOCK : 0) | (verify ? ENGRAM_OPEN_VERIFY : 0) |
               (timing ? ENGRAM_OPEN_TIMING : 0) | (group ? ENGRAM_OPEN_GROUP : 0) |
-              (fcache ? ENGRAM_OPEN_FILE_CACHE : 0);
+              (fcache ? ENGRAM_OPEN_FILE_CACHE : 0) | (nlocal ? ENGRAM_OPEN_NUMA_LOCAL : 0);
     o.threads = threads;
     o.cache_bytes = cache_bytes;
     o.queue_depth = (uint32_t)queue_depth;
@@ -362,6 +422,9 @@ static PyMethodDef Store_methods[] = {
     {"verify", (PyCFunction)ext_store_verify, METH_O, ext_store_verify_doc},
     {"stats", (PyCFunction)ext_store_stats, METH_NOARGS, ext_store_stats_doc},
     {"usage", (PyCFunction)ext_store_usage, METH_O, ext_store_usage_doc},
+    {"placement", (PyCFunction)ext_store_placement, METH_O, ext_store_placement_doc},
+    {"numa_copy", (PyCFunction)(void (*)(void))ext_store_numa_copy,
+     METH_FASTCALL | METH_KEYWORDS, ext_store_numa_copy_doc},
     {"close", (PyCFunction)Store_close, METH_NOARGS, close_doc},
     {"__enter__", (PyCFunction)Store_enter, METH_NOARGS,
      "__enter__($self, /)\n--\n\nReturns the store, for `with`."},

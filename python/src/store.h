@@ -159,6 +159,16 @@ PyObject *ext_store_get_table_spec(StoreObject *s, PyObject *name);
 extern const char ext_store_populate_shared_doc[], ext_store_wait_for_doc[];
 extern const char ext_store_usage_doc[];
 PyObject *ext_store_usage(StoreObject *s, PyObject *name);
+extern const char ext_store_placement_doc[];
+PyObject *ext_store_placement(StoreObject *s, PyObject *name);
+/* The pages per node of table `cname` as a dict {node: pages}, or None
+ * where they cannot be told (not memory, no libnuma, the query refused);
+ * NULL with an exception only for a closed store or no memory.  Enters
+ * the store. */
+PyObject *ext_store_numa_nodes(StoreObject *s, const char *cname);
+extern const char ext_store_numa_copy_doc[];
+PyObject *ext_store_numa_copy(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
+                              PyObject *kwnames);
 PyObject *ext_store_populate_shared(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
                                     PyObject *kwnames);
 PyObject *ext_store_wait_for(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,

@@ -5,6 +5,7 @@
 #include "store.h"
 
 #include <errno.h>
+#include <limits.h>
 
 #ifdef ENGRAMSTORE_HAVE_CUDA
 #include <engram_cuda.h>
@@ -66,6 +67,85 @@ PyObject *ext_store_usage(StoreObject *s, PyObject *name)
                          (unsigned long long)u.file_bytes, "cgroup",
                          u.cgroup[0] ? PyUnicode_DecodeFSDefault(u.cgroup) : Py_NewRef(Py_None),
                          "cgroup_pages", u.cgroup_pages, "sampled_pages", u.sampled_pages);
+}
+
+const char ext_store_placement_doc[] = PyDoc_STR(
+"placement($self, name, /)\n--\n\n"
+"A dict: where the pages of table `name` are, as move_pages(2) reports them:\n"
+"nodes ({node: pages}), page_size, pages (of the table), sampled (pages looked\n"
+"at: all, or 65536 evenly spaced ones of a larger table), absent (of those, not\n"
+"in memory), other_nodes (on nodes >= 64) and private_copy (True: this\n"
+"process's private copy, huge_pages=True; False: the shared file pages or bound\n"
+"memory).  A table file need not be open; only pages already in memory are\n"
+"looked at.  Raises EngramError with errno ENOTSUP for a table that is not\n"
+"memory (read on demand) or a library built without libnuma.");
+
+/* The placement of `cname`: 0 and *p, the library's negative code, or
+ * INT_MIN with an exception raised (a closed store). */
+static int placement_of(StoreObject *s, const char *cname, engram_table_placement *p)
+{
+    int rc;
+    if (ext_store_enter(s) < 0)
+        return INT_MIN;
+    Py_BEGIN_ALLOW_THREADS
+    rc = engram_get_table_placement(s->st, cname, p);
+    ext_store_leave(s);
+    Py_END_ALLOW_THREADS
+    return rc;
+}
+
+/* {node: pages} of the nodes holding sampled pages; NULL on error. */
+static PyObject *nodes_dict(const engram_table_placement *p)
+{
+    PyObject *d = PyDict_New();
+    for (int n = 0; d && n <= p->max_node && n < ENGRAM_NUMA_MAX_NODES; n++) {
+        PyObject *k, *v;
+        int bad;
+        if (!p->node_pages[n])
+            continue;
+        k = PyLong_FromLong(n);
+        v = PyLong_FromUnsignedLongLong((unsigned long long)p->node_pages[n]);
+        bad = !k || !v || PyDict_SetItem(d, k, v) < 0;
+        Py_XDECREF(k);
+        Py_XDECREF(v);
+        if (bad)
+            Py_CLEAR(d);
+    }
+    return d;
+}
+
+PyObject *ext_store_numa_nodes(StoreObject *s, const char *cname)
+{
+    engram_table_placement p = ENGRAM_TABLE_PLACEMENT_INIT;
+    int rc = placement_of(s, cname, &p);
+    if (rc == INT_MIN)
+        return NULL;
+    /* The spec does not fail for want of a placement: placement() says
+     * why there is none. */
+    if (rc < 0)
+        Py_RETURN_NONE;
+    return nodes_dict(&p);
+}
+
+PyObject *ext_store_placement(StoreObject *s, PyObject *name)
+{
+    engram_table_placement p = ENGRAM_TABLE_PLACEMENT_INIT;
+    const char *cname;
+    int rc;
+    if (!PyUnicode_Check(name))
+        return PyErr_Format(PyExc_TypeError, "name: expected a str, got %.100s",
+                            Py_TYPE(name)->tp_name);
+    if (!(cname = ext_utf8_arg(name, "name")))
+        return NULL;
+    if ((rc = placement_of(s, cname, &p)) == INT_MIN)
+        return NULL;
+    if (rc < 0)
+        return ext_raise(rc, NULL);
+    return Py_BuildValue("{s:N,s:I,s:K,s:K,s:K,s:K,s:O}", "nodes", nodes_dict(&p), "page_size",
+                         p.page_size, "pages", (unsigned long long)p.pages, "sampled",
+                         (unsigned long long)p.sampled, "absent", (unsigned long long)p.absent,
+                         "other_nodes", (unsigned long long)p.other_nodes, "private_copy",
+                         p.private_copy ? Py_True : Py_False);
 }
 
 PyObject *ext_store_stats(StoreObject *s, PyObject *unused)

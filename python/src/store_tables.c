@@ -336,6 +336,49 @@ PyObject *ext_store_populate_shared(StoreObject *s, PyObject *const *args, Py_ss
     return PyBool_FromLong(written);
 }
 
+const char ext_store_numa_copy_doc[] = PyDoc_STR(
+"numa_copy($self, name, node)\n--\n\n"
+"Writes `name`.numa<node> (e.g. 'engram:l1:h0.numa1'), a copy of stored table\n"
+"`name` whose pages are on NUMA node `node`, in this namespace (a tmpfs such as\n"
+"/dev/shm), with the table's rows and row range.  Every process of a node may\n"
+"call it: one writes the copy, the others find it.  Returns True if this call\n"
+"wrote it, False if it was there.  A store opened with numa_local=True serves\n"
+"`name` from the copy on the node of the thread that first looks it up.\n"
+"Raises ValueError (a bad node), TableNotFoundError, LayoutMismatchError (a\n"
+"copy with other rows), EngramError with errno ENOTSUP (not a tmpfs, or a\n"
+"library built without libnuma).  The GIL is released while copying.");
+
+PyObject *ext_store_numa_copy(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
+                              PyObject *kwnames)
+{
+    static const char *const names[] = {"name", "node"};
+    PyObject *v[2];
+    const char *cname;
+    long node;
+    int rc, written = 0;
+    if (ext_store_parse_args("numa_copy", args, nargs, kwnames, names, 2, 2, 2, v) < 0 ||
+        !(cname = name_arg(v[0], "name")))
+        return NULL;
+    if (!PyLong_Check(v[1]) || PyBool_Check(v[1]))
+        return PyErr_Format(PyExc_TypeError, "node: expected an int, got %.100s",
+                            Py_TYPE(v[1])->tp_name);
+    node = PyLong_AsLong(v[1]);
+    if (node == -1 && PyErr_Occurred())
+        return NULL;
+    if (node < 0 || node >= ENGRAM_NUMA_MAX_NODES)
+        return PyErr_Format(PyExc_ValueError, "node: expected a node in [0, %d], got %ld",
+                            ENGRAM_NUMA_MAX_NODES - 1, node);
+    if (ext_store_enter(s) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = engram_numa_copy(s->st, cname, (int)node, &written);
+    ext_store_leave(s);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        return ext_raise(rc, NULL);
+    return PyBool_FromLong(written);
+}
+
 const char ext_store_wait_for_doc[] = PyDoc_STR(
 "wait_for($self, name, timeout=None)\n--\n\n"
 "Waits until table `name` is published in the namespace (by any process),\n"
@@ -626,13 +669,16 @@ const char ext_store_get_table_spec_doc[] = PyDoc_STR(
 "(XXH3-64), created_ns, and the global row range the table holds: row i is\n"
 "row row_start + i of a tensor of total_rows rows (a TP shard, a layer's head;\n"
 "look it up with offsets=[row_start] to use global ids), or 0 and 0 when no\n"
-"range was recorded.\n"
+"range was recorded.  numa_nodes is {node: pages} of the table's memory as\n"
+"placement() counts it (sampled above 65536 pages), or None where that cannot\n"
+"be told (rows read on demand, no libnuma; placement() says why).\n"
 "Raises TableNotFoundError for a name neither stored nor declared.");
 
 PyObject *ext_store_get_table_spec(StoreObject *s, PyObject *name)
 {
     engram_table_info info;
     engram_table_spec decl;
+    PyObject *nodes = NULL;
     const char *cname;
     int rc, d;
     if (!(cname = name_arg(name, "name")))
@@ -641,8 +687,10 @@ PyObject *ext_store_get_table_spec(StoreObject *s, PyObject *name)
         return NULL;
     rc = ext_store_table_info(s, cname, &info);
     ext_store_leave(s);
+    if (rc == 0 && !(nodes = ext_store_numa_nodes(s, cname)))
+        return NULL;
     if (rc == 0)
-        return Py_BuildValue("{s:K,s:I,s:I,s:O,s:s,s:K,s:K,s:K,s:K,s:K}", "num_rows",
+        return Py_BuildValue("{s:K,s:I,s:I,s:O,s:s,s:K,s:K,s:K,s:K,s:K,s:N}", "num_rows",
                              (unsigned long long)info.spec.num_rows, "row_bytes",
                              info.spec.row_bytes, "row_pitch", info.spec.row_pitch, "stored",
                              Py_True, "kind", kind_name(info.kind), "data_size",
@@ -650,7 +698,7 @@ PyObject *ext_store_get_table_spec(StoreObject *s, PyObject *name)
                              (unsigned long long)info.checksum, "created_ns",
                              (unsigned long long)info.created_ns, "row_start",
                              (unsigned long long)info.row_start, "total_rows",
-                             (unsigned long long)info.total_rows);
+                             (unsigned long long)info.total_rows, "numa_nodes", nodes);
     if (rc == -ENOENT) {
         if ((d = declared_spec(s, name, &decl)) < 0)
             return NULL;

@@ -1023,6 +1023,88 @@ check "mem of a missing table -> 1" eval 'fails_with 1 "missing-table"'
 run rm waited late
 
 # ---------------------------------------------------------------------------
+# NUMA placement: create/import on a node, of a GPU's node, interleaved;
+# info shows the pages per node; numa-copy; refusals.  Placed writes need a
+# tmpfs namespace, so these run under /dev/shm (the scratch root above may
+# be on disk, where a placed write is refused: checked too).  This machine
+# may have one node: what passes is node 0, what crosses nodes is not seen.
+run create disk --rows 4 --row-bytes 8 --numa-node 0
+if err_has "built without libnuma"; then
+    check "create --numa-node without libnuma -> 1" eval 'fails_with 1 "libnuma"'
+elif [ -d /dev/shm ] && SHM=$(mktemp -d /dev/shm/engram-cli-numa.XXXXXX); then
+    # The root above is under TMPDIR; where that is not a tmpfs the
+    # placement is refused.
+    if [ "$(stat -f -c %T "$ROOT")" != tmpfs ]; then
+        check "create --numa-node on a disk namespace -> 1" eval 'fails_with 1 "needs a tmpfs namespace"'
+    fi
+    NROOT="$ROOT"
+    ROOT=$SHM
+    run create placed --rows 1000 --row-bytes 264 --numa-node 0
+    check "create --numa-node 0" eval 'rc_is 0 && out_has "^created placed"'
+    run info placed
+    check "info shows every page on node 0" eval 'rc_is 0 && out_has "^numa_placement    node 0: 65 pages (100.0%), all 65 pages counted$"'
+    if [ "$HAVE_PY" -eq 1 ]; then
+        run info placed --json
+        check "info --json placement" eval 'rc_is 0 && pycheck "
+import json; p = json.load(open(\"out\"))[\"placement\"]
+assert p == {\"page_size\": 4096, \"pages\": 65, \"sampled\": 65, \"absent\": 0,
+             \"other_nodes\": 0, \"private_copy\": False, \"nodes\": {\"0\": 65}}, p
+"'
+    fi
+    run create inter --rows 100 --row-bytes 64 --interleave all
+    check "create --interleave all" eval 'rc_is 0'
+    run create inter0 --rows 100 --row-bytes 64 --interleave 0
+    check "create --interleave 0" eval 'rc_is 0'
+    printf "$DATA12" >numa.raw
+    run import imported numa.raw --row-bytes 4 --numa-node 0
+    check "import --numa-node 0" eval 'rc_is 0'
+    run lookup imported 2
+    check "imported rows are intact" eval 'rc_is 0 && out_is "2: 09 0a 0b 0c"'
+    run info imported
+    check "info of the imported table" eval 'rc_is 0 && out_has "^numa_placement    node 0: 1 pages (100.0%)"'
+    # A GPU by PCI bus id: any device of this machine (one node: its own
+    # node or -1, both mean node 0 here), and one that does not exist.
+    DEV=$(ls /sys/bus/pci/devices 2>/dev/null | head -n 1)
+    if [ -n "$DEV" ] && [ "$(ls /sys/devices/system/node | grep -c '^node[0-9]')" -eq 1 ]; then
+        run create gpu --rows 10 --row-bytes 8 --numa-gpu "$DEV"
+        check "create --numa-gpu $DEV" eval 'rc_is 0'
+    fi
+    run create nogpu --rows 10 --row-bytes 8 --numa-gpu 0000:fe:1f.7
+    check "create --numa-gpu of no device -> 1" eval 'fails_with 1 "0000:fe:1f.7: no such PCI device"'
+    run create badgpu --rows 10 --row-bytes 8 --numa-gpu gpu0
+    check "create --numa-gpu gpu0 -> 1" eval 'fails_with 1 "is not a PCI bus id"'
+    run create far --rows 10 --row-bytes 8 --numa-node 63
+    check "create --numa-node 63 -> 1" eval 'fails_with 1 "node 63 is not an online NUMA node"'
+    run create far --rows 10 --row-bytes 8 --numa-node 64
+    check "create --numa-node 64 -> 2" eval 'usage_fails && err_has "outside \[0, 63\]"'
+    run create far --rows 10 --row-bytes 8 --interleave 0-x
+    check "create --interleave 0-x -> 1" eval 'fails_with 1 "is not a node list"'
+    run create far --rows 10 --row-bytes 8 --numa-node 0 --interleave all
+    check "two placements -> 2" eval 'usage_fails && err_has "give one"'
+    run ls
+    check "refused creates left nothing" eval 'rc_is 0 && out_lacks "^far " && out_lacks "^nogpu "'
+    # Node copies.
+    run numa-copy placed --numa-node 0
+    check "numa-copy writes NAME.numa0" eval 'rc_is 0 && out_is "placed.numa0: written on node 0"'
+    run numa-copy placed --numa-node 0
+    check "numa-copy again finds it" eval 'rc_is 0 && out_is "placed.numa0: already there"'
+    run lookup placed.numa0 3
+    check "the copy holds the rows" eval 'rc_is 0 && out_has "^3: 03 00 00 00 00 00 00 00 "'
+    run info placed.numa0
+    check "the copy is on node 0" eval 'rc_is 0 && out_has "^numa_placement    node 0: 65 pages"'
+    run numa-copy missing --numa-node 0
+    check "numa-copy of a missing table -> 1" eval 'fails_with 1 "missing"'
+    run numa-copy placed
+    check "numa-copy without --numa-node -> 2" eval 'usage_fails'
+    run numa-copy placed --numa-node 5
+    check "numa-copy to an offline node -> 1" eval 'fails_with 1 "node 5 is not an online NUMA node"'
+    run --redis 127.0.0.1:1 create r --rows 1 --row-bytes 8 --numa-node 0
+    check "--numa-node with --redis -> 2" eval 'usage_fails && err_has "not a Redis Cluster"'
+    ROOT=$NROOT
+    rm -rf "$SHM"
+fi
+
+# ---------------------------------------------------------------------------
 # demo --small: creates, checks, measures and removes its own namespace.
 run demo --small --iters 20
 check "demo --small" eval 'rc_is 0 && out_has "engram:l1:h0" && out_has "^ *4096 " && out_has "store stats"'

@@ -4,7 +4,8 @@
 # ports (tests/redis_cluster.sh; every server stopped by its PID at exit),
 # and checks that it prints the ```text block that follows it.  Skips
 # (77) without redis-server, unless ENGRAM_REQUIRE_REDIS=1.
-# Env: ENGRAM_SRC (source dir), ENGRAM_LIB (static library), CC (optional),
+# Env: ENGRAM_SRC (source dir), ENGRAM_LIB (static library), ENGRAM_LIB_DEPS (more
+# libraries it needs), CC (optional),
 # EXTRA_CFLAGS (the sanitizer flags of the build).
 set -u
 doc=$ENGRAM_SRC/docs/redis.md
@@ -20,7 +21,7 @@ awk '/^```c$/{c=1} /^```text$/{if(c) {on=1; next}} /^```$/{if(on) exit} on' "$do
 [ -s "$SCRATCH/expected" ] || { echo "no expected output after the C example in $doc"; exit 1; }
 # shellcheck disable=SC2086
 ${CC:-cc} -std=c11 ${EXTRA_CFLAGS:-} -Wall -Wextra -Werror -I"$ENGRAM_SRC/include" \
-  "$SCRATCH/example.c" "$ENGRAM_LIB" -lhiredis -lxxhash -luring -lcjson -lpthread -lm \
+  "$SCRATCH/example.c" "$ENGRAM_LIB" ${ENGRAM_LIB_DEPS:-} -lhiredis -lxxhash -luring -lcjson -lpthread -lm \
   -o "$SCRATCH/example" || exit 1
 redis_cluster_start
 "$SCRATCH/example" "$NODES" > "$SCRATCH/got" || { echo "the example failed"; exit 1; }

@@ -3,7 +3,8 @@
 # default) against the built library, and checks that it prints the
 # ```text block that follows it in the document, so the docs cannot
 # drift from the API.
-# Env: ENGRAM_SRC (source dir), ENGRAM_LIB (static library), CC (optional),
+# Env: ENGRAM_SRC (source dir), ENGRAM_LIB (static library), ENGRAM_LIB_DEPS (more
+# libraries it needs), CC (optional),
 # EXTRA_CFLAGS (the sanitizer flags of the build).  Argument: the document.
 set -eu
 doc=${1:-$ENGRAM_SRC/docs/sources.md}
@@ -14,7 +15,7 @@ awk '/^```c$/{c=1} /^```text$/{if(c) {on=1; next}} /^```$/{if(on) exit} on' "$do
 [ -s "$scratch/example.c" ] || { echo "no C example in $doc"; exit 1; }
 [ -s "$scratch/expected" ] || { echo "no expected output after the C example in $doc"; exit 1; }
 ${CC:-cc} -std=c11 ${EXTRA_CFLAGS:-} -Wall -Wextra -Werror -I"$ENGRAM_SRC/include" "$scratch/example.c" \
-  "$ENGRAM_LIB" -lxxhash -luring -lcjson -lpthread -o "$scratch/example"
+  "$ENGRAM_LIB" ${ENGRAM_LIB_DEPS:-} -lxxhash -luring -lcjson -lpthread -o "$scratch/example"
 "$scratch/example" > "$scratch/got"
 if ! cmp -s "$scratch/got" "$scratch/expected"; then
   printf '%s example printed:\n' "$doc"; cat "$scratch/got"

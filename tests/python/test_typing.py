@@ -146,6 +146,8 @@ TABLE_SIGNATURES = {
     "populate_shared": "(name, rows)",
     "wait_for": "(name, timeout=None)",
     "usage": "(name, /)",
+    "placement": "(name, /)",
+    "numa_copy": "(name, node)",
     "bind": "(name, rows)",
     "open_safetensors": "(name, path, weight, scale=None, row_start=0, row_end=0)",
     "add_source": "(name: 'str', spec: 'TableSpecArg', read_rows: 'Callable[..., object]', *, "

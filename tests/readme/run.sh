@@ -1,7 +1,8 @@
 #!/bin/sh
 # Compiles and runs the C example of README.md against the built library
 # and checks what it prints, so the README cannot drift from the API.
-# Env: ENGRAM_SRC (source dir), ENGRAM_LIB (static library), CC (optional).
+# Env: ENGRAM_SRC (source dir), ENGRAM_LIB (static library), ENGRAM_LIB_DEPS (more
+# libraries it needs, e.g. -lnuma), CC (optional).
 set -eu
 scratch=$(mktemp -d)
 trap 'chmod -R u+w "$scratch" 2>/dev/null; rm -rf "$scratch"' EXIT
@@ -10,7 +11,7 @@ awk '/^```c$/{on=1; next} /^```$/{if(on) exit} on' "$ENGRAM_SRC/README.md" |
   sed "s|/tmp/engram-readme|$scratch/root|" > "$scratch/example.c"
 [ -s "$scratch/example.c" ] || { echo "no C example found in README.md"; exit 1; }
 ${CC:-cc} -std=c11 ${EXTRA_CFLAGS:-} -Wall -Wextra -Werror -I"$ENGRAM_SRC/include" "$scratch/example.c" \
-  "$ENGRAM_LIB" -lxxhash -luring -lcjson -lpthread -o "$scratch/example"
+  "$ENGRAM_LIB" ${ENGRAM_LIB_DEPS:-} -lxxhash -luring -lcjson -lpthread -o "$scratch/example"
 expected="18 16 238 0
 ids[1][0] = 17 is outside table 'engram:l1:h0' (0 <= id < 17)
 token 1 column 0"
