@@ -43,9 +43,20 @@ How a read works (``_Client.read``), and why:
   replicas not ready) are retried with backoff until ``read_deadline``
   seconds have passed since the read began; a missing object or invalid
   range is not retried.
-* **One call at a time per engramstore object.**  Nothing in Mooncake's
-  client documents thread safety, and the staging buffer is shared, so the
-  calls of one engramstore object on its client are serialised by a lock
+* **Calls in flight at once.**  A call's cost is mostly fixed (a round
+  trip, the transfer engine's work per key), so a read of at least
+  2 * MIN_CALL_ROWS rows is split into up to ``read_calls`` calls made at
+  once, each into its own slot of the staging buffer: one by the reading
+  thread, the others by a pool of the client's (Mooncake's binding
+  releases the GIL in ``get_into_ranges``; concurrent calls on one client
+  read exact rows in the tests and the benchmark, though Mooncake does not
+  document its client as thread-safe).  The read ends, or raises the first
+  failure, only once every one of its calls has ended, so no call writes
+  the staging buffer after it.  Splitting keeps each call's bounds, checks
+  and retries, and the keys of calls in flight together are still those of
+  one lookup.
+* **One read at a time per engramstore object.**  The staging buffer is
+  shared, so the reads of one engramstore object are serialised by a lock
   (a lookup waiting for it has released the GIL).  Rows served from the
   row cache never take it.
 """
@@ -58,6 +69,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import _engram
@@ -81,6 +93,8 @@ _TRANSIENT = frozenset((-1, -101, -703, -706, -707, -712, -714, -800, -900, -901
 
 MAX_RANGES = 8192         # ranges per get_into_ranges call (see the module doc)
 MAX_KEYS = 256            # keys (objects) per call
+READ_CALLS = 4            # get_into_ranges calls of a read in flight at once
+MIN_CALL_ROWS = 256       # rows a call must carry for a read to be split
 STAGE_BYTES = 4 << 20     # the staging buffer (at least one row)
 READ_DEADLINE = 5.0       # seconds a read retries transient errors
 REMOVE_DEADLINE = 15.0    # seconds a remove waits out leases (Mooncake's default lease: 10 s)
@@ -157,7 +171,8 @@ class _Client:
     (staging, bounded calls, length checks, retries) and the writes."""
 
     def __init__(self, mc: Any, *, read_deadline: float = READ_DEADLINE,
-                 max_ranges: int = MAX_RANGES, stage_bytes: int = STAGE_BYTES) -> None:
+                 max_ranges: int = MAX_RANGES, stage_bytes: int = STAGE_BYTES,
+                 read_calls: int = READ_CALLS) -> None:
         if not is_mooncake_client(mc):
             raise TypeError(f"store client: expected a mooncake.store.MooncakeDistributedStore "
                             f"(set up), got {type(mc).__name__}")
@@ -169,6 +184,9 @@ class _Client:
         self.lock = threading.Lock()
         self.stage: Any = None  # numpy uint8, registered with mc while not None
         self.closed = False
+        self.read_calls = _positive("read_calls", read_calls)
+        self.pool: ThreadPoolExecutor | None = None  # the other calls of a wave
+        self.count_lock = threading.Lock()
         self.calls = 0          # get_into_ranges calls (stats)
         self.retries = 0
 
@@ -198,8 +216,9 @@ class _Client:
                    tables: Any) -> None:
         """Fills out[i] with row rows[i] of object keys[tables[i]] (rows:
         uint64 [n], tables: uint32 [n], out: uint8 [n, row_bytes]), in
-        calls of at most max_ranges ranges and MAX_KEYS keys, split evenly;
-        raises MooncakeError naming the key of a range that failed."""
+        calls of at most max_ranges ranges and MAX_KEYS keys, split evenly,
+        up to read_calls of them in flight at once; raises MooncakeError
+        naming the key of a range that failed."""
         np = self.np
         n = len(rows)
         order = np.argsort(tables, kind="stable")  # each key's ranges together
@@ -207,17 +226,22 @@ class _Client:
         deadline = time.monotonic() + self.read_deadline
         with self.lock:
             stage = self._staging(row_bytes)
-            cap = max(1, min(self.max_ranges, len(stage) // row_bytes))
-            per = -(-n // -(-n // cap))  # n split evenly into calls of at most cap
-            ptr = stage.ctypes.data
+            stage_rows = len(stage) // row_bytes
+            # Calls in flight at once: only where each gets MIN_CALL_ROWS
+            # rows (a call's fixed cost is what overlapping hides), and
+            # each one its own slot of the staging buffer.
+            par = max(1, min(self.read_calls, n // MIN_CALL_ROWS, stage_rows))
+            cap = max(1, min(self.max_ranges, stage_rows // par))
+            per = -(-n // max(par, -(-n // cap)))  # n split evenly into calls of at most cap
             src = (sr * np.uint64(row_bytes)).tolist()
-            # Where the key changes, then calls of whole or split key runs.
+            # Where the key changes, then calls of whole or split key runs:
+            # (first row, rows, keys, their source offsets) per call.
             bounds = [0] + (np.flatnonzero(st[1:] != st[:-1]) + 1).tolist() + [n]
+            calls: list[tuple[int, int, list[str], list[list[int]]]] = []
             i = 0
             while i < n:
                 m = 0
                 ks: list[str] = []
-                dsts: list[list[int]] = []
                 srcs: list[list[int]] = []
                 for a, b in zip(bounds, bounds[1:]):
                     if b <= i:
@@ -227,12 +251,53 @@ class _Client:
                     if take <= 0 or len(ks) == MAX_KEYS:
                         break
                     ks.append(keys[int(st[a])])
-                    dsts.append(list(range(m * row_bytes, (m + take) * row_bytes, row_bytes)))
                     srcs.append(src[a:a + take])
                     m += take
-                self._read_chunk(ks, row_bytes, ptr, dsts, srcs, deadline)
-                out[order[i:i + m]] = stage[:m * row_bytes].reshape(m, row_bytes)
+                calls.append((i, m, ks, srcs))
                 i += m
+            # Waves of at most par calls, call j of a wave into slot j.
+            for w in range(0, len(calls), par):
+                wave = calls[w:w + par]
+                self._read_wave(wave, row_bytes, cap, deadline)
+                for j, (i, m, _, _) in enumerate(wave):
+                    at = j * cap * row_bytes
+                    out[order[i:i + m]] = stage[at:at + m * row_bytes].reshape(m, row_bytes)
+
+    def _read_wave(self, wave: list[tuple[int, int, list[str], list[list[int]]]],
+                   row_bytes: int, cap: int, deadline: float) -> None:
+        """Runs the calls of a wave at once (under the lock), call j into
+        slot j (cap rows) of the staging buffer: this thread makes the
+        first, the client's pool the others.  Returns once every call has
+        ended, so that none writes the staging buffer after; raises the
+        error of the first call that failed."""
+        ptr = self.stage.ctypes.data
+
+        def run(j: int) -> None:
+            _, m, ks, srcs = wave[j]
+            dsts, at = [], j * cap * row_bytes
+            for s in srcs:
+                dsts.append(list(range(at, at + len(s) * row_bytes, row_bytes)))
+                at += len(s) * row_bytes
+            self._read_chunk(ks, row_bytes, ptr, dsts, srcs, deadline)
+
+        if len(wave) == 1:
+            run(0)
+            return
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(self.read_calls - 1,
+                                           thread_name_prefix="engram-mooncake")
+        futs = [self.pool.submit(run, j) for j in range(1, len(wave))]
+        first: BaseException | None = None
+        try:
+            run(0)
+        except BaseException as e:  # noqa: BLE001 - raised below, once the others ended
+            first = e
+        for f in futs:
+            err = f.exception()  # waits: the GIL is released meanwhile
+            if first is None and err is not None:
+                first = err
+        if first is not None:
+            raise first
 
     def read_bytes(self, key: str, size: int, out: Any) -> None:
         """Reads bytes [0, size) of object `key` into out (uint8 [size]),
@@ -255,7 +320,8 @@ class _Client:
         sizes = [[row_bytes] * len(d) for d in dsts]
         delay = 0.002
         while True:
-            self.calls += 1
+            with self.count_lock:
+                self.calls += 1
             res = self.mc.get_into_ranges([ptr], [keys], [dsts], [srcs], [sizes])
             try:
                 got = res[0]
@@ -279,7 +345,8 @@ class _Client:
             if time.monotonic() + delay > deadline:
                 raise MooncakeError(key, f"reading {where} still failing after "
                                     f"{self.read_deadline:g} s of retries", bad)
-            self.retries += 1
+            with self.count_lock:
+                self.retries += 1
             time.sleep(delay)
             delay = min(delay * 2, 0.2)
 
@@ -360,6 +427,9 @@ class _Client:
             if not self.closed:
                 self.closed = True
                 self._unregister_stage()
+            if self.pool is not None:
+                self.pool.shutdown(wait=True)
+                self.pool = None
 
     def __del__(self) -> None:
         # A store dropped without close(): its staging buffer must not stay
@@ -369,13 +439,16 @@ class _Client:
             if not self.closed:
                 self.closed = True
                 self._unregister_stage()
+            if self.pool is not None:
+                self.pool.shutdown(wait=False)
         except Exception:  # noqa: BLE001 - nothing to report to at this point
             pass
 
     def stats(self) -> dict[str, Any]:
         return {"get_into_ranges_calls": self.calls, "retries": self.retries,
                 "staging_bytes": 0 if self.stage is None else len(self.stage),
-                "max_ranges": self.max_ranges, "read_deadline": self.read_deadline}
+                "max_ranges": self.max_ranges, "read_calls": self.read_calls,
+                "read_deadline": self.read_deadline}
 
 
 def _shape(res: Any) -> str:
@@ -536,7 +609,8 @@ class MooncakeTableStore(TableStore):
     def __init__(self, tables: Mapping[str, TableSpecArg] | None = None,
                  namespace: str | None = None, local_dir: None = None, *,
                  store_client: MooncakeClient, read_deadline: float = READ_DEADLINE,
-                 max_ranges: int = MAX_RANGES, **options: Unpack[MooncakeStoreOptions]) -> None:
+                 max_ranges: int = MAX_RANGES, read_calls: int = READ_CALLS,
+                 **options: Unpack[MooncakeStoreOptions]) -> None:
         if local_dir is not None:
             raise TypeError("local_dir: a store on a Mooncake store_client has no local "
                             "directory")
@@ -550,7 +624,8 @@ class MooncakeTableStore(TableStore):
             raise TypeError(f"tables: expected a dict of name -> spec, got {type(tables).__name__}")
         self._cache_total = options.get("cache_bytes", 0) or 0
         budget, _ = cache_shares(self._cache_total, [1])
-        client = _Client(store_client, read_deadline=read_deadline, max_ranges=max_ranges)
+        client = _Client(store_client, read_deadline=read_deadline, max_ranges=max_ranges,
+                         read_calls=read_calls)
         writer = TableWriter(client, namespace)
         opts: dict[str, Any] = dict(options, cache_bytes=budget)
         super().__init__(None, None, None, **opts)

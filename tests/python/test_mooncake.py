@@ -676,3 +676,95 @@ def test_table_api_local_only_methods_say_so(tables):
         st.wait_for("a", timeout=0)
     with pytest.raises(engramstore.StateError, match="table file"):
         st.usage("a")
+
+
+# ---- reads in flight at once (read_calls) ------------------------------------
+
+@pytest.mark.parametrize("read_calls", [1, 3])
+def test_read_calls_exact(mc_client, layer_id, monkeypatch, read_calls):
+    # A lookup's rows split over calls in flight at once, in waves through
+    # the staging buffer: every row exact, every call bounded.
+    monkeypatch.setattr(engramstore._mooncake, "MIN_CALL_ROWS", 8)
+    f = Faulty(mc_client)
+    seen = []
+
+    def get_into_ranges(bufs, keys, dsts, srcs, sizes):
+        seen.append((threading.get_ident(), sum(len(d) for d in dsts[0]), len(keys[0])))
+        return mc_client.get_into_ranges(bufs, keys, dsts, srcs, sizes)
+    f.get_into_ranges = get_into_ranges
+    t = engramstore.EngramStore({layer_id: cfg()}, f, max_ranges=40, read_calls=read_calls)
+    bufs = heads(layer_id)
+    t.populate(layer_id, bufs)
+    try:
+        assert t.stats()["mooncake"]["read_calls"] == read_calls
+        for rnd in range(3):
+            ids = rand_ids(rnd, 4, 50, dead=True)
+            out = sentinel((4, 50, 3, R))
+            seen.clear()
+            t.lookup_into(layer_id, ids, out)
+            np.testing.assert_array_equal(out, expect(bufs, ids))
+            n = sum(len(np.unique(ids[..., h][ids[..., h] >= 0])) for h in range(3))
+            assert sum(r for _, r, _ in seen) == n  # each distinct row read once
+            assert all(r <= 40 for _, r, _ in seen)
+            if read_calls > 1:  # split into at least read_calls calls, on more than one thread
+                assert len(seen) >= read_calls and len({tid for tid, _, _ in seen}) > 1
+            else:
+                assert len(seen) == -(-n // 40) and len({tid for tid, _, _ in seen}) == 1
+        # Small reads are not split: one call.
+        seen.clear()
+        out = sentinel((1, 2, 3, R))
+        t.lookup_into(layer_id, np.zeros((1, 2, 3), np.int64), out)
+        assert len(seen) == 1
+    finally:
+        t.remove_from_store(layer_id, force=True)
+        t.close()
+
+
+def test_read_calls_one_fails(mc_client, layer_id, monkeypatch):
+    # One of the calls in flight fails for good: the lookup fails naming its
+    # key, after every other call ended; the output holds exact rows or
+    # none, and the next lookup is exact.
+    monkeypatch.setattr(engramstore._mooncake, "MIN_CALL_ROWS", 8)
+    f = Faulty(mc_client)
+    ended = []
+
+    def get_into_ranges(bufs, keys, dsts, srcs, sizes):
+        res = mc_client.get_into_ranges(bufs, keys, dsts, srcs, sizes)
+        if fail and keys[0][-1].endswith(":h2"):  # the call with head 2's rows
+            res[0][-1] = [-600] * len(dsts[0][-1])
+            ended.append("failed")
+        else:
+            time.sleep(0.2)  # still in flight when the failure is known
+            ended.append("ok")
+        return res
+    f.get_into_ranges = get_into_ranges
+    t = engramstore.EngramStore({layer_id: cfg()}, f, read_calls=3)
+    bufs = heads(layer_id)
+    t.populate(layer_id, bufs)
+    try:
+        fail = True
+        ids = rand_ids(5, 4, 60)
+        out = sentinel((4, 60, 3, R))
+        with pytest.raises(engramstore.EngramError) as ei:
+            t.lookup_into(layer_id, ids, out)
+        assert isinstance(ei.value.__cause__, engramstore.MooncakeError)
+        assert f"engram:l{layer_id}:h2" in str(ei.value)
+        assert "ok" in ended and ended[-1] == "ok"  # the others ended before the error
+        assert served_or_untouched(out, bufs, ids)
+        fail = False
+        out = sentinel((4, 60, 3, R))
+        t.lookup_into(layer_id, ids, out)
+        np.testing.assert_array_equal(out, expect(bufs, ids))
+    finally:
+        t.remove_from_store(layer_id, force=True)
+        t.close()
+
+
+def test_read_calls_refused(mc_client):
+    for bad in (0, -1, True, 2.0):
+        with pytest.raises(ValueError, match="read_calls"):
+            engramstore.EngramStore({1: cfg()}, mc_client, read_calls=bad)
+        with pytest.raises(ValueError, match="read_calls"):
+            engramstore.EngramStore(namespace="nsx", store_client=mc_client, read_calls=bad)
+    with pytest.raises(TypeError, match="read_calls"):
+        engramstore.EngramStore({1: cfg()}, None, read_calls=2)
