@@ -3,7 +3,7 @@
 
     bench/bench_mooncake.py [--heads 24] [--rows 170000] [--row-bytes 264]
                             [--ids 4096] [--batches 4] [--repeats 5]
-                            [--cache-frac 0.05] [--json FILE]
+                            [--cache-frac 0.05] [--read-calls 4,1] [--json FILE]
 
 This process starts Mooncake's metadata server and master on free
 127.0.0.1 ports (tests/python/mcserver.py; or uses --metadata/--master of
@@ -24,6 +24,10 @@ in the same run, with interleaved repeats:
              (cache_bytes = that many rows times the cache's slot size),
              warmed first until its hit rate settles; its hit rate and the
              rows it read per id are those of the timed lookups.
+
+engram and cached read with the first value of --read-calls (engramstore's
+read_calls: Mooncake calls of a lookup in flight at once); each further
+value adds the variants "engram rc=N" and "cached rc=N".
 
 Each lookup is row_ids [1, T, heads] with T = ceil(ids / heads), drawn
 (new ones for every repeat, the same for every variant) uniform or Zipf(1.0) (rank r with probability proportional to 1/r over a

@@ -65,6 +65,7 @@ class TableSpec(TypedDict, total=False):
     total_rows: int  # rows of the full tensor (0: no range recorded)
     key: str  # a Mooncake table's object
     crc32: int  # a Mooncake table's checksum
+    epoch: int | None  # a Mooncake table's populate, numbered in its namespace's index
 
 class Store:
     def __init__(
