@@ -53,8 +53,8 @@ How a read works (``_Client.read``), and why:
   document its client as thread-safe).  The read ends, or raises the first
   failure, only once every one of its calls has ended, so no call writes
   the staging buffer after it.  Splitting keeps each call's bounds, checks
-  and retries, and the keys of calls in flight together are still those of
-  one lookup.
+  and retries, and the keys of the calls in flight together stay within
+  MAX_KEYS.
 * **One read at a time per engramstore object.**  The staging buffer is
   shared, so the reads of one engramstore object are serialised by a lock
   (a lookup waiting for it has released the GIL).  Rows served from the
@@ -221,8 +221,9 @@ class _Client:
                    tables: Any) -> None:
         """Fills out[i] with row rows[i] of object keys[tables[i]] (rows:
         uint64 [n], tables: uint32 [n], out: uint8 [n, row_bytes]), in
-        calls of at most max_ranges ranges and MAX_KEYS keys, split evenly,
-        up to read_calls of them in flight at once; raises MooncakeError
+        calls of at most max_ranges ranges, split evenly, up to read_calls
+        of them in flight at once with MAX_KEYS keys among them; raises
+        MooncakeError
         naming the key of a range that failed."""
         np = self.np
         n = len(rows)
@@ -237,6 +238,9 @@ class _Client:
             # each one its own slot of the staging buffer.
             par = max(1, min(self.read_calls, n // MIN_CALL_ROWS, stage_rows))
             cap = max(1, min(self.max_ranges, stage_rows // par))
+            # The keys of the calls in flight together stay within MAX_KEYS
+            # (what bounds the transport's queue per peer, see above).
+            kmax = max(1, MAX_KEYS // par)
             per = -(-n // max(par, -(-n // cap)))  # n split evenly into calls of at most cap
             src = (sr * np.uint64(row_bytes)).tolist()
             # Where the key changes, then calls of whole or split key runs:
@@ -253,7 +257,7 @@ class _Client:
                         continue
                     a = max(a, i + m)
                     take = min(b - a, per - m)
-                    if take <= 0 or len(ks) == MAX_KEYS:
+                    if take <= 0 or len(ks) == kmax:
                         break
                     ks.append(keys[int(st[a])])
                     srcs.append(src[a:a + take])

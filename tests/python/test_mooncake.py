@@ -882,8 +882,10 @@ def test_table_api_bad_index_entry(mc_client, namespace):
 @pytest.mark.parametrize("read_calls", [1, 3])
 def test_read_calls_exact(mc_client, layer_id, monkeypatch, read_calls):
     # A lookup's rows split over calls in flight at once, in waves through
-    # the staging buffer: every row exact, every call bounded.
+    # the staging buffer: every row exact, every call bounded, and the keys
+    # of the calls in flight together within MAX_KEYS.
     monkeypatch.setattr(engramstore._mooncake, "MIN_CALL_ROWS", 8)
+    monkeypatch.setattr(engramstore._mooncake, "MAX_KEYS", 4)
     f = Faulty(mc_client)
     seen = []
 
@@ -905,6 +907,7 @@ def test_read_calls_exact(mc_client, layer_id, monkeypatch, read_calls):
             n = sum(len(np.unique(ids[..., h][ids[..., h] >= 0])) for h in range(3))
             assert sum(r for _, r, _ in seen) == n  # each distinct row read once
             assert all(r <= 40 for _, r, _ in seen)
+            assert all(k <= max(1, 4 // read_calls) for _, _, k in seen)
             if read_calls > 1:  # split into at least read_calls calls, on more than one thread
                 assert len(seen) >= read_calls and len({tid for tid, _, _ in seen}) > 1
             else:
