@@ -126,7 +126,7 @@ static int manifest_get(rstore *rs, engram__rsess *s, const char *name, uint64_t
 {
     const char *argv[3] = {"HGET", rs->mkey, name};
     char what[ENGRAM_NAME_MAX + 600];
-    redisReply *r;
+    redisReply *r = NULL; /* set by key_cmd() on success; -O3 cannot tell */
     int err;
     memset(m, 0, sizeof *m);
     if ((err = key_cmd(rs, s, 0, 3, argv, NULL, REDIS_REPLY_STRING, deadline, "read a manifest",
@@ -157,7 +157,7 @@ static int delete_chunks(rstore *rs, engram__rsess *s, const char *kpre, uint32_
     for (uint64_t i = 0; i < n; i++) {
         char key[KEY_MAX + 24];
         const char *argv[2] = {"UNLINK", key};
-        redisReply *r;
+        redisReply *r = NULL; /* set by key_cmd() on success; -O3 cannot tell */
         int err;
         snprintf(key, sizeof key, "%.*s%" PRIu64, (int)kpre_len, kpre, i);
         if ((err = key_cmd(rs, s, ENGRAM__RCL_WRITE, 2, argv, NULL, REDIS_REPLY_INTEGER, deadline,
