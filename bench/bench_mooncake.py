@@ -3,7 +3,7 @@
 
     bench/bench_mooncake.py [--heads 24] [--rows 170000] [--row-bytes 264]
                             [--ids 4096] [--batches 4] [--repeats 5]
-                            [--cache-frac 0.05] [--json FILE]
+                            [--cache-frac 0.05] [--read-calls 4,1] [--json FILE]
 
 This process starts Mooncake's metadata server and master on free
 127.0.0.1 ports (tests/python/mcserver.py; or uses --metadata/--master of
@@ -24,6 +24,10 @@ in the same run, with interleaved repeats:
              (cache_bytes = that many rows times the cache's slot size),
              warmed first until its hit rate settles; its hit rate and the
              rows it read per id are those of the timed lookups.
+
+engram and cached read with the first value of --read-calls (engramstore's
+read_calls: Mooncake calls of a lookup in flight at once); each further
+value adds the variants "engram rc=N" and "cached rc=N".
 
 Each lookup is row_ids [1, T, heads] with T = ceil(ids / heads), drawn
 (new ones for every repeat, the same for every variant) uniform or Zipf(1.0) (rank r with probability proportional to 1/r over a
@@ -110,12 +114,14 @@ def reader(args):
     H, N, R, L = args.heads, args.rows, args.row_bytes, args.layer
     keys = [f"engram:l{L}:h{h}" for h in range(H)]
     cfg = engramstore.EngramStoreConfig([N] * H, R)
-    plain = engramstore.EngramStore({L: cfg}, mc)
     # A cache of cache_frac of the rows: that many slots of the row size
     # rounded to 16 bytes, with the cache's set headers (64 bytes a set of 7).
     slots = int(args.cache_frac * N * H)
     cache_bytes = slots * (((R + 15) // 16) * 16 + 64 // 7 + 1)
-    cached = engramstore.EngramStore({L: cfg}, mc, cache_bytes=cache_bytes)
+    rcs = [int(x) for x in args.read_calls.split(",")]
+    plains = {rc: engramstore.EngramStore({L: cfg}, mc, read_calls=rc) for rc in rcs}
+    cacheds = {rc: engramstore.EngramStore({L: cfg}, mc, cache_bytes=cache_bytes, read_calls=rc)
+               for rc in rcs}
     mcfg = MooncakeConfig()
     mcfg.table_vocab_sizes = [N] * H
     mcfg.embedding_dim = R // 4
@@ -146,8 +152,16 @@ def reader(args):
     def run_theirs(ids):
         return theirs.lookup(ids).view(np.uint8)
 
-    variants = {"bare": run_bare, "mooncake": run_theirs, "engram": run_engram(plain),
-                "cached": run_engram(cached)}
+    # "engram" and "cached" read with the first --read-calls value; the
+    # others are variants of their own ("engram rc=N", "cached rc=N").
+    def vname(kind, rc):
+        return kind if rc == rcs[0] else f"{kind} rc={rc}"
+    variants = {"bare": run_bare, "mooncake": run_theirs}
+    stores = {}
+    for rc in rcs:
+        variants[vname("engram", rc)] = run_engram(plains[rc])
+        stores[vname("cached", rc)] = cacheds[rc]
+        variants[vname("cached", rc)] = run_engram(cacheds[rc])
     results = {}
     for dist in args.dists.split(","):
         # New batches every repeat (the same for every variant): rows cached
@@ -158,22 +172,26 @@ def reader(args):
         # Warm the cache on other batches of the same distribution until its
         # hit rate settles (two rounds of 20 lookups within 1%), as in a
         # server that has been running a while; at most --warmup lookups.
-        warm, last, t_warm = 0, None, time.perf_counter()
-        wrng = np.random.default_rng(12)
-        while warm < args.warmup:
-            before = cached.stats()["cache"]
-            for ids in batches(args, dist, 20, seed=int(wrng.integers(1 << 30))):
-                cached.lookup_into(L, ids, out)
-            warm += 20
-            after = cached.stats()["cache"]
-            rate = (after["hits"] - before["hits"]) / max(1, (after["hits"] + after["misses"]) -
-                                                          (before["hits"] + before["misses"]))
-            if last is not None and abs(rate - last) < 0.01:
-                break
-            last = rate
-        print(f"{dist}: cache warmed by {warm} lookups in {time.perf_counter() - t_warm:.0f} s, "
-              f"hit rate {rate:.3f}", file=sys.stderr, flush=True)
-        timed = {"hits": 0, "looked": 0, "reads": 0}
+        warm_info = {}
+        for cname, cached in stores.items():
+            warm, last, rate, t_warm = 0, None, 0.0, time.perf_counter()
+            wrng = np.random.default_rng(12)
+            while warm < args.warmup:
+                before = cached.stats()["cache"]
+                for ids in batches(args, dist, 20, seed=int(wrng.integers(1 << 30))):
+                    cached.lookup_into(L, ids, out)
+                warm += 20
+                after = cached.stats()["cache"]
+                rate = (after["hits"] - before["hits"]) / max(1, (after["hits"] + after["misses"]) -
+                                                              (before["hits"] + before["misses"]))
+                if last is not None and abs(rate - last) < 0.01:
+                    break
+                last = rate
+            warm_info[cname] = warm
+            print(f"{dist}: {cname}: cache warmed by {warm} lookups in "
+                  f"{time.perf_counter() - t_warm:.0f} s, hit rate {rate:.3f}",
+                  file=sys.stderr, flush=True)
+        timed = {c: {"hits": 0, "looked": 0, "reads": 0} for c in stores}
         times = {v: [] for v in variants}
         for rep in range(args.repeats):
             pool = pools[rep]
@@ -183,17 +201,17 @@ def reader(args):
                 if errors[v]:
                     continue
                 try:
-                    c0 = cached.stats()["cache"] if v == "cached" else None
+                    c0 = stores[v].stats()["cache"] if v in stores else None
                     t0 = time.perf_counter()
                     for ids in pool[:-1]:
                         variants[v](ids)
                     res = variants[v](pool[-1])
                     times[v].append(time.perf_counter() - t0)
                     if c0 is not None:  # the cache's work in the timed lookups only
-                        c1 = cached.stats()["cache"]
-                        timed["hits"] += c1["hits"] - c0["hits"]
-                        timed["looked"] += (c1["hits"] + c1["misses"]) - (c0["hits"] + c0["misses"])
-                        timed["reads"] += c1["reads"] - c0["reads"]
+                        c1, tv = stores[v].stats()["cache"], timed[v]
+                        tv["hits"] += c1["hits"] - c0["hits"]
+                        tv["looked"] += (c1["hits"] + c1["misses"]) - (c0["hits"] + c0["misses"])
+                        tv["reads"] += c1["reads"] - c0["reads"]
                     # The last batch's rows are checked (outside the timing);
                     # the others in the first repeat.
                     checks = [(pool[-1], res)] if rep else \
@@ -205,23 +223,23 @@ def reader(args):
                     w = np.ascontiguousarray(res).view(np.uint32).reshape(ids.shape + (R // 4,))
                     wrong[v] += int((w != expected_words(ids, R)).any(-1).sum())
         ids_per_run = sum(ids.size for ids in pools[0])
-        hits1 = cached.stats()["cache"]
         res = {}
         for v in variants:
             ts = sorted(times[v])
             res[v] = {"rows_per_s": ids_per_run / ts[len(ts) // 2] if ts else None,
                       "wrong_rows": wrong[v], "error": errors[v]}
-        looked = timed["looked"]
-        res["cached"]["hit_rate"] = timed["hits"] / looked if looked else None
-        # Rows read from Mooncake per id looked up (misses less repeats).
-        res["cached"]["reads_per_id"] = timed["reads"] / looked if looked else None
-        res["cached"]["warmup_lookups"] = warm
-        res["cached"]["cache_bytes"] = hits1["cache_bytes"]
-        res["cached"]["slots"] = hits1["slots"]
+        for v, cached in stores.items():
+            looked, c = timed[v]["looked"], cached.stats()["cache"]
+            res[v]["hit_rate"] = timed[v]["hits"] / looked if looked else None
+            # Rows read from Mooncake per id looked up (misses less repeats).
+            res[v]["reads_per_id"] = timed[v]["reads"] / looked if looked else None
+            res[v]["warmup_lookups"] = warm_info[v]
+            res[v]["cache_bytes"] = c["cache_bytes"]
+            res[v]["slots"] = c["slots"]
         results[dist] = res
     mc.unregister_buffer(bare_out.ctypes.data)
-    plain.close()
-    cached.close()
+    for st in list(plains.values()) + list(cacheds.values()):
+        st.close()
     variants.clear()  # drops Mooncake's EngramStore before its client closes
     theirs = None
     mc.close()
@@ -242,6 +260,10 @@ def main():
                     help="at most this many lookups warm the cache (until its hit rate settles)")
     ap.add_argument("--cache-frac", type=float, default=0.05)
     ap.add_argument("--dists", default="uniform,zipf")
+    ap.add_argument("--read-calls", default="4,1",
+                    help="engramstore's read_calls (Mooncake calls of a lookup in flight at "
+                         "once): the first for engram and cached, each other one a variant "
+                         "of its own")
     ap.add_argument("--layer", type=int, default=61)
     ap.add_argument("--metadata", help="a running deployment's metadata URL")
     ap.add_argument("--master", help="a running deployment's master host:port")
@@ -284,7 +306,7 @@ def main():
             argv = [sys.executable, os.path.abspath(__file__), "--reader",
                     "--metadata", args.metadata, "--master", args.master]
             for k in ("heads", "rows", "row_bytes", "ids", "batches", "repeats", "warmup",
-                      "cache_frac", "dists", "layer"):
+                      "cache_frac", "dists", "layer", "read_calls"):
                 argv += [f"--{k.replace('_', '-')}", str(getattr(args, k))]
             r = subprocess.run(argv, capture_output=True, text=True, timeout=3000)
             lines = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
@@ -301,20 +323,21 @@ def main():
     T = math.ceil(args.ids / args.heads)
     print(f"\nlookups of row_ids [1, {T}, {args.heads}] ({T * args.heads} ids), "
           f"{args.batches} per run, median of {args.repeats}; rates in ids/s")
-    print(f"{'dist':8} {'bare':>10} {'mooncake':>10} {'engram':>10} {'cached':>10} "
-          f"{'engram/bare':>12} {'cached/mooncake':>16} {'hit rate':>9} {'reads/id':>9}")
     for dist, res in results.items():
-        rate = {v: res[v]["rows_per_s"] for v in ("bare", "mooncake", "engram", "cached")}
-        def fmt(x):
-            return f"{x:10.0f}" if x else f"{'failed':>10}"
+        rate = {v: r["rows_per_s"] for v, r in res.items()}
         ratio = lambda a, b: f"{a / b:.2f}x" if a and b else "-"  # noqa: E731
-        print(f"{dist:8} {fmt(rate['bare'])} {fmt(rate['mooncake'])} {fmt(rate['engram'])} "
-              f"{fmt(rate['cached'])} {ratio(rate['engram'], rate['bare']):>12} "
-              f"{ratio(rate['cached'], rate['mooncake']):>16} "
-              f"{res['cached']['hit_rate'] or 0:9.3f} {res['cached']['reads_per_id'] or 0:9.3f}")
-        for v in ("bare", "mooncake", "engram", "cached"):
-            if res[v]["wrong_rows"] or res[v]["error"]:
-                print(f"  {v}: {res[v]['wrong_rows']} wrong rows, error: {res[v]['error']}")
+        print(f"{dist}:")
+        for v, r in res.items():
+            extra = ""
+            if v.startswith("engram"):
+                extra = f"  engram/bare {ratio(rate[v], rate['bare'])}"
+            elif v.startswith("cached"):
+                extra = (f"  cached/mooncake {ratio(rate[v], rate['mooncake'])}, hit rate "
+                         f"{r['hit_rate'] or 0:.3f}, reads/id {r['reads_per_id'] or 0:.3f}")
+            got = f"{rate[v]:10.0f}" if rate[v] else f"{'failed':>10}"
+            print(f"  {v:16} {got} ids/s{extra}")
+            if r["wrong_rows"] or r["error"]:
+                print(f"    {v}: {r['wrong_rows']} wrong rows, error: {r['error']}")
     print(json.dumps({"args": vars(args), "results": results}))
     if args.json:
         with open(args.json, "w") as f:

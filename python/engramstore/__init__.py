@@ -118,7 +118,8 @@ class EngramStore:
     @overload
     def __new__(cls, layers: Mapping[int, EngramStoreConfig],
                 store: TableStore | MooncakeClient | None = None, *, cache_bytes: int = 0,
-                read_deadline: float = ..., max_ranges: int = ...) -> LayerStore: ...
+                read_deadline: float = ..., max_ranges: int = ...,
+                read_calls: int = ...) -> LayerStore: ...
 
     @overload
     def __new__(cls, tables: Mapping[str, TableSpecArg] | None = None,
@@ -129,7 +130,7 @@ class EngramStore:
     def __new__(cls, tables: Mapping[str, TableSpecArg] | None = None,
                 namespace: str | None = None, local_dir: None = None, *,
                 store_client: MooncakeClient, read_deadline: float = ...,
-                max_ranges: int = ...,
+                max_ranges: int = ..., read_calls: int = ...,
                 **options: Unpack[MooncakeStoreOptions]) -> MooncakeTableStore: ...
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:

@@ -66,6 +66,7 @@ class TableSpec(TypedDict, total=False):
     numa_nodes: dict[int, int] | None  # pages per NUMA node (None: not memory, or no libnuma)
     key: str  # a Mooncake table's object
     crc32: int  # a Mooncake table's checksum
+    epoch: int | None  # a Mooncake table's populate, numbered in its namespace's index
 
 class Store:
     def __init__(

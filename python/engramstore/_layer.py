@@ -48,13 +48,15 @@ class LayerStore(EngramStore):
     keywords apply: ``cache_bytes`` (a row cache in front of it, shared by
     the heads in proportion to their size; 0: none), ``read_deadline``
     (seconds a read retries passing errors), ``max_ranges`` (ranges per
-    Mooncake call).
+    Mooncake call), ``read_calls`` (Mooncake calls of a lookup in flight at
+    once).
     """
 
     def __init__(self, layers: Mapping[int, EngramStoreConfig],
                  store: TableStore | MooncakeClient | None = None, *, cache_bytes: int = 0,
                  read_deadline: float = _mooncake.READ_DEADLINE,
-                 max_ranges: int = _mooncake.MAX_RANGES) -> None:
+                 max_ranges: int = _mooncake.MAX_RANGES,
+                 read_calls: int = _mooncake.READ_CALLS) -> None:
         if not isinstance(layers, Mapping):
             raise TypeError(f"layers: expected a dict of layer_id -> EngramStoreConfig, "
                             f"got {type(layers).__name__}")
@@ -89,9 +91,10 @@ class LayerStore(EngramStore):
         self._mc: _mooncake._Client | None = None
         mooncake = _mooncake.is_mooncake_client(store)
         if not mooncake and (cache_bytes or read_deadline != _mooncake.READ_DEADLINE or
-                             max_ranges != _mooncake.MAX_RANGES):
-            raise TypeError("cache_bytes, read_deadline, max_ranges: only with a Mooncake "
-                            "store client (store=MooncakeDistributedStore)")
+                             max_ranges != _mooncake.MAX_RANGES or
+                             read_calls != _mooncake.READ_CALLS):
+            raise TypeError("cache_bytes, read_deadline, max_ranges, read_calls: only with a "
+                            "Mooncake store client (store=MooncakeDistributedStore)")
         self._specs = specs
         self._keys = {layer_id: tuple(f"engram:l{layer_id}:h{h}" for h in range(len(sizes)))
                       for layer_id, (sizes, _) in specs.items()}
@@ -105,7 +108,7 @@ class LayerStore(EngramStore):
             if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, int) or cache_bytes < 0:
                 raise ValueError(f"cache_bytes: expected an int >= 0, got {cache_bytes!r}")
             self._mc = _mooncake._Client(store, read_deadline=read_deadline,
-                                         max_ranges=max_ranges)
+                                         max_ranges=max_ranges, read_calls=read_calls)
             self._mc_client = store
             self._sources = _mooncake.Sources(self._mc)
             order = [(l, h) for l in sorted(specs) for h in range(len(specs[l][0]))]

@@ -43,9 +43,20 @@ How a read works (``_Client.read``), and why:
   replicas not ready) are retried with backoff until ``read_deadline``
   seconds have passed since the read began; a missing object or invalid
   range is not retried.
-* **One call at a time per engramstore object.**  Nothing in Mooncake's
-  client documents thread safety, and the staging buffer is shared, so the
-  calls of one engramstore object on its client are serialised by a lock
+* **Calls in flight at once.**  A call's cost is mostly fixed (a round
+  trip, the transfer engine's work per key), so a read of at least
+  2 * MIN_CALL_ROWS rows is split into up to ``read_calls`` calls made at
+  once, each into its own slot of the staging buffer: one by the reading
+  thread, the others by a pool of the client's (Mooncake's binding
+  releases the GIL in ``get_into_ranges``; concurrent calls on one client
+  read exact rows in the tests and the benchmark, though Mooncake does not
+  document its client as thread-safe).  The read ends, or raises the first
+  failure, only once every one of its calls has ended, so no call writes
+  the staging buffer after it.  Splitting keeps each call's bounds, checks
+  and retries, and the keys of the calls in flight together stay within
+  MAX_KEYS.
+* **One read at a time per engramstore object.**  The staging buffer is
+  shared, so the reads of one engramstore object are serialised by a lock
   (a lookup waiting for it has released the GIL).  Rows served from the
   row cache never take it.
 """
@@ -58,6 +69,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import _engram
@@ -67,6 +79,7 @@ from ._engram import (EngramError, LayoutMismatchError, StateError, TableExistsE
 # Mooncake's error codes (mooncake-store's ErrorCode) that this module
 # names or tells apart.
 OBJECT_NOT_FOUND = -704
+OBJECT_ALREADY_EXISTS = -705
 OBJECT_HAS_LEASE = -706
 _CODE_NAMES = {
     -1: "INTERNAL_ERROR", -101: "SEGMENT_NOT_FOUND", -600: "INVALID_PARAMS",
@@ -81,10 +94,16 @@ _TRANSIENT = frozenset((-1, -101, -703, -706, -707, -712, -714, -800, -900, -901
 
 MAX_RANGES = 8192         # ranges per get_into_ranges call (see the module doc)
 MAX_KEYS = 256            # keys (objects) per call
+READ_CALLS = 4            # get_into_ranges calls of a read in flight at once
+MIN_CALL_ROWS = 256       # rows a call must carry for a read to be split
 STAGE_BYTES = 4 << 20     # the staging buffer (at least one row)
 READ_DEADLINE = 5.0       # seconds a read retries transient errors
 REMOVE_DEADLINE = 15.0    # seconds a remove waits out leases (Mooncake's default lease: 10 s)
-MANIFEST_FORMAT = "engramstore-mooncake/1"
+MANIFEST_FORMAT = "engramstore-mooncake/2"    # with the rows' epoch and key
+MANIFEST_FORMAT_1 = "engramstore-mooncake/1"  # rows at {namespace}/{name}: still read
+INDEX_FORMAT = "engramstore-mooncake-index/1"
+INDEX_PROBE = 64          # index keys probed per existence call
+PUBLISH_TRIES = 64        # index entries a populate tries (writers racing for them)
 ROW_BYTES_MAX = 1 << 24   # ENGRAM_ROW_BYTES_MAX
 
 _E = TypeVar("_E", bound=BaseException)
@@ -157,7 +176,8 @@ class _Client:
     (staging, bounded calls, length checks, retries) and the writes."""
 
     def __init__(self, mc: Any, *, read_deadline: float = READ_DEADLINE,
-                 max_ranges: int = MAX_RANGES, stage_bytes: int = STAGE_BYTES) -> None:
+                 max_ranges: int = MAX_RANGES, stage_bytes: int = STAGE_BYTES,
+                 read_calls: int = READ_CALLS) -> None:
         if not is_mooncake_client(mc):
             raise TypeError(f"store client: expected a mooncake.store.MooncakeDistributedStore "
                             f"(set up), got {type(mc).__name__}")
@@ -169,6 +189,9 @@ class _Client:
         self.lock = threading.Lock()
         self.stage: Any = None  # numpy uint8, registered with mc while not None
         self.closed = False
+        self.read_calls = _positive("read_calls", read_calls)
+        self.pool: ThreadPoolExecutor | None = None  # the other calls of a wave
+        self.count_lock = threading.Lock()
         self.calls = 0          # get_into_ranges calls (stats)
         self.retries = 0
 
@@ -198,8 +221,10 @@ class _Client:
                    tables: Any) -> None:
         """Fills out[i] with row rows[i] of object keys[tables[i]] (rows:
         uint64 [n], tables: uint32 [n], out: uint8 [n, row_bytes]), in
-        calls of at most max_ranges ranges and MAX_KEYS keys, split evenly;
-        raises MooncakeError naming the key of a range that failed."""
+        calls of at most max_ranges ranges, split evenly, up to read_calls
+        of them in flight at once with MAX_KEYS keys among them; raises
+        MooncakeError
+        naming the key of a range that failed."""
         np = self.np
         n = len(rows)
         order = np.argsort(tables, kind="stable")  # each key's ranges together
@@ -207,32 +232,81 @@ class _Client:
         deadline = time.monotonic() + self.read_deadline
         with self.lock:
             stage = self._staging(row_bytes)
-            cap = max(1, min(self.max_ranges, len(stage) // row_bytes))
-            per = -(-n // -(-n // cap))  # n split evenly into calls of at most cap
-            ptr = stage.ctypes.data
+            stage_rows = len(stage) // row_bytes
+            # Calls in flight at once: only where each gets MIN_CALL_ROWS
+            # rows (a call's fixed cost is what overlapping hides), and
+            # each one its own slot of the staging buffer.
+            par = max(1, min(self.read_calls, n // MIN_CALL_ROWS, stage_rows))
+            cap = max(1, min(self.max_ranges, stage_rows // par))
+            # The keys of the calls in flight together stay within MAX_KEYS
+            # (what bounds the transport's queue per peer, see above).
+            kmax = max(1, MAX_KEYS // par)
+            per = -(-n // max(par, -(-n // cap)))  # n split evenly into calls of at most cap
             src = (sr * np.uint64(row_bytes)).tolist()
-            # Where the key changes, then calls of whole or split key runs.
+            # Where the key changes, then calls of whole or split key runs:
+            # (first row, rows, keys, their source offsets) per call.
             bounds = [0] + (np.flatnonzero(st[1:] != st[:-1]) + 1).tolist() + [n]
+            calls: list[tuple[int, int, list[str], list[list[int]]]] = []
             i = 0
             while i < n:
                 m = 0
                 ks: list[str] = []
-                dsts: list[list[int]] = []
                 srcs: list[list[int]] = []
                 for a, b in zip(bounds, bounds[1:]):
                     if b <= i:
                         continue
                     a = max(a, i + m)
                     take = min(b - a, per - m)
-                    if take <= 0 or len(ks) == MAX_KEYS:
+                    if take <= 0 or len(ks) == kmax:
                         break
                     ks.append(keys[int(st[a])])
-                    dsts.append(list(range(m * row_bytes, (m + take) * row_bytes, row_bytes)))
                     srcs.append(src[a:a + take])
                     m += take
-                self._read_chunk(ks, row_bytes, ptr, dsts, srcs, deadline)
-                out[order[i:i + m]] = stage[:m * row_bytes].reshape(m, row_bytes)
+                calls.append((i, m, ks, srcs))
                 i += m
+            # Waves of at most par calls, call j of a wave into slot j.
+            for w in range(0, len(calls), par):
+                wave = calls[w:w + par]
+                self._read_wave(wave, row_bytes, cap, deadline)
+                for j, (i, m, _, _) in enumerate(wave):
+                    at = j * cap * row_bytes
+                    out[order[i:i + m]] = stage[at:at + m * row_bytes].reshape(m, row_bytes)
+
+    def _read_wave(self, wave: list[tuple[int, int, list[str], list[list[int]]]],
+                   row_bytes: int, cap: int, deadline: float) -> None:
+        """Runs the calls of a wave at once (under the lock), call j into
+        slot j (cap rows) of the staging buffer: this thread makes the
+        first, the client's pool the others.  Returns once every call has
+        ended, so that none writes the staging buffer after; raises the
+        error of the first call that failed."""
+        ptr = self.stage.ctypes.data
+
+        def run(j: int) -> None:
+            _, m, ks, srcs = wave[j]
+            dsts, at = [], j * cap * row_bytes
+            for s in srcs:
+                dsts.append(list(range(at, at + len(s) * row_bytes, row_bytes)))
+                at += len(s) * row_bytes
+            self._read_chunk(ks, row_bytes, ptr, dsts, srcs, deadline)
+
+        if len(wave) == 1:
+            run(0)
+            return
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(self.read_calls - 1,
+                                           thread_name_prefix="engram-mooncake")
+        futs = [self.pool.submit(run, j) for j in range(1, len(wave))]
+        first: BaseException | None = None
+        try:
+            run(0)
+        except BaseException as e:  # noqa: BLE001 - raised below, once the others ended
+            first = e
+        for f in futs:
+            err = f.exception()  # waits: the GIL is released meanwhile
+            if first is None and err is not None:
+                first = err
+        if first is not None:
+            raise first
 
     def read_bytes(self, key: str, size: int, out: Any) -> None:
         """Reads bytes [0, size) of object `key` into out (uint8 [size]),
@@ -255,7 +329,8 @@ class _Client:
         sizes = [[row_bytes] * len(d) for d in dsts]
         delay = 0.002
         while True:
-            self.calls += 1
+            with self.count_lock:
+                self.calls += 1
             res = self.mc.get_into_ranges([ptr], [keys], [dsts], [srcs], [sizes])
             try:
                 got = res[0]
@@ -279,7 +354,8 @@ class _Client:
             if time.monotonic() + delay > deadline:
                 raise MooncakeError(key, f"reading {where} still failing after "
                                     f"{self.read_deadline:g} s of retries", bad)
-            self.retries += 1
+            with self.count_lock:
+                self.retries += 1
             time.sleep(delay)
             delay = min(delay * 2, 0.2)
 
@@ -360,6 +436,9 @@ class _Client:
             if not self.closed:
                 self.closed = True
                 self._unregister_stage()
+            if self.pool is not None:
+                self.pool.shutdown(wait=True)
+                self.pool = None
 
     def __del__(self) -> None:
         # A store dropped without close(): its staging buffer must not stay
@@ -369,13 +448,16 @@ class _Client:
             if not self.closed:
                 self.closed = True
                 self._unregister_stage()
+            if self.pool is not None:
+                self.pool.shutdown(wait=False)
         except Exception:  # noqa: BLE001 - nothing to report to at this point
             pass
 
     def stats(self) -> dict[str, Any]:
         return {"get_into_ranges_calls": self.calls, "retries": self.retries,
                 "staging_bytes": 0 if self.stage is None else len(self.stage),
-                "max_ranges": self.max_ranges, "read_deadline": self.read_deadline}
+                "max_ranges": self.max_ranges, "read_calls": self.read_calls,
+                "read_deadline": self.read_deadline}
 
 
 def _shape(res: Any) -> str:
@@ -444,65 +526,172 @@ def checksum(arr: Any) -> int:
 
 
 class TableWriter:
-    """The Mooncake half of the table API: objects {namespace}/{name} and
-    their manifests {namespace}/.manifest/{name} (a name never starts with
-    '.', so no table's key is a manifest's)."""
+    """The Mooncake half of the table API, the objects of a namespace:
+
+    ``{ns}/.index/{k}``       entry k = 0, 1, ... of the namespace's index,
+                              ``{"format", "name", "writer"}``: one per
+                              populate, written create-only before its rows;
+                              k is that populate's epoch
+    ``{ns}/{name}@{k}``       the rows of the populate of epoch k
+    ``{ns}/.manifest/{name}`` the published table: spec, CRC-32, epoch and
+                              key of its rows, written create-only last
+
+    A name never starts with '.' and has no '@', so no table's key is
+    another object's.  The index is how a store lists the namespace
+    (Mooncake has no key listing): entry k is written only by a writer
+    that saw entry k - 1, so the entries are numbered without gaps, and a
+    reader finds the new ones by probing the keys after the last it knows.
+    Their names are candidates; a table is published while its manifest
+    exists.  The epoch in the rows' key is what ties a reader's cached rows
+    to one populate: a table removed and populated again has new rows under
+    a new key, and the old key no longer exists."""
 
     def __init__(self, client: _Client, namespace: str) -> None:
         check_name(namespace, "namespace")
         self.c = client
         self.ns = namespace
+        self.lock = threading.Lock()
+        self.entries: dict[int, str] = {}  # index entries read so far (never rewritten)
+        self.next = 0  # the first index key not known to exist
 
-    def data_key(self, name: str) -> str:
-        return f"{self.ns}/{name}"
+    def data_key(self, name: str, epoch: int | None) -> str:
+        """The key of the rows of table `name` populated at `epoch` (None:
+        a table of the first manifest format, which had no epochs)."""
+        return f"{self.ns}/{name}" if epoch is None else f"{self.ns}/{name}@{epoch}"
 
     def manifest_key(self, name: str) -> str:
         return f"{self.ns}/.manifest/{name}"
 
+    def index_key(self, k: int) -> str:
+        return f"{self.ns}/.index/{k}"
+
     def read_manifest(self, name: str) -> dict[str, Any] | None:
-        """The manifest dict of a published table, or None."""
+        """The manifest dict of a published table (with "key", the key of
+        its rows, and "epoch"), or None."""
         key = self.manifest_key(name)
         if not self.c.exist([key])[key]:
             return None
         raw = self.c.mc.get(key)
+        if not raw:
+            return None  # removed since (Mooncake reads a missing key as empty)
         try:
             m: dict[str, Any] = json.loads(bytes(raw).decode())
-            if m.get("format") != MANIFEST_FORMAT:
-                raise ValueError(f"unknown format {m.get('format')!r}")
+            fmt = m.get("format")
+            if fmt == MANIFEST_FORMAT_1:
+                m["epoch"] = None
+            elif fmt != MANIFEST_FORMAT:
+                raise ValueError(f"unknown format {fmt!r}")
             int(m["num_rows"]), int(m["row_bytes"]), int(m["crc32"])
+            epoch = m["epoch"]
+            if epoch is not None and (not isinstance(epoch, int) or epoch < 0):
+                raise ValueError(f"epoch {epoch!r}")
+            if m.setdefault("key", self.data_key(name, epoch)) != self.data_key(name, epoch):
+                raise ValueError(f"key {m['key']!r} is not {self.data_key(name, epoch)!r}")
         except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
             raise _error(_engram.CorruptTableError, _engram.ECORRUPT,
                          f"{key}: not a table manifest ({e})") from None
         return m
 
+    # -- the index -----------------------------------------------------------
+
+    def scan(self) -> dict[int, str]:
+        """Reads the index entries written since the last scan; returns
+        all of them ({epoch: name})."""
+        with self.lock:
+            while True:
+                keys = [self.index_key(k) for k in range(self.next, self.next + INDEX_PROBE)]
+                have = self.c.exist(keys)
+                found = [k for k in keys if have[k]]
+                if not found:
+                    return dict(self.entries)
+                raws = self.c.mc.get_batch(found)
+                if len(raws) != len(found):
+                    raise MooncakeError(found[0], f"get_batch answered {len(raws)} of "
+                                        f"{len(found)} keys")
+                for key, raw in zip(found, raws):
+                    k = int(key.rsplit("/", 1)[1])
+                    if raw:  # else removed since it was probed: not an entry
+                        self.entries[k] = self._entry_name(key, raw)
+                    # Past it even if removed since: the numbers go on after
+                    # a gap (an entry Mooncake evicted), up to INDEX_PROBE.
+                    self.next = max(self.next, k + 1)
+
+    def _entry_name(self, key: str, raw: Any) -> str:
+        try:
+            e = json.loads(bytes(raw).decode())
+            if e.get("format") != INDEX_FORMAT:
+                raise ValueError(f"unknown format {e.get('format')!r}")
+            return check_name(e["name"])
+        except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError,
+                EngramError) as e:
+            raise _error(_engram.CorruptTableError, _engram.ECORRUPT,
+                         f"{key}: not an index entry of the namespace ({e})") from None
+
+    def claim(self, name: str, config: object) -> int:
+        """Writes a new index entry for a populate of `name`; returns its
+        number, the populate's epoch.  Create-only: Mooncake answers a put
+        to an existing key with success without writing it, so the entry
+        is read back to know whether this writer got the number, and the
+        next one is tried if not."""
+        entry = json.dumps({"format": INDEX_FORMAT, "name": name,
+                            "writer": os.urandom(8).hex()}).encode()
+        blob = self.c.np.frombuffer(entry, self.c.np.uint8).copy()
+        self.scan()
+        for _ in range(PUBLISH_TRIES):
+            with self.lock:
+                k = self.next
+            key = self.index_key(k)
+            rc = self.c.put([key], [blob], config)[0]
+            if rc != 0 and rc != OBJECT_ALREADY_EXISTS:
+                raise MooncakeError(key, "index entry upload failed", rc)
+            got = self.c.mc.get(key)
+            with self.lock:
+                if got:
+                    self.entries[k] = self._entry_name(key, got)
+                    self.next = max(self.next, k + 1)
+            if bytes(got) == entry:
+                return k
+            self.scan()
+        raise MooncakeError(self.index_key(k), f"no free index entry after {PUBLISH_TRIES} "
+                            "tries (as many writers populating at once?)")
+
+    def epochs(self, name: str) -> list[int]:
+        """The epochs of the index's populates of `name`."""
+        return sorted(k for k, n in self.scan().items() if n == name)
+
+    # -- publication ---------------------------------------------------------
+
     def publish(self, name: str, rows: Any, config: object = None) -> dict[str, Any]:
         """Uploads a packed C-contiguous [N, R] array as table `name`,
-        create-only: the data first, the manifest last, so a reader never
-        sees a table whose data is not all there."""
-        dkey, mkey = self.data_key(name), self.manifest_key(name)
-        have = self.c.exist([dkey, mkey])
-        if have[mkey]:
+        create-only: an index entry (the epoch), the rows, the manifest
+        last, so a reader never sees a table whose rows are not all there."""
+        mkey = self.manifest_key(name)
+        if self.c.exist([mkey])[mkey]:
             raise _error(TableExistsError, _errno.EEXIST, f"table '{name}' exists in the "
                          f"Mooncake namespace '{self.ns}'")
-        if have[dkey]:
-            raise _error(TableExistsError, _errno.EEXIST,
-                         f"table '{name}': {dkey} exists without a manifest (an unfinished "
-                         f"populate; remove('{name}') clears it)")
+        epoch = self.claim(name, config)
+        dkey = self.data_key(name, epoch)
         manifest = {"format": MANIFEST_FORMAT, "num_rows": int(rows.shape[0]),
                     "row_bytes": int(rows.shape[1]), "crc32": checksum(rows),
-                    "writer": os.urandom(8).hex()}
+                    "epoch": epoch, "key": dkey, "writer": os.urandom(8).hex()}
         blob = self.c.np.frombuffer(json.dumps(manifest).encode(), self.c.np.uint8).copy()
         rc = self.c.put([dkey], [rows], config)[0]
         if rc != 0:
             self.c.rollback([dkey])
             raise MooncakeError(dkey, "upload failed", rc)
         rc = self.c.put([mkey], [blob], config)[0]
-        if rc != 0:
-            self.c.rollback([mkey, dkey])
+        won = False
+        try:
+            # Mooncake reports success for a put to an existing key without
+            # writing it: read the manifest back to know whether this
+            # writer won.
+            won = self.read_manifest(name) == manifest
+        finally:
+            if not won:
+                self.c.rollback([dkey])  # this populate's rows only: the key is its own
+        if not won and rc not in (0, OBJECT_ALREADY_EXISTS):
             raise MooncakeError(mkey, "manifest upload failed", rc)
-        # Mooncake reports success for a put to an existing key without
-        # writing it: read the manifest back to know whether this writer won.
-        if self.read_manifest(name) != manifest:
+        if not won:
             raise _error(TableExistsError, _errno.EEXIST,
                          f"table '{name}' was published by another writer at the same time")
         return manifest
@@ -524,19 +713,25 @@ class MooncakeTableStore(TableStore):
     namespace=..., store_client=client, cache_bytes=0, threads=0,
     timing=False, read_deadline=5.0, max_ranges=8192)``.
 
-    Table ``name`` is the object ``{namespace}/{name}`` (its rows packed,
-    ``num_rows * row_bytes`` bytes) with a manifest ``{namespace}/.manifest/
-    {name}`` (spec and CRC-32) written after it: a table is visible once its
-    manifest is.  Lookups go through the library's lookup over source
-    tables, so they have the table API's whole contract; ``cache_bytes``
-    is a row cache budget shared by the tables in proportion to their size.
-    ``list_tables`` names the tables this store has opened (Mooncake has no
-    key listing)."""
+    Table ``name`` is the object ``{namespace}/{name}@{epoch}`` (its rows
+    packed, ``num_rows * row_bytes`` bytes) with a manifest
+    ``{namespace}/.manifest/{name}`` (spec, CRC-32, epoch) written after
+    it: a table is visible once its manifest is.  Each populate takes a new
+    epoch from the namespace's index (``{namespace}/.index/{k}``), which is
+    also how ``list_tables`` finds the tables other processes published.
+    Lookups go through the library's lookup over source tables, so they
+    have the table API's whole contract; ``cache_bytes`` is a row cache
+    budget shared by the tables in proportion to their size.  Every lookup
+    first checks (one existence call for all its tables) that the rows it
+    has open are still the published ones, so rows cached here are never
+    served after their table was removed, or removed and populated again,
+    by any process."""
 
     def __init__(self, tables: Mapping[str, TableSpecArg] | None = None,
                  namespace: str | None = None, local_dir: None = None, *,
                  store_client: MooncakeClient, read_deadline: float = READ_DEADLINE,
-                 max_ranges: int = MAX_RANGES, **options: Unpack[MooncakeStoreOptions]) -> None:
+                 max_ranges: int = MAX_RANGES, read_calls: int = READ_CALLS,
+                 **options: Unpack[MooncakeStoreOptions]) -> None:
         if local_dir is not None:
             raise TypeError("local_dir: a store on a Mooncake store_client has no local "
                             "directory")
@@ -550,7 +745,8 @@ class MooncakeTableStore(TableStore):
             raise TypeError(f"tables: expected a dict of name -> spec, got {type(tables).__name__}")
         self._cache_total = options.get("cache_bytes", 0) or 0
         budget, _ = cache_shares(self._cache_total, [1])
-        client = _Client(store_client, read_deadline=read_deadline, max_ranges=max_ranges)
+        client = _Client(store_client, read_deadline=read_deadline, max_ranges=max_ranges,
+                         read_calls=read_calls)
         writer = TableWriter(client, namespace)
         opts: dict[str, Any] = dict(options, cache_bytes=budget)
         super().__init__(None, None, None, **opts)
@@ -558,10 +754,15 @@ class MooncakeTableStore(TableStore):
         self._sources = Sources(client)
         self._w = writer
         self._declared: dict[str, tuple[int, int]] = {}  # name -> (num_rows, row_bytes)
-        self._open: dict[str, str] = {}  # name -> internal table name, for published tables
-        self._gen: dict[str, int] = {}   # name -> times it was removed through this store
-        self._remap = False    # some internal name differs from its table name
-        self._removed: set[str] = set()  # removed through this store and not populated since
+        # Published tables this store reads: name -> (its source table in
+        # the memory store, the key of its rows).  One source table per
+        # populate (epoch) read, each with its own row cache: the source
+        # table of an epoch that is gone stays in the memory store until
+        # close() (the library cannot drop a source table), but under a
+        # name no lookup is given again.
+        self._open: dict[str, tuple[str, str]] = {}
+        self._internal: set[str] = set()  # every source table's name
+        self._state = threading.RLock()   # _open, _internal, _known_bytes
         self._known_bytes = 0
         try:
             for name, spec in (tables or {}).items():
@@ -600,7 +801,7 @@ class MooncakeTableStore(TableStore):
             raise ValueError(f"{name}: row_pitch: a Mooncake table's rows are packed "
                              f"(row_pitch 0 or {row_bytes})")
         self._declared[name] = (num_rows, row_bytes)
-        if name not in self._open and name not in self._removed:
+        if name not in self._open:
             m = self._w.read_manifest(name)
             if m is not None:
                 self._check_spec(name, m)
@@ -614,39 +815,55 @@ class MooncakeTableStore(TableStore):
                          f"published {m['num_rows']} rows of {m['row_bytes']} bytes")
 
     def _add(self, name: str, m: dict[str, Any]) -> None:
-        """Opens published table `name` (manifest m) as a source table."""
-        n, r = m["num_rows"], m["row_bytes"]
-        key = self._w.data_key(name)
+        """Opens published table `name` (manifest m) as a new source table,
+        unless another thread opened the same rows meanwhile."""
+        n, r, key = m["num_rows"], m["row_bytes"], m["key"]
         self._mc.check_size(key, n * r)
-        if name not in self._declared:
-            self._known_bytes += n * r
-        share = 0
-        if self._cache_total:
-            share = self._cache_total * n * r // max(self._known_bytes, n * r)
-        g = self._gen.get(name, 0)
-        internal = name if g == 0 else f"{name}..{g}"
-        self._sources.add(self, internal, n, r, key, share)
-        self._open[name] = internal
-        self._removed.discard(name)
-        self._remap = any(k != v for k, v in self._open.items()) or bool(self._removed)
+        with self._state:
+            if self._open.get(name, ("", ""))[1] == key:
+                return
+            if name not in self._declared and name not in self._open:
+                self._known_bytes += n * r
+            share = 0
+            if self._cache_total:
+                share = self._cache_total * n * r // max(self._known_bytes, n * r)
+            # The table's own name if free, else the first free "name..g":
+            # a source table's name is never given to another table.
+            internal, g = name, 0
+            while internal in self._internal:
+                g += 1
+                internal = f"{name}..{g}"
+            self._sources.add(self, internal, n, r, key, share)
+            self._internal.add(internal)
+            self._open[name] = (internal, key)
 
-    def _open_missing(self, tables: Sequence[object]) -> bool:
-        """Opens the published tables of a lookup this store has not
-        opened; False if there were none."""
-        opened = False
-        for t in dict.fromkeys(tables):
-            if isinstance(t, str) and t not in self._open and t not in self._removed:
-                m = self._w.read_manifest(t)
+    def _refresh(self, tables: Sequence[object]) -> None:
+        """Makes the lookup of `tables` read the tables published now: a
+        table whose rows' key is gone (removed, or removed and populated
+        again, by any process) is closed, and published tables not open are
+        opened from their manifests."""
+        if self.closed:
+            return  # the lookup raises StoreClosedError
+        names = [t for t in dict.fromkeys(tables) if isinstance(t, str) and _valid_name(t)]
+        with self._state:
+            held = {n: self._open[n][1] for n in names if n in self._open}
+        if held:
+            have = self._mc.exist(list(held.values()))
+            with self._state:
+                for n, key in held.items():
+                    if not have[key] and self._open.get(n, ("", ""))[1] == key:
+                        del self._open[n]
+        for n in names:
+            if n not in self._open:
+                m = self._w.read_manifest(n)
                 if m is not None:
-                    self._check_spec(t, m)
-                    self._add(t, m)
-                    opened = True
-        return opened
+                    self._check_spec(n, m)
+                    self._add(n, m)
 
     def populate(self, name: str, rows: ArrayArg, config: object = None) -> None:
         """Publishes ``rows`` (uint8 ``[num_rows, row_bytes]``, row stride
         >= row_bytes) as table ``name``, create-only: TableExistsError if
-        it is published (or its data object exists).  ``config`` is a
+        it is published (by any process).  ``config`` is a
         ``mooncake.store.ReplicateConfig`` for the upload.  Rows with a
         stride wider than row_bytes are uploaded from a packed copy."""
         check_name(name)
@@ -663,8 +880,6 @@ class MooncakeTableStore(TableStore):
             raise ValueError(f"rows: row_bytes: at most {ROW_BYTES_MAX}, got {r}")
         if n == 0 or r == 0:
             raise _error(_engram.SpecError, _engram.ESPEC, f"{name}: empty table {arr.shape}")
-        if name in self._open:
-            raise _error(TableExistsError, _errno.EEXIST, f"table '{name}' exists")
         packed = arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
         m = self._w.publish(name, packed, config)
         self._add(name, m)
@@ -673,64 +888,92 @@ class MooncakeTableStore(TableStore):
                offsets: ArrayArg | None = None, stream: object = None, *,
                zero_dead: bool = False) -> None:
         """The table API's lookup (see TableStore.lookup) over the
-        Mooncake tables: published tables not opened yet are opened on
-        first use."""
-        names = tables
-        if self._remap:
-            names = self._internal_names(tables)
-        try:
-            return super().lookup(names, ids, out, offsets, stream, zero_dead=zero_dead)
-        except TableNotFoundError:
-            if not isinstance(tables, (list, tuple)) or not self._open_missing(tables):
-                raise
-        names = self._internal_names(tables) if self._remap else tables
-        return super().lookup(names, ids, out, offsets, stream, zero_dead=zero_dead)
-
-    def _internal_names(self, tables: Sequence[str]) -> Sequence[str]:
+        Mooncake tables.  It first checks, with one existence call to the
+        Store for all of its tables, that the rows it has open are those
+        published now, opening tables published since (by any process);
+        a table whose rows go away during the lookup makes it check again
+        and retry, once."""
         if not isinstance(tables, (list, tuple)):
-            return tables
-        for t in tables:
-            if t in self._removed:
-                raise _error(TableNotFoundError, _errno.ENOENT,
-                             f"table '{t}' was removed from the Mooncake store")
-        return [self._open.get(t) or t for t in tables]
+            return super().lookup(tables, ids, out, offsets, stream, zero_dead=zero_dead)
+        self._refresh(tables)
+        try:
+            return super().lookup(self._internal_names(tables), ids, out, offsets, stream,
+                                  zero_dead=zero_dead)
+        except EngramError as e:
+            cause = e.__cause__
+            if not (isinstance(cause, MooncakeError) and cause.code == OBJECT_NOT_FOUND):
+                raise
+        self._refresh(tables)
+        return super().lookup(self._internal_names(tables), ids, out, offsets, stream,
+                              zero_dead=zero_dead)
+
+    def _internal_names(self, tables: Sequence[str]) -> list[str]:
+        """The source tables of `tables`; a name that is no published
+        table but names a source table here (one that was removed, or
+        another table's) is refused rather than passed on."""
+        names = []
+        with self._state:
+            for t in tables:
+                if isinstance(t, str) and t not in self._open and t in self._internal:
+                    raise _error(TableNotFoundError, _errno.ENOENT,
+                                 f"table '{t}' is not in the Mooncake namespace "
+                                 f"'{self.namespace}' (removed)")
+                names.append(self._open[t][0] if isinstance(t, str) and t in self._open
+                             else t)
+        return names
 
     def get_table_spec(self, name: str) -> TableSpec:
         """``{"num_rows", "row_bytes", "row_pitch", "stored", "kind": "mooncake",
-        "key", "crc32"}`` of a published table; declared-only names give
-        ``stored: False``."""
-        m = None if name in self._removed else self._w.read_manifest(check_name(name))
+        "key", "epoch", "crc32"}`` of a published table (key: the object of
+        its rows, epoch: its populate's number in the namespace's index);
+        declared-only names give ``stored: False``."""
+        m = self._w.read_manifest(check_name(name))
         if m is None:
             if name in self._declared:
                 n, r = self._declared[name]
                 return {"num_rows": n, "row_bytes": r, "row_pitch": r, "stored": False,
-                        "kind": "mooncake", "key": self._w.data_key(name)}
+                        "kind": "mooncake"}
             raise _error(TableNotFoundError, _errno.ENOENT,
                          f"table '{name}' is not in the Mooncake namespace '{self.namespace}'")
         return {"num_rows": m["num_rows"], "row_bytes": m["row_bytes"],
                 "row_pitch": m["row_bytes"], "stored": True, "kind": "mooncake",
-                "key": self._w.data_key(name), "crc32": m["crc32"]}
+                "key": m["key"], "epoch": m["epoch"], "crc32": m["crc32"]}
 
     def list_tables(self) -> list[str]:
-        """The published tables this store has opened (declared, populated
-        or looked up), sorted: Mooncake has no listing of keys."""
-        return sorted(self._open)
+        """The tables published in the namespace, by any process, sorted:
+        those the namespace's index names whose manifest exists (and tables
+        of the first manifest format this store opened)."""
+        names = set(self._w.scan().values())
+        with self._state:
+            names.update(self._open)
+        if not names:
+            return []
+        keys = {n: self._w.manifest_key(n) for n in sorted(names)}
+        have = self._mc.exist(list(keys.values()))
+        return [n for n, k in keys.items() if have[k]]
 
     def remove(self, name: str, force: bool = False) -> None:
-        """Unpublishes table ``name``: its manifest first (new readers no
-        longer see it), then its data.  Without ``force`` a lease of a recent
-        read is waited out (up to 15 s); ``force=True`` removes at once.  A
-        table removed here can be populated again through this store; its
-        rows cached here are never served again."""
+        """Unpublishes table ``name``: its rows first (readers that have it
+        open get an error, never other rows), then its manifest, then rows
+        of its unfinished populates (a writer that died).  Without
+        ``force`` a lease of a recent read is waited out (up to 15 s);
+        ``force=True`` removes at once.  The name can then be populated
+        again, by any process; rows of the old table cached by any store
+        are never served again."""
         check_name(name)
-        dkey, mkey = self._w.data_key(name), self._w.manifest_key(name)
+        m = self._w.read_manifest(name)
+        mkey = self._w.manifest_key(name)
+        had_data = m is not None and self._mc.remove(m["key"], force)
         had_manifest = self._mc.remove(mkey, force)
-        had_data = self._mc.remove(dkey, force)
-        if name in self._open:
-            del self._open[name]
-            self._gen[name] = self._gen.get(name, 0) + 1
-            self._removed.add(name)
-            self._remap = True
+        stale = [self._w.data_key(name, k) for k in self._w.epochs(name)]
+        stale = [k for k in stale if m is None or k != m["key"]]
+        if stale:
+            have = self._mc.exist(stale)
+            for k in stale:
+                if have[k]:
+                    had_data = self._mc.remove(k, True) or had_data
+        with self._state:
+            self._open.pop(name, None)
         if not (had_manifest or had_data):
             raise _error(TableNotFoundError, _errno.ENOENT,
                          f"table '{name}' is not in the Mooncake namespace '{self.namespace}'")
@@ -743,7 +986,7 @@ class MooncakeTableStore(TableStore):
             raise _error(TableNotFoundError, _errno.ENOENT,
                          f"table '{name}' is not in the Mooncake namespace '{self.namespace}'")
         size = m["num_rows"] * m["row_bytes"]
-        key = self._w.data_key(name)
+        key = m["key"]
         self._mc.check_size(key, size)
         buf = self._mc.np.empty(size, self._mc.np.uint8)
         self._mc.read_bytes(key, size, buf)
@@ -790,6 +1033,10 @@ class MooncakeTableStore(TableStore):
     def __repr__(self) -> str:
         state = " (closed)" if self.closed else ""
         return f"<engramstore.MooncakeTableStore namespace={self.namespace!r}{state}>"
+
+
+def _valid_name(name: str) -> bool:
+    return 0 < len(name) <= 128 and name[0] != "." and set(name) <= _NAME_CHARS
 
 
 def _rows_array(np: Any, rows: ArrayArg) -> Any:

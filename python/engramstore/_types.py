@@ -64,7 +64,7 @@ class StoreOptions(TypedDict, total=False):
 class MooncakeStoreOptions(TypedDict, total=False):
     """The options of a table store on a Mooncake Store:
     EngramStore(tables=..., namespace=..., store_client=client,
-    read_deadline=..., max_ranges=..., **options)."""
+    read_deadline=..., max_ranges=..., read_calls=..., **options)."""
 
     cache_bytes: int
     threads: int

@@ -5,7 +5,9 @@ the JSON, does one job, closes the client and prints one JSON line.
 Jobs: "populate" (the layer API populates a layer of make_rows tables),
 "lookup" (the layer API looks up `rounds` batches of random ids with a row
 cache and compares every row with make_rows), "lookup_table" (the same
-through the table API)."""
+through the table API), "tables" (the table API's ops in order, each
+["populate", name, num_rows, seed], ["remove", name] or ["list"]; the
+answers of the "list" ops come back)."""
 from __future__ import annotations
 
 import json
@@ -32,8 +34,8 @@ def main(a):
     if rc != 0:
         return {"error": f"setup {rc}"}
     try:
-        bufs = heads(a)
-        rng = np.random.default_rng(a["seed"])
+        bufs = heads(a) if "sizes" in a else []
+        rng = np.random.default_rng(a.get("seed", 0))
         if a["job"] in ("populate", "lookup"):
             cfg = engramstore.EngramStoreConfig(a["sizes"], a["row_bytes"])
             with engramstore.EngramStore({a["layer"]: cfg}, c, cache_bytes=a.get("cache", 0)) as t:
@@ -60,6 +62,17 @@ def main(a):
                 bad = sum(int((out[:, h] != b[ids[:, h]]).any(-1).sum())
                           for h, b in enumerate(bufs))
                 return {"ok": bad == 0, "bad_rows": bad, "tables": st.list_tables()}
+        if a["job"] == "tables":
+            lists = []
+            with engramstore.EngramStore(namespace=a["namespace"], store_client=c) as st:
+                for op in a["ops"]:
+                    if op[0] == "populate":
+                        st.populate(op[1], make_rows(op[2], a["row_bytes"], seed=op[3]))
+                    elif op[0] == "remove":
+                        st.remove(op[1], force=True)
+                    else:
+                        lists.append(st.list_tables())
+            return {"ok": True, "lists": lists}
         return {"error": f"unknown job {a['job']}"}
     except engramstore.EngramError as e:
         return {"error": f"{type(e).__name__}: {e}"}

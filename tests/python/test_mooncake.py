@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import zlib
 
 import numpy as np
 import pytest
@@ -559,9 +560,14 @@ def tables(mc_client, namespace):
     rows = {"a": make_rows(300, R, seed=31), "b": make_rows(170, R, seed=32)}
     yield st, rows
     st.close()
-    for n in ("a", "b", "c"):
-        mc_client.remove(f"{namespace}/.manifest/{n}", True)
-        mc_client.remove(f"{namespace}/{n}", True)
+    drop_namespace(mc_client, namespace)
+
+
+def drop_namespace(mc_client, namespace):
+    """Removes what a test published in its namespace (best effort)."""
+    with engramstore.EngramStore(namespace=namespace, store_client=mc_client) as s:
+        for n in s.list_tables():
+            s.remove(n, force=True)
 
 
 def test_table_api_full_lookup_contract(tables):
@@ -608,28 +614,51 @@ def test_table_api_create_only_and_specs(tables, mc_client, namespace):
     with pytest.raises(engramstore.LayoutMismatchError):
         engramstore.EngramStore(tables={"a": (301, R)}, namespace=namespace,
                                 store_client=mc_client)
-    # A data object without its manifest (a writer that died) is invisible,
-    # and refused by populate until removed.
-    assert mc_client.put(f"{namespace}/c", bytes(R * 4)) == 0
+    # A writer that dies between its rows and its manifest: its rows are
+    # invisible, do not block a populate, and remove() clears them.
+    f = Faulty(mc_client)
+
+    def dies_at_manifest(keys, *args):
+        if "/.manifest/" in keys[0]:
+            raise RuntimeError("the writer died")
+        return mc_client.batch_put_from(keys, *args)
+    f.batch_put_from = dies_at_manifest
+    with engramstore.EngramStore(namespace=namespace, store_client=f) as dead:
+        with pytest.raises(RuntimeError, match="died"):
+            dead.populate("c", make_rows(4, R, seed=9))
+    orphans = [k for k, e in zip(*keys_of(mc_client, namespace, "c")) if e == 1]
+    assert len(orphans) == 1, orphans  # the dead writer's rows
     with pytest.raises(engramstore.TableNotFoundError):
         st.get_table_spec("c")
     with pytest.raises(engramstore.TableNotFoundError):
         st.lookup(["c"], np.zeros((1, 1), np.int64), sentinel((1, 1, R)))
-    with pytest.raises(engramstore.TableExistsError, match="without a manifest"):
-        st.populate("c", make_rows(4, R, seed=1))
+    assert "c" not in st.list_tables()
+    new = make_rows(4, R, seed=1)
+    st.populate("c", new)
+    spec = st.get_table_spec("c")
+    assert spec["key"] != orphans[0] and spec["epoch"] > int(orphans[0].rsplit("@", 1)[1])
+    out = sentinel((4, 1, R))
+    st.lookup(["c"], np.arange(4).reshape(4, 1), out)
+    np.testing.assert_array_equal(out[:, 0], new)
     st.remove("c", force=True)
-    st.populate("c", make_rows(4, R, seed=1))
+    assert not any(e == 1 for e in keys_of(mc_client, namespace, "c")[1])  # orphan too
     with pytest.raises(TypeError, match="file_cache"):
         engramstore.EngramStore(namespace=namespace, store_client=mc_client, file_cache=True)
     with pytest.raises(engramstore.SpecError):
         st.populate(".x", rows["a"])
 
 
+def keys_of(mc_client, namespace, name, epochs=16):
+    """([the keys of table name's rows at epochs 0..epochs-1], [exists])."""
+    keys = [f"{namespace}/{name}@{k}" for k in range(epochs)]
+    return keys, mc_client.batch_is_exist(keys)
+
+
 def test_table_api_other_store_sees_published_tables(tables, mc_client, namespace):
     st, rows = tables
     st.populate("b", rows["b"])
     with engramstore.EngramStore(namespace=namespace, store_client=mc_client) as other:
-        assert other.list_tables() == []
+        assert other.list_tables() == ["b"]  # from the namespace's index
         out = sentinel((3, 1, R))
         other.lookup(["b"], np.array([[0], [169], [5]], np.int64), out)  # opened on first use
         np.testing.assert_array_equal(out[:, 0], rows["b"][[0, 169, 5]])
@@ -650,8 +679,10 @@ def test_table_api_remove_verify_and_corruption(tables, mc_client, namespace):
     st.lookup(["a"], ids, out)
     np.testing.assert_array_equal(out[:, 0], new)  # never the cached old rows
     # Data replaced behind the manifest's back: verify says so.
-    mc_client.remove(f"{namespace}/a", True)
-    assert mc_client.put(f"{namespace}/a", rows["a"].tobytes()) == 0
+    key = st.get_table_spec("a")["key"]
+    assert key.startswith(f"{namespace}/a@")
+    mc_client.remove(key, True)
+    assert mc_client.put(key, rows["a"].tobytes()) == 0
     with pytest.raises(engramstore.CorruptTableError, match="checksum"):
         st.verify("a")
 
@@ -676,3 +707,266 @@ def test_table_api_local_only_methods_say_so(tables):
         st.wait_for("a", timeout=0)
     with pytest.raises(engramstore.StateError, match="table file"):
         st.usage("a")
+
+
+def test_table_api_list_tables_of_other_processes(mooncake, mc_client, namespace):
+    # list_tables() names what any process published in the namespace, and
+    # drops what any process removed.
+    with engramstore.EngramStore(namespace=namespace, store_client=mc_client) as st:
+        assert st.list_tables() == []
+        res = run_child(mooncake, job="tables", namespace=namespace, row_bytes=R,
+                        ops=[["populate", "t1", 20, 1], ["populate", "t0", 30, 2], ["list"]])
+        assert res == {"ok": True, "lists": [["t0", "t1"]]}, res
+        assert st.list_tables() == ["t0", "t1"]
+        st.populate("t2", make_rows(10, R, seed=3))
+        st.remove("t1", force=True)
+        res = run_child(mooncake, job="tables", namespace=namespace, row_bytes=R,
+                        ops=[["list"], ["remove", "t2"], ["populate", "t1", 5, 4], ["list"]])
+        assert res == {"ok": True, "lists": [["t0", "t2"], ["t0", "t1"]]}, res
+        assert st.list_tables() == ["t0", "t1"]
+        assert st.get_table_spec("t1")["num_rows"] == 5
+        # Another namespace's tables are not this one's.
+        with engramstore.EngramStore(namespace=namespace + "x", store_client=mc_client) as o:
+            assert o.list_tables() == []
+    drop_namespace(mc_client, namespace)
+
+
+@pytest.mark.parametrize("where", ["store", "process"])
+def test_table_api_cache_never_stale_after_republish(mooncake, mc_client, namespace, where):
+    # A store whose row cache holds every row of a table: once another store
+    # (or another process) removes the table and populates other rows under
+    # its name, the next lookup returns the new rows, never a cached old
+    # one; once it is removed for good, the lookup fails, all rows cached
+    # or not.
+    old, new = make_rows(64, R, seed=50), make_rows(64, R, seed=51)
+    ids = np.arange(64, dtype=np.int64).reshape(64, 1)
+    st = engramstore.EngramStore(namespace=namespace, store_client=mc_client,
+                                 cache_bytes=1 << 20)
+    other = engramstore.EngramStore(namespace=namespace, store_client=mc_client)
+    try:
+        st.populate("t", old)
+        for _ in range(2):
+            out = sentinel((64, 1, R))
+            st.lookup(["t"], ids, out)
+            np.testing.assert_array_equal(out[:, 0], old)
+        hits = st.stats()["cache"]["hits"]
+        assert hits == 64  # the second lookup came from the cache alone
+        epoch = st.get_table_spec("t")["epoch"]
+        if where == "store":
+            other.remove("t", force=True)
+            other.populate("t", new)
+        else:
+            res = run_child(mooncake, job="tables", namespace=namespace, row_bytes=R,
+                            ops=[["remove", "t"], ["populate", "t", 64, 51]])
+            assert res["ok"], res
+        assert st.get_table_spec("t")["epoch"] > epoch
+        for _ in range(2):
+            out = sentinel((64, 1, R))
+            st.lookup(["t"], ids, out)
+            np.testing.assert_array_equal(out[:, 0], new)
+        assert st.stats()["cache"]["hits"] == hits + 64  # the new rows, cached
+        other.remove("t", force=True)
+        out = sentinel((64, 1, R))
+        with pytest.raises(engramstore.TableNotFoundError):
+            st.lookup(["t"], ids, out)
+        assert (out == SENTINEL).all()
+        # Another size under the same name: ids are checked against it.
+        other.populate("t", make_rows(8, R, seed=52))
+        out = sentinel((8, 1, R))
+        st.lookup(["t"], ids[:8], out)
+        np.testing.assert_array_equal(out[:, 0], make_rows(8, R, seed=52))
+        with pytest.raises(engramstore.BadIdError):
+            st.lookup(["t"], ids, sentinel((64, 1, R)))
+    finally:
+        st.close()
+        other.close()
+        drop_namespace(mc_client, namespace)
+
+
+def test_table_api_rows_gone_during_lookup(mc_client, namespace):
+    # The rows of an open table removed behind the store's back (as between
+    # its check and its read): the lookup checks again and fails with
+    # TableNotFoundError, or reads the table populated since.
+    with engramstore.EngramStore(namespace=namespace, store_client=mc_client) as st:
+        st.populate("t", make_rows(16, R, seed=60))
+        key = st.get_table_spec("t")["key"]
+        f = Faulty(mc_client)
+        with engramstore.EngramStore(namespace=namespace, store_client=f) as racy:
+            out = sentinel((16, 1, R))
+            racy.lookup(["t"], np.arange(16).reshape(16, 1), out)
+            seen = []
+
+            def exist_then_gone(keys):
+                res = mc_client.batch_is_exist(keys)
+                if key in keys and not seen:  # the check passes, then the rows go
+                    seen.append(1)
+                    assert mc_client.remove(key, True) == 0
+                return res
+            f.batch_is_exist = exist_then_gone
+            with pytest.raises(engramstore.TableNotFoundError):
+                racy.lookup(["t"], np.arange(16).reshape(16, 1), sentinel((16, 1, R)))
+            assert seen == [1]
+            mc_client.remove(f"{namespace}/.manifest/t", True)
+            st.populate("t", make_rows(16, R, seed=61))
+            seen.clear()
+            key = st.get_table_spec("t")["key"]
+            out = sentinel((16, 1, R))
+            racy.lookup(["t"], np.arange(16).reshape(16, 1), out)  # opens the new one
+            np.testing.assert_array_equal(out[:, 0], make_rows(16, R, seed=61))
+    drop_namespace(mc_client, namespace)
+
+
+def test_table_api_populate_races(mc_client, namespace):
+    # Stores populating at once: every distinct table is published with its
+    # own epoch; of writers of the same name exactly one wins, and the
+    # losers leave no rows behind.
+    stores = [engramstore.EngramStore(namespace=namespace, store_client=mc_client)
+              for _ in range(4)]
+    won, lost = [], []
+
+    def work(i):
+        stores[i].populate(f"d{i}", make_rows(8, R, seed=70 + i))
+        try:
+            stores[i].populate("same", make_rows(8, R, seed=80 + i))
+            won.append(i)
+        except engramstore.TableExistsError:
+            lost.append(i)
+    try:
+        assert run_in_threads(work, n=4) == []
+        assert len(won) == 1 and len(lost) == 3
+        assert stores[0].list_tables() == ["d0", "d1", "d2", "d3", "same"]
+        epochs = [stores[0].get_table_spec(f"d{i}")["epoch"] for i in range(4)]
+        assert len(set(epochs)) == 4
+        out = sentinel((8, 1, R))
+        stores[lost[0]].lookup(["same"], np.arange(8).reshape(8, 1), out)
+        np.testing.assert_array_equal(out[:, 0], make_rows(8, R, seed=80 + won[0]))
+        assert sum(e == 1 for e in keys_of(mc_client, namespace, "same", 64)[1]) == 1
+    finally:
+        for s in stores:
+            s.close()
+        drop_namespace(mc_client, namespace)
+
+
+def test_table_api_reads_first_manifest_format(mc_client, namespace):
+    # A table published by the first manifest format (rows at
+    # {namespace}/{name}, no epoch) is still read, listed once opened, and
+    # removed whole.
+    rows = make_rows(12, R, seed=90)
+    assert mc_client.put(f"{namespace}/old", rows.tobytes()) == 0
+    m = {"format": "engramstore-mooncake/1", "num_rows": 12, "row_bytes": R,
+         "crc32": zlib.crc32(rows.tobytes()), "writer": "0"}
+    assert mc_client.put(f"{namespace}/.manifest/old", json.dumps(m).encode()) == 0
+    with engramstore.EngramStore(namespace=namespace, store_client=mc_client) as st:
+        out = sentinel((12, 1, R))
+        st.lookup(["old"], np.arange(12).reshape(12, 1), out)
+        np.testing.assert_array_equal(out[:, 0], rows)
+        assert st.get_table_spec("old")["epoch"] is None
+        assert st.list_tables() == ["old"]
+        st.verify("old")
+        st.remove("old", force=True)
+        assert mc_client.batch_is_exist([f"{namespace}/old", f"{namespace}/.manifest/old"]) == [0, 0]
+
+
+def test_table_api_bad_index_entry(mc_client, namespace):
+    # Something else written in the namespace's index is a corrupt
+    # namespace, said so naming the key.
+    assert mc_client.put(f"{namespace}/.index/0", b"not json") == 0
+    with engramstore.EngramStore(namespace=namespace, store_client=mc_client) as st:
+        with pytest.raises(engramstore.CorruptTableError, match=rf"{namespace}/\.index/0"):
+            st.list_tables()
+    mc_client.remove(f"{namespace}/.index/0", True)
+
+
+# ---- reads in flight at once (read_calls) ------------------------------------
+
+@pytest.mark.parametrize("read_calls", [1, 3])
+def test_read_calls_exact(mc_client, layer_id, monkeypatch, read_calls):
+    # A lookup's rows split over calls in flight at once, in waves through
+    # the staging buffer: every row exact, every call bounded, and the keys
+    # of the calls in flight together within MAX_KEYS.
+    monkeypatch.setattr(engramstore._mooncake, "MIN_CALL_ROWS", 8)
+    monkeypatch.setattr(engramstore._mooncake, "MAX_KEYS", 4)
+    f = Faulty(mc_client)
+    seen = []
+
+    def get_into_ranges(bufs, keys, dsts, srcs, sizes):
+        seen.append((threading.get_ident(), sum(len(d) for d in dsts[0]), len(keys[0])))
+        return mc_client.get_into_ranges(bufs, keys, dsts, srcs, sizes)
+    f.get_into_ranges = get_into_ranges
+    t = engramstore.EngramStore({layer_id: cfg()}, f, max_ranges=40, read_calls=read_calls)
+    bufs = heads(layer_id)
+    t.populate(layer_id, bufs)
+    try:
+        assert t.stats()["mooncake"]["read_calls"] == read_calls
+        for rnd in range(3):
+            ids = rand_ids(rnd, 4, 50, dead=True)
+            out = sentinel((4, 50, 3, R))
+            seen.clear()
+            t.lookup_into(layer_id, ids, out)
+            np.testing.assert_array_equal(out, expect(bufs, ids))
+            n = sum(len(np.unique(ids[..., h][ids[..., h] >= 0])) for h in range(3))
+            assert sum(r for _, r, _ in seen) == n  # each distinct row read once
+            assert all(r <= 40 for _, r, _ in seen)
+            assert all(k <= max(1, 4 // read_calls) for _, _, k in seen)
+            if read_calls > 1:  # split into at least read_calls calls, on more than one thread
+                assert len(seen) >= read_calls and len({tid for tid, _, _ in seen}) > 1
+            else:
+                assert len(seen) == -(-n // 40) and len({tid for tid, _, _ in seen}) == 1
+        # Small reads are not split: one call.
+        seen.clear()
+        out = sentinel((1, 2, 3, R))
+        t.lookup_into(layer_id, np.zeros((1, 2, 3), np.int64), out)
+        assert len(seen) == 1
+    finally:
+        t.remove_from_store(layer_id, force=True)
+        t.close()
+
+
+def test_read_calls_one_fails(mc_client, layer_id, monkeypatch):
+    # One of the calls in flight fails for good: the lookup fails naming its
+    # key, after every other call ended; the output holds exact rows or
+    # none, and the next lookup is exact.
+    monkeypatch.setattr(engramstore._mooncake, "MIN_CALL_ROWS", 8)
+    f = Faulty(mc_client)
+    ended = []
+
+    def get_into_ranges(bufs, keys, dsts, srcs, sizes):
+        res = mc_client.get_into_ranges(bufs, keys, dsts, srcs, sizes)
+        if fail and keys[0][-1].endswith(":h2"):  # the call with head 2's rows
+            res[0][-1] = [-600] * len(dsts[0][-1])
+            ended.append("failed")
+        else:
+            time.sleep(0.2)  # still in flight when the failure is known
+            ended.append("ok")
+        return res
+    f.get_into_ranges = get_into_ranges
+    t = engramstore.EngramStore({layer_id: cfg()}, f, read_calls=3)
+    bufs = heads(layer_id)
+    t.populate(layer_id, bufs)
+    try:
+        fail = True
+        ids = rand_ids(5, 4, 60)
+        out = sentinel((4, 60, 3, R))
+        with pytest.raises(engramstore.EngramError) as ei:
+            t.lookup_into(layer_id, ids, out)
+        assert isinstance(ei.value.__cause__, engramstore.MooncakeError)
+        assert f"engram:l{layer_id}:h2" in str(ei.value)
+        assert "ok" in ended and ended[-1] == "ok"  # the others ended before the error
+        assert served_or_untouched(out, bufs, ids)
+        fail = False
+        out = sentinel((4, 60, 3, R))
+        t.lookup_into(layer_id, ids, out)
+        np.testing.assert_array_equal(out, expect(bufs, ids))
+    finally:
+        t.remove_from_store(layer_id, force=True)
+        t.close()
+
+
+def test_read_calls_refused(mc_client):
+    for bad in (0, -1, True, 2.0):
+        with pytest.raises(ValueError, match="read_calls"):
+            engramstore.EngramStore({1: cfg()}, mc_client, read_calls=bad)
+        with pytest.raises(ValueError, match="read_calls"):
+            engramstore.EngramStore(namespace="nsx", store_client=mc_client, read_calls=bad)
+    with pytest.raises(TypeError, match="read_calls"):
+        engramstore.EngramStore({1: cfg()}, None, read_calls=2)
