@@ -337,6 +337,69 @@ static void test_gc_keeps_what_it_may_not_remove(void)
     ASSERT(!ns_exists("foreign") && !ns_exists("writing"));
 }
 
+/* Whether namespace `ns` holds a lease file of process `pid`. */
+static int has_lease_of(const char *ns, pid_t pid)
+{
+    char p[512], pre[64];
+    int n = 0;
+    struct dirent *de;
+    DIR *d;
+    tu_path(p, sizeof p, ns);
+    snprintf(pre, sizeof pre, ".lease.%d.", (int)pid);
+    d = opendir(p);
+    ASSERT(d != NULL);
+    while ((de = readdir(d)) != NULL)
+        n += strncmp(de->d_name, pre, strlen(pre)) == 0;
+    closedir(d);
+    return n > 0;
+}
+
+/* Processes that open stores and tables of one namespace at once, while
+ * another asks who uses it: every store that opened a table holds a
+ * lease, whatever the others' cleanups and checks were doing at the
+ * moment it took it (their locks on a lease being made must not cost the
+ * store its lease). */
+static void test_lease_under_contention(void)
+{
+    enum { PROCS = 4, ROUNDS = 300 };
+    pid_t kids[PROCS + 1];
+    int failed = 0;
+    engram_store *st = tu_open("crowd", 0, 1);
+    tu_populate(st, "t", 8, 16, 8, 0);
+    engram_store_close(st);
+    for (int k = 0; k <= PROCS; k++) {
+        kids[k] = fork();
+        ASSERT(kids[k] >= 0);
+        if (kids[k] == 0) {
+            for (int i = 0; i < ROUNDS; i++) {
+                engram_table_id t;
+                engram_namespace_use u = ENGRAM_NAMESPACE_USE_INIT;
+                if (k == PROCS) {
+                    /* The one that only looks. */
+                    ASSERT_OK(engram_namespace_usage(tu_scratch_root(), "crowd", &u));
+                    continue;
+                }
+                st = tu_open("crowd", 0, 1);
+                ASSERT_OK(engram_table_open(st, "t", &t));
+                if (!has_lease_of("crowd", getpid())) {
+                    fprintf(stderr, "round %d: a store with a table open holds no lease\n", i);
+                    _exit(1);
+                }
+                engram_store_close(st);
+            }
+            _exit(0);
+        }
+    }
+    /* All of them first: the scratch root outlives every child. */
+    for (int k = 0; k <= PROCS; k++) {
+        int status;
+        ASSERT(waitpid(kids[k], &status, 0) == kids[k]);
+        failed += !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+    }
+    ASSERT_EQ(failed, 0);
+    ASSERT_EQ(lease_files("crowd"), 0);
+}
+
 static void test_bad_inputs(void)
 {
     engram_namespace_use u = ENGRAM_NAMESPACE_USE_INIT;
@@ -372,6 +435,7 @@ int main(void)
     RUN_TEST(test_stale_removed_by_open);
     RUN_TEST(test_gc_age_and_dry_run);
     RUN_TEST(test_gc_keeps_what_it_may_not_remove);
+    RUN_TEST(test_lease_under_contention);
     RUN_TEST(test_bad_inputs);
     printf("test_lease: all passed\n");
     return 0;
