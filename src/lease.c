@@ -47,48 +47,87 @@ static unsigned long long start_ticks(void)
     return v;
 }
 
-void engram__lease_take(engram_store *st)
+/* A fresh lease name for st, into st->lease_name. */
+static void lease_name(engram_store *st)
 {
     static _Atomic unsigned nonce;
+    snprintf(st->lease_name, sizeof st->lease_name, ENGRAM__LEASE_PREFIX "%ld.%x",
+             (long)getpid(), atomic_fetch_add(&nonce, 1) ^ (unsigned)engram__now_ns());
+}
+
+/* Makes st's lease file, holding `text` and locked, under a fresh name in
+ * its namespace: its descriptor, or -1 where none can be made. */
+static int lease_create(engram_store *st, mode_t mode, const char *text)
+{
+    struct stat a, b;
+    char path[64];
+    int fd, tries;
+
+    /* 1. Where the file system has them, an unnamed file, locked and
+     * filled before it gets its name: no other process ever sees a lease
+     * that is not locked (which it would take for a dead process's and
+     * remove), and a process killed midway leaves nothing. */
+    fd = openat(st->dirfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, mode);
+    if (fd >= 0) {
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+            if (write(fd, text, strlen(text)) < 0) {
+                /* The lock is what counts; the text is for people. */
+            }
+            snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+            for (tries = 0; tries < 8; tries++) {
+                lease_name(st);
+                if (linkat(AT_FDCWD, path, st->dirfd, st->lease_name, AT_SYMLINK_FOLLOW) == 0)
+                    return fd;
+                if (errno != EEXIST)
+                    break; /* no /proc, say: a named file below */
+            }
+        }
+        close(fd);
+    } else if (errno == EACCES || errno == EPERM || errno == EROFS) {
+        return -1; /* a namespace we may not write: no lease */
+    }
+    /* 2. Elsewhere, a named file locked once made.  Until it is locked,
+     * another process may hold its lock for a moment: one that asks who
+     * uses the namespace, or a cleanup that takes it for a dead process's
+     * lease and removes it.  Either way, a new name: a lease nobody can
+     * see, or one that looks dead, is no lease. */
+    for (tries = 0; tries < 16; tries++) {
+        lease_name(st);
+        fd = openat(st->dirfd, st->lease_name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                    mode);
+        if (fd < 0) {
+            if (errno == EEXIST)
+                continue;
+            return -1; /* a namespace we may not write: no lease */
+        }
+        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            /* Still ours (nobody else makes this name): not left behind. */
+            unlinkat(st->dirfd, st->lease_name, 0);
+            close(fd);
+            continue;
+        }
+        if (fstat(fd, &a) == 0 &&
+            fstatat(st->dirfd, st->lease_name, &b, AT_SYMLINK_NOFOLLOW) == 0 &&
+            a.st_ino == b.st_ino && a.st_dev == b.st_dev) {
+            if (write(fd, text, strlen(text)) < 0) {
+                /* The lock is what counts; the text is for people. */
+            }
+            return fd;
+        }
+        close(fd); /* removed by a cleanup before we locked it */
+    }
+    return -1;
+}
+
+void engram__lease_take(engram_store *st)
+{
     char line[256], comm[64] = "?";
-    int fd = -1, retries = 0;
+    int fd;
     if (st->dirfd < 0 || atomic_load_explicit(&st->lease_fd, memory_order_acquire) >= 0)
         return;
     pthread_mutex_lock(&st->lock);
     if (atomic_load_explicit(&st->lease_fd, memory_order_relaxed) >= 0)
         goto out;
-again:
-    for (int tries = 0; tries < 4 && fd < 0; tries++) {
-        snprintf(st->lease_name, sizeof st->lease_name, ENGRAM__LEASE_PREFIX "%ld.%x",
-                 (long)getpid(), atomic_fetch_add(&nonce, 1) ^ (unsigned)engram__now_ns());
-        fd = openat(st->dirfd, st->lease_name,
-                    O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                    (st->opts.flags & ENGRAM_OPEN_GROUP) ? 0640 : 0600);
-        if (fd < 0 && errno != EEXIST)
-            break; /* a namespace we may not write: no lease */
-    }
-    if (fd < 0)
-        goto out;
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        unlinkat(st->dirfd, st->lease_name, 0);
-        close(fd);
-        goto out;
-    }
-    {
-        /* Between the create and the lock, another store's cleanup may
-         * have taken the file for a stale lease and removed it: a lease
-         * nobody can see is no lease, so check the name is still ours. */
-        struct stat a, b;
-        if (fstat(fd, &a) != 0 ||
-            fstatat(st->dirfd, st->lease_name, &b, AT_SYMLINK_NOFOLLOW) != 0 ||
-            a.st_ino != b.st_ino || a.st_dev != b.st_dev) {
-            close(fd);
-            fd = -1;
-            if (++retries < 4)
-                goto again;
-            goto out;
-        }
-    }
     {
         FILE *f = fopen("/proc/self/comm", "re");
         if (f) {
@@ -99,9 +138,9 @@ again:
     }
     snprintf(line, sizeof line, "pid %ld start %llu command %s\n", (long)getpid(), start_ticks(),
              comm);
-    if (write(fd, line, strlen(line)) < 0) {
-        /* The lock is what counts; the text is for people. */
-    }
+    fd = lease_create(st, (st->opts.flags & ENGRAM_OPEN_GROUP) ? 0640 : 0600, line);
+    if (fd < 0)
+        goto out;
     st->lease_pid = getpid();
     atomic_store_explicit(&st->lease_fd, fd, memory_order_release);
 out:
