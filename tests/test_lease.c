@@ -308,6 +308,67 @@ static void test_gc_age_and_dry_run(void)
     ASSERT_OK(engram_namespace_remove(tu_scratch_root(), "new", ENGRAM_NS_REMOVE_TABLES));
 }
 
+/* The number of a dead writer's temporary files in namespace `ns`. */
+static int temp_files(const char *ns)
+{
+    char p[512];
+    int n = 0;
+    struct dirent *de;
+    DIR *d;
+    tu_path(p, sizeof p, ns);
+    d = opendir(p);
+    ASSERT(d != NULL);
+    while ((de = readdir(d)) != NULL)
+        n += strncmp(de->d_name, ".tmp.", 5) == 0;
+    closedir(d);
+    return n;
+}
+
+/* A dry run removes nothing: not the namespace, and not what dead
+ * processes left in it either (a stale lease, a killed writer's temporary
+ * file), which a real run would remove along with it. */
+static void test_gc_dry_run_touches_nothing(void)
+{
+    struct report r = {""};
+    engram_namespace_use u;
+    engram_store *st = tu_open("dead", 0, 1);
+    pid_t pid;
+    int status;
+    tu_populate(st, "t", 9, 16, 8, 0);
+    engram_store_close(st);
+    /* One process leaves both (the next one's open would remove the
+     * first's). */
+    pid = fork();
+    ASSERT(pid >= 0);
+    if (pid == 0) {
+        engram_table_spec spec = {16, 8, 0};
+        engram_writer *w;
+        engram_table_id t;
+        st = tu_open("dead", 0, 1);
+        ASSERT_OK(engram_table_open(st, "t", &t));
+        ASSERT_OK(engram_writer_begin(st, "u", &spec, &w));
+        raise(SIGKILL);
+    }
+    ASSERT(waitpid(pid, &status, 0) == pid && WIFSIGNALED(status));
+    ASSERT_EQ(lease_files("dead"), 1);
+    ASSERT_EQ(temp_files("dead"), 1);
+    age_ns("dead", 7200);
+
+    ASSERT_OK(engram_namespace_gc(tu_scratch_root(), 3600, ENGRAM_GC_DRY_RUN, record, &r));
+    ASSERT_CONTAINS(r.text, "dead:0:no live lease, last used 7");
+    ASSERT_EQ(lease_files("dead"), 1);
+    ASSERT_EQ(temp_files("dead"), 1);
+    usage_of("dead", &u);
+    ASSERT_EQ(u.stale_leases, 1);
+    ASSERT(ns_exists("dead/t"));
+
+    /* The real run removes all of it. */
+    r.text[0] = '\0';
+    ASSERT_OK(engram_namespace_gc(tu_scratch_root(), 3600, 0, record, &r));
+    ASSERT_CONTAINS(r.text, "dead:0:no live lease, last used 7");
+    ASSERT(!ns_exists("dead"));
+}
+
 static void test_gc_keeps_what_it_may_not_remove(void)
 {
     struct report r = {""};
@@ -325,6 +386,12 @@ static void test_gc_keeps_what_it_may_not_remove(void)
     ASSERT_OK(engram_writer_begin(st, "t", &spec, &w));
     age_ns("writing", 7200);
 
+    /* A dry run says what the real run will do. */
+    ASSERT_OK(engram_namespace_gc(tu_scratch_root(), 60, ENGRAM_GC_DRY_RUN, record, &r));
+    ASSERT_CONTAINS(r.text, "foreign:-39:"); /* -ENOTEMPTY */
+    ASSERT_CONTAINS(r.text, "notes.txt");
+    ASSERT_CONTAINS(r.text, "writing:-16:"); /* -EBUSY */
+    r.text[0] = '\0';
     ASSERT_OK(engram_namespace_gc(tu_scratch_root(), 60, 0, record, &r));
     ASSERT_CONTAINS(r.text, "foreign:-39:"); /* -ENOTEMPTY */
     ASSERT_CONTAINS(r.text, "notes.txt");
@@ -434,6 +501,7 @@ int main(void)
     RUN_TEST(test_other_process);
     RUN_TEST(test_stale_removed_by_open);
     RUN_TEST(test_gc_age_and_dry_run);
+    RUN_TEST(test_gc_dry_run_touches_nothing);
     RUN_TEST(test_gc_keeps_what_it_may_not_remove);
     RUN_TEST(test_lease_under_contention);
     RUN_TEST(test_bad_inputs);
