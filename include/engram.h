@@ -361,7 +361,7 @@ typedef struct engram_namespace_use {
 ENGRAM_API int engram_namespace_usage(const char *root, const char *ns, engram_namespace_use *u);
 
 /* engram_namespace_gc() flags and report codes */
-#define ENGRAM_GC_DRY_RUN 0x0001u /* decide and report, remove nothing */
+#define ENGRAM_GC_DRY_RUN 0x0001u /* decide and report, remove nothing (not even stale leases) */
 #define ENGRAM_GC_KEPT 1          /* report code: kept (in use, or used recently) */
 
 /*! A report of engram_namespace_gc() on namespace `ns`: code 0 removed

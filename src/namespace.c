@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -75,10 +76,24 @@ static const char *temp_table(const char *entry, char *buf, size_t cap)
     return buf;
 }
 
+/* Whether temporary file `name` of st's namespace is a dead writer's
+ * (the open of a removal removes those): its lock is free. */
+static int writer_dead(engram_store *st, const char *name)
+{
+    struct stat sb;
+    int dead, fd = openat(st->dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
+        return errno == ENOENT; /* gone meanwhile */
+    dead = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_uid == st->uid &&
+           flock(fd, LOCK_SH | LOCK_NB) == 0;
+    close(fd);
+    return dead;
+}
+
 /* What stops the removal of a namespace in entry `name` of it (`path`):
  * 0 for a table (counted in *tables), or the failure naming the entry. */
 static int classify(engram_store *st, const char *path, const char *name, uint32_t flags,
-                    size_t *tables)
+                    int dry, size_t *tables)
 {
     engram_table_info info = ENGRAM_TABLE_INFO_INIT;
     char table[ENGRAM_NAME_MAX + 1];
@@ -95,6 +110,8 @@ static int classify(engram_store *st, const char *path, const char *name, uint32
         if (live >= 0)
             return 0; /* stale, this process's or allowed: removed with the tables */
     }
+    if (strncmp(name, TMP_PREFIX, strlen(TMP_PREFIX)) == 0 && dry && writer_dead(st, name))
+        return 0; /* the removal's open would remove it */
     if (strncmp(name, TMP_PREFIX, strlen(TMP_PREFIX)) == 0)
         return engram__err(-EBUSY, "namespace %s: table '%s' is being written (temporary file "
                                    "%s; the open before this removal would have removed it if "
@@ -115,7 +132,10 @@ static int classify(engram_store *st, const char *path, const char *name, uint32
     return 0;
 }
 
-int engram_namespace_remove(const char *root, const char *ns, uint32_t flags)
+/* engram_namespace_remove(); with `dry`, only step 1 on a store opened
+ * without its cleanup: whether the removal would go ahead, removing
+ * nothing (the dead's files a removal would remove do not stop it). */
+static int ns_remove(const char *root, const char *ns, uint32_t flags, int dry)
 {
     engram_store_options o = ENGRAM_STORE_OPTIONS_INIT;
     engram_store *st = NULL;
@@ -134,7 +154,7 @@ int engram_namespace_remove(const char *root, const char *ns, uint32_t flags)
     if ((err = engram_name_check(ns)) != 0)
         return engram__err(err, "namespace: %s", engram_errmsg());
     o.threads = 1;
-    if ((err = engram_store_open(root, ns, &o, &st)) != 0)
+    if ((err = engram__store_open_dir(root, ns, &o, !dry, &st)) != 0)
         return err;
     if (!(path = malloc(strlen(root) + strlen(ns) + 2))) {
         err = engram__err(-ENOMEM, "out of memory");
@@ -159,9 +179,14 @@ int engram_namespace_remove(const char *root, const char *ns, uint32_t flags)
     while ((de = readdir(d)) != NULL) {
         if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
             continue;
-        if ((err = classify(st, path, de->d_name, flags, &tables)) != 0)
+        if ((err = classify(st, path, de->d_name, flags, dry, &tables)) != 0)
             goto out;
     }
+    if (dry && tables > 0 && !(flags & ENGRAM_NS_REMOVE_TABLES))
+        err = engram__err(-ENOTEMPTY, "namespace %s holds %zu table%s", path, tables,
+                          tables == 1 ? "" : "s");
+    if (dry)
+        goto out;
     if (tables > 0 && (err = engram_list(st, &names, &count)) != 0)
         goto out;
     if (tables > 0 && !(flags & ENGRAM_NS_REMOVE_TABLES)) {
@@ -220,6 +245,11 @@ out:
     engram_store_close(st);
     free(path);
     return err;
+}
+
+int engram_namespace_remove(const char *root, const char *ns, uint32_t flags)
+{
+    return ns_remove(root, ns, flags, 0);
 }
 
 /* ------------------------------------------------------------------------
@@ -320,9 +350,11 @@ int engram_namespace_gc(const char *root, uint64_t idle_s, uint32_t flags,
             continue;
         }
         /* Only namespaces we may open as a store (ours): the trust rules
-         * decide, not the directory listing. */
+         * decide, not the directory listing.  A dry run's open leaves the
+         * dead's files alone: it changes nothing. */
         o.threads = 1;
-        if ((rc = engram_store_open(root, names[i], &o, &st)) != 0) {
+        if ((rc = engram__store_open_dir(root, names[i], &o, !(flags & ENGRAM_GC_DRY_RUN),
+                                         &st)) != 0) {
             if (report)
                 report(ud, names[i], rc, engram_errmsg());
             continue;
@@ -345,9 +377,9 @@ int engram_namespace_gc(const char *root, uint64_t idle_s, uint32_t flags,
         }
         snprintf(detail, sizeof detail, "no live lease, last used %llu s ago",
                  (unsigned long long)((now - u.last_used_ns) / 1000000000u));
-        rc = (flags & ENGRAM_GC_DRY_RUN) ? 0
-                                         : engram_namespace_remove(root, names[i],
-                                                                   ENGRAM_NS_REMOVE_TABLES);
+        /* A dry run checks what the removal would check (a running
+         * writer, an entry that is not a table), removing nothing. */
+        rc = ns_remove(root, names[i], ENGRAM_NS_REMOVE_TABLES, (flags & ENGRAM_GC_DRY_RUN) != 0);
         if (report)
             report(ud, names[i], rc, rc ? engram_errmsg() : detail);
     }

@@ -242,6 +242,12 @@ int engram_store_open_memory(const engram_store_options *opts, engram_store **ou
 int engram_store_open(const char *root, const char *ns, const engram_store_options *opts,
                       engram_store **out)
 {
+    return engram__store_open_dir(root, ns, opts, 1, out);
+}
+
+int engram__store_open_dir(const char *root, const char *ns, const engram_store_options *opts,
+                           int clean, engram_store **out)
+{
     engram_store *st = NULL;
     int rootfd = -1, err, group, foreign_root;
     struct stat rsb, nsb;
@@ -305,7 +311,8 @@ int engram_store_open(const char *root, const char *ns, const engram_store_optio
         goto fail;
     st->uid = nsb.st_uid;
     close(rootfd);
-    engram__clean_temps(st);
+    if (clean)
+        engram__clean_temps(st);
     *out = st;
     return 0;
 fail:

@@ -128,6 +128,12 @@ void engram__store_unclaim(engram_store *st, const char *name);
  * table took, and at close. */
 void engram__source_release(const engram__source *src);
 
+/* engram_store_open(), with `clean` 0: the stale leases and dead
+ * writers' temporary files are left where they are (a gc dry run looks
+ * and changes nothing). */
+int engram__store_open_dir(const char *root, const char *ns, const engram_store_options *opts,
+                           int clean, engram_store **out);
+
 /* Prints the cache stats line on stderr if its interval has passed (a
  * lookup that read rows through a source calls it; log_ns != 0). */
 void engram__store_maybe_log(engram_store *st);
