@@ -116,6 +116,24 @@ def test_gc_keeps_recent_and_foreign(local_dir):
     assert engramstore.namespaces(local_dir) == ["new", "odd"]
 
 
+def test_gc_huge_ages_keep_everything(local_dir):
+    # An age past what 64 bits hold means "never": it must not wrap
+    # around to a small one and remove what it was meant to keep.
+    make_ns(local_dir, "old")
+    age(local_dir, "old", 7200)
+    for older_than in (2**64, 2**64 + 5, 1e30, float("inf")):
+        (r,) = engramstore.gc(older_than=older_than, local_dir=local_dir)
+        assert r.action == "kept", (older_than, r)
+    assert engramstore.namespaces(local_dir) == ["old"]
+    with pytest.raises(ValueError, match="older_than"):
+        engramstore.gc(older_than=float("nan"), local_dir=local_dir)
+    # The C layer takes no age it cannot hold either.
+    from engramstore import _engram
+    with pytest.raises(OverflowError):
+        _engram.namespace_gc(local_dir, 2**64, True)
+    assert engramstore.namespaces(local_dir) == ["old"]
+
+
 def test_bad_inputs(local_dir):
     make_ns(local_dir, "a")
     with pytest.raises(engramstore.TableNotFoundError) as ei:
