@@ -2,6 +2,7 @@
 (the thin layer over engram_namespace_usage/remove/gc)."""
 from __future__ import annotations
 
+import math
 import os
 from typing import NamedTuple
 
@@ -9,6 +10,7 @@ from . import _engram
 from ._types import PathArg
 
 _REMOVE_TABLES, _REMOVE_IN_USE = 0x1, 0x2
+_MAX_AGE = 2**64 - 1  # seconds: engram_namespace_gc()'s uint64_t
 
 
 class NamespaceUsage(NamedTuple):
@@ -79,15 +81,21 @@ def gc(older_than: float = 86400.0, local_dir: PathArg | None = None, *,
     (default: the default root) that no live process uses and that were
     last used at least ``older_than`` seconds ago, so that a crashed job
     never leaks its tables for good.  Returns what was done with each
-    namespace; ``dry_run=True`` removes nothing::
+    namespace; ``dry_run=True`` removes nothing.  An age too large for 64
+    bits (``math.inf``) keeps everything::
 
         for r in engramstore.gc(older_than=3600, dry_run=True):
             print(r.namespace, r.action, r.reason)
     """
+    if isinstance(older_than, float) and math.isnan(older_than):
+        raise ValueError("older_than: nan is not an age")
     if older_than < 0:
         raise ValueError(f"older_than: {older_than} is negative")
+    # Rounded up (never younger than asked), and an age past what the C
+    # call takes (inf included) is the longest it takes: never.
+    idle = _MAX_AGE if older_than >= _MAX_AGE else math.ceil(older_than)
     out = []
-    for ns, code, detail in _engram.namespace_gc(_root(local_dir), int(older_than), dry_run):
+    for ns, code, detail in _engram.namespace_gc(_root(local_dir), idle, dry_run):
         action = ("would_remove" if dry_run else "removed") if code == 0 else \
             "kept" if code == 1 else "failed"
         out.append(GcResult(ns, action, detail))

@@ -489,13 +489,19 @@ PyDoc_STRVAR(namespace_gc_doc,
 
 static PyObject *mod_namespace_gc(PyObject *self, PyObject *args)
 {
-    PyObject *rootb = NULL, *root_o, *res = NULL;
+    PyObject *rootb = NULL, *root_o, *idle_o, *res = NULL;
     unsigned long long idle;
     int dry_run, rc;
     struct gc_list l = {0};
     (void)self;
-    if (!PyArg_ParseTuple(args, "OKp", &root_o, &idle, &dry_run) ||
-        ext_path_arg(root_o, "root", &rootb) < 0)
+    /* Not "K", which wraps: an age of 2**64 would be 0 seconds, and gc
+     * would remove every idle namespace. */
+    if (!PyArg_ParseTuple(args, "OO!p", &root_o, &PyLong_Type, &idle_o, &dry_run))
+        return NULL;
+    idle = PyLong_AsUnsignedLongLong(idle_o);
+    if (idle == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    if (ext_path_arg(root_o, "root", &rootb) < 0)
         return NULL;
     Py_BEGIN_ALLOW_THREADS
     rc = engram_namespace_gc(PyBytes_AS_STRING(rootb), idle, dry_run ? ENGRAM_GC_DRY_RUN : 0,
