@@ -12,6 +12,8 @@
  * remove (a file that is not a table, a running writer).
  */
 #include <fcntl.h>
+#include <sys/file.h>
+#include <sys/prctl.h>
 #include <time.h>
 #include <sys/wait.h>
 
@@ -467,6 +469,65 @@ static void test_lease_under_contention(void)
     ASSERT_EQ(lease_files("crowd"), 0);
 }
 
+/* This process's start time in clock ticks (/proc/self/stat field 22). */
+static unsigned long long my_start(void)
+{
+    char buf[1024], *p;
+    unsigned long long v = 0;
+    FILE *f = fopen("/proc/self/stat", "re");
+    ASSERT(f != NULL);
+    ASSERT(fgets(buf, sizeof buf, f) != NULL);
+    fclose(f);
+    p = strrchr(buf, ')');
+    ASSERT(p != NULL);
+    ASSERT(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d "
+                         "%*d %*d %llu", &v) == 1);
+    return v;
+}
+
+/* In another PID namespace (a container sharing /dev/shm), a process may
+ * have our pid and even our start tick: its live lease says "pid P start
+ * S" with our P and S.  It is still another process's lease, and stops a
+ * removal.  Here a child holds such a lease. */
+static void test_lease_with_our_pid_is_not_ours(void)
+{
+    engram_namespace_use u;
+    engram_store *st = tu_open("twin", 0, 1);
+    unsigned long long start = my_start();
+    pid_t me = getpid(), pid;
+    int p[2];
+    char c;
+    tu_populate(st, "t", 10, 16, 8, 0);
+    engram_store_close(st);
+    ASSERT(pipe(p) == 0);
+    pid = fork();
+    ASSERT(pid >= 0);
+    if (pid == 0) {
+        char f[512], text[128];
+        int fd;
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* not left behind if the test fails */
+        tu_path(f, sizeof f, "twin/.lease.77.1");
+        fd = open(f, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        ASSERT(fd >= 0);
+        ASSERT(flock(fd, LOCK_EX) == 0);
+        snprintf(text, sizeof text, "pid %d start %llu command twin\n", (int)me, start);
+        ASSERT(write(fd, text, strlen(text)) == (ssize_t)strlen(text));
+        ASSERT(write(p[1], "x", 1) == 1);
+        for (;;)
+            pause();
+    }
+    close(p[1]);
+    ASSERT(read(p[0], &c, 1) == 1);
+    close(p[0]);
+    usage_of("twin", &u);
+    ASSERT_EQ(u.users, 1);
+    ASSERT_ERR(engram_namespace_remove(tu_scratch_root(), "twin", ENGRAM_NS_REMOVE_TABLES),
+               -EBUSY);
+    ASSERT(ns_exists("twin/t") && ns_exists("twin/.lease.77.1"));
+    kill_user(pid);
+    ASSERT_OK(engram_namespace_remove(tu_scratch_root(), "twin", ENGRAM_NS_REMOVE_TABLES));
+}
+
 static void test_bad_inputs(void)
 {
     engram_namespace_use u = ENGRAM_NAMESPACE_USE_INIT;
@@ -504,6 +565,7 @@ int main(void)
     RUN_TEST(test_gc_dry_run_touches_nothing);
     RUN_TEST(test_gc_keeps_what_it_may_not_remove);
     RUN_TEST(test_lease_under_contention);
+    RUN_TEST(test_lease_with_our_pid_is_not_ours);
     RUN_TEST(test_bad_inputs);
     printf("test_lease: all passed\n");
     return 0;
