@@ -16,6 +16,7 @@
  * long enough ago, so that a crashed job never leaks its tables for good.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +46,58 @@ static unsigned long long start_ticks(void)
             v = 0;
     fclose(f);
     return v;
+}
+
+/* The leases this process holds, by file: how a lease is known to be
+ * ours.  Not by the pid and start time it holds: in another PID namespace
+ * a process can have both. */
+static pthread_mutex_t held_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct held {
+    dev_t dev;
+    ino_t ino;
+} *held;
+static size_t nheld, capheld;
+
+static void held_add(int fd)
+{
+    struct stat sb;
+    if (fstat(fd, &sb) != 0)
+        return;
+    pthread_mutex_lock(&held_lock);
+    if (nheld == capheld) {
+        size_t cap = capheld ? 2 * capheld : 8;
+        struct held *h = realloc(held, cap * sizeof *h);
+        if (h) {
+            held = h;
+            capheld = cap;
+        }
+    }
+    /* Out of memory: the lease is then taken for another process's, which
+     * only makes a removal by this process more careful. */
+    if (nheld < capheld)
+        held[nheld++] = (struct held){sb.st_dev, sb.st_ino};
+    pthread_mutex_unlock(&held_lock);
+}
+
+static void held_remove(const struct stat *sb)
+{
+    pthread_mutex_lock(&held_lock);
+    for (size_t i = 0; i < nheld; i++)
+        if (held[i].dev == sb->st_dev && held[i].ino == sb->st_ino) {
+            held[i] = held[--nheld];
+            break;
+        }
+    pthread_mutex_unlock(&held_lock);
+}
+
+static int held_has(const struct stat *sb)
+{
+    int found = 0;
+    pthread_mutex_lock(&held_lock);
+    for (size_t i = 0; i < nheld && !found; i++)
+        found = held[i].dev == sb->st_dev && held[i].ino == sb->st_ino;
+    pthread_mutex_unlock(&held_lock);
+    return found;
 }
 
 /* A fresh lease name for st, into st->lease_name. */
@@ -141,6 +194,7 @@ void engram__lease_take(engram_store *st)
     fd = lease_create(st, (st->opts.flags & ENGRAM_OPEN_GROUP) ? 0640 : 0600, line);
     if (fd < 0)
         goto out;
+    held_add(fd);
     st->lease_pid = getpid();
     atomic_store_explicit(&st->lease_fd, fd, memory_order_release);
 out:
@@ -150,8 +204,11 @@ out:
 void engram__lease_drop(engram_store *st)
 {
     int fd = atomic_load_explicit(&st->lease_fd, memory_order_relaxed), fd2;
+    struct stat sb;
     if (fd < 0)
         return;
+    if (fstat(fd, &sb) == 0)
+        held_remove(&sb);
     close(fd);
     atomic_store_explicit(&st->lease_fd, -1, memory_order_relaxed);
     if (st->lease_pid != getpid())
@@ -189,8 +246,6 @@ int engram__lease_state(int dirfd, uid_t uid, const char *name, char *who, size_
     } else {
         char text[256];
         ssize_t n;
-        long pid;
-        unsigned long long start;
         live = errno == EWOULDBLOCK;
         if (live) {
             n = pread(fd, text, sizeof text - 1, 0);
@@ -198,10 +253,10 @@ int engram__lease_state(int dirfd, uid_t uid, const char *name, char *who, size_
             text[strcspn(text, "\n")] = '\0';
             if (who && cap)
                 snprintf(who, cap, "%s", text);
-            /* Ours: the same pid and start time (a pid alone could be
-             * another PID namespace's). */
-            if (sscanf(text, "pid %ld start %llu", &pid, &start) == 2 && pid == (long)getpid() &&
-                start == start_ticks())
+            /* Ours: one of the files this process locked (what it says
+             * proves nothing: another PID namespace's process may have
+             * our pid and start time). */
+            if (held_has(&sb))
                 live = 2;
         }
     }

@@ -24,7 +24,8 @@ void engram__lease_drop(engram_store *st);
 
 /* Whether entry `name` of the directory open at `dirfd` is a lease of a
  * live process: 1 (`who` gets what its holder wrote: pid, start time,
- * command), 2 if that process is this one, 0 if its holder is gone (a
+ * command), 2 if this process holds it (one of its stores, or a store it
+ * inherited across fork), 0 if its holder is gone (a
  * stale lease), -1 if it is not a lease file of `uid`.  *mtime_ns gets
  * the file's modification time. */
 int engram__lease_state(int dirfd, uid_t uid, const char *name, char *who, size_t cap,
