@@ -528,6 +528,20 @@ static void test_lease_with_our_pid_is_not_ours(void)
     ASSERT_OK(engram_namespace_remove(tu_scratch_root(), "twin", ENGRAM_NS_REMOVE_TABLES));
 }
 
+/* A namespace whose last use is in the future (the clock was set back
+ * since) is kept, and the report says so rather than "used 0 s ago". */
+static void test_gc_last_use_in_the_future(void)
+{
+    struct report r = {""};
+    engram_store_close(tu_open("ahead", 0, 1));
+    age_ns("ahead", -86400);
+    ASSERT_OK(engram_namespace_gc(tu_scratch_root(), 60, 0, record, &r));
+    ASSERT_CONTAINS(r.text, "ahead:1:last used 86");
+    ASSERT_CONTAINS(r.text, "s in the future");
+    ASSERT(ns_exists("ahead"));
+    ASSERT_OK(engram_namespace_remove(tu_scratch_root(), "ahead", 0));
+}
+
 static void test_bad_inputs(void)
 {
     engram_namespace_use u = ENGRAM_NAMESPACE_USE_INIT;
@@ -566,6 +580,7 @@ int main(void)
     RUN_TEST(test_gc_keeps_what_it_may_not_remove);
     RUN_TEST(test_lease_under_contention);
     RUN_TEST(test_lease_with_our_pid_is_not_ours);
+    RUN_TEST(test_gc_last_use_in_the_future);
     RUN_TEST(test_bad_inputs);
     printf("test_lease: all passed\n");
     return 0;
