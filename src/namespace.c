@@ -367,6 +367,16 @@ int engram_namespace_gc(const char *root, uint64_t idle_s, uint32_t flags,
                 report(ud, names[i], ENGRAM_GC_KEPT, detail);
             continue;
         }
+        if (u.last_used_ns > now + 60 * 1000000000ull) {
+            /* Not a use during this run: the clock was set back since.
+             * Its age is unknown, so it is kept, and said so. */
+            snprintf(detail, sizeof detail, "last used %llu s in the future (the clock was set "
+                                            "back?); kept until then",
+                     (unsigned long long)((u.last_used_ns - now) / 1000000000u));
+            if (report)
+                report(ud, names[i], ENGRAM_GC_KEPT, detail);
+            continue;
+        }
         if (now < u.last_used_ns || now - u.last_used_ns < idle_ns) {
             snprintf(detail, sizeof detail, "used %llu s ago",
                      (unsigned long long)((now > u.last_used_ns ? now - u.last_used_ns : 0) /
