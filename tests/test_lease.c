@@ -467,6 +467,7 @@ static void test_lease_under_contention(void)
     }
     ASSERT_EQ(failed, 0);
     ASSERT_EQ(lease_files("crowd"), 0);
+    ASSERT_OK(engram_namespace_remove(tu_scratch_root(), "crowd", ENGRAM_NS_REMOVE_TABLES));
 }
 
 /* This process's start time in clock ticks (/proc/self/stat field 22). */
