@@ -6,8 +6,10 @@ from __future__ import annotations
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -56,11 +58,17 @@ def test_readme_python_block(tmp_path, line, code):
         code = re.sub(r"127\.0\.0\.1:7000(,127\.0\.0\.1:700\d)*", cluster.nodes, code)
     script = tmp_path / "example.py"
     script.write_text(code, encoding="utf-8")
-    env = dict(os.environ, TMPDIR=str(tmp_path))
+    # The examples' default root is a scratch one, on a tmpfs as the real
+    # default is (NUMA placement needs one): nothing is left in the
+    # machine's /dev/shm/engram.
+    root = tempfile.mkdtemp(prefix="engram-readme-",
+                            dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    env = dict(os.environ, TMPDIR=str(tmp_path), ENGRAM_ROOT=root)
     try:
         proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
                               capture_output=True, text=True, timeout=60)
     finally:
+        shutil.rmtree(root, ignore_errors=True)
         if cluster is not None:
             cluster.stop()
     assert proc.returncode == 0, (
