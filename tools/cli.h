@@ -153,6 +153,9 @@ __attribute__((format(printf, 1, 2))) void cli_warn(const char *fmt, ...);
 int cli_parse_u64(const char *s, uint64_t *out);
 int cli_parse_list(const char *s, uint64_t min, uint64_t *v, size_t cap, size_t *n);
 int cli_mul_ok(uint64_t a, uint64_t b, uint64_t *out);
+/* Edit distance (insertions, deletions, substitutions, swaps of
+ * neighbours) of the first 255 bytes of a and b, for "did you mean". */
+size_t cli_edit_distance(const char *a, const char *b);
 const char *cli_fmt_bytes(uint64_t n, char *buf, size_t len);
 const char *cli_fmt_ns(double ns, char *buf, size_t len);
 void cli_json_str(FILE *f, const char *s);

@@ -180,29 +180,6 @@ static const struct tensor *tensors_find(const struct tensors *l, const char *na
     return NULL;
 }
 
-/* Edit distance of a and b (insertions, deletions, substitutions), for
- * "did you mean"; names are compared by their first 255 bytes. */
-static size_t edit_distance(const char *a, const char *b)
-{
-    size_t la = strnlen(a, 255), lb = strnlen(b, 255), row[256];
-    for (size_t j = 0; j <= lb; j++)
-        row[j] = j;
-    for (size_t i = 1; i <= la; i++) {
-        size_t diag = row[0];
-        row[0] = i;
-        for (size_t j = 1; j <= lb; j++) {
-            size_t up = row[j], v = diag + (a[i - 1] != b[j - 1]);
-            if (row[j - 1] + 1 < v)
-                v = row[j - 1] + 1;
-            if (up + 1 < v)
-                v = up + 1;
-            row[j] = v;
-            diag = up;
-        }
-    }
-    return row[lb];
-}
-
 /* Whether distance d between `want` and a candidate is small enough to be
  * a typo: a quarter of the name, at least 2 edits. */
 static int close_enough(const char *want, size_t d)
@@ -216,7 +193,7 @@ static const char *suggest_name(const struct tensors *l, const char *want, char 
 {
     size_t best = SIZE_MAX, at = 0;
     for (size_t i = 0; i < l->n; i++) {
-        size_t d = edit_distance(want, l->v[i].name);
+        size_t d = cli_edit_distance(want, l->v[i].name);
         if (d < best) {
             best = d;
             at = i;
@@ -359,7 +336,7 @@ static const char *suggest_pattern(const struct tensors *l, const struct pattern
             while (*e >= '0' && *e <= '9')
                 e++;
             snprintf(cand, sizeof cand, "%.*s%s%s", (int)(r - n), n, LAYER_PLACEHOLDER, e);
-            d = edit_distance(p->text, cand);
+            d = cli_edit_distance(p->text, cand);
             if (d < best) {
                 best = d;
                 snprintf(best_text, sizeof best_text, "%s", cand);

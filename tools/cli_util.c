@@ -432,33 +432,36 @@ int cli_open_redis(const struct cli *cli, const char *ns, uint32_t flags, engram
 }
 
 /* The edit distance of a and b (insertions, deletions, substitutions
- * and swaps of neighbours, each 1), for "did you mean"; names are at most
- * ENGRAM_NAME_MAX bytes. */
-static size_t edit_distance(const char *a, const char *b)
+ * and swaps of neighbours, each 1), for "did you mean"; names are
+ * compared by their first 255 bytes. */
+size_t cli_edit_distance(const char *a, const char *b)
 {
-    size_t n = strlen(a), m = strlen(b);
-    static size_t d[ENGRAM_NAME_MAX + 2][ENGRAM_NAME_MAX + 2];
+    size_t n = strnlen(a, 255), m = strnlen(b, 255);
+    size_t rows[3][256], *prev2 = rows[0], *prev = rows[1], *cur = rows[2];
 
-    if (n > ENGRAM_NAME_MAX || m > ENGRAM_NAME_MAX)
-        return SIZE_MAX;
-    for (size_t i = 0; i <= n; i++)
-        d[i][0] = i;
     for (size_t j = 0; j <= m; j++)
-        d[0][j] = j;
+        prev[j] = j;
     for (size_t i = 1; i <= n; i++) {
+        cur[0] = i;
         for (size_t j = 1; j <= m; j++) {
-            size_t best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
-            if (d[i - 1][j] + 1 < best)
-                best = d[i - 1][j] + 1;
-            if (d[i][j - 1] + 1 < best)
-                best = d[i][j - 1] + 1;
+            size_t best = prev[j - 1] + (a[i - 1] != b[j - 1]);
+            if (prev[j] + 1 < best)
+                best = prev[j] + 1;
+            if (cur[j - 1] + 1 < best)
+                best = cur[j - 1] + 1;
             if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
-                d[i - 2][j - 2] + 1 < best)
-                best = d[i - 2][j - 2] + 1;
-            d[i][j] = best;
+                prev2[j - 2] + 1 < best)
+                best = prev2[j - 2] + 1;
+            cur[j] = best;
+        }
+        {
+            size_t *t = prev2;
+            prev2 = prev;
+            prev = cur;
+            cur = t;
         }
     }
-    return d[n][m];
+    return prev[m];
 }
 
 /* Reports that namespace `ns` does not exist under `root`, for `what`
@@ -477,7 +480,8 @@ int cli_ns_missing(const char *root, const char *ns, const char *what)
         return EXIT_FAIL;
     }
     for (size_t i = 0; rc == 0 && i < count; i++) {
-        size_t dist = edit_distance(ns, names[i]);
+        size_t dist =
+            strlen(ns) > ENGRAM_NAME_MAX ? SIZE_MAX : cli_edit_distance(ns, names[i]);
         if (dist < best) {
             best = dist;
             best_i = i;

@@ -55,10 +55,13 @@ PyObject *ext_raise_cls(PyObject *cls, int rc, const char *fmt, ...);
  *
  * ext_utf8_arg(): the UTF-8 text of str `s` (the caller checked the type),
  * or NULL with ValueError naming argument `arg` if it holds a NUL.
+ * ext_str_arg(): the same with the type checked (TypeError: "ARG:
+ * expected a str, got T").
  * ext_path_arg(): a path (str, bytes or os.PathLike) as a new bytes object
  * in *out (encoded as os.fsencode does), or -1 with TypeError or, for a
  * NUL, ValueError naming `arg`. */
 const char *ext_utf8_arg(PyObject *s, const char *arg);
+const char *ext_str_arg(PyObject *s, const char *arg);
 int ext_path_arg(PyObject *o, const char *arg, PyObject **out);
 
 /* An int argument `arg` in [0, max] (a size, a count handed to a C

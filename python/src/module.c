@@ -175,6 +175,16 @@ const char *ext_utf8_arg(PyObject *s, const char *arg)
     return c;
 }
 
+const char *ext_str_arg(PyObject *s, const char *arg)
+{
+    if (!PyUnicode_Check(s)) {
+        PyErr_Format(PyExc_TypeError, "%s: expected a str, got %.100s", arg,
+                     Py_TYPE(s)->tp_name);
+        return NULL;
+    }
+    return ext_utf8_arg(s, arg);
+}
+
 int ext_path_arg(PyObject *o, const char *arg, PyObject **out)
 {
     PyObject *p = PyOS_FSPath(o), *b;

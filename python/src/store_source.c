@@ -266,10 +266,7 @@ PyObject *ext_store_add_source(StoreObject *s, PyObject *const *args, Py_ssize_t
     int rc;
     if (ext_store_parse_args("_add_source", args, nargs, kwnames, names, 5, 5, 4, v) < 0)
         return NULL;
-    if (!PyUnicode_Check(v[0]))
-        return PyErr_Format(PyExc_TypeError, "name: expected a str, got %.100s",
-                            Py_TYPE(v[0])->tp_name);
-    if (!(cname = ext_utf8_arg(v[0], "name")))
+    if (!(cname = ext_str_arg(v[0], "name")))
         return NULL;
     if (PyCapsule_IsValid(v[3], GROUP_CAPSULE))
         group = PyCapsule_GetPointer(v[3], GROUP_CAPSULE);

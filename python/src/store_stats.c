@@ -46,10 +46,7 @@ PyObject *ext_store_usage(StoreObject *s, PyObject *name)
     engram_table_usage u = ENGRAM_TABLE_USAGE_INIT;
     const char *cname;
     int rc;
-    if (!PyUnicode_Check(name))
-        return PyErr_Format(PyExc_TypeError, "name: expected a str, got %.100s",
-                            Py_TYPE(name)->tp_name);
-    if (!(cname = ext_utf8_arg(name, "name")))
+    if (!(cname = ext_str_arg(name, "name")))
         return NULL;
     if (ext_store_enter(s) < 0)
         return NULL;
@@ -132,10 +129,7 @@ PyObject *ext_store_placement(StoreObject *s, PyObject *name)
     engram_table_placement p = ENGRAM_TABLE_PLACEMENT_INIT;
     const char *cname;
     int rc;
-    if (!PyUnicode_Check(name))
-        return PyErr_Format(PyExc_TypeError, "name: expected a str, got %.100s",
-                            Py_TYPE(name)->tp_name);
-    if (!(cname = ext_utf8_arg(name, "name")))
+    if (!(cname = ext_str_arg(name, "name")))
         return NULL;
     if ((rc = placement_of(s, cname, &p)) == INT_MIN)
         return NULL;
