@@ -62,6 +62,11 @@ PyObject *ext_raise_cls(PyObject *cls, int rc, const char *fmt, ...);
  * NUL, ValueError naming `arg`. */
 const char *ext_utf8_arg(PyObject *s, const char *arg);
 const char *ext_str_arg(PyObject *s, const char *arg);
+
+/* A list of str from a name list of the library (engram_list(),
+ * engram_namespace_list(): valid names, ASCII), which it releases with
+ * engram_free(); NULL with an exception set if out of memory. */
+PyObject *ext_names_list(char **names, size_t n);
 int ext_path_arg(PyObject *o, const char *arg, PyObject **out);
 
 /* An int argument `arg` in [0, max] (a size, a count handed to a C

@@ -185,6 +185,21 @@ const char *ext_str_arg(PyObject *s, const char *arg)
     return ext_utf8_arg(s, arg);
 }
 
+PyObject *ext_names_list(char **names, size_t n)
+{
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    for (size_t i = 0; list && i < n; i++) {
+        PyObject *u = PyUnicode_FromString(names[i]);
+        if (!u) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, u);
+    }
+    engram_free(names);
+    return list;
+}
+
 int ext_path_arg(PyObject *o, const char *arg, PyObject **out)
 {
     PyObject *p = PyOS_FSPath(o), *b;
@@ -545,7 +560,7 @@ PyDoc_STRVAR(namespace_list_doc,
 
 static PyObject *mod_namespace_list(PyObject *self, PyObject *root_o)
 {
-    PyObject *rootb = NULL, *res = NULL;
+    PyObject *rootb = NULL;
     char **names = NULL;
     size_t count = 0;
     int rc;
@@ -558,17 +573,7 @@ static PyObject *mod_namespace_list(PyObject *self, PyObject *root_o)
     Py_DECREF(rootb);
     if (rc != 0)
         return ext_raise(rc, NULL);
-    if ((res = PyList_New((Py_ssize_t)count)) != NULL)
-        for (size_t i = 0; i < count; i++) {
-            PyObject *o = PyUnicode_DecodeFSDefault(names[i]);
-            if (!o) {
-                Py_CLEAR(res);
-                break;
-            }
-            PyList_SET_ITEM(res, (Py_ssize_t)i, o);
-        }
-    engram_free(names);
-    return res;
+    return ext_names_list(names, count);
 }
 
 PyDoc_STRVAR(namespace_remove_doc,

@@ -720,7 +720,6 @@ PyObject *ext_store_list_tables(StoreObject *s, PyObject *unused)
     char **names = NULL;
     size_t n = 0;
     int rc;
-    PyObject *list;
     (void)unused;
     if (ext_store_enter(s) < 0)
         return NULL;
@@ -730,19 +729,7 @@ PyObject *ext_store_list_tables(StoreObject *s, PyObject *unused)
     Py_END_ALLOW_THREADS
     if (rc < 0)
         return ext_raise(rc, NULL);
-    if (!(list = PyList_New((Py_ssize_t)n)))
-        goto out;
-    for (size_t i = 0; i < n; i++) {
-        PyObject *u = PyUnicode_FromString(names[i]);
-        if (!u) {
-            Py_CLEAR(list);
-            goto out;
-        }
-        PyList_SET_ITEM(list, (Py_ssize_t)i, u);
-    }
-out:
-    engram_free(names);
-    return list;
+    return ext_names_list(names, n);
 }
 
 const char ext_store_remove_doc[] = PyDoc_STR(
