@@ -245,20 +245,26 @@ static redisReplyObjectFunctions fast_fn = {fast_string, fast_array, fast_intege
                                             fast_free};
 static char fast_token; /* what the fast functions return: not NULL, never freed */
 
-static void conn_close(engram__rsess *s, rconn *c)
+/* Frees connection `c` and what it holds (not its place in the session). */
+static void conn_free(rconn *c)
 {
-    if (!c)
-        return;
-    if (c->dirty)
-        s->lost_dirty = 1;
     if (c->fd >= 0)
         close(c->fd);
     if (c->rd)
         redisReaderFree(c->rd);
     free(c->out);
     free(c->exp);
-    s->conns[c->node] = NULL;
     free(c);
+}
+
+static void conn_close(engram__rsess *s, rconn *c)
+{
+    if (!c)
+        return;
+    if (c->dirty)
+        s->lost_dirty = 1;
+    s->conns[c->node] = NULL;
+    conn_free(c);
 }
 
 static int out_reserve(rconn *c, size_t more)
@@ -469,15 +475,8 @@ fail:
     ctr(&cl->conn_errors, 1);
     if (ai)
         freeaddrinfo(ai);
-    if (c) {
-        if (c->fd >= 0)
-            close(c->fd);
-        if (c->rd)
-            redisReaderFree(c->rd);
-        free(c->out);
-        free(c->exp);
-        free(c);
-    }
+    if (c)
+        conn_free(c);
     if (err == -ENOMEM)
         snprintf(s->last_msg, sizeof s->last_msg, "out of memory for a connection to %s",
                  nd->addr);
