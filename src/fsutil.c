@@ -161,6 +161,22 @@ int engram__read_header(int fd, const struct stat *sb, const char *what, engram_
     return engram__header_parse(buf, got, (uint64_t)sb->st_size, what, h);
 }
 
+int engram__open_table_file(int dirfd, const char *path, uid_t uid, const char *name,
+                            struct stat *sb, engram__header *h)
+{
+    int fd, err;
+    if ((fd = engram__open_entry(dirfd, path, uid, name, O_RDONLY, sb)) < 0)
+        return fd;
+    if ((err = engram__read_header(fd, sb, name, h)) == 0 && strcmp(h->name, name) != 0)
+        err = engram__err(ENGRAM_ECORRUPT, "file %s/%s holds table '%s' (renamed file?)", path,
+                          name, h->name);
+    if (err != 0) {
+        close(fd);
+        return err;
+    }
+    return fd;
+}
+
 int engram__read_full(int fd, void *buf, size_t len, uint64_t off, const char *what)
 {
     size_t got = 0;

@@ -45,6 +45,13 @@ int engram__open_entry(int dirfd, const char *path, uid_t uid, const char *name,
 /* Reads and validates the header of an open table file. */
 int engram__read_header(int fd, const struct stat *sb, const char *what, engram__header *h);
 
+/* engram__open_entry() and engram__read_header() of table file `name`,
+ * which must hold table `name` (not a renamed file: ENGRAM_ECORRUPT).
+ * Returns the descriptor (read-only) with *sb and *h filled, or a
+ * negative code with the reason (nothing left open). */
+int engram__open_table_file(int dirfd, const char *path, uid_t uid, const char *name,
+                            struct stat *sb, engram__header *h);
+
 /* Refuses a table file whose data region has a hole (a sparse copy):
  * reading a hole of a mapping allocates a page, and where the file
  * system is full (any user can fill /dev/shm) the reader gets SIGBUS.

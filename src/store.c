@@ -795,16 +795,9 @@ int engram_table_open(engram_store *st, const char *name, engram_table_id *id)
     release_removed(st, 0);
     /* The slow part (reading the header, mapping, prefaulting, verifying)
      * runs without the store's lock: lookups and other opens go on. */
-    if ((fd = engram__open_entry(st->dirfd, st->path, st->uid, name, O_RDONLY, &sb)) < 0) {
+    if ((fd = engram__open_table_file(st->dirfd, st->path, st->uid, name, &sb, &h)) < 0) {
         engram__store_unclaim(st, name);
         return fd;
-    }
-    if ((err = engram__read_header(fd, &sb, name, &h)) != 0)
-        goto out;
-    if (strcmp(h.name, name) != 0) {
-        err = engram__err(ENGRAM_ECORRUPT, "file %s/%s holds table '%s' (renamed file?)", st->path,
-                          name, h.name);
-        goto out;
     }
     if ((err = file_source(st, fd, &h, name, &src)) != 0)
         goto out;
@@ -1033,18 +1026,12 @@ static int table_info(engram_store *st, const char *name, engram_table_info *inf
         return st->remote->info(st->remote_state, name, info);
     if (st->dirfd < 0)
         return engram__err(-ENOENT, "table '%s' is not bound in this memory store", name);
-    if ((fd = engram__open_entry(st->dirfd, st->path, st->uid, name, O_RDONLY, &sb)) < 0)
+    if ((fd = engram__open_table_file(st->dirfd, st->path, st->uid, name, &sb, &h)) < 0)
         return fd;
-    err = engram__read_header(fd, &sb, name, &h);
     close(fd);
-    if (err == 0 && strcmp(h.name, name) != 0)
-        err = engram__err(ENGRAM_ECORRUPT, "file %s/%s holds table '%s' (renamed file?)",
-                          st->path, name, h.name);
-    if (err == 0) {
-        info->kind = ENGRAM_TABLE_FILE;
-        engram__header_info(&h, info);
-    }
-    return err;
+    info->kind = ENGRAM_TABLE_FILE;
+    engram__header_info(&h, info);
+    return 0;
 }
 
 int engram_get_table_info(engram_store *st, const char *name, engram_table_info *info)
@@ -1076,15 +1063,8 @@ static int file_placement(engram_store *st, const char *name, engram_table_place
     struct stat sb;
     void *addr;
     int fd, err;
-    if ((fd = engram__open_entry(st->dirfd, st->path, st->uid, name, O_RDONLY, &sb)) < 0)
+    if ((fd = engram__open_table_file(st->dirfd, st->path, st->uid, name, &sb, &h)) < 0)
         return fd;
-    if ((err = engram__read_header(fd, &sb, name, &h)) != 0)
-        goto out;
-    if (strcmp(h.name, name) != 0) {
-        err = engram__err(ENGRAM_ECORRUPT, "file %s/%s holds table '%s' (renamed file?)",
-                          st->path, name, h.name);
-        goto out;
-    }
     addr = mmap(NULL, (size_t)h.data_size, PROT_READ, MAP_SHARED, fd, (off_t)h.data_offset);
     if (addr == MAP_FAILED) {
         err = engram__errno(errno, "mmap table '%s' to query its placement", name);
@@ -1363,15 +1343,8 @@ int engram_verify(engram_store *st, const char *name, engram_progress_fn progres
                            not_removable(t->src.kind));
     if (st->dirfd < 0)
         return engram__err(-ENOENT, "table '%s' not found in this memory store", name);
-    if ((fd = engram__open_entry(st->dirfd, st->path, st->uid, name, O_RDONLY, &sb)) < 0)
+    if ((fd = engram__open_table_file(st->dirfd, st->path, st->uid, name, &sb, &h)) < 0)
         return fd;
-    if ((err = engram__read_header(fd, &sb, name, &h)) != 0)
-        goto out;
-    if (strcmp(h.name, name) != 0) {
-        err = engram__err(ENGRAM_ECORRUPT, "file %s/%s holds table '%s' (renamed file?)", st->path,
-                          name, h.name);
-        goto out;
-    }
     if ((err = engram__checksum_fd(fd, &h, name, progress, ud, &sum)) != 0)
         goto out;
     if (sum != h.data_checksum)

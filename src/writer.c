@@ -768,16 +768,10 @@ int engram_numa_copy(engram_store *st, const char *name, int node, int *written)
     if ((err = engram__numa_resolve(&o, &pl)) != 0 || (err = placement_fits(st, &pl, copy)) != 0)
         return err;
     /* The rows come from a read-only mapping of the table's file. */
-    if ((fd = engram__open_entry(st->dirfd, st->path, st->uid, name, O_RDONLY, &sb)) < 0)
+    if ((fd = engram__open_table_file(st->dirfd, st->path, st->uid, name, &sb, &h)) < 0)
         return fd;
-    if ((err = engram__read_header(fd, &sb, name, &h)) != 0 ||
-        (err = engram__check_holes(fd, &h, name)) != 0)
+    if ((err = engram__check_holes(fd, &h, name)) != 0)
         goto out;
-    if (strcmp(h.name, name) != 0) {
-        err = engram__err(ENGRAM_ECORRUPT, "file %s/%s holds table '%s' (renamed file?)",
-                          st->path, name, h.name);
-        goto out;
-    }
     rows = mmap(NULL, (size_t)h.data_size, PROT_READ, MAP_SHARED, fd, (off_t)h.data_offset);
     if (rows == MAP_FAILED) {
         err = engram__errno(errno, "map table '%s' to copy it", name);
