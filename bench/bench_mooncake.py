@@ -22,8 +22,12 @@ in the same run, with interleaved repeats:
   engram     engramstore's layer API on the Mooncake store, no row cache;
   cached     the same with a row cache of --cache-frac of the rows
              (cache_bytes = that many rows times the cache's slot size),
-             warmed first until its hit rate settles; its hit rate and the
-             rows it read per id are those of the timed lookups.
+             warmed first until it has turned over (--warm-turnover times
+             its slots in misses) and its hit rate settles; its hit rate
+             and the rows it read per id are those of the timed lookups;
+  cached keep-all  the same cache without its admission filter
+             (cache_keep_all=True: every row read is kept, CLOCK alone),
+             same bytes, warmed alike: what the filter is worth.
 
 engram and cached read with the first value of --read-calls (engramstore's
 read_calls: Mooncake calls of a lookup in flight at once); each further
@@ -122,6 +126,10 @@ def reader(args):
     plains = {rc: engramstore.EngramStore({L: cfg}, mc, read_calls=rc) for rc in rcs}
     cacheds = {rc: engramstore.EngramStore({L: cfg}, mc, cache_bytes=cache_bytes, read_calls=rc)
                for rc in rcs}
+    # The same cache without its admission filter (every row read is kept,
+    # CLOCK alone), same bytes, first read_calls: what the filter is worth.
+    keepall = engramstore.EngramStore({L: cfg}, mc, cache_bytes=cache_bytes, read_calls=rcs[0],
+                                      cache_keep_all=True)
     mcfg = MooncakeConfig()
     mcfg.table_vocab_sizes = [N] * H
     mcfg.embedding_dim = R // 4
@@ -162,6 +170,8 @@ def reader(args):
         variants[vname("engram", rc)] = run_engram(plains[rc])
         stores[vname("cached", rc)] = cacheds[rc]
         variants[vname("cached", rc)] = run_engram(cacheds[rc])
+    stores["cached keep-all"] = keepall
+    variants["cached keep-all"] = run_engram(keepall)
     results = {}
     for dist in args.dists.split(","):
         # New batches every repeat (the same for every variant): rows cached
@@ -169,13 +179,17 @@ def reader(args):
         pools = [batches(args, dist, args.batches, seed=100 + rep) for rep in range(args.repeats)]
         wrong = {v: 0 for v in variants}
         errors = {v: None for v in variants}
-        # Warm the cache on other batches of the same distribution until its
-        # hit rate settles (two rounds of 20 lookups within 1%), as in a
-        # server that has been running a while; at most --warmup lookups.
+        # Warm the cache on other batches of the same distribution, as in a
+        # server that has been running a while: until its misses reach
+        # --warm-turnover times its slots (the admission filter learns which
+        # rows come back over several turnovers, so a cache's early hit rate
+        # is below its lasting one) and then its hit rate settles (two
+        # rounds of 20 lookups within 0.5%); at most --warmup lookups.
         warm_info = {}
         for cname, cached in stores.items():
             warm, last, rate, t_warm = 0, None, 0.0, time.perf_counter()
             wrng = np.random.default_rng(12)
+            c_start = cached.stats()["cache"]
             while warm < args.warmup:
                 before = cached.stats()["cache"]
                 for ids in batches(args, dist, 20, seed=int(wrng.integers(1 << 30))):
@@ -184,7 +198,8 @@ def reader(args):
                 after = cached.stats()["cache"]
                 rate = (after["hits"] - before["hits"]) / max(1, (after["hits"] + after["misses"]) -
                                                               (before["hits"] + before["misses"]))
-                if last is not None and abs(rate - last) < 0.01:
+                turned = (after["misses"] - c_start["misses"]) >= args.warm_turnover * after["slots"]
+                if turned and last is not None and abs(rate - last) < 0.005:
                     break
                 last = rate
             warm_info[cname] = warm
@@ -238,7 +253,7 @@ def reader(args):
             res[v]["slots"] = c["slots"]
         results[dist] = res
     mc.unregister_buffer(bare_out.ctypes.data)
-    for st in list(plains.values()) + list(cacheds.values()):
+    for st in list(plains.values()) + list(cacheds.values()) + [keepall]:
         st.close()
     variants.clear()  # drops Mooncake's EngramStore before its client closes
     theirs = None
@@ -256,7 +271,9 @@ def main():
     ap.add_argument("--ids", type=int, default=4096, help="ids per lookup (about)")
     ap.add_argument("--batches", type=int, default=4, help="lookups per timed run")
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--warmup", type=int, default=2000,
+    ap.add_argument("--warm-turnover", type=float, default=6.0,
+                    help="misses, in slots, that warm the cache before its hit rate may settle")
+    ap.add_argument("--warmup", type=int, default=3000,
                     help="at most this many lookups warm the cache (until its hit rate settles)")
     ap.add_argument("--cache-frac", type=float, default=0.05)
     ap.add_argument("--dists", default="uniform,zipf")
@@ -305,7 +322,7 @@ def main():
                   flush=True)
             argv = [sys.executable, os.path.abspath(__file__), "--reader",
                     "--metadata", args.metadata, "--master", args.master]
-            for k in ("heads", "rows", "row_bytes", "ids", "batches", "repeats", "warmup",
+            for k in ("heads", "rows", "row_bytes", "ids", "batches", "repeats", "warmup", "warm_turnover",
                       "cache_frac", "dists", "layer", "read_calls"):
                 argv += [f"--{k.replace('_', '-')}", str(getattr(args, k))]
             r = subprocess.run(argv, capture_output=True, text=True, timeout=3000)
@@ -333,7 +350,10 @@ def main():
                 extra = f"  engram/bare {ratio(rate[v], rate['bare'])}"
             elif v.startswith("cached"):
                 extra = (f"  cached/mooncake {ratio(rate[v], rate['mooncake'])}, hit rate "
-                         f"{r['hit_rate'] or 0:.3f}, reads/id {r['reads_per_id'] or 0:.3f}")
+                         f"{r['hit_rate'] or 0:.3f}, reads/id {r['reads_per_id'] or 0:.3f}, "
+                         f"{r['slots']} slots")
+                if v == "cached" and rate.get("cached keep-all"):
+                    extra += f", cached/keep-all {ratio(rate[v], rate['cached keep-all'])}"
             got = f"{rate[v]:10.0f}" if rate[v] else f"{'failed':>10}"
             print(f"  {v:16} {got} ids/s{extra}")
             if r["wrong_rows"] or r["error"]:

@@ -195,6 +195,10 @@ typedef struct engram_store engram_store;
 #define ENGRAM_OPEN_NUMA_LOCAL 0x0200u    /* engram_table_open() of NAME serves NAME.numaN, the
                                            * copy on the calling thread's NUMA node N, where the
                                            * namespace has one (engram_numa_copy()) */
+#define ENGRAM_OPEN_CACHE_KEEP_ALL 0x0400u /* the row cache keeps every row read, evicting by
+                                           * CLOCK alone, without its admission filter (see
+                                           * ENGRAM_OPEN_FILE_CACHE below): for hot sets that
+                                           * change all at once */
 
 /* engram_store_options.numa_policy: where table pages go (see "NUMA
  * placement" below). */
@@ -958,12 +962,19 @@ ENGRAM_API int engram_dequant_fp8_e4m3_e8m0_ref(const void *values, const void *
  * checkpoint the same way.  A lookup first looks each row up in the
  * store's row cache; the rows it misses are read from the file with
  * io_uring, up to queue_depth reads in flight, each distinct row of the
- * lookup once.  Rows read are copied to the output and kept in the cache.
+ * lookup once.  Rows read are copied to the output and offered to the
+ * cache, which keeps them while it has room.  Once full, it keeps a row
+ * only if it was asked for at least twice lately (in this lookup or
+ * earlier ones: a count of the misses of each row that decays over time),
+ * and then evicts one by CLOCK within the row's set.  Rows asked for once
+ * in a while, the long tail of Engram's Zipf-like ids, thus stop evicting
+ * the rows asked for again; a row read but not kept counts in not_kept.
  *
  * The cache is exact: a row is visible in it only once all its bytes have
  * been read and checked, so a lookup never returns stale or partial bytes.
  * It is set-associative (ENGRAM_CACHE_WAYS rows per set, CLOCK replacement
- * within a set, a short lock per set, no global lock).
+ * within a set, a short lock per set, no global lock).  The counts of
+ * missed rows take 8 bytes a slot, within the table's share.
  *
  * The budget, cache_bytes, bounds all the memory the row cache and its
  * reads hold.  The reader's staging (each read in flight lands in a
@@ -1025,9 +1036,12 @@ typedef struct engram_cache_stats {
      * passes the old size and does not get it. */
     uint64_t staging_bytes; /* the reader's staging reserved from budget_bytes (store-wide:
                              * the same for every table) */
+    /* Came with the cache's admission filter (older sizes are accepted). */
+    uint64_t not_kept;      /* rows read but not kept: their set was full and they had
+                             * not been asked for often enough lately to evict a row */
 } engram_cache_stats;
 
-#define ENGRAM_CACHE_STATS_INIT {sizeof(engram_cache_stats), 0u, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0u, 0u, 0}
+#define ENGRAM_CACHE_STATS_INIT {sizeof(engram_cache_stats), 0u, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0u, 0u, 0, 0}
 
 /*! engram_get_cache_stats() :
  * Fills *stats (stats->size must be set) with the row cache counters of

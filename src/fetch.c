@@ -17,8 +17,9 @@
  *  3. Hand the distinct missed rows to their sources: one read_rows call
  *     per (read_rows, ctx), with every such row of the chunk.  A row the
  *     source wrote (all of them when it returns 0, the ones it marked
- *     done otherwise) goes into the cache; one it did not write counts as
- *     unread.
+ *     done otherwise) is offered to the cache, which keeps it where its
+ *     set has room or the row was asked for often enough lately; one it
+ *     did not write counts as unread.
  *  4. Copy every row read to its other positions.
  *
  * Nothing here locks except the cache's set locks.  The scratch (about 100
@@ -204,8 +205,8 @@ static int from_source(scratch *s, uint32_t u, uint32_t nu, unsigned shard, int 
         uniq *q = &s->uq[s->map[j]];
         int ok = rc == 0 || s->req[j].done == 1;
         q->state = ok ? SERVED : FAILED;
-        if (ok && q->t->src.cache)
-            engram__rcache_put(q->t->src.cache, q->row, q->dst);
+        if (ok && q->t->src.cache && engram__rcache_put(q->t->src.cache, q->row, q->dst, q->count))
+            engram__ctr_add(&q->t->ctr[shard].not_kept, 1, excl);
         if (!q->t->src.vt || !q->t->src.vt->cache_stats) {
             /* A source without read counters of its own: count its rows. */
             engram__table_counters *c = &q->t->ctr[shard];

@@ -98,9 +98,8 @@ int engram__filesrc_make(const engram__store_ctx *ctx, uint32_t kind, const char
         free(fs); /* admit closed the descriptors */
         return err;
     }
-    if ((err = engram__rcache_create(ctx->budget, &want, fs->f.row_bytes, num_rows,
-                                     (ctx->flags & ENGRAM_OPEN_PREFAULT) != 0,
-                                     (ctx->flags & ENGRAM_OPEN_MLOCK) != 0, name, &cache)) != 0) {
+    if ((err = engram__rcache_create(ctx->budget, &want, fs->f.row_bytes, num_rows, ctx->flags,
+                                     name, &cache)) != 0) {
         filesrc_release(fs);
         return err;
     }

@@ -307,9 +307,7 @@ static int redis_open(void *state, const engram__store_ctx *ctx, const char *nam
     {
         engram__cache_want want = {0, *data_size, namespace_bytes(rs, s, deadline), 1};
         if ((err = engram__rcache_create(ctx->budget, &want, t->m.row_bytes, t->m.num_rows,
-                                         (ctx->flags & ENGRAM_OPEN_PREFAULT) != 0,
-                                         (ctx->flags & ENGRAM_OPEN_MLOCK) != 0, name,
-                                         &cache)) != 0)
+                                         ctx->flags, name, &cache)) != 0)
             goto fail;
     }
     engram__rcl_sess_put(s);

@@ -4,7 +4,20 @@
  * A set is ENGRAM_CACHE_WAYS tags, a lock and the CLOCK state in one cache
  * line.  Tags are row + 1 (0 = empty) and atomics only because the
  * prefetch step peeks at them without the lock; every decision is taken
- * again under the lock.  A hit copies the slot under the set's lock; an
+ * again under the lock.
+ *
+ * Admission.  A set with a free way takes every row read.  A full set
+ * evicts a row only for one asked for at least ADMIT times lately: each
+ * missed row is counted in a count-min sketch of 4-bit counters (four
+ * counters of one 64-byte block per row, the lowest of them its estimate),
+ * and the sketch decays, each counter halved once per AGE_MISSES misses a
+ * slot.  Under Engram's Zipf-like ids most rows of the long tail are asked
+ * for once in a while; without the filter each such read evicts a row that
+ * is asked for again, and with it a cache of 5% of a Zipf(1.0) table
+ * serves about 15% more of the misses it had (docs/performance.md).  Only
+ * the miss path touches the sketch (a row read from a source costs far
+ * more), so hits cost what they did.  Counters are relaxed atomics: a lost
+ * increment or halving between two threads only blurs an estimate.  A hit copies the slot under the set's lock; an
  * insertion writes the slot and then its tag under the same lock, so no
  * reader ever sees a slot before all its bytes are there: the cache is
  * exact.
@@ -28,6 +41,9 @@
 #define WAYS ENGRAM_CACHE_WAYS
 #define MMAP_MIN ((size_t)2 << 20) /* caches from this size up are mapped */
 #define PAGE 4096u
+#define ADMIT 2u      /* asks that admit a row into a full set */
+#define AGE_MISSES 4u /* misses per slot between two halvings of a counter */
+#define BLOCK_WORDS 8u /* sketch words per block: one cache line */
 
 _Static_assert(WAYS <= 8, "the CLOCK reference bits are one byte");
 
@@ -54,10 +70,15 @@ struct engram__rcache {
     uint64_t nsets;
     rc_set *sets;
     unsigned char *data; /* nsets * WAYS slots of slot_bytes */
-    size_t len;          /* bytes of the one allocation holding sets and slots */
+    size_t len;          /* bytes of the one allocation holding sets, slots and sketch */
     int mapped;          /* 1: mmap, 0: heap */
     uint64_t charged;    /* bytes charged to the budget */
     uint64_t extra;      /* what this cache added to b->extra */
+    _Atomic uint64_t *sketch; /* sketch_words words of 16 4-bit counters (admission) */
+    uint64_t sketch_words;    /* a power of two, at least BLOCK_WORDS */
+    uint64_t age_period;      /* misses between two halvings of a word */
+    _Atomic uint64_t asks;    /* misses counted so far (ages the sketch) */
+    int keep_all;             /* ENGRAM_OPEN_CACHE_KEEP_ALL: no admission filter */
 };
 
 int engram__cbudget_create(uint64_t budget, engram__cbudget **out)
@@ -127,18 +148,35 @@ static uint64_t left_locked(const engram__cbudget *b)
     return b->total > used ? b->total - used : 0;
 }
 
-/* Bytes a cache of nsets sets of slot_bytes slots takes, with rounding. */
-static uint64_t cache_len(uint64_t nsets, uint32_t slot_bytes, int *mapped)
+/* Words of the admission sketch of a cache of nsets sets: 16 counters
+ * (a word) per slot, rounded up to a power of two; none without the
+ * filter (ENGRAM_OPEN_CACHE_KEEP_ALL). */
+static uint64_t sketch_words(uint64_t nsets, int keep_all)
 {
-    uint64_t len = nsets * (sizeof(rc_set) + (uint64_t)WAYS * slot_bytes);
+    uint64_t w = BLOCK_WORDS;
+    if (keep_all)
+        return 0;
+    while (w < nsets * WAYS)
+        w <<= 1;
+    return w;
+}
+
+/* Bytes a cache of nsets sets of slot_bytes slots takes, with its sketch
+ * and rounding. */
+static uint64_t cache_len(uint64_t nsets, uint32_t slot_bytes, int keep_all, int *mapped)
+{
+    uint64_t len = nsets * (sizeof(rc_set) + (uint64_t)WAYS * slot_bytes) +
+                   sketch_words(nsets, keep_all) * sizeof(uint64_t);
     *mapped = len >= MMAP_MIN;
     return *mapped ? engram__align_up(len, PAGE) : len;
 }
 
 int engram__rcache_create(engram__cbudget *b, const engram__cache_want *want, uint32_t row_bytes,
-                          uint64_t num_rows, int prefault, int lock, const char *what,
+                          uint64_t num_rows, uint32_t flags, const char *what,
                           engram__rcache **out)
 {
+    int prefault = (flags & ENGRAM_OPEN_PREFAULT) != 0, lock = (flags & ENGRAM_OPEN_MLOCK) != 0;
+    int keep_all = (flags & ENGRAM_OPEN_CACHE_KEEP_ALL) != 0;
     engram__rcache *c = NULL;
     uint64_t share, extra = 0, nsets, max_sets, per_set;
     uint32_t slot_bytes = (uint32_t)engram__align_up(row_bytes, 16);
@@ -146,6 +184,7 @@ int engram__rcache_create(engram__cbudget *b, const engram__cache_want *want, ui
     void *p;
 
     *out = NULL;
+    /* A set and its slots; the sketch and page rounding come on top. */
     per_set = sizeof(rc_set) + (uint64_t)WAYS * slot_bytes;
     max_sets = (num_rows + WAYS - 1) / WAYS;
     pthread_mutex_lock(&b->lock);
@@ -166,9 +205,19 @@ int engram__rcache_create(engram__cbudget *b, const engram__cache_want *want, ui
     nsets = share / per_set;
     if (nsets > max_sets)
         nsets = max_sets;
-    /* Page rounding of a mapped cache must fit the share too. */
-    while (nsets > 0 && cache_len(nsets, slot_bytes, &mapped) > share)
-        nsets--;
+    /* The most sets whose sketch and page rounding fit the share too
+     * (cache_len grows with nsets): a binary search below that bound. */
+    if (nsets > 0 && cache_len(nsets, slot_bytes, keep_all, &mapped) > share) {
+        uint64_t lo = 0, hi = nsets; /* cache_len(lo) fits, cache_len(hi) does not */
+        while (hi - lo > 1) {
+            uint64_t mid = lo + (hi - lo) / 2;
+            if (cache_len(mid, slot_bytes, keep_all, &mapped) <= share)
+                lo = mid;
+            else
+                hi = mid;
+        }
+        nsets = lo;
+    }
     if (nsets == 0) {
         /* Less than one set: no cache, every row is read.  The table
          * still counts for the share rule of the tables after it. */
@@ -193,7 +242,7 @@ int engram__rcache_create(engram__cbudget *b, const engram__cache_want *want, ui
     }
     /* Charged before the allocation, under the lock, so that tables
      * opened at the same time never overcommit the budget together. */
-    b->assigned += cache_len(nsets, slot_bytes, &mapped);
+    b->assigned += cache_len(nsets, slot_bytes, keep_all, &mapped);
     b->extra += extra;
     pthread_mutex_unlock(&b->lock);
 
@@ -206,7 +255,7 @@ int engram__rcache_create(engram__cbudget *b, const engram__cache_want *want, ui
     c->slot_bytes = slot_bytes;
     c->nsets = nsets;
     c->extra = extra;
-    c->charged = cache_len(nsets, slot_bytes, &c->mapped);
+    c->charged = cache_len(nsets, slot_bytes, keep_all, &c->mapped);
     c->len = (size_t)c->charged;
     if (c->mapped) {
         p = mmap(NULL, c->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -228,8 +277,14 @@ int engram__rcache_create(engram__cbudget *b, const engram__cache_want *want, ui
         }
         memset(p, 0, c->len);
     }
+    /* Sets, sketch, slots: each a whole number of cache lines, so every
+     * set and every sketch block is one line. */
     c->sets = p;
-    c->data = (unsigned char *)p + nsets * sizeof(rc_set);
+    c->sketch_words = sketch_words(nsets, keep_all);
+    c->sketch = (_Atomic uint64_t *)(void *)((unsigned char *)p + nsets * sizeof(rc_set));
+    c->data = (unsigned char *)p + nsets * sizeof(rc_set) + c->sketch_words * sizeof(uint64_t);
+    c->age_period = AGE_MISSES * nsets * WAYS;
+    c->keep_all = keep_all;
     if (lock && mlock(p, c->len) != 0) {
         err = engram__errno(errno, "%s: mlock %zu bytes of row cache (see RLIMIT_MEMLOCK)", what,
                             c->len);
@@ -245,7 +300,7 @@ fail:
             free(c->sets);
     }
     pthread_mutex_lock(&b->lock);
-    b->assigned -= cache_len(nsets, slot_bytes, &mapped);
+    b->assigned -= cache_len(nsets, slot_bytes, keep_all, &mapped);
     b->extra -= extra;
     pthread_mutex_unlock(&b->lock);
     free(c);
@@ -345,13 +400,73 @@ void engram__rcache_prefetch_slot(const engram__rcache *c, uint64_t row)
     }
 }
 
-void engram__rcache_put(engram__rcache *c, uint64_t row, const void *src)
+/* The sketch block of `row` and, in h, the bits that pick its counters. */
+static inline _Atomic uint64_t *sketch_block(const engram__rcache *c, uint64_t row, uint64_t *h)
+{
+    /* Another multiplier than set_of(): rows of one set spread over the
+     * blocks. */
+    uint64_t x = (row + 1) * 0xC2B2AE3D27D4EB4Full;
+    x ^= x >> 31;
+    x *= 0x9E3779B97F4A7C15ull;
+    *h = x;
+    return c->sketch + ((x >> 40) & (c->sketch_words / BLOCK_WORDS - 1)) * BLOCK_WORDS;
+}
+
+/* Counter i (of 4) of a row: its word in the block and its shift. */
+#define CTR_WORD(h, i) (((h) >> (3 * (i))) & (BLOCK_WORDS - 1))
+#define CTR_SHIFT(h, i) ((((h) >> (12 + 4 * (i))) & 15) * 4)
+
+/* Halves every counter of the blocks from asks `from` to `to` (a share
+ * of the sketch proportional to the misses counted): each block is halved
+ * once per age_period misses, all four counters of a row together. */
+static void sketch_age(engram__rcache *c, uint64_t from, uint64_t to)
+{
+    uint64_t nblocks = c->sketch_words / BLOCK_WORDS;
+    uint64_t a = (uint64_t)(((unsigned __int128)from * nblocks) / c->age_period);
+    uint64_t b = (uint64_t)(((unsigned __int128)to * nblocks) / c->age_period);
+    for (; a < b; a++) {
+        _Atomic uint64_t *blk = &c->sketch[(a & (nblocks - 1)) * BLOCK_WORDS];
+        for (unsigned i = 0; i < BLOCK_WORDS; i++) {
+            uint64_t v = atomic_load_explicit(&blk[i], memory_order_relaxed);
+            atomic_store_explicit(&blk[i], (v >> 1) & 0x7777777777777777ull,
+                                  memory_order_relaxed);
+        }
+    }
+}
+
+/* Counts `asks` more asks of `row` and returns its estimate, this one
+ * included. */
+static unsigned sketch_count(engram__rcache *c, uint64_t row, uint32_t asks)
+{
+    uint64_t h, n;
+    _Atomic uint64_t *blk = sketch_block(c, row, &h);
+    unsigned est = 15;
+    if (asks > 15)
+        asks = 15;
+    for (unsigned i = 0; i < 4; i++) {
+        _Atomic uint64_t *w = &blk[CTR_WORD(h, i)];
+        unsigned sh = (unsigned)CTR_SHIFT(h, i);
+        uint64_t v = atomic_load_explicit(w, memory_order_relaxed);
+        unsigned ctr = (unsigned)(v >> sh) & 15u;
+        unsigned add = ctr + asks > 15 ? 15 - ctr : asks;
+        if (add)
+            atomic_store_explicit(w, v + ((uint64_t)add << sh), memory_order_relaxed);
+        if (ctr + add < est)
+            est = ctr + add;
+    }
+    n = atomic_fetch_add_explicit(&c->asks, asks, memory_order_relaxed);
+    sketch_age(c, n, n + asks);
+    return est;
+}
+
+int engram__rcache_put(engram__rcache *c, uint64_t row, const void *src, uint32_t asks)
 {
     uint64_t si;
     rc_set *s;
-    unsigned w, victim = WAYS;
+    unsigned w, victim = WAYS, est;
     if (c->nsets == 0)
-        return;
+        return 0; /* no slots: nothing is kept, nothing declined */
+    est = c->keep_all ? ADMIT : sketch_count(c, row, asks);
     si = set_of(c, row);
     s = &c->sets[si];
     set_lock(s);
@@ -360,10 +475,15 @@ void engram__rcache_put(engram__rcache *c, uint64_t row, const void *src)
         if (tag == row + 1) {
             /* Another lookup read the same row meanwhile. */
             set_unlock(s);
-            return;
+            return 0;
         }
         if (tag == 0 && victim == WAYS)
             victim = w;
+    }
+    if (victim == WAYS && est < ADMIT) {
+        /* Full, and the row is not asked for often enough to evict one. */
+        set_unlock(s);
+        return 1;
     }
     /* CLOCK: pass over ways whose reference bit is set, clearing it. */
     while (victim == WAYS) {
@@ -378,6 +498,7 @@ void engram__rcache_put(engram__rcache *c, uint64_t row, const void *src)
     s->ref &= (unsigned char)~(1u << victim);
     atomic_store_explicit(&s->tag[victim], row + 1, memory_order_relaxed);
     set_unlock(s);
+    return 0;
 }
 
 void engram__rcache_stats(const engram__rcache *c, engram_cache_stats *s)

@@ -10,9 +10,10 @@
  * exceeds the budget, and caches never take the eighth of it kept for the
  * staging; the sharing rule is in engram.h, above engram_get_cache_stats().
  *
- * A table's cache is nsets sets of ENGRAM_CACHE_WAYS slots.  A set is its
- * lock, CLOCK state and tags in one cache line; get and put hold the set's
- * lock while they copy, so a slot is never read half-written.  fetch.c is
+ * A table's cache is nsets sets of ENGRAM_CACHE_WAYS slots and a sketch
+ * of how often missed rows were asked for (its admission filter).  A set
+ * is its lock, CLOCK state and tags in one cache line; get and put hold
+ * the set's lock while they copy, so a slot is never read half-written.  fetch.c is
  * the only user on the lookup path.
  */
 #ifndef ENGRAM_ROWCACHE_H
@@ -53,21 +54,26 @@ typedef struct engram__cache_want {
 /* Makes a cache of rows of `row_bytes` bytes for a table of `num_rows`
  * rows, of the bytes `want` asks for, capped by what the budget has left.
  * *out is NULL (and 0 returned) where that is less than one set: the
- * table then reads every row from its source.  `prefault` touches the
- * memory now, `lock` mlocks it (the store's ENGRAM_OPEN_PREFAULT and
- * ENGRAM_OPEN_MLOCK).  -ENOMEM, or the mlock's error, with a message
+ * table then reads every row from its source.  Of the store's open
+ * `flags`: ENGRAM_OPEN_PREFAULT touches the memory now,
+ * ENGRAM_OPEN_MLOCK mlocks it, ENGRAM_OPEN_CACHE_KEEP_ALL turns the
+ * admission filter off.  -ENOMEM, or the mlock's error, with a message
  * naming `what`. */
 int engram__rcache_create(engram__cbudget *b, const engram__cache_want *want, uint32_t row_bytes,
-                          uint64_t num_rows, int prefault, int lock, const char *what,
+                          uint64_t num_rows, uint32_t flags, const char *what,
                           engram__rcache **out);
 /* Frees a cache and gives its bytes back to the budget.  Accepts NULL. */
 void engram__rcache_destroy(engram__rcache *c);
 
 /* Copies `row` into dst if the cache holds it: 1 on a hit, else 0. */
 int engram__rcache_get(engram__rcache *c, uint64_t row, void *dst);
-/* Inserts `row`, whose bytes are at src (row_bytes of them), evicting by
- * CLOCK within its set; a row already there is left as it is. */
-void engram__rcache_put(engram__rcache *c, uint64_t row, const void *src);
+/* Offers `row`, just read, whose bytes are at src (row_bytes of them) and
+ * which `asks` positions of the lookup asked for.  A set with a free way
+ * takes it; a full one evicts a row by CLOCK only for a row asked for
+ * often enough lately (rowcache.c: admission; any row with
+ * ENGRAM_OPEN_CACHE_KEEP_ALL); a row already there is left as it is.
+ * Returns 1 if the filter declined the row (its set was full), else 0. */
+int engram__rcache_put(engram__rcache *c, uint64_t row, const void *src, uint32_t asks);
 /* Starts loading the set line of `row` (a few rows before get). */
 void engram__rcache_prefetch_set(const engram__rcache *c, uint64_t row);
 /* Peeks at the (prefetched) tags of `row`'s set without the lock and

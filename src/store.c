@@ -645,9 +645,7 @@ int engram_add_source(engram_store *st, const char *name, const engram_table_spe
         engram__cache_want want = {cache_bytes, 0, 0, 0};
         if ((err = engram__store_ctx_get(st, &ctx)) != 0 ||
             (err = engram__rcache_create(ctx.budget, &want, spec->row_bytes, spec->num_rows,
-                                         (ctx.flags & ENGRAM_OPEN_PREFAULT) != 0,
-                                         (ctx.flags & ENGRAM_OPEN_MLOCK) != 0, name,
-                                         &src.cache)) != 0)
+                                         ctx.flags, name, &src.cache)) != 0)
             return err;
     }
     /* Not engram__source_release(): the caller's release is for tables
@@ -1411,6 +1409,7 @@ static void add_cache_stats(const engram__table *t, engram_cache_stats *s)
         s->hits += atomic_load_explicit(&c->hits, memory_order_relaxed);
         s->misses += atomic_load_explicit(&c->misses, memory_order_relaxed);
         s->dedup += atomic_load_explicit(&c->dedup, memory_order_relaxed);
+        s->not_kept += atomic_load_explicit(&c->not_kept, memory_order_relaxed);
         s->reads += atomic_load_explicit(&c->reads, memory_order_relaxed);
         s->bytes_read += atomic_load_explicit(&c->bytes, memory_order_relaxed);
         s->read_errors += atomic_load_explicit(&c->errors, memory_order_relaxed);
@@ -1421,8 +1420,10 @@ static void add_cache_stats(const engram__table *t, engram_cache_stats *s)
         engram__rcache_stats(t->src.cache, s);
 }
 
-/* sizeof(engram_cache_stats) before staging_bytes was added. */
+/* sizeof(engram_cache_stats) before staging_bytes, and before not_kept,
+ * were added. */
 #define CACHE_STATS_V1_SIZE offsetof(engram_cache_stats, staging_bytes)
+#define CACHE_STATS_V2_SIZE offsetof(engram_cache_stats, not_kept)
 
 int engram_get_cache_stats(engram_store *st, const char *name, engram_cache_stats *s)
 {
@@ -1431,7 +1432,8 @@ int engram_get_cache_stats(engram_store *st, const char *name, engram_cache_stat
     engram__reader *rd;
     uint32_t size;
     int err = 0;
-    if (!st || !s || (s->size != sizeof(engram_cache_stats) && s->size != CACHE_STATS_V1_SIZE))
+    if (!st || !s || (s->size != sizeof(engram_cache_stats) && s->size != CACHE_STATS_V1_SIZE &&
+                      s->size != CACHE_STATS_V2_SIZE))
         return engram__err(-EINVAL, "store and stats (with size = sizeof(engram_cache_stats)) "
                                     "are required");
     if (name && (err = engram_name_check(name)) != 0)
@@ -1490,12 +1492,12 @@ void engram__store_maybe_log(engram_store *st)
      * without a log function. */
     engram__log(ENGRAM_LOG_INFO, ENGRAM__LOG_ASKED,
                 "cache %s: hit rate %.1f%% (%" PRIu64 " hits, %" PRIu64 " misses, %" PRIu64
-                " deduplicated), %" PRIu64 " reads, %.1f MiB read, %" PRIu64 " errors, %.1f MiB in %"
+                " deduplicated, %" PRIu64 " not kept), %" PRIu64 " reads, %.1f MiB read, %" PRIu64 " errors, %.1f MiB in %"
                 PRIu64 " slots (%u ways), %.1f MiB staging, %" PRIu64 "/%" PRIu64
                 " tables O_DIRECT",
                 st->path,
                 s.hits + s.misses ? 100.0 * (double)s.hits / (double)(s.hits + s.misses) : 0.0,
-                s.hits, s.misses, s.dedup, s.reads, (double)s.bytes_read / 1048576.0,
+                s.hits, s.misses, s.dedup, s.not_kept, s.reads, (double)s.bytes_read / 1048576.0,
                 s.read_errors, (double)s.cache_bytes / 1048576.0, s.slots, s.ways,
                 (double)s.staging_bytes / 1048576.0, s.direct_tables, s.tables);
 }

@@ -25,7 +25,7 @@
  * threads beyond ENGRAM__SHARDS share the last shard with atomic adds. */
 typedef struct engram__table_counters {
     _Atomic uint64_t lookups, rows; /* every table */
-    _Atomic uint64_t hits, misses, dedup; /* row sources (fetch.c) */
+    _Atomic uint64_t hits, misses, dedup, not_kept; /* row sources (fetch.c) */
     _Atomic uint64_t reads, bytes, errors; /* row sources without their own read counters */
 } __attribute__((aligned(ENGRAM__CACHELINE))) engram__table_counters;
 

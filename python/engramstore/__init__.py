@@ -119,7 +119,7 @@ class EngramStore:
     def __new__(cls, layers: Mapping[int, EngramStoreConfig],
                 store: TableStore | MooncakeClient | None = None, *, cache_bytes: int = 0,
                 read_deadline: float = ..., max_ranges: int = ...,
-                read_calls: int = ...) -> LayerStore: ...
+                read_calls: int = ..., cache_keep_all: bool = ...) -> LayerStore: ...
 
     @overload
     def __new__(cls, tables: Mapping[str, TableSpecArg] | None = None,
@@ -225,7 +225,9 @@ class TableStore(_engram.Store, EngramStore):
     namespace; ``threads`` for large lookups (0: one per CPU, at most 8);
     ``file_cache``: read table files on demand (io_uring) through a row cache
     of ``cache_bytes`` (0: 256 MiB) with ``queue_depth`` reads in flight (0:
-    64), for tables larger than memory.
+    64), for tables larger than memory.  A full row cache keeps a row only if
+    it was asked for twice lately; ``cache_keep_all=True`` keeps every row
+    read (CLOCK alone), for hot sets that change all at once.
 
     NUMA (docs/operations.md, "NUMA"): ``numa_node=N`` puts the pages of the
     tables this store writes (in a tmpfs namespace such as /dev/shm) and of

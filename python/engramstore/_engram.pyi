@@ -96,6 +96,7 @@ class Store:
         numa_gpu: str | None = None,
         numa_interleave: bool | str | None = None,
         numa_local: bool = False,
+        cache_keep_all: bool = False,
     ) -> None: ...
     @property
     def closed(self) -> bool: ...

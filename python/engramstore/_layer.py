@@ -46,7 +46,9 @@ class LayerStore(EngramStore):
     With ``store`` a Mooncake ``MooncakeDistributedStore`` (set up by the
     caller) the layers live in that store (one object per head), and the
     keywords apply: ``cache_bytes`` (a row cache in front of it, shared by
-    the heads in proportion to their size; 0: none), ``read_deadline``
+    the heads in proportion to their size; 0: none; ``cache_keep_all=True``
+    keeps every row read instead of only rows asked for twice lately),
+    ``read_deadline``
     (seconds a read retries passing errors), ``max_ranges`` (ranges per
     Mooncake call), ``read_calls`` (Mooncake calls of a lookup in flight at
     once).
@@ -56,7 +58,7 @@ class LayerStore(EngramStore):
                  store: TableStore | MooncakeClient | None = None, *, cache_bytes: int = 0,
                  read_deadline: float = _mooncake.READ_DEADLINE,
                  max_ranges: int = _mooncake.MAX_RANGES,
-                 read_calls: int = _mooncake.READ_CALLS) -> None:
+                 read_calls: int = _mooncake.READ_CALLS, cache_keep_all: bool = False) -> None:
         if not isinstance(layers, Mapping):
             raise TypeError(f"layers: expected a dict of layer_id -> EngramStoreConfig, "
                             f"got {type(layers).__name__}")
@@ -92,9 +94,9 @@ class LayerStore(EngramStore):
         mooncake = _mooncake.is_mooncake_client(store)
         if not mooncake and (cache_bytes or read_deadline != _mooncake.READ_DEADLINE or
                              max_ranges != _mooncake.MAX_RANGES or
-                             read_calls != _mooncake.READ_CALLS):
-            raise TypeError("cache_bytes, read_deadline, max_ranges, read_calls: only with a "
-                            "Mooncake store client (store=MooncakeDistributedStore)")
+                             read_calls != _mooncake.READ_CALLS or cache_keep_all):
+            raise TypeError("cache_bytes, cache_keep_all, read_deadline, max_ranges, read_calls: "
+                            "only with a Mooncake store client (store=MooncakeDistributedStore)")
         self._specs = specs
         self._keys = {layer_id: tuple(f"engram:l{layer_id}:h{h}" for h in range(len(sizes)))
                       for layer_id, (sizes, _) in specs.items()}
@@ -116,7 +118,10 @@ class LayerStore(EngramStore):
                 cache_bytes, [specs[l][0][h] * specs[l][1] for l, h in order])
             self._share = dict(zip(order, shares))
             self._gen: dict[int, int] = {}  # layer -> times removed through this store
-            self._store = TableStore(local_dir=None, cache_bytes=budget)
+            if not isinstance(cache_keep_all, bool):
+                raise TypeError(f"cache_keep_all: expected a bool, got {cache_keep_all!r}")
+            self._store = TableStore(local_dir=None, cache_bytes=budget,
+                                     cache_keep_all=cache_keep_all)
             self._owned = False
         else:
             raise TypeError(f"store: expected an engramstore store client (e.g. "

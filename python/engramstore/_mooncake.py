@@ -705,7 +705,7 @@ if TYPE_CHECKING:
 
     from ._engram import TableSpec
 
-_TABLE_OPTIONS = frozenset(("cache_bytes", "threads", "timing"))
+_TABLE_OPTIONS = frozenset(("cache_bytes", "cache_keep_all", "threads", "timing"))
 
 
 class MooncakeTableStore(TableStore):

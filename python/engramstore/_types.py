@@ -48,6 +48,7 @@ class StoreOptions(TypedDict, total=False):
     file_cache: bool
     cache_bytes: int
     queue_depth: int
+    cache_keep_all: bool
     store_client: None
     redis: str | None
     redis_user: str | None
@@ -67,5 +68,6 @@ class MooncakeStoreOptions(TypedDict, total=False):
     read_deadline=..., max_ranges=..., read_calls=..., **options)."""
 
     cache_bytes: int
+    cache_keep_all: bool
     threads: int
     timing: bool

@@ -226,22 +226,22 @@ static int Store_init(StoreObject *s, PyObject *args, PyObject *kw)
                              "file_cache", "cache_bytes", "queue_depth", "redis", "redis_user",
                              "redis_password", "redis_tagged", "redis_chunk_bytes",
                              "redis_timeout_ms", "numa_node", "numa_gpu", "numa_interleave",
-                             "numa_local", NULL};
+                             "numa_local", "cache_keep_all", NULL};
     PyObject *ns = Py_None, *dir = NULL, *dirb = NULL, *cb = NULL, *qd = NULL;
     PyObject *redis = Py_None, *ruser = Py_None, *rpass = Py_None, *rchunk = NULL, *rto = NULL;
     PyObject *nnode = Py_None, *ngpu = Py_None, *nil = Py_None;
     int create = 1, prefault = 0, rnd = 0, huge = 0, mlck = 0, verify = 0, timing = 0,
-        group = 0, threads = 0, fcache = 0, rtagged = 0, nlocal = 0, rc;
+        group = 0, threads = 0, fcache = 0, rtagged = 0, nlocal = 0, keepall = 0, rc;
     unsigned long long cache_bytes = 0, queue_depth = 0, chunk_bytes = 0, timeout_ms = 0;
     engram_store_options o = ENGRAM_STORE_OPTIONS_INIT;
     engram_store *st = NULL;
     const char *cns = NULL, *cdir = NULL;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OO$ppppppppipOOOOOpOOOOOp:EngramStore", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OO$ppppppppipOOOOOpOOOOOpp:EngramStore", kwlist,
                                      &ns, &dir, &create, &prefault, &rnd, &huge, &mlck, &verify,
                                      &timing, &group, &threads, &fcache, &cb, &qd, &redis, &ruser,
                                      &rpass, &rtagged, &rchunk, &rto, &nnode, &ngpu, &nil,
-                                     &nlocal))
+                                     &nlocal, &keepall))
         return -1;
     if (numa_args(nnode, ngpu, nil, &o) < 0)
         return -1;
@@ -267,7 +267,8 @@ static int Store_init(StoreObject *s, PyObject *args, PyObject *kw)
               (rnd ? ENGRAM_OPEN_RANDOM : 0) | (huge ? ENGRAM_OPEN_PRIVATE_HUGE : 0) |
               (mlck ? ENGRAM_OPEN_MLOCK : 0) | (verify ? ENGRAM_OPEN_VERIFY : 0) |
               (timing ? ENGRAM_OPEN_TIMING : 0) | (group ? ENGRAM_OPEN_GROUP : 0) |
-              (fcache ? ENGRAM_OPEN_FILE_CACHE : 0) | (nlocal ? ENGRAM_OPEN_NUMA_LOCAL : 0);
+              (fcache ? ENGRAM_OPEN_FILE_CACHE : 0) | (nlocal ? ENGRAM_OPEN_NUMA_LOCAL : 0) |
+              (keepall ? ENGRAM_OPEN_CACHE_KEEP_ALL : 0);
     o.threads = threads;
     o.cache_bytes = cache_bytes;
     o.queue_depth = (uint32_t)queue_depth;
@@ -443,7 +444,9 @@ PyDoc_STRVAR(Store_doc,
 "Store(namespace=None, local_dir=None, *, create=True, prefault=False, random=False, "
 "huge_pages=False, mlock=False, verify=False, timing=False, group=False, threads=0, "
 "file_cache=False, cache_bytes=0, queue_depth=0, redis=None, redis_user=None, "
-"redis_password=None, redis_tagged=False, redis_chunk_bytes=0, redis_timeout_ms=0)\n--\n\n"
+"redis_password=None, redis_tagged=False, redis_chunk_bytes=0, redis_timeout_ms=0, "
+"numa_node=None, numa_gpu=None, numa_interleave=None, numa_local=False, "
+"cache_keep_all=False)\n--\n\n"
 "One namespace of tables: the directory local_dir/namespace (local_dir None with\n"
 "a namespace: the default root), or, with local_dir=None and namespace=None, a\n"
 "memory-only store that serves bound arrays, or, with redis='host:port,...',\n"

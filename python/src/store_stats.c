@@ -20,7 +20,8 @@ const char ext_store_stats_doc[] = PyDoc_STR(
 "looked up through this object: lookups, rows, bytes, resident_bytes,\n"
 "huge_bytes, private_copy, map_minor_faults, map_major_faults.  Under\n"
 "'cache', the row cache of the tables read through a source (file cache,\n"
-"safetensors, add_source): tables, direct_tables, hits, misses, dedup, reads,\n"
+"safetensors, add_source): tables, direct_tables, hits, misses, dedup,\n"
+"not_kept, reads, "
 "bytes_read, read_errors, cache_bytes, slots, ways, queue_depth, budget_bytes,\n"
 "staging_bytes.  Under 'cuda', None before the first GPU lookup, then the\n"
 "GPU context's: device, tables_mapped (read in place), tables_copied (from a\n"
@@ -202,12 +203,13 @@ PyObject *ext_store_stats(StoreObject *s, PyObject *unused)
             ext_raise(rc, NULL);
             goto fail;
         }
-        cache = Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:I,s:I,s:K,s:K}", "tables",
+        cache = Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:I,s:I,s:K,s:K}", "tables",
                               (unsigned long long)cs.tables, "direct_tables",
                               (unsigned long long)cs.direct_tables, "hits",
                               (unsigned long long)cs.hits, "misses",
                               (unsigned long long)cs.misses, "dedup",
-                              (unsigned long long)cs.dedup, "reads", (unsigned long long)cs.reads,
+                              (unsigned long long)cs.dedup, "not_kept",
+                              (unsigned long long)cs.not_kept, "reads", (unsigned long long)cs.reads,
                               "bytes_read", (unsigned long long)cs.bytes_read, "read_errors",
                               (unsigned long long)cs.read_errors, "cache_bytes",
                               (unsigned long long)cs.cache_bytes, "slots",

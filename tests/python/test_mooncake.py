@@ -507,6 +507,38 @@ def test_cache_is_exact_under_zipf(mc_client, layer_id):
     t.close()
 
 
+@pytest.mark.parametrize("keep_all", [False, True])
+def test_cache_admission(mc_client, layer_id, keep_all):
+    """The Mooncake layer API's row cache filters like every row cache: a
+    scan of rows asked for once leaves the hot rows cached, unless
+    cache_keep_all=True (then the scan flushes them)."""
+    sizes = [6000]
+    t = engramstore.EngramStore({layer_id: cfg(sizes)}, mc_client, cache_bytes=40 << 10,
+                                cache_keep_all=keep_all)
+    bufs = heads(layer_id, sizes)
+    t.populate(layer_id, bufs)
+
+    def ask(rows):
+        ids = np.asarray(rows, np.int64).reshape(1, -1, 1)
+        out = sentinel((1, ids.shape[1], 1, R))
+        t.lookup_into(layer_id, ids, out)
+        np.testing.assert_array_equal(out, expect(bufs, ids))
+        return t.stats()["cache"]
+
+    slots = t.stats()["cache"]["slots"]
+    assert 50 <= slots <= 200
+    for _ in range(3):
+        ask(range(30))
+    before = ask(range(1000, 1000 + 4 * slots))
+    after = ask(range(30))
+    if keep_all:
+        assert before["not_kept"] == 0 and after["hits"] - before["hits"] <= 3
+    else:
+        assert before["not_kept"] >= 3 * slots and after["hits"] - before["hits"] >= 27
+    t.remove_from_store(layer_id, force=True)
+    t.close()
+
+
 def test_threads(layer):
     t, L, bufs = layer
 

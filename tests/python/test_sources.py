@@ -71,6 +71,48 @@ def test_served_exactly(mem, cache_bytes):
     assert mem.get_table_spec("s")["kind"] == "source"
 
 
+@pytest.mark.parametrize("keep_all", [False, True])
+def test_admission(keep_all):
+    """A full cache keeps a row only once it was asked for twice lately, so
+    a scan of rows asked for once leaves the hot rows cached; with
+    cache_keep_all=True every row read is kept and the scan flushes them."""
+    n = 20000
+    rows = make_rows(n, R, seed=9)
+    src = Source(rows)
+    with engramstore.EngramStore(local_dir=None, cache_keep_all=keep_all) as st:
+        st.add_source("s", {"num_rows": n, "row_bytes": R}, src, cache_bytes=64 << 10)
+        slots = st.stats()["cache"]["slots"]
+        assert 100 <= slots <= 250
+
+        def ask(ids):
+            ids = np.asarray(ids, np.int64).reshape(-1, 1)
+            out = sentinel((len(ids), 1, R))
+            st.lookup(["s"], ids, out)
+            np.testing.assert_array_equal(out, expected({"s": rows}, ["s"], ids))
+            return st.stats()["cache"]
+
+        hot = np.arange(50)
+        for _ in range(3):
+            ask(hot)
+        before = ask(np.arange(1000, 1000 + 4 * slots))  # a scan, each row once
+        after = ask(hot)
+        hot_hits = after["hits"] - before["hits"]
+        if keep_all:
+            assert before["not_kept"] == 0 and hot_hits <= 5
+        else:
+            assert before["not_kept"] >= 3 * slots and hot_hits >= 45
+            # Twice in one lookup: kept at once, then hits.
+            c0 = ask(np.repeat(np.arange(5000, 5040), 2))
+            c1 = ask(np.arange(5000, 5040))
+            assert c0["not_kept"] - after["not_kept"] <= 2 and c1["hits"] - c0["hits"] >= 30
+
+
+def test_keep_all_needs_a_mooncake_client_in_the_layer_api():
+    cfg = engramstore.EngramStoreConfig([10], 8)
+    with pytest.raises(TypeError, match="cache_keep_all"):
+        engramstore.EngramStore({0: cfg}, None, cache_keep_all=True)
+
+
 def test_failure_leaves_output_and_cache(mem):
     rows = make_rows(N, R, seed=4)
     src = Source(rows)
