@@ -10,11 +10,11 @@
  * evicts a row only for one asked for at least ADMIT times lately: each
  * missed row is counted in a count-min sketch of 4-bit counters (four
  * counters of one 64-byte block per row, the lowest of them its estimate),
- * and the sketch decays, each counter halved once per AGE_MISSES misses a
+ * and the sketch decays, each block halved once per AGE_MISSES misses a
  * slot.  Under Engram's Zipf-like ids most rows of the long tail are asked
  * for once in a while; without the filter each such read evicts a row that
- * is asked for again, and with it a cache of 5% of a Zipf(1.0) table
- * serves about 15% more of the misses it had (docs/performance.md).  Only
+ * is asked for again.  With it, a cache of 5% of a Zipf(1.0) table reads
+ * about a tenth fewer rows (docs/performance.md, section 10).  Only
  * the miss path touches the sketch (a row read from a source costs far
  * more), so hits cost what they did.  Counters are relaxed atomics: a lost
  * increment or halving between two threads only blurs an estimate.  A hit copies the slot under the set's lock; an
