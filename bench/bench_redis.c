@@ -31,9 +31,15 @@
  *   engram        engram_lookup() on a store of the namespace with no
  *                 row cache.
  *   engram+cache  the same with a row cache of --cache-pct percent (5)
- *                 of the rows, warm (a first repetition, not counted,
- *                 fills it).  Every repetition draws new ids, so its hit
- *                 rate is the distribution's, not that of ids seen before.
+ *                 of the rows, warm: before each distribution's runs,
+ *                 lookups of its ids (not counted) until the cache's
+ *                 misses reach 6 times its slots, so that it has turned
+ *                 over and its admission filter has seen the rows come
+ *                 back.  Every repetition draws new ids, so its hit rate
+ *                 is the distribution's, not that of ids seen before.
+ *   keep-all      the same cache with ENGRAM_OPEN_CACHE_KEEP_ALL (every
+ *                 row read kept, CLOCK alone), same budget, warmed
+ *                 alike: what the admission filter is worth.
  *
  * Each figure is the median of --reps repetitions (5) of --lookups
  * lookups per thread (100); the configurations' repetitions are
@@ -330,8 +336,8 @@ static void bare_lookup(bare_client *b, const int64_t *ids, size_t n, unsigned c
  * The runs.
  */
 
-enum { C_BARE, C_ENGRAM, C_CACHE, NCONF };
-static const char *const conf_name[NCONF] = {"bare", "engram", "engram+cache"};
+enum { C_BARE, C_ENGRAM, C_CACHE, C_KEEPALL, NCONF };
+static const char *const conf_name[NCONF] = {"bare", "engram", "engram+cache", "keep-all"};
 
 typedef struct worker {
     pthread_t th;
@@ -377,15 +383,61 @@ static void *run_worker(void *p)
     return NULL;
 }
 
-static engram_store *open_store(const char *nodes, uint64_t cache_bytes)
+static engram_store *open_store(const char *nodes, uint64_t cache_bytes, uint32_t flags)
 {
     engram_store_options o = ENGRAM_STORE_OPTIONS_INIT;
     engram_store *st;
     o.threads = 1;
+    o.flags = flags;
     o.cache_bytes = cache_bytes;
     if (engram_store_open_redis(nodes, "bench", &o, NULL, &st) != 0)
         die("engram_store_open_redis");
     return st;
+}
+
+/* Warms each store's row cache with lookups of distribution d (ids of a
+ * seed of their own, one thread) until its misses reach 6 times its slots,
+ * 120 s at most. */
+static void warm_caches(engram_store *const *sts, int n, int d)
+{
+    int64_t *ids = malloc(K * sizeof *ids);
+    unsigned char *out = malloc(K * ROW);
+    if (!ids || !out)
+        die("out of memory");
+    for (int k = 0; k < n; k++) {
+        engram_table_id tids[MAX_TABLES];
+        engram_cache_stats s0 = ENGRAM_CACHE_STATS_INIT, s = ENGRAM_CACHE_STATS_INIT;
+        engram_lookup_args a = ENGRAM_LOOKUP_ARGS_INIT;
+        uint64_t seed = 7777 + (uint64_t)d, t0 = now_ns(), nl = 0;
+        for (size_t t = 0; t < ntables; t++) {
+            char name[32];
+            snprintf(name, sizeof name, "t%zu", t);
+            if (engram_table_open(sts[k], name, &tids[t]) != 0)
+                die("engram_table_open");
+        }
+        a.num_tokens = K / ntables;
+        a.num_cols = ntables;
+        a.tables = tids;
+        a.ids = ids;
+        a.id_type = ENGRAM_ID_INT64;
+        a.out = out;
+        engram_get_cache_stats(sts[k], NULL, &s0);
+        do {
+            for (size_t j = 0; j < K; j++)
+                ids[j] = (int64_t)draw(&seed, d);
+            if (engram_lookup(sts[k], &a) != 0)
+                die("engram_lookup");
+            nl++;
+            engram_get_cache_stats(sts[k], NULL, &s);
+        } while (s.misses - s0.misses < 6 * s.slots && now_ns() - t0 < 120ull * 1000000000ull);
+        printf("%s: cache %d warmed by %" PRIu64 " lookups (%" PRIu64 " misses, %" PRIu64
+               " slots) in %.1f s\n",
+               d ? "zipf" : "uniform", k, nl, s.misses - s0.misses, s.slots,
+               (double)(now_ns() - t0) / 1e9);
+    }
+    fflush(stdout);
+    free(ids);
+    free(out);
 }
 
 static int parse_list(const char *s, int *v, int max)
@@ -404,9 +456,8 @@ static int parse_list(const char *s, int *v, int max)
 int main(int argc, char **argv)
 {
     tr_cluster cl;
-    engram_store *push, *st_plain, *st_cache;
+    engram_store *push, *st_plain, *st_cache, *st_keep;
     engram_redis_options ro = ENGRAM_REDIS_OPTIONS_INIT;
-    engram_cache_stats cs = ENGRAM_CACHE_STATS_INIT;
     const char *nodes;
     uint64_t t0, cache_bytes;
     unsigned char *rows;
@@ -532,19 +583,21 @@ int main(int argc, char **argv)
     zipf_init();
 
     cache_bytes = (uint64_t)((double)rows_per_table * ntables * ROW * cache_pct / 100.0);
-    st_plain = open_store(nodes, 1); /* below one set: no cache */
+    st_plain = open_store(nodes, 1, 0); /* below one set: no cache */
     /* The cache gets 7/8 of the budget (the rest is kept for file reads). */
-    st_cache = open_store(nodes, cache_bytes / 7 * 8 + (1u << 20));
+    st_cache = open_store(nodes, cache_bytes / 7 * 8 + (1u << 20), 0);
+    st_keep = open_store(nodes, cache_bytes / 7 * 8 + (1u << 20), ENGRAM_OPEN_CACHE_KEEP_ALL);
 
     for (int d = 0; d < 2; d++) {
         if (!dists[d])
             continue;
+        warm_caches((engram_store *[]){st_cache, st_keep}, 2, d);
         for (int ti = 0; ti < nthread_list; ti++) {
             int nt = thread_list[ti];
             double res[NCONF][64];
             worker *w = calloc((size_t)nt, sizeof *w);
             int64_t **ids = calloc((size_t)nt, sizeof *ids);
-            uint64_t seed = 42, distinct = 0, total = 0, hits = 0, misses = 0;
+            uint64_t seed = 42, distinct = 0, total = 0, hits[NCONF] = {0}, misses[NCONF] = {0};
             if (reps > 64)
                 reps = 64;
             for (int i = 0; i < nt; i++) {
@@ -576,15 +629,16 @@ int main(int argc, char **argv)
                 free(seen);
             }
             for (int rep = -1; rep < reps; rep++) {
-                /* Fresh ids every repetition (the same for the three
-                 * configurations): the cache's hit rate is that of the
-                 * distribution, not of a replay. */
+                /* Fresh ids every repetition (the same for every
+                 * configuration): the cache's hit rate is that of the
+                 * distribution, not of a replay.  Repetition -1 is not
+                 * counted (connections, first touches). */
                 if (rep >= 0)
                     for (int i = 0; i < nt; i++)
                         for (size_t j = 0; j < lookups * K; j++)
                             ids[i][j] = (int64_t)draw(&seed, d);
                 for (int c = 0; c < NCONF; c++) {
-                    engram_store *st = c == C_CACHE ? st_cache : st_plain;
+                    engram_store *st = c == C_CACHE ? st_cache : c == C_KEEPALL ? st_keep : st_plain;
                     uint64_t start, bad = 0;
                     for (int i = 0; i < nt; i++) {
                         w[i].conf = c;
@@ -602,7 +656,8 @@ int main(int argc, char **argv)
                     }
                     engram_cache_stats before = ENGRAM_CACHE_STATS_INIT;
                     engram_cache_stats after = ENGRAM_CACHE_STATS_INIT;
-                    engram_get_cache_stats(st_cache, NULL, &before);
+                    if (st != st_plain)
+                        engram_get_cache_stats(st, NULL, &before);
                     start = now_ns();
                     for (int i = 0; i < nt; i++)
                         pthread_create(&w[i].th, NULL, run_worker, &w[i]);
@@ -610,10 +665,10 @@ int main(int argc, char **argv)
                         pthread_join(w[i].th, NULL);
                         bad += w[i].bad;
                     }
-                    engram_get_cache_stats(st_cache, NULL, &after);
-                    if (c == C_CACHE && rep >= 0) {
-                        hits += after.hits - before.hits;
-                        misses += after.misses - before.misses;
+                    if (st != st_plain && rep >= 0) {
+                        engram_get_cache_stats(st, NULL, &after);
+                        hits[c] += after.hits - before.hits;
+                        misses[c] += after.misses - before.misses;
                     }
                     if (bad) {
                         fprintf(stderr, "bench_redis: %s: %" PRIu64 " wrong rows\n",
@@ -641,9 +696,13 @@ int main(int argc, char **argv)
                     if (c != C_BARE)
                         printf("  %5.2fx bare  %4.0fx Mooncake", med[c] / med[C_BARE],
                                med[c] / 30000.0);
+                    if (c == C_CACHE || c == C_KEEPALL)
+                        printf("  hit rate %.1f%%",
+                               hits[c] + misses[c]
+                                   ? 100.0 * (double)hits[c] / (double)(hits[c] + misses[c])
+                                   : 0.0);
                     if (c == C_CACHE)
-                        printf("  hit rate %.0f%%",
-                               hits + misses ? 100.0 * (double)hits / (double)(hits + misses) : 0.0);
+                        printf("  %.2fx keep-all", med[c] / med[C_KEEPALL]);
                     printf("\n");
                 }
                 fflush(stdout);
@@ -659,13 +718,17 @@ int main(int argc, char **argv)
             free(ids);
         }
     }
-    engram_get_cache_stats(st_cache, NULL, &cs);
-    printf("row cache: %.1f MiB of slots (%.1f%% of the rows), budget %.1f MiB\n",
-           (double)cs.cache_bytes / 1048576.0,
-           100.0 * (double)cs.slots / (double)(rows_per_table * ntables),
-           (double)cs.budget_bytes / 1048576.0);
+    for (int k = 0; k < 2; k++) {
+        engram_cache_stats s = ENGRAM_CACHE_STATS_INIT;
+        engram_get_cache_stats(k ? st_keep : st_cache, NULL, &s);
+        printf("row cache%s: %.1f MiB of slots and sketch (%.1f%% of the rows), budget %.1f MiB\n",
+               k ? " (keep-all)" : "", (double)s.cache_bytes / 1048576.0,
+               100.0 * (double)s.slots / (double)(rows_per_table * ntables),
+               (double)s.budget_bytes / 1048576.0);
+    }
     engram_store_close(st_plain);
     engram_store_close(st_cache);
+    engram_store_close(st_keep);
     if (!nodes_arg)
         tr_stop(&cl);
     return 0;
