@@ -552,6 +552,50 @@ static void test_budget(void)
     engram_store_close(st);
 }
 
+/* Rows of one byte each, made from the row number. */
+static int byte_read(void *ctx, engram_source_req *reqs, size_t n)
+{
+    (void)ctx;
+    for (size_t i = 0; i < n; i++)
+        *(unsigned char *)reqs[i].dst = (unsigned char)(reqs[i].row * 31 + 7);
+    return 0;
+}
+
+/* The largest budget, and a table of 1-byte rows with as many sets as it
+ * allows: sets and slots then take 3 * 2^62 + 32 bytes and the admission
+ * sketch 2^62, more than 2^64 together.  The cache must be sized in full
+ * (and then fail to be allocated), never as the 32 bytes left after
+ * wrapping around, which would hold no slot of the 2^59 it reports. */
+static void test_budget_huge(void)
+{
+    const uint64_t nsets = ((uint64_t)3 << 58) / 11 + 1; /* 11 * nsets = 3 * 2^58 + 2 */
+    engram_store_options o = ENGRAM_STORE_OPTIONS_INIT;
+    engram_table_spec spec = {nsets * ENGRAM_CACHE_WAYS, 1, 0};
+    engram_source_ops ops = ENGRAM_SOURCE_OPS_INIT;
+    engram_store *st;
+    engram_table_id id;
+    int rc;
+    ops.read_rows = byte_read;
+    o.cache_bytes = UINT64_MAX;
+    ASSERT_OK(engram_store_open_memory(&o, &st));
+    rc = engram_add_source(st, "huge", &spec, &ops, NULL, UINT64_MAX, &id);
+    if (rc == 0) {
+        engram_cache_stats s = cstats(st, "huge");
+        int64_t ids[4] = {0, 1, (int64_t)spec.num_rows - 1, 12345};
+        unsigned char out[4];
+        printf("   %" PRIu64 " slots in %" PRIu64 " bytes\n", s.slots, s.cache_bytes);
+        /* Unsigned: these pass LLONG_MAX.  A slot holds at least its row. */
+        ASSERT(s.cache_bytes <= s.budget_bytes - s.staging_bytes);
+        ASSERT(s.cache_bytes >= s.slots);
+        ASSERT_OK(lookup(st, &id, NULL, ids, 4, 1, out, 0));
+        for (int i = 0; i < 4; i++)
+            ASSERT_EQ(out[i], (unsigned char)((uint64_t)ids[i] * 31 + 7));
+    } else {
+        ASSERT_EQ(rc, -ENOMEM);
+    }
+    engram_store_close(st);
+}
+
 /* The rows a source gets are the ids the lookup validated, read once:
  * here the output of the memory column overwrites the ids of the source
  * column before the source is called (out aliases ids).  A second read
@@ -750,6 +794,7 @@ int main(void)
     RUN_TEST(test_large);
     RUN_TEST(test_threads);
     RUN_TEST(test_budget);
+    RUN_TEST(test_budget_huge);
     RUN_TEST(test_admission);
     RUN_TEST(test_ids_read_once);
     RUN_TEST(test_bad_arguments);
