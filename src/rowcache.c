@@ -410,12 +410,15 @@ void engram__rcache_prefetch_slot(const engram__rcache *c, uint64_t row)
 static inline _Atomic uint64_t *sketch_block(const engram__rcache *c, uint64_t row, uint64_t *h)
 {
     /* Another multiplier than set_of(): rows of one set spread over the
-     * blocks. */
+     * blocks.  The counters take the low 28 bits of x; the block is its
+     * high bits scaled to the number of blocks, so that every block is
+     * used however large the sketch. */
     uint64_t x = (row + 1) * 0xC2B2AE3D27D4EB4Full;
     x ^= x >> 31;
     x *= 0x9E3779B97F4A7C15ull;
     *h = x;
-    return c->sketch + ((x >> 40) & (c->sketch_words / BLOCK_WORDS - 1)) * BLOCK_WORDS;
+    return c->sketch +
+           (uint64_t)(((unsigned __int128)x * (c->sketch_words / BLOCK_WORDS)) >> 64) * BLOCK_WORDS;
 }
 
 /* Counter i (of 4) of a row: its word in the block and its shift. */
