@@ -705,6 +705,51 @@ static void test_admission(void)
     fx_close(&f);
 }
 
+/* The cache stats of a source table of 2^20 rows given `share` bytes of
+ * cache in a store opened with `flags`. */
+static engram_cache_stats cache_of(uint64_t share, uint32_t flags)
+{
+    engram_store_options o = ENGRAM_STORE_OPTIONS_INIT;
+    engram_table_spec spec = {1 << 20, R, PITCH};
+    src_ctx c = {0};
+    src_table t = {NULL, 1 << 20, 0, 0};
+    engram_source_ops ops = make_ops(&c);
+    engram_cache_stats s;
+    engram_store *st;
+    o.flags = flags;
+    o.cache_bytes = 2 * share;
+    ASSERT_OK(engram_store_open_memory(&o, &st));
+    ASSERT_OK(engram_add_source(st, "t", &spec, &ops, &t, share, NULL));
+    s = cstats(st, "t");
+    engram_store_close(st);
+    return s;
+}
+
+/* The admission filter's counts take 8 to 16 bytes a slot (engram.h: a
+ * word a slot, rounded up to a power of two words): for the same share, a
+ * cache with the filter spends that much more per slot than one without,
+ * and has as many slots as the share allows at 16 bytes a slot. */
+static void test_admission_bytes(void)
+{
+    tu_current_case = "admission: bytes a slot";
+    for (uint64_t share = 8 << 10; share < (1 << 20); share += share / 8) {
+        engram_cache_stats f = cache_of(share, 0);
+        engram_cache_stats k = cache_of(share, ENGRAM_OPEN_CACHE_KEEP_ALL);
+        uint64_t per_set, sets, counts;
+        ASSERT_GT(f.slots, 0);
+        ASSERT_GT(k.slots, 0);
+        /* Without the filter: sets and their slots, nothing else. */
+        per_set = k.cache_bytes / (k.slots / ENGRAM_CACHE_WAYS);
+        ASSERT_EQ_U64(k.cache_bytes % (k.slots / ENGRAM_CACHE_WAYS), 0);
+        sets = f.slots / ENGRAM_CACHE_WAYS;
+        ASSERT_GE(f.cache_bytes, sets * per_set);
+        counts = f.cache_bytes - sets * per_set;
+        ASSERT_GE(counts, 8 * f.slots);
+        ASSERT_LT(counts, 16 * f.slots);
+        ASSERT_GE(sets, share / (per_set + 16 * ENGRAM_CACHE_WAYS));
+    }
+}
+
 static void test_ids_read_once(void)
 {
     fixture f;
@@ -796,6 +841,7 @@ int main(void)
     RUN_TEST(test_budget);
     RUN_TEST(test_budget_huge);
     RUN_TEST(test_admission);
+    RUN_TEST(test_admission_bytes);
     RUN_TEST(test_ids_read_once);
     RUN_TEST(test_bad_arguments);
     printf("test_source: all passed\n");
