@@ -596,10 +596,6 @@ static void test_budget_huge(void)
     engram_store_close(st);
 }
 
-/* The rows a source gets are the ids the lookup validated, read once:
- * here the output of the memory column overwrites the ids of the source
- * column before the source is called (out aliases ids).  A second read
- * of the ids would hand the source a row made of table bytes. */
 /* Asks rows first..first+n-1 (each `times` times in one lookup, in
  * lookups of at most 1024 positions) and checks the bytes; returns the
  * cache stats after. */
@@ -750,6 +746,10 @@ static void test_admission_bytes(void)
     }
 }
 
+/* The rows a source gets are the ids the lookup validated, read once:
+ * here the output of the memory column overwrites the ids of the source
+ * column before the source is called (out aliases ids).  A second read
+ * of the ids would hand the source a row made of table bytes. */
 static void test_ids_read_once(void)
 {
     fixture f;
