@@ -974,8 +974,8 @@ ENGRAM_API int engram_dequant_fp8_e4m3_e8m0_ref(const void *values, const void *
  * been read and checked, so a lookup never returns stale or partial bytes.
  * It is set-associative (ENGRAM_CACHE_WAYS rows per set, CLOCK replacement
  * within a set, a short lock per set, no global lock).  The counts of
- * missed rows take 8 to 16 bytes a slot (a power of two of 8-byte
- * words), within the table's share.
+ * missed rows take 8 to 16 bytes a slot (a word a slot, rounded up to a
+ * power of two words), within the table's share.
  *
  * The budget, cache_bytes, bounds all the memory the row cache and its
  * reads hold.  The reader's staging (each read in flight lands in a
@@ -1028,7 +1028,8 @@ typedef struct engram_cache_stats {
     uint64_t bytes_read;    /* bytes transferred by those reads (O_DIRECT reads whole
                              * aligned blocks) */
     uint64_t read_errors;   /* reads that failed or came back short */
-    uint64_t cache_bytes;   /* bytes of row slots allocated (plus their set tags) */
+    uint64_t cache_bytes;   /* bytes of row slots allocated (plus their set tags and
+                             * the admission filter's counts) */
     uint64_t slots;         /* row slots (sets x ways) */
     uint64_t budget_bytes;  /* the store's cache_bytes */
     uint32_t queue_depth;   /* reads in flight per lookup at most */

@@ -162,11 +162,17 @@ static uint64_t sketch_words(uint64_t nsets, int keep_all)
 }
 
 /* Bytes a cache of nsets sets of slot_bytes slots takes, with its sketch
- * and rounding. */
+ * and rounding; UINT64_MAX, which no share reaches, where that passes
+ * 2^64: a budget near 2^64 has room for as many sets as that, and the
+ * sketch comes on top of them. */
 static uint64_t cache_len(uint64_t nsets, uint32_t slot_bytes, int keep_all, int *mapped)
 {
-    uint64_t len = nsets * (sizeof(rc_set) + (uint64_t)WAYS * slot_bytes) +
-                   sketch_words(nsets, keep_all) * sizeof(uint64_t);
+    uint64_t len, sketch;
+    *mapped = 1;
+    if (engram__mul_u64(nsets, sizeof(rc_set) + (uint64_t)WAYS * slot_bytes, &len) ||
+        engram__mul_u64(sketch_words(nsets, keep_all), sizeof(uint64_t), &sketch) ||
+        engram__add_u64(len, sketch, &len) || len > UINT64_MAX - PAGE)
+        return UINT64_MAX;
     *mapped = len >= MMAP_MIN;
     return *mapped ? engram__align_up(len, PAGE) : len;
 }
@@ -404,12 +410,15 @@ void engram__rcache_prefetch_slot(const engram__rcache *c, uint64_t row)
 static inline _Atomic uint64_t *sketch_block(const engram__rcache *c, uint64_t row, uint64_t *h)
 {
     /* Another multiplier than set_of(): rows of one set spread over the
-     * blocks. */
+     * blocks.  The counters take the low 28 bits of x; the block is its
+     * high bits scaled to the number of blocks, so that every block is
+     * used however large the sketch. */
     uint64_t x = (row + 1) * 0xC2B2AE3D27D4EB4Full;
     x ^= x >> 31;
     x *= 0x9E3779B97F4A7C15ull;
     *h = x;
-    return c->sketch + ((x >> 40) & (c->sketch_words / BLOCK_WORDS - 1)) * BLOCK_WORDS;
+    return c->sketch +
+           (uint64_t)(((unsigned __int128)x * (c->sketch_words / BLOCK_WORDS)) >> 64) * BLOCK_WORDS;
 }
 
 /* Counter i (of 4) of a row: its word in the block and its shift. */

@@ -1362,6 +1362,27 @@ static void test_flags(void)
         }
     }
     engram_store_close(st);
+
+    /* CACHE_KEEP_ALL: a scan of every row, once, through a cache of about
+     * 240 slots keeps every row it reads (evicting); without it, the full
+     * cache declines most of them. */
+    for (int keep = 0; keep < 2; keep++) {
+        static int64_t ids[NROWS];
+        engram_cache_stats s;
+        o.flags = ENGRAM_OPEN_FILE_CACHE | (keep ? ENGRAM_OPEN_CACHE_KEEP_ALL : 0);
+        o.cache_bytes = 64 << 10;
+        ASSERT_OK(engram_store_open(tu_scratch_root(), "flags", &o, &st));
+        for (int i = 0; i < NROWS; i++)
+            ids[i] = i;
+        lookup_both(st, mem, "t", 93, ids, NROWS);
+        s = cstats(st, "t");
+        ASSERT_GT(s.slots, 100);
+        if (keep)
+            ASSERT_EQ(s.not_kept, 0);
+        else
+            ASSERT_GE(s.not_kept, (NROWS - s.slots) / 2);
+        engram_store_close(st);
+    }
     engram_store_close(mem);
 }
 

@@ -552,10 +552,50 @@ static void test_budget(void)
     engram_store_close(st);
 }
 
-/* The rows a source gets are the ids the lookup validated, read once:
- * here the output of the memory column overwrites the ids of the source
- * column before the source is called (out aliases ids).  A second read
- * of the ids would hand the source a row made of table bytes. */
+/* Rows of one byte each, made from the row number. */
+static int byte_read(void *ctx, engram_source_req *reqs, size_t n)
+{
+    (void)ctx;
+    for (size_t i = 0; i < n; i++)
+        *(unsigned char *)reqs[i].dst = (unsigned char)(reqs[i].row * 31 + 7);
+    return 0;
+}
+
+/* The largest budget, and a table of 1-byte rows with as many sets as it
+ * allows: sets and slots then take 3 * 2^62 + 32 bytes and the admission
+ * sketch 2^62, more than 2^64 together.  The cache must be sized in full
+ * (and then fail to be allocated), never as the 32 bytes left after
+ * wrapping around, which would hold no slot of the 2^59 it reports. */
+static void test_budget_huge(void)
+{
+    const uint64_t nsets = ((uint64_t)3 << 58) / 11 + 1; /* 11 * nsets = 3 * 2^58 + 2 */
+    engram_store_options o = ENGRAM_STORE_OPTIONS_INIT;
+    engram_table_spec spec = {nsets * ENGRAM_CACHE_WAYS, 1, 0};
+    engram_source_ops ops = ENGRAM_SOURCE_OPS_INIT;
+    engram_store *st;
+    engram_table_id id;
+    int rc;
+    ops.read_rows = byte_read;
+    o.cache_bytes = UINT64_MAX;
+    ASSERT_OK(engram_store_open_memory(&o, &st));
+    rc = engram_add_source(st, "huge", &spec, &ops, NULL, UINT64_MAX, &id);
+    if (rc == 0) {
+        engram_cache_stats s = cstats(st, "huge");
+        int64_t ids[4] = {0, 1, (int64_t)spec.num_rows - 1, 12345};
+        unsigned char out[4];
+        printf("   %" PRIu64 " slots in %" PRIu64 " bytes\n", s.slots, s.cache_bytes);
+        /* Unsigned: these pass LLONG_MAX.  A slot holds at least its row. */
+        ASSERT(s.cache_bytes <= s.budget_bytes - s.staging_bytes);
+        ASSERT(s.cache_bytes >= s.slots);
+        ASSERT_OK(lookup(st, &id, NULL, ids, 4, 1, out, 0));
+        for (int i = 0; i < 4; i++)
+            ASSERT_EQ(out[i], (unsigned char)((uint64_t)ids[i] * 31 + 7));
+    } else {
+        ASSERT_EQ(rc, -ENOMEM);
+    }
+    engram_store_close(st);
+}
+
 /* Asks rows first..first+n-1 (each `times` times in one lookup, in
  * lookups of at most 1024 positions) and checks the bytes; returns the
  * cache stats after. */
@@ -661,6 +701,55 @@ static void test_admission(void)
     fx_close(&f);
 }
 
+/* The cache stats of a source table of 2^20 rows given `share` bytes of
+ * cache in a store opened with `flags`. */
+static engram_cache_stats cache_of(uint64_t share, uint32_t flags)
+{
+    engram_store_options o = ENGRAM_STORE_OPTIONS_INIT;
+    engram_table_spec spec = {1 << 20, R, PITCH};
+    src_ctx c = {0};
+    src_table t = {NULL, 1 << 20, 0, 0};
+    engram_source_ops ops = make_ops(&c);
+    engram_cache_stats s;
+    engram_store *st;
+    o.flags = flags;
+    o.cache_bytes = 2 * share;
+    ASSERT_OK(engram_store_open_memory(&o, &st));
+    ASSERT_OK(engram_add_source(st, "t", &spec, &ops, &t, share, NULL));
+    s = cstats(st, "t");
+    engram_store_close(st);
+    return s;
+}
+
+/* The admission filter's counts take 8 to 16 bytes a slot (engram.h: a
+ * word a slot, rounded up to a power of two words): for the same share, a
+ * cache with the filter spends that much more per slot than one without,
+ * and has as many slots as the share allows at 16 bytes a slot. */
+static void test_admission_bytes(void)
+{
+    tu_current_case = "admission: bytes a slot";
+    for (uint64_t share = 8 << 10; share < (1 << 20); share += share / 8) {
+        engram_cache_stats f = cache_of(share, 0);
+        engram_cache_stats k = cache_of(share, ENGRAM_OPEN_CACHE_KEEP_ALL);
+        uint64_t per_set, sets, counts;
+        ASSERT_GT(f.slots, 0);
+        ASSERT_GT(k.slots, 0);
+        /* Without the filter: sets and their slots, nothing else. */
+        per_set = k.cache_bytes / (k.slots / ENGRAM_CACHE_WAYS);
+        ASSERT_EQ_U64(k.cache_bytes % (k.slots / ENGRAM_CACHE_WAYS), 0);
+        sets = f.slots / ENGRAM_CACHE_WAYS;
+        ASSERT_GE(f.cache_bytes, sets * per_set);
+        counts = f.cache_bytes - sets * per_set;
+        ASSERT_GE(counts, 8 * f.slots);
+        ASSERT_LT(counts, 16 * f.slots);
+        ASSERT_GE(sets, share / (per_set + 16 * ENGRAM_CACHE_WAYS));
+    }
+}
+
+/* The rows a source gets are the ids the lookup validated, read once:
+ * here the output of the memory column overwrites the ids of the source
+ * column before the source is called (out aliases ids).  A second read
+ * of the ids would hand the source a row made of table bytes. */
 static void test_ids_read_once(void)
 {
     fixture f;
@@ -750,7 +839,9 @@ int main(void)
     RUN_TEST(test_large);
     RUN_TEST(test_threads);
     RUN_TEST(test_budget);
+    RUN_TEST(test_budget_huge);
     RUN_TEST(test_admission);
+    RUN_TEST(test_admission_bytes);
     RUN_TEST(test_ids_read_once);
     RUN_TEST(test_bad_arguments);
     printf("test_source: all passed\n");

@@ -710,8 +710,8 @@ _TABLE_OPTIONS = frozenset(("cache_bytes", "cache_keep_all", "threads", "timing"
 
 class MooncakeTableStore(TableStore):
     """The table API over a Mooncake Store: ``EngramStore(tables=...,
-    namespace=..., store_client=client, cache_bytes=0, threads=0,
-    timing=False, read_deadline=5.0, max_ranges=8192)``.
+    namespace=..., store_client=client, cache_bytes=0, cache_keep_all=False,
+    threads=0, timing=False, read_deadline=5.0, max_ranges=8192)``.
 
     Table ``name`` is the object ``{namespace}/{name}@{epoch}`` (its rows
     packed, ``num_rows * row_bytes`` bytes) with a manifest
@@ -721,7 +721,9 @@ class MooncakeTableStore(TableStore):
     also how ``list_tables`` finds the tables other processes published.
     Lookups go through the library's lookup over source tables, so they
     have the table API's whole contract; ``cache_bytes`` is a row cache
-    budget shared by the tables in proportion to their size.  Every lookup
+    budget shared by the tables in proportion to their size (once full, a
+    cache keeps a row only if it was asked for twice lately;
+    ``cache_keep_all=True`` keeps every row read).  Every lookup
     first checks (one existence call for all its tables) that the rows it
     has open are still the published ones, so rows cached here are never
     served after their table was removed, or removed and populated again,
