@@ -974,8 +974,8 @@ ENGRAM_API int engram_dequant_fp8_e4m3_e8m0_ref(const void *values, const void *
  * been read and checked, so a lookup never returns stale or partial bytes.
  * It is set-associative (ENGRAM_CACHE_WAYS rows per set, CLOCK replacement
  * within a set, a short lock per set, no global lock).  The counts of
- * missed rows take 8 to 16 bytes a slot (a word a slot, rounded up to a
- * power of two words), within the table's share.
+ * missed rows take 8 bytes a slot (a word a slot, rounded up to a
+ * 64-byte block), within the table's share.
  *
  * The budget, cache_bytes, bounds all the memory the row cache and its
  * reads hold.  The reader's staging (each read in flight lands in a

@@ -75,7 +75,7 @@ struct engram__rcache {
     uint64_t charged;    /* bytes charged to the budget */
     uint64_t extra;      /* what this cache added to b->extra */
     _Atomic uint64_t *sketch; /* sketch_words words of 16 4-bit counters (admission) */
-    uint64_t sketch_words;    /* a power of two, at least BLOCK_WORDS */
+    uint64_t sketch_words;    /* a multiple of BLOCK_WORDS, at least one block */
     uint64_t age_period;      /* misses between two halvings of a word */
     _Atomic uint64_t asks;    /* misses counted so far (ages the sketch) */
     int keep_all;             /* ENGRAM_OPEN_CACHE_KEEP_ALL: no admission filter */
@@ -149,16 +149,14 @@ static uint64_t left_locked(const engram__cbudget *b)
 }
 
 /* Words of the admission sketch of a cache of nsets sets: 16 counters
- * (a word) per slot, rounded up to a power of two; none without the
- * filter (ENGRAM_OPEN_CACHE_KEEP_ALL). */
+ * (a word) per slot, rounded up to whole blocks (one at least); none
+ * without the filter (ENGRAM_OPEN_CACHE_KEEP_ALL).  nsets is at most a
+ * share over 176 bytes, so nsets * WAYS cannot wrap. */
 static uint64_t sketch_words(uint64_t nsets, int keep_all)
 {
-    uint64_t w = BLOCK_WORDS;
     if (keep_all)
         return 0;
-    while (w < nsets * WAYS)
-        w <<= 1;
-    return w;
+    return nsets ? engram__align_up(nsets * WAYS, BLOCK_WORDS) : BLOCK_WORDS;
 }
 
 /* Bytes a cache of nsets sets of slot_bytes slots takes, with its sketch
@@ -434,7 +432,7 @@ static void sketch_age(engram__rcache *c, uint64_t from, uint64_t to)
     uint64_t a = (uint64_t)(((unsigned __int128)from * nblocks) / c->age_period);
     uint64_t b = (uint64_t)(((unsigned __int128)to * nblocks) / c->age_period);
     for (; a < b; a++) {
-        _Atomic uint64_t *blk = &c->sketch[(a & (nblocks - 1)) * BLOCK_WORDS];
+        _Atomic uint64_t *blk = &c->sketch[(a % nblocks) * BLOCK_WORDS];
         for (unsigned i = 0; i < BLOCK_WORDS; i++) {
             uint64_t v = atomic_load_explicit(&blk[i], memory_order_relaxed);
             atomic_store_explicit(&blk[i], (v >> 1) & 0x7777777777777777ull,
