@@ -962,7 +962,10 @@ ENGRAM_API int engram_dequant_fp8_e4m3_e8m0_ref(const void *values, const void *
  * checkpoint the same way.  A lookup first looks each row up in the
  * store's row cache; the rows it misses are read from the file with
  * io_uring, up to queue_depth reads in flight, each distinct row of the
- * lookup once.  Rows read are copied to the output and offered to the
+ * lookup once (of each ENGRAM_SOURCE_MAX_REQS positions: a longer lookup
+ * is served that many positions at a time, and a row asked for again in a
+ * later part is read again unless the cache kept it).  Rows read are
+ * copied to the output and offered to the
  * cache, which keeps them while it has room.  Once full, it keeps a row
  * only if it was asked for at least twice lately (in this lookup or
  * earlier ones: a count of the misses of each row that decays over time),
