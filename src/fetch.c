@@ -13,7 +13,10 @@
  *     maps each missed position to its distinct row; the other positions
  *     of a row are chained behind it.  Engram ids are Zipf-like, so a
  *     batch repeats rows often, and each distinct row is then read and
- *     cached once.
+ *     cached once.  Each distinct row is counted in its cache's admission
+ *     sketch (prefetched a few rows ahead, before the reads, while the
+ *     sketch is likelier in the CPU's caches than after them), and each
+ *     cache ages once per chunk with the sum.
  *  3. Hand the distinct missed rows to their sources: one read_rows call
  *     per (read_rows, ctx), with every such row of the chunk.  A row the
  *     source wrote (all of them when it returns 0, the ones it marked
@@ -37,6 +40,9 @@
 #define NONE UINT32_MAX
 #define PF_SET 16 /* distinct rows ahead whose set line is prefetched */
 #define PF_SLOT 8 /* distinct rows ahead whose slot is prefetched */
+#define PF_COUNT 8 /* distinct missed rows ahead whose sketch block is prefetched */
+#define AGE_SLOTS 16 /* caches whose asks a chunk sums before aging them */
+#define AGE_BATCH 64 /* asks of one cache summed at most before it ages */
 
 enum { UNREAD, IN_CALL, SERVED, FAILED };
 
@@ -47,6 +53,7 @@ typedef struct uniq {
     uint32_t count;     /* positions that ask for the row */
     uint32_t dups;      /* the other positions, chained through nxt[] */
     uint32_t state;
+    uint32_t est;       /* asks its cache's sketch estimates, for the put */
 } uniq;
 
 typedef struct scratch {
@@ -129,7 +136,7 @@ static uint32_t dedupe(const engram__fetch_req *reqs, uint32_t nm, unsigned bits
             h = (h + 1) & mask;
         if (j == NONE) {
             s->hash[h] = nu;
-            s->uq[nu] = (uniq){t, row, reqs[i].dst, 1, NONE, UNREAD};
+            s->uq[nu] = (uniq){t, row, reqs[i].dst, 1, NONE, UNREAD, 0};
             nu++;
         } else {
             s->nxt[i] = s->uq[j].dups;
@@ -144,6 +151,49 @@ static uint32_t dedupe(const engram__fetch_req *reqs, uint32_t nm, unsigned bits
             engram__ctr_add(&q->t->ctr[shard].dedup, q->count - 1, excl);
     }
     return nu;
+}
+
+/* Step 2, end: counts each distinct missed row in its cache's admission
+ * sketch (its estimate kept for the put), and ages each cache by the sum
+ * of its rows' asks every AGE_BATCH asks and at the end: one atomic add
+ * per cache and batch instead of one per row, while a lookup of more rows
+ * than a small cache's sketch holds still ages it as it goes.  The sums
+ * are kept in a small table indexed by the cache's address; a cache that
+ * finds its entry taken ages the entry's first, so a lookup of many
+ * tables stays exact, only less batched. */
+static void count_misses(scratch *s, uint32_t nu)
+{
+    struct {
+        engram__rcache *c;
+        uint64_t asks;
+    } sum[AGE_SLOTS];
+    memset(sum, 0, sizeof sum);
+    for (uint32_t u = 0; u < nu; u++) {
+        uniq *q = &s->uq[u];
+        engram__rcache *c = q->t->src.cache;
+        unsigned k;
+        if (u + PF_COUNT < nu && s->uq[u + PF_COUNT].t->src.cache)
+            engram__rcache_prefetch_count(s->uq[u + PF_COUNT].t->src.cache,
+                                          s->uq[u + PF_COUNT].row);
+        if (!c)
+            continue;
+        q->est = engram__rcache_count(c, q->row, q->count);
+        k = (unsigned)(((uintptr_t)c >> 6) % AGE_SLOTS);
+        if (sum[k].c != c) {
+            if (sum[k].c)
+                engram__rcache_age(sum[k].c, sum[k].asks);
+            sum[k].c = c;
+            sum[k].asks = 0;
+        }
+        sum[k].asks += q->count;
+        if (sum[k].asks >= AGE_BATCH) {
+            engram__rcache_age(c, sum[k].asks);
+            sum[k].asks = 0;
+        }
+    }
+    for (unsigned k = 0; k < AGE_SLOTS; k++)
+        if (sum[k].c)
+            engram__rcache_age(sum[k].c, sum[k].asks);
 }
 
 /* Calls a source with m requests and turns its failure into the lookup's
@@ -205,7 +255,7 @@ static int from_source(scratch *s, uint32_t u, uint32_t nu, unsigned shard, int 
         uniq *q = &s->uq[s->map[j]];
         int ok = rc == 0 || s->req[j].done == 1;
         q->state = ok ? SERVED : FAILED;
-        if (ok && q->t->src.cache && engram__rcache_put(q->t->src.cache, q->row, q->dst, q->count))
+        if (ok && q->t->src.cache && engram__rcache_put(q->t->src.cache, q->row, q->dst, q->est))
             engram__ctr_add(&q->t->ctr[shard].not_kept, 1, excl);
         if (!q->t->src.vt || !q->t->src.vt->cache_stats) {
             /* A source without read counters of its own: count its rows. */
@@ -255,6 +305,7 @@ static int fetch_chunk(const engram__fetch_req *reqs, size_t n, unsigned shard, 
     while (((size_t)1 << bits) < 2 * (size_t)nm)
         bits++;
     nu = dedupe(reqs, nm, bits, &s, shard, excl);
+    count_misses(&s, nu);
     for (uint32_t u = 0; u < nu; u++)
         if (s.uq[u].state == UNREAD)
             note_err(fe, from_source(&s, u, nu, shard, excl));

@@ -78,7 +78,6 @@ struct engram__rcache {
     uint64_t sketch_words;    /* a multiple of BLOCK_WORDS, at least one block */
     uint64_t age_period;      /* misses between two halvings of a word */
     _Atomic uint64_t asks;    /* misses counted so far (ages the sketch) */
-    int keep_all;             /* ENGRAM_OPEN_CACHE_KEEP_ALL: no admission filter */
 };
 
 int engram__cbudget_create(uint64_t budget, engram__cbudget **out)
@@ -288,7 +287,6 @@ int engram__rcache_create(engram__cbudget *b, const engram__cache_want *want, ui
     c->sketch = (_Atomic uint64_t *)(void *)((unsigned char *)p + nsets * sizeof(rc_set));
     c->data = (unsigned char *)p + nsets * sizeof(rc_set) + c->sketch_words * sizeof(uint64_t);
     c->age_period = AGE_MISSES * nsets * WAYS;
-    c->keep_all = keep_all;
     if (lock && mlock(p, c->len) != 0) {
         err = engram__errno(errno, "%s: mlock %zu bytes of row cache (see RLIMIT_MEMLOCK)", what,
                             c->len);
@@ -441,13 +439,21 @@ static void sketch_age(engram__rcache *c, uint64_t from, uint64_t to)
     }
 }
 
-/* Counts `asks` more asks of `row` and returns its estimate, this one
- * included. */
-static unsigned sketch_count(engram__rcache *c, uint64_t row, uint32_t asks)
+void engram__rcache_prefetch_count(const engram__rcache *c, uint64_t row)
 {
-    uint64_t h, n;
-    _Atomic uint64_t *blk = sketch_block(c, row, &h);
+    uint64_t h;
+    if (c->sketch_words)
+        __builtin_prefetch(sketch_block(c, row, &h), 1, 3);
+}
+
+unsigned engram__rcache_count(engram__rcache *c, uint64_t row, uint32_t asks)
+{
+    uint64_t h;
+    _Atomic uint64_t *blk;
     unsigned est = 15;
+    if (!c->sketch_words)
+        return ADMIT; /* keep all (or no slots: never asked) */
+    blk = sketch_block(c, row, &h);
     if (asks > 15)
         asks = 15;
     for (unsigned i = 0; i < 4; i++) {
@@ -461,19 +467,25 @@ static unsigned sketch_count(engram__rcache *c, uint64_t row, uint32_t asks)
         if (ctr + add < est)
             est = ctr + add;
     }
-    n = atomic_fetch_add_explicit(&c->asks, asks, memory_order_relaxed);
-    sketch_age(c, n, n + asks);
     return est;
 }
 
-int engram__rcache_put(engram__rcache *c, uint64_t row, const void *src, uint32_t asks)
+void engram__rcache_age(engram__rcache *c, uint64_t asks)
+{
+    uint64_t n;
+    if (!c->sketch_words || !asks)
+        return;
+    n = atomic_fetch_add_explicit(&c->asks, asks, memory_order_relaxed);
+    sketch_age(c, n, n + asks);
+}
+
+int engram__rcache_put(engram__rcache *c, uint64_t row, const void *src, unsigned est)
 {
     uint64_t si;
     rc_set *s;
-    unsigned w, victim = WAYS, est;
+    unsigned w, victim = WAYS;
     if (c->nsets == 0)
         return 0; /* no slots: nothing is kept, nothing declined */
-    est = c->keep_all ? ADMIT : sketch_count(c, row, asks);
     si = set_of(c, row);
     s = &c->sets[si];
     set_lock(s);

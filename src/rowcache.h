@@ -67,13 +67,25 @@ void engram__rcache_destroy(engram__rcache *c);
 
 /* Copies `row` into dst if the cache holds it: 1 on a hit, else 0. */
 int engram__rcache_get(engram__rcache *c, uint64_t row, void *dst);
-/* Offers `row`, just read, whose bytes are at src (row_bytes of them) and
- * which `asks` positions of the lookup asked for.  A set with a free way
- * takes it; a full one evicts a row by CLOCK only for a row asked for
- * often enough lately (rowcache.c: admission; any row with
- * ENGRAM_OPEN_CACHE_KEEP_ALL); a row already there is left as it is.
- * Returns 1 if the filter declined the row (its set was full), else 0. */
-int engram__rcache_put(engram__rcache *c, uint64_t row, const void *src, uint32_t asks);
+/* Counts `asks` more asks of `row`, a missed row of a lookup (asks: the
+ * positions that ask for it), in the cache's admission sketch, and returns
+ * its estimate, this one included, for engram__rcache_put().  It does not
+ * age the sketch: engram__rcache_age() does, with the sum of the asks
+ * counted (once per lookup part, so that a lookup makes one atomic add per
+ * cache, not one per row).  A cache without the filter
+ * (ENGRAM_OPEN_CACHE_KEEP_ALL) counts nothing and returns an estimate that
+ * admits. */
+unsigned engram__rcache_count(engram__rcache *c, uint64_t row, uint32_t asks);
+void engram__rcache_age(engram__rcache *c, uint64_t asks);
+/* Starts loading the sketch block of `row` (a few rows before count). */
+void engram__rcache_prefetch_count(const engram__rcache *c, uint64_t row);
+/* Offers `row`, just read, whose bytes are at src (row_bytes of them),
+ * with the estimate engram__rcache_count() gave.  A set with a free way
+ * takes it; a full one evicts a row by CLOCK only for an estimate of at
+ * least two asks (rowcache.c: admission); a row already there is left as
+ * it is.  Returns 1 if the filter declined the row (its set was full),
+ * else 0. */
+int engram__rcache_put(engram__rcache *c, uint64_t row, const void *src, unsigned est);
 /* Starts loading the set line of `row` (a few rows before get). */
 void engram__rcache_prefetch_set(const engram__rcache *c, uint64_t row);
 /* Peeks at the (prefetched) tags of `row`'s set without the lock and
