@@ -3,7 +3,7 @@
 
     bench/bench_mooncake.py [--heads 24] [--rows 170000] [--row-bytes 264]
                             [--ids 4096] [--batches 4] [--repeats 5]
-                            [--cache-frac 0.05] [--read-calls 4,1] [--json FILE]
+                            [--cache-frac 0.05] [--read-calls auto,1,4] [--json FILE]
 
 This process starts Mooncake's metadata server and master on free
 127.0.0.1 ports (tests/python/mcserver.py; or uses --metadata/--master of
@@ -30,7 +30,9 @@ in the same run, with interleaved repeats:
              same bytes, warmed alike: what the filter is worth.
 
 engram and cached read with the first value of --read-calls (engramstore's
-read_calls: Mooncake calls of a lookup in flight at once); each further
+read_calls: Mooncake calls of a lookup in flight at once; "auto", the
+default, adapts it to what the reads measure, and the stores without a
+cache are warmed by 16 lookups so that it has); each further
 value adds the variants "engram rc=N" and "cached rc=N".
 
 Each lookup is row_ids [1, T, heads] with T = ceil(ids / heads), drawn
@@ -122,7 +124,9 @@ def reader(args):
     # rounded to 16 bytes, with the cache's set headers (64 bytes a set of 7).
     slots = int(args.cache_frac * N * H)
     cache_bytes = slots * (((R + 15) // 16) * 16 + 64 // 7 + 1)
-    rcs = [int(x) for x in args.read_calls.split(",")]
+    # "auto": read_calls=None, the number of calls adapted to what the
+    # reads measure (the default).
+    rcs = [None if x == "auto" else int(x) for x in args.read_calls.split(",")]
     plains = {rc: engramstore.EngramStore({L: cfg}, mc, read_calls=rc) for rc in rcs}
     cacheds = {rc: engramstore.EngramStore({L: cfg}, mc, cache_bytes=cache_bytes, read_calls=rc)
                for rc in rcs}
@@ -163,7 +167,7 @@ def reader(args):
     # "engram" and "cached" read with the first --read-calls value; the
     # others are variants of their own ("engram rc=N", "cached rc=N").
     def vname(kind, rc):
-        return kind if rc == rcs[0] else f"{kind} rc={rc}"
+        return kind if rc == rcs[0] else f"{kind} rc={rc or 'auto'}"
     variants = {"bare": run_bare, "mooncake": run_theirs}
     stores = {}
     for rc in rcs:
@@ -206,6 +210,11 @@ def reader(args):
             print(f"{dist}: {cname}: cache warmed by {warm} lookups in "
                   f"{time.perf_counter() - t_warm:.0f} s, hit rate {rate:.3f}",
                   file=sys.stderr, flush=True)
+        # The stores without a cache: 16 lookups, so that an adapted
+        # read_calls has tried its choices before the timing.
+        for plain in plains.values():
+            for ids in batches(args, dist, 16, seed=13):
+                plain.lookup_into(L, ids, out)
         timed = {c: {"hits": 0, "looked": 0, "reads": 0} for c in stores}
         times = {v: [] for v in variants}
         for rep in range(args.repeats):
@@ -251,6 +260,15 @@ def reader(args):
             res[v]["warmup_lookups"] = warm_info[v]
             res[v]["cache_bytes"] = c["cache_bytes"]
             res[v]["slots"] = c["slots"]
+        # What an adapted read_calls settled on (calls at once, and its
+        # moving average of a read's time per row for each choice).
+        for kind, by_rc in (("engram", plains), ("cached", cacheds)):
+            if None in by_rc:
+                m = by_rc[None].stats()["mooncake"]
+                res[vname(kind, None)]["read_calls"] = m["read_calls"]
+                res[vname(kind, None)]["read_us_per_row"] = {
+                    str(k): (round(x * 1e6, 2) if x is not None else None)
+                    for k, x in m["read_time_per_row"].items()}
         results[dist] = res
     mc.unregister_buffer(bare_out.ctypes.data)
     for st in list(plains.values()) + list(cacheds.values()) + [keepall]:
@@ -277,10 +295,10 @@ def main():
                     help="at most this many lookups warm the cache (until its hit rate settles)")
     ap.add_argument("--cache-frac", type=float, default=0.05)
     ap.add_argument("--dists", default="uniform,zipf")
-    ap.add_argument("--read-calls", default="4,1",
+    ap.add_argument("--read-calls", default="auto,1,4",
                     help="engramstore's read_calls (Mooncake calls of a lookup in flight at "
-                         "once): the first for engram and cached, each other one a variant "
-                         "of its own")
+                         "once; auto: adapted, the default): the first for engram and cached, "
+                         "each other one a variant of its own")
     ap.add_argument("--layer", type=int, default=61)
     ap.add_argument("--metadata", help="a running deployment's metadata URL")
     ap.add_argument("--master", help="a running deployment's master host:port")
@@ -354,6 +372,8 @@ def main():
                          f"{r['slots']} slots")
                 if v == "cached" and rate.get("cached keep-all"):
                     extra += f", cached/keep-all {ratio(rate[v], rate['cached keep-all'])}"
+            if r.get("read_calls"):
+                extra += f", read_calls settled on {r['read_calls']} ({r['read_us_per_row']} us/row)"
             got = f"{rate[v]:10.0f}" if rate[v] else f"{'failed':>10}"
             print(f"  {v:16} {got} ids/s{extra}")
             if r["wrong_rows"] or r["error"]:

@@ -119,7 +119,7 @@ class EngramStore:
     def __new__(cls, layers: Mapping[int, EngramStoreConfig],
                 store: TableStore | MooncakeClient | None = None, *, cache_bytes: int = 0,
                 read_deadline: float = ..., max_ranges: int = ...,
-                read_calls: int = ..., cache_keep_all: bool = ...) -> LayerStore: ...
+                read_calls: int | None = ..., cache_keep_all: bool = ...) -> LayerStore: ...
 
     @overload
     def __new__(cls, tables: Mapping[str, TableSpecArg] | None = None,
@@ -130,7 +130,7 @@ class EngramStore:
     def __new__(cls, tables: Mapping[str, TableSpecArg] | None = None,
                 namespace: str | None = None, local_dir: None = None, *,
                 store_client: MooncakeClient, read_deadline: float = ...,
-                max_ranges: int = ..., read_calls: int = ...,
+                max_ranges: int = ..., read_calls: int | None = ...,
                 **options: Unpack[MooncakeStoreOptions]) -> MooncakeTableStore: ...
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:

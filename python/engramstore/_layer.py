@@ -51,14 +51,14 @@ class LayerStore(EngramStore):
     ``read_deadline``
     (seconds a read retries passing errors), ``max_ranges`` (ranges per
     Mooncake call), ``read_calls`` (Mooncake calls of a lookup in flight at
-    once).
+    once; None: adapted between 1 and 4 to what the reads measure).
     """
 
     def __init__(self, layers: Mapping[int, EngramStoreConfig],
                  store: TableStore | MooncakeClient | None = None, *, cache_bytes: int = 0,
                  read_deadline: float = _mooncake.READ_DEADLINE,
                  max_ranges: int = _mooncake.MAX_RANGES,
-                 read_calls: int = _mooncake.READ_CALLS, cache_keep_all: bool = False) -> None:
+                 read_calls: int | None = None, cache_keep_all: bool = False) -> None:
         if not isinstance(layers, Mapping):
             raise TypeError(f"layers: expected a dict of layer_id -> EngramStoreConfig, "
                             f"got {type(layers).__name__}")
@@ -94,7 +94,7 @@ class LayerStore(EngramStore):
         mooncake = _mooncake.is_mooncake_client(store)
         if not mooncake and (cache_bytes or read_deadline != _mooncake.READ_DEADLINE or
                              max_ranges != _mooncake.MAX_RANGES or
-                             read_calls != _mooncake.READ_CALLS or cache_keep_all):
+                             read_calls is not None or cache_keep_all):
             raise TypeError("cache_bytes, cache_keep_all, read_deadline, max_ranges, read_calls: "
                             "only with a Mooncake store client (store=MooncakeDistributedStore)")
         self._specs = specs

@@ -43,10 +43,17 @@ How a read works (``_Client.read``), and why:
   replicas not ready) are retried with backoff until ``read_deadline``
   seconds have passed since the read began; a missing object or invalid
   range is not retried.
-* **Calls in flight at once.**  A call's cost is mostly fixed (a round
-  trip, the transfer engine's work per key), so a read of at least
-  2 * MIN_CALL_ROWS rows is split into up to ``read_calls`` calls made at
-  once, each into its own slot of the staging buffer: one by the reading
+* **Calls in flight at once.**  Where a call's cost is mostly waiting (a
+  round trip, a remote peer), calls made at once hide it; where it is the
+  CPU of the transfer engine (loopback on a small machine), they only add
+  overhead.  So a read of at least 2 * MIN_CALL_ROWS rows is split into up
+  to ``read_calls`` calls made at once, and by default (``read_calls=None``)
+  that number adapts: each of 1, 2, 4 calls at once keeps a moving average
+  of the time a read took per row with it, reads use the one with the
+  lowest, and every EXPLORE-th read tries a neighbour of it (half or twice
+  as many), so a change in the deployment is followed.  An int fixes the
+  number.  The calls of a read each go into their own slot of the staging
+  buffer: one by the reading
   thread, the others by a pool of the client's (Mooncake's binding
   releases the GIL in ``get_into_ranges``; concurrent calls on one client
   read exact rows in the tests and the benchmark, though Mooncake does not
@@ -94,7 +101,9 @@ _TRANSIENT = frozenset((-1, -101, -703, -706, -707, -712, -714, -800, -900, -901
 
 MAX_RANGES = 8192         # ranges per get_into_ranges call (see the module doc)
 MAX_KEYS = 256            # keys (objects) per call
-READ_CALLS = 4            # get_into_ranges calls of a read in flight at once
+READ_CALLS = 4            # get_into_ranges calls of a read in flight at once, at most
+EXPLORE = 16              # adaptive read_calls: every EXPLORE-th read tries a neighbour
+EWMA = 0.25               # adaptive read_calls: weight of a read's time per row
 MIN_CALL_ROWS = 256       # rows a call must carry for a read to be split
 STAGE_BYTES = 4 << 20     # the staging buffer (at least one row)
 READ_DEADLINE = 5.0       # seconds a read retries transient errors
@@ -177,7 +186,7 @@ class _Client:
 
     def __init__(self, mc: Any, *, read_deadline: float = READ_DEADLINE,
                  max_ranges: int = MAX_RANGES, stage_bytes: int = STAGE_BYTES,
-                 read_calls: int = READ_CALLS) -> None:
+                 read_calls: int | None = None) -> None:
         if not is_mooncake_client(mc):
             raise TypeError(f"store client: expected a mooncake.store.MooncakeDistributedStore "
                             f"(set up), got {type(mc).__name__}")
@@ -189,7 +198,9 @@ class _Client:
         self.lock = threading.Lock()
         self.stage: Any = None  # numpy uint8, registered with mc while not None
         self.closed = False
-        self.read_calls = _positive("read_calls", read_calls)
+        # Fixed, or adapted between 1 and READ_CALLS (None).
+        self.adapt = _Adapt(READ_CALLS) if read_calls is None else None
+        self.read_calls = READ_CALLS if read_calls is None else _positive("read_calls", read_calls)
         self.pool: ThreadPoolExecutor | None = None  # the other calls of a wave
         self.count_lock = threading.Lock()
         self.calls = 0          # get_into_ranges calls (stats)
@@ -235,8 +246,12 @@ class _Client:
             stage_rows = len(stage) // row_bytes
             # Calls in flight at once: only where each gets MIN_CALL_ROWS
             # rows (a call's fixed cost is what overlapping hides), and
-            # each one its own slot of the staging buffer.
-            par = max(1, min(self.read_calls, n // MIN_CALL_ROWS, stage_rows))
+            # each one its own slot of the staging buffer; adapted, the
+            # number the reads so far found fastest.
+            want = self.read_calls
+            if self.adapt is not None and n >= 2 * MIN_CALL_ROWS:
+                want = self.adapt.pick()
+            par = max(1, min(want, n // MIN_CALL_ROWS, stage_rows))
             cap = max(1, min(self.max_ranges, stage_rows // par))
             # The keys of the calls in flight together stay within MAX_KEYS
             # (what bounds the transport's queue per peer, see above).
@@ -265,12 +280,15 @@ class _Client:
                 calls.append((i, m, ks, srcs))
                 i += m
             # Waves of at most par calls, call j of a wave into slot j.
+            t0 = time.perf_counter()
             for w in range(0, len(calls), par):
                 wave = calls[w:w + par]
                 self._read_wave(wave, row_bytes, cap, deadline)
                 for j, (i, m, _, _) in enumerate(wave):
                     at = j * cap * row_bytes
                     out[order[i:i + m]] = stage[at:at + m * row_bytes].reshape(m, row_bytes)
+            if self.adapt is not None and par == want and n >= 2 * MIN_CALL_ROWS:
+                self.adapt.record(par, (time.perf_counter() - t0) / n)
 
     def _read_wave(self, wave: list[tuple[int, int, list[str], list[list[int]]]],
                    row_bytes: int, cap: int, deadline: float) -> None:
@@ -454,10 +472,49 @@ class _Client:
             pass
 
     def stats(self) -> dict[str, Any]:
-        return {"get_into_ranges_calls": self.calls, "retries": self.retries,
-                "staging_bytes": 0 if self.stage is None else len(self.stage),
-                "max_ranges": self.max_ranges, "read_calls": self.read_calls,
-                "read_deadline": self.read_deadline}
+        st = {"get_into_ranges_calls": self.calls, "retries": self.retries,
+              "staging_bytes": 0 if self.stage is None else len(self.stage),
+              "max_ranges": self.max_ranges, "read_calls": self.read_calls,
+              "read_deadline": self.read_deadline, "read_calls_adaptive": self.adapt is not None}
+        if self.adapt is not None:
+            st["read_calls"] = self.adapt.best()
+            st["read_time_per_row"] = dict(self.adapt.cost)
+        return st
+
+
+class _Adapt:
+    """How many calls a read makes at once, adapted (see the module doc):
+    the choices are 1, 2, 4, ... up to `most`; each keeps a moving average
+    of a read's seconds per row with it.  Called under the client's lock."""
+
+    def __init__(self, most: int) -> None:
+        self.choices = [c for c in (1 << k for k in range(8)) if c <= most]
+        # Tried first from the most calls down, so that a deployment where
+        # overlapping pays gets it from the first read.
+        self.cost: dict[int, float | None] = {c: None for c in self.choices}
+        self.reads = 0
+        self.turn = 0
+
+    def best(self) -> int:
+        tried = {c: x for c, x in self.cost.items() if x is not None}
+        return min(tried, key=tried.__getitem__) if tried else self.choices[-1]
+
+    def pick(self) -> int:
+        self.reads += 1
+        for c in reversed(self.choices):
+            if self.cost[c] is None:
+                return c
+        best = self.best()
+        if self.reads % EXPLORE:
+            return best
+        i = self.choices.index(best)
+        near = [self.choices[j] for j in (i - 1, i + 1) if 0 <= j < len(self.choices)]
+        self.turn += 1
+        return near[self.turn % len(near)] if near else best
+
+    def record(self, calls: int, per_row: float) -> None:
+        old = self.cost[calls]
+        self.cost[calls] = per_row if old is None else old + EWMA * (per_row - old)
 
 
 def _shape(res: Any) -> str:
@@ -732,7 +789,7 @@ class MooncakeTableStore(TableStore):
     def __init__(self, tables: Mapping[str, TableSpecArg] | None = None,
                  namespace: str | None = None, local_dir: None = None, *,
                  store_client: MooncakeClient, read_deadline: float = READ_DEADLINE,
-                 max_ranges: int = MAX_RANGES, read_calls: int = READ_CALLS,
+                 max_ranges: int = MAX_RANGES, read_calls: int | None = None,
                  **options: Unpack[MooncakeStoreOptions]) -> None:
         if local_dir is not None:
             raise TypeError("local_dir: a store on a Mooncake store_client has no local "

@@ -954,6 +954,52 @@ def test_read_calls_exact(mc_client, layer_id, monkeypatch, read_calls):
         t.close()
 
 
+@pytest.mark.parametrize("model", ["waiting", "serialised"])
+def test_read_calls_adapt(mc_client, layer_id, monkeypatch, model):
+    # read_calls=None (the default) settles on what the reads measure: calls
+    # that mostly wait (a round trip) overlap, so 4 at once read fastest;
+    # calls that a transport runs one at a time, each with a fixed cost,
+    # only add that cost, so one call is fastest.  Rows stay exact.
+    monkeypatch.setattr(engramstore._mooncake, "MIN_CALL_ROWS", 8)
+    f = Faulty(mc_client)
+    one_at_a_time = threading.Lock()
+    calls = []
+
+    def get_into_ranges(bufs, keys, dsts, srcs, sizes):
+        n = sum(len(d) for d in dsts[0])
+        calls.append(n)
+        if model == "waiting":
+            time.sleep(0.0001 * n)
+        else:
+            with one_at_a_time:
+                time.sleep(0.02 + 0.0001 * n)
+        return mc_client.get_into_ranges(bufs, keys, dsts, srcs, sizes)
+    f.get_into_ranges = get_into_ranges
+    t = engramstore.EngramStore({layer_id: cfg()}, f)
+    bufs = heads(layer_id)
+    t.populate(layer_id, bufs)
+    try:
+        st = t.stats()["mooncake"]
+        assert st["read_calls_adaptive"] and st["read_calls"] == 4
+        per_lookup = []
+        for rnd in range(48):
+            ids = rand_ids(100 + rnd, 4, 50)
+            out = sentinel((4, 50, 3, R))
+            calls.clear()
+            t.lookup_into(layer_id, ids, out)
+            np.testing.assert_array_equal(out, expect(bufs, ids))
+            per_lookup.append(len(calls))
+        st = t.stats()["mooncake"]
+        want = 4 if model == "waiting" else 1
+        assert st["read_calls"] == want, st
+        # The last 32 lookups: the chosen number but for a few explorations.
+        assert sum(n == want for n in per_lookup[-32:]) >= 28, per_lookup
+        assert set(st["read_time_per_row"]) == {1, 2, 4}
+    finally:
+        t.remove_from_store(layer_id, force=True)
+        t.close()
+
+
 def test_read_calls_one_fails(mc_client, layer_id, monkeypatch):
     # One of the calls in flight fails for good: the lookup fails naming its
     # key, after every other call ended; the output holds exact rows or
@@ -995,7 +1041,7 @@ def test_read_calls_one_fails(mc_client, layer_id, monkeypatch):
 
 
 def test_read_calls_refused(mc_client):
-    for bad in (0, -1, True, 2.0):
+    for bad in (0, -1, True, 2.0, "auto"):
         with pytest.raises(ValueError, match="read_calls"):
             engramstore.EngramStore({1: cfg()}, mc_client, read_calls=bad)
         with pytest.raises(ValueError, match="read_calls"):
