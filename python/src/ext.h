@@ -76,6 +76,11 @@ int ext_path_arg(PyObject *o, const char *arg, PyObject **out);
 int ext_uint_arg(PyObject *v, const char *arg, unsigned long long max, const char *hint,
                  unsigned long long *out);
 
+/* A NUMA node argument `arg` (an int, not a bool, in [0,
+ * ENGRAM_NUMA_MAX_NODES - 1]): 0 and *out, or -1 with TypeError or
+ * ValueError naming `arg`. */
+int ext_numa_node_arg(PyObject *v, const char *arg, int *out);
+
 /* ---- arrays.c ---------------------------------------------------------- */
 
 #define EXT_MAX_DIMS 8

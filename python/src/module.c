@@ -258,6 +258,26 @@ range:
     return -1;
 }
 
+int ext_numa_node_arg(PyObject *v, const char *arg, int *out)
+{
+    long n;
+    if (!PyLong_Check(v) || PyBool_Check(v)) {
+        PyErr_Format(PyExc_TypeError, "%s: expected an int, got %.100s", arg,
+                     Py_TYPE(v)->tp_name);
+        return -1;
+    }
+    n = PyLong_AsLong(v);
+    if (n == -1 && PyErr_Occurred())
+        return -1;
+    if (n < 0 || n >= ENGRAM_NUMA_MAX_NODES) {
+        PyErr_Format(PyExc_ValueError, "%s: expected a node in [0, %d], got %ld", arg,
+                     ENGRAM_NUMA_MAX_NODES - 1, n);
+        return -1;
+    }
+    *out = (int)n;
+    return 0;
+}
+
 static PyObject *find_class(const char *name)
 {
     for (size_t i = 0; i < NEXCS; i++)

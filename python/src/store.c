@@ -176,22 +176,11 @@ static int numa_args(PyObject *node, PyObject *gpu, PyObject *il, engram_store_o
         return -1;
     }
     if (node != Py_None) {
-        long v;
-        if (!PyLong_Check(node) || PyBool_Check(node)) {
-            PyErr_Format(PyExc_TypeError, "numa_node: expected an int, got %.100s",
-                         Py_TYPE(node)->tp_name);
+        int v;
+        if (ext_numa_node_arg(node, "numa_node", &v) < 0)
             return -1;
-        }
-        v = PyLong_AsLong(node);
-        if (v == -1 && PyErr_Occurred())
-            return -1;
-        if (v < 0 || v >= ENGRAM_NUMA_MAX_NODES) {
-            PyErr_Format(PyExc_ValueError, "numa_node: expected a node in [0, %d], got %ld",
-                         ENGRAM_NUMA_MAX_NODES - 1, v);
-            return -1;
-        }
         o->numa_policy = ENGRAM_NUMA_NODE;
-        o->numa_node = (int32_t)v;
+        o->numa_node = v;
     } else if (gpu != Py_None) {
         if (!PyUnicode_Check(gpu)) {
             PyErr_Format(PyExc_TypeError, "numa_gpu: expected a str (a PCI bus id such as "

@@ -354,24 +354,14 @@ PyObject *ext_store_numa_copy(StoreObject *s, PyObject *const *args, Py_ssize_t 
     static const char *const names[] = {"name", "node"};
     PyObject *v[2];
     const char *cname;
-    long node;
-    int rc, written = 0;
+    int node, rc, written = 0;
     if (ext_store_parse_args("numa_copy", args, nargs, kwnames, names, 2, 2, 2, v) < 0 ||
-        !(cname = name_arg(v[0], "name")))
+        !(cname = name_arg(v[0], "name")) || ext_numa_node_arg(v[1], "node", &node) < 0)
         return NULL;
-    if (!PyLong_Check(v[1]) || PyBool_Check(v[1]))
-        return PyErr_Format(PyExc_TypeError, "node: expected an int, got %.100s",
-                            Py_TYPE(v[1])->tp_name);
-    node = PyLong_AsLong(v[1]);
-    if (node == -1 && PyErr_Occurred())
-        return NULL;
-    if (node < 0 || node >= ENGRAM_NUMA_MAX_NODES)
-        return PyErr_Format(PyExc_ValueError, "node: expected a node in [0, %d], got %ld",
-                            ENGRAM_NUMA_MAX_NODES - 1, node);
     if (ext_store_enter(s) < 0)
         return NULL;
     Py_BEGIN_ALLOW_THREADS
-    rc = engram_numa_copy(s->st, cname, (int)node, &written);
+    rc = engram_numa_copy(s->st, cname, node, &written);
     ext_store_leave(s);
     Py_END_ALLOW_THREADS
     if (rc < 0)
