@@ -261,17 +261,20 @@ range:
 int ext_numa_node_arg(PyObject *v, const char *arg, int *out)
 {
     long n;
+    int overflow;
     if (!PyLong_Check(v) || PyBool_Check(v)) {
         PyErr_Format(PyExc_TypeError, "%s: expected an int, got %.100s", arg,
                      Py_TYPE(v)->tp_name);
         return -1;
     }
-    n = PyLong_AsLong(v);
-    if (n == -1 && PyErr_Occurred())
+    /* An int past a C long is out of range like 64 is, not an
+     * OverflowError that names no argument. */
+    n = PyLong_AsLongAndOverflow(v, &overflow);
+    if (n == -1 && !overflow && PyErr_Occurred())
         return -1;
-    if (n < 0 || n >= ENGRAM_NUMA_MAX_NODES) {
-        PyErr_Format(PyExc_ValueError, "%s: expected a node in [0, %d], got %ld", arg,
-                     ENGRAM_NUMA_MAX_NODES - 1, n);
+    if (overflow || n < 0 || n >= ENGRAM_NUMA_MAX_NODES) {
+        PyErr_Format(PyExc_ValueError, "%s: expected a node in [0, %d], got %R", arg,
+                     ENGRAM_NUMA_MAX_NODES - 1, v);
         return -1;
     }
     *out = (int)n;

@@ -180,3 +180,21 @@ def test_without_libnuma(shm_dir):
     with pytest.raises(engramstore.EngramError, match="libnuma") as ei:
         _store(shm_dir, numa_node=0)
     assert ei.value.errno == errno.ENOTSUP
+
+
+def test_node_arguments_checked_without_libnuma(local_dir):
+    """The binding's own checks of a node argument come before the library
+    (so they hold in builds without libnuma too), and an int too large for
+    a C long is out of range like any other, not an OverflowError."""
+    for bad in (64, -1, 2**64, -2**64):
+        with pytest.raises(ValueError, match=rf"^numa_node: expected a node in \[0, 63\], "
+                                             rf"got {bad}$"):
+            _store(local_dir, numa_node=bad)
+    with engramstore.TableStore(local_dir=None) as st:
+        for bad in (64, -1, 2**64):
+            with pytest.raises(ValueError, match=rf"^node: expected a node in \[0, 63\], "
+                                                 rf"got {bad}$"):
+                st.numa_copy("t", bad)
+        for bad in (True, 0.0, "0", None):
+            with pytest.raises(TypeError, match=r"^node: expected an int, got "):
+                st.numa_copy("t", bad)
