@@ -632,21 +632,16 @@ PyObject *ext_store_bench_lookup(StoreObject *s, PyObject *const *args, Py_ssize
 {
     lookup_in in;
     lookup_prep p;
-    Py_ssize_t calls;
+    unsigned long long calls;
     PyObject *ret = NULL;
     int empty, rc = 0;
     if (nargs != 5) {
         PyErr_Format(PyExc_TypeError, "_bench_lookup() takes 5 arguments (%zd given)", nargs);
         return NULL;
     }
-    calls = PyLong_AsSsize_t(args[3]);
-    if (calls == -1 && PyErr_Occurred())
-        return NULL;
-    if (calls < 0 || calls > PY_SSIZE_T_MAX / 8) {
-        PyErr_SetString(PyExc_ValueError, "calls: expected an int >= 0");
-        return NULL;
-    }
-    if ((empty = PyObject_IsTrue(args[4])) < 0)
+    /* calls * 8 bytes of times must fit a bytes object. */
+    if (ext_uint_arg(args[3], "calls", PY_SSIZE_T_MAX / 8, NULL, &calls) < 0 ||
+        (empty = PyObject_IsTrue(args[4])) < 0)
         return NULL;
     memset(&in, 0, sizeof in);
     in.tables = args[0];
@@ -661,13 +656,13 @@ PyObject *ext_store_bench_lookup(StoreObject *s, PyObject *const *args, Py_ssize
         else if (!p.memory)
             /* A source's read_rows would run Python code in the loop. */
             PyErr_SetString(PyExc_ValueError, "_bench_lookup: tables of memory rows only");
-        else if ((ret = PyBytes_FromStringAndSize(NULL, calls * 8)) &&
+        else if ((ret = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)calls * 8)) &&
                  ext_store_enter(s) == 0) {
             int64_t *ns = (int64_t *)(void *)PyBytes_AS_STRING(ret);
             /* The GIL stays held: the loop times the library's call alone,
              * as a C caller makes it (no other thread's Python code runs
              * between two calls). */
-            for (Py_ssize_t c = 0; c < calls && rc >= 0; c++) {
+            for (unsigned long long c = 0; c < calls && rc >= 0; c++) {
                 int64_t t0 = now_ns();
                 if (!empty)
                     rc = engram_lookup(s->st, &p.a);

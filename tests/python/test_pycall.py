@@ -242,6 +242,10 @@ def test_bench_lookup_hook(local_dir):
             st._bench_lookup(["a"], ids.astype(np.float64), out, 1, False)
         with pytest.raises(ValueError, match="calls"):
             st._bench_lookup(["a"], ids, out, -1, False)
+        with pytest.raises(ValueError, match="calls"):
+            st._bench_lookup(["a"], ids, out, 2**70, False)
+        with pytest.raises(TypeError, match="calls"):
+            st._bench_lookup(["a"], ids, out, 1.0, False)
 
 
 def test_bench_lookup_takes_memory_tables_only():
