@@ -1048,3 +1048,11 @@ def test_read_calls_refused(mc_client):
             engramstore.EngramStore(namespace="nsx", store_client=mc_client, read_calls=bad)
     with pytest.raises(TypeError, match="read_calls"):
         engramstore.EngramStore({1: cfg()}, None, read_calls=2)
+
+
+def test_cache_keep_all_refused(mc_client):
+    # Not a truth value: a flag that is not a bool is refused, not read as
+    # true or false.
+    for bad in (1, 0, "yes", None):
+        with pytest.raises(TypeError, match=r"^cache_keep_all: expected a bool, got "):
+            engramstore.EngramStore({1: cfg()}, mc_client, cache_keep_all=bad)
