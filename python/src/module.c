@@ -477,12 +477,13 @@ PyDoc_STRVAR(namespace_usage_doc,
 
 static PyObject *mod_namespace_usage(PyObject *self, PyObject *args)
 {
-    PyObject *rootb = NULL, *root_o;
+    PyObject *rootb = NULL, *root_o, *ns_o;
     const char *ns;
     engram_namespace_use u = ENGRAM_NAMESPACE_USE_INIT;
     int rc;
     (void)self;
-    if (!PyArg_ParseTuple(args, "Os", &root_o, &ns) || ext_path_arg(root_o, "root", &rootb) < 0)
+    if (!PyArg_ParseTuple(args, "OO", &root_o, &ns_o) || !(ns = ext_str_arg(ns_o, "namespace")) ||
+        ext_path_arg(root_o, "root", &rootb) < 0)
         return NULL;
     Py_BEGIN_ALLOW_THREADS
     rc = engram_namespace_usage(PyBytes_AS_STRING(rootb), ns, &u);
@@ -606,13 +607,13 @@ PyDoc_STRVAR(namespace_remove_doc,
 
 static PyObject *mod_namespace_remove(PyObject *self, PyObject *args)
 {
-    PyObject *rootb = NULL, *root_o;
+    PyObject *rootb = NULL, *root_o, *ns_o;
     const char *ns;
     unsigned int flags;
     int rc;
     (void)self;
-    if (!PyArg_ParseTuple(args, "OsI", &root_o, &ns, &flags) ||
-        ext_path_arg(root_o, "root", &rootb) < 0)
+    if (!PyArg_ParseTuple(args, "OOI", &root_o, &ns_o, &flags) ||
+        !(ns = ext_str_arg(ns_o, "namespace")) || ext_path_arg(root_o, "root", &rootb) < 0)
         return NULL;
     Py_BEGIN_ALLOW_THREADS
     rc = engram_namespace_remove(PyBytes_AS_STRING(rootb), ns, flags);

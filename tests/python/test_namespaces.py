@@ -151,3 +151,16 @@ def test_bad_inputs(local_dir):
     assert ei.value.errno == errno.ENOTEMPTY and "'t'" in str(ei.value)
     with pytest.raises(TypeError):
         engramstore.namespace_usage(5, local_dir)  # type: ignore[arg-type]
+
+
+def test_namespace_argument_named(local_dir):
+    # A NUL would make the library act on "a"; it is refused, like a name
+    # that is no str, with the argument named.
+    make_ns(local_dir, "a")
+    for call in (lambda ns: engramstore.namespace_usage(ns, local_dir),
+                 lambda ns: engramstore.remove_namespace(ns, local_dir, tables=True)):
+        with pytest.raises(ValueError, match="^namespace: cannot contain NUL"):
+            call("a\0b")
+        with pytest.raises(TypeError, match="^namespace: expected a str, got int"):
+            call(5)
+    assert engramstore.namespaces(local_dir) == ["a"]
