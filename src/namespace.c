@@ -110,13 +110,14 @@ static int classify(engram_store *st, const char *path, const char *name, uint32
         if (live >= 0)
             return 0; /* stale, this process's or allowed: removed with the tables */
     }
-    if (strncmp(name, TMP_PREFIX, strlen(TMP_PREFIX)) == 0 && dry && writer_dead(st, name))
-        return 0; /* the removal's open would remove it */
-    if (strncmp(name, TMP_PREFIX, strlen(TMP_PREFIX)) == 0)
+    if (strncmp(name, TMP_PREFIX, strlen(TMP_PREFIX)) == 0) {
+        if (dry && writer_dead(st, name))
+            return 0; /* the removal's open would remove it */
         return engram__err(-EBUSY, "namespace %s: table '%s' is being written (temporary file "
                                    "%s; the open before this removal would have removed it if "
                                    "its writer had died)",
                            path, temp_table(name, table, sizeof table), name);
+    }
     if (!engram__name_valid(name))
         return engram__err(-ENOTEMPTY, "namespace %s holds '%s', which is not an engram table; "
                                        "not removing it",
