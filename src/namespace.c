@@ -133,9 +133,10 @@ static int classify(engram_store *st, const char *path, const char *name, uint32
     return 0;
 }
 
-/* engram_namespace_remove(); with `dry`, only step 1 on a store opened
- * without its cleanup: whether the removal would go ahead, removing
- * nothing (the dead's files a removal would remove do not stop it). */
+/* engram_namespace_remove(); with `dry` (and ENGRAM_NS_REMOVE_TABLES),
+ * only step 1 on a store opened without its cleanup: whether the removal
+ * would go ahead, removing nothing (the dead's files a removal would
+ * remove do not stop it). */
 static int ns_remove(const char *root, const char *ns, uint32_t flags, int dry)
 {
     engram_store_options o = ENGRAM_STORE_OPTIONS_INIT;
@@ -183,9 +184,8 @@ static int ns_remove(const char *root, const char *ns, uint32_t flags, int dry)
         if ((err = classify(st, path, de->d_name, flags, dry, &tables)) != 0)
             goto out;
     }
-    if (dry && tables > 0 && !(flags & ENGRAM_NS_REMOVE_TABLES))
-        err = engram__err(-ENOTEMPTY, "namespace %s holds %zu table%s", path, tables,
-                          tables == 1 ? "" : "s");
+    /* A dry run (gc's, always with ENGRAM_NS_REMOVE_TABLES, so the tables
+     * stop nothing) ends with the look. */
     if (dry)
         goto out;
     if (tables > 0 && (err = engram_list(st, &names, &count)) != 0)
