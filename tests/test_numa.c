@@ -561,6 +561,32 @@ static void test_node_copies(void)
     longname[ENGRAM_NAME_MAX - 3] = '\0';
     ASSERT_ERR(engram_numa_copy(st, longname, 0, NULL), ENGRAM_ESPEC);
     ASSERT_CONTAINS(engram_errmsg(), "is longer than 128 bytes");
+    /* A link where the table's file is expected, and a file under
+     * another table's name: no copy is made of either. */
+    {
+        char p[512], q[512], lcopy[64];
+        struct stat sb;
+        tu_path(p, sizeof p, "copies/s");
+        ASSERT(symlink("t", p) == 0);
+        written = -1;
+        ASSERT_ERR(engram_numa_copy(st, "s", node, &written), ENGRAM_EUNSAFE);
+        ASSERT_CONTAINS(engram_errmsg(), "is a symbolic link");
+        ASSERT_EQ(written, 0);
+        snprintf(lcopy, sizeof lcopy, "copies/s.numa%d", node);
+        tu_path(q, sizeof q, lcopy);
+        ASSERT(lstat(q, &sb) != 0 && errno == ENOENT);
+        ASSERT(unlink(p) == 0);
+        tu_path(q, sizeof q, "copies/t");
+        tu_path(p, sizeof p, "copies/r");
+        ASSERT(link(q, p) == 0);
+        ASSERT_ERR(engram_numa_copy(st, "r", node, &written), ENGRAM_ECORRUPT);
+        ASSERT_CONTAINS(engram_errmsg(), "holds table 't'");
+        ASSERT_EQ(written, 0);
+        snprintf(lcopy, sizeof lcopy, "copies/r.numa%d", node);
+        tu_path(q, sizeof q, lcopy);
+        ASSERT(lstat(q, &sb) != 0 && errno == ENOENT);
+        ASSERT(unlink(p) == 0);
+    }
     /* A copy name already holding other rows. */
     {
         unsigned char *other = tu_make_rows(10, ROWS, RB, 0, 0);
