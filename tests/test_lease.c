@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <sys/wait.h>
 
@@ -553,6 +554,22 @@ static void test_bad_inputs(void)
         ASSERT(symlink("/etc/passwd", l) == 0);
         ASSERT_OK(engram_namespace_usage(tu_scratch_root(), "here", &v));
         ASSERT_EQ(v.users + v.stale_leases, 0);
+        unlink(l);
+    }
+    /* Nor is a FIFO: asking about it does not block on it, a store's
+     * cleanup leaves it, and a removal stops on it as on any entry that
+     * is not a table. */
+    {
+        char l[512];
+        engram_namespace_use v = ENGRAM_NAMESPACE_USE_INIT;
+        tu_path(l, sizeof l, "here/.lease.3.3");
+        ASSERT(mkfifo(l, 0600) == 0);
+        ASSERT_OK(engram_namespace_usage(tu_scratch_root(), "here", &v));
+        ASSERT_EQ(v.users + v.stale_leases, 0);
+        engram_store_close(tu_open("here", 0, 1));
+        ASSERT_EQ(lease_files("here"), 1);
+        ASSERT_ERR(engram_namespace_remove(tu_scratch_root(), "here", 0), -ENOTEMPTY);
+        ASSERT_CONTAINS(engram_errmsg(), ".lease.3.3");
         unlink(l);
     }
     ASSERT_OK(engram_namespace_remove(tu_scratch_root(), "here", 0));
