@@ -110,13 +110,14 @@ static int classify(engram_store *st, const char *path, const char *name, uint32
         if (live >= 0)
             return 0; /* stale, this process's or allowed: removed with the tables */
     }
-    if (strncmp(name, TMP_PREFIX, strlen(TMP_PREFIX)) == 0 && dry && writer_dead(st, name))
-        return 0; /* the removal's open would remove it */
-    if (strncmp(name, TMP_PREFIX, strlen(TMP_PREFIX)) == 0)
+    if (strncmp(name, TMP_PREFIX, strlen(TMP_PREFIX)) == 0) {
+        if (dry && writer_dead(st, name))
+            return 0; /* the removal's open would remove it */
         return engram__err(-EBUSY, "namespace %s: table '%s' is being written (temporary file "
                                    "%s; the open before this removal would have removed it if "
                                    "its writer had died)",
                            path, temp_table(name, table, sizeof table), name);
+    }
     if (!engram__name_valid(name))
         return engram__err(-ENOTEMPTY, "namespace %s holds '%s', which is not an engram table; "
                                        "not removing it",
@@ -132,9 +133,10 @@ static int classify(engram_store *st, const char *path, const char *name, uint32
     return 0;
 }
 
-/* engram_namespace_remove(); with `dry`, only step 1 on a store opened
- * without its cleanup: whether the removal would go ahead, removing
- * nothing (the dead's files a removal would remove do not stop it). */
+/* engram_namespace_remove(); with `dry` (and ENGRAM_NS_REMOVE_TABLES),
+ * only step 1 on a store opened without its cleanup: whether the removal
+ * would go ahead, removing nothing (the dead's files a removal would
+ * remove do not stop it). */
 static int ns_remove(const char *root, const char *ns, uint32_t flags, int dry)
 {
     engram_store_options o = ENGRAM_STORE_OPTIONS_INIT;
@@ -182,9 +184,8 @@ static int ns_remove(const char *root, const char *ns, uint32_t flags, int dry)
         if ((err = classify(st, path, de->d_name, flags, dry, &tables)) != 0)
             goto out;
     }
-    if (dry && tables > 0 && !(flags & ENGRAM_NS_REMOVE_TABLES))
-        err = engram__err(-ENOTEMPTY, "namespace %s holds %zu table%s", path, tables,
-                          tables == 1 ? "" : "s");
+    /* A dry run (gc's, always with ENGRAM_NS_REMOVE_TABLES, so the tables
+     * stop nothing) ends with the look. */
     if (dry)
         goto out;
     if (tables > 0 && (err = engram_list(st, &names, &count)) != 0)

@@ -39,6 +39,23 @@ int engram__numa_current_node(void)
     return (int)node;
 }
 
+size_t engram__numa_copy_name(char *buf, size_t cap, const char *name, int node)
+{
+    int n = snprintf(buf, cap, "%s.numa%d", name, node);
+    return n < 0 ? SIZE_MAX : (size_t)n;
+}
+
+int engram__numa_is_copy_name(const char *name)
+{
+    const char *dot = strrchr(name, '.');
+    if (!dot || strncmp(dot, ".numa", 5) != 0 || !dot[5])
+        return 0;
+    for (const char *p = dot + 5; *p; p++)
+        if (*p < '0' || *p > '9')
+            return 0;
+    return 1;
+}
+
 /* sizeof(engram_store_options) before the numa_* fields. */
 #define OPTS_V2_SIZE offsetof(engram_store_options, numa_policy)
 

@@ -62,6 +62,16 @@ int engram__numa_query(const void *addr, size_t len, int touch, engram_table_pla
 /* The node of the CPU the calling thread runs on (getcpu(2)), or -1. */
 int engram__numa_current_node(void);
 
+/* The name of table `name`'s copy on `node` (engram_numa_copy(),
+ * "<name>.numa<node>"), written into buf as snprintf() writes it: the
+ * length it needs is returned, the copy fits if that is below cap.  The
+ * writer of a copy and ENGRAM_OPEN_NUMA_LOCAL's lookup of it both take
+ * the name from here. */
+size_t engram__numa_copy_name(char *buf, size_t cap, const char *name, int node);
+
+/* 1 if `name` is a node copy's name (ends in ".numa<digits>"), else 0. */
+int engram__numa_is_copy_name(const char *name);
+
 /* Tests only: reads node and PCI facts under `root` instead of "/sys"
  * (NULL restores it).  Not thread-safe. */
 void engram__numa_set_sysfs(const char *root);

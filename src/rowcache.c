@@ -4,7 +4,10 @@
  * A set is ENGRAM_CACHE_WAYS tags, a lock and the CLOCK state in one cache
  * line.  Tags are row + 1 (0 = empty) and atomics only because the
  * prefetch step peeks at them without the lock; every decision is taken
- * again under the lock.
+ * again under the lock.  A hit copies the slot under the set's lock; an
+ * insertion writes the slot and then its tag under the same lock, so no
+ * reader ever sees a slot before all its bytes are there: the cache is
+ * exact.
  *
  * Admission.  A set with a free way takes every row read.  A full set
  * evicts a row only for one asked for at least ADMIT times lately: each
@@ -17,10 +20,7 @@
  * about a tenth fewer rows (docs/performance.md, section 10).  Only
  * the miss path touches the sketch (a row read from a source costs far
  * more), so hits cost what they did.  Counters are relaxed atomics: a lost
- * increment or halving between two threads only blurs an estimate.  A hit copies the slot under the set's lock; an
- * insertion writes the slot and then its tag under the same lock, so no
- * reader ever sees a slot before all its bytes are there: the cache is
- * exact.
+ * increment or halving between two threads only blurs an estimate.
  *
  * Sets and slots are charged to the budget as allocated: small caches
  * come from the heap (no page rounding to hide), large ones from mmap with

@@ -730,27 +730,15 @@ static int remote_table_open(engram_store *st, const char *name, engram_table_id
     return err;
 }
 
-/* 1 if `name` ends in ".numa<digits>": a node copy's name. */
-static int is_copy_name(const char *name)
-{
-    const char *dot = strrchr(name, '.');
-    if (!dot || strncmp(dot, ".numa", 5) != 0 || !dot[5])
-        return 0;
-    for (const char *p = dot + 5; *p; p++)
-        if (*p < '0' || *p > '9')
-            return 0;
-    return 1;
-}
-
 /* With ENGRAM_OPEN_NUMA_LOCAL: the name of the copy of `name` on the
  * calling thread's node, into buf, if the store or its namespace has that
  * table; else `name`. */
 static const char *local_copy(engram_store *st, const char *name, char *buf, size_t cap)
 {
     int node, have;
-    if (!(st->opts.flags & ENGRAM_OPEN_NUMA_LOCAL) || is_copy_name(name) ||
+    if (!(st->opts.flags & ENGRAM_OPEN_NUMA_LOCAL) || engram__numa_is_copy_name(name) ||
         (node = engram__numa_current_node()) < 0 ||
-        (size_t)snprintf(buf, cap, "%s.numa%d", name, node) >= cap ||
+        engram__numa_copy_name(buf, cap, name, node) >= cap ||
         !engram__name_valid(buf))
         return name;
     pthread_mutex_lock(&st->lock);

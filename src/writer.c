@@ -754,7 +754,7 @@ int engram_numa_copy(engram_store *st, const char *name, int node, int *written)
         return err;
     if (node < 0)
         return engram__err(-EINVAL, "node copy of '%s': node %d is not a node", name, node);
-    snprintf(copy, sizeof copy, "%s.numa%d", name, node);
+    engram__numa_copy_name(copy, sizeof copy, name, node);
     if (strlen(copy) > ENGRAM_NAME_MAX)
         return engram__err(ENGRAM_ESPEC, "node copy of '%s': its name '%s' is longer than %d "
                                          "bytes",

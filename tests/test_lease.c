@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <sys/wait.h>
 
@@ -27,8 +28,9 @@ static int ns_exists(const char *ns)
     return lstat(p, &sb) == 0;
 }
 
-/* The number of lease files in namespace `ns`. */
-static int lease_files(const char *ns)
+/* The number of entries of namespace `ns` whose names start with
+ * `prefix`. */
+static int entries_with(const char *ns, const char *prefix)
 {
     char p[512];
     int n = 0;
@@ -38,9 +40,15 @@ static int lease_files(const char *ns)
     d = opendir(p);
     ASSERT(d != NULL);
     while ((de = readdir(d)) != NULL)
-        n += strncmp(de->d_name, ".lease.", 7) == 0;
+        n += strncmp(de->d_name, prefix, strlen(prefix)) == 0;
     closedir(d);
     return n;
+}
+
+/* The number of lease files in namespace `ns`. */
+static int lease_files(const char *ns)
+{
+    return entries_with(ns, ".lease.");
 }
 
 /* Sets the modification time of namespace `ns` and of everything in it
@@ -313,17 +321,7 @@ static void test_gc_age_and_dry_run(void)
 /* The number of a dead writer's temporary files in namespace `ns`. */
 static int temp_files(const char *ns)
 {
-    char p[512];
-    int n = 0;
-    struct dirent *de;
-    DIR *d;
-    tu_path(p, sizeof p, ns);
-    d = opendir(p);
-    ASSERT(d != NULL);
-    while ((de = readdir(d)) != NULL)
-        n += strncmp(de->d_name, ".tmp.", 5) == 0;
-    closedir(d);
-    return n;
+    return entries_with(ns, ".tmp.");
 }
 
 /* A dry run removes nothing: not the namespace, and not what dead
@@ -409,18 +407,9 @@ static void test_gc_keeps_what_it_may_not_remove(void)
 /* Whether namespace `ns` holds a lease file of process `pid`. */
 static int has_lease_of(const char *ns, pid_t pid)
 {
-    char p[512], pre[64];
-    int n = 0;
-    struct dirent *de;
-    DIR *d;
-    tu_path(p, sizeof p, ns);
+    char pre[64];
     snprintf(pre, sizeof pre, ".lease.%d.", (int)pid);
-    d = opendir(p);
-    ASSERT(d != NULL);
-    while ((de = readdir(d)) != NULL)
-        n += strncmp(de->d_name, pre, strlen(pre)) == 0;
-    closedir(d);
-    return n > 0;
+    return entries_with(ns, pre) > 0;
 }
 
 /* Processes that open stores and tables of one namespace at once, while
@@ -565,6 +554,22 @@ static void test_bad_inputs(void)
         ASSERT(symlink("/etc/passwd", l) == 0);
         ASSERT_OK(engram_namespace_usage(tu_scratch_root(), "here", &v));
         ASSERT_EQ(v.users + v.stale_leases, 0);
+        unlink(l);
+    }
+    /* Nor is a FIFO: asking about it does not block on it, a store's
+     * cleanup leaves it, and a removal stops on it as on any entry that
+     * is not a table. */
+    {
+        char l[512];
+        engram_namespace_use v = ENGRAM_NAMESPACE_USE_INIT;
+        tu_path(l, sizeof l, "here/.lease.3.3");
+        ASSERT(mkfifo(l, 0600) == 0);
+        ASSERT_OK(engram_namespace_usage(tu_scratch_root(), "here", &v));
+        ASSERT_EQ(v.users + v.stale_leases, 0);
+        engram_store_close(tu_open("here", 0, 1));
+        ASSERT_EQ(lease_files("here"), 1);
+        ASSERT_ERR(engram_namespace_remove(tu_scratch_root(), "here", 0), -ENOTEMPTY);
+        ASSERT_CONTAINS(engram_errmsg(), ".lease.3.3");
         unlink(l);
     }
     ASSERT_OK(engram_namespace_remove(tu_scratch_root(), "here", 0));

@@ -67,32 +67,13 @@ static engram_store *open_placed(const char *ns, uint32_t flags, uint32_t policy
 #if ENGRAM_TEST_NUMA
 static void populate(engram_store *st, const char *name, uint32_t seed)
 {
-    unsigned char *rows = tu_make_rows(seed, ROWS, RB, 0, 0);
-    ASSERT_OK(engram_populate(st, name, &spec, rows, 0));
-    free(rows);
+    tu_populate(st, name, seed, ROWS, RB, PITCH);
 }
 
 /* Looks every row of `name` up and checks it against the pattern. */
 static void check_rows(engram_store *st, const char *name, uint32_t seed)
 {
-    engram_lookup_args a = ENGRAM_LOOKUP_ARGS_INIT;
-    engram_table_id id;
-    int64_t *ids = tu_xmalloc(ROWS * sizeof *ids);
-    unsigned char *out = tu_xmalloc((size_t)ROWS * RB);
-    ASSERT_OK(engram_table_open(st, name, &id));
-    for (uint32_t i = 0; i < ROWS; i++)
-        ids[i] = (int64_t)(ROWS - 1 - i);
-    a.num_tokens = ROWS;
-    a.num_cols = 1;
-    a.tables = &id;
-    a.ids = ids;
-    a.id_type = ENGRAM_ID_INT64;
-    a.out = out;
-    ASSERT_OK(engram_lookup(st, &a));
-    for (uint32_t i = 0; i < ROWS; i++)
-        ASSERT_EQ(tu_row_mismatch(out + (size_t)i * RB, seed, ROWS - 1 - i, RB), -1);
-    free(ids);
-    free(out);
+    tu_check_named(st, name, seed, ROWS, RB);
 }
 
 static uint64_t table_pages(void);
@@ -580,6 +561,32 @@ static void test_node_copies(void)
     longname[ENGRAM_NAME_MAX - 3] = '\0';
     ASSERT_ERR(engram_numa_copy(st, longname, 0, NULL), ENGRAM_ESPEC);
     ASSERT_CONTAINS(engram_errmsg(), "is longer than 128 bytes");
+    /* A link where the table's file is expected, and a file under
+     * another table's name: no copy is made of either. */
+    {
+        char p[512], q[512], lcopy[64];
+        struct stat sb;
+        tu_path(p, sizeof p, "copies/s");
+        ASSERT(symlink("t", p) == 0);
+        written = -1;
+        ASSERT_ERR(engram_numa_copy(st, "s", node, &written), ENGRAM_EUNSAFE);
+        ASSERT_CONTAINS(engram_errmsg(), "is a symbolic link");
+        ASSERT_EQ(written, 0);
+        snprintf(lcopy, sizeof lcopy, "copies/s.numa%d", node);
+        tu_path(q, sizeof q, lcopy);
+        ASSERT(lstat(q, &sb) != 0 && errno == ENOENT);
+        ASSERT(unlink(p) == 0);
+        tu_path(q, sizeof q, "copies/t");
+        tu_path(p, sizeof p, "copies/r");
+        ASSERT(link(q, p) == 0);
+        ASSERT_ERR(engram_numa_copy(st, "r", node, &written), ENGRAM_ECORRUPT);
+        ASSERT_CONTAINS(engram_errmsg(), "holds table 't'");
+        ASSERT_EQ(written, 0);
+        snprintf(lcopy, sizeof lcopy, "copies/r.numa%d", node);
+        tu_path(q, sizeof q, lcopy);
+        ASSERT(lstat(q, &sb) != 0 && errno == ENOENT);
+        ASSERT(unlink(p) == 0);
+    }
     /* A copy name already holding other rows. */
     {
         unsigned char *other = tu_make_rows(10, ROWS, RB, 0, 0);
