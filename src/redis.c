@@ -86,11 +86,19 @@ static uint32_t chunk_prefix(const rstore *rs, const char *name, uint64_t epoch,
     return (uint32_t)n;
 }
 
+/* The key of chunk i: the prefix, then i in decimal (what rcluster.c's
+ * batches send as kpre + decimal(ksuf)).  Returns its length. */
+static size_t chunk_key(const char *kpre, uint32_t kpre_len, uint64_t i,
+                        char key[KEY_MAX + 24])
+{
+    return (size_t)snprintf(key, KEY_MAX + 24, "%.*s%" PRIu64, (int)kpre_len, kpre, i);
+}
+
 static uint16_t chunk_slot(const char *kpre, uint32_t kpre_len, uint64_t i)
 {
     char key[KEY_MAX + 24];
-    int n = snprintf(key, sizeof key, "%.*s%" PRIu64, (int)kpre_len, kpre, i);
-    return engram__rcl_keyslot(key, (size_t)n);
+    size_t n = chunk_key(kpre, kpre_len, i, key);
+    return engram__rcl_keyslot(key, n);
 }
 
 /* Runs a command on the key argv[1] (its slot), expecting a reply of
@@ -159,7 +167,7 @@ static int delete_chunks(rstore *rs, engram__rsess *s, const char *kpre, uint32_
         const char *argv[2] = {"UNLINK", key};
         redisReply *r = NULL; /* as in manifest_get() */
         int err;
-        snprintf(key, sizeof key, "%.*s%" PRIu64, (int)kpre_len, kpre, i);
+        chunk_key(kpre, kpre_len, i, key);
         if ((err = key_cmd(rs, s, ENGRAM__RCL_WRITE, 2, argv, NULL, REDIS_REPLY_INTEGER, deadline,
                            "delete a chunk", &r)) != 0) {
             if (!first) {
@@ -402,7 +410,7 @@ static int redis_verify(void *state, const char *name, engram_progress_fn progre
         uint64_t rows = i + 1 < m.nchunks ? m.chunk_rows : m.num_rows - i * m.chunk_rows;
         uint64_t want = rows * m.row_bytes, sum;
         redisReply *r;
-        snprintf(key, sizeof key, "%.*s%" PRIu64, (int)kpre_len, kpre, i);
+        chunk_key(kpre, kpre_len, i, key);
         if ((err = key_cmd(rs, s, 0, 2, argv, NULL, REDIS_REPLY_STRING,
                            engram__rcl_deadline(rs->cl), "read a chunk", &r)) != 0)
             goto out;
@@ -506,11 +514,6 @@ typedef struct rwriter {
     XXH3_state_t *xs;
 } rwriter;
 
-static void chunk_key(const rwriter *w, uint64_t i, char *key)
-{
-    snprintf(key, KEY_MAX + 24, "%.*s%" PRIu64, (int)w->kpre_len, w->kpre, i);
-}
-
 /* Sets the TTL of every chunk written so far again (step 2). */
 static int renew_ttls(rwriter *w)
 {
@@ -522,7 +525,7 @@ static int renew_ttls(rwriter *w)
         const char *argv[3] = {"PEXPIRE", key, ms};
         redisReply *r;
         int err;
-        chunk_key(w, i, key);
+        chunk_key(w->kpre, w->kpre_len, i, key);
         if ((err = key_cmd(w->rs, w->s, ENGRAM__RCL_WRITE, 3, argv, NULL, REDIS_REPLY_INTEGER,
                            deadline, "renew a chunk's TTL", &r)) != 0)
             return err;
@@ -547,10 +550,9 @@ static int put_chunk(rwriter *w, const unsigned char *data, uint64_t rows)
     size_t len = (size_t)(rows * w->m.row_bytes);
     redisReply *r;
     int err;
-    chunk_key(w, w->chunks_done, key);
+    lens[1] = chunk_key(w->kpre, w->kpre_len, w->chunks_done, key);
     snprintf(ms, sizeof ms, "%u", w->rs->ttl_ms);
     lens[0] = 3;
-    lens[1] = strlen(key);
     lens[2] = len;
     lens[3] = 2;
     lens[4] = strlen(ms);
@@ -718,7 +720,7 @@ static int redis_writer_commit(void *wp)
     for (uint64_t i = 0; i < w->chunks_done; i++) {
         char key[KEY_MAX + 24];
         const char *argv[2] = {"PERSIST", key};
-        chunk_key(w, i, key);
+        chunk_key(w->kpre, w->kpre_len, i, key);
         if ((err = key_cmd(rs, w->s, ENGRAM__RCL_WRITE, 2, argv, NULL, REDIS_REPLY_INTEGER,
                            engram__rcl_deadline(rs->cl), "keep a chunk", &r)) != 0)
             goto fail;
