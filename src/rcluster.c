@@ -1307,13 +1307,17 @@ static int read_round(engram__rsess *s, engram__rcl_get *g, size_t n, uint64_t d
         s->order = o;
         s->order_cap = n;
     }
-    /* Group the pending ranges by node (counting sort). */
+    /* Group the pending ranges by node (counting sort).  Each range's
+     * node is read from the map once: a reload by another thread between
+     * the two passes must not move a range to a node it was not counted
+     * for. */
     memset(s->cnt, 0, (nn + 1) * sizeof *s->cnt);
     for (size_t i = 0; i < n; i++) {
         uint32_t node;
         if (g[i].state == ENGRAM__RCL_DONE)
             continue;
         node = g[i].ask != ENGRAM__RCL_NONE ? g[i].ask : slot_owner(cl, g[i].slot);
+        g[i].node = (uint16_t)node;
         g[i].why = W_NONE;
         if (node == ENGRAM__RCL_NONE || node >= nn) {
             g[i].why = W_NOSLOT;
@@ -1326,13 +1330,9 @@ static int read_round(engram__rsess *s, engram__rcl_get *g, size_t n, uint64_t d
     }
     for (uint32_t k = 0; k < nn; k++)
         s->cnt[k + 1] += s->cnt[k];
-    for (size_t i = 0; i < n; i++) {
-        uint32_t node;
-        if (g[i].state == ENGRAM__RCL_DONE || g[i].why == W_NOSLOT)
-            continue;
-        node = g[i].ask != ENGRAM__RCL_NONE ? g[i].ask : slot_owner(cl, g[i].slot);
-        s->order[s->cnt[node]++] = (uint32_t)i;
-    }
+    for (size_t i = 0; i < n; i++)
+        if (g[i].state != ENGRAM__RCL_DONE && g[i].why != W_NOSLOT)
+            s->order[s->cnt[g[i].node]++] = (uint32_t)i;
     /* s->cnt[k] is now the end of node k's ranges. */
     for (uint32_t k = 0, start = 0; k < nn; start = s->cnt[k], k++) {
         rconn *c;

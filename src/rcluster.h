@@ -114,6 +114,7 @@ typedef struct engram__rcl_get {
     uint32_t len;
     uint16_t slot;
     uint16_t ask;   /* internal: the node an ASK pointed to, or NONE */
+    uint16_t node;  /* internal: the node of this round */
     uint8_t state;  /* out: ENGRAM__RCL_DONE once dst holds the bytes */
     uint8_t why;    /* internal */
 } engram__rcl_get;
