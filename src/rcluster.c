@@ -832,11 +832,6 @@ void engram__rcl_destroy(engram__rcl *cl)
     free(cl);
 }
 
-const char *engram__rcl_seeds(const engram__rcl *cl)
-{
-    return cl->seeds;
-}
-
 uint64_t engram__rcl_deadline(const engram__rcl *cl)
 {
     return engram__now_ns() + cl->timeout_ns;

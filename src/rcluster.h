@@ -77,8 +77,6 @@ uint16_t engram__rcl_crc16(const char *buf, size_t len);
 int engram__rcl_create(const char *nodes, const engram__rcl_opts *o, engram__rcl **out);
 void engram__rcl_destroy(engram__rcl *cl);
 
-/* The node list as given, for messages. */
-const char *engram__rcl_seeds(const engram__rcl *cl);
 /* The deadline of an operation starting now (CLOCK_MONOTONIC ns). */
 uint64_t engram__rcl_deadline(const engram__rcl *cl);
 void engram__rcl_stats(engram__rcl *cl, engram_redis_stats *s);

@@ -52,7 +52,6 @@ typedef struct rstore {
     char prefix[ENGRAM_NAME_MAX + 1];
     char mkey[2 * ENGRAM_NAME_MAX + 16]; /* the manifests' hash */
     size_t mkey_len;
-    uint16_t mslot;
     char *where; /* "redis://nodes/ns", for messages */
     uint64_t chunk_bytes;
     uint32_t ttl_ms;
@@ -850,7 +849,6 @@ int engram_store_open_redis(const char *nodes, const char *ns, const engram_stor
     snprintf(rs->prefix, sizeof rs->prefix, "%s", ro.prefix ? ro.prefix : "engram");
     rs->mkey_len = (size_t)snprintf(rs->mkey, sizeof rs->mkey, "%s/%s/.manifests", rs->prefix,
                                     rs->ns);
-    rs->mslot = engram__rcl_keyslot(rs->mkey, rs->mkey_len);
     rs->chunk_bytes = ro.chunk_bytes ? ro.chunk_bytes : DEFAULT_CHUNK;
     rs->ttl_ms = ro.chunk_ttl_ms ? ro.chunk_ttl_ms : DEFAULT_TTL_MS;
     rs->tagged = (ro.flags & ENGRAM_REDIS_TAGGED) != 0;
