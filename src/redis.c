@@ -112,13 +112,11 @@ static int key_cmd(rstore *rs, engram__rsess *s, unsigned flags, int argc, const
                               deadline, &r);
     if (err)
         return engram__err(err, "%s in %s: %s", what, rs->where, engram_errmsg());
+    /* A refusal of the user's rights (NOPERM, NOAUTH, WRONGPASS) is
+     * -EACCES from engram__rcl_cmd() already: any other reply of the
+     * wrong type is a protocol failure. */
     if (r->type != type && !(type == REDIS_REPLY_STRING && r->type == REDIS_REPLY_NIL)) {
-        err = engram__err(r->type == REDIS_REPLY_ERROR &&
-                                  (strncmp(r->str, "NOPERM", 6) == 0 ||
-                                   strncmp(r->str, "NOAUTH", 6) == 0)
-                              ? -EACCES
-                              : -EIO,
-                          "%s in %s: %s '%s' answered %s", what, rs->where, argv[0], argv[1],
+        err = engram__err(-EIO, "%s in %s: %s '%s' answered %s", what, rs->where, argv[0], argv[1],
                           r->type == REDIS_REPLY_ERROR ? r->str : "a reply of an unexpected type");
         freeReplyObject(r);
         return err;
