@@ -147,11 +147,6 @@ static int manifest_get(rstore *rs, engram__rsess *s, const char *name, uint64_t
     return err;
 }
 
-static int with_session(rstore *rs, engram__rsess **s)
-{
-    return engram__rcl_sess_get(rs->cl, s);
-}
-
 /* Deletes chunks [0, n) of a table: 0, or the first failure (the rest
  * are still tried, until the deadline). */
 static int delete_chunks(rstore *rs, engram__rsess *s, const char *kpre, uint32_t kpre_len,
@@ -290,7 +285,7 @@ static int redis_open(void *state, const engram__store_ctx *ctx, const char *nam
     uint64_t deadline = engram__rcl_deadline(rs->cl), nslots;
     int err;
 
-    if ((err = with_session(rs, &s)) != 0)
+    if ((err = engram__rcl_sess_get(rs->cl, &s)) != 0)
         return err;
     if (!(t = calloc(1, sizeof *t))) {
         err = engram__err(-ENOMEM, "out of memory");
@@ -343,7 +338,7 @@ static int redis_info(void *state, const char *name, engram_table_info *info)
     engram__rsess *s;
     engram__rmanifest m;
     int err;
-    if ((err = with_session(rs, &s)) != 0)
+    if ((err = engram__rcl_sess_get(rs->cl, &s)) != 0)
         return err;
     err = manifest_get(rs, s, name, engram__rcl_deadline(rs->cl), &m);
     engram__rcl_sess_put(s);
@@ -361,7 +356,7 @@ static int redis_list(void *state, int (*add)(void *ud, const char *name), void 
     engram__rsess *s;
     redisReply *r;
     int err;
-    if ((err = with_session(rs, &s)) != 0)
+    if ((err = engram__rcl_sess_get(rs->cl, &s)) != 0)
         return err;
     err = key_cmd(rs, s, 0, 2, argv, NULL, REDIS_REPLY_ARRAY, engram__rcl_deadline(rs->cl),
                   "list the tables", &r);
@@ -390,7 +385,7 @@ static int redis_verify(void *state, const char *name, engram_progress_fn progre
     uint64_t total, done = 0;
     int err;
 
-    if ((err = with_session(rs, &s)) != 0)
+    if ((err = engram__rcl_sess_get(rs->cl, &s)) != 0)
         return err;
     if ((err = manifest_get(rs, s, name, engram__rcl_deadline(rs->cl), &m)) != 0)
         goto out;
@@ -458,7 +453,7 @@ static int redis_remove(void *state, const char *name, int *unpublished)
     int err, parsed = 0;
 
     *unpublished = 0;
-    if ((err = with_session(rs, &s)) != 0)
+    if ((err = engram__rcl_sess_get(rs->cl, &s)) != 0)
         return err;
     err = manifest_get(rs, s, name, deadline, &m);
     if (err != 0 && err != ENGRAM_ECORRUPT)
@@ -634,7 +629,7 @@ static int redis_writer_begin(void *state, const char *name, const engram_table_
     }
     XXH3_64bits_reset(w->xs);
     w->renew_ns = engram__now_ns() + (uint64_t)rs->ttl_ms * 1000000u / 2;
-    if ((err = with_session(rs, &w->s)) != 0)
+    if ((err = engram__rcl_sess_get(rs->cl, &w->s)) != 0)
         goto fail;
     /* Step 1: a published name fails at once, not after the upload. */
     if ((err = key_cmd(rs, w->s, 0, 3, argv, NULL, REDIS_REPLY_INTEGER,
