@@ -1287,7 +1287,8 @@ static int encode_get(rconn *c, const engram__rcl_get *g, uint32_t idx)
 /* One round: every range not done yet goes to its node, all nodes at
  * once; returns when every connection answered all, broke, or the
  * deadline passed.  *need_map: a range found no node or a connection
- * failed (reload the map); *redirected: a range was redirected. */
+ * failed (reload the map); *busy: a range failed for a passing reason
+ * (a busy node, a connection, no node for its slot: back off). */
 static int read_round(engram__rsess *s, engram__rcl_get *g, size_t n, uint64_t deadline,
                       int *need_map, int *busy)
 {
