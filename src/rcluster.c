@@ -832,11 +832,6 @@ void engram__rcl_destroy(engram__rcl *cl)
     free(cl);
 }
 
-const char *engram__rcl_seeds(const engram__rcl *cl)
-{
-    return cl->seeds;
-}
-
 uint64_t engram__rcl_deadline(const engram__rcl *cl)
 {
     return engram__now_ns() + cl->timeout_ns;
@@ -1292,7 +1287,8 @@ static int encode_get(rconn *c, const engram__rcl_get *g, uint32_t idx)
 /* One round: every range not done yet goes to its node, all nodes at
  * once; returns when every connection answered all, broke, or the
  * deadline passed.  *need_map: a range found no node or a connection
- * failed (reload the map); *redirected: a range was redirected. */
+ * failed (reload the map); *busy: a range failed for a passing reason
+ * (a busy node, a connection, no node for its slot: back off). */
 static int read_round(engram__rsess *s, engram__rcl_get *g, size_t n, uint64_t deadline,
                       int *need_map, int *busy)
 {
@@ -1307,13 +1303,17 @@ static int read_round(engram__rsess *s, engram__rcl_get *g, size_t n, uint64_t d
         s->order = o;
         s->order_cap = n;
     }
-    /* Group the pending ranges by node (counting sort). */
+    /* Group the pending ranges by node (counting sort).  Each range's
+     * node is read from the map once: a reload by another thread between
+     * the two passes must not move a range to a node it was not counted
+     * for. */
     memset(s->cnt, 0, (nn + 1) * sizeof *s->cnt);
     for (size_t i = 0; i < n; i++) {
         uint32_t node;
         if (g[i].state == ENGRAM__RCL_DONE)
             continue;
         node = g[i].ask != ENGRAM__RCL_NONE ? g[i].ask : slot_owner(cl, g[i].slot);
+        g[i].node = (uint16_t)node;
         g[i].why = W_NONE;
         if (node == ENGRAM__RCL_NONE || node >= nn) {
             g[i].why = W_NOSLOT;
@@ -1326,13 +1326,9 @@ static int read_round(engram__rsess *s, engram__rcl_get *g, size_t n, uint64_t d
     }
     for (uint32_t k = 0; k < nn; k++)
         s->cnt[k + 1] += s->cnt[k];
-    for (size_t i = 0; i < n; i++) {
-        uint32_t node;
-        if (g[i].state == ENGRAM__RCL_DONE || g[i].why == W_NOSLOT)
-            continue;
-        node = g[i].ask != ENGRAM__RCL_NONE ? g[i].ask : slot_owner(cl, g[i].slot);
-        s->order[s->cnt[node]++] = (uint32_t)i;
-    }
+    for (size_t i = 0; i < n; i++)
+        if (g[i].state != ENGRAM__RCL_DONE && g[i].why != W_NOSLOT)
+            s->order[s->cnt[g[i].node]++] = (uint32_t)i;
     /* s->cnt[k] is now the end of node k's ranges. */
     for (uint32_t k = 0, start = 0; k < nn; start = s->cnt[k], k++) {
         rconn *c;

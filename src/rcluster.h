@@ -77,8 +77,6 @@ uint16_t engram__rcl_crc16(const char *buf, size_t len);
 int engram__rcl_create(const char *nodes, const engram__rcl_opts *o, engram__rcl **out);
 void engram__rcl_destroy(engram__rcl *cl);
 
-/* The node list as given, for messages. */
-const char *engram__rcl_seeds(const engram__rcl *cl);
 /* The deadline of an operation starting now (CLOCK_MONOTONIC ns). */
 uint64_t engram__rcl_deadline(const engram__rcl *cl);
 void engram__rcl_stats(engram__rcl *cl, engram_redis_stats *s);
@@ -114,6 +112,7 @@ typedef struct engram__rcl_get {
     uint32_t len;
     uint16_t slot;
     uint16_t ask;   /* internal: the node an ASK pointed to, or NONE */
+    uint16_t node;  /* internal: the node of this round */
     uint8_t state;  /* out: ENGRAM__RCL_DONE once dst holds the bytes */
     uint8_t why;    /* internal */
 } engram__rcl_get;

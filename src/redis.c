@@ -52,7 +52,6 @@ typedef struct rstore {
     char prefix[ENGRAM_NAME_MAX + 1];
     char mkey[2 * ENGRAM_NAME_MAX + 16]; /* the manifests' hash */
     size_t mkey_len;
-    uint16_t mslot;
     char *where; /* "redis://nodes/ns", for messages */
     uint64_t chunk_bytes;
     uint32_t ttl_ms;
@@ -86,11 +85,19 @@ static uint32_t chunk_prefix(const rstore *rs, const char *name, uint64_t epoch,
     return (uint32_t)n;
 }
 
+/* The key of chunk i: the prefix, then i in decimal (what rcluster.c's
+ * batches send as kpre + decimal(ksuf)).  Returns its length. */
+static size_t chunk_key(const char *kpre, uint32_t kpre_len, uint64_t i,
+                        char key[KEY_MAX + 24])
+{
+    return (size_t)snprintf(key, KEY_MAX + 24, "%.*s%" PRIu64, (int)kpre_len, kpre, i);
+}
+
 static uint16_t chunk_slot(const char *kpre, uint32_t kpre_len, uint64_t i)
 {
     char key[KEY_MAX + 24];
-    int n = snprintf(key, sizeof key, "%.*s%" PRIu64, (int)kpre_len, kpre, i);
-    return engram__rcl_keyslot(key, (size_t)n);
+    size_t n = chunk_key(kpre, kpre_len, i, key);
+    return engram__rcl_keyslot(key, n);
 }
 
 /* Runs a command on the key argv[1] (its slot), expecting a reply of
@@ -105,13 +112,11 @@ static int key_cmd(rstore *rs, engram__rsess *s, unsigned flags, int argc, const
                               deadline, &r);
     if (err)
         return engram__err(err, "%s in %s: %s", what, rs->where, engram_errmsg());
+    /* A refusal of the user's rights (NOPERM, NOAUTH, WRONGPASS) is
+     * -EACCES from engram__rcl_cmd() already: any other reply of the
+     * wrong type is a protocol failure. */
     if (r->type != type && !(type == REDIS_REPLY_STRING && r->type == REDIS_REPLY_NIL)) {
-        err = engram__err(r->type == REDIS_REPLY_ERROR &&
-                                  (strncmp(r->str, "NOPERM", 6) == 0 ||
-                                   strncmp(r->str, "NOAUTH", 6) == 0)
-                              ? -EACCES
-                              : -EIO,
-                          "%s in %s: %s '%s' answered %s", what, rs->where, argv[0], argv[1],
+        err = engram__err(-EIO, "%s in %s: %s '%s' answered %s", what, rs->where, argv[0], argv[1],
                           r->type == REDIS_REPLY_ERROR ? r->str : "a reply of an unexpected type");
         freeReplyObject(r);
         return err;
@@ -142,11 +147,6 @@ static int manifest_get(rstore *rs, engram__rsess *s, const char *name, uint64_t
     return err;
 }
 
-static int with_session(rstore *rs, engram__rsess **s)
-{
-    return engram__rcl_sess_get(rs->cl, s);
-}
-
 /* Deletes chunks [0, n) of a table: 0, or the first failure (the rest
  * are still tried, until the deadline). */
 static int delete_chunks(rstore *rs, engram__rsess *s, const char *kpre, uint32_t kpre_len,
@@ -159,7 +159,7 @@ static int delete_chunks(rstore *rs, engram__rsess *s, const char *kpre, uint32_
         const char *argv[2] = {"UNLINK", key};
         redisReply *r = NULL; /* as in manifest_get() */
         int err;
-        snprintf(key, sizeof key, "%.*s%" PRIu64, (int)kpre_len, kpre, i);
+        chunk_key(kpre, kpre_len, i, key);
         if ((err = key_cmd(rs, s, ENGRAM__RCL_WRITE, 2, argv, NULL, REDIS_REPLY_INTEGER, deadline,
                            "delete a chunk", &r)) != 0) {
             if (!first) {
@@ -285,7 +285,7 @@ static int redis_open(void *state, const engram__store_ctx *ctx, const char *nam
     uint64_t deadline = engram__rcl_deadline(rs->cl), nslots;
     int err;
 
-    if ((err = with_session(rs, &s)) != 0)
+    if ((err = engram__rcl_sess_get(rs->cl, &s)) != 0)
         return err;
     if (!(t = calloc(1, sizeof *t))) {
         err = engram__err(-ENOMEM, "out of memory");
@@ -338,7 +338,7 @@ static int redis_info(void *state, const char *name, engram_table_info *info)
     engram__rsess *s;
     engram__rmanifest m;
     int err;
-    if ((err = with_session(rs, &s)) != 0)
+    if ((err = engram__rcl_sess_get(rs->cl, &s)) != 0)
         return err;
     err = manifest_get(rs, s, name, engram__rcl_deadline(rs->cl), &m);
     engram__rcl_sess_put(s);
@@ -356,7 +356,7 @@ static int redis_list(void *state, int (*add)(void *ud, const char *name), void 
     engram__rsess *s;
     redisReply *r;
     int err;
-    if ((err = with_session(rs, &s)) != 0)
+    if ((err = engram__rcl_sess_get(rs->cl, &s)) != 0)
         return err;
     err = key_cmd(rs, s, 0, 2, argv, NULL, REDIS_REPLY_ARRAY, engram__rcl_deadline(rs->cl),
                   "list the tables", &r);
@@ -385,7 +385,7 @@ static int redis_verify(void *state, const char *name, engram_progress_fn progre
     uint64_t total, done = 0;
     int err;
 
-    if ((err = with_session(rs, &s)) != 0)
+    if ((err = engram__rcl_sess_get(rs->cl, &s)) != 0)
         return err;
     if ((err = manifest_get(rs, s, name, engram__rcl_deadline(rs->cl), &m)) != 0)
         goto out;
@@ -402,7 +402,7 @@ static int redis_verify(void *state, const char *name, engram_progress_fn progre
         uint64_t rows = i + 1 < m.nchunks ? m.chunk_rows : m.num_rows - i * m.chunk_rows;
         uint64_t want = rows * m.row_bytes, sum;
         redisReply *r;
-        snprintf(key, sizeof key, "%.*s%" PRIu64, (int)kpre_len, kpre, i);
+        chunk_key(kpre, kpre_len, i, key);
         if ((err = key_cmd(rs, s, 0, 2, argv, NULL, REDIS_REPLY_STRING,
                            engram__rcl_deadline(rs->cl), "read a chunk", &r)) != 0)
             goto out;
@@ -453,7 +453,7 @@ static int redis_remove(void *state, const char *name, int *unpublished)
     int err, parsed = 0;
 
     *unpublished = 0;
-    if ((err = with_session(rs, &s)) != 0)
+    if ((err = engram__rcl_sess_get(rs->cl, &s)) != 0)
         return err;
     err = manifest_get(rs, s, name, deadline, &m);
     if (err != 0 && err != ENGRAM_ECORRUPT)
@@ -506,11 +506,6 @@ typedef struct rwriter {
     XXH3_state_t *xs;
 } rwriter;
 
-static void chunk_key(const rwriter *w, uint64_t i, char *key)
-{
-    snprintf(key, KEY_MAX + 24, "%.*s%" PRIu64, (int)w->kpre_len, w->kpre, i);
-}
-
 /* Sets the TTL of every chunk written so far again (step 2). */
 static int renew_ttls(rwriter *w)
 {
@@ -522,7 +517,7 @@ static int renew_ttls(rwriter *w)
         const char *argv[3] = {"PEXPIRE", key, ms};
         redisReply *r;
         int err;
-        chunk_key(w, i, key);
+        chunk_key(w->kpre, w->kpre_len, i, key);
         if ((err = key_cmd(w->rs, w->s, ENGRAM__RCL_WRITE, 3, argv, NULL, REDIS_REPLY_INTEGER,
                            deadline, "renew a chunk's TTL", &r)) != 0)
             return err;
@@ -547,10 +542,9 @@ static int put_chunk(rwriter *w, const unsigned char *data, uint64_t rows)
     size_t len = (size_t)(rows * w->m.row_bytes);
     redisReply *r;
     int err;
-    chunk_key(w, w->chunks_done, key);
+    lens[1] = chunk_key(w->kpre, w->kpre_len, w->chunks_done, key);
     snprintf(ms, sizeof ms, "%u", w->rs->ttl_ms);
     lens[0] = 3;
-    lens[1] = strlen(key);
     lens[2] = len;
     lens[3] = 2;
     lens[4] = strlen(ms);
@@ -635,7 +629,7 @@ static int redis_writer_begin(void *state, const char *name, const engram_table_
     }
     XXH3_64bits_reset(w->xs);
     w->renew_ns = engram__now_ns() + (uint64_t)rs->ttl_ms * 1000000u / 2;
-    if ((err = with_session(rs, &w->s)) != 0)
+    if ((err = engram__rcl_sess_get(rs->cl, &w->s)) != 0)
         goto fail;
     /* Step 1: a published name fails at once, not after the upload. */
     if ((err = key_cmd(rs, w->s, 0, 3, argv, NULL, REDIS_REPLY_INTEGER,
@@ -718,7 +712,7 @@ static int redis_writer_commit(void *wp)
     for (uint64_t i = 0; i < w->chunks_done; i++) {
         char key[KEY_MAX + 24];
         const char *argv[2] = {"PERSIST", key};
-        chunk_key(w, i, key);
+        chunk_key(w->kpre, w->kpre_len, i, key);
         if ((err = key_cmd(rs, w->s, ENGRAM__RCL_WRITE, 2, argv, NULL, REDIS_REPLY_INTEGER,
                            engram__rcl_deadline(rs->cl), "keep a chunk", &r)) != 0)
             goto fail;
@@ -848,7 +842,6 @@ int engram_store_open_redis(const char *nodes, const char *ns, const engram_stor
     snprintf(rs->prefix, sizeof rs->prefix, "%s", ro.prefix ? ro.prefix : "engram");
     rs->mkey_len = (size_t)snprintf(rs->mkey, sizeof rs->mkey, "%s/%s/.manifests", rs->prefix,
                                     rs->ns);
-    rs->mslot = engram__rcl_keyslot(rs->mkey, rs->mkey_len);
     rs->chunk_bytes = ro.chunk_bytes ? ro.chunk_bytes : DEFAULT_CHUNK;
     rs->ttl_ms = ro.chunk_ttl_ms ? ro.chunk_ttl_ms : DEFAULT_TTL_MS;
     rs->tagged = (ro.flags & ENGRAM_REDIS_TAGGED) != 0;

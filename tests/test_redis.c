@@ -643,6 +643,66 @@ static void test_remove(void)
     engram_store_close(b);
 }
 
+/* Bytes that anyone who can write to the cluster controls: a manifest
+ * that does not parse, one filed under another table's name, and a
+ * chunk of the wrong length.  Each fails naming what is wrong; none
+ * yields rows. */
+static void test_bad_cluster_data(void)
+{
+    engram_redis_options ro = ENGRAM_REDIS_OPTIONS_INIT;
+    const char *mkey = "engram/bm/.manifests";
+    engram_table_info info = ENGRAM_TABLE_INFO_INIT;
+    engram_store *st;
+    engram_table_id t, none;
+    int64_t ids[1] = {16}; /* the first row of chunk 2 (rows 16..23) */
+    unsigned char out[R];
+    char key[200], epoch[17];
+    int mowner, owner, rc;
+    redisReply *r;
+
+    ro.chunk_bytes = 8 * R;
+    st = open_redis(&C, "bm", 0, &ro);
+    tu_populate(st, "m", 3, 40, R, 0);
+    mowner = tr_slot_owner(&C, 0, engram__rcl_keyslot(mkey, strlen(mkey)));
+
+    /* A manifest that stops after its name. */
+    freeReplyObject(tr_must(&C, mowner, "HSET %s bad %s", mkey, "engram-redis 1\nname bad\n"));
+    ASSERT_ERR(engram_table_open(st, "bad", &none), ENGRAM_ECORRUPT);
+    ASSERT_CONTAINS(engram_errmsg(), "table 'bad'");
+    ASSERT_ERR(engram_get_table_info(st, "bad", &info), ENGRAM_ECORRUPT);
+    ASSERT_ERR(engram_verify(st, "bad", NULL, NULL), ENGRAM_ECORRUPT);
+    /* It can still be removed (it names no chunks to delete). */
+    ASSERT_OK(engram_remove(st, "bad"));
+    r = tr_must(&C, mowner, "HEXISTS %s bad", mkey);
+    ASSERT_EQ(r->integer, 0);
+    freeReplyObject(r);
+
+    /* Table m's manifest, copied under another name. */
+    r = tr_must(&C, mowner, "HGET %s m", mkey);
+    ASSERT(r->type == REDIS_REPLY_STRING);
+    freeReplyObject(tr_must(&C, mowner, "HSET %s other %b", mkey, r->str, r->len));
+    freeReplyObject(r);
+    ASSERT_ERR(engram_table_open(st, "other", &none), ENGRAM_ECORRUPT);
+    ASSERT_CONTAINS(engram_errmsg(), "describes table 'm'");
+    freeReplyObject(tr_must(&C, mowner, "HDEL %s other", mkey));
+
+    /* A chunk cut short: neither a lookup nor verify takes its bytes. */
+    ASSERT_OK(engram_table_open(st, "m", &t));
+    manifest_epoch(&C, "bm", "m", epoch);
+    snprintf(key, sizeof key, "engram/bm/m/%s/2", epoch);
+    owner = tr_slot_owner(&C, 0, engram__rcl_keyslot(key, strlen(key)));
+    freeReplyObject(tr_must(&C, owner, "SET %s short", key));
+    memset(out, 0x77, sizeof out);
+    ASSERT_FAILS(tu_lookup1(st, t, ids, 1, out, 0), rc);
+    ASSERT_EQ(rc, -ENODATA);
+    ASSERT_CONTAINS(engram_errmsg(), "holds 5 of");
+    ASSERT_ALL_BYTES(out, 0x77, sizeof out);
+    ASSERT_ERR(engram_verify(st, "m", NULL, NULL), -ENODATA);
+    ASSERT_CONTAINS(engram_errmsg(), "wrong length");
+    ASSERT_OK(engram_remove(st, "m"));
+    engram_store_close(st);
+}
+
 static void test_cache(void)
 {
     engram_store *st = open_redis(&C, "t1", 8u << 20, NULL);
@@ -1079,6 +1139,7 @@ int main(void)
     RUN_TEST(test_shared);
     RUN_TEST(test_writer_states);
     RUN_TEST(test_remove);
+    RUN_TEST(test_bad_cluster_data);
     RUN_TEST(test_cache);
     RUN_TEST(test_threads);
     RUN_TEST(test_moved_ask);
