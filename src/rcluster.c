@@ -76,7 +76,8 @@ struct engram__rsess {
     engram__rcl_get *gets;
     size_t gets_cap;
     char *rbuf;
-    int lost_dirty;                 /* a connection with unsynced writes broke */
+    int lost_dirty;                 /* a connection with unsynced writes broke ... */
+    uint8_t lost[ENGRAM__RCL_MAX_NODES]; /* ... to these nodes (while lost_dirty) */
     /* The batch's failures: the first final one, the last transient one. */
     int final_code;
     char final_msg[1200];
@@ -261,8 +262,12 @@ static void conn_close(engram__rsess *s, rconn *c)
 {
     if (!c)
         return;
-    if (c->dirty)
+    if (c->dirty) {
+        if (!s->lost_dirty)
+            memset(s->lost, 0, sizeof s->lost);
         s->lost_dirty = 1;
+        s->lost[c->node] = 1;
+    }
     s->conns[c->node] = NULL;
     conn_free(c);
 }
@@ -731,6 +736,23 @@ static uint32_t slot_owner(engram__rcl *cl, unsigned slot)
     return atomic_load_explicit(&cl->slot_node[slot], memory_order_relaxed);
 }
 
+/* After a failed reload of the slot map (its message in engram_errmsg()):
+ * adds it to the failure that made it needed, which stays first in
+ * s->last_msg, so that the final message names the command or read
+ * that failed and not only the reload. */
+static void map_failed(engram__rsess *s)
+{
+    static const char sep[] = "; and reloading the slot map failed: ";
+    char tmp[sizeof s->last_msg], *prev;
+    /* A failure kept from an earlier round loses its older reload. */
+    if ((prev = strstr(s->last_msg, sep)) != NULL)
+        *prev = '\0';
+    /* Truncation is fine: the failure comes first. */
+    if (snprintf(tmp, sizeof tmp, "%s%s%s", s->last_msg, sep, engram_errmsg()) < 0)
+        return;
+    memcpy(s->last_msg, tmp, sizeof tmp);
+}
+
 /* Sleeps the backoff of retry `attempt` (1 ms doubling to 100 ms), not
  * past the deadline. */
 static void backoff(unsigned attempt, uint64_t deadline)
@@ -951,7 +973,7 @@ int engram__rcl_cmd(engram__rsess *s, uint16_t slot, unsigned flags, int argc, c
         ctr(&cl->retries, 1);
         backoff(waits++, deadline);
         if ((err = refresh(cl, seen, deadline)) != 0)
-            snprintf(s->last_msg, sizeof s->last_msg, "%s", engram_errmsg());
+            map_failed(s);
         node = slot_owner(cl, slot);
         ask = 0;
     }
@@ -960,15 +982,26 @@ int engram__rcl_cmd(engram__rsess *s, uint16_t slot, unsigned flags, int argc, c
 int engram__rcl_sync(engram__rsess *s, uint64_t deadline)
 {
     engram__rcl *cl = s->cl;
-    if (s->lost_dirty) {
+    /* A master replicates one ordered stream, so a later write on a new
+     * connection to it, once WAIT acknowledges it, covers every write
+     * the master ran before it, those of a broken connection included.
+     * The writers here follow a write whose answer was lost with one that
+     * proves it ran (PERSIST after SET; closing a push's record after its
+     * publication), so only a node with no later write is in doubt.  A
+     * node without replicas has nothing to wait for. */
+    for (uint32_t i = 0; s->lost_dirty && i < ENGRAM__RCL_MAX_NODES; i++) {
+        if (!s->lost[i] || (s->conns[i] && s->conns[i]->dirty) ||
+            atomic_load_explicit(&node_get(cl, i)->replicas, memory_order_relaxed) <= 0)
+            continue;
         s->lost_dirty = 0;
-        for (uint32_t i = 0; i < ENGRAM__RCL_MAX_NODES; i++)
-            if (s->conns[i])
-                s->conns[i]->dirty = 0;
+        for (uint32_t j = 0; j < ENGRAM__RCL_MAX_NODES; j++)
+            if (s->conns[j])
+                s->conns[j]->dirty = 0;
         return engram__err(-EIO, "a connection to %s broke after writes that were not yet "
-                                 "acknowledged by the replicas: they may be lost",
-                           cl->seeds);
+                                 "acknowledged by its replicas: they may be lost",
+                           node_get(cl, i)->addr);
     }
+    s->lost_dirty = 0;
     for (uint32_t i = 0; i < ENGRAM__RCL_MAX_NODES; i++) {
         rconn *c = s->conns[i];
         const rnode *nd;
@@ -1466,6 +1499,6 @@ int engram__rcl_read(engram__rsess *s, engram__rcl_get *g, size_t n, uint64_t de
             backoff(waits++, deadline);
         }
         if ((need_map || moved) && (err = refresh(cl, seen, deadline)) != 0)
-            snprintf(s->last_msg, sizeof s->last_msg, "%s", engram_errmsg());
+            map_failed(s);
     }
 }
