@@ -32,6 +32,10 @@
  * engram_errmsg() reads. */
 ENGRAM_API int engram__err(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* The longest message engram_errmsg() holds, its terminating NUL
+ * included: a buffer of this size keeps a message whole. */
+#define ENGRAM__ERRMSG_MAX 1024
+
 /* Records errno-style failure `-errno_value` of `what` (e.g. "open 'x'"). */
 ENGRAM_API int engram__errno(int errno_value, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

@@ -13,7 +13,7 @@
 
 #include "common.h"
 
-static _Thread_local char errbuf[512];
+static _Thread_local char errbuf[ENGRAM__ERRMSG_MAX];
 /* The bad id of the thread's last failure, if it was one (see verr()). */
 static _Thread_local engram_bad_id last_bad;
 static _Thread_local int last_bad_valid;
