@@ -10,7 +10,11 @@
  * rows and chunk size imply, a sum per chunk, a non-zero epoch.
  *
  * Each input is parsed twice: without an expected name, and expecting
- * table "a" (accepted only if it is "a").  An accepted manifest must
+ * table "a" (accepted only if it is "a").  It is also parsed as a pending
+ * record (rmanifest.h), the other text of the same hash: an accepted
+ * record must have a valid name, a non-zero epoch and TTL, 1 .. 2^22
+ * chunks, and be exactly its body (engram__rpending_body()) followed by
+ * its stamp line.  An accepted manifest must
  * satisfy the invariants, encode to exactly the input bytes (the format
  * has one spelling of each value), and parse back equal.  Every error
  * message must name the input (WHAT) once.
@@ -68,8 +72,32 @@ static void check_accepted(const engram__rmanifest *m, const uint8_t *data, size
     free(text);
 }
 
+static void check_pending(const uint8_t *data, size_t size)
+{
+    engram__rpending p;
+    char text[1200];
+    size_t n;
+    int rc = engram__rpending_parse((const char *)data, size, WHAT, &p);
+    if (rc != 0) {
+        if (rc != ENGRAM_ECORRUPT)
+            fail("a pending record refused with an error other than ENGRAM_ECORRUPT");
+        if (strstr(engram_errmsg(), WHAT) == NULL)
+            fail("a message that does not name the input");
+        return;
+    }
+    if (!engram__name_valid(p.name) || p.epoch == 0 || p.ttl_ms == 0 || p.nchunks == 0 ||
+        p.nchunks > ENGRAM__RM_CHUNKS_MAX)
+        fail("a bad pending record accepted");
+    n = engram__rpending_body(&p, text, 512);
+    n += (size_t)snprintf(text + n, sizeof text - n, "stamp %llu\n",
+                          (unsigned long long)p.stamp_ms);
+    if (n != size || memcmp(text, data, size) != 0)
+        fail("an accepted pending record is not its body and stamp");
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    check_pending(data, size);
     static const char *const names[2] = {NULL, "a"};
     for (int i = 0; i < 2; i++) {
         engram__rmanifest m;

@@ -74,7 +74,8 @@ ENGRAM_API unsigned engram_version_number(void);
     XX(EUNSAFE, -4008, "refused an entry that is a link, foreign-owned or writable by others") \
     XX(EBOUND, -4009, "operation not allowed on a table bound to caller memory")      \
     XX(EREMOVED, -4010, "table was removed")                                          \
-    XX(ESTATE, -4011, "operation not allowed in the object's current state")
+    XX(ESTATE, -4011, "operation not allowed in the object's current state")          \
+    XX(EINDOUBT, -4012, "the outcome of a remote write is in doubt (the message says how to check)")
 
 enum {
 #define ENGRAM__ERR_ENUM(name, value, text) ENGRAM_##name = (value),
@@ -386,6 +387,34 @@ typedef void (*engram_gc_report_fn)(void *ud, const char *ns, int code, const ch
  *           -EINVAL (unknown flags), or the error of listing `root`. */
 ENGRAM_API int engram_namespace_gc(const char *root, uint64_t idle_s, uint32_t flags,
                                    engram_gc_report_fn report, void *ud);
+
+/*! engram_store_gc() :
+ * Deletes what unfinished writes left behind in the namespace of store
+ * `st`, so that no crash, lost reply or killed process leaks storage for
+ * good:
+ *  - in a namespace of a Redis Cluster, the chunk keys that no manifest
+ *    owns, each set recorded by a pending record (docs/redis.md, "The
+ *    publication protocol"): those of pushes that died, failed, or
+ *    ended with ENGRAM_EINDOUBT and never got published, and those of
+ *    removals that died before their chunks were gone.  A push that may
+ *    still be running is never taken: an open record goes only once its
+ *    writer has shown no life for max(idle_s, its chunk TTL) (a running
+ *    push shows life every half TTL, and one quiet for longer has lost
+ *    its unpublished chunks anyway); a closed record once it is idle_s
+ *    old.  Each set is reported through `report` (may be NULL) with the
+ *    table's name: code 0 deleted (or would be, with ENGRAM_GC_DRY_RUN),
+ *    ENGRAM_GC_KEPT kept, or the negative error that stopped it.
+ *    engram_populate() and engram_writer_begin() run the same pass with
+ *    idle_s 0 before each push.
+ *  - in a directory, the temporary files of writers that died, as
+ *    engram_store_open() removes them (nothing is reported; a dry run
+ *    does nothing);
+ *  - in a memory store, nothing.
+ * Thread-safe.
+ * @return : 0 (per-set failures are reported), -EINVAL (NULL store or
+ *           unknown flags), or the failure to list the records. */
+ENGRAM_API int engram_store_gc(engram_store *st, uint64_t idle_s, uint32_t flags,
+                               engram_gc_report_fn report, void *ud);
 
 /* ------------------------------------------------------------------------
  * Writing tables: create-only and atomic.
@@ -1277,11 +1306,20 @@ ENGRAM_API int engram_safetensors_tensor_fd(int fd, const char *what, const char
  *    "<prefix>/<ns>/{<name>/<epoch>}/<i>", all in one slot.  Its manifest
  *    (spec, chunk size, layout, a random publish epoch, XXH3-64 of every
  *    chunk and of the whole) is a field of the hash
- *    "<prefix>/<ns>/.manifests", written last with HSETNX: create-only,
- *    and a table is visible only once all its chunks are written,
- *    persisted and acknowledged by the replicas (WAIT).  A second push of
- *    a name fails with -EEXIST, whatever its rows.  Chunks of a push that
- *    died expire (they carry a TTL until the manifest is written).
+ *    "<prefix>/<ns>/.manifests", written last, create-only, in one atomic
+ *    step (a Lua script): a table is visible only once all its chunks
+ *    are written, persisted and acknowledged by the replicas (WAIT).  A
+ *    second push of a name fails with -EEXIST, whatever its rows.  Every
+ *    push (and every removal's chunks) has a pending record in the same
+ *    hash until it is published (or deleted), so that nothing a push or
+ *    a removal leaves behind, even when it dies or loses an answer, is
+ *    lost track of: engram_store_gc() settles it.
+ *  - Lost answers: a publication whose answer is lost is resolved before
+ *    anything is deleted, and if it cannot be, the push fails with
+ *    ENGRAM_EINDOUBT and keeps its chunks (the table may still appear,
+ *    whole).  Removal is compare-and-delete: it removes only the table
+ *    it read, never one pushed again since.  docs/redis.md, "The
+ *    publication protocol", says what each party observes at each step.
  *  - Lookups: the rows a lookup misses in the row cache are read with
  *    GETRANGE, grouped per node, one pipelined batch per node, all nodes
  *    at once, on connections of the lookup's own (one per node per

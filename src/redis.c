@@ -5,20 +5,31 @@
  * the manifest rmanifest.c's; docs/redis.md describes the layout and the
  * rules.
  *
- * A push (the writer) runs in numbered steps, each with its failure path:
- *  1. begin: the name must not be published (HEXISTS), a random epoch
- *     names this push's chunk keys, so no other push (of this name, now
- *     or later) can ever write one of them;
+ * A push (the writer) runs in numbered steps, each with its failure path
+ * (docs/redis.md, "The publication protocol", says what every party can
+ * observe at each step):
+ *  1. begin: in one atomic step (a script), the name must not be
+ *     published, and an open pending record of the push is written; a
+ *     random epoch names its chunk keys, so no other push (of this name,
+ *     now or later) can ever write one of them;
  *  2. append: each full chunk goes up with SET ... PX <ttl>, and its
- *     XXH3-64 is kept; the TTLs are renewed while the push runs, so the
- *     chunks of a push that dies expire on their own;
+ *     XXH3-64 is kept; the TTLs and the record's stamp are renewed while
+ *     the push runs, so the chunks of a push that dies expire on their
+ *     own, and its record shows a gc that it is dead;
  *  3. commit: PERSIST every chunk (one that expired fails the push), WAIT
  *     until the replicas of every master written to have the chunks,
- *     then HSETNX the manifest (create-only: of racing pushes exactly one
- *     wins) and WAIT for it too.  A loser, or any failure, deletes its
- *     chunks.
- * Remove is the reverse: the manifest goes first (HDEL: the table is
- * unpublished at once), then the chunks.
+ *  4. then publish: one atomic step that writes the manifest only if the
+ *     name is free and the record still open, and drops the record.  A
+ *     loser deletes its chunks.  A publication whose answer is lost is
+ *     resolved before anything is deleted: closing the record settles
+ *     it (a copy of the publication still in flight can no longer land),
+ *     and the manifest then says whether it landed first.  When even
+ *     that cannot be asked, the push fails with ENGRAM_EINDOUBT and keeps
+ *     everything: the table may yet appear, whole.
+ * Remove is compare-and-delete: the manifest read is unpublished only if
+ * it is still the one published, in one step with a closed record that
+ * takes over its chunks; the chunks go, then the record.  gc settles the
+ * records that dead pushes and removals left (engram_store_gc()).
  *
  * A lookup's rows of this store's tables come to read_rows together, and
  * go out as one batch per node (rcluster.c).
@@ -26,6 +37,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +64,7 @@ typedef struct rstore {
     char prefix[ENGRAM_NAME_MAX + 1];
     char mkey[2 * ENGRAM_NAME_MAX + 16]; /* the manifests' hash */
     size_t mkey_len;
+    uint16_t mslot; /* its slot */
     char *where; /* "redis://nodes/ns", for messages */
     uint64_t chunk_bytes;
     uint32_t ttl_ms;
@@ -71,6 +84,14 @@ typedef struct rtable {
 } rtable;
 
 static const engram__remote_vt redis_vt;
+
+void (*engram__redis_hook)(const char *step, const char *name);
+
+static void at_step(const char *step, const char *name)
+{
+    if (engram__redis_hook)
+        engram__redis_hook(step, name);
+}
 
 /* ------------------------------------------------------------------------
  * Keys and small commands.
@@ -153,7 +174,7 @@ static int delete_chunks(rstore *rs, engram__rsess *s, const char *kpre, uint32_
                          uint64_t n, uint64_t deadline)
 {
     int first = 0;
-    char msg[512] = "";
+    char msg[ENGRAM__ERRMSG_MAX] = "";
     for (uint64_t i = 0; i < n; i++) {
         char key[KEY_MAX + 24];
         const char *argv[2] = {"UNLINK", key};
@@ -329,6 +350,170 @@ fail:
 }
 
 /* ------------------------------------------------------------------------
+ * The publication protocol's atomic steps: Lua scripts run by the master
+ * of the manifests' hash (EVAL with that one key), so each one is a
+ * single step no other client's command can come between.  docs/redis.md
+ * ("The publication protocol") says what each party can observe.
+ *
+ * Every set of chunk keys that no manifest owns has a pending record
+ * (rmanifest.h): "open" while its push may still publish, "closed" once
+ * nothing can publish it and its chunks are to be deleted.  The rules
+ * that make a lost reply harmless:
+ *  - a push publishes only through S_PUBLISH, which requires its record
+ *    open and drops it in the same step as it writes the manifest;
+ *  - whoever closes a record (S_CLOSE) makes every later S_PUBLISH of it
+ *    fail, so a publication still in flight (sent on a connection whose
+ *    reply was lost, and not yet run by a stalled server) can no longer
+ *    land once a resolver has closed the record;
+ *  - chunks are deleted only under a closed record, or by a push that
+ *    never sent S_PUBLISH, and a record is dropped only after its chunks
+ *    were deleted.
+ * The stamp of a record is the server's time (TIME), so every client
+ * measures its age on the same clock.
+ */
+
+#define LUA_NOW                                                                                   \
+    "local function now() local t = redis.call('TIME') "                                        \
+    "return string.format('%.0f', t[1] * 1000 + math.floor(t[2] / 1000)) end\n"
+#define LUA_OPEN "string.find(p, '\\nstate open\\n', 1, true)"
+
+/* S_BEGIN(name, field, body): 0 if table `name` is published; else
+ * writes the open record `field` (body + stamp) and returns 1. */
+static const char S_BEGIN[] =
+    LUA_NOW "if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end\n"
+            "redis.call('HSET', KEYS[1], ARGV[2], ARGV[3] .. 'stamp ' .. now() .. '\\n')\n"
+            "return 1\n";
+
+/* S_TOUCH(field, body): 1 and a new stamp if the record is open, else 0
+ * (closed by a resolver, or gone). */
+static const char S_TOUCH[] =
+    LUA_NOW "local p = redis.call('HGET', KEYS[1], ARGV[1])\n"
+            "if not p or not " LUA_OPEN " then return 0 end\n"
+            "redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. 'stamp ' .. now() .. '\\n')\n"
+            "return 1\n";
+
+/* S_PUBLISH(field, name, manifest, closed body): 1 published (now, or by
+ * an earlier copy of this very command: the manifest is ours, byte for
+ * byte), 0 the name is taken by another push (the record is closed), -1
+ * the record is not open (a resolver closed it): nothing published. */
+static const char S_PUBLISH[] =
+    LUA_NOW "local cur = redis.call('HGET', KEYS[1], ARGV[2])\n"
+            "if cur == ARGV[3] then redis.call('HDEL', KEYS[1], ARGV[1]) return 1 end\n"
+            "local p = redis.call('HGET', KEYS[1], ARGV[1])\n"
+            "if not p or not " LUA_OPEN " then return -1 end\n"
+            "if cur then\n"
+            "  redis.call('HSET', KEYS[1], ARGV[1], ARGV[4] .. 'stamp ' .. now() .. '\\n')\n"
+            "  return 0\n"
+            "end\n"
+            "redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])\n"
+            "redis.call('HDEL', KEYS[1], ARGV[1])\n"
+            "return 1\n";
+
+/* S_CLOSE(field, min_idle_ms): closes the record unless it is open and
+ * its stamp is less than min_idle_ms old.  Returns {state, idle_ms}:
+ * 0 gone, 1 closed (now or before), 2 open and alive, 3 not a record. */
+static const char S_CLOSE[] =
+    LUA_NOW "local p = redis.call('HGET', KEYS[1], ARGV[1])\n"
+            "if not p then return {0, 0} end\n"
+            "local s = string.match(p, '\\nstamp (%d+)\\n$')\n"
+            "if not s then return {3, 0} end\n"
+            "local idle = tonumber(now()) - tonumber(s)\n"
+            "if idle < 0 then idle = 0 end\n"
+            "if " LUA_OPEN " then\n"
+            "  if idle < tonumber(ARGV[2]) then return {2, idle} end\n"
+            "  local c = string.gsub(p, '\\nstate open\\n', '\\nstate closed\\n', 1)\n"
+            "  redis.call('HSET', KEYS[1], ARGV[1], c)\n"
+            "end\n"
+            "return {1, idle}\n";
+
+/* S_REMOVE(name, manifest, field, closed body): compare-and-delete.  1:
+ * the manifest was still exactly `manifest` and is deleted, and the
+ * closed record `field` (if not empty) now holds its chunks; 0: no such
+ * table; -1: the name holds another manifest (removed and pushed again
+ * since it was read): nothing changed. */
+static const char S_REMOVE[] =
+    LUA_NOW "local cur = redis.call('HGET', KEYS[1], ARGV[1])\n"
+            "if not cur then return 0 end\n"
+            "if cur ~= ARGV[2] then return -1 end\n"
+            "redis.call('HDEL', KEYS[1], ARGV[1])\n"
+            "if ARGV[3] ~= '' then\n"
+            "  redis.call('HSET', KEYS[1], ARGV[3], ARGV[4] .. 'stamp ' .. now() .. '\\n')\n"
+            "end\n"
+            "return 1\n";
+
+/* Runs `body` on the manifests' hash with the nargs arguments (lens may
+ * be NULL: C strings).  0 and *reply (an integer or an array), or a
+ * negative code with a message naming `what`.  A failure here says
+ * nothing of whether the script ran. */
+static int script(rstore *rs, engram__rsess *s, const char *body, int nargs, const char **args,
+                  const size_t *lens, uint64_t deadline, const char *what, redisReply **reply)
+{
+    const char *argv[8];
+    size_t alen[8];
+    redisReply *r;
+    int err;
+    argv[0] = "EVAL";
+    argv[1] = body;
+    argv[2] = "1";
+    argv[3] = rs->mkey;
+    for (int i = 0; i < 4; i++)
+        alen[i] = strlen(argv[i]);
+    for (int i = 0; i < nargs; i++) {
+        argv[4 + i] = args[i];
+        alen[4 + i] = lens ? lens[i] : strlen(args[i]);
+    }
+    if ((err = engram__rcl_cmd(s, rs->mslot, ENGRAM__RCL_WRITE, 4 + nargs, argv, alen, deadline,
+                               &r)) != 0)
+        return engram__err(err, "%s in %s: %s", what, rs->where, engram_errmsg());
+    if (r->type != REDIS_REPLY_INTEGER && r->type != REDIS_REPLY_ARRAY) {
+        err = engram__err(-EIO, "%s in %s: the script answered %s", what, rs->where,
+                          r->type == REDIS_REPLY_ERROR ? r->str : "a reply of an unexpected type");
+        freeReplyObject(r);
+        return err;
+    }
+    *reply = r;
+    return 0;
+}
+
+/* The integer a script answered (element i of an array answer, or the
+ * answer itself with i < 0); -99 if it is not one. */
+static long long script_int(const redisReply *r, int i)
+{
+    if (i >= 0) {
+        if (r->type != REDIS_REPLY_ARRAY || (size_t)i >= r->elements)
+            return -99;
+        r = r->element[i];
+    }
+    return r->type == REDIS_REPLY_INTEGER ? r->integer : -99;
+}
+
+static void pending_field(uint64_t epoch, char field[32])
+{
+    snprintf(field, 32, ENGRAM__RP_FIELD "%016" PRIx64, epoch);
+}
+
+/* Deletes the chunks a pending record names, then the record: 0, or the
+ * first failure (the record then stays, for a later gc). */
+static int pending_finish(rstore *rs, engram__rsess *s, const engram__rpending *p,
+                          const char *field, uint64_t deadline)
+{
+    char kpre[KEY_MAX];
+    uint32_t kpre_len = chunk_prefix(rs, p->name, p->epoch, p->tagged, kpre);
+    const char *argv[3] = {"HDEL", rs->mkey, field};
+    redisReply *r;
+    int err;
+    if ((err = delete_chunks(rs, s, kpre, kpre_len, p->nchunks, deadline)) != 0)
+        return engram__err(err, "some of the %" PRIu64 " chunk keys '%s*' could not be "
+                                "deleted: %s",
+                           p->nchunks, kpre, engram_errmsg());
+    if ((err = key_cmd(rs, s, ENGRAM__RCL_WRITE, 3, argv, NULL, REDIS_REPLY_INTEGER, deadline,
+                       "drop a pending record", &r)) != 0)
+        return err;
+    freeReplyObject(r);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------
  * Info, list, verify, remove.
  */
 
@@ -407,8 +592,11 @@ static int redis_verify(void *state, const char *name, engram_progress_fn progre
                            engram__rcl_deadline(rs->cl), "read a chunk", &r)) != 0)
             goto out;
         if (r->type == REDIS_REPLY_NIL || r->len != want) {
-            err = engram__err(-ENODATA, "table '%s' in %s: chunk %" PRIu64 " ('%s') %s",
-                              name, rs->where, i, key,
+            err = engram__err(-ENODATA,
+                              "table '%s' in %s is listed, but its data is not whole: chunk %"
+                              PRIu64 " of %" PRIu64 " ('%s') %s; remove the table and push it "
+                              "again",
+                              name, rs->where, i, m.nchunks, key,
                               r->type == REDIS_REPLY_NIL ? "is missing" : "has the wrong length");
             freeReplyObject(r);
             goto out;
@@ -440,50 +628,249 @@ out:
     return err;
 }
 
+
+/* Removal is compare-and-delete: the manifest read is unpublished only
+ * if it is still the one published (S_REMOVE), in the same step as a
+ * closed record takes over its chunks; then the chunks go, then the
+ * record. */
 static int redis_remove(void *state, const char *name, int *unpublished)
 {
     rstore *rs = state;
     engram__rsess *s;
     engram__rmanifest m;
-    const char *argv[3] = {"HDEL", rs->mkey, name};
+    engram__rpending p;
+    const char *argv[3] = {"HGET", rs->mkey, name};
     uint64_t deadline = engram__rcl_deadline(rs->cl);
-    redisReply *r;
-    char kpre[KEY_MAX];
-    uint32_t kpre_len;
-    int err, parsed = 0;
+    redisReply *raw = NULL, *r;
+    char what[ENGRAM_NAME_MAX + 600], field[32] = "", closed[512] = "";
+    long long v;
+    int err, parsed;
 
     *unpublished = 0;
+    memset(&m, 0, sizeof m);
     if ((err = engram__rcl_sess_get(rs->cl, &s)) != 0)
         return err;
-    err = manifest_get(rs, s, name, deadline, &m);
+    if ((err = key_cmd(rs, s, 0, 3, argv, NULL, REDIS_REPLY_STRING, deadline, "read a manifest",
+                       &raw)) != 0)
+        goto out;
+    if (raw->type == REDIS_REPLY_NIL) {
+        err = engram__err(-ENOENT, "table '%s' not found in %s", name, rs->where);
+        goto out;
+    }
+    snprintf(what, sizeof what, "table '%s' in %s", name, rs->where);
+    err = engram__rmanifest_parse(raw->str, raw->len, name, what, &m);
     if (err != 0 && err != ENGRAM_ECORRUPT)
         goto out;
     /* A corrupt manifest is removed all the same; its chunks (whose keys
      * it would name) stay behind. */
     parsed = err == 0;
-    if ((err = key_cmd(rs, s, ENGRAM__RCL_WRITE, 3, argv, NULL, REDIS_REPLY_INTEGER, deadline,
-                       "unpublish a table", &r)) != 0)
-        goto out;
-    if (r->integer == 0) {
-        freeReplyObject(r);
-        err = engram__err(-ENOENT, "table '%s' not found in %s (removed meanwhile)", name,
-                          rs->where);
+    if (parsed) {
+        memset(&p, 0, sizeof p);
+        snprintf(p.name, sizeof p.name, "%s", name);
+        p.closed = 1;
+        p.epoch = m.epoch;
+        p.nchunks = m.nchunks;
+        p.tagged = m.tagged;
+        p.ttl_ms = rs->ttl_ms;
+        pending_field(m.epoch, field);
+        engram__rpending_body(&p, closed, sizeof closed);
+    }
+    at_step("remove", name);
+    {
+        const char *args[4] = {name, raw->str, field, closed};
+        size_t lens[4] = {strlen(name), raw->len, strlen(field), strlen(closed)};
+        if ((err = script(rs, s, S_REMOVE, 4, args, lens, deadline, "unpublish a table", &r)) !=
+            0) {
+            /* A refusal of the user's rights is an answer: nothing ran. */
+            if (err == -EACCES)
+                goto out;
+            err = engram__err(ENGRAM_EINDOUBT,
+                              "remove of table '%s' from %s: the outcome is in doubt: %s.  If "
+                              "it is no longer listed, it was removed, and engram_store_gc() "
+                              "deletes what is left of its chunks",
+                              name, rs->where, engram_errmsg());
+            goto out;
+        }
+    }
+    v = script_int(r, -1);
+    freeReplyObject(r);
+    if (v != 1) {
+        err = v == 0 ? engram__err(-ENOENT, "table '%s' not found in %s (removed meanwhile)", name,
+                                   rs->where)
+              : v == -1
+                  ? engram__err(-ENOENT, "table '%s' in %s was removed and pushed again while "
+                                         "this removal ran: the table pushed since is kept",
+                                name, rs->where)
+                  : engram__err(-EIO, "remove '%s' in %s: the script answered %lld", name,
+                                rs->where, v);
         goto out;
     }
-    freeReplyObject(r);
     *unpublished = 1;
     pthread_mutex_lock(&rs->lock);
     rs->have_ns_bytes = 0;
     pthread_mutex_unlock(&rs->lock);
-    if (parsed) {
-        kpre_len = chunk_prefix(rs, name, m.epoch, m.tagged, kpre);
-        if ((err = delete_chunks(rs, s, kpre, kpre_len, m.nchunks, deadline)) != 0)
-            err = engram__err(err, "table '%s' was unpublished from %s, but some of its %" PRIu64
-                                   " chunk keys ('%s*') could not be deleted: %s",
-                              name, rs->where, m.nchunks, kpre, engram_errmsg());
-    }
+    if (parsed && (err = pending_finish(rs, s, &p, field, deadline)) != 0)
+        err = engram__err(err, "table '%s' was unpublished from %s, but: %s (its pending record "
+                               "'%s' stays, for engram_store_gc() to finish)",
+                          name, rs->where, engram_errmsg(), field);
 out:
+    if (raw)
+        freeReplyObject(raw);
     engram__rmanifest_free(&m);
+    engram__rcl_sess_put(s);
+    return err;
+}
+
+/* The server's clock (TIME of the manifests' master), in ms. */
+static int server_ms(rstore *rs, engram__rsess *s, uint64_t deadline, uint64_t *ms)
+{
+    const char *argv[1] = {"TIME"};
+    redisReply *r;
+    int err;
+    if ((err = engram__rcl_cmd(s, rs->mslot, 0, 1, argv, NULL, deadline, &r)) != 0)
+        return engram__err(err, "read the time of %s: %s", rs->where, engram_errmsg());
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+        r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_STRING) {
+        freeReplyObject(r);
+        return engram__err(-EIO, "TIME in %s: a reply of an unexpected type", rs->where);
+    }
+    *ms = strtoull(r->element[0]->str, NULL, 10) * 1000u +
+          strtoull(r->element[1]->str, NULL, 10) / 1000u;
+    freeReplyObject(r);
+    return 0;
+}
+
+static void gc_say(engram_gc_report_fn report, void *ud, const char *name, int code,
+                   const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static void gc_say(engram_gc_report_fn report, void *ud, const char *name, int code,
+                   const char *fmt, ...)
+{
+    char detail[ENGRAM__ERRMSG_MAX];
+    va_list ap;
+    if (!report)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof detail, fmt, ap);
+    va_end(ap);
+    report(ud, name, code, detail);
+}
+
+/* Settles one pending record `field` (see gc_pass()). */
+static void gc_one(rstore *rs, engram__rsess *s, const char *field, uint64_t idle_ms,
+                   uint32_t flags, engram_gc_report_fn report, void *ud)
+{
+    const char *argv[3] = {"HGET", rs->mkey, field};
+    uint64_t deadline = engram__rcl_deadline(rs->cl), min_idle, idle, now = 0;
+    char what[64], min_text[24];
+    engram__rpending p;
+    redisReply *r;
+    long long state;
+    int err;
+
+    if ((err = key_cmd(rs, s, 0, 3, argv, NULL, REDIS_REPLY_STRING, deadline,
+                       "read a pending record", &r)) != 0) {
+        gc_say(report, ud, field, err, "%s", engram_errmsg());
+        return;
+    }
+    if (r->type == REDIS_REPLY_NIL) { /* settled meanwhile */
+        freeReplyObject(r);
+        return;
+    }
+    snprintf(what, sizeof what, "'%s'", field);
+    err = engram__rpending_parse(r->str, r->len, what, &p);
+    freeReplyObject(r);
+    if (err) {
+        gc_say(report, ud, field, err, "%s; left as it is", engram_errmsg());
+        return;
+    }
+    /* A push still running stamps its record every half TTL: one quiet
+     * for a whole TTL is dead, or stuck past the life of its chunks. */
+    min_idle = p.closed || idle_ms > p.ttl_ms ? idle_ms : p.ttl_ms;
+    if (flags & ENGRAM_GC_DRY_RUN) {
+        if ((err = server_ms(rs, s, deadline, &now)) != 0) {
+            gc_say(report, ud, p.name, err, "%s", engram_errmsg());
+            return;
+        }
+        idle = now > p.stamp_ms ? now - p.stamp_ms : 0;
+        state = !p.closed && idle < min_idle ? 2 : 1;
+    } else {
+        const char *args[2] = {field, min_text};
+        snprintf(min_text, sizeof min_text, "%" PRIu64, min_idle);
+        if ((err = script(rs, s, S_CLOSE, 2, args, NULL, deadline, "close a pending record",
+                          &r)) != 0) {
+            gc_say(report, ud, p.name, err, "%s", engram_errmsg());
+            return;
+        }
+        state = script_int(r, 0);
+        idle = (uint64_t)(script_int(r, 1) > 0 ? script_int(r, 1) : 0);
+        freeReplyObject(r);
+        if (state == 0)
+            return;
+        if (state != 1 && state != 2) {
+            gc_say(report, ud, p.name, ENGRAM_ECORRUPT, "pending record %s changed into one "
+                   "this library did not write; left as it is", what);
+            return;
+        }
+    }
+    if (state == 2) {
+        gc_say(report, ud, p.name, ENGRAM_GC_KEPT,
+               "a push (epoch %016" PRIx64 ") that showed life %.1f s ago: kept until it has "
+               "been quiet for %.1f s",
+               p.epoch, (double)idle / 1e3, (double)min_idle / 1e3);
+        return;
+    }
+    if (flags & ENGRAM_GC_DRY_RUN) {
+        gc_say(report, ud, p.name, 0,
+               "would delete the %" PRIu64 " chunk keys of %s (epoch %016" PRIx64 ", quiet for "
+               "%.1f s)",
+               p.nchunks, p.closed ? "a removed table or a failed push" : "an abandoned push",
+               p.epoch, (double)idle / 1e3);
+        return;
+    }
+    if ((err = pending_finish(rs, s, &p, field, engram__rcl_deadline(rs->cl))) != 0) {
+        gc_say(report, ud, p.name, err, "%s", engram_errmsg());
+        return;
+    }
+    gc_say(report, ud, p.name, 0,
+           "deleted the %" PRIu64 " chunk keys of %s (epoch %016" PRIx64 ", quiet for %.1f s)",
+           p.nchunks, p.closed ? "a removed table or a failed push" : "an abandoned push",
+           p.epoch, (double)idle / 1e3);
+}
+
+/* One pass over the namespace's pending records: each one is settled
+ * (closed if it is still open, its chunks deleted, then the record), or
+ * kept if it is a push that may still be running: open, and stamped less
+ * than max(idle_ms, its TTL) ago.  Closed records go once idle_ms passed.
+ * 0, or the failure to list the records. */
+static int gc_pass(rstore *rs, engram__rsess *s, uint64_t idle_ms, uint32_t flags,
+                   engram_gc_report_fn report, void *ud)
+{
+    const char *argv[2] = {"HKEYS", rs->mkey};
+    redisReply *r;
+    int err;
+    if ((err = key_cmd(rs, s, 0, 2, argv, NULL, REDIS_REPLY_ARRAY, engram__rcl_deadline(rs->cl),
+                       "list the pending records", &r)) != 0)
+        return err;
+    for (size_t i = 0; i < r->elements; i++) {
+        const redisReply *e = r->element[i];
+        size_t fl = sizeof ENGRAM__RP_FIELD - 1;
+        if (e->type == REDIS_REPLY_STRING && e->len == fl + 16 && strlen(e->str) == e->len &&
+            memcmp(e->str, ENGRAM__RP_FIELD, fl) == 0)
+            gc_one(rs, s, e->str, idle_ms, flags, report, ud);
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+static int redis_gc(void *state, uint64_t idle_ms, uint32_t flags, engram_gc_report_fn report,
+                    void *ud)
+{
+    rstore *rs = state;
+    engram__rsess *s;
+    int err;
+    if ((err = engram__rcl_sess_get(rs->cl, &s)) != 0)
+        return err;
+    err = gc_pass(rs, s, idle_ms, flags, report, ud);
     engram__rcl_sess_put(s);
     return err;
 }
@@ -502,21 +889,50 @@ typedef struct rwriter {
     uint64_t fill;      /* rows in buf */
     uint64_t rows_done;
     uint64_t chunks_done;
-    uint64_t renew_ns;  /* when the chunks' TTLs are renewed next */
+    uint64_t renew_ns;  /* when the chunks' TTLs and the record are renewed next */
     XXH3_state_t *xs;
+    char pfield[32];    /* this push's pending record */
+    char popen[512];    /* its text while open, and once closed (without the stamp) */
+    char pclosed[512];
+    int failed;         /* a step failed: abort adds what it could not clean up */
 } rwriter;
 
-/* Sets the TTL of every chunk written so far again (step 2). */
+/* Stamps this push's record again: 0, or -ECANCELED if a resolver closed
+ * it (the push can never publish). */
+static int touch(rwriter *w, uint64_t deadline)
+{
+    const char *args[2] = {w->pfield, w->popen};
+    redisReply *r;
+    long long v;
+    int err;
+    if ((err = script(w->rs, w->s, S_TOUCH, 2, args, NULL, deadline, "stamp a pending record",
+                      &r)) != 0)
+        return err;
+    v = script_int(r, -1);
+    freeReplyObject(r);
+    if (v != 1)
+        return engram__err(-ECANCELED, "push of '%s' to %s was abandoned: its pending record "
+                                       "'%s' was closed by a gc (engram_store_gc()), which "
+                                       "takes a push that shows no life for its chunk TTL "
+                                       "(%u ms) for dead",
+                           w->m.name, w->rs->where, w->pfield, w->rs->ttl_ms);
+    return 0;
+}
+
+/* Sets the TTL of every chunk written so far again, and stamps the
+ * record (step 2). */
 static int renew_ttls(rwriter *w)
 {
     char ms[24];
     uint64_t deadline = engram__rcl_deadline(w->rs->cl);
+    int err;
+    if ((err = touch(w, deadline)) != 0)
+        return err;
     snprintf(ms, sizeof ms, "%u", w->rs->ttl_ms);
     for (uint64_t i = 0; i < w->chunks_done; i++) {
         char key[KEY_MAX + 24];
         const char *argv[3] = {"PEXPIRE", key, ms};
         redisReply *r;
-        int err;
         chunk_key(w->kpre, w->kpre_len, i, key);
         if ((err = key_cmd(w->rs, w->s, ENGRAM__RCL_WRITE, 3, argv, NULL, REDIS_REPLY_INTEGER,
                            deadline, "renew a chunk's TTL", &r)) != 0)
@@ -548,11 +964,13 @@ static int put_chunk(rwriter *w, const unsigned char *data, uint64_t rows)
     lens[2] = len;
     lens[3] = 2;
     lens[4] = strlen(ms);
+    /* Counted before it is sent: a chunk whose reply is lost may exist. */
+    w->chunks_done++;
     if ((err = key_cmd(w->rs, w->s, ENGRAM__RCL_WRITE, 5, argv, lens, REDIS_REPLY_STATUS,
                        engram__rcl_deadline(w->rs->cl), "write a chunk", &r)) != 0)
         return err;
     freeReplyObject(r);
-    w->m.chunk_sums[w->chunks_done++] = XXH3_64bits(data, len);
+    w->m.chunk_sums[w->chunks_done - 1] = XXH3_64bits(data, len);
     XXH3_64bits_update(w->xs, data, len);
     if (engram__now_ns() >= w->renew_ns)
         return renew_ttls(w);
@@ -570,14 +988,66 @@ static void rwriter_free(rwriter *w)
     free(w);
 }
 
+/* Deletes this push's chunks, then its record: only for a push that can
+ * no longer publish (it never sent S_PUBLISH, or its record is closed).
+ * 0, or the cleanup's failure (what is left is a gc's). */
+static int discard(rwriter *w)
+{
+    engram__rpending p;
+    memset(&p, 0, sizeof p);
+    snprintf(p.name, sizeof p.name, "%s", w->m.name);
+    p.epoch = w->m.epoch;
+    p.nchunks = w->chunks_done;
+    p.tagged = w->m.tagged;
+    if (p.nchunks == 0) {
+        /* No chunk sent: only the record to drop. */
+        const char *argv[3] = {"HDEL", w->rs->mkey, w->pfield};
+        redisReply *r;
+        int err = key_cmd(w->rs, w->s, ENGRAM__RCL_WRITE, 3, argv, NULL, REDIS_REPLY_INTEGER,
+                          engram__rcl_deadline(w->rs->cl), "drop a pending record", &r);
+        if (!err)
+            freeReplyObject(r);
+        return err;
+    }
+    return pending_finish(w->rs, w->s, &p, w->pfield, engram__rcl_deadline(w->rs->cl));
+}
+
+/* Frees a writer after its push failed with `err` (message in
+ * engram_errmsg()) and cannot publish any more: deletes what it wrote.
+ * Returns err, with what could not be cleaned up added to the message. */
+static int fail_discard(rwriter *w, int err)
+{
+    char msg[ENGRAM__ERRMSG_MAX];
+    snprintf(msg, sizeof msg, "%s", engram_errmsg());
+    if (discard(w) != 0)
+        engram__err(err, "%s (and cleaning up after it: %s; engram_store_gc() deletes them, or "
+                         "they expire within %u ms if not yet published)",
+                    msg, engram_errmsg(), w->rs->ttl_ms);
+    else
+        engram__err(err, "%s", msg);
+    rwriter_free(w);
+    return err;
+}
+
 static void redis_writer_abort(void *wp)
 {
     rwriter *w = wp;
+    char msg[ENGRAM__ERRMSG_MAX];
     if (!w)
         return;
-    /* Best effort: what is left expires anyway. */
-    (void)delete_chunks(w->rs, w->s, w->kpre, w->kpre_len, w->chunks_done,
-                        engram__rcl_deadline(w->rs->cl));
+    if (w->failed) {
+        /* After a failure of its own: the failure's message stays, with
+         * what the cleanup could not do added. */
+        fail_discard(w, 0);
+        return;
+    }
+    /* Aborted by the caller: the cleanup's failure is nobody's return
+     * value, so it goes to the log. */
+    snprintf(msg, sizeof msg, "%s", engram_errmsg());
+    if (discard(w) != 0)
+        engram__log(ENGRAM_LOG_ERROR, 0, "abort of the push of '%s' to %s: %s", w->m.name,
+                    w->rs->where, engram_errmsg());
+    engram__err(0, "%s", msg);
     rwriter_free(w);
 }
 
@@ -586,7 +1056,7 @@ static int redis_writer_begin(void *state, const char *name, const engram_table_
 {
     rstore *rs = state;
     rwriter *w;
-    const char *argv[3] = {"HEXISTS", rs->mkey, name};
+    engram__rpending p;
     redisReply *r;
     uint64_t chunk_rows, max_rows;
     int err;
@@ -621,6 +1091,16 @@ static int redis_writer_begin(void *state, const char *name, const engram_table_
     if (w->m.epoch == 0)
         w->m.epoch = 1;
     w->kpre_len = chunk_prefix(rs, name, w->m.epoch, w->m.tagged, w->kpre);
+    memset(&p, 0, sizeof p);
+    snprintf(p.name, sizeof p.name, "%s", name);
+    p.epoch = w->m.epoch;
+    p.nchunks = w->m.nchunks;
+    p.tagged = w->m.tagged;
+    p.ttl_ms = rs->ttl_ms;
+    engram__rpending_body(&p, w->popen, sizeof w->popen);
+    p.closed = 1;
+    engram__rpending_body(&p, w->pclosed, sizeof w->pclosed);
+    pending_field(w->m.epoch, w->pfield);
     if (!(w->m.chunk_sums = malloc(w->m.nchunks * sizeof *w->m.chunk_sums)) ||
         !(w->buf = malloc((size_t)(chunk_rows * spec->row_bytes))) ||
         !(w->xs = XXH3_createState())) {
@@ -631,12 +1111,26 @@ static int redis_writer_begin(void *state, const char *name, const engram_table_
     w->renew_ns = engram__now_ns() + (uint64_t)rs->ttl_ms * 1000000u / 2;
     if ((err = engram__rcl_sess_get(rs->cl, &w->s)) != 0)
         goto fail;
-    /* Step 1: a published name fails at once, not after the upload. */
-    if ((err = key_cmd(rs, w->s, 0, 3, argv, NULL, REDIS_REPLY_INTEGER,
-                       engram__rcl_deadline(rs->cl), "look for a table", &r)) != 0)
-        goto fail;
-    err = r->integer ? engram__err(-EEXIST, "table '%s' already exists in %s", name, rs->where)
-                     : 0;
+    /* What dead pushes and removals left behind goes first (best effort:
+     * it is only housekeeping, and a failure here says nothing of ours). */
+    {
+        char msg[ENGRAM__ERRMSG_MAX];
+        snprintf(msg, sizeof msg, "%s", engram_errmsg());
+        (void)gc_pass(rs, w->s, 0, 0, NULL, NULL);
+        engram__err(0, "%s", msg);
+    }
+    /* Step 1: a published name fails at once, not after the upload; else
+     * the open record makes the chunks to come findable by a gc, should
+     * this push die. */
+    {
+        const char *args[3] = {name, w->pfield, w->popen};
+        if ((err = script(rs, w->s, S_BEGIN, 3, args, NULL, engram__rcl_deadline(rs->cl),
+                          "begin a push", &r)) != 0)
+            goto fail;
+    }
+    err = script_int(r, -1) == 1 ? 0
+                                 : engram__err(-EEXIST, "table '%s' already exists in %s", name,
+                                               rs->where);
     freeReplyObject(r);
     if (err)
         goto fail;
@@ -673,7 +1167,7 @@ static int redis_writer_append(void *wp, const void *rows, uint64_t nrows, size_
         if (w->fill == 0 && src_stride == rb && nrows >= chunk_left) {
             /* A whole chunk, packed in the caller's memory: sent from there. */
             if ((err = put_chunk(w, src, chunk_left)) != 0)
-                return err;
+                goto fail;
             n = chunk_left;
         } else {
             n = nrows < chunk_left ? nrows : chunk_left;
@@ -682,7 +1176,7 @@ static int redis_writer_append(void *wp, const void *rows, uint64_t nrows, size_
             w->fill += n;
             if (n == chunk_left) {
                 if ((err = put_chunk(w, w->buf, w->fill)) != 0)
-                    return err;
+                    goto fail;
                 w->fill = 0;
             }
         }
@@ -691,6 +1185,73 @@ static int redis_writer_append(void *wp, const void *rows, uint64_t nrows, size_
         src += n * src_stride;
     }
     return 0;
+fail:
+    w->failed = 1;
+    return err;
+}
+
+/* The publication's reply was lost (`err`, message in engram_errmsg()):
+ * resolves what happened by closing this push's record, which no copy of
+ * the publication still in flight can get past.  0 if the push turned
+ * out published; else frees w and returns the failure, saying what it
+ * left. */
+static int resolve(rwriter *w, int err, const char *text, size_t tlen)
+{
+    rstore *rs = w->rs;
+    char first[ENGRAM__ERRMSG_MAX];
+    const char *args[2] = {w->pfield, "0"};
+    redisReply *r;
+    long long state;
+    int rerr;
+
+    snprintf(first, sizeof first, "%s", engram_errmsg());
+    at_step("resolve", w->m.name);
+    if ((rerr = script(rs, w->s, S_CLOSE, 2, args, NULL, engram__rcl_deadline(rs->cl),
+                       "close the push's pending record", &r)) != 0 ||
+        ((state = script_int(r, 0)), freeReplyObject(r), state != 0 && state != 1)) {
+        if (!rerr)
+            engram__err(-EIO, "its pending record '%s' is not one this library wrote", w->pfield);
+        err = engram__err(ENGRAM_EINDOUBT,
+                          "push of '%s' to %s: the outcome is in doubt: the publication got no "
+                          "answer (%s), and asking afterwards failed too (%s).  Its chunks are "
+                          "kept: if the table is listed later, it is published and whole; if "
+                          "not, engram_store_gc() (engram gc --redis) deletes them once the "
+                          "push has shown no life for its chunk TTL (%u ms)",
+                          w->m.name, rs->where, first, engram_errmsg(), rs->ttl_ms);
+        rwriter_free(w);
+        return err;
+    }
+    if (state == 1) {
+        /* Closed by us (or a gc): nothing can publish it now. */
+        engram__err(err, "push of '%s' failed, not published: %s", w->m.name, first);
+        return fail_discard(w, err);
+    }
+    /* Gone: published by the lost publication (or by a copy of it), or
+     * resolved by another process; the manifest tells which. */
+    {
+        const char *argv[3] = {"HGET", rs->mkey, w->m.name};
+        redisReply *g;
+        if ((rerr = key_cmd(rs, w->s, 0, 3, argv, NULL, REDIS_REPLY_STRING,
+                            engram__rcl_deadline(rs->cl), "read a manifest", &g)) != 0) {
+            err = engram__err(ENGRAM_EINDOUBT,
+                              "push of '%s' to %s: the outcome is in doubt: the publication got "
+                              "no answer (%s), its pending record is gone, and the manifest "
+                              "could not be read (%s): list the namespace to see whether it "
+                              "is published",
+                              w->m.name, rs->where, first, engram_errmsg());
+            rwriter_free(w);
+            return err;
+        }
+        rerr = g->type == REDIS_REPLY_STRING && g->len == tlen && memcmp(g->str, text, tlen) == 0;
+        freeReplyObject(g);
+    }
+    if (rerr)
+        return 0;
+    err = engram__err(err, "push of '%s' failed, not published (its pending record was resolved "
+                           "by another process, which deletes its chunks): %s",
+                      w->m.name, first);
+    rwriter_free(w);
+    return err;
 }
 
 static int redis_writer_commit(void *wp)
@@ -700,6 +1261,7 @@ static int redis_writer_commit(void *wp)
     char *text = NULL;
     size_t tlen;
     redisReply *r;
+    long long v;
     int err;
 
     if (w->rows_done != w->m.num_rows) {
@@ -708,10 +1270,19 @@ static int redis_writer_commit(void *wp)
                           w->m.name, w->rows_done, w->m.num_rows);
         goto fail;
     }
-    /* Step 3: the chunks become permanent ... */
+    /* Step 3: the chunks become permanent, with the record stamped now
+     * and then, so that no gc takes a long commit for a dead one ... */
+    if ((err = touch(w, engram__rcl_deadline(rs->cl))) != 0)
+        goto fail;
+    w->renew_ns = engram__now_ns() + (uint64_t)rs->ttl_ms * 1000000u / 2;
     for (uint64_t i = 0; i < w->chunks_done; i++) {
         char key[KEY_MAX + 24];
         const char *argv[2] = {"PERSIST", key};
+        if (engram__now_ns() >= w->renew_ns) {
+            if ((err = touch(w, engram__rcl_deadline(rs->cl))) != 0)
+                goto fail;
+            w->renew_ns = engram__now_ns() + (uint64_t)rs->ttl_ms * 1000000u / 2;
+        }
         chunk_key(w->kpre, w->kpre_len, i, key);
         if ((err = key_cmd(rs, w->s, ENGRAM__RCL_WRITE, 2, argv, NULL, REDIS_REPLY_INTEGER,
                            engram__rcl_deadline(rs->cl), "keep a chunk", &r)) != 0)
@@ -733,32 +1304,46 @@ static int redis_writer_commit(void *wp)
     w->m.created_ns = engram__wall_ns();
     if ((err = engram__rmanifest_encode(&w->m, &text, &tlen)) != 0)
         goto fail;
+    /* Step 4: publication, one atomic step that needs the record open. */
+    at_step("publish", w->m.name);
     {
-        const char *argv[4] = {"HSETNX", rs->mkey, w->m.name, text};
-        size_t lens[4] = {6, rs->mkey_len, strlen(w->m.name), tlen};
-        if ((err = key_cmd(rs, w->s, ENGRAM__RCL_WRITE, 4, argv, lens, REDIS_REPLY_INTEGER,
-                           engram__rcl_deadline(rs->cl), "publish a table", &r)) != 0)
-            goto fail;
+        const char *args[4] = {w->pfield, w->m.name, text, w->pclosed};
+        size_t lens[4] = {strlen(w->pfield), strlen(w->m.name), tlen, strlen(w->pclosed)};
+        if ((err = script(rs, w->s, S_PUBLISH, 4, args, lens, engram__rcl_deadline(rs->cl),
+                          "publish a table", &r)) != 0) {
+            /* Whether it ran is unknown: find out before anything is
+             * deleted. */
+            err = resolve(w, err, text, tlen);
+            if (err) {
+                free(text);
+                return err;
+            }
+            goto published;
+        }
     }
-    if (r->integer == 0) {
-        /* Taken: by another push, or by ours if a lost reply made the
-         * command run twice (then the manifest is ours, byte for byte). */
-        const char *argv[3] = {"HGET", rs->mkey, w->m.name};
-        redisReply *g;
-        freeReplyObject(r);
-        if ((err = key_cmd(rs, w->s, 0, 3, argv, NULL, REDIS_REPLY_STRING,
-                           engram__rcl_deadline(rs->cl), "read a manifest", &g)) != 0)
-            goto fail;
-        err = g->type == REDIS_REPLY_STRING && g->len == tlen && memcmp(g->str, text, tlen) == 0
-                  ? 0
-                  : engram__err(-EEXIST, "table '%s' already exists in %s (another push won)",
-                                w->m.name, rs->where);
-        freeReplyObject(g);
-        if (err)
-            goto fail;
-    } else {
-        freeReplyObject(r);
+    v = script_int(r, -1);
+    freeReplyObject(r);
+    if (v != 1 && v != 0 && v != -1) {
+        /* Not an answer this script gives: take nothing for granted. */
+        err = engram__err(-EIO, "publish '%s' in %s: the script answered %lld", w->m.name,
+                          rs->where, v);
+        if ((err = resolve(w, err, text, tlen)) != 0) {
+            free(text);
+            return err;
+        }
+        goto published;
     }
+    if (v != 1) {
+        err = v == 0 ? engram__err(-EEXIST, "table '%s' already exists in %s (another push won)",
+                                   w->m.name, rs->where)
+                     : engram__err(-ECANCELED,
+                                   "push of '%s' to %s was abandoned: its pending record '%s' "
+                                   "was closed by a gc (engram_store_gc()) before it could "
+                                   "publish",
+                                   w->m.name, rs->where, w->pfield);
+        goto fail;
+    }
+published:
     pthread_mutex_lock(&rs->lock);
     rs->have_ns_bytes = 0;
     pthread_mutex_unlock(&rs->lock);
@@ -772,13 +1357,7 @@ static int redis_writer_commit(void *wp)
     return err;
 fail:
     free(text);
-    {
-        /* The failure's message, not the cleanup's. */
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", engram_errmsg());
-        redis_writer_abort(w);
-        return engram__err(err, "%s", msg);
-    }
+    return fail_discard(w, err);
 }
 
 /* ------------------------------------------------------------------------
@@ -801,9 +1380,9 @@ static void redis_close(void *state)
 }
 
 static const engram__remote_vt redis_vt = {
-    ENGRAM_TABLE_REDIS, redis_close,        redis_open,          redis_info,
-    redis_list,         redis_verify,       redis_remove,        redis_writer_begin,
-    redis_writer_append, redis_writer_commit, redis_writer_abort,
+    ENGRAM_TABLE_REDIS,  redis_close,         redis_open,         redis_info,
+    redis_list,          redis_verify,        redis_remove,       redis_writer_begin,
+    redis_writer_append, redis_writer_commit, redis_writer_abort, redis_gc,
 };
 
 int engram_store_open_redis(const char *nodes, const char *ns, const engram_store_options *opts,
@@ -842,6 +1421,7 @@ int engram_store_open_redis(const char *nodes, const char *ns, const engram_stor
     snprintf(rs->prefix, sizeof rs->prefix, "%s", ro.prefix ? ro.prefix : "engram");
     rs->mkey_len = (size_t)snprintf(rs->mkey, sizeof rs->mkey, "%s/%s/.manifests", rs->prefix,
                                     rs->ns);
+    rs->mslot = engram__rcl_keyslot(rs->mkey, rs->mkey_len);
     rs->chunk_bytes = ro.chunk_bytes ? ro.chunk_bytes : DEFAULT_CHUNK;
     rs->ttl_ms = ro.chunk_ttl_ms ? ro.chunk_ttl_ms : DEFAULT_TTL_MS;
     rs->tagged = (ro.flags & ENGRAM_REDIS_TAGGED) != 0;

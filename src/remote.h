@@ -43,6 +43,8 @@ typedef struct engram__remote_vt {
     int (*writer_append)(void *w, const void *rows, uint64_t nrows, size_t src_stride);
     int (*writer_commit)(void *w);
     void (*writer_abort)(void *w);
+    /* engram_store_gc() of the namespace (idle_ms: its idle_s in ms). */
+    int (*gc)(void *rs, uint64_t idle_ms, uint32_t flags, engram_gc_report_fn report, void *ud);
 } engram__remote_vt;
 
 /* Makes a store with no directory whose namespace is the remote's;

@@ -20,6 +20,7 @@
 typedef struct cursor {
     const char *p, *end;
     const char *what;
+    const char *kind; /* "manifest" or "pending record" */
 } cursor;
 
 __attribute__((format(printf, 2, 3))) static int bad(const cursor *c, const char *fmt, ...)
@@ -29,7 +30,7 @@ __attribute__((format(printf, 2, 3))) static int bad(const cursor *c, const char
     va_start(ap, fmt);
     vsnprintf(tmp, sizeof tmp, fmt, ap);
     va_end(ap);
-    return engram__err(ENGRAM_ECORRUPT, "manifest of %s is corrupt: %s", c->what, tmp);
+    return engram__err(ENGRAM_ECORRUPT, "%s of %s is corrupt: %s", c->kind, c->what, tmp);
 }
 
 /* Takes "<key> " and returns the value up to the end of its line in
@@ -105,10 +106,51 @@ static int hexfield(cursor *c, const char *key, uint64_t *out)
     return 0;
 }
 
+/* The table name, a valid name, into name[ENGRAM_NAME_MAX + 1]. */
+static int name_field(cursor *c, char *name)
+{
+    const char *v;
+    size_t n;
+    int err;
+    if ((err = field(c, "name", &v, &n)) != 0)
+        return err;
+    if (n == 0 || n > ENGRAM_NAME_MAX)
+        return bad(c, "%s", "the table name has a bad length");
+    memcpy(name, v, n);
+    name[n] = '\0';
+    if (!engram__name_valid(name) || strlen(name) != n)
+        return bad(c, "%s", "the table name is not a valid name");
+    return 0;
+}
+
+static int layout_field(cursor *c, int *tagged)
+{
+    const char *v;
+    size_t n;
+    int err;
+    if ((err = field(c, "layout", &v, &n)) != 0)
+        return err;
+    if (n == 6 && memcmp(v, "spread", 6) == 0)
+        *tagged = 0;
+    else if (n == 6 && memcmp(v, "tagged", 6) == 0)
+        *tagged = 1;
+    else
+        return bad(c, "%s", "layout is neither 'spread' nor 'tagged'");
+    return 0;
+}
+
+static int epoch_field(cursor *c, uint64_t *epoch)
+{
+    int err;
+    if ((err = hexfield(c, "epoch", epoch)) != 0)
+        return err;
+    return *epoch == 0 ? bad(c, "%s", "epoch is 0") : 0;
+}
+
 int engram__rmanifest_parse(const char *buf, size_t len, const char *name, const char *what,
                             engram__rmanifest *m)
 {
-    cursor c = {buf, buf + len, what};
+    cursor c = {buf, buf + len, what, "manifest"};
     const char *v;
     size_t n;
     uint64_t x, bytes;
@@ -121,14 +163,8 @@ int engram__rmanifest_parse(const char *buf, size_t len, const char *name, const
         memcmp(c.p, ENGRAM__RM_MAGIC "\n", sizeof ENGRAM__RM_MAGIC) != 0)
         return bad(&c, "%s", "not an engram Redis manifest of version 1");
     c.p += sizeof ENGRAM__RM_MAGIC;
-    if ((err = field(&c, "name", &v, &n)) != 0)
+    if ((err = name_field(&c, m->name)) != 0)
         return err;
-    if (n == 0 || n > ENGRAM_NAME_MAX)
-        return bad(&c, "%s", "the table name has a bad length");
-    memcpy(m->name, v, n);
-    m->name[n] = '\0';
-    if (!engram__name_valid(m->name) || strlen(m->name) != n)
-        return bad(&c, "%s", "the table name is not a valid name");
     if (name && strcmp(name, m->name) != 0)
         return bad(&c, "it describes table '%s'", m->name);
     if ((err = number(&c, "rows", &m->num_rows)) != 0)
@@ -152,18 +188,8 @@ int engram__rmanifest_parse(const char *buf, size_t len, const char *name, const
     if (m->nchunks != engram__rm_nchunks(m->num_rows, m->chunk_rows) ||
         m->nchunks > ENGRAM__RM_CHUNKS_MAX)
         return bad(&c, "%s", "chunks does not match rows and chunk_rows, or is above 2^22");
-    if ((err = field(&c, "layout", &v, &n)) != 0)
+    if ((err = layout_field(&c, &m->tagged)) != 0 || (err = epoch_field(&c, &m->epoch)) != 0)
         return err;
-    if (n == 6 && memcmp(v, "spread", 6) == 0)
-        m->tagged = 0;
-    else if (n == 6 && memcmp(v, "tagged", 6) == 0)
-        m->tagged = 1;
-    else
-        return bad(&c, "%s", "layout is neither 'spread' nor 'tagged'");
-    if ((err = hexfield(&c, "epoch", &m->epoch)) != 0)
-        return err;
-    if (m->epoch == 0)
-        return bad(&c, "%s", "epoch is 0");
     if ((err = number(&c, "created_ns", &m->created_ns)) != 0 ||
         (err = hexfield(&c, "checksum", &m->checksum)) != 0 ||
         (err = field(&c, "chunk_xxh3", &v, &n)) != 0)
@@ -207,6 +233,56 @@ int engram__rmanifest_encode(const engram__rmanifest *m, char **out, size_t *len
     *out = buf;
     *len = total;
     return 0;
+}
+
+int engram__rpending_parse(const char *buf, size_t len, const char *what, engram__rpending *p)
+{
+    cursor c = {buf, buf + len, what, "pending record"};
+    const char *v;
+    size_t n;
+    uint64_t x;
+    int err;
+
+    memset(p, 0, sizeof *p);
+    if (!buf || len > 1024)
+        return bad(&c, "%s", buf ? "longer than any pending record" : "empty");
+    if ((size_t)(c.end - c.p) < sizeof ENGRAM__RP_MAGIC ||
+        memcmp(c.p, ENGRAM__RP_MAGIC "\n", sizeof ENGRAM__RP_MAGIC) != 0)
+        return bad(&c, "%s", "not an engram pending record of version 1");
+    c.p += sizeof ENGRAM__RP_MAGIC;
+    if ((err = field(&c, "state", &v, &n)) != 0)
+        return err;
+    if (n == 4 && memcmp(v, "open", 4) == 0)
+        p->closed = 0;
+    else if (n == 6 && memcmp(v, "closed", 6) == 0)
+        p->closed = 1;
+    else
+        return bad(&c, "%s", "state is neither 'open' nor 'closed'");
+    if ((err = name_field(&c, p->name)) != 0 || (err = epoch_field(&c, &p->epoch)) != 0 ||
+        (err = number(&c, "chunks", &p->nchunks)) != 0)
+        return err;
+    if (p->nchunks == 0 || p->nchunks > ENGRAM__RM_CHUNKS_MAX)
+        return bad(&c, "%s", "chunks is 0 or above 2^22");
+    if ((err = layout_field(&c, &p->tagged)) != 0 || (err = number(&c, "ttl_ms", &x)) != 0)
+        return err;
+    if (x == 0 || x > UINT32_MAX)
+        return bad(&c, "%s", "ttl_ms is 0 or above 2^32 - 1");
+    p->ttl_ms = (uint32_t)x;
+    if ((err = number(&c, "stamp", &p->stamp_ms)) != 0)
+        return err;
+    if (c.p != c.end)
+        return bad(&c, "%s", "bytes after the last field");
+    return 0;
+}
+
+size_t engram__rpending_body(const engram__rpending *p, char *buf, size_t cap)
+{
+    int n = snprintf(buf, cap,
+                     ENGRAM__RP_MAGIC "\nstate %s\nname %s\nepoch %016" PRIx64 "\nchunks %" PRIu64
+                     "\nlayout %s\nttl_ms %u\n",
+                     p->closed ? "closed" : "open", p->name, p->epoch, p->nchunks,
+                     p->tagged ? "tagged" : "spread", p->ttl_ms);
+    return n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
 }
 
 void engram__rmanifest_free(engram__rmanifest *m)

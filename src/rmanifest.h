@@ -69,6 +69,55 @@ int engram__rmanifest_encode(const engram__rmanifest *m, char **out, size_t *len
 /* Frees what *m owns.  Accepts a zeroed manifest. */
 void engram__rmanifest_free(engram__rmanifest *m);
 
+/*
+ * A pending record: a field ".pending/<epoch>" of the same hash, one for
+ * each set of chunk keys that no manifest owns (docs/redis.md, "The
+ * publication protocol").  A push writes one (state open) before its
+ * first chunk and drops it in the same atomic step that publishes its
+ * manifest; a removal writes one (state closed) in the same atomic step
+ * that unpublishes a table.  Text, one field per line in this order:
+ *
+ *     engram-pending 1
+ *     state open|closed
+ *     name <table name>
+ *     epoch <16 hex digits>
+ *     chunks <number of chunks>
+ *     layout spread|tagged
+ *     ttl_ms <the pushing store's chunk TTL>
+ *     stamp <ms since the Unix epoch, the server's clock>
+ *
+ * "open": a push that may still publish; "closed": chunks to delete,
+ * which nothing will ever publish.  The stamp is set by the server (the
+ * scripts in redis.c) when the record is written or its writer shows
+ * life, so every client measures a record's age on one clock.
+ */
+#define ENGRAM__RP_MAGIC "engram-pending 1"
+#define ENGRAM__RP_FIELD ".pending/" /* + 16 hex digits of the epoch */
+
+typedef struct engram__rpending {
+    char name[ENGRAM_NAME_MAX + 1];
+    int closed;
+    uint64_t epoch;   /* never 0 */
+    uint64_t nchunks; /* 1 .. ENGRAM__RM_CHUNKS_MAX */
+    int tagged;
+    uint32_t ttl_ms;  /* never 0 */
+    uint64_t stamp_ms;
+} engram__rpending;
+
+/* Parses a pending record of `len` bytes; `what` names it in messages.
+ * 0, or ENGRAM_ECORRUPT with the reason. */
+int engram__rpending_parse(const char *buf, size_t len, const char *what, engram__rpending *p);
+
+/* The text of *p without its stamp line (the server appends it), into
+ * buf[cap]; returns its length (cap 512 is always enough). */
+size_t engram__rpending_body(const engram__rpending *p, char *buf, size_t cap);
+
+/* Tests only (they link the static library): called, if set, at the
+ * named steps of a push ("publish", "resolve") and a removal ("remove")
+ * of table `name`, on the calling thread, so a test can stall a server
+ * there. */
+extern void (*engram__redis_hook)(const char *step, const char *name);
+
 /* The chunk count of num_rows rows at chunk_rows per chunk. */
 static inline uint64_t engram__rm_nchunks(uint64_t num_rows, uint64_t chunk_rows)
 {

@@ -1259,6 +1259,24 @@ static int remote_remove(engram_store *st, const char *name)
     return err;
 }
 
+int engram_store_gc(engram_store *st, uint64_t idle_s, uint32_t flags,
+                    engram_gc_report_fn report, void *ud)
+{
+    if (!st)
+        return engram__err(-EINVAL, "store is NULL");
+    if (flags & ~ENGRAM_GC_DRY_RUN)
+        return engram__err(-EINVAL, "unknown flags 0x%x", flags & ~ENGRAM_GC_DRY_RUN);
+    if (st->remote)
+        return st->remote->gc(st->remote_state, idle_s > UINT64_MAX / 1000u ? UINT64_MAX
+                                                                             : idle_s * 1000u,
+                              flags, report, ud);
+    /* A directory's leftovers are dead writers' temporary files, which
+     * are always safe to remove (the dry run only looks). */
+    if (st->dirfd >= 0 && !(flags & ENGRAM_GC_DRY_RUN))
+        engram__clean_temps(st);
+    return 0;
+}
+
 int engram_remove(engram_store *st, const char *name)
 {
     engram__table *t;

@@ -45,6 +45,7 @@ int main(void)
 
 #include "rcluster.h"
 #include "redis_util.h"
+#include "rmanifest.h"
 
 enum { R = 264 };
 
@@ -970,6 +971,359 @@ static void test_failover(void)
  * The second cluster: AUTH, a master restarted empty, a dead cluster.
  */
 
+/* ------------------------------------------------------------------------
+ * The publication protocol under faults, on a cluster of its own: three
+ * masters without replicas and a long node timeout, so that a master
+ * stopped with SIGSTOP is neither failed over nor taken for dead; it just
+ * stalls, holding what was sent to it, and goes on at SIGCONT.
+ */
+
+static tr_cluster P;
+static int p_stalled = -1;      /* the server stopped with SIGSTOP, or -1 */
+static int p_victim;            /* the server to stop at "publish" */
+static int p_cont_at_resolve;   /* 1: go on again when the push asks what happened */
+
+static void p_stop(int i)
+{
+    ASSERT_EQ(kill(P.pid[i], SIGSTOP), 0);
+    p_stalled = i;
+}
+
+static void p_cont(void)
+{
+    if (p_stalled >= 0) {
+        ASSERT_EQ(kill(P.pid[p_stalled], SIGCONT), 0);
+        p_stalled = -1;
+    }
+}
+
+static void stall_hook(const char *step, const char *name)
+{
+    (void)name;
+    if (strcmp(step, "publish") == 0)
+        p_stop(p_victim);
+    else if (strcmp(step, "resolve") == 0 && p_cont_at_resolve)
+        p_cont();
+}
+
+static int manifests_owner(const tr_cluster *c, const char *ns, char *mkey, size_t cap)
+{
+    snprintf(mkey, cap, "engram/%s/.manifests", ns);
+    return tr_slot_owner(c, tr_live(c, -1), engram__rcl_keyslot(mkey, strlen(mkey)));
+}
+
+/* The pending records of namespace `ns` (fields ".pending/..." of its
+ * manifests' hash), and how many of them are closed. */
+static size_t pending_records(const tr_cluster *c, const char *ns, size_t *closed)
+{
+    char mkey[200];
+    int owner = manifests_owner(c, ns, mkey, sizeof mkey);
+    redisReply *r = tr_must(c, owner, "HGETALL %s", mkey);
+    size_t n = 0;
+    if (closed)
+        *closed = 0;
+    for (size_t i = 0; i + 1 < r->elements; i += 2) {
+        if (strncmp(r->element[i]->str, ".pending/", 9) != 0)
+            continue;
+        n++;
+        if (closed && strstr(r->element[i + 1]->str, "\nstate closed\n"))
+            (*closed)++;
+    }
+    freeReplyObject(r);
+    return n;
+}
+
+static int listed(const tr_cluster *c, const char *ns, const char *name)
+{
+    char mkey[200];
+    int owner = manifests_owner(c, ns, mkey, sizeof mkey);
+    redisReply *r = tr_must(c, owner, "HEXISTS %s %s", mkey, name);
+    int yes = r->integer == 1;
+    freeReplyObject(r);
+    return yes;
+}
+
+typedef struct gc_seen {
+    int deleted, kept, failed;
+    char last[600];
+} gc_seen;
+
+static void gc_count(void *ud, const char *name, int code, const char *detail)
+{
+    gc_seen *g = ud;
+    printf("  gc: '%s' %d: %s\n", name, code, detail);
+    if (code == 0)
+        g->deleted++;
+    else if (code == ENGRAM_GC_KEPT)
+        g->kept++;
+    else
+        g->failed++;
+    snprintf(g->last, sizeof g->last, "%s", detail);
+}
+
+/* After a push of `name` (seed, nrows) that returned rc: whatever the
+ * order in which the stalled server ran what it held, the namespace ends
+ * consistent: published and whole (then rc was 0 or ENGRAM_EINDOUBT), or
+ * not published with nothing left once gc ran (then rc was not 0). */
+static void settle_push(engram_store *st, const char *ns, const char *name, int rc,
+                        uint32_t seed, uint64_t nrows, uint64_t nchunks)
+{
+    char pat[200];
+    uint64_t t0 = tr_now_ms();
+    size_t closed = 0;
+    gc_seen g = {0};
+    snprintf(pat, sizeof pat, "engram/%s/%s/*", ns, name);
+    if (rc == ENGRAM_EINDOUBT) {
+        /* What the stalled server held lands now: the publication, or
+         * the asking that closed the record first.  One of them shows. */
+        while (!listed(&P, ns, name) && (pending_records(&P, ns, &closed), closed == 0)) {
+            ASSERT_LT(tr_now_ms() - t0, 60000);
+            tr_sleep_ms(20);
+        }
+    }
+    if (listed(&P, ns, name)) {
+        ASSERT(rc == 0 || rc == ENGRAM_EINDOUBT);
+        ASSERT_OK(engram_verify(st, name, NULL, NULL));
+        tu_check_named(st, name, seed, nrows, R);
+        ASSERT_OK(engram_store_gc(st, 0, 0, gc_count, &g));
+        ASSERT_EQ(count_keys(&P, pat, NULL), nchunks);
+    } else {
+        ASSERT(rc != 0);
+        ASSERT_OK(engram_store_gc(st, 0, 0, gc_count, &g));
+        ASSERT_EQ(g.failed, 0);
+        ASSERT_EQ(count_keys(&P, pat, NULL), 0);
+    }
+    ASSERT_EQ(pending_records(&P, ns, NULL), 0);
+}
+
+/* A publication whose answer is lost (the master of the table list
+ * stalls right when it is sent) never costs a table: the push keeps its
+ * chunks until it knows, and a table that gets listed is whole. */
+static void test_publish_in_doubt(void)
+{
+    engram_redis_options ro = ENGRAM_REDIS_OPTIONS_INIT;
+    engram_table_spec spec = {100, R, 0};
+    unsigned char *rows = tu_make_rows(21, 100, R, 0, 0);
+    engram_store *st;
+    char mkey[200], name[16];
+    int rc;
+
+    ro.timeout_ms = 300;
+    ro.chunk_bytes = 8 * R; /* 13 chunks over the three masters */
+    st = open_redis(&P, "pd", 0, &ro);
+    p_victim = manifests_owner(&P, "pd", mkey, sizeof mkey);
+
+    /* Stalled through the asking too: the outcome is in doubt and
+     * everything is kept; the stalled master then decides. */
+    p_cont_at_resolve = 0;
+    engram__redis_hook = stall_hook;
+    rc = engram_populate(st, "x", &spec, rows, 0);
+    engram__redis_hook = NULL;
+    printf("stalled through the asking: %d (%s): %s\n", rc, engram_strerror(rc),
+           engram_errmsg());
+    p_cont();
+    ASSERT_EQ(rc, ENGRAM_EINDOUBT);
+    ASSERT_CONTAINS(engram_errmsg(), "push of 'x'");
+    ASSERT_CONTAINS(engram_errmsg(), "in doubt");
+    settle_push(st, "pd", "x", rc, 21, 100, 13);
+
+    /* Going on when the push asks: the stalled publication and the
+     * asking race on the server, and either order is consistent. */
+    p_cont_at_resolve = 1;
+    for (int i = 0; i < 4; i++) {
+        snprintf(name, sizeof name, "y%d", i);
+        engram__redis_hook = stall_hook;
+        rc = engram_populate(st, name, &spec, rows, 0);
+        engram__redis_hook = NULL;
+        p_cont();
+        printf("going on when asked: %d (%s)%s%s\n", rc, engram_strerror(rc), rc ? ": " : "",
+               rc ? engram_errmsg() : "");
+        settle_push(st, "pd", name, rc, 21, 100, 13);
+    }
+    engram_store_close(st);
+    free(rows);
+}
+
+/* Set in a child that must die right before it publishes. */
+static void die_hook(const char *step, const char *name)
+{
+    (void)name;
+    if (strcmp(step, "publish") == 0)
+        _exit(0);
+}
+
+/* A child process pushes `name` with chunk TTL ttl_ms and dies after
+ * making its chunks permanent, right before publishing them. */
+static void push_and_die(const char *ns, const char *name, uint32_t ttl_ms)
+{
+    pid_t pid;
+    int status;
+    fflush(stdout);
+    fflush(stderr);
+    if ((pid = fork()) == 0) {
+        engram_redis_options ro = ENGRAM_REDIS_OPTIONS_INIT;
+        engram_store *st;
+        ro.chunk_bytes = 8 * R;
+        ro.chunk_ttl_ms = ttl_ms;
+        if (engram_store_open_redis(P.nodes, ns, NULL, &ro, &st) != 0)
+            _exit(2);
+        engram__redis_hook = die_hook;
+        tu_populate(st, name, 5, 40, R, 0);
+        _exit(3); /* not reached */
+    }
+    ASSERT(pid > 0);
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+/* engram_store_gc(): what pushes that died leave (chunks made permanent,
+ * never published) goes once the push has been quiet for its TTL, never
+ * before; a dry run only reports; a live push whose record a gc closed
+ * finds out and fails cleanly. */
+static void test_gc_pending(void)
+{
+    engram_redis_options ro = ENGRAM_REDIS_OPTIONS_INIT;
+    engram_store *st;
+    engram_writer *wr;
+    unsigned char *rows = tu_make_rows(7, 40, R, 0, 0);
+    gc_seen g = {0};
+    size_t closed;
+    int rc;
+
+    ro.chunk_bytes = 8 * R;
+    st = open_redis(&P, "pg", 0, &ro);
+    push_and_die("pg", "long", 60000);
+    push_and_die("pg", "short", 200);
+    ASSERT_EQ(count_keys(&P, "engram/pg/long/*", NULL), 5);
+    ASSERT_EQ(count_keys(&P, "engram/pg/short/*", NULL), 5);
+    ASSERT_EQ(pending_records(&P, "pg", &closed), 2);
+    ASSERT_EQ(closed, 0);
+    ASSERT(!listed(&P, "pg", "long") && !listed(&P, "pg", "short"));
+    tr_sleep_ms(400); /* "short" is quiet for longer than its TTL */
+    ASSERT_OK(engram_store_gc(st, 0, ENGRAM_GC_DRY_RUN, gc_count, &g));
+    ASSERT_EQ(g.deleted, 1);
+    ASSERT_EQ(g.kept, 1);
+    ASSERT_EQ(g.failed, 0);
+    ASSERT_EQ(count_keys(&P, "engram/pg/short/*", NULL), 5);
+    ASSERT_EQ(pending_records(&P, "pg", NULL), 2);
+    memset(&g, 0, sizeof g);
+    ASSERT_OK(engram_store_gc(st, 0, 0, gc_count, &g));
+    ASSERT_EQ(g.deleted, 1);
+    ASSERT_EQ(g.kept, 1);
+    ASSERT_EQ(count_keys(&P, "engram/pg/short/*", NULL), 0);
+    ASSERT_EQ(count_keys(&P, "engram/pg/long/*", NULL), 5);
+    ASSERT_EQ(pending_records(&P, "pg", NULL), 1);
+    /* An idle_s above the age asked for keeps it too; bad flags refused. */
+    ASSERT_ERR(engram_store_gc(st, 0, 0x80, NULL, NULL), -EINVAL);
+    ASSERT_ERR(engram_store_gc(NULL, 0, 0, NULL, NULL), -EINVAL);
+
+    /* A live push that stalls past its TTL is taken for dead: it finds
+     * out at its next step, and nothing of it is left. */
+    engram_store_close(st);
+    ro.chunk_ttl_ms = 300;
+    st = open_redis(&P, "pg", 0, &ro);
+    ASSERT_OK(engram_writer_begin(st, "stall", &(engram_table_spec){40, R, 0}, &wr));
+    ASSERT_OK(engram_writer_append(wr, rows, 8, 0));
+    tr_sleep_ms(700);
+    memset(&g, 0, sizeof g);
+    ASSERT_OK(engram_store_gc(st, 0, 0, gc_count, &g));
+    ASSERT_EQ(g.deleted, 1);
+    ASSERT_FAILS(engram_writer_append(wr, rows + 8 * R, 32, 0), rc);
+    ASSERT_EQ(rc, -ECANCELED);
+    ASSERT_CONTAINS(engram_errmsg(), "abandoned");
+    ASSERT_ERR(engram_writer_commit(wr), ENGRAM_ESTATE);
+    ASSERT(!listed(&P, "pg", "stall"));
+    ASSERT_EQ(count_keys(&P, "engram/pg/stall/*", NULL), 0);
+    ASSERT_EQ(pending_records(&P, "pg", NULL), 1); /* "long"'s */
+    engram_store_close(st);
+    free(rows);
+}
+
+static engram_store *race_other;
+
+/* Runs in the remover between its read of the manifest and its removal:
+ * another store removes the table and pushes it again. */
+static void repush_hook(const char *step, const char *name)
+{
+    if (strcmp(step, "remove") != 0 || strcmp(name, "r") != 0)
+        return;
+    engram__redis_hook = NULL;
+    ASSERT_OK(engram_remove(race_other, "r"));
+    tu_populate(race_other, "r", 32, 50, R, 0);
+}
+
+/* Removal is compare-and-delete: a remover delayed between reading the
+ * table and removing it does not remove a newer push of the name. */
+static void test_remove_race(void)
+{
+    engram_redis_options ro = ENGRAM_REDIS_OPTIONS_INIT;
+    engram_store *a;
+    int rc;
+
+    ro.chunk_bytes = 8 * R;
+    a = open_redis(&P, "pr", 0, &ro);
+    race_other = open_redis(&P, "pr", 0, &ro);
+    tu_populate(a, "r", 31, 50, R, 0);
+    engram__redis_hook = repush_hook;
+    ASSERT_FAILS(engram_remove(a, "r"), rc);
+    engram__redis_hook = NULL;
+    ASSERT_EQ(rc, -ENOENT);
+    ASSERT_CONTAINS(engram_errmsg(), "pushed again");
+    ASSERT(listed(&P, "pr", "r"));
+    ASSERT_OK(engram_verify(a, "r", NULL, NULL));
+    tu_check_named(a, "r", 32, 50, R);
+    ASSERT_EQ(count_keys(&P, "engram/pr/r/*", NULL), 7);
+    ASSERT_EQ(pending_records(&P, "pr", NULL), 0);
+    /* And a removal that is not raced removes it, chunks and all. */
+    ASSERT_OK(engram_remove(race_other, "r"));
+    ASSERT_EQ(count_keys(&P, "engram/pr/r/*", NULL), 0);
+    ASSERT_EQ(pending_records(&P, "pr", NULL), 0);
+    engram_store_close(race_other);
+    engram_store_close(a);
+}
+
+/* A push whose chunk write times out (a master stalls half-way, after
+ * it took chunks of the push) reports that failure, with what its
+ * cleanup could not do after it, and gc finishes the cleanup. */
+static void test_failed_push_message(void)
+{
+    engram_redis_options ro = ENGRAM_REDIS_OPTIONS_INIT;
+    unsigned char *rows = tu_make_rows(3, 60, R, 0, 0);
+    engram_store *st;
+    engram_writer *wr;
+    char mkey[200];
+    gc_seen g = {0};
+    int rc, mowner;
+
+    ro.timeout_ms = 300;
+    ro.chunk_bytes = R; /* a chunk a row: some on every master */
+    ro.chunk_ttl_ms = 1000;
+    st = open_redis(&P, "pf", 0, &ro);
+    mowner = manifests_owner(&P, "pf", mkey, sizeof mkey);
+    ASSERT_OK(engram_writer_begin(st, "f", &(engram_table_spec){60, R, 0}, &wr));
+    ASSERT_OK(engram_writer_append(wr, rows, 30, 0));
+    p_stop((mowner + 1) % P.n);
+    ASSERT_FAILS(engram_writer_append(wr, rows + 30 * R, 30, 0), rc);
+    engram_writer_abort(wr);
+    p_cont();
+    printf("a chunk write timed out: %d (%s): %s\n", rc, engram_strerror(rc), engram_errmsg());
+    ASSERT_EQ(rc, -ETIMEDOUT);
+    ASSERT_EQ(strncmp(engram_errmsg(), "write a chunk", 13), 0);
+    ASSERT_CONTAINS(engram_errmsg(), "SET on");
+    ASSERT_CONTAINS(engram_errmsg(), "cleaning up after it");
+    ASSERT(!listed(&P, "pf", "f"));
+    /* The record stayed open (its chunks could not all be deleted); once
+     * the push has been quiet for its TTL, gc takes the rest. */
+    ASSERT_EQ(pending_records(&P, "pf", NULL), 1);
+    tr_sleep_ms(1200);
+    ASSERT_OK(engram_store_gc(st, 0, 0, gc_count, &g));
+    ASSERT_EQ(g.deleted, 1);
+    ASSERT_EQ(count_keys(&P, "engram/pf/f/*", NULL), 0);
+    ASSERT_EQ(pending_records(&P, "pf", NULL), 0);
+    engram_store_close(st);
+    free(rows);
+}
+
 static void test_auth(const tr_cluster *A)
 {
     engram_redis_options ro = ENGRAM_REDIS_OPTIONS_INIT;
@@ -1072,6 +1426,8 @@ static void test_restart_empty(tr_cluster *A)
     /* -ENOENT if the manifests' hash lived on the restarted node too. */
     rc = engram_verify(st, "e", NULL, NULL);
     ASSERT(rc == -ENODATA || rc == -ENOENT);
+    if (rc == -ENODATA)
+        ASSERT_CONTAINS(engram_errmsg(), "is listed, but its data is not whole");
     /* A new store finds the manifest (if its node kept it) and the same
      * missing chunks, or no table at all. */
     st2 = open_redis(A, "re", 0, &ro);
@@ -1115,6 +1471,12 @@ static void test_dead_cluster(tr_cluster *A)
     ASSERT_GE(took, 900);
     ASSERT_LT(took, 5000);
     ASSERT_ALL_BYTES(out, 0x11, sizeof out);
+    /* A command's failure, not only the slot map's that followed it. */
+    ASSERT_FAILS(engram_remove(st, "x"), rc);
+    printf("remove on a stopped cluster: %d: %s\n", rc, engram_errmsg());
+    ASSERT_EQ(rc, -ETIMEDOUT);
+    ASSERT_CONTAINS(engram_errmsg(), "HGET on slot");
+    ASSERT_CONTAINS(engram_errmsg(), "; and reloading the slot map failed: ");
     engram_store_close(st);
 }
 
@@ -1145,6 +1507,19 @@ int main(void)
     RUN_TEST(test_moved_ask);
     RUN_TEST(test_failover);
     tr_stop(&C);
+
+    {
+        static const char *const slow[] = {"--cluster-node-timeout", "600000", NULL};
+        if ((rc = tr_start(&P, 3, 0, NULL, slow)) != 0)
+            return rc;
+    }
+    printf("cluster that never fails a master over: %s\n", P.nodes);
+    RUN_TEST(test_publish_in_doubt);
+    RUN_TEST(test_gc_pending);
+    RUN_TEST(test_remove_race);
+    RUN_TEST(test_failed_push_message);
+    p_cont();
+    tr_stop(&P);
 
     if ((rc = tr_start(&A, 3, 0, "pw-default", acl)) != 0)
         return rc;
