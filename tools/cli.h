@@ -185,6 +185,9 @@ void cli_progress_end(struct progress *p);
 
 const char *cli_root(const struct cli *cli);
 int cli_ns_missing(const char *root, const char *ns, const char *what);
+/* engram --redis NODES --ns NS gc: engram_store_gc() of a Redis
+ * namespace, with idle_s from --older-than (0 without it). */
+int cli_redis_gc(struct cli *cli, uint64_t idle_s);
 int cli_open_redis(const struct cli *cli, const char *ns, uint32_t flags, engram_store **st,
                    int *status);
 int cli_open_store(const struct cli *cli, uint32_t flags, int threads, engram_store **st,

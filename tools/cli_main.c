@@ -261,8 +261,9 @@ static const struct command commands[] = {
      "                    skipped: [{name, reason}]}; last_used in s since the epoch\n"
      "  --strict          (ls) exit 1 if any namespace was skipped\n"
      "  --force           (rm) remove the namespace's tables with it, also while in use\n"},
-    {"gc", cli_cmd_gc, O(OLDER_THAN) | O(DRY_RUN) | O(JSON) | O(STRICT), 0, 0,
-     "gc [--older-than DURATION] [--dry-run] [--json] [--strict]",
+    {"gc", cli_cmd_gc, O(OLDER_THAN) | O(DRY_RUN) | O(JSON) | O(STRICT) | O(REDIS), 0, 0,
+     "gc [--older-than DURATION] [--dry-run] [--json] [--strict]\n"
+     "                   | --redis NODES --ns NS gc [--older-than D] [--dry-run] [--json]",
      "Removes, with their tables, the namespaces of the root that no live process\n"
      "uses (no lease: a process killed with its store open leaves a stale one, which\n"
      "does not count) and that were last used longer ago than DURATION, so a crashed\n"
@@ -277,7 +278,15 @@ static const struct command commands[] = {
      "  --json            print one JSON object: {schema, root, older_than, dry_run,\n"
      "                    namespaces: [{name, action, reason}]}, action one of\n"
      "                    removed, would_remove, kept, failed\n"
-     "  --strict          exit 1 if any namespace could not be looked at\n"},
+     "  --strict          exit 1 if any namespace could not be looked at\n"
+     "\n"
+     "With --redis, gc settles what unfinished writes left in namespace NS of the\n"
+     "cluster (engram_store_gc()): the chunks of pushes that died, failed or ended\n"
+     "in doubt without being published, and of removals that died half-way.  A\n"
+     "push that may still be running (it showed life within its chunk TTL, and\n"
+     "within --older-than, default 0) is kept.  Prints 'deleted NAME: ...' or\n"
+     "'kept NAME: ...' for each, then a summary; JSON: {schema, redis, namespace,\n"
+     "older_than, dry_run, pending: [{name, action, reason}]}.\n"},
     {"plan", cli_cmd_plan,
      O(HEAD_VOCAB) | O(TP) | O(DP) | O(PER_TP) | O(READS) | O(BALANCED) | O(LAYER_IDS) | O(JSON),
      0, 0,

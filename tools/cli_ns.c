@@ -286,12 +286,14 @@ int cli_cmd_gc(struct cli *cli)
     struct gc_out g = {0};
     uint64_t idle = 86400;
     int rc;
-    if (cli->opt[OPT_NS])
-        return cli_usage_error(cli, "--ns does not apply to 'gc' (it looks at every namespace "
-                                    "of the root)");
     if (cli->opt[OPT_OLDER_THAN] && parse_duration(cli->opt[OPT_OLDER_THAN], &idle) != 0)
         return cli_usage_error(cli, "--older-than: '%s' is not a duration (seconds, or a "
                                     "number with s, m, h or d)", cli->opt[OPT_OLDER_THAN]);
+    if (cli->opt[OPT_REDIS])
+        return cli_redis_gc(cli, cli->opt[OPT_OLDER_THAN] ? idle : 0);
+    if (cli->opt[OPT_NS])
+        return cli_usage_error(cli, "--ns does not apply to 'gc' (it looks at every namespace "
+                                    "of the root)");
     g.json = cli->opt[OPT_JSON] != NULL;
     g.dry_run = cli->opt[OPT_DRY_RUN] != NULL;
     g.first = 1;

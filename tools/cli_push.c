@@ -8,8 +8,12 @@
  * program pushing with engram_populate() gets.  The library's publication
  * is create-only; push adds one convenience on top: a table already in
  * the cluster with the same spec and the same rows (XXH3-64 of the packed
- * rows, which the cluster's manifest records) is skipped, so that a push
- * interrupted half-way can simply be run again.
+ * rows, which the cluster's manifest records) and whose chunks are all
+ * there with their checksums is skipped, so that a push interrupted
+ * half-way can simply be run again; one listed but not whole is an error.
+ *
+ * It also holds `engram --redis NODES --ns NS gc`, engram_store_gc() of
+ * a cluster's namespace.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -81,6 +85,13 @@ static int push_one(const struct cli *cli, engram_store *local, engram_store *re
     if (rc == 0) {
         if (ri.spec.num_rows == spec.num_rows && ri.spec.row_bytes == spec.row_bytes &&
             ri.checksum == packed_checksum(&src, spec.num_rows, &li)) {
+            /* Listed with our checksum is not enough: its chunks must all
+             * be there, with their checksums, before it counts as pushed. */
+            if ((rc = engram_verify(remote, name, NULL, NULL)) != 0)
+                return cli_lib_fail(rc, "push '%s': the cluster lists it with the same rows, "
+                                        "but it is not whole; remove it with 'engram --redis "
+                                        "%s --ns %s rm %s' and push again",
+                                    name, cli->opt[OPT_REDIS], ns, name);
             printf("%s: already in the cluster with the same rows, skipped\n", name);
             return 0;
         }
@@ -143,4 +154,67 @@ out:
     engram_store_close(remote);
     engram_store_close(local);
     return status;
+}
+
+/* engram --redis NODES --ns NS gc: one line per pending record. */
+struct rgc_out {
+    int json, dry_run, first;
+    unsigned deleted, kept, failed;
+};
+
+static void rgc_report(void *ud, const char *name, int code, const char *detail)
+{
+    struct rgc_out *g = ud;
+    const char *what = code == 0 ? (g->dry_run ? "would_delete" : "deleted")
+                       : code == ENGRAM_GC_KEPT ? "kept"
+                                                : "failed";
+    g->deleted += code == 0;
+    g->kept += code == ENGRAM_GC_KEPT;
+    g->failed += code < 0;
+    if (g->json) {
+        printf("%s\n    {\"name\": ", g->first ? "" : ",");
+        cli_json_str(stdout, name);
+        printf(", \"action\": \"%s\", \"reason\": ", what);
+        cli_json_str(stdout, detail);
+        putchar('}');
+        g->first = 0;
+    } else if (code < 0) {
+        cli_warn("gc: '%s' left as it is: %s", name, detail);
+    } else {
+        printf("%s %s: %s\n", code == 0 && g->dry_run ? "would delete" : what, name, detail);
+    }
+}
+
+int cli_redis_gc(struct cli *cli, uint64_t idle_s)
+{
+    struct rgc_out g = {0};
+    engram_store *st = NULL;
+    int status = 0, rc;
+    if (!cli->opt[OPT_NS])
+        return cli_usage_error(cli, "--redis gc needs --ns NS: the namespace of the cluster");
+    if (cli_open_redis(cli, cli->opt[OPT_NS], 0, &st, &status) != 0)
+        return status;
+    g.json = cli->opt[OPT_JSON] != NULL;
+    g.dry_run = cli->opt[OPT_DRY_RUN] != NULL;
+    g.first = 1;
+    if (g.json) {
+        printf("{\n  \"schema\": %d,\n  \"redis\": ", CLI_JSON_SCHEMA);
+        cli_json_str(stdout, cli->opt[OPT_REDIS]);
+        printf(",\n  \"namespace\": ");
+        cli_json_str(stdout, cli->opt[OPT_NS]);
+        printf(",\n  \"older_than\": %" PRIu64 ",\n  \"dry_run\": %s,\n  \"pending\": [",
+               idle_s, g.dry_run ? "true" : "false");
+    }
+    rc = engram_store_gc(st, idle_s, g.dry_run ? ENGRAM_GC_DRY_RUN : 0, rgc_report, &g);
+    if (g.json)
+        printf("%s]\n}\n", g.first ? "" : "\n  ");
+    else if (rc == 0)
+        printf("%s %u, kept %u, failed %u\n", g.dry_run ? "would delete" : "deleted",
+               g.deleted, g.kept, g.failed);
+    fflush(stdout);
+    engram_store_close(st);
+    if (rc != 0)
+        return cli_lib_fail(rc, "gc of namespace '%s' in %s", cli->opt[OPT_NS],
+                            cli->opt[OPT_REDIS]);
+    return g.failed && cli->opt[OPT_STRICT] ? EXIT_FAIL : 0;
 }

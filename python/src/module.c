@@ -56,6 +56,10 @@ static exc_def excs[] = {
     {"StateError", "EngramError", NULL, {ENGRAM_EBOUND, ENGRAM_ESTATE}, "An operation not "
      "allowed in the object's current state.", NULL},
     {"StoreClosedError", "StateError", NULL, {0}, "The store was closed.", NULL},
+    {"InDoubtError", "EngramError", NULL, {ENGRAM_EINDOUBT}, "A write to a remote store (a push "
+     "or a removal in a Redis Cluster) whose outcome is unknown: its answer was lost and could "
+     "not be asked for afterwards.  It may or may not have taken effect; nothing was deleted "
+     "that a published table needs.  The message says how to check.", NULL},
 };
 #define NEXCS (sizeof excs / sizeof excs[0])
 

@@ -79,6 +79,55 @@ run --redis "$NODES" --ns m verify --all
 check "verify --all" ok
 check "verify: a OK" out_has "^a: OK"
 
+# A listed table that lost a chunk: verify says so, and push does not skip it.
+rcli() { n=${NODES%%,*}; redis-cli -c -h 127.0.0.1 -p "${n#*:}" "$@"; }
+lost=
+for a in $(echo "$NODES" | tr , ' '); do
+    lost=$(redis-cli -h 127.0.0.1 -p "${a#*:}" --scan --pattern 'engram/m/a/*' | head -n 1)
+    if [ -n "$lost" ]; then
+        redis-cli -h 127.0.0.1 -p "${a#*:}" del "$lost" >/dev/null
+        break
+    fi
+done
+check "a chunk of a deleted" [ -n "$lost" ]
+run --redis "$NODES" --ns m verify a
+check "verify: not whole" status_is 1
+check "verify: not whole, said" err_has "is listed, but its data is not whole"
+run push m a --redis "$NODES"
+check "push of a listed table that is not whole" status_is 1
+check "push: not whole, said" err_has "not whole"
+check "push: how to mend" err_has "rm a' and push again"
+run --redis "$NODES" --ns m rm a
+run push m a --redis "$NODES"
+check "push after mending" ok
+run --redis "$NODES" --ns m verify a
+check "verify after mending" ok
+
+# gc of the cluster's namespace: what a dead removal left (a closed
+# pending record naming two chunks of a tagged table) goes; a dry run
+# only says so.
+rec=$(printf 'engram-pending 1\nstate closed\nname zz\nepoch 00000000000000aa\nchunks 2\nlayout tagged\nttl_ms 1000\nstamp 1\n')
+rcli hset engram/m/.manifests .pending/00000000000000aa "$rec
+" >/dev/null
+rcli set 'engram/m/{zz/00000000000000aa}/0' x >/dev/null
+rcli set 'engram/m/{zz/00000000000000aa}/1' y >/dev/null
+run --redis "$NODES" --ns m gc --dry-run
+check "gc --dry-run" ok
+check "gc --dry-run: says" out_has "^would delete zz: would delete the 2 chunk keys"
+check "gc --dry-run: summary" out_has "^would delete 1, kept 0, failed 0"
+check "gc --dry-run: kept the chunks" [ "$(rcli exists 'engram/m/{zz/00000000000000aa}/1')" = 1 ]
+run --redis "$NODES" --ns m gc --json
+check "gc --json" ok
+check "gc --json: deleted" out_has '"action": "deleted"'
+check "gc: the chunks are gone" [ "$(rcli exists 'engram/m/{zz/00000000000000aa}/0' 'engram/m/{zz/00000000000000aa}/1')" = 0 ]
+check "gc: the record is gone" [ "$(rcli hexists engram/m/.manifests .pending/00000000000000aa)" = 0 ]
+run --redis "$NODES" --ns m gc
+check "gc: nothing left" out_has "^deleted 0, kept 0, failed 0"
+run --redis "$NODES" gc
+check "gc --redis without --ns" status_is 2
+run --redis "$NODES" --ns m gc --older-than 1x
+check "gc --redis: a bad duration" status_is 2
+
 # Another table of the same name: refused; after rm, pushed.
 run --ns m rm a
 run --ns m create a --rows 100 --row-bytes 264 --seed 8

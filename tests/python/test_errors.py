@@ -15,11 +15,11 @@ from esutil import SENTINEL, data_offset, make_rows, sentinel, table_path
 
 CLASSES = ["TableExistsError", "TableNotFoundError", "LayoutMismatchError", "BadIdError",
            "SpecError", "LayoutError", "CorruptTableError", "UnsafePathError", "StateError",
-           "StoreClosedError", "TableRemovedError"]
+           "StoreClosedError", "TableRemovedError", "InDoubtError"]
 
 CODES = {"EBADID": 4001, "ESPEC": 4002, "EMISMATCH": 4003, "ELAYOUT": 4004, "ECORRUPT": 4005,
          "ECHECKSUM": 4006, "EVERSION": 4007, "EUNSAFE": 4008, "EBOUND": 4009,
-         "EREMOVED": 4010, "ESTATE": 4011}
+         "EREMOVED": 4010, "ESTATE": 4011, "EINDOUBT": 4012}
 
 
 def one(shape_k=1, row_bytes=264):
