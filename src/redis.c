@@ -755,13 +755,15 @@ static void gc_say(engram_gc_report_fn report, void *ud, const char *name, int c
     report(ud, name, code, detail);
 }
 
-/* Settles one pending record `field` (see gc_pass()). */
+/* Settles one pending record `field` (see gc_pass()); `now` is the
+ * server's clock. */
 static void gc_one(rstore *rs, engram__rsess *s, const char *field, uint64_t idle_ms,
-                   uint32_t flags, engram_gc_report_fn report, void *ud)
+                   uint64_t now, uint32_t flags, engram_gc_report_fn report, void *ud)
 {
     const char *argv[3] = {"HGET", rs->mkey, field};
-    uint64_t deadline = engram__rcl_deadline(rs->cl), min_idle, idle, now = 0;
+    uint64_t deadline = engram__rcl_deadline(rs->cl), min_idle, idle;
     char what[64], min_text[24];
+    const char *whose;
     engram__rpending p;
     redisReply *r;
     long long state;
@@ -783,17 +785,29 @@ static void gc_one(rstore *rs, engram__rsess *s, const char *field, uint64_t idl
         gc_say(report, ud, field, err, "%s; left as it is", engram_errmsg());
         return;
     }
+    whose = p.closed ? "a removed table or a failed push" : "an abandoned push";
     /* A push still running stamps its record every half TTL: one quiet
      * for a whole TTL is dead, or stuck past the life of its chunks. */
     min_idle = p.closed || idle_ms > p.ttl_ms ? idle_ms : p.ttl_ms;
+    idle = now > p.stamp_ms ? now - p.stamp_ms : 0;
+    if (idle < min_idle) {
+        gc_say(report, ud, p.name, ENGRAM_GC_KEPT,
+               "%s (epoch %016" PRIx64 ") that showed life %.1f s ago: kept until it has been "
+               "quiet for %.1f s",
+               p.closed ? "chunks of a removed table or a failed push" : "a push", p.epoch,
+               (double)idle / 1e3, (double)min_idle / 1e3);
+        return;
+    }
     if (flags & ENGRAM_GC_DRY_RUN) {
-        if ((err = server_ms(rs, s, deadline, &now)) != 0) {
-            gc_say(report, ud, p.name, err, "%s", engram_errmsg());
-            return;
-        }
-        idle = now > p.stamp_ms ? now - p.stamp_ms : 0;
-        state = !p.closed && idle < min_idle ? 2 : 1;
-    } else {
+        gc_say(report, ud, p.name, 0,
+               "would delete the %" PRIu64 " chunk keys of %s (epoch %016" PRIx64 ", quiet for "
+               "%.1f s)",
+               p.nchunks, whose, p.epoch, (double)idle / 1e3);
+        return;
+    }
+    if (!p.closed) {
+        /* Closed first, in one step that checks its age again: the push
+         * may have shown life since it was read. */
         const char *args[2] = {field, min_text};
         snprintf(min_text, sizeof min_text, "%" PRIu64, min_idle);
         if ((err = script(rs, s, S_CLOSE, 2, args, NULL, deadline, "close a pending record",
@@ -802,30 +816,19 @@ static void gc_one(rstore *rs, engram__rsess *s, const char *field, uint64_t idl
             return;
         }
         state = script_int(r, 0);
-        idle = (uint64_t)(script_int(r, 1) > 0 ? script_int(r, 1) : 0);
         freeReplyObject(r);
         if (state == 0)
             return;
-        if (state != 1 && state != 2) {
+        if (state == 2) {
+            gc_say(report, ud, p.name, ENGRAM_GC_KEPT,
+                   "a push (epoch %016" PRIx64 ") that showed life just now: kept", p.epoch);
+            return;
+        }
+        if (state != 1) {
             gc_say(report, ud, p.name, ENGRAM_ECORRUPT, "pending record %s changed into one "
                    "this library did not write; left as it is", what);
             return;
         }
-    }
-    if (state == 2) {
-        gc_say(report, ud, p.name, ENGRAM_GC_KEPT,
-               "a push (epoch %016" PRIx64 ") that showed life %.1f s ago: kept until it has "
-               "been quiet for %.1f s",
-               p.epoch, (double)idle / 1e3, (double)min_idle / 1e3);
-        return;
-    }
-    if (flags & ENGRAM_GC_DRY_RUN) {
-        gc_say(report, ud, p.name, 0,
-               "would delete the %" PRIu64 " chunk keys of %s (epoch %016" PRIx64 ", quiet for "
-               "%.1f s)",
-               p.nchunks, p.closed ? "a removed table or a failed push" : "an abandoned push",
-               p.epoch, (double)idle / 1e3);
-        return;
     }
     if ((err = pending_finish(rs, s, &p, field, engram__rcl_deadline(rs->cl))) != 0) {
         gc_say(report, ud, p.name, err, "%s", engram_errmsg());
@@ -833,8 +836,7 @@ static void gc_one(rstore *rs, engram__rsess *s, const char *field, uint64_t idl
     }
     gc_say(report, ud, p.name, 0,
            "deleted the %" PRIu64 " chunk keys of %s (epoch %016" PRIx64 ", quiet for %.1f s)",
-           p.nchunks, p.closed ? "a removed table or a failed push" : "an abandoned push",
-           p.epoch, (double)idle / 1e3);
+           p.nchunks, whose, p.epoch, (double)idle / 1e3);
 }
 
 /* One pass over the namespace's pending records: each one is settled
@@ -846,20 +848,25 @@ static int gc_pass(rstore *rs, engram__rsess *s, uint64_t idle_ms, uint32_t flag
                    engram_gc_report_fn report, void *ud)
 {
     const char *argv[2] = {"HKEYS", rs->mkey};
+    uint64_t deadline = engram__rcl_deadline(rs->cl), now = 0;
     redisReply *r;
     int err;
-    if ((err = key_cmd(rs, s, 0, 2, argv, NULL, REDIS_REPLY_ARRAY, engram__rcl_deadline(rs->cl),
+    if ((err = key_cmd(rs, s, 0, 2, argv, NULL, REDIS_REPLY_ARRAY, deadline,
                        "list the pending records", &r)) != 0)
         return err;
     for (size_t i = 0; i < r->elements; i++) {
         const redisReply *e = r->element[i];
         size_t fl = sizeof ENGRAM__RP_FIELD - 1;
-        if (e->type == REDIS_REPLY_STRING && e->len == fl + 16 && strlen(e->str) == e->len &&
-            memcmp(e->str, ENGRAM__RP_FIELD, fl) == 0)
-            gc_one(rs, s, e->str, idle_ms, flags, report, ud);
+        if (e->type != REDIS_REPLY_STRING || e->len != fl + 16 || strlen(e->str) != e->len ||
+            memcmp(e->str, ENGRAM__RP_FIELD, fl) != 0)
+            continue;
+        /* The ages are measured on the clock that stamped the records. */
+        if (!now && (err = server_ms(rs, s, deadline, &now)) != 0)
+            break;
+        gc_one(rs, s, e->str, idle_ms, now, flags, report, ud);
     }
     freeReplyObject(r);
-    return 0;
+    return err;
 }
 
 static int redis_gc(void *state, uint64_t idle_ms, uint32_t flags, engram_gc_report_fn report,

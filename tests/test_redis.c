@@ -1213,7 +1213,31 @@ static void test_gc_pending(void)
     ASSERT_EQ(count_keys(&P, "engram/pg/short/*", NULL), 0);
     ASSERT_EQ(count_keys(&P, "engram/pg/long/*", NULL), 5);
     ASSERT_EQ(pending_records(&P, "pg", NULL), 1);
-    /* An idle_s above the age asked for keeps it too; bad flags refused. */
+    /* A closed record (what a removal that died leaves) goes at once,
+     * unless younger than the idle_s asked for. */
+    {
+        char mkey[200], rec[300];
+        int owner = manifests_owner(&P, "pg", mkey, sizeof mkey);
+        redisReply *t = tr_must(&P, owner, "TIME");
+        snprintf(rec, sizeof rec,
+                 "engram-pending 1\nstate closed\nname gone\nepoch 00000000000000ab\nchunks 2\n"
+                 "layout tagged\nttl_ms 1000\nstamp %s%03lld\n",
+                 t->element[0]->str, atoll(t->element[1]->str) / 1000);
+        freeReplyObject(t);
+        freeReplyObject(tr_must(&P, owner, "HSET %s .pending/00000000000000ab %s", mkey, rec));
+        memset(&g, 0, sizeof g);
+        ASSERT_OK(engram_store_gc(st, 3600, 0, gc_count, &g));
+        ASSERT_EQ(g.kept, 2);
+        ASSERT_EQ(g.deleted, 0);
+        ASSERT_EQ(pending_records(&P, "pg", &closed), 2);
+        ASSERT_EQ(closed, 1);
+        memset(&g, 0, sizeof g);
+        ASSERT_OK(engram_store_gc(st, 0, 0, gc_count, &g));
+        ASSERT_EQ(g.kept, 1);
+        ASSERT_EQ(g.deleted, 1);
+        ASSERT_EQ(pending_records(&P, "pg", &closed), 1);
+        ASSERT_EQ(closed, 0);
+    }
     ASSERT_ERR(engram_store_gc(st, 0, 0x80, NULL, NULL), -EINVAL);
     ASSERT_ERR(engram_store_gc(NULL, 0, 0, NULL, NULL), -EINVAL);
 
