@@ -868,6 +868,157 @@ typedef struct engram_bad_id {
 ENGRAM_API int engram_last_bad_id(engram_bad_id *bad);
 
 /* ------------------------------------------------------------------------
+ * Tokens to rows: the Engram n-gram hash.
+ *
+ * An Engram layer reads, for each position of a request, one row per hash
+ * column: the column's n-gram of compressed token ids, hashed into the
+ * column's prime-sized range of the layer's table.  engram computes those
+ * ids exactly as the released models do (DeepSeek-V4.1, vLLM's reference),
+ * so an engine hands tokens and gets rows (docs/ngram.md):
+ *
+ *  - A layout (engram_ngram_layout_create) fixes, per layer, the columns'
+ *    primes, their offsets (exclusive prefix sums: column c of the layer's
+ *    one table starts at offsets[c]) and the multipliers.  C = (N-1) * H
+ *    columns per layer: column c = (n-2) * H + h for n-gram order n =
+ *    2..N and head h.  Primes: for each layer in order, for each order,
+ *    starting at vocab_size - 1 again, each head takes the smallest prime
+ *    above the previous one that no column of any layer has taken yet.
+ *    Multipliers: numpy.random.default_rng(10007 * layer_id).integers(0,
+ *    max(1, (INT64_MAX // compressed_vocab) // 2), N) * 2 + 1, reproduced
+ *    bit for bit.  Either may be given instead.
+ *  - A hasher (engram_ngram_hasher_create) adds an optional token map
+ *    (raw token id -> compressed id, engramstore.build_token_map()).
+ *  - For position p of a request (p counts from its first token; its ids
+ *    c[], DEAD = -1 for a token that takes no part), for each layer:
+ *        blocked = 0; rolling = 0
+ *        for s in 0 .. N-1:
+ *            blocked |= p - s < 0 or c[p - s] == DEAD
+ *            rolling ^= (blocked ? pad_id : c[p - s]) * multipliers[s]
+ *            if s >= 1: for h: id[(s-1) * H + h] = rolling % prime + offset
+ *    No product overflows (the layout checks it), so this is exact.
+ *  - A request arrives in chunks: hashing one needs the N-1 tokens before
+ *    it (its history, oldest first; fewer at the start of a request).
+ */
+#define ENGRAM_NGRAM_MAX_N 16       /* largest max_ngram */
+#define ENGRAM_NGRAM_MAX_COLS 1024  /* largest (max_ngram - 1) * heads */
+#define ENGRAM_NGRAM_MAX_LAYERS 256 /* most layers in one layout */
+
+typedef struct engram_ngram_layout engram_ngram_layout;
+typedef struct engram_ngram_hasher engram_ngram_hasher;
+
+typedef struct engram_ngram_config {
+    uint32_t size;              /* sizeof(engram_ngram_config) */
+    uint32_t num_layers;        /* L, 1 .. ENGRAM_NGRAM_MAX_LAYERS */
+    const int64_t *layer_ids;   /* [L] the model's layer numbers, in its config's order (>= 0) */
+    uint64_t vocab_size;        /* the base table size: primes are searched above it - 1 (>= 2) */
+    uint32_t max_ngram;         /* N, 2 .. ENGRAM_NGRAM_MAX_N */
+    uint32_t heads;             /* H per n-gram order: C = (N-1) * H <= ENGRAM_NGRAM_MAX_COLS */
+    uint64_t compressed_vocab;  /* compressed token ids are below it (1 .. 2^62) */
+    int64_t pad_id;             /* the compressed id hashed where a position is blocked,
+                                 * in [0, compressed_vocab) */
+    const uint64_t *primes;     /* NULL, or [L * C] given: each in 1 .. 2^62 */
+    const int64_t *multipliers; /* NULL, or [L * N] given: each in 1 .. INT64_MAX /
+                                 * (compressed_vocab - 1) */
+} engram_ngram_config;
+
+#define ENGRAM_NGRAM_CONFIG_INIT {sizeof(engram_ngram_config), 0u, NULL, 0, 0u, 0u, 0, 0, NULL, NULL}
+
+/*! engram_ngram_layout_create() :
+ * Computes the layout of `cfg` (see above): the primes (unless given),
+ * offsets, multipliers (unless given) and each layer's rows.  The
+ * arguments are copied.  V4.1's config (layers 1 and 14, vocab_size
+ * 16,000,000, N 4, H 8, compressed_vocab 99,092) gives 384,006,168 and
+ * 384,016,682 rows.  On success *out owns the layout (free it with
+ * engram_ngram_layout_destroy()); it is immutable and thread-safe.
+ * @return : 0, ENGRAM_ESPEC (a bad config: the message names the field),
+ *           -EINVAL (NULL arguments, a bad size), -ENOMEM. */
+ENGRAM_API int engram_ngram_layout_create(const engram_ngram_config *cfg,
+                                          engram_ngram_layout **out);
+
+/*! engram_ngram_layout_destroy() : frees a layout; accepts NULL.  Hashers
+ * made from it keep working (they hold their own copy). */
+ENGRAM_API void engram_ngram_layout_destroy(engram_ngram_layout *lay);
+
+/* A layout's numbers.  The arrays belong to the layout and live as long
+ * as it does. */
+typedef struct engram_ngram_layout_info {
+    uint32_t size;               /* sizeof(engram_ngram_layout_info) */
+    uint32_t num_layers;         /* L */
+    uint32_t max_ngram;          /* N */
+    uint32_t heads;              /* H */
+    uint32_t num_cols;           /* C = (N-1) * H */
+    uint64_t vocab_size;
+    uint64_t compressed_vocab;
+    int64_t pad_id;
+    const int64_t *layer_ids;    /* [L] */
+    const uint64_t *primes;      /* [L * C] */
+    const int64_t *offsets;      /* [L * C]: column c's first row in its layer's table */
+    const int64_t *multipliers;  /* [L * N] */
+    const uint64_t *num_rows;    /* [L]: rows of each layer's table (sum of its primes) */
+} engram_ngram_layout_info;
+
+#define ENGRAM_NGRAM_LAYOUT_INFO_INIT {sizeof(engram_ngram_layout_info), 0u, 0u, 0u, 0u, 0, 0, 0, NULL, NULL, NULL, NULL, NULL}
+
+/*! engram_get_ngram_layout_info() : fills *info (info->size must be set).
+ * @return : 0, -EINVAL. */
+ENGRAM_API int engram_get_ngram_layout_info(const engram_ngram_layout *lay,
+                                            engram_ngram_layout_info *info);
+
+/*! engram_ngram_hasher_create() :
+ * A hasher of layout `lay`, with a token map or without: token_map[t]
+ * (map_len entries, copied) is the compressed id of raw token t, each in
+ * [0, compressed_vocab); NULL: the tokens hashed are compressed ids
+ * already.  The hasher keeps what it needs of the layout (which may be
+ * destroyed after).  On success *out owns it; free it with
+ * engram_ngram_hasher_destroy().  Immutable and thread-safe.
+ * @return : 0, ENGRAM_ESPEC (a map entry out of range, named), -EINVAL,
+ *           -ENOMEM. */
+ENGRAM_API int engram_ngram_hasher_create(const engram_ngram_layout *lay, const int64_t *token_map,
+                                          uint64_t map_len, engram_ngram_hasher **out);
+
+/*! engram_ngram_hasher_destroy() : frees a hasher; accepts NULL. */
+ENGRAM_API void engram_ngram_hasher_destroy(engram_ngram_hasher *h);
+
+/* engram_ngram_hash_args.flags */
+#define ENGRAM_NGRAM_LOCAL 0x0001u /* ids without the columns' offsets: each column's own row
+                                    * (the layer API's per-head tables) */
+
+typedef struct engram_ngram_hash_args {
+    uint32_t size;                /* sizeof(engram_ngram_hash_args) */
+    uint32_t flags;               /* ENGRAM_NGRAM_* */
+    size_t num_tokens;            /* T: every request's tokens together */
+    const void *tokens;           /* [T] of token_type: raw ids with a token map, else compressed
+                                   * ids; -1 (DEAD) takes no part */
+    int token_type;               /* ENGRAM_ID_INT32 or ENGRAM_ID_INT64 */
+    size_t num_requests;          /* R: 0 or 1 = one request */
+    const size_t *starts;         /* [R + 1] for R > 1: request r is tokens [starts[r],
+                                   * starts[r+1]); starts[0] = 0, starts[R] = T, non-decreasing */
+    const void *history;          /* the tokens before each request's chunk, oldest first, of
+                                   * token_type; NULL: none (each chunk starts its request) */
+    size_t history_len;           /* R <= 1: how many (at most N-1) */
+    const size_t *history_starts; /* R > 1: [R + 1], request r's history is history[
+                                   * history_starts[r] .. history_starts[r+1]), at most N-1 */
+    int32_t layer;                /* -1: every layer, out [T, L, C]; else that layer's index in
+                                   * the config's order, out [T, C] */
+    void *out;                    /* the ids, contiguous, of out_type */
+    int out_type;                 /* ENGRAM_ID_INT32 or ENGRAM_ID_INT64 */
+} engram_ngram_hash_args;
+
+#define ENGRAM_NGRAM_HASH_ARGS_INIT {sizeof(engram_ngram_hash_args), 0u, 0, NULL, 0, 0, NULL, NULL, 0, NULL, -1, NULL, 0}
+
+/*! engram_ngram_hash() :
+ * Hashes the requests' tokens into row ids (see above).  Every token (and
+ * history token) is checked before anything is written: a raw token
+ * outside the map, a token below -1, a compressed id at or above
+ * compressed_vocab fails with ENGRAM_EBADID naming its position and
+ * value, and out is not modified.  ids[t][l][c] (or [t][c]) is the row of
+ * column c of layer l for token t: global (offsets added) unless
+ * ENGRAM_NGRAM_LOCAL.  Allocates nothing.  Thread-safe.
+ * @return : 0, ENGRAM_EBADID, -EINVAL (bad arguments, named), -ERANGE
+ *           (int32 output and ids of the layout that do not fit). */
+ENGRAM_API int engram_ngram_hash(const engram_ngram_hasher *h, const engram_ngram_hash_args *args);
+
+/* ------------------------------------------------------------------------
  * Shard plans: which heads of a layer each rank of a TP x DP topology
  * holds.  A layer's H heads (hash columns) are tables of their own; a
  * shard is a contiguous range of them, so a rank's rows form one global
