@@ -266,6 +266,24 @@ run lookup t -5
 check "lookup of id -5 -> 1" eval 'fails_with 1 "-5"'
 run lookup t 5 --offset 6
 check "lookup of an id below --offset -> 1" eval 'fails_with 1 "5"'
+# id - offset is exact, never taken modulo 2^64: INT64_MIN is 2^64 - 1
+# below the offset INT64_MAX, not row 1 of t (10 rows).
+run lookup t -9223372036854775808 --offset 9223372036854775807
+check "lookup of INT64_MIN with --offset INT64_MAX -> 1" \
+    eval 'fails_with 1 "ids.0..0. = -9223372036854775808 minus offset 9223372036854775807" && [ ! -s out ]'
+run lookup t 9223372036854775807 -9223372036854775800 --offset 9223372036854775807
+check "lookup of INT64_MIN + 8 with --offset INT64_MAX (not row 9) -> 1" \
+    eval 'fails_with 1 "ids.1..0. = -9223372036854775800" && [ ! -s out ]'
+run lookup t 9223372036854775807 -1 --offset 9223372036854775807
+check "lookup of INT64_MAX with --offset INT64_MAX is row 0" eval 'rc_is 0 && out_is "9223372036854775807: 00 00 00 00 00 00 00 00 26 5a 2e 4e
+-1: dead"'
+run lookup t -9223372036854775808 -9223372036854775799 --offset -9223372036854775808
+check "lookup with --offset INT64_MIN: rows 0 and 9" eval 'rc_is 0 && out_is "-9223372036854775808: 00 00 00 00 00 00 00 00 26 5a 2e 4e
+-9223372036854775799: 09 00 00 00 00 00 00 00 4f b1 67 c9"'
+run lookup t -9223372036854775798 --offset -9223372036854775808
+check "lookup of INT64_MIN + 10 with --offset INT64_MIN -> 1" eval 'fails_with 1 "-9223372036854775798" && [ ! -s out ]'
+run lookup t 9223372036854775807 --offset -1
+check "lookup of INT64_MAX with --offset -1 -> 1" eval 'fails_with 1 "9223372036854775807 minus offset -1"'
 run lookup nosuch 0
 check "lookup of a missing table -> 1" eval 'fails_with 1 "nosuch"'
 
