@@ -1249,7 +1249,7 @@ static void test_lookup_tables(void)
         CK(cudaFree(dbuf));
         engram_cuda_plan_destroy(p);
     } else {
-        printf("  note: one CUDA device: the device switch of lookups by tables is not tested\n");
+        tu_skip_part("one CUDA device: the device switch of lookups by tables");
     }
     free_case(&c);
 
@@ -1559,7 +1559,7 @@ int main(void)
     if (e != cudaSuccess || n == 0) {
         printf("test_cuda: skipped: no CUDA device (%s)\n",
                e != cudaSuccess ? cudaGetErrorString(e) : "none");
-        return 77;
+        return TU_SKIP_CODE;
     }
     tu_watchdog(240);
     st = tu_open("g", ENGRAM_OPEN_PREFAULT, 1);
@@ -1591,6 +1591,5 @@ int main(void)
     }
     engram_cuda_close(ctx);
     engram_store_close(st);
-    printf("test_cuda: ok\n");
-    return 0;
+    return tu_done("test_cuda");
 }

@@ -9,7 +9,9 @@
  * their staging row alone; bad ids are turned into dead ones (the kernel
  * reports them from its own copy) so that one bad id does not lose the
  * batch; a source's failure reaches the error sink with its message.
- * Compiled by nvcc as C++ (tests/test_cuda*.cu), run everywhere.
+ * Compiled by nvcc as C++ (tests/test_cuda*.cu), run everywhere.  The
+ * no-device case is a CTest entry of its own
+ * (test_cuda_hostpath.open_without_device), skipped where a device exists.
  */
 #include "testutil.h"
 
@@ -174,7 +176,7 @@ static void test_open_without_device(void)
     int n = 0;
     tu_current_case = "engram_cuda_open: -ENODEV without a device";
     if (cudaGetDeviceCount(&n) == cudaSuccess && n > 0) {
-        printf("  (a CUDA device exists: the no-device error is not testable here)\n");
+        tu_skip_case("a CUDA device exists: the no-device error cannot be met here");
         return;
     }
     ASSERT_OK(engram_store_open_memory(NULL, &st));
@@ -184,11 +186,11 @@ static void test_open_without_device(void)
     engram_store_close(st);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    tu_cases(argc, argv);
     tu_watchdog(60);
-    test_host_gather();
-    test_open_without_device();
-    printf("test_cuda_hostpath: ok\n");
-    return 0;
+    RUN_TEST(test_host_gather);
+    RUN_TEST(test_open_without_device);
+    return tu_done("test_cuda_hostpath");
 }
