@@ -45,8 +45,8 @@ typedef struct engram__cuda_bad {
 typedef struct engram__cuda_col {
     const unsigned char *base;  /* device address of row 0 (host path: staging of this column) */
     const unsigned char *sbase; /* planar dequant: scale table row 0; else NULL */
-    uint64_t nrows;             /* rows of the table, for the id check */
-    uint64_t off;               /* offsets[k] as unsigned (subtracted with wrap-around) */
+    uint64_t span;              /* the ids the column accepts, from off on (src/ids.h) */
+    int64_t off;                /* offsets[k] */
     uint64_t pitch;             /* bytes between rows (host path: between tokens) */
     uint64_t spitch;            /* bytes between scale rows */
     uint32_t table;             /* table id, for the report */
@@ -99,7 +99,7 @@ typedef struct engram__cuda_host {
     size_t K;                 /* host-path columns */
     const uint32_t *tables;   /* [K] table ids */
     const int64_t *offsets;   /* [K] */
-    const uint64_t *nrows;    /* [K] */
+    const uint64_t *spans;    /* [K] the ids each column accepts (src/ids.h) */
     uint32_t row_bytes;
     int64_t *ids;             /* [max_T][K] pinned staging; bad ids are rewritten to -1 */
     unsigned char *rows;      /* [max_T][K][row_bytes] pinned staging */

@@ -9,6 +9,7 @@
  */
 #include "common.h"
 #include "cuda_internal.h"
+#include "ids.h"
 
 int engram__cuda_host_gather(const engram__cuda_host *h, size_t T)
 {
@@ -22,7 +23,8 @@ int engram__cuda_host_gather(const engram__cuda_host *h, size_t T)
     for (size_t t = 0; t < T; t++) {
         for (size_t k = 0; k < h->K; k++) {
             int64_t *id = &h->ids[t * h->K + k];
-            if (*id != ENGRAM_DEAD_ID && (uint64_t)*id - (uint64_t)h->offsets[k] >= h->nrows[k])
+            uint64_t row;
+            if (*id != ENGRAM_DEAD_ID && !engram__id_row(*id, h->offsets[k], h->spans[k], &row))
                 *id = ENGRAM_DEAD_ID;
         }
     }

@@ -35,6 +35,7 @@
 
 #include "cuda_internal.h"
 #include "dequant.h"
+#include "ids.h"
 
 namespace {
 
@@ -179,9 +180,7 @@ resolve(const engram__cuda_launch &L, uint64_t t, uint32_t k, unsigned char *dst
             zero_row<SW>(dst, out_bytes, sub, L.lanes);
         return nullptr;
     }
-    /* Unsigned wrap-around: ids below the offset become huge. */
-    *row = (uint64_t)raw - c->off;
-    if (*row >= c->nrows) {
+    if (!engram__id_row(raw, c->off, c->span, row)) {
         if (sub == 0)
             report_bad(L.bad, t, k, raw, c->table);
         return nullptr;

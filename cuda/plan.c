@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "ctx.h"
+#include "ids.h"
 
 typedef struct host_slot {
     struct engram_cuda_plan *p;
@@ -53,7 +54,7 @@ struct engram_cuda_plan {
     unsigned char *h_rows;  /* pinned */
     uint32_t *h_tables;
     int64_t *h_offsets;
-    uint64_t *h_nrows;
+    uint64_t *h_spans;
     engram__cuda_host host;
     host_slot *slots; /* [max_T + 1] */
     /* Held from the host path's first enqueue to the kernel's launch: two
@@ -108,7 +109,7 @@ void engram__cuda_plan_free_locked(struct engram_cuda_plan *p)
     (void)cudaFreeHost(p->h_rows);
     free(p->h_tables);
     free(p->h_offsets);
-    free(p->h_nrows);
+    free(p->h_spans);
     free(p->slots);
     pthread_mutex_destroy(&p->host_lock);
     free(p->tables);
@@ -200,10 +201,10 @@ static int host_alloc(engram_cuda_plan *p, engram__cuda_table **tab, const int64
         return engram__err(-EINVAL, "host-path staging of %zu tokens overflows", p->max_T);
     p->h_tables = calloc(p->Kh, sizeof *p->h_tables);
     p->h_offsets = calloc(p->Kh, sizeof *p->h_offsets);
-    p->h_nrows = calloc(p->Kh, sizeof *p->h_nrows);
+    p->h_spans = calloc(p->Kh, sizeof *p->h_spans);
     hcols = calloc(p->Kh, sizeof *hcols);
     p->slots = calloc(p->max_T + 1, sizeof *p->slots);
-    if (!p->h_tables || !p->h_offsets || !p->h_nrows || !hcols || !p->slots) {
+    if (!p->h_tables || !p->h_offsets || !p->h_spans || !hcols || !p->slots) {
         free(hcols);
         return engram__err(-ENOMEM, "out of memory for the host path");
     }
@@ -213,7 +214,7 @@ static int host_alloc(engram_cuda_plan *p, engram__cuda_table **tab, const int64
         hcols[j] = k;
         p->h_tables[j] = p->tables[k];
         p->h_offsets[j] = offsets ? offsets[k] : 0;
-        p->h_nrows[j] = tab[k]->spec.num_rows;
+        p->h_spans[j] = engram__id_span(tab[k]->spec.num_rows, p->h_offsets[j]);
         j++;
     }
     for (size_t t = 0; t <= p->max_T; t++) {
@@ -240,7 +241,7 @@ static int host_alloc(engram_cuda_plan *p, engram__cuda_table **tab, const int64
     p->host.K = p->Kh;
     p->host.tables = p->h_tables;
     p->host.offsets = p->h_offsets;
-    p->host.nrows = p->h_nrows;
+    p->host.spans = p->h_spans;
     p->host.row_bytes = p->R;
     p->host.ids = p->h_ids;
     p->host.rows = p->h_rows;
@@ -284,8 +285,8 @@ static int plan_build_locked(engram_cuda_plan *p, const engram_cuda_plan_args *a
     p->in_align = 16;
     for (uint32_t k = 0; k < p->K; k++) {
         engram__cuda_col *col = &cols[k];
-        col->nrows = tab[k]->spec.num_rows;
-        col->off = a->offsets ? (uint64_t)a->offsets[k] : 0;
+        col->off = a->offsets ? a->offsets[k] : 0;
+        col->span = engram__id_span(tab[k]->spec.num_rows, col->off);
         col->table = p->tables[k];
         if (tab[k]->mode == ENGRAM_CUDA_TABLE_HOST) {
             col->base = p->d_hrows + (size_t)kh++ * p->R;

@@ -791,7 +791,10 @@ ENGRAM_API int engram_verify(engram_store *st, const char *name, engram_progress
  * Every table of one lookup must have the same row_bytes.  An id equal to
  * ENGRAM_DEAD_ID (-1, before the offset is applied) leaves its output row
  * untouched, or zero-fills it with ENGRAM_LOOKUP_ZERO_DEAD.  Any other id
- * outside [0, num_rows) after the offset is an error.
+ * outside [0, num_rows) after the offset is an error.  The difference
+ * ids[t][k] - offsets[k] is exact for every int64 id and offset, never
+ * taken modulo 2^64: id INT64_MIN with offset INT64_MAX is 2^64 - 1 below
+ * the table, not its row 1.
  *
  * Everything is validated before the first byte is written: on any
  * validation error the output is untouched and engram_errmsg() names the

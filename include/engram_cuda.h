@@ -231,9 +231,10 @@ typedef struct engram_cuda_lookup_args {
  * stream): column k reads plan table k at row ids[t][k] - offsets[k] into
  * out + t * out_stride_t + k * out_stride_k.  ENGRAM_DEAD_ID (-1) leaves
  * the output row untouched, or zero-fills it with ENGRAM_LOOKUP_ZERO_DEAD.
- * Any other id outside its table is skipped (its output row untouched) and
- * reported through engram_cuda_check().  Output rows must not overlap
- * (checked); dequant output must be 2-byte aligned.
+ * Any other id outside its table (0 <= ids[t][k] - offsets[k] < num_rows,
+ * the difference exact as in engram_lookup()) is skipped (its output row
+ * untouched) and reported through engram_cuda_check().  Output rows must
+ * not overlap (checked); dequant output must be 2-byte aligned.
  *
  * The arguments are checked on the host at once (no GPU work is enqueued on
  * an error).  The call allocates nothing, synchronises nothing and copies

@@ -44,6 +44,7 @@
 #include <unistd.h>
 
 #include "fetch.h"
+#include "ids.h"
 #include "pool.h"
 #include "rsec.h"
 #include "store.h"
@@ -58,8 +59,8 @@
 
 typedef struct col {
     const unsigned char *base; /* NULL: rows come from the table's row source */
-    uint64_t nrows;
-    uint64_t off; /* offsets[k] as unsigned, subtracted with wrap-around */
+    uint64_t span; /* the ids the column accepts, from off on: engram__id_span() */
+    int64_t off;   /* offsets[k] */
     size_t pitch;
     engram__table *t;
 } col;
@@ -361,16 +362,14 @@ static inline __attribute__((always_inline)) size_t plan_range(const plan *p, si
     for (size_t i = begin; i < end; i++) {
         int64_t raw = id64 ? ((const int64_t *)ids)[ie] : ((const int32_t *)ids)[ie];
         const col *c = &cols[k];
-        uint64_t row = (uint64_t)raw - c->off;
+        uint64_t row;
         /* Dead is decided on the raw id, before the offset. */
         if (raw == ENGRAM_DEAD_ID) {
             ndead++;
             src[i] = zero;
             if (!c->base)
                 rows[i] = DEAD_ROW;
-        } else if (ENGRAM__LIKELY(row < c->nrows)) {
-            /* Unsigned wrap-around makes one compare catch ids below the
-             * offset too: their difference wraps to >= 2^63 > nrows. */
+        } else if (ENGRAM__LIKELY(engram__id_row(raw, c->off, c->span, &row))) {
             if (ENGRAM__LIKELY(c->base != NULL)) {
                 src[i] = c->base + row * c->pitch;
             } else {
@@ -423,15 +422,16 @@ static int bad_id(const plan *p, const engram_lookup_args *a, size_t i)
                     "ids[%zu][%zu] = %lld minus offset %lld is outside table '%s' "
                     "(0 <= id - offset < %llu)",
                     t, k, (long long)raw, (long long)c->off, c->t->name,
-                    (unsigned long long)c->nrows);
+                    (unsigned long long)c->t->spec.num_rows);
     else
         engram__err(ENGRAM_EBADID, "ids[%zu][%zu] = %lld is outside table '%s' (0 <= id < %llu)",
-                    t, k, (long long)raw, c->t->name, (unsigned long long)c->nrows);
+                    t, k, (long long)raw, c->t->name,
+                    (unsigned long long)c->t->spec.num_rows);
     b.col = k;
     b.token = t;
     b.id = raw;
-    b.offset = (int64_t)c->off;
-    b.num_rows = c->nrows;
+    b.offset = c->off;
+    b.num_rows = c->t->spec.num_rows;
     b.table = a->tables[k];
     engram__set_bad_id(&b);
     return ENGRAM_EBADID;
@@ -481,8 +481,8 @@ static int resolve_cols(engram_store *st, const engram_lookup_args *a, col *cols
                                t->name, t->spec.row_bytes, cols[0].t->name,
                                cols[0].t->spec.row_bytes);
         cols[k].base = t->src.base;
-        cols[k].nrows = t->spec.num_rows;
-        cols[k].off = a->offsets ? (uint64_t)a->offsets[k] : 0;
+        cols[k].off = a->offsets ? a->offsets[k] : 0;
+        cols[k].span = engram__id_span(t->spec.num_rows, cols[k].off);
         cols[k].pitch = t->spec.row_pitch;
         cols[k].t = t;
         *indirect |= t->src.base == NULL;

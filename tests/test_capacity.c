@@ -11,7 +11,9 @@
  *    with -ENOSPC naming the cgroup and its limit; an 8 MiB one is written;
  *  - bad arguments.
  * The first two need root (mount, cgroup creation): each skips with the
- * reason where that is not possible.
+ * reason where that is not possible, and each is a CTest entry of its own
+ * (test_capacity.small_tmpfs, test_capacity.cgroup_limit) so that CTest
+ * reports the skip.
  */
 #include <fcntl.h>
 #include <sched.h>
@@ -22,8 +24,6 @@
 #include "testutil.h"
 
 #define MiB (1024u * 1024u)
-
-static int skipped;
 
 /* Runs fn in a child; returns its exit status (77: skipped), or 128 +
  * the signal that killed it.  Asserts nothing: callers clean up first. */
@@ -69,8 +69,8 @@ static void small_tmpfs_child(void)
     ASSERT(mkdir(dir, 0700) == 0);
     if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
         mount("tmpfs", dir, "tmpfs", 0, "size=8m,mode=0700") != 0) {
-        printf("  skipped: cannot mount a small tmpfs here (%s; needs root)\n", strerror(errno));
-        _exit(77);
+        printf("   cannot mount a small tmpfs here: %s\n", strerror(errno));
+        _exit(TU_SKIP_CODE);
     }
     /* Up front. */
     ASSERT_ERR(engram_check_capacity(dir, &big, 1), -ENOSPC);
@@ -107,8 +107,9 @@ static void test_small_tmpfs(void)
     int rc;
     tu_current_case = "an 8 MiB tmpfs refuses a 16 MiB table up front";
     rc = in_child(small_tmpfs_child);
-    if (rc == 77) {
-        skipped++;
+    if (rc == TU_SKIP_CODE) {
+        tu_skip_case("mounting a tmpfs in a mount namespace of its own needs root "
+                     "(the child's reason is above)");
         return;
     }
     ASSERT_EQ(rc, 0);
@@ -126,8 +127,8 @@ static void cgroup_child(void)
     snprintf(file, sizeof file, "%s/cgroup.procs", cg_dir);
     snprintf(pid, sizeof pid, "%d\n", (int)getpid());
     if ((fd = open(file, O_WRONLY)) < 0 || write(fd, pid, strlen(pid)) < 0) {
-        printf("  skipped: cannot move a process into %s (%s)\n", cg_dir, strerror(errno));
-        _exit(77);
+        printf("   cannot move a process into %s: %s\n", cg_dir, strerror(errno));
+        _exit(TU_SKIP_CODE);
     }
     close(fd);
     ASSERT_ERR(engram_check_capacity(tu_scratch_root(), &big, 1), -ENOSPC);
@@ -160,32 +161,28 @@ static void test_cgroup_limit(void)
     int v2, fd, rc;
     tu_current_case = "a memory cgroup limit refuses a tmpfs table beyond it";
     if (engram__memcg_dir(parent, sizeof parent, &v2) != 0) {
-        printf("  skipped: no memory cgroup found for this process\n");
-        skipped++;
+        tu_skip_case("no memory cgroup found for this process");
         return;
     }
     snprintf(cg_dir, sizeof cg_dir, "%s/engram-test-%d", parent, (int)getpid());
     if (mkdir(cg_dir, 0755) != 0) {
-        printf("  skipped: cannot create a memory cgroup under %s (%s)\n", parent,
-               strerror(errno));
-        skipped++;
+        tu_skip_case("cannot create a memory cgroup under %s: %s", parent, strerror(errno));
         return;
     }
     limit_file = v2 ? "memory.max" : "memory.limit_in_bytes";
     snprintf(file, sizeof file, "%s/%s", cg_dir, limit_file);
     if ((fd = open(file, O_WRONLY)) < 0 || write(fd, "50331648", 8) != 8) {
-        printf("  skipped: cannot set %s (%s)\n", file, strerror(errno));
+        tu_skip_case("cannot set %s: %s", file, strerror(errno));
         if (fd >= 0)
             close(fd);
         rmdir(cg_dir);
-        skipped++;
         return;
     }
     close(fd);
     rc = in_child(cgroup_child);
     rmdir(cg_dir);
-    if (rc == 77) {
-        skipped++;
+    if (rc == TU_SKIP_CODE) {
+        tu_skip_case("cannot move a process into the cgroup (the child's reason is above)");
         return;
     }
     ASSERT_EQ(rc, 0);
@@ -203,12 +200,12 @@ static void test_bad_args(void)
     ASSERT_OK(engram_check_capacity(tu_scratch_root(), &ok, 1));
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    tu_cases(argc, argv);
     tu_watchdog(120);
     RUN_TEST(test_small_tmpfs);
     RUN_TEST(test_cgroup_limit);
     RUN_TEST(test_bad_args);
-    printf("test_capacity: ok%s\n", skipped ? " (some cases skipped, see above)" : "");
-    return 0;
+    return tu_done("test_capacity");
 }

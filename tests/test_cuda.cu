@@ -21,7 +21,9 @@
  * two devices), threads racing for one plan, and dequant (the op and the
  * scale tables are part of the columns);
  * engram_cuda_order_after() with a late producer (and a negative
- * control) and its capture rules.
+ * control) and its capture rules.  Ids and offsets anywhere in int64 are
+ * checked against a 128-bit reference of id - offset on the kernel and
+ * the host path.
  *
  * Without a CUDA device it exits 77 ("no CUDA device"): skipped.
  * Compiled by nvcc as C++ (host code only).
@@ -877,6 +879,140 @@ static void test_host_path(void)
 }
 
 /* ------------------------------------------------------------------------
+ * Ids and offsets anywhere in int64, against a 128-bit reference: the
+ * kernel (mapped columns) and the host path (the source table of
+ * test_host_path()) skip and report exactly the ids whose exact
+ * difference id - offset is outside the table, such as id INT64_MIN with
+ * offset INT64_MAX (-2^64 + 1, which wraps to 1 in 64 bits).
+ */
+__extension__ typedef __int128 g_i128;
+
+/* 1 if id is bad in a column of `nrows` rows with offset `off`. */
+static int ref_bad(int64_t id, int64_t off, uint64_t nrows)
+{
+    g_i128 d = (g_i128)id - (g_i128)off;
+    return id != ENGRAM_DEAD_ID && !(d >= 0 && d < (g_i128)nrows);
+}
+
+/* A value within `spread` of `base`, wrapping around int64. */
+static int64_t g_near(uint64_t *rng, int64_t base, uint64_t spread)
+{
+    return (int64_t)((uint64_t)base + tu_rand_below(rng, 2 * spread + 1) - spread);
+}
+
+/* An id near where the answer changes for offset `off` and `nrows` rows:
+ * off + r modulo 2^64 (a row, or a difference that wraps onto one), the
+ * ends of int64 and int32, -1, or anywhere. */
+static int64_t g_fuzz_id(uint64_t *rng, int64_t off, uint64_t nrows)
+{
+    switch (tu_rand_below(rng, 6)) {
+    case 0:
+    case 1:
+        return (int64_t)((uint64_t)off + tu_rand_below(rng, nrows + 8) - 4);
+    case 2:
+        return g_near(rng, tu_rand_below(rng, 2) ? INT64_MIN : INT64_MAX, nrows + 4);
+    case 3:
+        return g_near(rng, tu_rand_below(rng, 2) ? INT32_MIN : INT32_MAX, nrows + 4);
+    case 4:
+        return -1;
+    default:
+        return (int64_t)tu_rand(rng);
+    }
+}
+
+static void test_offset_extremes(void)
+{
+    enum { T = 300, K = 4 };
+    static const int64_t fixed[K] = {INT64_MAX, INT64_MIN, INT64_MAX - 5, INT64_MAX - 3};
+    static const int64_t bases[] = {INT64_MIN, INT64_MAX, 0, -1, INT32_MIN, INT32_MAX};
+    const uint64_t nrows[K] = {tabs[0].nrows, tabs[1].nrows, tabs[2].nrows, FAKE_ROWS};
+    uint64_t rng = 0x0FF5E7;
+    gcase c;
+
+    tu_current_case = "ids and offsets at the ends of int64";
+    memset(&c, 0, sizeof c);
+    c.T = T;
+    c.K = K;
+    c.tables[0] = tabs[0].id; /* r264p272a, 1000 rows */
+    c.tables[1] = tabs[1].id; /* r264p272b, 777 rows */
+    c.tables[2] = tabs[2].id; /* r264p264, 513 rows */
+    c.tables[3] = ondemand;   /* a source table: the host path */
+    c.use_offsets = 1;
+    c.max_tokens = T;
+    c.R = c.out_R = 264;
+    alloc_out(&c, 64, 0);
+    for (int round = 0; round < 12; round++) {
+        int64_t ids64[T * K], clean[T * K];
+        int32_t ids32[T * K], clean32[T * K];
+        uint64_t nbad = 0, first = ~0ull;
+        engram_cuda_report rep = ENGRAM_CUDA_REPORT_INIT;
+        unsigned char *exp = (unsigned char *)tu_xmalloc(c.len);
+        unsigned char *got = (unsigned char *)tu_xmalloc(c.len);
+        unsigned char *dbuf = (unsigned char *)dmalloc(c.len);
+        void *dids = dmalloc(sizeof ids64);
+        engram_cuda_plan *p;
+        engram_cuda_lookup_args a;
+
+        /* Round 0: the extreme offsets; then offsets near the ends of
+         * int64 and int32, int32 ids every third round. */
+        c.id_type = round % 3 == 2 ? ENGRAM_ID_INT32 : ENGRAM_ID_INT64;
+        for (int k = 0; k < K; k++)
+            c.offsets[k] = round == 0 ? fixed[k]
+                                      : g_near(&rng, bases[tu_rand_below(&rng, 6)], 1200);
+        for (int i = 0; i < T * K; i++) {
+            int k = i % K;
+            int64_t id = g_fuzz_id(&rng, c.offsets[k], nrows[k]);
+            if (c.id_type == ENGRAM_ID_INT32)
+                id = ids32[i] = (int32_t)id;
+            ids64[i] = id;
+            if (ref_bad(id, c.offsets[k], nrows[k])) {
+                nbad++;
+                first = first == ~0ull ? (uint64_t)i : first;
+                id = ENGRAM_DEAD_ID;
+            }
+            clean[i] = id;
+            clean32[i] = (int32_t)id;
+        }
+        /* The reference output: the CPU lookup of the good ids (a skipped
+         * bad id leaves its row like a kept dead one). */
+        memset(c.buf, SENTINEL, c.len);
+        memcpy(exp, c.buf, c.len);
+        c.ids = c.id_type == ENGRAM_ID_INT32 ? (void *)clean32 : (void *)clean;
+        cpu_lookup(&c, exp);
+        c.ids = c.id_type == ENGRAM_ID_INT32 ? (void *)ids32 : (void *)ids64;
+        c.ids_bytes = c.id_type == ENGRAM_ID_INT32 ? sizeof ids32 : sizeof ids64;
+
+        p = make_plan(&c);
+        CK(cudaMemcpy(dbuf, c.buf, c.len, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dids, c.ids, c.ids_bytes, cudaMemcpyHostToDevice));
+        CK(cudaDeviceSynchronize());
+        a = gpu_args(&c, dids, dbuf);
+        ASSERT_OK(engram_cuda_lookup(p, &a, 0));
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(got, dbuf, c.len, cudaMemcpyDeviceToHost));
+        if (memcmp(exp, got, c.len) != 0)
+            report_diff(&c, exp, got, __LINE__);
+        if (nbad) {
+            ASSERT_ERR(engram_cuda_check(ctx, &rep), ENGRAM_EBADID);
+            ASSERT_EQ_U64(rep.first_token, first / K);
+            ASSERT_EQ(rep.first_col, (uint32_t)(first % K));
+            ASSERT_EQ(rep.first_id, ids64[first]);
+        } else {
+            ASSERT_OK(engram_cuda_check(ctx, &rep));
+        }
+        ASSERT_EQ_U64(rep.bad_ids, nbad);
+        ASSERT_EQ(rep.host_error, 0); /* the host path took the same ids */
+        engram_cuda_plan_destroy(p);
+        CK(cudaFree(dbuf));
+        CK(cudaFree(dids));
+        free(exp);
+        free(got);
+    }
+    c.ids = NULL;
+    free(c.buf);
+}
+
+/* ------------------------------------------------------------------------
  * Lookups by tables: the plans the context keeps.
  */
 static uint64_t live_plans(void)
@@ -1113,7 +1249,7 @@ static void test_lookup_tables(void)
         CK(cudaFree(dbuf));
         engram_cuda_plan_destroy(p);
     } else {
-        printf("  note: one CUDA device: the device switch of lookups by tables is not tested\n");
+        tu_skip_part("one CUDA device: the device switch of lookups by tables");
     }
     free_case(&c);
 
@@ -1423,7 +1559,7 @@ int main(void)
     if (e != cudaSuccess || n == 0) {
         printf("test_cuda: skipped: no CUDA device (%s)\n",
                e != cudaSuccess ? cudaGetErrorString(e) : "none");
-        return 77;
+        return TU_SKIP_CODE;
     }
     tu_watchdog(240);
     st = tu_open("g", ENGRAM_OPEN_PREFAULT, 1);
@@ -1443,6 +1579,7 @@ int main(void)
     test_registration();
     test_dequant();
     test_host_path();
+    test_offset_extremes();
     test_lookup_tables();
     test_order_after();
     {
@@ -1454,6 +1591,5 @@ int main(void)
     }
     engram_cuda_close(ctx);
     engram_store_close(st);
-    printf("test_cuda: ok\n");
-    return 0;
+    return tu_done("test_cuda");
 }

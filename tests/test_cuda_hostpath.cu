@@ -9,7 +9,9 @@
  * their staging row alone; bad ids are turned into dead ones (the kernel
  * reports them from its own copy) so that one bad id does not lose the
  * batch; a source's failure reaches the error sink with its message.
- * Compiled by nvcc as C++ (tests/test_cuda*.cu), run everywhere.
+ * Compiled by nvcc as C++ (tests/test_cuda*.cu), run everywhere.  The
+ * no-device case is a CTest entry of its own
+ * (test_cuda_hostpath.open_without_device), skipped where a device exists.
  */
 #include "testutil.h"
 
@@ -18,6 +20,7 @@ extern "C" {
 }
 #include "cuda_internal.h"
 #include "engram_cuda.h"
+#include "ids.h"
 
 enum { NROWS = 300, R = 24, PITCH = 32, T = 40, K = 3 };
 
@@ -52,7 +55,7 @@ static void test_host_gather(void)
     engram_table_id fake_id, mem_id;
     uint32_t tables[K];
     int64_t offsets[K] = {0, 1000, 7};
-    uint64_t nrows[K] = {NROWS, NROWS, NROWS};
+    uint64_t spans[K];
     static int64_t ids[T][K], orig[T][K];
     static unsigned char staging[T][K][R], expect[T][K][R];
     uint64_t rng = 5;
@@ -71,6 +74,8 @@ static void test_host_gather(void)
     tables[0] = fake_id;
     tables[1] = mem_id; /* the host path may carry memory tables too */
     tables[2] = fake_id;
+    for (int k = 0; k < K; k++)
+        spans[k] = engram__id_span(NROWS, offsets[k]);
     for (int t = 0; t < T; t++)
         for (int k = 0; k < K; k++)
             ids[t][k] = (int64_t)tu_rand_below(&rng, NROWS) + offsets[k];
@@ -85,7 +90,7 @@ static void test_host_gather(void)
     h.K = K;
     h.tables = tables;
     h.offsets = offsets;
-    h.nrows = nrows;
+    h.spans = spans;
     h.row_bytes = R;
     h.ids = &ids[0][0];
     h.rows = &staging[0][0][0];
@@ -124,6 +129,42 @@ static void test_host_gather(void)
     ASSERT_CONTAINS(sink_msg, "injected read failure");
     fake_fail = 0;
 
+    /* id - offset is exact: INT64_MIN + r is 2^64 - 1 - r below the
+     * offset INT64_MAX, although it is row 1 + r modulo 2^64. */
+    tu_current_case = "host gather: ids and offsets at the ends of int64";
+    {
+        const int64_t xoff[K] = {INT64_MAX, INT64_MIN, INT64_MAX - 5};
+        static const struct {
+            int t, k;
+            int64_t id, row; /* row -1: bad */
+        } xs[] = {
+            {0, 0, INT64_MAX, 0},      {1, 0, INT64_MIN, -1},          {2, 0, INT64_MIN + 7, -1},
+            {0, 1, INT64_MIN, 0},      {1, 1, INT64_MIN + NROWS - 1, NROWS - 1},
+            {2, 1, INT64_MAX, -1},     {3, 1, INT64_MIN + NROWS, -1},  {0, 2, INT64_MAX, 5},
+            {1, 2, INT64_MAX - 5, 0},  {2, 2, INT64_MIN, -1},          {3, 2, INT64_MIN + 100, -1},
+        };
+        const size_t nx = sizeof xs / sizeof xs[0];
+        memcpy(offsets, xoff, sizeof offsets);
+        for (int k = 0; k < K; k++)
+            spans[k] = engram__id_span(NROWS, offsets[k]);
+        for (int t = 0; t < 4; t++)
+            for (int k = 0; k < K; k++)
+                ids[t][k] = -1;
+        for (size_t i = 0; i < nx; i++)
+            ids[xs[i].t][xs[i].k] = xs[i].id;
+        memset(staging, 0xCC, sizeof staging);
+        memset(expect, 0xCC, sizeof expect);
+        for (size_t i = 0; i < nx; i++)
+            if (xs[i].row >= 0)
+                tu_fill_row(expect[xs[i].t][xs[i].k], 21, (uint64_t)xs[i].row, R);
+        sink_code = 0;
+        ASSERT_OK(engram__cuda_host_gather(&h, 4));
+        ASSERT_EQ(sink_code, 0);
+        ASSERT_MEM_EQ(staging, expect, 4 * sizeof staging[0]);
+        for (size_t i = 0; i < nx; i++)
+            ASSERT_EQ(ids[xs[i].t][xs[i].k], xs[i].row < 0 ? -1 : xs[i].id);
+    }
+
     engram_store_close(st);
     free(rows);
 }
@@ -135,7 +176,7 @@ static void test_open_without_device(void)
     int n = 0;
     tu_current_case = "engram_cuda_open: -ENODEV without a device";
     if (cudaGetDeviceCount(&n) == cudaSuccess && n > 0) {
-        printf("  (a CUDA device exists: the no-device error is not testable here)\n");
+        tu_skip_case("a CUDA device exists: the no-device error cannot be met here");
         return;
     }
     ASSERT_OK(engram_store_open_memory(NULL, &st));
@@ -145,11 +186,11 @@ static void test_open_without_device(void)
     engram_store_close(st);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    tu_cases(argc, argv);
     tu_watchdog(60);
-    test_host_gather();
-    test_open_without_device();
-    printf("test_cuda_hostpath: ok\n");
-    return 0;
+    RUN_TEST(test_host_gather);
+    RUN_TEST(test_open_without_device);
+    return tu_done("test_cuda_hostpath");
 }

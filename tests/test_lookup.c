@@ -7,7 +7,9 @@
  * a wrong row, a byte written into a gap or past the end, or a row that
  * should have been left alone is all caught by one buffer comparison.
  * Failing lookups are compared with a snapshot: the whole buffer must be
- * untouched.  Finally many random shapes run against the reference.
+ * untouched.  Finally many random shapes run against the reference, and
+ * random ids and offsets near the ends of int64 against a 128-bit
+ * reference of id - offset.
  */
 #include <signal.h>
 
@@ -750,7 +752,7 @@ static void bad_ids_body(void)
         for (int t = 0; t < T; t++)
             ids64[t * K + 1] += 5;
         CHECK(&c);
-        bad_id_case(&c, ids64, NULL, 2, 1, 4, __LINE__); /* 4 - 5 wraps around */
+        bad_id_case(&c, ids64, NULL, 2, 1, 4, __LINE__); /* 4 - 5 = -1: below the offset */
         for (int t = 0; t < T; t++)
             ids64[t * K + 1] -= 5;
         c.offsets = NULL;
@@ -772,6 +774,268 @@ static void bad_ids_body(void)
 static void test_bad_ids(void)
 {
     BOTH_STORES(bad_ids_body);
+}
+
+/* ------------------------------------------------------------------------
+ * Ids and offsets anywhere in int64: id - offset is the exact difference
+ * of two integers, never taken modulo 2^64.  An id far below its offset
+ * (id INT64_MIN, offset INT64_MAX: -2^64 + 1) is outside the table, even
+ * though its difference wraps to 1 in 64 bits.
+ */
+__extension__ typedef __int128 lk_i128;
+
+#define ROW_DEAD (-1)
+#define ROW_BAD (-2)
+
+/* The reference rule, in 128 bits where every difference of two int64
+ * fits: the row of `id`, ROW_DEAD, or ROW_BAD. */
+static int64_t ref_row(int64_t id, int64_t off, uint64_t nrows)
+{
+    lk_i128 d;
+    if (id == ENGRAM_DEAD_ID)
+        return ROW_DEAD;
+    d = (lk_i128)id - (lk_i128)off;
+    return d >= 0 && d < (lk_i128)nrows ? (int64_t)d : ROW_BAD;
+}
+
+/* Looks up `n` ids of `id_type` (as int64 in ids[]) in one column of
+ * `table` with offset `off`: the output must be the reference's, or the
+ * lookup must fail with ENGRAM_EBADID at the first bad id with the output
+ * untouched, its record naming that id, its offset and the table's rows. */
+static void offset_ids(const char *table, int64_t off, int id_type, const int64_t *ids, size_t n,
+                       int line)
+{
+    lk_call c = {0};
+    int32_t ids32[64];
+    size_t first_bad = SIZE_MAX;
+    ASSERT(n >= 1 && n <= 64);
+    c.T = n;
+    c.K = 1;
+    c.tabs[0] = find(table);
+    c.offsets = &off;
+    c.id_type = id_type;
+    c.ids = ids;
+    for (size_t i = 0; i < n; i++) {
+        if (id_type == ENGRAM_ID_INT32) {
+            ids32[i] = (int32_t)ids[i];
+            ASSERT(ids32[i] == ids[i]); /* a test bug otherwise */
+        }
+        if (first_bad == SIZE_MAX && ref_row(ids[i], off, c.tabs[0]->nrows) == ROW_BAD)
+            first_bad = i;
+    }
+    if (id_type == ENGRAM_ID_INT32)
+        c.ids = ids32;
+    if (first_bad == SIZE_MAX) {
+        check_call(&c, line);
+        return;
+    }
+    check_fails(&c, ENGRAM_EBADID, line);
+    engram_bad_id b = ENGRAM_BAD_ID_INIT;
+    ASSERT_OK(engram_last_bad_id(&b));
+    if (b.token != first_bad || b.col != 0 || b.id != ids[first_bad] || b.offset != off ||
+        b.num_rows != c.tabs[0]->nrows) {
+        fprintf(stderr,
+                "FAIL [%s] (called from line %d): bad id record: token %llu id %lld offset %lld "
+                "rows %llu, expected token %zu id %lld offset %lld rows %llu\n",
+                tu_current_case, line, (unsigned long long)b.token, (long long)b.id,
+                (long long)b.offset, (unsigned long long)b.num_rows, first_bad,
+                (long long)ids[first_bad], (long long)off, (unsigned long long)c.tabs[0]->nrows);
+        tu_fail_exit();
+    }
+}
+
+/* One id with an outcome stated by hand (a row, ROW_DEAD or ROW_BAD),
+ * which the reference must agree with, then looked up. */
+static void offset_case(const char *table, int64_t off, int id_type, int64_t id, int64_t want,
+                        int line)
+{
+    int64_t ref = ref_row(id, off, find(table)->nrows);
+    if (ref != want) {
+        fprintf(stderr, "FAIL [%s] (line %d): the case says %lld, the reference %lld\n",
+                tu_current_case, line, (long long)want, (long long)ref);
+        tu_fail_exit();
+    }
+    offset_ids(table, off, id_type, &id, 1, line);
+}
+
+#define OFF64(off, id, want) offset_case("a", (off), ENGRAM_ID_INT64, (id), (want), __LINE__)
+#define OFF32(off, id, want) offset_case("a", (off), ENGRAM_ID_INT32, (id), (want), __LINE__)
+
+static void offset_extremes_body(void)
+{
+    /* Table a has 17 rows.  The offset INT64_MAX: only INT64_MAX is an
+     * id; INT64_MIN + r is -2^64 + 1 + r below it, which wraps to row
+     * 1 + r in 64 bits. */
+    OFF64(INT64_MAX, INT64_MAX, 0);
+    OFF64(INT64_MAX, INT64_MAX - 1, ROW_BAD);
+    OFF64(INT64_MAX, INT64_MIN, ROW_BAD);
+    OFF64(INT64_MAX, INT64_MIN + 1, ROW_BAD);
+    OFF64(INT64_MAX, INT64_MIN + 15, ROW_BAD);
+    OFF64(INT64_MAX, INT64_MIN + 16, ROW_BAD);
+    OFF64(INT64_MAX, 0, ROW_BAD);
+    OFF64(INT64_MAX, -1, ROW_DEAD);
+    OFF64(INT64_MAX, -2, ROW_BAD);
+    /* A table ending exactly at INT64_MAX, and one row short of it. */
+    OFF64(INT64_MAX - 16, INT64_MAX, 16);
+    OFF64(INT64_MAX - 16, INT64_MAX - 16, 0);
+    OFF64(INT64_MAX - 16, INT64_MAX - 17, ROW_BAD);
+    OFF64(INT64_MAX - 16, INT64_MIN, ROW_BAD);
+    OFF64(INT64_MAX - 17, INT64_MAX, ROW_BAD); /* id - offset = num_rows */
+    OFF64(INT64_MAX - 17, INT64_MAX - 1, 16);  /* num_rows - 1 */
+    OFF64(INT64_MAX - 5, INT64_MAX, 5);
+    OFF64(INT64_MAX - 5, INT64_MIN, ROW_BAD);      /* wraps to row 6 */
+    OFF64(INT64_MAX - 5, INT64_MIN + 10, ROW_BAD); /* wraps to row 16 */
+    OFF64(INT64_MAX - 5, INT64_MIN + 11, ROW_BAD);
+    /* The offset INT64_MIN: ids from INT64_MIN up. */
+    OFF64(INT64_MIN, INT64_MIN, 0);
+    OFF64(INT64_MIN, INT64_MIN + 16, 16);
+    OFF64(INT64_MIN, INT64_MIN + 17, ROW_BAD);
+    OFF64(INT64_MIN, INT64_MAX, ROW_BAD);
+    OFF64(INT64_MIN, 0, ROW_BAD);
+    OFF64(INT64_MIN, -1, ROW_DEAD);
+    OFF64(INT64_MIN, -2, ROW_BAD);
+    OFF64(INT64_MIN + 1, INT64_MIN, ROW_BAD);
+    OFF64(INT64_MIN + 1, INT64_MAX, ROW_BAD);
+    /* INT64_MAX with negative offsets: above the table by 2^63 and more. */
+    OFF64(-1, INT64_MAX, ROW_BAD);
+    OFF64(-17, INT64_MAX, ROW_BAD);
+    OFF64(INT64_MIN + 16, INT64_MAX, ROW_BAD);
+    /* Negative offsets: -1 stays dead, even where it would be a row. */
+    OFF64(-1, -1, ROW_DEAD);
+    OFF64(-1, 0, 1);
+    OFF64(-1, 15, 16);
+    OFF64(-1, 16, ROW_BAD);
+    OFF64(-17, -16, 1);
+    OFF64(-17, -17, 0);
+    OFF64(-17, -18, ROW_BAD);
+    OFF64(1, INT64_MIN, ROW_BAD);
+    OFF64(0, INT64_MIN, ROW_BAD);
+    OFF64(0, INT64_MAX, ROW_BAD);
+    /* id - offset = num_rows - 1 and num_rows at small offsets too. */
+    OFF64(1000, 1016, 16);
+    OFF64(1000, 1017, ROW_BAD);
+    OFF64(1000, 999, ROW_BAD);
+
+    /* int32 ids with large offsets: read as int64 first, then the same
+     * rule. */
+    OFF32(INT64_MAX, INT32_MIN, ROW_BAD);
+    OFF32(INT64_MAX, INT32_MAX, ROW_BAD);
+    OFF32(INT64_MAX, 0, ROW_BAD);
+    OFF32(INT64_MAX, -1, ROW_DEAD);
+    OFF32(INT64_MIN, INT32_MIN, ROW_BAD);
+    OFF32(INT64_MIN, INT32_MAX, ROW_BAD);
+    OFF32((int64_t)1 << 40, 16, ROW_BAD);
+    OFF32(-((int64_t)1 << 40), 16, ROW_BAD);
+    OFF32((int64_t)INT32_MIN, INT32_MIN, 0);
+    OFF32((int64_t)INT32_MIN, INT32_MIN + 16, 16);
+    OFF32((int64_t)INT32_MIN, INT32_MIN + 17, ROW_BAD);
+    OFF32((int64_t)INT32_MIN - 1, INT32_MIN, 1);
+    OFF32((int64_t)INT32_MAX - 16, INT32_MAX, 16);
+    OFF32((int64_t)INT32_MAX - 17, INT32_MAX, ROW_BAD);
+    OFF32((int64_t)INT32_MAX + 1, INT32_MAX, ROW_BAD);
+
+    /* In a batch long enough to be split across the pool (store_2): the
+     * first bad id is reported, and nothing is written. */
+    {
+        int64_t ids[40];
+        for (int i = 0; i < 40; i++)
+            ids[i] = INT64_MAX - i % 17;
+        offset_ids("a", INT64_MAX - 16, ENGRAM_ID_INT64, ids, 40, __LINE__);
+        ids[29] = INT64_MIN + 3;
+        ids[33] = INT64_MIN;
+        offset_ids("a", INT64_MAX - 16, ENGRAM_ID_INT64, ids, 40, __LINE__);
+    }
+}
+
+static void test_offset_extremes(void)
+{
+    BOTH_STORES(offset_extremes_body);
+}
+
+/* A value within `spread` of `base`, wrapping around int64. */
+static int64_t near(uint64_t *rng, int64_t base, uint64_t spread)
+{
+    return (int64_t)((uint64_t)base + tu_rand_below(rng, 2 * spread + 1) - spread);
+}
+
+/* An offset near one of the places where id - offset leaves int64. */
+static int64_t fuzz_offset(uint64_t *rng)
+{
+    static const int64_t bases[] = {INT64_MIN, INT64_MAX, 0, -1, INT32_MIN, INT32_MAX,
+                                    (int64_t)1 << 62, -((int64_t)1 << 62)};
+    uint64_t pick = tu_rand_below(rng, sizeof bases / sizeof bases[0] + 1);
+    if (pick == sizeof bases / sizeof bases[0])
+        return (int64_t)tu_rand(rng);
+    return near(rng, bases[pick], 40);
+}
+
+/* An id for offset `off` and a table of `nrows` rows, near the places
+ * where the answer changes: the table's ends (and, 2^64 away, the ids
+ * whose difference wraps onto a row), halfway round, the ends of int64
+ * and of int32, -1, or anywhere. */
+static int64_t fuzz_id(uint64_t *rng, int64_t off, uint64_t nrows)
+{
+    switch (tu_rand_below(rng, 8)) {
+    case 0:
+    case 1:
+    case 2: /* off + r modulo 2^64 for r around [0, nrows]: a row, or a wrap */
+        return (int64_t)((uint64_t)off + tu_rand_below(rng, nrows + 8) - 4);
+    case 3: /* halfway round from the table */
+        return near(rng, (int64_t)((uint64_t)off + ((uint64_t)1 << 63)), nrows + 4);
+    case 4:
+        return near(rng, tu_rand_below(rng, 2) ? INT64_MIN : INT64_MAX, nrows + 4);
+    case 5:
+        return near(rng, tu_rand_below(rng, 2) ? INT32_MIN : INT32_MAX, nrows + 4);
+    case 6:
+        return tu_rand_below(rng, 2) ? -1 : near(rng, 0, nrows + 4);
+    default:
+        return (int64_t)tu_rand(rng);
+    }
+}
+
+/* Random ids and offsets clustered at the boundaries, against the 128-bit
+ * reference (offset_ids()): single ids and batches of one offset, int64
+ * ids and, where they fit, int32 ones. */
+static void offset_fuzz_body(void)
+{
+    static const char *const names[] = {"a", "s8b", "b", "rs1"};
+    uint64_t rng = 0xB0DA7 + (uint64_t)cur_store;
+    uint64_t rows = 0, dead = 0, bad = 0, wraps = 0;
+    for (int iter = 0; iter < 20000; iter++) {
+        const lk_table *tb = find(names[tu_rand_below(&rng, 4)]);
+        int64_t off = fuzz_offset(&rng), ids[64];
+        size_t n = tu_rand_below(&rng, 4) == 0 ? 1 + (size_t)tu_rand_below(&rng, 64) : 1;
+        int all_good = n > 1 && tu_rand_below(&rng, 2), fits32 = 1;
+        for (size_t i = 0; i < n; i++) {
+            int64_t id = fuzz_id(&rng, off, tb->nrows), r;
+            while (all_good && ref_row(id, off, tb->nrows) == ROW_BAD)
+                id = fuzz_id(&rng, off, tb->nrows);
+            r = ref_row(id, off, tb->nrows);
+            rows += r >= 0;
+            dead += r == ROW_DEAD;
+            bad += r == ROW_BAD;
+            /* The ids a 64-bit modular check would take for a row. */
+            wraps += r == ROW_BAD && (uint64_t)id - (uint64_t)off < tb->nrows;
+            fits32 &= (int64_t)(int32_t)id == id;
+            ids[i] = id;
+        }
+        offset_ids(tb->name, off,
+                   fits32 && tu_rand_below(&rng, 2) ? ENGRAM_ID_INT32 : ENGRAM_ID_INT64, ids, n,
+                   __LINE__);
+    }
+    printf("   %llu rows, %llu dead, %llu bad (%llu of them wrapping onto a row)\n",
+           (unsigned long long)rows, (unsigned long long)dead, (unsigned long long)bad,
+           (unsigned long long)wraps);
+    /* The generator reaches every outcome, the wrapping ids included. */
+    ASSERT_GE(rows, 1000);
+    ASSERT_GE(dead, 100);
+    ASSERT_GE(bad, 1000);
+    ASSERT_GE(wraps, 100);
+}
+
+static void test_offset_fuzz(void)
+{
+    BOTH_STORES(offset_fuzz_body);
 }
 
 static void layout_errors_body(void)
@@ -1370,6 +1634,8 @@ int main(void)
     RUN_TEST(test_id_strides);
     RUN_TEST(test_dead);
     RUN_TEST(test_bad_ids);
+    RUN_TEST(test_offset_extremes);
+    RUN_TEST(test_offset_fuzz);
     RUN_TEST(test_layout_errors);
     RUN_TEST(test_bad_args);
     RUN_TEST(test_row_sizes);

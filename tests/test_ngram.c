@@ -538,6 +538,5 @@ int main(void)
     RUN_TEST(test_explicit);
     RUN_TEST(test_bad_config);
     RUN_TEST(test_bad_input);
-    printf("ok\n");
-    return 0;
+    return tu_done("test_ngram");
 }

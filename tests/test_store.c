@@ -726,7 +726,7 @@ static void test_memory_options(void)
          * CAP_IPC_LOCK even as root); the header documents that failure. */
         if (rc != 0 && (flags & ENGRAM_OPEN_MLOCK) &&
             (rc == -ENOMEM || rc == -EPERM || rc == -EAGAIN)) {
-            printf("   MLOCK refused (%d: %s): skipped\n", rc, engram_errmsg());
+            tu_skip_part("flags 0x%x: MLOCK refused (%d: %s)", flags, rc, engram_errmsg());
             engram_store_close(st);
             continue;
         }
@@ -890,6 +890,5 @@ int main(void)
     RUN_TEST(test_verify);
     RUN_TEST(test_memory_options);
     RUN_TEST(test_stats);
-    printf("test_store: all passed\n");
-    return 0;
+    return tu_done("test_store");
 }

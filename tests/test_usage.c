@@ -35,13 +35,13 @@ static int cgroup_make(void)
     char parent[4096];
     int v2;
     if (engram__memcg_dir(parent, sizeof parent, &v2) != 0) {
-        printf("  (no memory cgroup found: the cgroup is not checked)\n");
+        tu_skip_part("no memory cgroup found: the writer's cgroup is not checked");
         return -1;
     }
     snprintf(cg_dir, sizeof cg_dir, "%s/engram-usage-%d", parent, (int)getpid());
     if (mkdir(cg_dir, 0755) != 0) {
-        printf("  (cannot create a cgroup under %s: %s; the cgroup is not checked)\n", parent,
-               strerror(errno));
+        tu_skip_part("cannot create a cgroup under %s (%s): the writer's cgroup is not checked",
+                     parent, strerror(errno));
         return -1;
     }
     cg_owner = getpid();
@@ -135,7 +135,7 @@ static void test_four_mappers(void)
         if (have_cg)
             ASSERT_STR_EQ(u.cgroup, cg_dir); /* the writer's, not the mappers' */
     } else {
-        printf("  (no page frames readable here: the cgroup is unknown)\n");
+        tu_skip_part("no page frames readable here: the pages' cgroup is not checked");
         ASSERT_STR_EQ(u.cgroup, "");
     }
     /* Each mapper: a quarter of the table's PSS, all of it resident.  One
@@ -197,6 +197,5 @@ int main(void)
     tu_watchdog(120);
     RUN_TEST(test_four_mappers);
     RUN_TEST(test_bad_args);
-    printf("test_usage: ok\n");
-    return 0;
+    return tu_done("test_usage");
 }

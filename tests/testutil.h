@@ -25,6 +25,7 @@
 #include <ftw.h>
 #include <inttypes.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -192,18 +193,157 @@ static inline void tu_fail_exit(void)
         }                                                                             \
     } while (0)
 
-/* Runs one test case function, naming it in failures and in the log. */
-#define RUN_TEST(fn)                                                                  \
-    do {                                                                              \
-        tu_current_case = #fn;                                                        \
-        printf("-- %s\n", #fn);                                                       \
-        fflush(stdout);                                                               \
-        fn();                                                                         \
-        tu_current_case = "(between cases)";                                          \
-    } while (0)
-
 /* Exit status CTest treats as "skipped". */
 #define TU_SKIP_CODE 77
+
+/* ------------------------------------------------------------------------
+ * Cases and skips.
+ *
+ * RUN_TEST runs one case.  A case that cannot run here (it needs root, or
+ * something this machine lacks) calls tu_skip_case() with the reason and
+ * returns; a case that ran but had to leave a part out calls
+ * tu_skip_part().  main ends with `return tu_done("test_x")`, which lists
+ * every skip with its reason and returns TU_SKIP_CODE when every case
+ * that ran was skipped, so that CTest reports the test as skipped rather
+ * than passed.
+ *
+ * A case that may be skipped on its own is a CTest entry of its own
+ * (CMakeLists.txt, ENGRAM_TEST_CASES_test_x): tu_cases(argc, argv) reads
+ * the case names given on the command line (a case's function name
+ * without "test_"): with NAME arguments only those cases run, and -NAME
+ * leaves that case out, so the entry test_x.NAME runs the case alone and
+ * its skip is CTest's, while the entry test_x runs the others.  A name
+ * that matches no case fails the test.
+ */
+#define TU_MAX_NAMED 16
+
+static struct tu_cases_state {
+    const char *named[TU_MAX_NAMED]; /* names from the command line */
+    int include[TU_MAX_NAMED];       /* 1: NAME (run only the named), 0: -NAME */
+    int seen[TU_MAX_NAMED];
+    int nnamed, any_include;
+    int ran, skipped;  /* cases run, and of them skipped */
+    int case_skipped;  /* the running case called tu_skip_case() */
+    int parts;         /* tu_skip_part() calls */
+    char log[4096];    /* one line per skip */
+    size_t len;
+} tu_cs;
+
+static inline void tu_cases(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int inc = a[0] != '-';
+        if (!inc)
+            a++;
+        if (tu_cs.nnamed == TU_MAX_NAMED || !*a) {
+            fprintf(stderr, "usage: %s [CASE | -CASE]...\n", argv[0]);
+            exit(2);
+        }
+        tu_cs.named[tu_cs.nnamed] = a;
+        tu_cs.include[tu_cs.nnamed++] = inc;
+        tu_cs.any_include |= inc;
+    }
+}
+
+/* 1 if the case of function `fn` is to run. */
+static inline int tu_case_selected(const char *fn)
+{
+    const char *n = strncmp(fn, "test_", 5) == 0 ? fn + 5 : fn;
+    int run = !tu_cs.any_include;
+    for (int i = 0; i < tu_cs.nnamed; i++) {
+        if (strcmp(tu_cs.named[i], n) == 0) {
+            tu_cs.seen[i] = 1;
+            run = tu_cs.include[i];
+        }
+    }
+    return run;
+}
+
+/* Prints a skip of the running case (kind "") or of a part of it, and
+ * adds it to the log that tu_done() prints. */
+static inline void tu_skip_note(const char *kind, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
+static inline void tu_skip_note(const char *kind, const char *fmt, va_list ap)
+{
+    char why[512];
+    size_t room = sizeof tu_cs.log - tu_cs.len; /* >= 1: len stays below the size */
+    int n;
+    vsnprintf(why, sizeof why, fmt, ap);
+    printf("   SKIPPED%s: %s\n", kind, why);
+    fflush(stdout);
+    n = snprintf(tu_cs.log + tu_cs.len, room, "  %s%s: %s\n", tu_current_case, kind, why);
+    if (n > 0)
+        tu_cs.len += (size_t)n < room ? (size_t)n : room - 1;
+}
+
+/* The running case cannot run here, for the reason given (a printf
+ * format); the caller returns from the case. */
+static inline void tu_skip_case(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static inline void tu_skip_case(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    tu_skip_note("", fmt, ap);
+    va_end(ap);
+    tu_cs.case_skipped = 1;
+}
+
+/* A part of the running case cannot run here, for the reason given; the
+ * rest of the case runs. */
+static inline void tu_skip_part(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static inline void tu_skip_part(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    tu_skip_note(" (part)", fmt, ap);
+    va_end(ap);
+    tu_cs.parts++;
+}
+
+/* Runs one test case function (if selected: tu_cases()), naming it in
+ * failures and in the log. */
+#define RUN_TEST(fn)                                                                  \
+    do {                                                                              \
+        if (tu_case_selected(#fn)) {                                                  \
+            tu_current_case = #fn;                                                    \
+            tu_cs.case_skipped = 0;                                                   \
+            printf("-- %s\n", #fn);                                                   \
+            fflush(stdout);                                                           \
+            fn();                                                                     \
+            tu_cs.ran++;                                                              \
+            tu_cs.skipped += tu_cs.case_skipped;                                      \
+            tu_cs.case_skipped = 0;                                                   \
+            tu_current_case = "(between cases)";                                      \
+        }                                                                             \
+    } while (0)
+
+/* The end of a test's main: its summary line, the skips with their
+ * reasons, and its exit status (TU_SKIP_CODE if every case that ran was
+ * skipped, 0 otherwise). */
+static inline int tu_done(const char *test)
+{
+    for (int i = 0; i < tu_cs.nnamed; i++) {
+        if (!tu_cs.seen[i]) {
+            fprintf(stderr, "FAIL: %s has no case named '%s'\n", test, tu_cs.named[i]);
+            tu_fail_exit();
+        }
+    }
+    if (tu_cs.any_include && tu_cs.ran == 0) {
+        fprintf(stderr, "FAIL: %s: no case ran\n", test);
+        tu_fail_exit();
+    }
+    if (tu_cs.ran > 0 && tu_cs.skipped == tu_cs.ran) {
+        printf("%s: skipped:\n%s", test, tu_cs.log);
+        return TU_SKIP_CODE;
+    }
+    if (tu_cs.skipped || tu_cs.parts)
+        printf("%s: passed, with %d of %d cases and %d parts skipped here:\n%s", test,
+               tu_cs.skipped, tu_cs.ran, tu_cs.parts, tu_cs.log);
+    else
+        printf("%s: all passed\n", test);
+    return 0;
+}
 
 /* ------------------------------------------------------------------------
  * Memory helpers: allocation failures in a test are fatal, not errors to

@@ -5,6 +5,22 @@
 
 PASS=0
 FAIL=0
+SKIPPED=
+
+# skip_part WHAT: a part of the script that cannot run here (WHAT names
+# it and says why), said now and listed again by summary.
+skip_part() {
+    echo "SKIPPED (part): $1"
+    SKIPPED="$SKIPPED  $1
+"
+}
+
+# summary NAME: the last lines of a script: the counts, and every part
+# left out here with its reason.
+summary() {
+    echo "$1: $PASS passed, $FAIL failed"
+    [ -z "$SKIPPED" ] || printf '%s: parts skipped here:\n%s' "$1" "$SKIPPED"
+}
 
 # run ARGS...: runs engram with the scratch root; keeps stdout in ./out,
 # stderr in ./err and the exit status in $rc, and remembers the command.

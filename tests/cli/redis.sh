@@ -170,5 +170,5 @@ run --redis 127.0.0.1:1 ls
 check "no cluster" status_is 1
 check "no cluster: why" err_has "127.0.0.1:1"
 
-echo "cli_redis: $PASS passed, $FAIL failed"
+summary cli_redis
 [ "$FAIL" -eq 0 ]

@@ -266,6 +266,24 @@ run lookup t -5
 check "lookup of id -5 -> 1" eval 'fails_with 1 "-5"'
 run lookup t 5 --offset 6
 check "lookup of an id below --offset -> 1" eval 'fails_with 1 "5"'
+# id - offset is exact, never taken modulo 2^64: INT64_MIN is 2^64 - 1
+# below the offset INT64_MAX, not row 1 of t (10 rows).
+run lookup t -9223372036854775808 --offset 9223372036854775807
+check "lookup of INT64_MIN with --offset INT64_MAX -> 1" \
+    eval 'fails_with 1 "ids.0..0. = -9223372036854775808 minus offset 9223372036854775807" && [ ! -s out ]'
+run lookup t 9223372036854775807 -9223372036854775800 --offset 9223372036854775807
+check "lookup of INT64_MIN + 8 with --offset INT64_MAX (not row 9) -> 1" \
+    eval 'fails_with 1 "ids.1..0. = -9223372036854775800" && [ ! -s out ]'
+run lookup t 9223372036854775807 -1 --offset 9223372036854775807
+check "lookup of INT64_MAX with --offset INT64_MAX is row 0" eval 'rc_is 0 && out_is "9223372036854775807: 00 00 00 00 00 00 00 00 26 5a 2e 4e
+-1: dead"'
+run lookup t -9223372036854775808 -9223372036854775799 --offset -9223372036854775808
+check "lookup with --offset INT64_MIN: rows 0 and 9" eval 'rc_is 0 && out_is "-9223372036854775808: 00 00 00 00 00 00 00 00 26 5a 2e 4e
+-9223372036854775799: 09 00 00 00 00 00 00 00 4f b1 67 c9"'
+run lookup t -9223372036854775798 --offset -9223372036854775808
+check "lookup of INT64_MIN + 10 with --offset INT64_MIN -> 1" eval 'fails_with 1 "-9223372036854775798" && [ ! -s out ]'
+run lookup t 9223372036854775807 --offset -1
+check "lookup of INT64_MAX with --offset -1 -> 1" eval 'fails_with 1 "9223372036854775807 minus offset -1"'
 run lookup nosuch 0
 check "lookup of a missing table -> 1" eval 'fails_with 1 "nosuch"'
 
@@ -393,7 +411,7 @@ for name in ("t", "p"):
         assert k in info and info[k] == v, (name, k, v, info.get(k))
 '
 else
-    echo "cli: python3 not found: JSON syntax checks skipped"
+    skip_part "python3 not found: the JSON syntax checks"
 fi
 run info nosuch
 check "info of a missing table -> 1" eval 'fails_with 1 "nosuch"'
@@ -565,7 +583,7 @@ expect("np3d.expected", a[:4, :6].reshape(2, 2, 6))
     run lookup npi1 0 1 2 3 4
     check "numpy int8 .npy: the same bytes as uint8" eval 'rc_is 0 && cmp -s np.expected out'
 else
-    echo "cli: numpy not found: numpy-written .npy files skipped"
+    skip_part "numpy not found: the numpy-written .npy files"
 fi
 
 # ---------------------------------------------------------------------------
@@ -789,7 +807,7 @@ if [ -n "${ENGRAM_SWAP_SHIM:-}" ]; then
         eval 'fails_with 1 "not a regular file" && [ -p sw3.safetensors ]'
     SWAP_PATH=
 else
-    echo "cli: ENGRAM_SWAP_SHIM not set: the swapped-checkpoint cases are skipped"
+    skip_part "ENGRAM_SWAP_SHIM not set: the swapped-checkpoint cases"
 fi
 run ls
 check "no import of a FIFO published anything" eval 'rc_is 0 && out_lacks "swbad"'
@@ -959,7 +977,7 @@ if [ "$HAVE_NUMPY" = 1 ] && [ -f "${ENGRAM_SRC:-}/README.md" ]; then
     check "README shell block: the namespace is removed at the end" \
         eval 'out_has "^removed namespace demo (1 table)$" && [ ! -e "$SCRATCH/readme-root/demo" ]'
 else
-    echo "cli: numpy or ENGRAM_SRC (the source tree) not found: the README's shell block is skipped"
+    skip_part "numpy or ENGRAM_SRC (the source tree) not found: the README's shell block"
 fi
 
 # ---------------------------------------------------------------------------
@@ -1118,5 +1136,5 @@ check "demo tables hold the pattern" eval 'rc_is 0 && out_has "^5: 05 00 00 00 0
 run --ns demokeep demo --small --iters 5
 check "demo into a namespace that has its tables -> 1" eval 'fails_with 1 "exist"'
 
-echo "cli: $PASS passed, $FAIL failed"
+summary cli
 [ "$FAIL" -eq 0 ]

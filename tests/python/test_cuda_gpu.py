@@ -704,6 +704,24 @@ def test_gpu_bad_id_is_skipped_and_reported(rt, gst):
     d_ids.free(), d_out.free()
 
 
+def test_gpu_id_minus_offset_is_exact(rt, gst):
+    """id - offset is an exact integer on the GPU too: INT64_MIN + r is
+    2^64 - 1 - r below the offset INT64_MAX, not row 1 + r of 'a'."""
+    st, rows = gst
+    i64_min, i64_max = -2 ** 63, 2 ** 63 - 1
+    ids = np.array([[i64_max], [i64_min], [i64_min + 998], [-1]], np.int64)
+    d_ids, d_out = DeviceArray(rt, ids), DeviceArray(rt, np.full((4, 1, 264), 0x5A, np.uint8))
+    st.lookup(["a"], d_ids, d_out, offsets=np.array([i64_max], np.int64))
+    got = d_out.numpy()
+    np.testing.assert_array_equal(got[0, 0], rows["a"][0])
+    assert (got[1:, 0] == 0x5A).all()  # skipped (and the dead one kept)
+    with pytest.raises(engramstore.BadIdError) as ei:
+        st.cuda_check()
+    assert (ei.value.position, ei.value.id) == ((1, 0), i64_min)
+    assert st.cuda_check() is None
+    d_ids.free(), d_out.free()
+
+
 def test_gpu_layer_api(rt, tmp_path):
     cfg = engramstore.EngramStoreConfig([17, 19], 264)
     heads = [np.full((n, 264), h + 1, np.uint8) for h, n in enumerate([17, 19])]

@@ -58,6 +58,56 @@ def test_ids_with_all_zero_strides(ab):
     assert (out == SENTINEL).all()
 
 
+# ---- ids and offsets at the ends of int64 ---------------------------------
+
+I64_MIN, I64_MAX = -2 ** 63, 2 ** 63 - 1
+I32_MIN, I32_MAX = -2 ** 31, 2 ** 31 - 1
+
+
+@pytest.mark.parametrize("offset,bad", [
+    (I64_MAX, I64_MIN),         # id - offset = -2^64 + 1, which is 1 modulo 2^64
+    (I64_MAX, I64_MIN + 15),    # ... 16 modulo 2^64
+    (I64_MAX - 5, I64_MIN),     # ... 6 modulo 2^64
+    (I64_MAX - 17, I64_MAX),    # id - offset = num_rows
+    (I64_MIN, I64_MAX),         # 2^64 - 1
+    (I64_MIN, I64_MIN + 17),    # num_rows
+    (-1, I64_MAX),              # 2^63
+])
+def test_id_minus_offset_is_exact(ab, offset, bad):
+    """An id is a row when 0 <= id - offset < num_rows as integers: a
+    difference beyond int64 never wraps onto a row."""
+    st, tabs = ab
+    offsets = np.array([offset], np.int64)
+    # Table a has 17 rows: ids offset .. offset + 16, as far as int64 goes
+    # (-1 is dead, whatever the offset).
+    good = [i for i in range(offset, offset + 17) if i <= I64_MAX and i != -1]
+    out = sentinel((len(good), 1, R))
+    st.lookup(["a"], np.array([[i] for i in good], np.int64), out, offsets=offsets)
+    for t, i in enumerate(good):
+        np.testing.assert_array_equal(out[t, 0], tabs["a"][i - offset])
+    out = sentinel((2, 1, R))
+    with pytest.raises(engramstore.BadIdError, match=rf"^ids\[1\]\[0\] = {bad} ") as ei:
+        st.lookup(["a"], np.array([[good[0]], [bad]], np.int64), out, offsets=offsets)
+    assert (ei.value.position, ei.value.id) == ((1, 0), bad)
+    assert (out == SENTINEL).all()
+
+
+def test_int32_ids_with_offsets_beyond_int32(ab):
+    st, tabs = ab
+    out = sentinel((2, 1, R))
+    st.lookup(["a"], np.array([[I32_MIN], [I32_MIN + 16]], np.int32), out,
+              offsets=np.array([I32_MIN], np.int64))
+    np.testing.assert_array_equal(out[:, 0], tabs["a"][[0, 16]])
+    for offset, bad in ((I64_MAX, I32_MIN), (I64_MIN, I32_MAX), (I32_MAX - 16, I32_MIN),
+                        (I32_MIN - 17, I32_MIN)):
+        out = sentinel((1, 1, R))
+        with pytest.raises(engramstore.BadIdError) as ei:
+            st.lookup(["a"], np.array([[bad]], np.int32), out,
+                      offsets=np.array([offset], np.int64))
+        assert ei.value.id == bad
+        assert (out == SENTINEL).all()
+
+
 # ---- the name memo and the table cache ------------------------------------
 
 class HookedName(str):
