@@ -26,6 +26,7 @@
  *   cli_bench.c   bench, and the timing it shares with the demo
  *   cli_demo.c    demo
  *   cli_push.c    push (a namespace's tables to a Redis Cluster)
+ *   cli_ngram.c   layout and hash: the Engram n-gram hash (engram_ngram_*)
  *   npy.c         the .npy header parser (npy.h)
  *
  * Conventions: every command returns an exit status (0 ok, 1 an operation
@@ -105,6 +106,16 @@ enum {
     OPT_NUMA_NODE,
     OPT_NUMA_GPU,
     OPT_INTERLEAVE,
+    OPT_VOCAB_SIZE,
+    OPT_MAX_NGRAM,
+    OPT_HEADS,
+    OPT_COMPRESSED_VOCAB,
+    OPT_PAD_ID,
+    OPT_CONFIG,
+    OPT_TOKEN_MAP,
+    OPT_HISTORY,
+    OPT_LAYER,
+    OPT_LOCAL,
     OPT_COUNT
 };
 /* A command's accepted options are bits of a uint64_t. */
@@ -293,6 +304,8 @@ int cli_cmd_inspect(struct cli *cli);
 int cli_cmd_bench(struct cli *cli);
 int cli_cmd_demo(struct cli *cli);
 int cli_cmd_plan(struct cli *cli);
+int cli_cmd_layout(struct cli *cli); /* cli_ngram.c */
+int cli_cmd_hash(struct cli *cli);
 int cli_cmd_wait(struct cli *cli);
 int cli_cmd_mem(struct cli *cli);
 int cli_cmd_gc(struct cli *cli);

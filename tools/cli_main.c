@@ -45,11 +45,33 @@ static const struct opt_def {
     [OPT_REDIS] = {"redis", 1},    [OPT_TAGGED] = {"tagged", 0},
     [OPT_NUMA_NODE] = {"numa-node", 1}, [OPT_NUMA_GPU] = {"numa-gpu", 1},
     [OPT_INTERLEAVE] = {"interleave", 1},
+    [OPT_VOCAB_SIZE] = {"vocab-size", 1}, [OPT_MAX_NGRAM] = {"max-ngram", 1},
+    [OPT_HEADS] = {"heads", 1},    [OPT_COMPRESSED_VOCAB] = {"compressed-vocab", 1},
+    [OPT_PAD_ID] = {"pad-id", 1},  [OPT_CONFIG] = {"config", 1},
+    [OPT_TOKEN_MAP] = {"token-map", 1}, [OPT_HISTORY] = {"history", 1},
+    [OPT_LAYER] = {"layer", 1},    [OPT_LOCAL] = {"local", 0},
 };
 
 #define O(x) (UINT64_C(1) << OPT_##x)
 #define GLOBAL_OPTS (O(ROOT) | O(NS) | O(HELP))
 #define NUMA_OPTS (O(NUMA_NODE) | O(NUMA_GPU) | O(INTERLEAVE))
+#define LAYOUT_OPTS                                                                          \
+    (O(LAYER_IDS) | O(VOCAB_SIZE) | O(MAX_NGRAM) | O(HEADS) | O(COMPRESSED_VOCAB) |          \
+     O(PAD_ID) | O(CONFIG))
+#define LAYOUT_SYNOPSIS                                                                      \
+    "(--config CONFIG.json | --layer-ids L,... --vocab-size V --max-ngram N --heads H\n"      \
+    "                    --compressed-vocab C --pad-id P)"
+#define LAYOUT_HELP                                                                          \
+    "The layout, from a model's config.json (--config: engram_layer_ids,\n"                  \
+    "engram_vocab_size, engram_max_ngram_size, engram_n_head_per_ngram,\n"                    \
+    "engram_compressed_vocab_size, engram_pad_id, at the top or under text_config)\n"        \
+    "or from the flags, which also replace the config's values:\n"                           \
+    "  --layer-ids L,...     the model's Engram layers, in its config's order\n"             \
+    "  --vocab-size V        the base table size (primes are searched above V - 1)\n"        \
+    "  --max-ngram N         the longest n-gram (columns: (N - 1) x heads)\n"                \
+    "  --heads H             heads per n-gram order\n"                                       \
+    "  --compressed-vocab C  compressed token ids are below C\n"                             \
+    "  --pad-id P            the compressed id of padding\n"
 #define NUMA_HELP                                                                            \
     "\n"                                                                                     \
     "NUMA placement of the table's pages (a tmpfs namespace such as /dev/shm; one of):\n"   \
@@ -287,6 +309,32 @@ static const struct command commands[] = {
      "within --older-than, default 0) is kept.  Prints 'deleted NAME: ...' or\n"
      "'kept NAME: ...' for each, then a summary; JSON: {schema, redis, namespace,\n"
      "older_than, dry_run, pending: [{name, action, reason}]}.\n"},
+    {"layout", cli_cmd_layout, LAYOUT_OPTS | O(JSON), 0, 0,
+     "layout " LAYOUT_SYNOPSIS " [--json]",
+     "Prints the Engram n-gram layout of a model: for each layer its table's rows\n"
+     "and multipliers, and for each column (c = (n - 2) x heads + head) its prime\n"
+     "(rows) and offset (first row in the layer's table), as the released models\n"
+     "compute them (docs/ngram.md).\n"
+     "\n" LAYOUT_HELP
+     "  --json                print one JSON object: {schema, vocab_size, max_ngram,\n"
+     "                        heads, num_cols, compressed_vocab, pad_id, layers:\n"
+     "                        [{layer_id, num_rows, multipliers, primes, offsets}]}\n"},
+    {"hash", cli_cmd_hash,
+     LAYOUT_OPTS | O(TOKEN_MAP) | O(HISTORY) | O(LAYER) | O(LOCAL) | O(JSON), 0, -1,
+     "hash TOKEN... " LAYOUT_SYNOPSIS "\n"
+     "                   [--token-map MAP.npy] [--history T,...] [--layer L] [--local] [--json]",
+     "Hashes the tokens of one request (a chunk of it, after --history) into row\n"
+     "ids, one line per token and layer: 'POSITION TOKEN layer L: ID...' with one id\n"
+     "per column.  -1 is a token that takes no part (DEAD).  A bad token fails with\n"
+     "the library's message naming its position.\n"
+     "\n" LAYOUT_HELP
+     "  --token-map MAP.npy   the tokens are raw ids: MAP (int32 or int64 [V]) gives\n"
+     "                        each one's compressed id (engramstore.build_token_map)\n"
+     "  --history T,...       the tokens before the chunk, oldest first (its last\n"
+     "                        max_ngram - 1 are used)\n"
+     "  --layer L             only layer L (a number of --layer-ids)\n"
+     "  --local               each column's own rows (without the offsets)\n"
+     "  --json                print {schema, local, layer_ids, tokens, ids: [T][L][C]}\n"},
     {"plan", cli_cmd_plan,
      O(HEAD_VOCAB) | O(TP) | O(DP) | O(PER_TP) | O(READS) | O(BALANCED) | O(LAYER_IDS) | O(JSON),
      0, 0,

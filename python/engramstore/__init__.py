@@ -74,6 +74,7 @@ __all__ = [
     "CorruptTableError", "UnsafePathError", "StateError", "StoreClosedError", "InDoubtError",
     "default_root", "library_version", "strerror", "DEAD_ID", "HAVE_CUDA",
     "can_share", "CapacityAnswer", "shard_plan",
+    "NgramLayout", "NgramHasher", "build_token_map",
     "namespaces", "namespace_usage", "remove_namespace", "gc", "NamespaceUsage", "GcResult",
 ]
 
@@ -451,5 +452,6 @@ def can_share(tables: Mapping[Any, object] | Iterable[object],
 from ._mooncake import MooncakeError, MooncakeTableStore  # noqa: E402  (needs the names above)
 from ._layer import LayerStore  # noqa: E402  (needs the names above)
 from ._plan import shard_plan  # noqa: E402
+from ._ngram import NgramHasher, NgramLayout, build_token_map  # noqa: E402
 from ._namespaces import (GcResult, NamespaceUsage, gc, namespace_usage,  # noqa: E402
                           namespaces, remove_namespace)

@@ -54,6 +54,19 @@ def _check_rows(rows: ArrayLike, arg: str, num_rows: int, row_bytes: int) -> Non
 def _source_group(read_rows: Callable[[memoryview, memoryview, memoryview], object],
                   row_bytes: int) -> object: ...
 
+class NgramLayout:
+    def __init__(self, *, layer_ids: Sequence[int], vocab_size: int, max_ngram: int, heads: int,
+                 compressed_vocab: int, pad_id: int, primes: Sequence[int] | None = None,
+                 multipliers: Sequence[int] | None = None) -> None: ...
+    def _arrays(self) -> tuple[tuple[int, int, int, int, int, int, int, tuple[int, ...]],
+                               bytes, bytes, bytes, bytes]: ...
+
+class NgramHasher:
+    def __init__(self, layout: NgramLayout, token_map: ArrayLike | None = None) -> None: ...
+    def hash(self, tokens: ArrayLike, out: ArrayLike, history: ArrayLike | None = None,
+             starts: ArrayLike | None = None, history_starts: ArrayLike | None = None,
+             local: bool = False, layer: int = -1) -> None: ...
+
 class TableSpec(TypedDict, total=False):
     num_rows: int
     row_bytes: int

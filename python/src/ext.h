@@ -8,6 +8,7 @@
  *            methods are in store_lookup.c (lookups), store_tables.c
  *            (tables: populate, bind, define, queries) and store_stats.c
  *            (stats), and store.h is what these four share
+ * ngram.c    the NgramLayout and NgramHasher types: the Engram n-gram hash
  * cuda_load.c  the GPU lookups' side in this module (CUDA builds): their
  *            stream argument, their errors, and the loading of the CUDA
  *            runtime and of the GPU module at the first one
@@ -150,6 +151,10 @@ const char *ext_array_shape(const ext_array *a, char *buf, size_t len);
 
 /* 1 if the array's elements are laid out C-contiguously. */
 int ext_array_c_contiguous(const ext_array *a);
+
+/* ---- ngram.c ----------------------------------------------------------- */
+
+int ext_ngram_init(PyObject *module);
 
 /* ---- store.c ----------------------------------------------------------- */
 

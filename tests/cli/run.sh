@@ -1123,6 +1123,81 @@ assert p == {\"page_size\": 4096, \"pages\": 65, \"sampled\": 65, \"absent\": 0,
 fi
 
 # ---------------------------------------------------------------------------
+# layout and hash: the n-gram hash of DeepSeek-V4.1's layout.  The expected
+# ids come from the Python reference in tests/python/test_ngram.py.
+V41="--layer-ids 1,14 --vocab-size 16000000 --max-ngram 4 --heads 8 --compressed-vocab 99092 --pad-id 2"
+# shellcheck disable=SC2086
+run layout $V41
+check "layout: V4.1's rows" eval 'rc_is 0 && out_has "^layer 1: 384006168 rows; multipliers 76632096046245 " && out_has "^layer 14: 384016682 rows"'
+check "layout: a column" eval 'out_has "^  1     2   1     16000079       16000057$"'
+# shellcheck disable=SC2086
+run layout $V41 --json
+check "layout --json" eval 'rc_is 0 && out_has "\"num_rows\": 384016682"'
+[ "$HAVE_PY" = 1 ] && check "layout --json parses" json_ok
+cat >config.json <<'JSON'
+{"model_type": "x", "text_config": {"engram_layer_ids": [1, 14], "engram_vocab_size": [16000000, 16000000],
+ "engram_max_ngram_size": 4, "engram_n_head_per_ngram": 8, "engram_compressed_vocab_size": 99092,
+ "engram_pad_id": 2}}
+JSON
+run layout --config config.json
+check "layout --config" eval 'rc_is 0 && out_has "^layer 14: 384016682 rows"'
+run layout --config config.json --layer-ids 14
+check "layout --config with a flag over it" eval 'rc_is 0 && out_has "^layer 14: 384006168 rows" && out_lacks "^layer 1:"'
+printf '{"engram_layer_ids": [1]}' >short.json
+run layout --config short.json
+check "layout: a missing field -> 2" eval 'usage_fails && err_has "vocab-size"'
+printf '[1, 2]' >bad.json
+run layout --config bad.json
+check "layout: not an object -> 1" eval 'fails_with 1 "not a JSON object"'
+run layout --config config.json --pad-id 99092
+check "layout: a bad pad id -> 2" eval 'usage_fails && err_has "pad_id 99092"'
+# shellcheck disable=SC2086
+run hash 5 7 $V41
+check "hash" eval 'rc_is 0 && out_has "^1 7 layer 1: 1465117 16756641 44328833 56905956 67773656 82063522 105208692 " && [ "$(wc -l <out)" -eq 4 ]'
+# shellcheck disable=SC2086
+run hash 5 7 $V41 --layer 14 --local
+check "hash --layer --local" eval 'rc_is 0 && out_has "^1 7 layer 14: 2873305 3452693 7348428 4612309 11244571 2046759 " && [ "$(wc -l <out)" -eq 2 ]'
+# A chunk after its history hashes as in the whole request.
+# shellcheck disable=SC2086
+run hash 5 7 -1 9 11 $V41
+tail -n 2 out | cut -d' ' -f3- >whole.ids
+# shellcheck disable=SC2086
+run hash 11 $V41 --history 3,5,7,-1,9
+cut -d' ' -f3- out >chunk.ids
+check "hash --history: the same ids as the whole request" cmp -s whole.ids chunk.ids
+# shellcheck disable=SC2086
+run hash 5 99092 $V41
+check "hash: a bad token -> 1, named" eval 'fails_with 1 "tokens\[1\] = 99092"'
+# shellcheck disable=SC2086
+run hash 5 $V41 --layer 2
+check "hash: a layer not in the layout -> 2" eval 'usage_fails && err_has "--layer"'
+# shellcheck disable=SC2086
+run hash 5 x $V41
+check "hash: a token that is no number -> 2" usage_fails
+# A token map (int64 [4]: 3 19 0 7) by hand: raw 1 is compressed 19.
+make_npy map.npy 1 "{'descr': '<i8', 'fortran_order': False, 'shape': (4,), }" \
+    '\003\000\000\000\000\000\000\000\023\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\007\000\000\000\000\000\000\000'
+SMALL="--layer-ids 1 --vocab-size 100 --max-ngram 3 --heads 2 --compressed-vocab 20 --pad-id 0"
+# shellcheck disable=SC2086
+run hash 19 3 $SMALL
+cut -d' ' -f3- out >direct.ids
+# shellcheck disable=SC2086
+run hash 1 0 $SMALL --token-map map.npy
+cut -d' ' -f3- out >mapped.ids
+check "hash --token-map" eval 'rc_is 0 && cmp -s direct.ids mapped.ids'
+# shellcheck disable=SC2086
+run hash 4 $SMALL --token-map map.npy
+check "hash: a raw token outside the map -> 1" eval 'fails_with 1 "tokens\[0\] = 4 is not a token of the map"'
+make_npy badmap.npy 1 "{'descr': '<f8', 'fortran_order': False, 'shape': (1,), }" '\000\000\000\000\000\000\000\000'
+# shellcheck disable=SC2086
+run hash 0 $SMALL --token-map badmap.npy
+check "hash: a map of floats -> 1" eval 'fails_with 1 "int32 or int64"'
+# shellcheck disable=SC2086
+run hash 5 7 $V41 --json
+check "hash --json" eval 'rc_is 0 && out_has "\"layer_ids\": \[1, 14\]"'
+[ "$HAVE_PY" = 1 ] && check "hash --json parses" json_ok
+
+# ---------------------------------------------------------------------------
 # demo --small: creates, checks, measures and removes its own namespace.
 run demo --small --iters 20
 check "demo --small" eval 'rc_is 0 && out_has "engram:l1:h0" && out_has "^ *4096 " && out_has "store stats"'

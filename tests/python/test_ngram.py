@@ -1,0 +1,340 @@
+"""engramstore.NgramLayout, NgramHasher and build_token_map against a plain
+Python reference of the Engram n-gram hash written here (not a mirror of the
+C code), and numpy's default_rng itself for the multipliers."""
+from __future__ import annotations
+
+import json
+import unicodedata
+
+import numpy as np
+import pytest
+
+import engramstore as es
+
+INT64_MAX = 2**63 - 1
+
+
+# ---- the reference ---------------------------------------------------------
+
+def ref_is_prime(n: int) -> bool:
+    if n < 2:
+        return False
+    if n % 2 == 0:
+        return n == 2
+    f = 3
+    while f * f <= n:
+        if n % f == 0:
+            return False
+        f += 2
+    return True
+
+
+def ref_layout(layer_ids, vocab_size, max_ngram, heads, compressed_vocab):
+    seen: set[int] = set()
+    primes = []
+    for _ in layer_ids:
+        row = []
+        for _n in range(2, max_ngram + 1):
+            cur = vocab_size - 1
+            for _h in range(heads):
+                cur += 1
+                while not ref_is_prime(cur) or cur in seen:
+                    cur += 1
+                seen.add(cur)
+                row.append(cur)
+        primes.append(row)
+    bound = max(1, (INT64_MAX // compressed_vocab) // 2)
+    mults = [(np.random.default_rng(10007 * lid).integers(0, bound, size=max_ngram,
+                                                          dtype=np.int64) * 2 + 1).tolist()
+             for lid in layer_ids]
+    offsets = [[sum(row[:c]) for c in range(len(row))] for row in primes]
+    return primes, offsets, mults
+
+
+def ref_hash(c, skip, primes, offsets, mults, max_ngram, heads, pad, local=False):
+    """ids [T - skip][L][C] of the compressed stream c (its first `skip`
+    tokens are history)."""
+    out = []
+    for p in range(skip, len(c)):
+        per_layer = []
+        for lay in range(len(primes)):
+            ids = [0] * ((max_ngram - 1) * heads)
+            blocked = False
+            rolling = 0
+            for s in range(max_ngram):
+                blocked = blocked or p - s < 0 or c[p - s] == -1
+                v = pad if blocked else c[p - s]
+                rolling ^= v * mults[lay][s]
+                if s >= 1:
+                    for h in range(heads):
+                        col = (s - 1) * heads + h
+                        ids[col] = rolling % primes[lay][col] + (0 if local else offsets[lay][col])
+            per_layer.append(ids)
+        out.append(per_layer)
+    return np.array(out, dtype=np.int64).reshape(len(c) - skip, len(primes),
+                                                 (max_ngram - 1) * heads)
+
+
+CONFIGS = [
+    # layer_ids, vocab_size, max_ngram, heads, compressed_vocab
+    ([1, 14], 16_000_000, 4, 8, 99_092),
+    ([0], 10, 2, 1, 7),
+    ([3, 5, 2], 1000, 3, 5, 50),
+    ([7, 8, 9, 10], 100_000, 5, 2, 3),
+    ([2], 2, 6, 3, 1 << 20),
+    ([11, 12], 1 << 20, 3, 4, 1 << 40),
+]
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+def test_layout_matches_reference(cfg):
+    lids, vocab, n, h, cv = cfg
+    lay = es.NgramLayout(layer_ids=lids, vocab_size=vocab, max_ngram=n, heads=h,
+                         compressed_vocab=cv, pad_id=cv // 2)
+    primes, offsets, mults = ref_layout(lids, vocab, n, h, cv)
+    assert lay.primes.dtype == np.int64 and lay.primes.shape == (len(lids), (n - 1) * h)
+    assert lay.primes.tolist() == primes
+    assert lay.offsets.tolist() == offsets
+    assert lay.multipliers.tolist() == mults
+    assert lay.num_rows == tuple(sum(r) for r in primes)
+    assert lay.layer_ids == tuple(lids) and lay.num_cols == (n - 1) * h
+    assert (lay.max_ngram, lay.heads, lay.compressed_vocab, lay.pad_id) == (n, h, cv, cv // 2)
+
+
+def test_v41_rows():
+    lay = es.NgramLayout(layer_ids=[1, 14], vocab_size=16_000_000, max_ngram=4, heads=8,
+                         compressed_vocab=99_092, pad_id=2)
+    assert lay.num_rows == (384_006_168, 384_016_682)
+    assert "384006168" in repr(lay)
+
+
+@pytest.mark.parametrize("cv", [1, 2, 3, 99_092, 2**20 + 7, 2**31 - 1, 2**31, 2**32 + 1,
+                                3**30, 2**61, 2**62])
+def test_multipliers_are_numpys(cv):
+    """numpy's stream for many seeds (layer ids) and bounds (from the
+    compressed vocabulary: 32-bit and 64-bit draws, bound 1)."""
+    lids = [0, 1, 14, 61, 10**6, 2**40 + 3]
+    lay = es.NgramLayout(layer_ids=lids, vocab_size=100, max_ngram=6, heads=1,
+                         compressed_vocab=cv, pad_id=0)
+    bound = max(1, (INT64_MAX // cv) // 2)
+    for i, lid in enumerate(lids):
+        want = np.random.default_rng(10007 * lid).integers(0, bound, size=6, dtype=np.int64)
+        assert lay.multipliers[i].tolist() == (want * 2 + 1).tolist(), (lid, cv)
+
+
+def make(cfg, pad=None):
+    lids, vocab, n, h, cv = cfg
+    lay = es.NgramLayout(layer_ids=lids, vocab_size=vocab, max_ngram=n, heads=h,
+                         compressed_vocab=cv, pad_id=cv // 2 if pad is None else pad)
+    primes, offsets, mults = ref_layout(lids, vocab, n, h, cv)
+    return lay, (primes, offsets, mults, n, h, lay.pad_id)
+
+
+def stream(rng, t, cv, dead=0.15):
+    c = rng.integers(0, cv, size=t, dtype=np.int64)
+    c[rng.random(t) < dead] = -1
+    return c
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+def test_hash_matches_reference(cfg):
+    rng = np.random.default_rng(sum(cfg[0]) + cfg[2])
+    lay, ref = make(cfg)
+    c = stream(rng, 37, cfg[4])
+    want = ref_hash(c.tolist(), 0, *ref)
+    h = es.NgramHasher(lay)
+    got = h.hash(c)
+    assert got.dtype == np.int64 and got.shape == want.shape
+    assert (got == want).all()
+    # Local ids; one layer by its model number; int32 tokens and ids.
+    local = ref_hash(c.tolist(), 0, *ref, local=True)
+    assert (h.hash(c, local=True) == local).all()
+    for i, lid in enumerate(cfg[0]):
+        assert (h.hash(c, layer=lid) == want[:, i]).all()
+    if cfg[4] < 2**31 and max(lay.num_rows) < 2**31:
+        out = np.zeros(want.shape, np.int32)
+        assert h.hash(c.astype(np.int32), out=out) is out
+        assert (out == want).all()
+    # Every chunking, with the history before it (a longer one is cut).
+    for cut in range(len(c) + 1):
+        got = h.hash(c[cut:], history=c[:cut] if cut else None)
+        assert (got == want[cut:]).all(), cut
+
+
+def test_token_map():
+    cfg = ([4, 6], 5000, 4, 3, 40)
+    rng = np.random.default_rng(7)
+    lay, ref = make(cfg)
+    token_map = rng.integers(0, 40, size=300, dtype=np.int64)
+    raw = rng.integers(0, 300, size=50)
+    raw[rng.random(50) < 0.2] = -1
+    c = np.where(raw < 0, -1, token_map[np.maximum(raw, 0)])
+    want = ref_hash(c.tolist(), 0, *ref)
+    h = es.NgramHasher(lay, token_map)
+    assert (h.hash(raw) == want).all()
+    assert (es.NgramHasher(lay, token_map.astype(np.int32)).hash(raw.astype(np.int32)) == want).all()
+    # A raw token outside the map; nothing written.
+    bad = raw.copy()
+    bad[17] = 300
+    out = np.full(want.shape, 7, np.int64)
+    with pytest.raises(es.BadIdError, match=r"tokens\[17\] = 300.*map"):
+        h.hash(bad, out=out)
+    assert (out == 7).all()
+    with pytest.raises(ValueError, match=r"token_map\[3\] = 40"):
+        es.NgramHasher(lay, np.array([0, 1, 2, 40]))
+    with pytest.raises(TypeError, match="token_map"):
+        es.NgramHasher(lay, np.array([0.5]))
+
+
+def test_hash_batch():
+    cfg = ([2, 9], 700, 3, 4, 25)
+    rng = np.random.default_rng(11)
+    lay, ref = make(cfg)
+    h = es.NgramHasher(lay)
+    full = [stream(rng, n, 25) for n in (12, 1, 30, 0, 8)]
+    cuts = [0, 0, 17, 0, 5]
+    reqs = [f[k:] for f, k in zip(full, cuts)]
+    hists = [f[:k] if k else None for f, k in zip(full, cuts)]
+    got = h.hash_batch(reqs, hists)
+    want = np.concatenate([ref_hash(f.tolist(), k, *ref) for f, k in zip(full, cuts)])
+    assert got.shape == want.shape and (got == want).all()
+    got = h.hash_batch(reqs, hists, layer=9, local=True)
+    want = np.concatenate([ref_hash(f.tolist(), k, *ref, local=True)[:, 1]
+                           for f, k in zip(full, cuts)])
+    assert (got == want).all()
+    assert h.hash_batch([reqs[0]]).shape == (12, 2, 8)
+    assert h.hash_batch([]).shape == (0, 2, 8)
+    bad = [r.copy() for r in reqs]
+    bad[2][3] = 25
+    with pytest.raises(es.BadIdError, match=r"tokens\[16\] = 25 \(request 2\)"):
+        h.hash_batch(bad, hists)
+    with pytest.raises(ValueError, match="histories"):
+        h.hash_batch(reqs, hists[:2])
+
+
+def test_bad_arguments():
+    lay = es.NgramLayout(layer_ids=[1], vocab_size=100, max_ngram=3, heads=2,
+                         compressed_vocab=10, pad_id=0)
+    h = es.NgramHasher(lay)
+    t = np.array([1, 2, 3], np.int64)
+    for kw, exc, text in [
+        ({"out": np.zeros((3, 1, 3), np.int64)}, ValueError, r"shape \(3, 1, 4\)"),
+        ({"out": np.zeros((3, 1, 4), np.float64)}, TypeError, "int32 or int64"),
+        ({"out": np.zeros((3, 1, 4), np.int64)[:, :, ::-1]}, ValueError, "contiguous"),
+        ({"out": np.zeros((3, 4), np.int64)}, ValueError, "shape"),
+        ({"layer": 2}, ValueError, "layer 2 is not one of"),
+        ({"history": np.array([1], np.int32)}, TypeError, "history: expected int64"),
+    ]:
+        with pytest.raises(exc, match=text):
+            h.hash(t, **kw)
+    ro = np.zeros((3, 1, 4), np.int64)
+    ro.flags.writeable = False
+    with pytest.raises((TypeError, ValueError), match="out"):
+        h.hash(t, out=ro)
+    with pytest.raises(TypeError, match="tokens"):
+        h.hash(np.array([1.0, 2.0]))
+    with pytest.raises(es.BadIdError, match=r"tokens\[1\] = 10 is not a compressed id"):
+        h.hash(np.array([1, 10]))
+    with pytest.raises(es.BadIdError, match=r"tokens\[0\] = -2"):
+        h.hash(np.array([-2]))
+    with pytest.raises(es.BadIdError, match=r"history\[0\] = 11"):
+        h.hash(t, history=np.array([11, 1]))
+    with pytest.raises(TypeError, match="layout"):
+        es.NgramHasher("not a layout")
+    base = dict(layer_ids=[1], vocab_size=100, max_ngram=3, heads=2, compressed_vocab=10,
+                pad_id=0)
+    for change, text in [({"max_ngram": 1}, "max_ngram"), ({"heads": 0}, "heads"),
+                         ({"pad_id": 10}, "pad_id 10"), ({"layer_ids": []}, "num_layers"),
+                         ({"layer_ids": [-1]}, "layer_ids"), ({"compressed_vocab": 0}, "compressed"),
+                         ({"vocab_size": 1}, "vocab_size"),
+                         ({"primes": [5, 7, 11]}, "primes: expected"),
+                         ({"primes": [5, 7, 0, 3]}, r"primes\[2\] = 0"),
+                         ({"multipliers": [1, 2]}, "multipliers: expected"),
+                         ({"multipliers": [1, 2, 0]}, r"multipliers\[2\] = 0"),
+                         ({"pad_id": -1}, "pad_id")]:
+        with pytest.raises(ValueError, match=text):
+            es.NgramLayout(**{**base, **change})
+    with pytest.raises(TypeError, match="missing required keyword argument 'heads'"):
+        es._engram.NgramLayout(layer_ids=[1], vocab_size=100, max_ngram=3,
+                               compressed_vocab=10, pad_id=0)
+
+
+def test_explicit_primes_and_multipliers():
+    lay = es.NgramLayout(layer_ids=[9], vocab_size=2, max_ngram=3, heads=1,
+                         compressed_vocab=10, pad_id=0, primes=[[7, 1]],
+                         multipliers=np.array([[1, 3, 5]]))
+    assert lay.primes.tolist() == [[7, 1]] and lay.num_rows == (8,)
+    ids = es.NgramHasher(lay).hash(np.array([4, -1, 2]))
+    assert ids.reshape(-1).tolist() == [4, 7, 0, 7, 2, 7]
+
+
+def test_from_config(tmp_path):
+    fields = {"engram_layer_ids": [1, 14], "engram_vocab_size": [16_000_000] * 3,
+              "engram_max_ngram_size": 4, "engram_n_head_per_ngram": 8,
+              "engram_compressed_vocab_size": 99_092, "engram_pad_id": 2}
+    lay = es.NgramLayout.from_config({"text_config": fields, "model_type": "x"})
+    assert lay.num_rows == (384_006_168, 384_016_682)
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(fields))
+    assert es.NgramLayout.from_config(p).num_rows == lay.num_rows
+    assert es.NgramLayout.from_config(str(p), layer_ids=[1]).num_rows == (384_006_168,)
+    short = {k: v for k, v in fields.items() if k != "engram_pad_id"}
+    with pytest.raises(ValueError, match="engram_pad_id"):
+        es.NgramLayout.from_config(short)
+    assert es.NgramLayout.from_config(short, pad_id=2).pad_id == 2
+    with pytest.raises(ValueError, match="different sizes"):
+        es.NgramLayout.from_config({**fields, "engram_vocab_size": [1, 2]})
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        es.NgramLayout.from_config(fields, nonsense=1)
+
+
+# ---- build_token_map -------------------------------------------------------
+
+def ref_key(text: str, raw: str) -> str:
+    if "\ufffd" in text:
+        return raw
+    s = unicodedata.normalize("NFKC", text)
+    s = unicodedata.normalize("NFD", s)
+    s = "".join(ch for ch in s if unicodedata.category(ch) != "Mn").lower()
+    out, space = [], False
+    for ch in s:
+        if ch in " \t\r\n":
+            if not space:
+                out.append(" ")
+            space = True
+        else:
+            out.append(ch)
+            space = False
+    s = "".join(out)
+    s = " " if s == " " else s.strip(" ")
+    return s or text
+
+
+def test_build_token_map():
+    tokenizers = pytest.importorskip("tokenizers")
+    from tokenizers import decoders, models
+
+    # Byte-level tokens (GPT-2's alphabet: Ġ is a space, Ã the byte 0xC3,
+    # which alone is not UTF-8 and decodes to U+FFFD).
+    vocab = ["<pad>", "Hello", "hello", "Ġhello", "HÃ©llo", "ï¼¨ï¼¥ï¼¬ï¼¬ï¼¯", "Ġ", "ĠĠ",
+             "ĉ", "Ã", "Ã©", "Ġthe", "The", "Ċ", "ĠĉĠ", "!", "Ã¤", "a"]
+    tok = tokenizers.Tokenizer(models.BPE({t: i for i, t in enumerate(vocab)}, []))
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(["<|end|>"])
+    texts = [tok.decode([i], skip_special_tokens=False) for i in range(len(vocab) + 1)]
+    assert texts[9] == "\ufffd" and texts[5] == "ＨＥＬＬＯ" and texts[3] == " hello"
+    keys: dict[str, int] = {}
+    want = [keys.setdefault(ref_key(t, tok.id_to_token(i)), len(keys))
+            for i, t in enumerate(texts)]
+    got = es.build_token_map(tok)
+    assert got.dtype == np.int64 and got.tolist() == want
+    # hello, Hello, " hello", HÉllo, ＨＥＬＬＯ are one; " " and "  " one; the and The one.
+    assert len(set(got[[1, 2, 3, 4, 5]].tolist())) == 1
+    assert got[6] == got[7] and got[11] == got[12] and got[9] != got[10]
+    assert es.build_token_map(tok, compressed_vocab=len(keys)).tolist() == want
+    with pytest.raises(ValueError, match="compresses to"):
+        es.build_token_map(tok, compressed_vocab=len(keys) + 1)
+    # The map feeds a hasher.
+    lay = es.NgramLayout(layer_ids=[1], vocab_size=1000, max_ngram=3, heads=2,
+                         compressed_vocab=len(keys), pad_id=int(got[0]))
+    es.NgramHasher(lay, got).hash(np.arange(len(texts)))
