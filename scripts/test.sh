@@ -41,8 +41,9 @@ run_build tsan -DENGRAM_TSAN=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -- -R 'test_(l
 echo "== python package"
 [ -x build/venv/bin/python ] || python3 -m venv build/venv
 # mypy: tests/python/test_typing.py checks the package and the README's and
-# docs' examples with it.
-build/venv/bin/python -m pip install -q --disable-pip-version-check numpy pytest mypy
+# docs' examples with it.  tokenizers: engramstore.build_token_map() (its
+# test builds a small tokenizer).
+build/venv/bin/python -m pip install -q --disable-pip-version-check numpy pytest mypy tokenizers
 # Mooncake's Store (its Python client, master and metadata server) for the
 # Store-backed tests (tests/python/test_mooncake.py start and stop the servers
 # on 127.0.0.1 themselves).  Where the wheel cannot be installed at all (no

@@ -13,9 +13,15 @@
  * each layer then does N multiply-xors and one reduction per column.  The
  * reductions use Barrett's method with a reciprocal per column computed
  * when the hasher is made: one 64x64->128 multiply, one multiply and one
- * conditional subtraction instead of a hardware division.  Every token
- * is validated before the first id is written, so a bad token leaves the
- * output untouched.
+ * conditional subtraction instead of a hardware division.  Where the CPU
+ * has AVX-512 (F and DQ) and every prime is at least 2^12, the heads of an
+ * order are reduced 8 at a time instead: they share one rolling value, so
+ * a double-precision quotient estimate of it by each prime (off by at most
+ * one for such primes, see reduce8()) corrected in exact 64-bit integer
+ * arithmetic.  ENGRAM_NGRAM_SCALAR=1 in the environment (read when a hasher
+ * is made) keeps the scalar path, which the tests compare with.  Every
+ * token is validated before the first id is written, so a bad token leaves
+ * the output untouched.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -25,6 +31,17 @@
 
 #include "common.h"
 #include "nprandom.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define HAVE_AVX512_PATH 1
+#else
+#define HAVE_AVX512_PATH 0
+#endif
+
+/* Primes at least this large let the double quotient be off by one at
+ * most (see reduce8()). */
+#define SIMD_MIN_PRIME ((uint64_t)1 << 12)
 
 #define SEED_MULT 10007 /* the models' multiplier seed: 10007 * layer_id */
 #define NUM_MAX ((uint64_t)1 << 62)
@@ -45,6 +62,8 @@ struct engram_ngram_hasher {
     int64_t *mults;   /* [L * N] */
     uint64_t *primes; /* [L * C] */
     uint64_t *minv;   /* [L * C]: floor((2^64 - 1) / prime), Barrett's reciprocal */
+    double *inv;      /* [L * C]: 1.0 / prime, for the vector path */
+    int simd;         /* use the AVX-512 path */
     int64_t *offsets; /* [L * C] */
     uint64_t *rows;   /* [L] */
     uint64_t *pmax;   /* [L]: the layer's largest prime */
@@ -341,6 +360,7 @@ void engram_ngram_hasher_destroy(engram_ngram_hasher *h)
     free(h->mults);
     free(h->primes);
     free(h->minv);
+    free(h->inv);
     free(h->offsets);
     free(h->rows);
     free(h->pmax);
@@ -375,6 +395,7 @@ int engram_ngram_hasher_create(const engram_ngram_layout *lay, const int64_t *to
     h->pad = li->pad_id;
     if (!(h->mults = malloc((size_t)h->L * h->N * sizeof(int64_t))) ||
         !(h->primes = malloc(lc * sizeof(uint64_t))) || !(h->minv = malloc(lc * sizeof(uint64_t))) ||
+        !(h->inv = malloc(lc * sizeof(double))) ||
         !(h->offsets = malloc(lc * sizeof(int64_t))) ||
         !(h->rows = malloc(h->L * sizeof(uint64_t))) ||
         !(h->pmax = calloc(h->L, sizeof(uint64_t))) ||
@@ -387,8 +408,21 @@ int engram_ngram_hasher_create(const engram_ngram_layout *lay, const int64_t *to
     memcpy(h->primes, li->primes, lc * sizeof(uint64_t));
     memcpy(h->offsets, li->offsets, lc * sizeof(int64_t));
     memcpy(h->rows, li->num_rows, h->L * sizeof(uint64_t));
+    h->simd = HAVE_AVX512_PATH;
+#if HAVE_AVX512_PATH
+    __builtin_cpu_init(); /* needed where no constructor ran it (a library loaded late) */
+    h->simd = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+#endif
+    {
+        const char *e = getenv("ENGRAM_NGRAM_SCALAR");
+        if (e && strcmp(e, "1") == 0)
+            h->simd = 0;
+    }
     for (size_t i = 0; i < lc; i++) {
         h->minv[i] = UINT64_MAX / h->primes[i];
+        h->inv[i] = 1.0 / (double)h->primes[i];
+        if (h->primes[i] < SIMD_MIN_PRIME)
+            h->simd = 0;
         if (h->primes[i] > h->pmax[i / h->C])
             h->pmax[i / h->C] = h->primes[i];
     }
@@ -452,8 +486,10 @@ static int bad_token(const engram_ngram_hasher *h, const char *what, size_t i, s
 /* The ids of one position for the hashed layers, from its effective
  * values e[0..N-1] (blocking applied). */
 static inline void hash_position(const engram_ngram_hasher *h, const int64_t *e, uint32_t l0,
-                                 uint32_t l1, int local, void *out, size_t base, int out32)
+                                 uint32_t l1, int local, void *out, size_t base, int out32,
+                                 uint32_t unused)
 {
+    (void)unused; /* the vector path's head count */
     const uint32_t N = h->N, H = h->H, C = h->C;
     for (uint32_t l = l0; l < l1; l++) {
         const int64_t *m = h->mults + (size_t)l * N;
@@ -475,33 +511,126 @@ static inline void hash_position(const engram_ngram_hasher *h, const int64_t *e,
     }
 }
 
-/* Hashes request r's chunk [t0, t1) with its history: compiled once per
- * output type and flag, so the inner loop has no branch on them. */
+#if HAVE_AVX512_PATH
+/* x mod p for the up to 8 primes of p[0..n) at once (x < 2^63, each prime
+ * in [2^12, 2^62]): q = trunc(double(x) * (1 / p)) is within one of the
+ * true quotient, because each of the three roundings (x, 1/p, the product)
+ * errs by at most 2^-53 relative, about 3 * 2^-53 * x / p < 1 in all;
+ * r = x - q * p, exact modulo 2^64, then lies in (-p, 2p) and one
+ * correction each way brings it to [0, p). */
+__attribute__((target("avx512f,avx512dq"))) static inline __m512i
+reduce8(uint64_t x, const uint64_t *p, const double *inv, __mmask8 m)
+{
+    __m512i pv = _mm512_maskz_loadu_epi64(m, p);
+    __m512d q = _mm512_mul_pd(_mm512_set1_pd((double)x), _mm512_maskz_loadu_pd(m, inv));
+    __m512i r = _mm512_sub_epi64(_mm512_set1_epi64((long long)x),
+                                 _mm512_mullo_epi64(_mm512_cvttpd_epi64(q), pv));
+    r = _mm512_mask_add_epi64(r, _mm512_cmplt_epi64_mask(r, _mm512_setzero_si512()), r, pv);
+    return _mm512_mask_sub_epi64(r, _mm512_mask_cmpge_epi64_mask(m, r, pv), r, pv);
+}
+
+/* hash_position() with reduce8(): the heads of one order, 8 at a time. */
+__attribute__((target("avx512f,avx512dq"))) static inline void
+hash_position8(const engram_ngram_hasher *h, const int64_t *e, uint32_t l0, uint32_t l1,
+               int local, void *out, size_t base, int out32, uint32_t H8)
+{
+    /* H8: 8 when the layout has 8 heads (the models' count), for a loop of
+     * one full vector the compiler sees; 0 otherwise. */
+    const uint32_t N = h->N, H = H8 ? H8 : h->H, C = h->C;
+    for (uint32_t l = l0; l < l1; l++) {
+        const int64_t *m = h->mults + (size_t)l * N;
+        const uint64_t *p = h->primes + (size_t)l * C;
+        const double *inv = h->inv + (size_t)l * C;
+        const int64_t *off = h->offsets + (size_t)l * C;
+        uint64_t rolling = (uint64_t)(e[0] * m[0]);
+        size_t o = base + (size_t)(l - l0) * C;
+        for (uint32_t s = 1; s < N; s++) {
+            rolling ^= (uint64_t)(e[s] * m[s]);
+            for (uint32_t k = 0; k < H; k += 8) {
+                uint32_t c = (s - 1) * H + k;
+                __mmask8 msk = (__mmask8)(H - k >= 8 ? 0xff : (1u << (H - k)) - 1);
+                __m512i id = reduce8(rolling, p + c, inv + c, msk);
+                if (!local)
+                    id = _mm512_add_epi64(id, _mm512_maskz_loadu_epi64(msk, off + c));
+                if (out32)
+                    _mm512_mask_cvtepi64_storeu_epi32((int32_t *)out + o + c, msk, id);
+                else
+                    _mm512_mask_storeu_epi64((int64_t *)out + o + c, msk, id);
+            }
+        }
+    }
+}
+#endif
+
+/* The body of hash_request() with `POSITION` as the per-position hash:
+ * written once, compiled for the scalar and the vector path. */
+#define HASH_REQUEST_BODY(POSITION, H8)                                                         \
+    const uint32_t N = h->N;                                                                    \
+    int64_t win[ENGRAM_NGRAM_MAX_N] = {0}, e[ENGRAM_NGRAM_MAX_N];                               \
+    size_t nl = l1 - l0, known = 0;                                                             \
+    /* win[s] is the compressed id at p - s; `known` of them exist. */                          \
+    for (size_t i = h0; i < h1; i++) {                                                          \
+        memmove(win + 1, win, (N - 1) * sizeof *win);                                           \
+        win[0] = compress(h, token_at(a->history, a->token_type, i));                           \
+        known++;                                                                                \
+    }                                                                                           \
+    for (size_t t = t0; t < t1; t++) {                                                          \
+        int blocked = 0;                                                                        \
+        memmove(win + 1, win, (N - 1) * sizeof *win);                                           \
+        win[0] = compress(h, token_at(a->tokens, a->token_type, t));                            \
+        known++;                                                                                \
+        for (uint32_t s = 0; s < N; s++) {                                                      \
+            blocked |= s >= known || win[s] == ENGRAM_DEAD_ID;                                  \
+            e[s] = blocked ? h->pad : win[s];                                                   \
+        }                                                                                       \
+        POSITION(h, e, l0, l1, local, a->out, t * nl * h->C, out32, H8);                        \
+    }
+
+/* Hashes request r's chunk [t0, t1) with its history: inlined with
+ * constant flags below, so the inner loop has no branch on them. */
 static inline void hash_request(const engram_ngram_hasher *h, const engram_ngram_hash_args *a,
                                 size_t t0, size_t t1, size_t h0, size_t h1, uint32_t l0,
                                 uint32_t l1, int local, int out32)
 {
-    const uint32_t N = h->N;
-    int64_t win[ENGRAM_NGRAM_MAX_N] = {0}, e[ENGRAM_NGRAM_MAX_N];
-    size_t nl = l1 - l0, known = 0;
-    /* win[s] is the compressed id at p - s; `known` of them exist. */
-    for (size_t i = h0; i < h1; i++) {
-        memmove(win + 1, win, (N - 1) * sizeof *win);
-        win[0] = compress(h, token_at(a->history, a->token_type, i));
-        known++;
-    }
-    for (size_t t = t0; t < t1; t++) {
-        int blocked = 0;
-        memmove(win + 1, win, (N - 1) * sizeof *win);
-        win[0] = compress(h, token_at(a->tokens, a->token_type, t));
-        known++;
-        for (uint32_t s = 0; s < N; s++) {
-            blocked |= s >= known || win[s] == ENGRAM_DEAD_ID;
-            e[s] = blocked ? h->pad : win[s];
-        }
-        hash_position(h, e, l0, l1, local, a->out, t * nl * h->C, out32);
-    }
+    HASH_REQUEST_BODY(hash_position, 0)
 }
+
+static void hash_request_any(const engram_ngram_hasher *h, const engram_ngram_hash_args *a,
+                             size_t t0, size_t t1, size_t h0, size_t h1, uint32_t l0, uint32_t l1,
+                             int local, int out32)
+{
+    if (out32)
+        local ? hash_request(h, a, t0, t1, h0, h1, l0, l1, 1, 1)
+              : hash_request(h, a, t0, t1, h0, h1, l0, l1, 0, 1);
+    else
+        local ? hash_request(h, a, t0, t1, h0, h1, l0, l1, 1, 0)
+              : hash_request(h, a, t0, t1, h0, h1, l0, l1, 0, 0);
+}
+
+#if HAVE_AVX512_PATH
+__attribute__((target("avx512f,avx512dq"))) static inline void
+hash_request8(const engram_ngram_hasher *h, const engram_ngram_hash_args *a, size_t t0, size_t t1,
+              size_t h0, size_t h1, uint32_t l0, uint32_t l1, int local, int out32, uint32_t H8)
+{
+    HASH_REQUEST_BODY(hash_position8, H8)
+}
+
+__attribute__((target("avx512f,avx512dq"))) static void
+hash_request8_any(const engram_ngram_hasher *h, const engram_ngram_hash_args *a, size_t t0,
+                  size_t t1, size_t h0, size_t h1, uint32_t l0, uint32_t l1, int local, int out32)
+{
+    if (h->H != 8) {
+        hash_request8(h, a, t0, t1, h0, h1, l0, l1, local, out32, 0);
+        return;
+    }
+    if (out32)
+        local ? hash_request8(h, a, t0, t1, h0, h1, l0, l1, 1, 1, 8)
+              : hash_request8(h, a, t0, t1, h0, h1, l0, l1, 0, 1, 8);
+    else
+        local ? hash_request8(h, a, t0, t1, h0, h1, l0, l1, 1, 0, 8)
+              : hash_request8(h, a, t0, t1, h0, h1, l0, l1, 0, 0, 8);
+}
+#endif
 
 int engram_ngram_hash(const engram_ngram_hasher *h, const engram_ngram_hash_args *a)
 {
@@ -590,12 +719,13 @@ int engram_ngram_hash(const engram_ngram_hasher *h, const engram_ngram_hash_args
             h0 = a->history_starts[r];
             h1 = a->history_starts[r + 1];
         }
-        if (out32)
-            local ? hash_request(h, a, t0, t1, h0, h1, l0, l1, 1, 1)
-                  : hash_request(h, a, t0, t1, h0, h1, l0, l1, 0, 1);
-        else
-            local ? hash_request(h, a, t0, t1, h0, h1, l0, l1, 1, 0)
-                  : hash_request(h, a, t0, t1, h0, h1, l0, l1, 0, 0);
+#if HAVE_AVX512_PATH
+        if (h->simd) {
+            hash_request8_any(h, a, t0, t1, h0, h1, l0, l1, local, out32);
+            continue;
+        }
+#endif
+        hash_request_any(h, a, t0, t1, h0, h1, l0, l1, local, out32);
     }
     return 0;
 }

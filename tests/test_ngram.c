@@ -11,7 +11,8 @@
  *    without a token map, for several N, H and vocabularies; every
  *    chunking of a request with its history gives the whole request's
  *    ids; a ragged batch gives each request's own ids; one layer, local
- *    ids, int32 and int64 tokens and ids;
+ *    ids, int32 and int64 tokens and ids; with the vector path (AVX-512,
+ *    where the CPU has it) and the scalar one;
  *  - bad configs, maps, tokens and arguments: clear errors, output
  *    untouched.
  * tests/python/test_ngram.py compares with numpy and a Python reference.
@@ -306,6 +307,18 @@ static void test_against_reference(void)
     check_config(1, 6, 3, 2, 1u << 20, &rng);
     check_config(2, 3, 4, 1u << 20, (uint64_t)1 << 40, &rng); /* products near 2^63 */
     check_config(1, 4, 2, 50, 1, &rng);            /* one compressed id: pad everywhere */
+    check_config(1, 3, 2, (uint64_t)1 << 59, 99092, &rng); /* primes near 2^59 */
+    check_config(2, 2, 13, 4096, 1000, &rng);      /* the smallest primes of the vector path */
+}
+
+/* The same without the vector path (hashers made with
+ * ENGRAM_NGRAM_SCALAR=1 keep the scalar one): both agree with the
+ * reference. */
+static void test_scalar_path(void)
+{
+    ASSERT_EQ(setenv("ENGRAM_NGRAM_SCALAR", "1", 1), 0);
+    test_against_reference();
+    ASSERT_EQ(unsetenv("ENGRAM_NGRAM_SCALAR"), 0);
 }
 
 /* Given primes and multipliers are used as they are. */
@@ -535,6 +548,7 @@ int main(void)
     RUN_TEST(test_numpy_stream);
     RUN_TEST(test_v41);
     RUN_TEST(test_against_reference);
+    RUN_TEST(test_scalar_path);
     RUN_TEST(test_explicit);
     RUN_TEST(test_bad_config);
     RUN_TEST(test_bad_input);
