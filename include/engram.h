@@ -871,6 +871,55 @@ typedef struct engram_bad_id {
 ENGRAM_API int engram_last_bad_id(engram_bad_id *bad);
 
 /* ------------------------------------------------------------------------
+ * Lookups ahead of time.
+ *
+ * An engine knows its ids before it needs the rows (every Engram layer's
+ * ids at the start of a forward pass): it submits each lookup at once and
+ * waits for it where the rows are needed, so that reading (from files, a
+ * Redis Cluster, a caller's source) overlaps the model's work.  Submitted
+ * lookups run on the store's lookup threads (as many as its gather
+ * threads, at least one; started with the first submit), in the order
+ * they were submitted.
+ */
+typedef struct engram_pending engram_pending;
+
+/*! engram_lookup_submit() :
+ * Starts lookup `args` (as engram_lookup() would run it) and returns at
+ * once with *out, the pending lookup, which the caller must hand to
+ * engram_lookup_wait() or engram_lookup_cancel() exactly once.  args and
+ * its tables and offsets arrays are copied; the ids and the output it
+ * points to must stay valid, and the output untouched by the caller, until
+ * then.  Thread-safe.  engram_store_close() cancels the lookups no thread
+ * has started (their wait returns ENGRAM_ESTATE) and waits for the running
+ * ones; a pending lookup may be waited for after its store is closed.
+ * After fork() a child submits on its own threads; lookups its parent
+ * submitted are the parent's.
+ * @return : 0, -EINVAL (bad arguments), -EAGAIN (no thread could be
+ *           started), -ENOMEM.  The lookup's own errors come at the wait. */
+ENGRAM_API int engram_lookup_submit(engram_store *st, const engram_lookup_args *args,
+                                    engram_pending **out);
+
+/*! engram_lookup_wait() :
+ * Waits for pending lookup `p` to finish and frees it.  Its failure
+ * becomes this thread's: engram_errmsg() and engram_last_bad_id() say
+ * what engram_lookup() would have said.  Thread-safe (one call per p).
+ * @return : the lookup's result (0, or what engram_lookup() returns), or
+ *           ENGRAM_ESTATE (its store was closed before it ran), -EINVAL. */
+ENGRAM_API int engram_lookup_wait(engram_pending *p);
+
+/*! engram_lookup_cancel() :
+ * Cancels pending lookup `p` if no thread has started it (the output is
+ * then untouched), else waits for it, and frees it.
+ * @return : -ECANCELED (cancelled before it ran), else as
+ *           engram_lookup_wait(). */
+ENGRAM_API int engram_lookup_cancel(engram_pending *p);
+
+/*! engram_lookup_done() :
+ * @return : 1 if a wait on `p` would not block, 0 if it would, -EINVAL.
+ *           Never blocks, frees nothing. */
+ENGRAM_API int engram_lookup_done(const engram_pending *p);
+
+/* ------------------------------------------------------------------------
  * Tokens to rows: the Engram n-gram hash.
  *
  * An Engram layer reads, for each position of a request, one row per hash
@@ -1020,6 +1069,35 @@ typedef struct engram_ngram_hash_args {
  * @return : 0, ENGRAM_EBADID, -EINVAL (bad arguments, named), -ERANGE
  *           (int32 output and ids of the layout that do not fit). */
 ENGRAM_API int engram_ngram_hash(const engram_ngram_hasher *h, const engram_ngram_hash_args *args);
+
+/*! engram_ngram_lookup() :
+ * Tokens to rows in one call: hashes `hash`'s tokens (hash->layer, an
+ * index of the layout, is the one layer read; hash->out is not used) and
+ * looks the ids up on store `st` as `look` says (its out, strides,
+ * row_bytes and flags; its tables, offsets, ids and num_cols must be left
+ * unset: they come from the hash).  `tables` is either the layer's one
+ * table (num_tables 1, global ids: rows of the whole layer) or one table
+ * per column (num_tables = C, local ids: the layer API's per-head tables
+ * engram:l{L}:h{c}).  The output is [T, C, row_bytes].  The ids go to a
+ * per-thread buffer kept for the thread's next calls (8 bytes an id).  A
+ * bad token fails before any id is looked up, a bad id (a table smaller
+ * than the layout says) before any row is written.  Thread-safe.
+ * @return : 0, or what engram_ngram_hash() or engram_lookup() return. */
+ENGRAM_API int engram_ngram_lookup(engram_store *st, const engram_ngram_hasher *h,
+                                   const engram_ngram_hash_args *hash,
+                                   const engram_table_id *tables, size_t num_tables,
+                                   const engram_lookup_args *look);
+
+/*! engram_ngram_lookup_submit() :
+ * engram_ngram_lookup() on the store's lookup threads (see
+ * engram_lookup_submit()): the hash and the lookup both run there.  The
+ * hasher, the tokens and histories `hash` points to and the output must
+ * stay valid until the wait; tables is copied.
+ * @return : 0, -EINVAL, -EAGAIN, -ENOMEM; the rest at the wait. */
+ENGRAM_API int engram_ngram_lookup_submit(engram_store *st, const engram_ngram_hasher *h,
+                                          const engram_ngram_hash_args *hash,
+                                          const engram_table_id *tables, size_t num_tables,
+                                          const engram_lookup_args *look, engram_pending **out);
 
 /* ------------------------------------------------------------------------
  * Shard plans: which heads of a layer each rank of a TP x DP topology

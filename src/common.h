@@ -66,6 +66,7 @@ enum {
     ENGRAM__SCRATCH_PLAN,  /* a plan's row sources and rows */
     ENGRAM__SCRATCH_ROWS,  /* the rows a lookup hands to fetch.c */
     ENGRAM__SCRATCH_FETCH, /* fetch.c's deduplication */
+    ENGRAM__SCRATCH_NGRAM, /* the ids of engram_ngram_lookup() */
     ENGRAM__SCRATCH_KINDS
 };
 void *engram__scratch(int which, size_t size);

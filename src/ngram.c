@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "async.h"
 #include "common.h"
 #include "nprandom.h"
 
@@ -728,4 +729,9 @@ int engram_ngram_hash(const engram_ngram_hasher *h, const engram_ngram_hash_args
         hash_request_any(h, a, t0, t1, h0, h1, l0, l1, local, out32);
     }
     return 0;
+}
+
+size_t engram__ngram_cols(const engram_ngram_hasher *h)
+{
+    return h->C;
 }

@@ -30,6 +30,7 @@
 #include "mapfile.h"
 #include "pool.h"
 #include "reader.h"
+#include "async.h"
 #include "remote.h"
 #include "rsec.h"
 #include "rowcache.h"
@@ -360,6 +361,8 @@ void engram_store_close(engram_store *st)
 {
     if (!st)
         return;
+    /* First: submitted lookups may still read the tables. */
+    engram__async_stop(st);
     engram__lease_drop(st);
     engram__pool_destroy(st->pool);
     for (uint32_t i = 0; i < engram__table_count(st); i++) {

@@ -74,6 +74,9 @@ struct engram_store {
     pid_t lease_pid;              /* the process that made it */
     char lease_name[64];
     struct engram__pool *pool;    /* NULL when threads == 1 */
+    /* The lookup threads of submitted lookups (async.c), made with the
+     * first submit (under lock), then read without it. */
+    struct engram__async *_Atomic async;
     /* The row cache's budget and the io_uring reader, made with the first
      * table that needs them (under lock), then read without it. */
     struct engram__cbudget *_Atomic budget;
