@@ -45,6 +45,7 @@ from ._engram import (  # noqa: F401  (re-exported)
     CorruptTableError,
     EngramError,
     InDoubtError,
+    PendingLookup,
     LayoutError,
     LayoutMismatchError,
     SpecError,
@@ -74,7 +75,7 @@ __all__ = [
     "CorruptTableError", "UnsafePathError", "StateError", "StoreClosedError", "InDoubtError",
     "default_root", "library_version", "strerror", "DEAD_ID", "HAVE_CUDA",
     "can_share", "CapacityAnswer", "shard_plan",
-    "NgramLayout", "NgramHasher", "build_token_map",
+    "NgramLayout", "NgramHasher", "build_token_map", "PendingLookup",
     "namespaces", "namespace_usage", "remove_namespace", "gc", "NamespaceUsage", "GcResult",
 ]
 
@@ -101,7 +102,8 @@ class EngramStore:
 
     TableStore (and MooncakeTableStore): ``define``, ``populate``,
     ``populate_shared``, ``wait_for``, ``bind``, ``open_safetensors``,
-    ``add_source``, ``lookup``, ``cuda_check``, ``get_table_spec``,
+    ``add_source``, ``lookup``, ``lookup_async`` (TableStore: a
+    ``PendingLookup`` to ``wait()`` for), ``cuda_check``, ``get_table_spec``,
     ``list_tables``, ``remove``, ``verify``, ``stats``, ``usage``,
     ``placement``, ``numa_copy``, ``close``; ``closed`` and ``path``.
 

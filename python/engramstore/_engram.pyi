@@ -66,6 +66,14 @@ class NgramHasher:
     def hash(self, tokens: ArrayLike, out: ArrayLike, history: ArrayLike | None = None,
              starts: ArrayLike | None = None, history_starts: ArrayLike | None = None,
              local: bool = False, layer: int = -1) -> None: ...
+    def _lookup(self, store: Store, layer: int, tables: str | Sequence[str], tokens: ArrayLike,
+                out: ArrayLike, history: ArrayLike | None = None, zero_dead: bool = False,
+                submit: bool = False) -> PendingLookup | None: ...
+
+class PendingLookup:
+    def wait(self) -> None: ...
+    def cancel(self) -> bool: ...
+    def done(self) -> bool: ...
 
 class TableSpec(TypedDict, total=False):
     num_rows: int
@@ -149,6 +157,15 @@ class Store:
         *,
         zero_dead: bool = False,
     ) -> None: ...
+    def lookup_async(
+        self,
+        tables: Sequence[str],
+        ids: ArrayLike,
+        out: ArrayLike,
+        offsets: ArrayLike | None = None,
+        *,
+        zero_dead: bool = False,
+    ) -> PendingLookup: ...
     def _lookup_layer(self, tables: Sequence[str], row_ids: ArrayLike, output: ArrayLike) -> None: ...
     def _layer_lookup(
         self,

@@ -216,13 +216,8 @@ class NgramHasher:
         """
         tokens = self._tokens(tokens, "tokens")
         idx = -1 if layer is None else self._layout.layer_index(layer)
-        if history is not None:
-            history = self._tokens(history, "history")
-            keep = self._layout.max_ngram - 1
-            if len(history) > keep:
-                history = history[len(history) - keep:]
         out = self._out(out, len(tokens), layer)
-        self._c.hash(tokens, out, history=history, local=local, layer=idx)
+        self._c.hash(tokens, out, history=_history(self, history), local=local, layer=idx)
         return out
 
     def hash_batch(self, requests: Sequence[Any], histories: Sequence[Any] | None = None,
@@ -262,6 +257,56 @@ class NgramHasher:
             self._c.hash(tokens, out, history=hist, starts=starts, history_starts=hstarts,
                          local=local, layer=idx)
         return out
+
+    def lookup(self, store: Any, layer: int, tables: Any, tokens: Any, out: Any = None,
+               history: Any = None, zero_dead: bool = False) -> Any:
+        """Tokens to rows in one call: hashes ``tokens`` (one request's chunk after
+        its ``history``, as hash() does) for model layer ``layer`` and gathers the
+        rows from ``store`` into ``out`` (uint8 [T, C, row_bytes], allocated when not
+        given), returned.  ``tables``: the layer's one table (a name; global ids), or
+        C names, a table per column (local ids: the layer API's engram:l{L}:h{c}).
+        A bad token raises BadIdError naming it; nothing is written then."""
+        tokens = self._tokens(tokens, "tokens")
+        out = _lookup_out(self, store, tables, len(tokens), out)
+        self._c._lookup(store, self._layout.layer_index(layer), tables, tokens, out,
+                        history=_history(self, history), zero_dead=zero_dead)
+        return out
+
+    def submit(self, store: Any, layer: int, tables: Any, tokens: Any, out: Any = None,
+               history: Any = None, zero_dead: bool = False) -> tuple[Any, Any]:
+        """lookup() on the store's lookup threads: returns at once a PendingLookup
+        (``.wait()``, ``.cancel()``, ``.done()``) and the output it fills, as
+        ``(pending, out)``.  The hash runs there too.  tokens, history and out are
+        held until the wait."""
+        tokens = self._tokens(tokens, "tokens")
+        out = _lookup_out(self, store, tables, len(tokens), out)
+        pending = self._c._lookup(store, self._layout.layer_index(layer), tables, tokens, out,
+                                  history=_history(self, history), zero_dead=zero_dead,
+                                  submit=True)
+        return pending, out
+
+
+def _lookup_out(hasher: NgramHasher, store: Any, tables: Any, n: int, out: Any) -> Any:
+    if not isinstance(store, _engram.Store):
+        raise TypeError(f"store: expected a TableStore, got {type(store).__name__}")
+    if out is not None:
+        return out
+    first = tables if isinstance(tables, str) else tables[0]
+    rb = store.get_table_spec(first)["row_bytes"]
+    np = _numpy()
+    shape = (n, hasher.layout.num_cols, rb)
+    if np is None:
+        size = n * hasher.layout.num_cols * rb
+        return memoryview(bytearray(size)).cast("B", shape)
+    return np.empty(shape, np.uint8)
+
+
+def _history(hasher: NgramHasher, history: Any) -> Any:
+    if history is None:
+        return None
+    history = hasher._tokens(history, "history")
+    keep = hasher.layout.max_ngram - 1
+    return history[len(history) - keep:] if len(history) > keep else history
 
 
 def build_token_map(tokenizer: Any, compressed_vocab: int | None = None) -> Any:

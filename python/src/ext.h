@@ -9,6 +9,7 @@
  *            (tables: populate, bind, define, queries) and store_stats.c
  *            (stats), and store.h is what these four share
  * ngram.c    the NgramLayout and NgramHasher types: the Engram n-gram hash
+ * pending.c  the PendingLookup type: lookups submitted ahead of time
  * cuda_load.c  the GPU lookups' side in this module (CUDA builds): their
  *            stream argument, their errors, and the loading of the CUDA
  *            runtime and of the GPU module at the first one
@@ -155,6 +156,10 @@ int ext_array_c_contiguous(const ext_array *a);
 /* ---- ngram.c ----------------------------------------------------------- */
 
 int ext_ngram_init(PyObject *module);
+
+/* ---- pending.c --------------------------------------------------------- */
+
+int ext_pending_init(PyObject *module);
 
 /* ---- store.c ----------------------------------------------------------- */
 

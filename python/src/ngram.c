@@ -16,8 +16,14 @@
  *     starts and history_starts: 1-D int64 [R + 1] for a ragged batch;
  *     out: writable C-contiguous int32 or int64 of shape (T, L, C), or
  *     (T, C) for one layer.  The GIL is released while it hashes.
+ * NgramHasher._lookup(store, layer, tables, tokens, out, history=None,
+ *                     zero_dead=False, submit=False)
+ *     tokens to rows (engram_ngram_lookup, or its submit: a PendingLookup):
+ *     layer an index, tables one name (the layer's table, global ids) or
+ *     C names (a table per column, local ids), out writable C-contiguous
+ *     uint8 (T, C, row_bytes).
  */
-#include "ext.h"
+#include "store.h"
 
 #include <errno.h>
 #include <string.h>
@@ -118,6 +124,10 @@ static int Layout_init(LayoutObject *self, PyObject *args, PyObject *kw)
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|$OOOOOOOO:NgramLayout", names, &lids, &vocab,
                                      &maxn, &heads, &cv, &pad, &primes, &mults))
         return -1;
+    if (self->lay) {
+        PyErr_SetString(PyExc_TypeError, "NgramLayout is initialised already");
+        return -1;
+    }
     {
         /* Required, by keyword only. */
         PyObject *req[6] = {lids, vocab, maxn, heads, cv, pad};
@@ -285,6 +295,11 @@ static int Hasher_init(HasherObject *self, PyObject *args, PyObject *kw)
     memset(&ma, 0, sizeof ma);
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:NgramHasher", names, &layout, &map))
         return -1;
+    if (self->h) {
+        /* Lookups submitted with the hasher it has may still use it. */
+        PyErr_SetString(PyExc_TypeError, "NgramHasher is initialised already");
+        return -1;
+    }
     if (!PyObject_TypeCheck(layout, layout_type)) {
         PyErr_Format(PyExc_TypeError, "layout: expected an NgramLayout, got %.100s",
                      Py_TYPE(layout)->tp_name);
@@ -515,9 +530,152 @@ out:
     return ret;
 }
 
+PyDoc_STRVAR(Hasher_lookup_doc,
+"_lookup($self, /, store, layer, tables, tokens, out, history=None, zero_dead=False,\n"
+"        submit=False)\n--\n\n"
+"Tokens to rows (see engramstore.NgramHasher.lookup).");
+
+static PyObject *Hasher_lookup(HasherObject *self, PyObject *args, PyObject *kw)
+{
+    static char *names[] = {"store", "layer", "tables", "tokens", "out", "history",
+                            "zero_dead", "submit", NULL};
+    PyObject *sto, *tabs, *tok, *outo, *hist = Py_None, *ret = NULL;
+    int layer, zero_dead = 0, submit = 0, rc;
+    engram_table_id tids[ENGRAM_NGRAM_MAX_COLS];
+    engram_ngram_hash_args h = ENGRAM_NGRAM_HASH_ARGS_INIT;
+    engram_lookup_args look = ENGRAM_LOOKUP_ARGS_INIT;
+    engram_pending *pend = NULL;
+    ext_array held[3];
+    StoreObject *s;
+    Py_ssize_t ntab;
+    uint32_t R = 0;
+    char b[64];
+
+    memset(held, 0, sizeof held);
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OiOOO|Opp:_lookup", names, &sto, &layer, &tabs,
+                                     &tok, &outo, &hist, &zero_dead, &submit))
+        return NULL;
+    if (!self->h) {
+        PyErr_SetString(PyExc_ValueError, "NgramHasher was not initialised");
+        return NULL;
+    }
+    if (!PyObject_TypeCheck(sto, ext_store_type)) {
+        PyErr_Format(PyExc_TypeError, "store: expected a TableStore, got %.100s",
+                     Py_TYPE(sto)->tp_name);
+        return NULL;
+    }
+    s = (StoreObject *)sto;
+    if (layer < 0 || layer >= (int)self->L) {
+        PyErr_Format(PyExc_ValueError, "layer: expected an index below %u, got %d", self->L,
+                     layer);
+        return NULL;
+    }
+    /* tables: one name, or one per column. */
+    if (PyUnicode_Check(tabs)) {
+        int mem;
+        if (ext_store_resolve(s, tabs, &tids[0], &R, &mem, 0) < 0)
+            return NULL;
+        ntab = 1;
+    } else if (PyList_Check(tabs) || PyTuple_Check(tabs)) {
+        ntab = PySequence_Size(tabs);
+        if (ntab != (Py_ssize_t)self->C) {
+            PyErr_Format(PyExc_ValueError, "tables: expected one name (the layer's table) or "
+                         "%u (one per column), got %zd", self->C, ntab);
+            return NULL;
+        }
+        for (Py_ssize_t c = 0; c < ntab; c++) {
+            PyObject *name = PySequence_GetItem(tabs, c);
+            uint32_t rb;
+            int mem, e;
+            if (!name)
+                return NULL;
+            e = ext_store_resolve(s, name, &tids[c], &rb, &mem, c);
+            Py_DECREF(name);
+            if (e < 0)
+                return NULL;
+            if (c == 0)
+                R = rb;
+            else if (rb != R) {
+                ext_raise_cls(ext_exc_for(ENGRAM_ELAYOUT), ENGRAM_ELAYOUT,
+                              "tables: %zd has rows of %u bytes, the first %u", c, rb, R);
+                return NULL;
+            }
+        }
+    } else {
+        PyErr_Format(PyExc_TypeError, "tables: expected a table name or a list of them, got "
+                     "%.100s", Py_TYPE(tabs)->tp_name);
+        return NULL;
+    }
+    if (int_vector(tok, "tokens", 0, &held[0]) < 0)
+        return NULL;
+    if (hist != Py_None && int_vector(hist, "history", held[0].itemsize, &held[1]) < 0)
+        goto out;
+    if (ext_array_get(outo, "out", EXT_WRITABLE, &held[2]) < 0)
+        goto out;
+    {
+        const ext_array *o = &held[2];
+        if (o->kind != EXT_KIND_UINT || o->itemsize != 1) {
+            PyErr_Format(PyExc_TypeError, "out: expected uint8, got %s",
+                         ext_array_dtype(o, b, sizeof b));
+            goto out;
+        }
+        if (o->ndim != 3 || o->shape[0] != held[0].shape[0] ||
+            o->shape[1] != (Py_ssize_t)self->C || o->shape[2] != (Py_ssize_t)R ||
+            !ext_array_c_contiguous(o)) {
+            PyErr_Format(PyExc_ValueError, "out: expected a C-contiguous array of shape (%zd, "
+                         "%u, %u), got %s%s",
+                         held[0].shape[0], self->C, R, ext_array_shape(o, b, sizeof b),
+                         ext_array_c_contiguous(o) ? "" : " (not contiguous)");
+            goto out;
+        }
+    }
+    h.num_tokens = (size_t)held[0].shape[0];
+    h.tokens = held[0].data;
+    h.token_type = held[0].itemsize == 8 ? ENGRAM_ID_INT64 : ENGRAM_ID_INT32;
+    if (hist != Py_None) {
+        h.history = held[1].data;
+        h.history_len = (size_t)held[1].shape[0];
+    }
+    h.layer = layer;
+    look.flags = zero_dead ? ENGRAM_LOOKUP_ZERO_DEAD : 0;
+    look.out = held[2].data;
+    look.row_bytes = R;
+    if (ext_store_enter(s) < 0)
+        goto out;
+    if (submit) {
+        rc = engram_ngram_lookup_submit(s->st, self->h, &h, tids, (size_t)ntab, &look, &pend);
+        ext_store_leave(s);
+    } else {
+        Py_XDECREF(ext_source_take_exception());
+        Py_BEGIN_ALLOW_THREADS
+        rc = engram_ngram_lookup(s->st, self->h, &h, tids, (size_t)ntab, &look);
+        ext_store_leave(s);
+        Py_END_ALLOW_THREADS
+    }
+    if (rc) {
+        if (rc == -EINVAL)
+            PyErr_SetString(PyExc_ValueError, engram_errmsg());
+        else
+            ext_raise(rc, NULL);
+        goto out;
+    }
+    if (submit) {
+        /* The pending lookup holds the arrays and this hasher. */
+        ret = ext_pending_new(pend, held, 3, -1, NULL, 1, (PyObject *)self);
+        return ret;
+    }
+    ret = Py_NewRef(Py_None);
+out:
+    for (int i = 0; i < 3; i++)
+        ext_array_release(&held[i]);
+    return ret;
+}
+
 static PyMethodDef Hasher_methods[] = {
     {"hash", (PyCFunction)(void (*)(void))Hasher_hash, METH_VARARGS | METH_KEYWORDS,
      Hasher_hash_doc},
+    {"_lookup", (PyCFunction)(void (*)(void))Hasher_lookup, METH_VARARGS | METH_KEYWORDS,
+     Hasher_lookup_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -383,6 +383,8 @@ static PyObject *Store_get_path(StoreObject *s, void *unused)
 /* The methods of store.c and, through store.h, of the other store_*.c files. */
 static PyMethodDef Store_methods[] = {
     {"cuda_check", (PyCFunction)ext_store_cuda_check, METH_NOARGS, ext_store_cuda_check_doc},
+    {"lookup_async", (PyCFunction)(void (*)(void))ext_store_lookup_async,
+     METH_FASTCALL | METH_KEYWORDS, ext_store_lookup_async_doc},
     {"lookup", (PyCFunction)(void (*)(void))ext_store_lookup, METH_FASTCALL | METH_KEYWORDS,
      ext_store_lookup_doc},
     {"_lookup_layer", (PyCFunction)(void (*)(void))ext_store_lookup_layer, METH_FASTCALL,
@@ -459,11 +461,14 @@ static PyType_Spec Store_spec = {
     .slots = Store_slots,
 };
 
+PyTypeObject *ext_store_type;
+
 int ext_store_init(PyObject *m)
 {
     PyObject *t;
     if (ext_layer_lookup_module_init(m) < 0 || !(t = PyType_FromSpec(&Store_spec)))
         return -1;
+    ext_store_type = (PyTypeObject *)t; /* the module's reference keeps it */
     if (PyModule_AddObjectRef(m, "Store", t) < 0) {
         Py_DECREF(t);
         return -1;

@@ -112,6 +112,23 @@ void ext_store_memo_clear(StoreObject *s);
 
 PyObject *ext_store_lookup(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
                            PyObject *kwnames);
+PyObject *ext_store_lookup_async(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
+                                 PyObject *kwnames);
+extern const char ext_store_lookup_async_doc[];
+/* The Store type (set at module init), for isinstance checks. */
+extern PyTypeObject *ext_store_type;
+/* Raises BadIdError for a lookup's first bad id (engram_last_bad_id()),
+ * named in the caller's `ids` array (lead 1: [T, K], 2: [B, L, H]). */
+void ext_store_raise_bad_id(int rc, const ext_array *ids, const char *arg, int lead);
+
+/* ---- pending.c: PendingLookup ------------------------------------------ */
+
+/* A PendingLookup of `p`, taking the nheld arrays (moved out of held[]) and
+ * a reference to `keep` (may be NULL); held[ids_index] (or -1) names bad
+ * ids as `ids_arg` with `lead`.  NULL with an exception (p cancelled and
+ * the arrays released). */
+PyObject *ext_pending_new(engram_pending *p, ext_array *held, int nheld, int ids_index,
+                          const char *ids_arg, int lead, PyObject *keep);
 PyObject *ext_store_lookup_layer(StoreObject *s, PyObject *const *args, Py_ssize_t nargs);
 PyObject *ext_store_bench_lookup(StoreObject *s, PyObject *const *args, Py_ssize_t nargs);
 PyObject *ext_store_cuda_check(StoreObject *s, PyObject *unused);

@@ -149,7 +149,7 @@ static void bad_id_attrs(PyObject *position, PyObject *v)
  * "ids[t][k] = ..."; the layer API's caller passed row_ids [B, L, H] (lead
  * 2), so it is named there, "row_ids[b][l][h] = ...", and its `position`
  * is (b, l, h); else (t, k). */
-static void raise_bad_id(int rc, const ext_array *ids, const char *arg, int lead)
+void ext_store_raise_bad_id(int rc, const ext_array *ids, const char *arg, int lead)
 {
     engram_bad_id b = ENGRAM_BAD_ID_INIT;
     const char *msg = engram_errmsg();
@@ -512,7 +512,7 @@ static PyObject *lookup_run(StoreObject *s, const lookup_in *in, lookup_prep *p)
         Py_END_ALLOW_THREADS
     }
     if (rc == ENGRAM_EBADID) {
-        raise_bad_id(rc, &p->ids, in->ids_arg, in->lead);
+        ext_store_raise_bad_id(rc, &p->ids, in->ids_arg, in->lead);
         return NULL;
     }
     if (rc < 0)
@@ -577,6 +577,70 @@ PyObject *ext_store_lookup(StoreObject *s, PyObject *const *args, Py_ssize_t nar
     in.ids_arg = "ids";
     in.out_arg = "out";
     return do_lookup(s, &in);
+}
+
+const char ext_store_lookup_async_doc[] = PyDoc_STR(
+"lookup_async($self, tables, ids, out, offsets=None, *, zero_dead=False)\n--\n\n"
+"lookup() on the store's lookup threads: returns at once a PendingLookup whose\n"
+"wait() gives the rows (and raises what lookup() would raise).  ids and out are\n"
+"held, and must not be written, until then.  Host arrays only.  Lookups run in\n"
+"the order submitted; close() cancels those that have not started (their\n"
+"wait() raises StateError).");
+
+PyObject *ext_store_lookup_async(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
+                                 PyObject *kwnames)
+{
+    static const char *const names[] = {"tables", "ids", "out", "offsets", "zero_dead"};
+    PyObject *v[5];
+    lookup_in in;
+    lookup_prep p;
+    engram_pending *pend = NULL;
+    ext_array held[2];
+    int rc;
+    if (ext_store_parse_args("lookup_async", args, nargs, kwnames, names, 5, 4, 3, v) < 0)
+        return NULL;
+    in.stream = NULL;
+    in.tables = v[0];
+    in.ids = v[1];
+    in.out = v[2];
+    in.offsets = v[3];
+    in.zero_dead = 0;
+    if (v[4] && (in.zero_dead = PyObject_IsTrue(v[4])) < 0)
+        return NULL;
+    in.lead = 1;
+    in.ids_contig = 0;
+    in.ids_arg = "ids";
+    in.out_arg = "out";
+    if (lookup_prepare(s, &in, &p) < 0)
+        goto fail;
+    if (p.out.device != EXT_DEVICE_HOST) {
+        PyErr_SetString(PyExc_TypeError, "lookup_async: ids and out must be host arrays (a "
+                        "lookup into GPU memory is ordered on its stream already: lookup(..., "
+                        "stream=))");
+        goto fail;
+    }
+    /* A source callable's exception left from an earlier failure must not
+     * become this lookup's cause. */
+    Py_XDECREF(ext_source_take_exception());
+    if (ext_store_enter(s) < 0)
+        goto fail;
+    /* Quick (a copy of the arguments, a queue): the GIL stays. */
+    rc = engram_lookup_submit(s->st, &p.a, &pend);
+    ext_store_leave(s);
+    if (rc) {
+        ext_raise(rc, "lookup_async");
+        goto fail;
+    }
+    /* The tables and offsets were copied: only ids and out stay held. */
+    held[0] = p.ids;
+    held[1] = p.out;
+    memset(&p.ids, 0, sizeof p.ids);
+    memset(&p.out, 0, sizeof p.out);
+    lookup_release(&p);
+    return ext_pending_new(pend, held, 2, 0, "ids", 1, NULL);
+fail:
+    lookup_release(&p);
+    return NULL;
 }
 
 const char ext_store_lookup_layer_doc[] = PyDoc_STR(

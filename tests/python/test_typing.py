@@ -153,6 +153,7 @@ TABLE_SIGNATURES = {
     "add_source": "(name: 'str', spec: 'TableSpecArg', read_rows: 'Callable[..., object]', *, "
                   "cache_bytes: 'int' = 0, group: 'Hashable | None' = None) -> 'int | None'",
     "lookup": "(tables, ids, out, offsets=None, stream=None, *, zero_dead=False)",
+    "lookup_async": "(tables, ids, out, offsets=None, *, zero_dead=False)",
     "cuda_check": "()",
     "get_table_spec": "(name, /)",
     "list_tables": "()",
