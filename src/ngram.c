@@ -45,6 +45,8 @@
 #define SIMD_MIN_PRIME ((uint64_t)1 << 12)
 
 #define SEED_MULT 10007 /* the models' multiplier seed: 10007 * layer_id */
+_Static_assert((ENGRAM_NGRAM_MAX_N & (ENGRAM_NGRAM_MAX_N - 1)) == 0,
+               "the hash's window of ids is a ring of ENGRAM_NGRAM_MAX_N");
 #define NUM_MAX ((uint64_t)1 << 62)
 
 struct engram_ngram_layout {
@@ -522,10 +524,12 @@ static inline void hash_position(const engram_ngram_hasher *h, const int64_t *e,
 __attribute__((target("avx512f,avx512dq"))) static inline __m512i
 reduce8(uint64_t x, const uint64_t *p, const double *inv, __mmask8 m)
 {
-    __m512i pv = _mm512_maskz_loadu_epi64(m, p);
-    __m512d q = _mm512_mul_pd(_mm512_set1_pd((double)x), _mm512_maskz_loadu_pd(m, inv));
-    __m512i r = _mm512_sub_epi64(_mm512_set1_epi64((long long)x),
-                                 _mm512_mullo_epi64(_mm512_cvttpd_epi64(q), pv));
+    __m512i pv = _mm512_maskz_loadu_epi64(m, p), xv = _mm512_set1_epi64((long long)x);
+    /* x to double in the vector unit: a scalar conversion would depend on
+     * the old contents of its register and chain the orders' reductions
+     * one after the other. */
+    __m512d q = _mm512_mul_pd(_mm512_cvtepi64_pd(xv), _mm512_maskz_loadu_pd(m, inv));
+    __m512i r = _mm512_sub_epi64(xv, _mm512_mullo_epi64(_mm512_cvttpd_epi64(q), pv));
     r = _mm512_mask_add_epi64(r, _mm512_cmplt_epi64_mask(r, _mm512_setzero_si512()), r, pv);
     return _mm512_mask_sub_epi64(r, _mm512_mask_cmpge_epi64_mask(m, r, pv), r, pv);
 }
@@ -569,20 +573,18 @@ hash_position8(const engram_ngram_hasher *h, const int64_t *e, uint32_t l0, uint
     const uint32_t N = h->N;                                                                    \
     int64_t win[ENGRAM_NGRAM_MAX_N] = {0}, e[ENGRAM_NGRAM_MAX_N];                               \
     size_t nl = l1 - l0, known = 0;                                                             \
-    /* win[s] is the compressed id at p - s; `known` of them exist. */                          \
-    for (size_t i = h0; i < h1; i++) {                                                          \
-        memmove(win + 1, win, (N - 1) * sizeof *win);                                           \
-        win[0] = compress(h, token_at(a->history, a->token_type, i));                           \
-        known++;                                                                                \
-    }                                                                                           \
+    /* A ring of the last N ids: the id at p - s is win[(known - 1 - s) % MAX_N];               \
+     * `known` of them exist (MAX_N is a power of two). */                                      \
+    for (size_t i = h0; i < h1; i++)                                                            \
+        win[known++ & (ENGRAM_NGRAM_MAX_N - 1)] =                                               \
+            compress(h, token_at(a->history, a->token_type, i));                                \
     for (size_t t = t0; t < t1; t++) {                                                          \
         int blocked = 0;                                                                        \
-        memmove(win + 1, win, (N - 1) * sizeof *win);                                           \
-        win[0] = compress(h, token_at(a->tokens, a->token_type, t));                            \
-        known++;                                                                                \
+        win[known++ & (ENGRAM_NGRAM_MAX_N - 1)] = compress(h, token_at(a->tokens, a->token_type, t)); \
         for (uint32_t s = 0; s < N; s++) {                                                      \
-            blocked |= s >= known || win[s] == ENGRAM_DEAD_ID;                                  \
-            e[s] = blocked ? h->pad : win[s];                                                   \
+            int64_t v = s < known ? win[(known - 1 - s) & (ENGRAM_NGRAM_MAX_N - 1)] : 0;         \
+            blocked |= s >= known || v == ENGRAM_DEAD_ID;                                       \
+            e[s] = blocked ? h->pad : v;                                                        \
         }                                                                                       \
         POSITION(h, e, l0, l1, local, a->out, t * nl * h->C, out32, H8);                        \
     }
