@@ -305,6 +305,10 @@ int cli_cmd_bench(struct cli *cli);
 int cli_cmd_demo(struct cli *cli);
 int cli_cmd_plan(struct cli *cli);
 int cli_cmd_layout(struct cli *cli); /* cli_ngram.c */
+/* The n-gram layout of --config and the layout flags (--layer-ids too
+ * with use_layer_ids; else only the config's): 0 and *out, or an exit
+ * status after reporting (cli_ngram.c). */
+int cli_make_layout(const struct cli *cli, int use_layer_ids, engram_ngram_layout **out);
 int cli_cmd_hash(struct cli *cli);
 int cli_cmd_wait(struct cli *cli);
 int cli_cmd_mem(struct cli *cli);

@@ -353,6 +353,8 @@ static const char *suggest_pattern(const struct tensors *l, const struct pattern
 /* One layer to import: its tensors and the bytes of a row. */
 struct layer {
     uint64_t id;
+    const uint64_t *vocab; /* its heads' rows: --head-vocab's, or the layout's */
+    uint64_t sum;          /* their sum */
     const struct tensor *w, *s;
     char wname[LAYER_NAME_MAX + 256], sname[LAYER_NAME_MAX + 256];
     uint32_t len[2];
@@ -514,6 +516,8 @@ int cli_import_layers(struct cli *cli)
     uint64_t vocab[HEADS_MAX], want[1024], sum = 0, pitch = 0;
     size_t heads = 0, nwant = 0, nlayers = 0, done = 0, total, h0 = 0, h1 = 0;
     engram_store *st = NULL;
+    engram_ngram_layout *lay = NULL;
+    engram_ngram_layout_info li = ENGRAM_NGRAM_LAYOUT_INFO_INIT;
     char hint[600], shape[256];
     int status, rc;
 
@@ -527,19 +531,33 @@ int cli_import_layers(struct cli *cli)
     if (cli->opt[OPT_ROWS] || cli->opt[OPT_ROW_BYTES])
         return cli_usage_error(cli, "--%s does not apply to --layers",
                                cli->opt[OPT_ROWS] ? "rows" : "row-bytes");
-    if (!cli->opt[OPT_HEAD_VOCAB])
+    if (!cli->opt[OPT_HEAD_VOCAB] == !cli->opt[OPT_CONFIG])
         return cli_usage_error(cli, "--layers needs --head-vocab N0,N1,... (the rows of each "
-                                    "head, in the order of the tensor's rows)");
-    rc = cli_parse_list(cli->opt[OPT_HEAD_VOCAB], 1, vocab, HEADS_MAX, &heads);
-    if (rc == -2)
-        return cli_usage_error(cli, "--head-vocab: more than %d heads", HEADS_MAX);
-    if (rc != 0)
-        return cli_usage_error(cli, "--head-vocab: '%s' is not a comma-separated list of "
-                                    "positive integers",
-                               cli->opt[OPT_HEAD_VOCAB]);
-    for (size_t h = 0; h < heads; h++)
-        if (__builtin_add_overflow(sum, vocab[h], &sum))
-            return cli_usage_error(cli, "--head-vocab: the sizes overflow");
+                                    "head, in the order of the tensor's rows) or --config "
+                                    "CONFIG.json (the model's n-gram layout), one of them");
+    if (cli->opt[OPT_CONFIG]) {
+        /* Each layer's heads are its columns, their rows its primes. */
+        if ((status = cli_make_layout(cli, 0, &lay)) != 0)
+            return status;
+        engram_get_ngram_layout_info(lay, &li);
+        heads = li.num_cols;
+        if (heads > HEADS_MAX) {
+            engram_ngram_layout_destroy(lay);
+            return cli_usage_error(cli, "--config: %zu columns a layer, above %d", heads,
+                                   HEADS_MAX);
+        }
+    } else {
+        rc = cli_parse_list(cli->opt[OPT_HEAD_VOCAB], 1, vocab, HEADS_MAX, &heads);
+        if (rc == -2)
+            return cli_usage_error(cli, "--head-vocab: more than %d heads", HEADS_MAX);
+        if (rc != 0)
+            return cli_usage_error(cli, "--head-vocab: '%s' is not a comma-separated list of "
+                                        "positive integers",
+                                   cli->opt[OPT_HEAD_VOCAB]);
+        for (size_t h = 0; h < heads; h++)
+            if (__builtin_add_overflow(sum, vocab[h], &sum))
+                return cli_usage_error(cli, "--head-vocab: the sizes overflow");
+    }
     if (cli->opt[OPT_LAYER_IDS]) {
         rc = cli_parse_list(cli->opt[OPT_LAYER_IDS], 0, want, sizeof want / sizeof want[0], &nwant);
         if (rc != 0)
@@ -610,6 +628,27 @@ int cli_import_layers(struct cli *cli)
     }
     /* Natural order of the names is numeric order of the layers. */
 
+    /* Each layer's head sizes: --head-vocab for all, or the layout's own. */
+    for (size_t i = 0; i < nlayers; i++) {
+        struct layer *ly = &layers[i];
+        if (!lay) {
+            ly->vocab = vocab;
+            ly->sum = sum;
+            continue;
+        }
+        for (uint32_t k = 0; k < li.num_layers && !ly->vocab; k++)
+            if ((uint64_t)li.layer_ids[k] == ly->id) {
+                ly->vocab = li.primes + (size_t)k * li.num_cols;
+                ly->sum = li.num_rows[k];
+            }
+        if (!ly->vocab) {
+            status = cli_fail("import --layers: layer %" PRIu64 " ('%s') is not an Engram layer "
+                              "of --config's layout (engram_layer_ids)",
+                              ly->id, ly->wname);
+            goto out;
+        }
+    }
+
     /* 2. Every layer's scale, shapes and sizes, and every table name free,
      * before anything is written. */
     for (size_t i = 0; i < nlayers; i++) {
@@ -631,12 +670,11 @@ int cli_import_layers(struct cli *cli)
                                             &ly->w->info, &rb[1])) != 0)
             goto out;
         n = ly->w->info.shape[0];
-        if (sum != n) {
-            status = cli_fail("import --layers: layer %" PRIu64 ": the %zu head sizes of "
-                              "--head-vocab add up to %" PRIu64 " rows, but '%s' has %" PRIu64
-                              " (shape %s)",
-                              ly->id, heads, sum, ly->wname, n,
-                              cli_fmt_shape(&ly->w->info, shape, sizeof shape));
+        if (ly->sum != n) {
+            status = cli_fail("import --layers: layer %" PRIu64 ": the %zu head sizes of %s "
+                              "add up to %" PRIu64 " rows, but '%s' has %" PRIu64 " (shape %s)",
+                              ly->id, heads, lay ? "the layout" : "--head-vocab", ly->sum,
+                              ly->wname, n, cli_fmt_shape(&ly->w->info, shape, sizeof shape));
             goto out;
         }
         if (rb[0] + rb[1] > ENGRAM_ROW_BYTES_MAX || (pitch && pitch < rb[0] + rb[1])) {
@@ -685,8 +723,8 @@ int cli_import_layers(struct cli *cli)
                cli->ns);
     fflush(stdout);
     for (size_t i = 0; i < nlayers; i++)
-        if ((status = import_layer(st, path, &layers[i], vocab, h0, h1, (uint32_t)pitch, &pub,
-                                   &done, total)) != 0)
+        if ((status = import_layer(st, path, &layers[i], layers[i].vocab, h0, h1,
+                                   (uint32_t)pitch, &pub, &done, total)) != 0)
             break;
     if (status != 0)
         rollback(st, &pub);
@@ -698,6 +736,7 @@ int cli_import_layers(struct cli *cli)
         printf("; heads engram:l{L}:h%zu..h%zu), verified\n", h0, h1 - 1);
 out:
     engram_store_close(st);
+    engram_ngram_layout_destroy(lay);
     free(pub.names);
     free(layers);
     tensors_free(&l);

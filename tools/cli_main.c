@@ -158,11 +158,12 @@ static const struct command commands[] = {
     {"import", cli_cmd_import,
      O(ROW_BYTES) | O(PITCH) | O(SAFETENSORS) | O(WEIGHT) | O(SCALE) | O(ROWS) | O(LAYERS) |
          O(HEAD_VOCAB) | O(LAYER_IDS) | O(REDIS) | O(SHARD) | O(TP) | O(DP) | O(PER_TP) |
-         O(READS) | O(BALANCED) | NUMA_OPTS,
+         O(READS) | O(BALANCED) | O(CONFIG) | NUMA_OPTS,
      0, 2,
      "import NAME FILE [--row-bytes R] [--pitch P] | import --safetensors CKPT --weight W "
      "[--scale S] [--rows A:B] [--pitch P] NAME | import --layers --safetensors CKPT "
-     "--head-vocab N0,N1,... [--weight PAT] [--scale PAT] [--layer-ids L,...] [--pitch P] "
+     "(--head-vocab N0,N1,... | --config CONFIG.json) [--weight PAT] [--scale PAT] "
+     "[--layer-ids L,...] [--pitch P] "
      "[--shard S --tp T [--dp D] [--per-tp] [--reads R0,... [--balanced]]]\n"
      "                   (each form also with [--numa-node N | --numa-gpu PCI | --interleave L])",
      "Creates table NAME from FILE, streamed in 8 MiB chunks.\n"
@@ -207,6 +208,9 @@ static const struct command commands[] = {
      "\n"
      "  --layers            import every layer the --weight pattern finds\n"
      "  --head-vocab N0,... the rows of each head (the same for every layer)\n"
+     "  --config CONFIG.json  instead: the model's n-gram layout (as 'engram layout\n"
+     "                      --config' prints it): layer L's heads are its columns,\n"
+     "                      their rows its primes (each layer its own)\n"
      "  --weight PAT        the weight tensors (default model.layers.{L}.engram.weight)\n"
      "  --scale PAT         the scale tensors (default model.layers.{L}.engram.scale)\n"
      "  --layer-ids L,...   only these layers (each must exist)\n"

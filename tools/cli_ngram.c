@@ -163,8 +163,7 @@ bad_lids:
                     path, ENGRAM_NGRAM_MAX_LAYERS);
 }
 
-/* The layout of the command line: 0 and *out, or an exit status. */
-static int make_layout(const struct cli *cli, engram_ngram_layout **out)
+int cli_make_layout(const struct cli *cli, int use_layer_ids, engram_ngram_layout **out)
 {
     static const int ids[5] = {OPT_VOCAB_SIZE, OPT_MAX_NGRAM, OPT_HEADS, OPT_COMPRESSED_VOCAB,
                                OPT_PAD_ID};
@@ -181,7 +180,7 @@ static int make_layout(const struct cli *cli, engram_ngram_layout **out)
     have[3] = &a.have_cv, have[4] = &a.have_pad;
     if (cli->opt[OPT_CONFIG] && (status = layout_from_config(cli, &a)) != 0)
         return status;
-    if (cli->opt[OPT_LAYER_IDS]) {
+    if (use_layer_ids && cli->opt[OPT_LAYER_IDS]) {
         uint64_t v[ENGRAM_NGRAM_MAX_LAYERS];
         if (cli_parse_list(cli->opt[OPT_LAYER_IDS], 0, v, ENGRAM_NGRAM_MAX_LAYERS, &a.nlayers) !=
                 0)
@@ -237,7 +236,7 @@ int cli_cmd_layout(struct cli *cli)
     engram_ngram_layout_info li = ENGRAM_NGRAM_LAYOUT_INFO_INIT;
     int status;
 
-    if ((status = make_layout(cli, &lay)) != 0)
+    if ((status = cli_make_layout(cli, 1, &lay)) != 0)
         return status;
     engram_get_ngram_layout_info(lay, &li);
     if (cli->opt[OPT_JSON]) {
@@ -348,7 +347,7 @@ int cli_cmd_hash(struct cli *cli)
     size_t T = (size_t)cli->nargs, hl = 0, nl;
     int status, rc;
 
-    if ((status = make_layout(cli, &lay)) != 0)
+    if ((status = cli_make_layout(cli, 1, &lay)) != 0)
         return status;
     engram_get_ngram_layout_info(lay, &li);
     if (!(tokens = malloc(T * sizeof *tokens))) {

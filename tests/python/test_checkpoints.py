@@ -434,3 +434,56 @@ def test_import_layers_shard_refusals(tmp_path, ckpt, local_dir, extra, why):
     r = import_layers(local_dir, ckpt, *extra)
     assert r.returncode != 0 and why in r.stderr, r.stderr
     assert tables(local_dir) == []
+
+
+def test_import_layers_from_a_layout(tmp_path, local_dir):
+    """--config: each layer's heads are the n-gram layout's columns, with
+    that layer's own primes as their rows (they differ between layers),
+    and the hasher's ids read the imported rows."""
+    cfg = {"text_config": {"engram_layer_ids": [1, 14], "engram_vocab_size": 5,
+                           "engram_max_ngram_size": 2, "engram_n_head_per_ngram": 3,
+                           "engram_compressed_vocab_size": 11, "engram_pad_id": 0}}
+    lay = engramstore.NgramLayout.from_config(cfg)
+    assert lay.primes.tolist() == [[5, 7, 11], [13, 17, 19]]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    d = tmp_path / "ckpt"
+    d.mkdir()
+    data = {}
+    for i, l in enumerate(LAYERS):
+        rng = np.random.default_rng(2000 + l)
+        n = lay.num_rows[i]
+        data[l] = (rng.integers(0, 256, (n, W), dtype=np.uint8),
+                   rng.integers(0, 256, (n, S), dtype=np.uint8))
+    write_safetensors(str(d / "m.safetensors"), {
+        f"model.layers.{l}.engram.{k}": (dt, a, a.shape)
+        for l in LAYERS for k, dt, a in (("weight", "F8_E4M3", data[l][0]),
+                                         ("scale", "F8_E8M0", data[l][1]))})
+    ckpt = str(d / "m.safetensors")
+    r = engram(local_dir, "import", "--layers", "--safetensors", ckpt, "--config", str(path))
+    assert r.returncode == 0, r.stderr
+    assert "[6/6] engram:l14:h2: 19 rows of 264 bytes, rows 30..48 of layer 14" in r.stdout
+    hasher = engramstore.NgramHasher(lay)
+    with engramstore.LocalStore(local_dir, "model-x") as st:
+        names = [f"engram:l14:h{c}" for c in range(3)]
+        assert [st.get_table_spec(n)["num_rows"] for n in names] == [13, 17, 19]
+        toks = np.array([3, 10, -1, 4])
+        rows = hasher.lookup(st, 14, names, toks)
+        gids = hasher.hash(toks, layer=14)
+        packed = np.concatenate(data[14], axis=1)
+        assert np.array_equal(rows, packed[gids])
+    # A checkpoint layer the layout does not have; both or neither head sources.
+    cfg["text_config"]["engram_layer_ids"] = [1, 2]
+    path.write_text(json.dumps(cfg))
+    r = engram(local_dir, "import", "--layers", "--safetensors", ckpt,
+               "--config", str(path))
+    assert r.returncode == 1 and "layer 14" in r.stderr and "not an Engram layer" in r.stderr
+    r = engram(local_dir, "import", "--layers", "--safetensors", ckpt, "--config", str(path),
+               "--head-vocab", "5,7,11")
+    assert r.returncode == 2 and "one of them" in r.stderr
+    # Sizes that do not add up name the layout.
+    cfg["text_config"]["engram_layer_ids"] = [14, 1]
+    path.write_text(json.dumps(cfg))
+    r = engram(local_dir, "import", "--layers", "--safetensors", ckpt,
+               "--config", str(path))
+    assert r.returncode == 1 and "head sizes of the layout" in r.stderr, r.stderr
