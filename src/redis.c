@@ -395,10 +395,18 @@ static const char S_TOUCH[] =
 /* S_PUBLISH(field, name, manifest, closed body): 1 published (now, or by
  * an earlier copy of this very command: the manifest is ours, byte for
  * byte), 0 the name is taken by another push (the record is closed), -1
- * the record is not open (a resolver closed it): nothing published. */
+ * the record is not open (a resolver closed it): nothing published.
+ * Finding its manifest already there, it writes the same bytes again: a
+ * WAIT covers only what a connection's own writes changed (a server
+ * replicates no command that changed nothing), and this connection's
+ * WAIT must cover the publication that the lost answer was for. */
 static const char S_PUBLISH[] =
     LUA_NOW "local cur = redis.call('HGET', KEYS[1], ARGV[2])\n"
-            "if cur == ARGV[3] then redis.call('HDEL', KEYS[1], ARGV[1]) return 1 end\n"
+            "if cur == ARGV[3] then\n"
+            "  redis.call('HSET', KEYS[1], ARGV[2], cur)\n"
+            "  redis.call('HDEL', KEYS[1], ARGV[1])\n"
+            "  return 1\n"
+            "end\n"
             "local p = redis.call('HGET', KEYS[1], ARGV[1])\n"
             "if not p or not " LUA_OPEN " then return -1 end\n"
             "if cur then\n"
@@ -1207,8 +1215,10 @@ static int resolve(rwriter *w, int err, const char *text, size_t tlen)
     rstore *rs = w->rs;
     char first[ENGRAM__ERRMSG_MAX];
     const char *args[2] = {w->pfield, "0"};
+    const char *pargs[4] = {w->pfield, w->m.name, text, w->pclosed};
+    size_t plens[4] = {strlen(w->pfield), strlen(w->m.name), tlen, strlen(w->pclosed)};
     redisReply *r;
-    long long state;
+    long long state, v;
     int rerr;
 
     snprintf(first, sizeof first, "%s", engram_errmsg());
@@ -1234,26 +1244,34 @@ static int resolve(rwriter *w, int err, const char *text, size_t tlen)
         return fail_discard(w, err);
     }
     /* Gone: published by the lost publication (or by a copy of it), or
-     * resolved by another process; the manifest tells which. */
-    {
-        const char *argv[3] = {"HGET", rs->mkey, w->m.name};
-        redisReply *g;
-        if ((rerr = key_cmd(rs, w->s, 0, 3, argv, NULL, REDIS_REPLY_STRING,
-                            engram__rcl_deadline(rs->cl), "read a manifest", &g)) != 0) {
-            err = engram__err(ENGRAM_EINDOUBT,
-                              "push of '%s' to %s: the outcome is in doubt: the publication got "
-                              "no answer (%s), its pending record is gone, and the manifest "
-                              "could not be read (%s): list the namespace to see whether it "
-                              "is published",
-                              w->m.name, rs->where, first, engram_errmsg());
-            rwriter_free(w);
-            return err;
-        }
-        rerr = g->type == REDIS_REPLY_STRING && g->len == tlen && memcmp(g->str, text, tlen) == 0;
-        freeReplyObject(g);
+     * resolved by another process.  The publication again tells which
+     * (with the record gone it can publish nothing), and if the manifest
+     * is ours it writes it again on this connection, so that the WAIT
+     * after it covers the publication, as for one answered. */
+    if ((rerr = script(rs, w->s, S_PUBLISH, 4, pargs, plens, engram__rcl_deadline(rs->cl),
+                       "read the manifest back", &r)) != 0) {
+        err = engram__err(ENGRAM_EINDOUBT,
+                          "push of '%s' to %s: the outcome is in doubt: the publication got "
+                          "no answer (%s), its pending record is gone, and the manifest "
+                          "could not be read (%s): list the namespace to see whether it "
+                          "is published",
+                          w->m.name, rs->where, first, engram_errmsg());
+        rwriter_free(w);
+        return err;
     }
-    if (rerr)
+    v = script_int(r, -1);
+    freeReplyObject(r);
+    if (v == 1)
         return 0;
+    if (v != 0 && v != -1) {
+        err = engram__err(ENGRAM_EINDOUBT,
+                          "push of '%s' to %s: the outcome is in doubt: the publication got "
+                          "no answer (%s), and reading it back answered %lld: list the "
+                          "namespace to see whether it is published",
+                          w->m.name, rs->where, first, v);
+        rwriter_free(w);
+        return err;
+    }
     err = engram__err(err, "push of '%s' failed, not published (its pending record was resolved "
                            "by another process, which deletes its chunks): %s",
                       w->m.name, first);

@@ -14,6 +14,12 @@
  *    during lookups (ASK while it migrates, MOVED once it moved); and a
  *    master killed (its replica promoted): lookups fail clearly or
  *    succeed with the right rows, and resume.
+ *  - a 3-master cluster that never fails a master over (stalls with
+ *    SIGSTOP): the publication protocol under lost answers, dead pushes,
+ *    raced removals and gc;
+ *  - a 3-master + 3-replica cluster that never fails a master over: a
+ *    step of a push is acknowledged by the replicas before it counts
+ *    (replicas stopped with SIGSTOP);
  *  - a 3-master cluster with a password and ACL users: AUTH refused,
  *    read-only users, and a master restarted empty (its chunks gone:
  *    lookups fail with -ENODATA naming the table, never return rows);
@@ -1348,6 +1354,152 @@ static void test_failed_push_message(void)
     free(rows);
 }
 
+/* ------------------------------------------------------------------------
+ * What a replica must acknowledge, on a cluster of its own: three masters
+ * with a replica each and a long node timeout, so that a server stopped
+ * with SIGSTOP is neither failed over nor taken for dead.  The replicas
+ * are stopped to see what a push or a removal does before a replica has
+ * acknowledged its step (a failover then would lose that step).  Servers
+ * are only ever asked by index from the roles read at the start: a
+ * stopped one would not answer.
+ */
+
+static tr_cluster Q;
+static int q_master_of[TR_MAX]; /* 1: server i is a master */
+static int q_stopped[TR_MAX];
+static int q_mowner;            /* the master of the test's manifests' hash */
+static const char *q_ns;
+
+/* Reads the roles, and waits until every server's CLUSTER SLOTS lists
+ * each master's replica: Redis leaves out a replica that has not yet
+ * reported a replication offset, and a store that sees no replica waits
+ * for none.  A write to each master starts the offsets. */
+static void q_roles(void)
+{
+    uint64_t t0 = tr_now_ms();
+    int written[TR_MAX] = {0}, left = Q.masters;
+    for (int i = 0; i < Q.n; i++)
+        q_master_of[i] = tr_is_master(&Q, i);
+    for (int k = 0; left > 0; k++) {
+        char key[32];
+        int owner;
+        snprintf(key, sizeof key, "q-start-%d", k);
+        owner = tr_slot_owner(&Q, 0, engram__rcl_keyslot(key, strlen(key)));
+        ASSERT(owner >= 0);
+        if (!written[owner]) {
+            freeReplyObject(tr_must(&Q, owner, "SET %s 1", key));
+            written[owner] = 1;
+            left--;
+        }
+    }
+    for (int i = 0; i < Q.n; i++) {
+        for (;;) {
+            redisReply *r = tr_must(&Q, i, "CLUSTER SLOTS");
+            int all = r->elements > 0;
+            for (size_t k = 0; k < r->elements; k++)
+                all = all && r->element[k]->elements >= 4;
+            freeReplyObject(r);
+            if (all)
+                break;
+            ASSERT_LT(tr_now_ms() - t0, 60000);
+            tr_sleep_ms(100);
+        }
+    }
+}
+
+static void q_stop(int i)
+{
+    ASSERT_EQ(kill(Q.pid[i], SIGSTOP), 0);
+    q_stopped[i] = 1;
+}
+
+static void q_cont(int i)
+{
+    if (q_stopped[i]) {
+        ASSERT_EQ(kill(Q.pid[i], SIGCONT), 0);
+        q_stopped[i] = 0;
+    }
+}
+
+static void q_stop_replicas(void)
+{
+    for (int i = 0; i < Q.n; i++)
+        if (!q_master_of[i])
+            q_stop(i);
+}
+
+static void q_cont_all(void)
+{
+    for (int i = 0; i < Q.n; i++)
+        q_cont(i);
+}
+
+/* Whether table `name` of q_ns is listed, asked of its master. */
+static int q_listed(const char *name)
+{
+    char mkey[200];
+    redisReply *r;
+    int yes;
+    snprintf(mkey, sizeof mkey, "engram/%s/.manifests", q_ns);
+    r = tr_must(&Q, q_mowner, "HEXISTS %s %s", mkey, name);
+    yes = r->integer == 1;
+    freeReplyObject(r);
+    return yes;
+}
+
+/* Stops the manifests' master as the push publishes; when the push asks
+ * what happened, stops the replicas, lets the master run the stalled
+ * publication, and waits until it has (so the asking comes after it). */
+static void q_publish_hook(const char *step, const char *name)
+{
+    if (strcmp(step, "publish") == 0) {
+        q_stop(q_mowner);
+    } else if (strcmp(step, "resolve") == 0) {
+        uint64_t t0 = tr_now_ms();
+        q_stop_replicas();
+        q_cont(q_mowner);
+        while (!q_listed(name)) {
+            ASSERT_LT(tr_now_ms() - t0, 10000);
+            tr_sleep_ms(5);
+        }
+    }
+}
+
+/* A publication whose answer is lost and that the push then finds it
+ * made is no more durable than one answered: the push returns 0 only
+ * once the replicas acknowledged the manifest (a failover before that
+ * would lose a table the push called published). */
+static void test_resolved_publication_waits(void)
+{
+    engram_redis_options ro = ENGRAM_REDIS_OPTIONS_INIT;
+    engram_table_spec spec = {100, R, 0};
+    unsigned char *rows = tu_make_rows(51, 100, R, 0, 0);
+    engram_store *st;
+    char mkey[200];
+    int rc;
+
+    ro.timeout_ms = 300;
+    ro.chunk_bytes = 8 * R;
+    q_ns = "qw";
+    st = open_redis(&Q, q_ns, 0, &ro);
+    q_mowner = manifests_owner(&Q, q_ns, mkey, sizeof mkey);
+    engram__redis_hook = q_publish_hook;
+    rc = engram_populate(st, "x", &spec, rows, 0);
+    engram__redis_hook = NULL;
+    printf("publication found made, replicas stopped: %d (%s)%s%s\n", rc, engram_strerror(rc),
+           rc ? ": " : "", rc ? engram_errmsg() : "");
+    /* No replica could acknowledge anything: 0 would be a promise the
+     * push cannot keep. */
+    ASSERT(rc != 0);
+    ASSERT_CONTAINS(engram_errmsg(), "is published");
+    q_cont_all();
+    ASSERT(q_listed("x"));
+    ASSERT_OK(engram_verify(st, "x", NULL, NULL));
+    tu_check_named(st, "x", 51, 100, R);
+    engram_store_close(st);
+    free(rows);
+}
+
 static void test_auth(const tr_cluster *A)
 {
     engram_redis_options ro = ENGRAM_REDIS_OPTIONS_INIT;
@@ -1544,6 +1696,17 @@ int main(void)
     RUN_TEST(test_failed_push_message);
     p_cont();
     tr_stop(&P);
+
+    {
+        static const char *const slow[] = {"--cluster-node-timeout", "600000", NULL};
+        if ((rc = tr_start(&Q, 3, 1, NULL, slow)) != 0)
+            return rc;
+    }
+    printf("cluster with replicas that never fails a master over: %s\n", Q.nodes);
+    q_roles();
+    RUN_TEST(test_resolved_publication_waits);
+    q_cont_all();
+    tr_stop(&Q);
 
     if ((rc = tr_start(&A, 3, 0, "pw-default", acl)) != 0)
         return rc;
