@@ -419,7 +419,10 @@ static const char S_PUBLISH[] =
 
 /* S_CLOSE(field, min_idle_ms): closes the record unless it is open and
  * its stamp is less than min_idle_ms old.  Returns {state, idle_ms}:
- * 0 gone, 1 closed (now or before), 2 open and alive, 3 not a record. */
+ * 0 gone, 1 closed (now or before), 2 open and alive, 3 not a record.
+ * A record closed before is written again as it is, so that a WAIT on
+ * this connection covers its closing, whoever closed it (a server
+ * replicates no command that changed nothing). */
 static const char S_CLOSE[] =
     LUA_NOW "local p = redis.call('HGET', KEYS[1], ARGV[1])\n"
             "if not p then return {0, 0} end\n"
@@ -429,9 +432,9 @@ static const char S_CLOSE[] =
             "if idle < 0 then idle = 0 end\n"
             "if " LUA_OPEN " then\n"
             "  if idle < tonumber(ARGV[2]) then return {2, idle} end\n"
-            "  local c = string.gsub(p, '\\nstate open\\n', '\\nstate closed\\n', 1)\n"
-            "  redis.call('HSET', KEYS[1], ARGV[1], c)\n"
+            "  p = string.gsub(p, '\\nstate open\\n', '\\nstate closed\\n', 1)\n"
             "end\n"
+            "redis.call('HSET', KEYS[1], ARGV[1], p)\n"
             "return {1, idle}\n";
 
 /* S_REMOVE(name, manifest, field, closed body): compare-and-delete.  1:
@@ -717,7 +720,13 @@ static int redis_remove(void *state, const char *name, int *unpublished)
     pthread_mutex_lock(&rs->lock);
     rs->have_ns_bytes = 0;
     pthread_mutex_unlock(&rs->lock);
-    if (parsed && (err = pending_finish(rs, s, &p, field, deadline)) != 0)
+    if (!parsed)
+        goto out;
+    /* The chunks go only once the replicas have the removal: a failover
+     * that lost it would bring the table back, listed, without its
+     * data. */
+    if ((err = engram__rcl_sync(s, deadline)) != 0 ||
+        (err = pending_finish(rs, s, &p, field, deadline)) != 0)
         err = engram__err(err, "table '%s' was unpublished from %s, but: %s (its pending record "
                                "'%s' stays, for engram_store_gc() to finish)",
                           name, rs->where, engram_errmsg(), field);
@@ -813,9 +822,14 @@ static void gc_one(rstore *rs, engram__rsess *s, const char *field, uint64_t idl
                p.nchunks, whose, p.epoch, (double)idle / 1e3);
         return;
     }
-    if (!p.closed) {
-        /* Closed first, in one step that checks its age again: the push
-         * may have shown life since it was read. */
+    /* Closed first (an open one in one step that checks its age again:
+     * the push may have shown life since it was read), and the closing
+     * on the replicas before any chunk goes: a failover that lost it
+     * would leave an open record that a live push could still publish,
+     * or bring back the table a removal unpublished, without its data.
+     * A record closed before is written again, so that the wait covers
+     * whoever closed it. */
+    {
         const char *args[2] = {field, min_text};
         snprintf(min_text, sizeof min_text, "%" PRIu64, min_idle);
         if ((err = script(rs, s, S_CLOSE, 2, args, NULL, deadline, "close a pending record",
@@ -837,6 +851,11 @@ static void gc_one(rstore *rs, engram__rsess *s, const char *field, uint64_t idl
                    "this library did not write; left as it is", what);
             return;
         }
+    }
+    if ((err = engram__rcl_sync(s, deadline)) != 0) {
+        gc_say(report, ud, p.name, err, "pending record %s is closed, but its chunks are kept "
+               "until the replicas have it: %s", what, engram_errmsg());
+        return;
     }
     if ((err = pending_finish(rs, s, &p, field, engram__rcl_deadline(rs->cl))) != 0) {
         gc_say(report, ud, p.name, err, "%s", engram_errmsg());

@@ -18,8 +18,8 @@
  *    SIGSTOP): the publication protocol under lost answers, dead pushes,
  *    raced removals and gc;
  *  - a 3-master + 3-replica cluster that never fails a master over: a
- *    step of a push is acknowledged by the replicas before it counts
- *    (replicas stopped with SIGSTOP);
+ *    step of a push, a removal or a gc is acknowledged by the replicas
+ *    before it counts or chunks go (replicas stopped with SIGSTOP);
  *  - a 3-master cluster with a password and ACL users: AUTH refused,
  *    read-only users, and a master restarted empty (its chunks gone:
  *    lookups fail with -ENODATA naming the table, never return rows);
@@ -1160,7 +1160,8 @@ static void die_hook(const char *step, const char *name)
 
 /* A child process pushes `name` with chunk TTL ttl_ms and dies after
  * making its chunks permanent, right before publishing them. */
-static void push_and_die(const char *ns, const char *name, uint32_t ttl_ms)
+static void push_and_die_in(const tr_cluster *c, const char *ns, const char *name,
+                            uint32_t ttl_ms)
 {
     pid_t pid;
     int status;
@@ -1171,7 +1172,7 @@ static void push_and_die(const char *ns, const char *name, uint32_t ttl_ms)
         engram_store *st;
         ro.chunk_bytes = 8 * R;
         ro.chunk_ttl_ms = ttl_ms;
-        if (engram_store_open_redis(P.nodes, ns, NULL, &ro, &st) != 0)
+        if (engram_store_open_redis(c->nodes, ns, NULL, &ro, &st) != 0)
             _exit(2);
         engram__redis_hook = die_hook;
         tu_populate(st, name, 5, 40, R, 0);
@@ -1180,6 +1181,11 @@ static void push_and_die(const char *ns, const char *name, uint32_t ttl_ms)
     ASSERT(pid > 0);
     ASSERT_EQ(waitpid(pid, &status, 0), pid);
     ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+static void push_and_die(const char *ns, const char *name, uint32_t ttl_ms)
+{
+    push_and_die_in(&P, ns, name, ttl_ms);
 }
 
 /* engram_store_gc(): what pushes that died leave (chunks made permanent,
@@ -1447,6 +1453,21 @@ static int q_listed(const char *name)
     return yes;
 }
 
+/* Keys matching `pattern` on the masters. */
+static size_t q_keys(const char *pattern)
+{
+    size_t total = 0;
+    for (int i = 0; i < Q.n; i++) {
+        redisReply *r;
+        if (!q_master_of[i])
+            continue;
+        r = tr_must(&Q, i, "KEYS %s", pattern);
+        total += r->elements;
+        freeReplyObject(r);
+    }
+    return total;
+}
+
 /* Stops the manifests' master as the push publishes; when the push asks
  * what happened, stops the replicas, lets the master run the stalled
  * publication, and waits until it has (so the asking comes after it). */
@@ -1498,6 +1519,78 @@ static void test_resolved_publication_waits(void)
     tu_check_named(st, "x", 51, 100, R);
     engram_store_close(st);
     free(rows);
+}
+
+/* The pending records of q_ns. */
+static size_t q_pending(void)
+{
+    char mkey[200];
+    redisReply *r;
+    size_t n = 0;
+    snprintf(mkey, sizeof mkey, "engram/%s/.manifests", q_ns);
+    r = tr_must(&Q, q_mowner, "HKEYS %s", mkey);
+    for (size_t i = 0; i < r->elements; i++)
+        n += strncmp(r->element[i]->str, ".pending/", 9) == 0;
+    freeReplyObject(r);
+    return n;
+}
+
+/* A gc and a removal delete chunks only once the step that took them
+ * from their owner (a record closed, a table unpublished) is on the
+ * replicas: a failover before that would bring back an open record that
+ * a live push can still publish, or a listed table, without its data. */
+static void test_settle_waits(void)
+{
+    engram_redis_options ro = ENGRAM_REDIS_OPTIONS_INIT;
+    engram_store *st;
+    char mkey[200];
+    gc_seen g = {0};
+    int rc;
+
+    ro.timeout_ms = 300;
+    ro.chunk_bytes = 8 * R;
+    q_ns = "qs";
+    st = open_redis(&Q, q_ns, 0, &ro);
+    q_mowner = manifests_owner(&Q, q_ns, mkey, sizeof mkey);
+
+    /* gc: a push that died after making its 5 chunks permanent, quiet
+     * for longer than its TTL. */
+    push_and_die_in(&Q, q_ns, "d", 200);
+    tr_sleep_ms(400);
+    ASSERT_EQ(q_keys("engram/qs/d/*"), 5);
+    q_stop_replicas();
+    ASSERT_OK(engram_store_gc(st, 0, 0, gc_count, &g));
+    ASSERT_EQ(g.deleted, 0);
+    ASSERT_EQ(g.failed, 1);
+    ASSERT_EQ(q_keys("engram/qs/d/*"), 5);
+    q_cont_all();
+    memset(&g, 0, sizeof g);
+    ASSERT_OK(engram_store_gc(st, 0, 0, gc_count, &g));
+    ASSERT_EQ(g.deleted, 1);
+    ASSERT_EQ(q_keys("engram/qs/d/*"), 0);
+    ASSERT_EQ(q_pending(), 0);
+
+    /* remove: the table is unpublished, its chunks stay with a closed
+     * record until gc finds the replicas caught up. */
+    tu_populate(st, "y", 52, 100, R, 0);
+    ASSERT_EQ(q_keys("engram/qs/y/*"), 13);
+    q_stop_replicas();
+    ASSERT_FAILS(engram_remove(st, "y"), rc);
+    printf("remove, replicas stopped: %d (%s): %s\n", rc, engram_strerror(rc), engram_errmsg());
+    ASSERT_CONTAINS(engram_errmsg(), "was unpublished");
+    ASSERT(!q_listed("y"));
+    ASSERT_EQ(q_keys("engram/qs/y/*"), 13);
+    memset(&g, 0, sizeof g);
+    ASSERT_OK(engram_store_gc(st, 0, 0, gc_count, &g));
+    ASSERT_EQ(g.deleted, 0);
+    ASSERT_EQ(q_keys("engram/qs/y/*"), 13);
+    q_cont_all();
+    memset(&g, 0, sizeof g);
+    ASSERT_OK(engram_store_gc(st, 0, 0, gc_count, &g));
+    ASSERT_EQ(g.deleted, 1);
+    ASSERT_EQ(q_keys("engram/qs/y/*"), 0);
+    ASSERT_EQ(q_pending(), 0);
+    engram_store_close(st);
 }
 
 static void test_auth(const tr_cluster *A)
@@ -1705,6 +1798,7 @@ int main(void)
     printf("cluster with replicas that never fails a master over: %s\n", Q.nodes);
     q_roles();
     RUN_TEST(test_resolved_publication_waits);
+    RUN_TEST(test_settle_waits);
     q_cont_all();
     tr_stop(&Q);
 
