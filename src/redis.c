@@ -779,7 +779,7 @@ static void gc_one(rstore *rs, engram__rsess *s, const char *field, uint64_t idl
 {
     const char *argv[3] = {"HGET", rs->mkey, field};
     uint64_t deadline = engram__rcl_deadline(rs->cl), min_idle, idle;
-    char what[64], min_text[24];
+    char what[64], min_text[24], expect[32];
     const char *whose;
     engram__rpending p;
     redisReply *r;
@@ -800,6 +800,16 @@ static void gc_one(rstore *rs, engram__rsess *s, const char *field, uint64_t idl
     freeReplyObject(r);
     if (err) {
         gc_say(report, ud, field, err, "%s; left as it is", engram_errmsg());
+        return;
+    }
+    /* The chunk keys to delete come from the record: only one under its
+     * own field is one this library wrote. */
+    pending_field(p.epoch, expect);
+    if (strcmp(expect, field) != 0) {
+        gc_say(report, ud, p.name, ENGRAM_ECORRUPT,
+               "pending record %s names epoch %016" PRIx64 ", not its field's: not a record "
+               "this library wrote; left as it is, with the keys it names",
+               what, p.epoch);
         return;
     }
     whose = p.closed ? "a removed table or a failed push" : "an abandoned push";

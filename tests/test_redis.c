@@ -1275,6 +1275,40 @@ static void test_gc_pending(void)
     free(rows);
 }
 
+/* A pending record is trusted only under its own field: gc deletes the
+ * chunk keys a record names, so one whose epoch is not its field's (not
+ * a record this library wrote) is reported and left, with the keys it
+ * names. */
+static void test_gc_record_mismatch(void)
+{
+    engram_store *st;
+    char mkey[200];
+    gc_seen g = {0};
+    int owner;
+    redisReply *r;
+
+    st = open_redis(&P, "pm", 0, NULL);
+    owner = manifests_owner(&P, "pm", mkey, sizeof mkey);
+    freeReplyObject(tr_must(&P, owner, "HSET %s .pending/00000000000000aa %s", mkey,
+                            "engram-pending 1\nstate closed\nname zz\nepoch 00000000000000bb\n"
+                            "chunks 2\nlayout tagged\nttl_ms 1000\nstamp 1\n"));
+    for (int i = 0; i < 2; i++) {
+        char key[100];
+        snprintf(key, sizeof key, "engram/pm/{zz/00000000000000bb}/%d", i);
+        freeReplyObject(tr_must(&P, tr_slot_owner(&P, owner, engram__rcl_keyslot(key, strlen(key))),
+                                "SET %s x", key));
+    }
+    ASSERT_OK(engram_store_gc(st, 0, 0, gc_count, &g));
+    ASSERT_EQ(g.deleted, 0);
+    ASSERT_EQ(g.failed, 1);
+    ASSERT_CONTAINS(g.last, "00000000000000bb");
+    ASSERT_EQ(count_keys(&P, "engram/pm/{zz/00000000000000bb}/*", NULL), 2);
+    ASSERT_EQ(pending_records(&P, "pm", NULL), 1);
+    r = tr_must(&P, owner, "HDEL %s .pending/00000000000000aa", mkey);
+    freeReplyObject(r);
+    engram_store_close(st);
+}
+
 static engram_store *race_other;
 
 /* Runs in the remover between its read of the manifest and its removal:
@@ -1785,6 +1819,7 @@ int main(void)
     printf("cluster that never fails a master over: %s\n", P.nodes);
     RUN_TEST(test_publish_in_doubt);
     RUN_TEST(test_gc_pending);
+    RUN_TEST(test_gc_record_mismatch);
     RUN_TEST(test_remove_race);
     RUN_TEST(test_failed_push_message);
     p_cont();
