@@ -1533,7 +1533,7 @@ static void test_resolved_publication_waits(void)
     char mkey[200];
     int rc;
 
-    ro.timeout_ms = 300;
+    ro.timeout_ms = 2000;
     ro.chunk_bytes = 8 * R;
     q_ns = "qw";
     st = open_redis(&Q, q_ns, 0, &ro);
@@ -1546,7 +1546,9 @@ static void test_resolved_publication_waits(void)
     /* No replica could acknowledge anything: 0 would be a promise the
      * push cannot keep. */
     ASSERT(rc != 0);
-    ASSERT_CONTAINS(engram_errmsg(), "is published");
+    /* (Unless asking afterwards timed out too, on a machine that busy.) */
+    if (rc != ENGRAM_EINDOUBT)
+        ASSERT_CONTAINS(engram_errmsg(), "is published");
     q_cont_all();
     ASSERT(q_listed("x"));
     ASSERT_OK(engram_verify(st, "x", NULL, NULL));
@@ -1569,6 +1571,18 @@ static size_t q_pending(void)
     return n;
 }
 
+/* Runs gc until no pending record of q_ns is left (the replicas, let go,
+ * catch up in their own time). */
+static void q_gc_until_settled(engram_store *st)
+{
+    uint64_t t0 = tr_now_ms();
+    while (q_pending() > 0) {
+        gc_seen g = {0};
+        ASSERT_LT(tr_now_ms() - t0, 30000);
+        ASSERT_OK(engram_store_gc(st, 0, 0, gc_count, &g));
+    }
+}
+
 /* A gc and a removal delete chunks only once the step that took them
  * from their owner (a record closed, a table unpublished) is on the
  * replicas: a failover before that would bring back an open record that
@@ -1581,7 +1595,7 @@ static void test_settle_waits(void)
     gc_seen g = {0};
     int rc;
 
-    ro.timeout_ms = 300;
+    ro.timeout_ms = 2000;
     ro.chunk_bytes = 8 * R;
     q_ns = "qs";
     st = open_redis(&Q, q_ns, 0, &ro);
@@ -1589,8 +1603,8 @@ static void test_settle_waits(void)
 
     /* gc: a push that died after making its 5 chunks permanent, quiet
      * for longer than its TTL. */
-    push_and_die_in(&Q, q_ns, "d", 200);
-    tr_sleep_ms(400);
+    push_and_die_in(&Q, q_ns, "d", 500);
+    tr_sleep_ms(700);
     ASSERT_EQ(q_keys("engram/qs/d/*"), 5);
     q_stop_replicas();
     ASSERT_OK(engram_store_gc(st, 0, 0, gc_count, &g));
@@ -1598,9 +1612,7 @@ static void test_settle_waits(void)
     ASSERT_EQ(g.failed, 1);
     ASSERT_EQ(q_keys("engram/qs/d/*"), 5);
     q_cont_all();
-    memset(&g, 0, sizeof g);
-    ASSERT_OK(engram_store_gc(st, 0, 0, gc_count, &g));
-    ASSERT_EQ(g.deleted, 1);
+    q_gc_until_settled(st);
     ASSERT_EQ(q_keys("engram/qs/d/*"), 0);
     ASSERT_EQ(q_pending(), 0);
 
@@ -1619,9 +1631,7 @@ static void test_settle_waits(void)
     ASSERT_EQ(g.deleted, 0);
     ASSERT_EQ(q_keys("engram/qs/y/*"), 13);
     q_cont_all();
-    memset(&g, 0, sizeof g);
-    ASSERT_OK(engram_store_gc(st, 0, 0, gc_count, &g));
-    ASSERT_EQ(g.deleted, 1);
+    q_gc_until_settled(st);
     ASSERT_EQ(q_keys("engram/qs/y/*"), 0);
     ASSERT_EQ(q_pending(), 0);
     engram_store_close(st);
