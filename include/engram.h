@@ -401,9 +401,12 @@ ENGRAM_API int engram_namespace_gc(const char *root, uint64_t idle_s, uint32_t f
  *    writer has shown no life for max(idle_s, its chunk TTL) (a running
  *    push shows life every half TTL, and one quiet for longer has lost
  *    its unpublished chunks anyway); a closed record once it is idle_s
- *    old.  Each set is reported through `report` (may be NULL) with the
- *    table's name: code 0 deleted (or would be, with ENGRAM_GC_DRY_RUN),
- *    ENGRAM_GC_KEPT kept, or the negative error that stopped it.
+ *    old.  A set's chunks go only once the replicas of the manifests'
+ *    master acknowledged its record closed (else it is reported and
+ *    kept for a later pass).  Each set is reported through `report`
+ *    (may be NULL) with the table's name: code 0 deleted (or would be,
+ *    with ENGRAM_GC_DRY_RUN), ENGRAM_GC_KEPT kept, or the negative error
+ *    that stopped it.
  *    engram_populate() and engram_writer_begin() run the same pass with
  *    idle_s 0 before each push.
  *  - in a directory, the temporary files of writers that died, as
@@ -1550,8 +1553,12 @@ ENGRAM_API int engram_safetensors_tensor_fd(int fd, const char *what, const char
  *    anything is deleted, and if it cannot be, the push fails with
  *    ENGRAM_EINDOUBT and keeps its chunks (the table may still appear,
  *    whole).  Removal is compare-and-delete: it removes only the table
- *    it read, never one pushed again since.  docs/redis.md, "The
- *    publication protocol", says what each party observes at each step.
+ *    it read, never one pushed again since.  A removal, like a gc,
+ *    deletes chunks only once the replicas acknowledged the step that
+ *    freed them (WAIT); if they do not in time, it fails after
+ *    unpublishing the table and a later gc deletes them.  docs/redis.md,
+ *    "The publication protocol", says what each party observes at each
+ *    step.
  *  - Lookups: the rows a lookup misses in the row cache are read with
  *    GETRANGE, grouped per node, one pipelined batch per node, all nodes
  *    at once, on connections of the lookup's own (one per node per

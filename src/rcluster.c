@@ -985,10 +985,13 @@ int engram__rcl_sync(engram__rsess *s, uint64_t deadline)
     /* A master replicates one ordered stream, so a later write on a new
      * connection to it, once WAIT acknowledges it, covers every write
      * the master ran before it, those of a broken connection included.
-     * The writers here follow a write whose answer was lost with one that
-     * proves it ran (PERSIST after SET; closing a push's record after its
-     * publication), so only a node with no later write is in doubt.  A
-     * node without replicas has nothing to wait for. */
+     * WAIT counts only to the last command of its connection that changed
+     * something (a server replicates nothing else), so the writers here
+     * follow a write whose answer was lost with one that changes data
+     * when it succeeds: a chunk's PERSIST (1: it removed the TTL) after
+     * its SET, the publication script after a publication (it writes its
+     * manifest again if it finds it).  Only a node with no later write
+     * is in doubt.  A node without replicas has nothing to wait for. */
     for (uint32_t i = 0; s->lost_dirty && i < ENGRAM__RCL_MAX_NODES; i++) {
         if (!s->lost[i] || (s->conns[i] && s->conns[i]->dirty) ||
             atomic_load_explicit(&node_get(cl, i)->replicas, memory_order_relaxed) <= 0)

@@ -395,10 +395,18 @@ static const char S_TOUCH[] =
 /* S_PUBLISH(field, name, manifest, closed body): 1 published (now, or by
  * an earlier copy of this very command: the manifest is ours, byte for
  * byte), 0 the name is taken by another push (the record is closed), -1
- * the record is not open (a resolver closed it): nothing published. */
+ * the record is not open (a resolver closed it): nothing published.
+ * Finding its manifest already there, it writes the same bytes again: a
+ * WAIT covers only what a connection's own writes changed (a server
+ * replicates no command that changed nothing), and this connection's
+ * WAIT must cover the publication that the lost answer was for. */
 static const char S_PUBLISH[] =
     LUA_NOW "local cur = redis.call('HGET', KEYS[1], ARGV[2])\n"
-            "if cur == ARGV[3] then redis.call('HDEL', KEYS[1], ARGV[1]) return 1 end\n"
+            "if cur == ARGV[3] then\n"
+            "  redis.call('HSET', KEYS[1], ARGV[2], cur)\n"
+            "  redis.call('HDEL', KEYS[1], ARGV[1])\n"
+            "  return 1\n"
+            "end\n"
             "local p = redis.call('HGET', KEYS[1], ARGV[1])\n"
             "if not p or not " LUA_OPEN " then return -1 end\n"
             "if cur then\n"
@@ -411,7 +419,10 @@ static const char S_PUBLISH[] =
 
 /* S_CLOSE(field, min_idle_ms): closes the record unless it is open and
  * its stamp is less than min_idle_ms old.  Returns {state, idle_ms}:
- * 0 gone, 1 closed (now or before), 2 open and alive, 3 not a record. */
+ * 0 gone, 1 closed (now or before), 2 open and alive, 3 not a record.
+ * A record closed before is written again as it is, so that a WAIT on
+ * this connection covers its closing, whoever closed it (a server
+ * replicates no command that changed nothing). */
 static const char S_CLOSE[] =
     LUA_NOW "local p = redis.call('HGET', KEYS[1], ARGV[1])\n"
             "if not p then return {0, 0} end\n"
@@ -421,9 +432,9 @@ static const char S_CLOSE[] =
             "if idle < 0 then idle = 0 end\n"
             "if " LUA_OPEN " then\n"
             "  if idle < tonumber(ARGV[2]) then return {2, idle} end\n"
-            "  local c = string.gsub(p, '\\nstate open\\n', '\\nstate closed\\n', 1)\n"
-            "  redis.call('HSET', KEYS[1], ARGV[1], c)\n"
+            "  p = string.gsub(p, '\\nstate open\\n', '\\nstate closed\\n', 1)\n"
             "end\n"
+            "redis.call('HSET', KEYS[1], ARGV[1], p)\n"
             "return {1, idle}\n";
 
 /* S_REMOVE(name, manifest, field, closed body): compare-and-delete.  1:
@@ -709,7 +720,13 @@ static int redis_remove(void *state, const char *name, int *unpublished)
     pthread_mutex_lock(&rs->lock);
     rs->have_ns_bytes = 0;
     pthread_mutex_unlock(&rs->lock);
-    if (parsed && (err = pending_finish(rs, s, &p, field, deadline)) != 0)
+    if (!parsed)
+        goto out;
+    /* The chunks go only once the replicas have the removal: a failover
+     * that lost it would bring the table back, listed, without its
+     * data. */
+    if ((err = engram__rcl_sync(s, deadline)) != 0 ||
+        (err = pending_finish(rs, s, &p, field, deadline)) != 0)
         err = engram__err(err, "table '%s' was unpublished from %s, but: %s (its pending record "
                                "'%s' stays, for engram_store_gc() to finish)",
                           name, rs->where, engram_errmsg(), field);
@@ -762,7 +779,7 @@ static void gc_one(rstore *rs, engram__rsess *s, const char *field, uint64_t idl
 {
     const char *argv[3] = {"HGET", rs->mkey, field};
     uint64_t deadline = engram__rcl_deadline(rs->cl), min_idle, idle;
-    char what[64], min_text[24];
+    char what[64], min_text[24], expect[32];
     const char *whose;
     engram__rpending p;
     redisReply *r;
@@ -785,6 +802,16 @@ static void gc_one(rstore *rs, engram__rsess *s, const char *field, uint64_t idl
         gc_say(report, ud, field, err, "%s; left as it is", engram_errmsg());
         return;
     }
+    /* The chunk keys to delete come from the record: only one under its
+     * own field is one this library wrote. */
+    pending_field(p.epoch, expect);
+    if (strcmp(expect, field) != 0) {
+        gc_say(report, ud, p.name, ENGRAM_ECORRUPT,
+               "pending record %s names epoch %016" PRIx64 ", not its field's: not a record "
+               "this library wrote; left as it is, with the keys it names",
+               what, p.epoch);
+        return;
+    }
     whose = p.closed ? "a removed table or a failed push" : "an abandoned push";
     /* A push still running stamps its record every half TTL: one quiet
      * for a whole TTL is dead, or stuck past the life of its chunks. */
@@ -805,9 +832,14 @@ static void gc_one(rstore *rs, engram__rsess *s, const char *field, uint64_t idl
                p.nchunks, whose, p.epoch, (double)idle / 1e3);
         return;
     }
-    if (!p.closed) {
-        /* Closed first, in one step that checks its age again: the push
-         * may have shown life since it was read. */
+    /* Closed first (an open one in one step that checks its age again:
+     * the push may have shown life since it was read), and the closing
+     * on the replicas before any chunk goes: a failover that lost it
+     * would leave an open record that a live push could still publish,
+     * or bring back the table a removal unpublished, without its data.
+     * A record closed before is written again, so that the wait covers
+     * whoever closed it. */
+    {
         const char *args[2] = {field, min_text};
         snprintf(min_text, sizeof min_text, "%" PRIu64, min_idle);
         if ((err = script(rs, s, S_CLOSE, 2, args, NULL, deadline, "close a pending record",
@@ -829,6 +861,11 @@ static void gc_one(rstore *rs, engram__rsess *s, const char *field, uint64_t idl
                    "this library did not write; left as it is", what);
             return;
         }
+    }
+    if ((err = engram__rcl_sync(s, deadline)) != 0) {
+        gc_say(report, ud, p.name, err, "pending record %s is closed, but its chunks are kept "
+               "until the replicas have it: %s", what, engram_errmsg());
+        return;
     }
     if ((err = pending_finish(rs, s, &p, field, engram__rcl_deadline(rs->cl))) != 0) {
         gc_say(report, ud, p.name, err, "%s", engram_errmsg());
@@ -1207,8 +1244,10 @@ static int resolve(rwriter *w, int err, const char *text, size_t tlen)
     rstore *rs = w->rs;
     char first[ENGRAM__ERRMSG_MAX];
     const char *args[2] = {w->pfield, "0"};
+    const char *pargs[4] = {w->pfield, w->m.name, text, w->pclosed};
+    size_t plens[4] = {strlen(w->pfield), strlen(w->m.name), tlen, strlen(w->pclosed)};
     redisReply *r;
-    long long state;
+    long long state, v;
     int rerr;
 
     snprintf(first, sizeof first, "%s", engram_errmsg());
@@ -1234,26 +1273,34 @@ static int resolve(rwriter *w, int err, const char *text, size_t tlen)
         return fail_discard(w, err);
     }
     /* Gone: published by the lost publication (or by a copy of it), or
-     * resolved by another process; the manifest tells which. */
-    {
-        const char *argv[3] = {"HGET", rs->mkey, w->m.name};
-        redisReply *g;
-        if ((rerr = key_cmd(rs, w->s, 0, 3, argv, NULL, REDIS_REPLY_STRING,
-                            engram__rcl_deadline(rs->cl), "read a manifest", &g)) != 0) {
-            err = engram__err(ENGRAM_EINDOUBT,
-                              "push of '%s' to %s: the outcome is in doubt: the publication got "
-                              "no answer (%s), its pending record is gone, and the manifest "
-                              "could not be read (%s): list the namespace to see whether it "
-                              "is published",
-                              w->m.name, rs->where, first, engram_errmsg());
-            rwriter_free(w);
-            return err;
-        }
-        rerr = g->type == REDIS_REPLY_STRING && g->len == tlen && memcmp(g->str, text, tlen) == 0;
-        freeReplyObject(g);
+     * resolved by another process.  The publication again tells which
+     * (with the record gone it can publish nothing), and if the manifest
+     * is ours it writes it again on this connection, so that the WAIT
+     * after it covers the publication, as for one answered. */
+    if ((rerr = script(rs, w->s, S_PUBLISH, 4, pargs, plens, engram__rcl_deadline(rs->cl),
+                       "read the manifest back", &r)) != 0) {
+        err = engram__err(ENGRAM_EINDOUBT,
+                          "push of '%s' to %s: the outcome is in doubt: the publication got "
+                          "no answer (%s), its pending record is gone, and the manifest "
+                          "could not be read (%s): list the namespace to see whether it "
+                          "is published",
+                          w->m.name, rs->where, first, engram_errmsg());
+        rwriter_free(w);
+        return err;
     }
-    if (rerr)
+    v = script_int(r, -1);
+    freeReplyObject(r);
+    if (v == 1)
         return 0;
+    if (v != 0 && v != -1) {
+        err = engram__err(ENGRAM_EINDOUBT,
+                          "push of '%s' to %s: the outcome is in doubt: the publication got "
+                          "no answer (%s), and reading it back answered %lld: list the "
+                          "namespace to see whether it is published",
+                          w->m.name, rs->where, first, v);
+        rwriter_free(w);
+        return err;
+    }
     err = engram__err(err, "push of '%s' failed, not published (its pending record was resolved "
                            "by another process, which deletes its chunks): %s",
                       w->m.name, first);

@@ -86,12 +86,20 @@ static int push_one(const struct cli *cli, engram_store *local, engram_store *re
         if (ri.spec.num_rows == spec.num_rows && ri.spec.row_bytes == spec.row_bytes &&
             ri.checksum == packed_checksum(&src, spec.num_rows, &li)) {
             /* Listed with our checksum is not enough: its chunks must all
-             * be there, with their checksums, before it counts as pushed. */
-            if ((rc = engram_verify(remote, name, NULL, NULL)) != 0)
+             * be there, with their checksums, before it counts as pushed.
+             * Only a missing or wrong chunk says it is not whole: a check
+             * that failed otherwise (the network, rights) says nothing of
+             * the data, and removing a whole table is no remedy. */
+            rc = engram_verify(remote, name, NULL, NULL);
+            if (rc == -ENODATA || rc == ENGRAM_ECHECKSUM)
                 return cli_lib_fail(rc, "push '%s': the cluster lists it with the same rows, "
                                         "but it is not whole; remove it with 'engram --redis "
                                         "%s --ns %s rm %s' and push again",
                                     name, cli->opt[OPT_REDIS], ns, name);
+            if (rc != 0)
+                return cli_lib_fail(rc, "push '%s': the cluster lists it with the same rows, "
+                                        "but checking that all its chunks are there failed",
+                                    name);
             printf("%s: already in the cluster with the same rows, skipped\n", name);
             return 0;
         }

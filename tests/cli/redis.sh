@@ -103,6 +103,22 @@ check "push after mending" ok
 run --redis "$NODES" --ns m verify a
 check "verify after mending" ok
 
+# A check of the chunks that fails for another reason (here a user who
+# may read the table list but not the chunks) says nothing of the data:
+# push must not call the table broken and tell to remove it.
+for a in $(echo "$NODES" | tr , ' '); do
+    redis-cli -h 127.0.0.1 -p "${a#*:}" acl setuser listonly on '>pw-list' \
+        '~engram/m/.manifests' +@read +@connection '+cluster|slots' >/dev/null
+done
+ENGRAM_REDIS_USER=listonly ENGRAM_REDIS_PASSWORD=pw-list
+export ENGRAM_REDIS_USER ENGRAM_REDIS_PASSWORD
+run push m a --redis "$NODES"
+unset ENGRAM_REDIS_USER ENGRAM_REDIS_PASSWORD
+check "push, chunks not readable" status_is 1
+check "push, chunks not readable: why" err_has "NOPERM"
+check "push, chunks not readable: not called broken" sh -c '! grep -q "not whole" err'
+check "push, chunks not readable: no removal advised" sh -c '! grep -q " rm a" err'
+
 # gc of the cluster's namespace: what a dead removal left (a closed
 # pending record naming two chunks of a tagged table) goes; a dry run
 # only says so.
