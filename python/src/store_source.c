@@ -21,6 +21,11 @@
  * the call is kept or cached); the lookup then raises an EngramError
  * whose __cause__ is that exception.
  *
+ * out's bytearray stays exported to call_fn() itself for the whole call:
+ * a callable that reaches the bytearray (out.obj) and releases every view
+ * of it still cannot resize or free it (BufferError), so the copy after
+ * the call reads the n * row_bytes bytes the callable was handed.
+ *
  * Inside the callable the store is in use by the lookup that called it:
  * close() there raises StateError instead of waiting for its own thread,
  * and a lookup there fails with StateError (ENGRAM_ESTATE).
@@ -80,14 +85,21 @@ static int call_fn(const pysource *ps, engram_source_req *reqs, size_t n)
 {
     PyObject *rows = NULL, *out = NULL, *mrows = NULL, *mout = NULL, *shape = NULL, *res;
     PyObject *tabs = NULL, *mtabs = NULL;
+    Py_buffer held = {0};
     int rc = -1;
     uint64_t *r;
     if (!(rows = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(n * sizeof(uint64_t)))) ||
         !(out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(n * ps->row_bytes))))
         goto out;
+    /* Our own export of out, held until the copy below: the views handed to
+     * the callable can be released (out.release()), and a bytearray no view
+     * exports can be shrunk or freed under the copy (del out.obj[:]).  With
+     * this one it cannot: the resize raises BufferError in the callable. */
+    if (PyObject_GetBuffer(out, &held, PyBUF_SIMPLE) < 0)
+        goto out; /* held.obj is NULL */
     /* A fresh bytearray holds whatever the allocator had: a callable that
      * leaves rows unwritten must hand back zeros, never old heap bytes. */
-    memset(PyByteArray_AS_STRING(out), 0, n * ps->row_bytes);
+    memset(held.buf, 0, n * ps->row_bytes);
     r = (uint64_t *)(void *)PyByteArray_AS_STRING(rows);
     for (size_t i = 0; i < n; i++)
         r[i] = reqs[i].row;
@@ -111,12 +123,14 @@ static int call_fn(const pysource *ps, engram_source_req *reqs, size_t n)
         goto out;
     Py_DECREF(res);
     {
-        const unsigned char *o = (const unsigned char *)PyByteArray_AS_STRING(out);
+        const unsigned char *o = held.buf;
         for (size_t i = 0; i < n; i++)
             memcpy(reqs[i].dst, o + i * ps->row_bytes, ps->row_bytes);
     }
     rc = 0;
 out:
+    if (held.obj)
+        PyBuffer_Release(&held);
     Py_XDECREF(shape);
     Py_XDECREF(mtabs);
     Py_XDECREF(tabs);

@@ -4,6 +4,7 @@ callable, failures that leave the output untouched and cache nothing, the
 callable's exception as the cause, and every bad argument."""
 from __future__ import annotations
 
+import sys
 import threading
 
 import numpy as np
@@ -238,6 +239,72 @@ def test_rows_left_unwritten_are_zeros(mem):
     out = sentinel((64, 1, R))
     mem.lookup(["lazy"], np.arange(64, dtype=np.int64).reshape(64, 1), out)
     assert (out == 0).all()
+
+
+class Shrinker:
+    """A read_rows that fills `out`, then reaches the bytearray behind it,
+    releases every view of it it can reach and empties it: the library must
+    not copy from memory the bytearray no longer has.  Once `good` is set it
+    serves the rows and leaves `out` alone."""
+
+    def __init__(self, rows):
+        self.rows = rows
+        self.good = False
+
+    def __call__(self, ids, out):
+        want = self.rows[np.asarray(ids).astype(np.int64)]
+        if isinstance(out, np.ndarray):
+            out[:] = want
+            if self.good:
+                return None
+            # add_source's wrapper made `out` from the memoryview it got:
+            # release numpy's view and the wrapper's.
+            buf = out.base.obj
+            out.base.release()
+            sys._getframe(1).f_locals["out"].release()
+        else:  # Store._add_source: memoryviews, as without numpy
+            a = np.asarray(out)
+            a[:] = want
+            del a
+            if self.good:
+                return None
+            buf = out.obj
+            out.release()
+        del buf[:]  # shrinks it to nothing, freeing its memory
+        return None
+
+
+@pytest.mark.parametrize("row_bytes", [R, 1 << 24])
+@pytest.mark.parametrize("views", ["numpy", "memoryview"])
+def test_read_rows_cannot_shrink_out(row_bytes, views):
+    # The bytearray behind `out` stays exported to the library for the whole
+    # call, so emptying it fails in the callable (BufferError), whatever
+    # views of it the callable released, and the lookup fails with it as
+    # the cause: output untouched, nothing cached.
+    n = 3
+    rows = make_rows(n, row_bytes, seed=21)
+    src = Shrinker(rows)
+    cache = 1 << 20 if row_bytes == R else 0
+    st = engramstore.EngramStore(local_dir=None, cache_bytes=8 << 20)
+    try:
+        if views == "numpy":
+            st.add_source("s", (n, row_bytes), src, cache_bytes=cache)
+        else:
+            st._add_source("s", n, row_bytes, src, cache)
+        ids = np.array([[0], [2]], dtype=np.int64)
+        out = sentinel((2, 1, row_bytes))
+        with pytest.raises(engramstore.EngramError) as ei:
+            st.lookup(["s"], ids, out)
+        assert ei.value.errno == 5 and "BufferError" in str(ei.value)
+        assert isinstance(ei.value.__cause__, BufferError)
+        assert (out == 0xA5).all()
+        hits = st.stats()["cache"]["hits"]
+        src.good = True
+        st.lookup(["s"], ids, out)
+        np.testing.assert_array_equal(out[:, 0], rows[[0, 2]])
+        assert st.stats()["cache"]["hits"] == hits  # nothing of the failed call was kept
+    finally:
+        st.close()
 
 
 def test_group_reads_its_tables_in_one_call(mem):
