@@ -17,9 +17,12 @@
  * memoryview of bytes ('B', [n, row_bytes]) for the callable to fill; both
  * are views of bytearrays owned by Python, so a callable that keeps them
  * keeps valid memory, and the rows are copied to the lookup's output only
- * after it returned.  An exception fails the lookup with -EIO (nothing of
- * the call is kept or cached); the lookup then raises an EngramError
- * whose __cause__ is that exception.
+ * after it returned.  The callable must fill every row of out and return
+ * None (or out itself): that states every row is written, as nothing else
+ * can tell an unwritten row from a row of zeros.  An exception fails the
+ * lookup with -EIO (nothing of the call is kept or cached); the lookup then
+ * raises an EngramError whose __cause__ is that exception.  Any other
+ * return value fails it the same way, with a TypeError.
  *
  * out's bytearray stays exported to call_fn() itself for the whole call:
  * a callable that reaches the bytearray (out.obj) and releases every view
@@ -98,7 +101,8 @@ static int call_fn(const pysource *ps, engram_source_req *reqs, size_t n)
     if (PyObject_GetBuffer(out, &held, PyBUF_SIMPLE) < 0)
         goto out; /* held.obj is NULL */
     /* A fresh bytearray holds whatever the allocator had: a callable that
-     * leaves rows unwritten must hand back zeros, never old heap bytes. */
+     * leaves rows unwritten (against the contract, and undetectably) hands
+     * back zeros, never old heap bytes. */
     memset(held.buf, 0, n * ps->row_bytes);
     r = (uint64_t *)(void *)PyByteArray_AS_STRING(rows);
     for (size_t i = 0; i < n; i++)
@@ -121,6 +125,17 @@ static int call_fn(const pysource *ps, engram_source_req *reqs, size_t n)
         goto out;
     if (!(res = PyObject_CallFunctionObjArgs(ps->fn, mrows, mout, mtabs, NULL)))
         goto out;
+    /* None (or out itself, as numpy's out= functions return it) says every
+     * row is written; anything else is a callable that meant something
+     * else (the rows returned instead of written, a count, False), whose
+     * rows would be served as the zeros out started with. */
+    if (res != Py_None && res != mout) {
+        PyErr_Format(PyExc_TypeError,
+                     "read_rows returned %.100s: it must fill out and return None",
+                     Py_TYPE(res)->tp_name);
+        Py_DECREF(res);
+        goto out;
+    }
     Py_DECREF(res);
     {
         const unsigned char *o = held.buf;
@@ -258,10 +273,12 @@ const char ext_store_add_source_doc[] = PyDoc_STR(
 "Adds table `name` of num_rows rows of row_bytes bytes, served by the\n"
 "callable read_rows(rows, out): rows is a memoryview of uint64 row numbers\n"
 "(distinct, validated), out a writable memoryview of bytes [len(rows),\n"
-"row_bytes] to fill with them.  It runs on the thread that looks up, with the\n"
-"GIL; an exception fails that lookup (EngramError, with the exception as\n"
-"__cause__).  cache_bytes > 0 puts a row cache of that size, from the\n"
-"store's budget, in front of it.  The table lives until close().\n"
+"row_bytes] to fill with them, every row, before it returns None (or out\n"
+"itself; anything else fails the lookup, with a TypeError as the cause).\n"
+"It runs on the thread that looks up, with the GIL; an exception fails that\n"
+"lookup (EngramError, with the exception as __cause__).  cache_bytes > 0\n"
+"puts a row cache of that size, from the store's budget, in front of it.\n"
+"The table lives until close().\n"
 "read_rows may also be a group of _source_group(): the table then joins it\n"
 "(its row_bytes must be the group's), and its index in the group is\n"
 "returned.");

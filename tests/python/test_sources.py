@@ -233,8 +233,9 @@ def test_callable_released_at_close():
 
 
 def test_rows_left_unwritten_are_zeros(mem):
-    # A callable that returns without filling `out` hands back zeros,
-    # never the allocator's old bytes.
+    # A callable that returns None without filling `out` breaks the contract
+    # in a way the library cannot see: its rows are served as zeros, never
+    # the allocator's old bytes.
     mem.add_source("lazy", (N, R), lambda rows, out: None)
     out = sentinel((64, 1, R))
     mem.lookup(["lazy"], np.arange(64, dtype=np.int64).reshape(64, 1), out)
@@ -305,6 +306,63 @@ def test_read_rows_cannot_shrink_out(row_bytes, views):
         assert st.stats()["cache"]["hits"] == hits  # nothing of the failed call was kept
     finally:
         st.close()
+
+
+@pytest.mark.parametrize("ret", ["rows", "count", "false", "copy of out"])
+def test_read_rows_must_return_none(mem, ret):
+    # None says every row of `out` is written; a callable that returns
+    # anything else (its rows instead of writing them, a count, False) is
+    # refused with a TypeError rather than served as the zeros `out` starts
+    # with, and nothing of the call is used or cached.
+    rows = make_rows(N, R, seed=22)
+    fixed = []
+
+    def read_rows(ids, out):
+        got = rows[ids.astype(np.int64)]
+        if fixed:
+            out[:] = got
+            return None
+        if ret == "rows":
+            return got
+        out[:] = got
+        return {"count": len(ids), "false": False, "copy of out": out.copy()}[ret]
+
+    mem.add_source("s", (N, R), read_rows, cache_bytes=1 << 20)
+    ids = np.arange(8, dtype=np.int64).reshape(8, 1)
+    out = sentinel((8, 1, R))
+    with pytest.raises(engramstore.EngramError) as ei:
+        mem.lookup(["s"], ids, out)
+    assert ei.value.errno == 5 and "must fill out and return None" in str(ei.value)
+    assert isinstance(ei.value.__cause__, TypeError)
+    assert (out == 0xA5).all()
+    hits = mem.stats()["cache"]["hits"]
+    fixed.append(True)
+    mem.lookup(["s"], ids, out)
+    np.testing.assert_array_equal(out[:, 0], rows[:8])
+    assert mem.stats()["cache"]["hits"] == hits  # nothing of the failed call was kept
+
+
+@pytest.mark.parametrize("views", ["numpy", "memoryview"])
+def test_read_rows_may_return_out(mem, views):
+    # np.take(table, ids, axis=0, out=out) returns out: that is None's
+    # meaning, and served.
+    rows = make_rows(N, R, seed=23)
+
+    def read_rows(ids, out):
+        if isinstance(out, np.ndarray):
+            return np.take(rows, ids.astype(np.int64), axis=0, out=out)
+        a = np.asarray(out)
+        np.take(rows, np.asarray(ids).astype(np.int64), axis=0, out=a)
+        return out
+
+    if views == "numpy":
+        mem.add_source("s", (N, R), read_rows)
+    else:
+        mem._add_source("s", N, R, read_rows, 0)
+    ids = np.array([[4], [9], [4]], dtype=np.int64)
+    out = sentinel((3, 1, R))
+    mem.lookup(["s"], ids, out)
+    np.testing.assert_array_equal(out[:, 0], rows[[4, 9, 4]])
 
 
 def test_group_reads_its_tables_in_one_call(mem):
