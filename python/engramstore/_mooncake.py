@@ -21,6 +21,16 @@ How a read works (``_Client.read``), and why:
   registered once and reused; a chunk is read into it and copied out.
   Reading straight into the caller's output would need the output
   registered, and would write rows of a lookup that then fails.
+* **Staging lives as long as the Mooncake client.**  Mooncake's client
+  crashes the process on any call after its close(), and at the
+  interpreter's exit an engramstore object may be collected after its
+  client was closed or torn down; nothing here can tell.  So neither
+  close() nor garbage collection calls into the client: a staging buffer,
+  once registered, stays registered and referenced by its client's
+  _StagePool until the client object is freed (Mooncake then drops its
+  registrations with it), and a store that is done with it hands it back
+  to the pool for the client's next store.  Freeing it while registered
+  would make a later buffer at the same address unregistrable.
 * **One call sequence per lookup.**  The tables of a row size form one
   source group, so the missed rows of all the heads of a lookup go out
   together, sorted by key: a get_into_ranges call costs about as much for
@@ -74,6 +84,7 @@ import json
 import os
 import threading
 import time
+import weakref
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -180,6 +191,56 @@ def _positive(name: str, value: Any, kind: type = int) -> Any:
     return value
 
 
+class _StagePool:
+    """The staging buffers registered with one Mooncake client (see the
+    module doc): every one it registered (held, so never freed while
+    registered) and those no store is using.  It lives until the client
+    object is freed, and never calls into the client itself."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()  # for take(); give() needs none
+        self.held: list[Any] = []
+        self.free: list[Any] = []
+        self.owner: object = None  # the client, where it takes no weak reference
+
+    def take(self, nbytes: int) -> Any:
+        """A free buffer of at least nbytes, or None."""
+        with self.lock:
+            for i, b in enumerate(self.free):
+                if len(b) >= nbytes:
+                    return self.free.pop(i)
+        return None
+
+    def give(self, buf: Any) -> None:
+        """Hands a buffer back.  Safe from __del__ (a garbage collection
+        may run inside take(): list.append takes no lock)."""
+        self.free.append(buf)
+
+
+# id(client) -> its _StagePool, dropped when the client object is freed.
+_stage_pools: dict[int, _StagePool] = {}
+_stage_pools_lock = threading.Lock()
+
+
+def _stage_pool(mc: Any) -> _StagePool:
+    """The _StagePool of the client whose register_buffer mc calls (mc
+    itself, or the client a forwarding wrapper passes calls to)."""
+    owner = getattr(getattr(mc, "register_buffer", None), "__self__", None)
+    if owner is None:
+        owner = mc
+    with _stage_pools_lock:
+        pool = _stage_pools.get(id(owner))
+        if pool is None:
+            pool = _stage_pools[id(owner)] = _StagePool()
+            try:
+                # Not at the interpreter's exit (atexit=False): the client
+                # may still be alive then, its buffers still registered.
+                weakref.finalize(owner, _stage_pools.pop, id(owner), None).atexit = False
+            except TypeError:
+                pool.owner = owner  # no weak reference: kept, so its id is never reused
+        return pool
+
+
 class _Client:
     """One engramstore object's use of a Mooncake client: the read path
     (staging, bounded calls, length checks, retries) and the writes."""
@@ -196,7 +257,8 @@ class _Client:
         self.stage_bytes = _positive("stage_bytes", stage_bytes)
         self.np = _numpy()
         self.lock = threading.Lock()
-        self.stage: Any = None  # numpy uint8, registered with mc while not None
+        self.stage: Any = None  # numpy uint8 of the pool, registered with mc
+        self.stages = _stage_pool(mc)
         self.closed = False
         # Fixed, or adapted between 1 and READ_CALLS (None).
         self.adapt = _Adapt(READ_CALLS) if read_calls is None else None
@@ -214,19 +276,25 @@ class _Client:
         if self.closed:
             raise _error(StateError, _engram.ESTATE, "the store is closed")
         if self.stage is None or len(self.stage) < row_bytes:
-            self._unregister_stage()
-            stage = self.np.empty(max(self.stage_bytes, row_bytes), self.np.uint8)
-            rc = self.mc.register_buffer(stage.ctypes.data, stage.nbytes)
-            if rc != 0:
-                raise MooncakeError("staging buffer", f"register_buffer of {stage.nbytes} bytes "
-                                    "failed", rc)
+            self._release_stage()
+            want = max(self.stage_bytes, row_bytes)
+            stage = self.stages.take(want)
+            if stage is None:
+                stage = self.np.empty(want, self.np.uint8)
+                rc = self.mc.register_buffer(stage.ctypes.data, stage.nbytes)
+                if rc != 0:
+                    raise MooncakeError("staging buffer", f"register_buffer of {stage.nbytes} "
+                                        "bytes failed", rc)
+                self.stages.held.append(stage)
             self.stage = stage
         return self.stage
 
-    def _unregister_stage(self) -> None:
+    def _release_stage(self) -> None:
+        """Hands the staging buffer back to its client's pool: no call
+        into the client (see the module doc)."""
         if self.stage is not None:
             stage, self.stage = self.stage, None
-            self.mc.unregister_buffer(stage.ctypes.data)
+            self.stages.give(stage)
 
     def read_group(self, keys: list[str], row_bytes: int, rows: Any, out: Any,
                    tables: Any) -> None:
@@ -450,22 +518,26 @@ class _Client:
                 pass
 
     def close(self) -> None:
+        """Makes no call into the Mooncake client, which may be closed
+        already (see the module doc)."""
         with self.lock:
             if not self.closed:
                 self.closed = True
-                self._unregister_stage()
+                self._release_stage()
             if self.pool is not None:
                 self.pool.shutdown(wait=True)
                 self.pool = None
 
     def __del__(self) -> None:
-        # A store dropped without close(): its staging buffer must not stay
-        # registered once freed (a later buffer at the same address could
-        # not be registered).
+        # A store dropped without close(): its staging buffer goes back to
+        # the client's pool, still registered, never freed before the client
+        # is.  Nothing here calls into the client: it may be closed or torn
+        # down by now (at the interpreter's exit), and Mooncake's client
+        # crashes on any call then.
         try:
             if not self.closed:
                 self.closed = True
-                self._unregister_stage()
+                self._release_stage()
             if self.pool is not None:
                 self.pool.shutdown(wait=False)
         except Exception:  # noqa: BLE001 - nothing to report to at this point

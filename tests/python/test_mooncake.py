@@ -581,6 +581,56 @@ def test_two_processes_layer(mooncake, mc_client, layer_id):
     t.close()
 
 
+def lifetime_orders():
+    """Every order of what a program may do to its stores (close, drop the
+    last reference) and to their Mooncake client (close, drop), from
+    nothing at all to everything, before the interpreter exits."""
+    store = [[], ["close_store"], ["drop_store"], ["close_store", "drop_store"]]
+    client = [[], ["close_client"], ["drop_client"], ["close_client", "drop_client"]]
+    for s in store:
+        for c in client:
+            n = len(s) + len(c)
+            for at in itertools.combinations(range(n), len(s)):
+                si, ci = iter(s), iter(c)
+                yield [next(si) if i in at else next(ci) for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def lifetime_job(mooncake, mc_client):
+    """A populated layer and a published table "t" for the lifetime
+    children to read."""
+    layer, ns = next(_ids), f"ns{next(_ids)}"
+    job = dict(job="lifetime", layer=layer, namespace=ns, sizes=SIZES, row_bytes=R, seed=layer)
+    t = engramstore.EngramStore({layer: cfg()}, mc_client)
+    t.populate(layer, heads(layer))
+    with engramstore.EngramStore(namespace=ns, store_client=mc_client) as st:
+        st.populate("t", heads(layer)[0])
+    yield job
+    t.remove_from_store(layer, force=True)
+    t.close()
+    drop_namespace(mc_client, ns)
+
+
+@pytest.mark.parametrize("steps", list(lifetime_orders()), ids=lambda s: "+".join(s) or "exit")
+def test_store_and_client_lifetimes(mooncake, lifetime_job, steps):
+    # A store never calls into its client once the client may be closed or
+    # gone: Mooncake's client crashes the process on any call after close(),
+    # and at the interpreter's exit a store's last reference may go after
+    # the client was torn down.  Whatever the program does, in whatever
+    # order, the process exits with status 0.
+    job = dict(lifetime_job, steps=steps, metadata=mooncake.metadata_url,
+               master=mooncake.master_addr)
+    # faulthandler: a crash shows the Python stack it happened in.
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
+               PYTHONFAULTHANDLER="1")
+    r = subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "mc_child.py"),
+                        json.dumps(job)], capture_output=True, text=True, timeout=120, env=env)
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
+    assert lines and json.loads(lines[-1]) == {"ok": True}, r.stderr[-3000:]
+    assert r.returncode == 0, (f"exit status {r.returncode}" + (
+        f" (signal {-r.returncode})" if r.returncode < 0 else "") + "\n" + r.stderr[-3000:])
+
+
 # ---- the table API -----------------------------------------------------------
 
 @pytest.fixture
