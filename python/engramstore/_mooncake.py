@@ -893,7 +893,10 @@ class MooncakeTableStore(TableStore):
         # name no lookup is given again.
         self._open: dict[str, tuple[str, str]] = {}
         self._internal: set[str] = set()  # every source table's name
-        self._state = threading.RLock()   # _open, _internal, _known_bytes
+        # Names open here before, and why they are not any more (removed
+        # here, or their rows found gone), for the error of a lookup.
+        self._gone: dict[str, str] = {}
+        self._state = threading.RLock()   # _open, _internal, _gone, _known_bytes
         self._known_bytes = 0
         try:
             for name, spec in (tables or {}).items():
@@ -949,8 +952,15 @@ class MooncakeTableStore(TableStore):
         """Opens published table `name` (manifest m) as a new source table,
         unless another thread opened the same rows meanwhile."""
         n, r, key = m["num_rows"], m["row_bytes"], m["key"]
-        self._mc.check_size(key, n * r)
+        try:
+            self._mc.check_size(key, n * r)
+        except TableNotFoundError:
+            raise _error(TableNotFoundError, _errno.ENOENT,
+                         f"table '{name}': its manifest is in the Mooncake Store, its rows "
+                         f"({key}) are not: removed (by any process), or lost with the memory "
+                         f"segment that held them{_SEGMENTS}") from None
         with self._state:
+            self._gone.pop(name, None)
             if self._open.get(name, ("", ""))[1] == key:
                 return
             if name not in self._declared and name not in self._open:
@@ -984,6 +994,9 @@ class MooncakeTableStore(TableStore):
                 for n, key in held.items():
                     if not have[key] and self._open.get(n, ("", ""))[1] == key:
                         del self._open[n]
+                        self._gone[n] = (f"its rows ({key}) are gone: removed (by any "
+                                         f"process), or lost with the memory segment that "
+                                         f"held them{_SEGMENTS}")
         for n in names:
             if n not in self._open:
                 m = self._w.read_manifest(n)
@@ -1023,7 +1036,9 @@ class MooncakeTableStore(TableStore):
         Store for all of its tables, that the rows it has open are those
         published now, opening tables published since (by any process);
         a table whose rows go away during the lookup makes it check again
-        and retry, once."""
+        and retry, once.  A table not published raises TableNotFoundError
+        saying what the Store lacks: a Mooncake object lives in one
+        client's memory segment and leaves with it (docs/mooncake.md)."""
         if not isinstance(tables, (list, tuple)):
             return super().lookup(tables, ids, out, offsets, stream, zero_dead=zero_dead)
         self._refresh(tables)
@@ -1039,18 +1054,30 @@ class MooncakeTableStore(TableStore):
                               zero_dead=zero_dead)
 
     def _internal_names(self, tables: Sequence[str]) -> list[str]:
-        """The source tables of `tables`; a name that is no published
-        table but names a source table here (one that was removed, or
-        another table's) is refused rather than passed on."""
+        """The source tables of `tables`.  A name of a table that is not
+        published (by what _refresh() found) is refused here, saying what
+        the Mooncake Store lacks, rather than passed on to the memory store
+        (whose source table of it, if any, is one no longer published, or
+        another table's); names that are no valid names are passed on, for
+        the library's error."""
+        if self.closed:
+            return list(tables)  # the lookup raises StoreClosedError
         names = []
         with self._state:
-            for t in tables:
-                if isinstance(t, str) and t not in self._open and t in self._internal:
-                    raise _error(TableNotFoundError, _errno.ENOENT,
-                                 f"table '{t}' is not in the Mooncake namespace "
-                                 f"'{self.namespace}' (removed)")
-                names.append(self._open[t][0] if isinstance(t, str) and t in self._open
-                             else t)
+            for k, t in enumerate(tables):
+                if isinstance(t, str) and t in self._open:
+                    names.append(self._open[t][0])
+                    continue
+                if isinstance(t, str) and _valid_name(t):
+                    why = self._gone.get(t)
+                    raise _error(TableNotFoundError, _errno.ENOENT, (
+                        f"tables[{k}]: table '{t}' is no longer in the Mooncake namespace "
+                        f"'{self.namespace}': {why}") if why else (
+                        f"tables[{k}]: table '{t}' is not in the Mooncake namespace "
+                        f"'{self.namespace}': the Mooncake Store holds no manifest of it "
+                        f"(never populated, removed, or lost with the memory segment that "
+                        f"held it{_SEGMENTS})"))
+                names.append(t)
         return names
 
     def get_table_spec(self, name: str) -> TableSpec:
@@ -1104,7 +1131,8 @@ class MooncakeTableStore(TableStore):
                 if have[k]:
                     had_data = self._mc.remove(k, True) or had_data
         with self._state:
-            self._open.pop(name, None)
+            if self._open.pop(name, None) is not None:
+                self._gone[name] = "removed (by this store)"
         if not (had_manifest or had_data):
             raise _error(TableNotFoundError, _errno.ENOENT,
                          f"table '{name}' is not in the Mooncake namespace '{self.namespace}'")
@@ -1164,6 +1192,13 @@ class MooncakeTableStore(TableStore):
     def __repr__(self) -> str:
         state = " (closed)" if self.closed else ""
         return f"<engramstore.MooncakeTableStore namespace={self.namespace!r}{state}>"
+
+
+# Why a Mooncake object can vanish without a remove(), for the errors that
+# say so (docs/mooncake.md, "Where the objects live").
+_SEGMENTS = ("; a Mooncake object lives in the memory segment of one client (the one "
+             "the master placed it in, often its writer's), and goes when that client "
+             "closes or its process exits")
 
 
 def _valid_name(name: str) -> bool:

@@ -31,7 +31,8 @@ def client(a):
     os.environ["MC_TCP_BIND_ADDRESS"] = "127.0.0.1"
     from mooncake.store import MooncakeDistributedStore
     c = MooncakeDistributedStore()
-    rc = c.setup("127.0.0.1", a["metadata"], 0, 64 << 20, "tcp", "", a["master"])
+    rc = c.setup("127.0.0.1", a["metadata"], a.get("segment", 0), 64 << 20, "tcp", "",
+                 a["master"])
     if rc != 0:
         raise RuntimeError(f"setup {rc}")
     return c

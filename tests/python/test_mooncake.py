@@ -898,6 +898,56 @@ def test_table_api_rows_gone_during_lookup(mc_client, namespace):
     drop_namespace(mc_client, namespace)
 
 
+def test_table_api_writer_gone(tmp_path):
+    # A Mooncake object lives in the segment of the client the master put it
+    # in; here the writer's is the only segment, so when the writer goes,
+    # its tables go with it.  A lookup then says that the Mooncake Store no
+    # longer holds the table, and why, never that a memory store lacks it.
+    import mcserver
+    mcserver.require_mooncake()
+    srv = mcserver.MooncakeServers(str(tmp_path))
+    srv.start()
+    c = writer = None
+    try:
+        c = srv.client()  # no segment: it holds nothing
+        ids, out = np.arange(4, dtype=np.int64).reshape(4, 1), sentinel((4, 1, R))
+        # A writer process that exits.
+        res = run_child(srv, job="tables", namespace="gone", row_bytes=R, segment=32 << 20,
+                        ops=[["populate", "t", 64, 70]])
+        assert res["ok"], res
+        with engramstore.EngramStore(namespace="gone", store_client=c) as fresh:
+            with pytest.raises(engramstore.TableNotFoundError) as ei:
+                fresh.lookup(["t"], ids, out)
+            msg = str(ei.value)
+            assert msg.startswith("tables[0]: table 't' is not in the Mooncake namespace "
+                                  "'gone': the Mooncake Store holds no manifest of it"), msg
+            assert "memory segment" in msg and "its process exits" in msg, msg
+            assert "memory store" not in msg, msg
+        # A writer client that closes while a reader has its table open.
+        writer = srv.client(segment_bytes=32 << 20)
+        with engramstore.EngramStore(namespace="gone2", store_client=writer) as w:
+            w.populate("t", make_rows(64, R, seed=71))
+            key = w.get_table_spec("t")["key"]
+        with engramstore.EngramStore(namespace="gone2", store_client=c) as early:
+            early.lookup(["t"], ids, out)
+            np.testing.assert_array_equal(out[:, 0], make_rows(64, R, seed=71)[:4])
+            writer.close()
+            writer = None
+            out = sentinel((4, 1, R))
+            with pytest.raises(engramstore.TableNotFoundError) as ei:
+                early.lookup(["t"], ids, out)
+            msg = str(ei.value)
+            assert msg.startswith("tables[0]: table 't' is no longer in the Mooncake "
+                                  f"namespace 'gone2': its rows ({key}) are gone"), msg
+            assert "memory segment" in msg and "memory store" not in msg, msg
+            assert (out == SENTINEL).all()
+    finally:
+        for cl in (writer, c):
+            if cl is not None:
+                cl.close()
+        srv.stop()
+
+
 def test_table_api_populate_races(mc_client, namespace):
     # Stores populating at once: every distinct table is published with its
     # own epoch; of writers of the same name exactly one wins, and the
