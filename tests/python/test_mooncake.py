@@ -251,6 +251,43 @@ def test_layer_bad_ids_and_arguments(layer):
     assert (out == SENTINEL).all()
 
 
+def test_layer_output_views_as_local_mode(layer, local_dir):
+    # The Store-backed lookup_into takes and refuses the same outputs as
+    # the local mode, with the same errors: views whose [B, L] dimensions
+    # flatten and whose rows' bytes are contiguous are written in place;
+    # anything else (and an output with overlapping rows) is refused before
+    # anything is read or written.
+    t, L, bufs = layer
+    with engramstore.EngramStore({L: cfg()}, engramstore.LocalStore(local_dir, "views")) as loc:
+        loc.populate(L, bufs)
+        ids = rand_ids(3, 2, 3)
+        strided = np.lib.stride_tricks.as_strided
+        views = {
+            "contiguous": lambda: sentinel((2, 3, 3, R)),
+            "wider rows": lambda: sentinel((2, 3, 3, R + 8))[..., 8:],
+            "head-major": lambda: sentinel((3, 2, 3, R)).transpose(1, 2, 0, 3),
+            "heads reversed": lambda: sentinel((2, 3, 3, R))[:, :, ::-1],
+            "L sliced": lambda: sentinel((2, 4, 3, R))[:, :3],
+            "B strided": lambda: sentinel((4, 3, 3, R))[::2],
+            "B reversed": lambda: sentinel((2, 3, 3, R))[::-1],
+            "Fortran order": lambda: np.asfortranarray(sentinel((2, 3, 3, R))),
+            "every other byte": lambda: sentinel((2, 3, 3, 2 * R))[..., ::2],
+            "rows overlap": lambda: strided(sentinel((2, 3, 1, R)), (2, 3, 3, R),
+                                            (3 * R, R, 0, 1)),
+        }
+        for what, make in views.items():
+            got = {}
+            for mode, st in (("local", loc), ("mooncake", t)):
+                out = make()
+                try:
+                    st.lookup_into(L, ids, out)
+                    got[mode] = ("written", (np.asarray(out) == expect(bufs, ids)).all())
+                except (ValueError, TypeError, engramstore.EngramError) as e:
+                    got[mode] = (type(e).__name__, str(e), (out == SENTINEL).all())
+            assert got["local"] == got["mooncake"], (what, got)
+            assert got["local"][-1], (what, got)  # exact rows, or untouched
+
+
 def test_layer_remove_and_populate_again(layer, mc_client):
     # Rows cached before a remove are never served for the new tables.
     t, L, bufs = layer
