@@ -119,7 +119,8 @@ MIN_CALL_ROWS = 256       # rows a call must carry for a read to be split
 STAGE_BYTES = 4 << 20     # the staging buffer (at least one row)
 READ_DEADLINE = 5.0       # seconds a read retries transient errors
 REMOVE_DEADLINE = 15.0    # seconds a remove waits out leases (Mooncake's default lease: 10 s)
-MANIFEST_FORMAT = "engramstore-mooncake/2"    # with the rows' epoch and key
+MANIFEST_FORMAT = "engramstore-mooncake/3"    # rows at {ns}/{name}@{epoch}.{nonce}
+MANIFEST_FORMAT_2 = "engramstore-mooncake/2"  # rows at {ns}/{name}@{epoch}: still read
 MANIFEST_FORMAT_1 = "engramstore-mooncake/1"  # rows at {namespace}/{name}: still read
 INDEX_FORMAT = "engramstore-mooncake-index/1"
 INDEX_PROBE = 64          # index keys probed per existence call
@@ -660,10 +661,12 @@ class TableWriter:
     ``{ns}/.index/{k}``       entry k = 0, 1, ... of the namespace's index,
                               ``{"format", "name", "writer"}``: one per
                               populate, written create-only before its rows;
-                              k is that populate's epoch
-    ``{ns}/{name}@{k}``       the rows of the populate of epoch k
-    ``{ns}/.manifest/{name}`` the published table: spec, CRC-32, epoch and
-                              key of its rows, written create-only last
+                              k is that populate's epoch, writer (16 random
+                              hex digits) its nonce
+    ``{ns}/{name}@{k}.{nonce}`` the rows of the populate of epoch k
+    ``{ns}/.manifest/{name}`` the published table: spec, CRC-32, epoch,
+                              nonce and key of its rows, written create-only
+                              last
 
     A name never starts with '.' and has no '@', so no table's key is
     another object's.  The index is how a store lists the namespace
@@ -671,9 +674,12 @@ class TableWriter:
     that saw entry k - 1, so the entries are numbered without gaps, and a
     reader finds the new ones by probing the keys after the last it knows.
     Their names are candidates; a table is published while its manifest
-    exists.  The epoch in the rows' key is what ties a reader's cached rows
-    to one populate: a table removed and populated again has new rows under
-    a new key, and the old key no longer exists."""
+    exists.  The rows' key is what ties a reader's cached rows to one
+    populate: a table removed and populated again has new rows under a new
+    key, and the old key no longer exists.  The epoch alone would not do:
+    the index is made of Mooncake objects too, and once they are lost (the
+    segment that held them left, a master restarted empty) the next
+    populate takes epoch 0 again; the nonce keeps its key new."""
 
     def __init__(self, client: _Client, namespace: str) -> None:
         check_name(namespace, "namespace")
@@ -681,12 +687,16 @@ class TableWriter:
         self.ns = namespace
         self.lock = threading.Lock()
         self.entries: dict[int, str] = {}  # index entries read so far (never rewritten)
+        self.nonces: dict[int, str | None] = {}  # their writers' nonces
         self.next = 0  # the first index key not known to exist
 
-    def data_key(self, name: str, epoch: int | None) -> str:
-        """The key of the rows of table `name` populated at `epoch` (None:
-        a table of the first manifest format, which had no epochs)."""
-        return f"{self.ns}/{name}" if epoch is None else f"{self.ns}/{name}@{epoch}"
+    def data_key(self, name: str, epoch: int | None, nonce: str | None = None) -> str:
+        """The key of the rows of table `name` populated at `epoch` with
+        `nonce` (epoch None: a table of the first manifest format, which
+        had no epochs; nonce None: of the second, which had no nonces)."""
+        if epoch is None:
+            return f"{self.ns}/{name}"
+        return f"{self.ns}/{name}@{epoch}" + ("" if nonce is None else f".{nonce}")
 
     def manifest_key(self, name: str) -> str:
         return f"{self.ns}/.manifest/{name}"
@@ -708,14 +718,19 @@ class TableWriter:
             fmt = m.get("format")
             if fmt == MANIFEST_FORMAT_1:
                 m["epoch"] = None
+            elif fmt == MANIFEST_FORMAT_2:
+                m["nonce"] = None
             elif fmt != MANIFEST_FORMAT:
                 raise ValueError(f"unknown format {fmt!r}")
             int(m["num_rows"]), int(m["row_bytes"]), int(m["crc32"])
-            epoch = m["epoch"]
+            epoch, nonce = m["epoch"], m.get("nonce")
             if epoch is not None and (not isinstance(epoch, int) or epoch < 0):
                 raise ValueError(f"epoch {epoch!r}")
-            if m.setdefault("key", self.data_key(name, epoch)) != self.data_key(name, epoch):
-                raise ValueError(f"key {m['key']!r} is not {self.data_key(name, epoch)!r}")
+            if fmt == MANIFEST_FORMAT and not _is_nonce(nonce):
+                raise ValueError(f"nonce {nonce!r}")
+            want = self.data_key(name, epoch, nonce)
+            if m.setdefault("key", want) != want:
+                raise ValueError(f"key {m['key']!r} is not {want!r}")
         except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
             raise _error(_engram.CorruptTableError, _engram.ECORRUPT,
                          f"{key}: not a table manifest ({e})") from None
@@ -740,30 +755,33 @@ class TableWriter:
                 for key, raw in zip(found, raws):
                     k = int(key.rsplit("/", 1)[1])
                     if raw:  # else removed since it was probed: not an entry
-                        self.entries[k] = self._entry_name(key, raw)
+                        self.entries[k], self.nonces[k] = self._entry(key, raw)
                     # Past it even if removed since: the numbers go on after
                     # a gap (an entry Mooncake evicted), up to INDEX_PROBE.
                     self.next = max(self.next, k + 1)
 
-    def _entry_name(self, key: str, raw: Any) -> str:
+    def _entry(self, key: str, raw: Any) -> tuple[str, str | None]:
+        """(name, nonce) of an index entry; nonce None where its writer is
+        no nonce (it then named no rows' key)."""
         try:
             e = json.loads(bytes(raw).decode())
             if e.get("format") != INDEX_FORMAT:
                 raise ValueError(f"unknown format {e.get('format')!r}")
-            return check_name(e["name"])
+            nonce = e.get("writer")
+            return check_name(e["name"]), nonce if _is_nonce(nonce) else None
         except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError,
                 EngramError) as e:
             raise _error(_engram.CorruptTableError, _engram.ECORRUPT,
                          f"{key}: not an index entry of the namespace ({e})") from None
 
-    def claim(self, name: str, config: object) -> int:
+    def claim(self, name: str, config: object) -> tuple[int, str]:
         """Writes a new index entry for a populate of `name`; returns its
-        number, the populate's epoch.  Create-only: Mooncake answers a put
-        to an existing key with success without writing it, so the entry
-        is read back to know whether this writer got the number, and the
-        next one is tried if not."""
-        entry = json.dumps({"format": INDEX_FORMAT, "name": name,
-                            "writer": os.urandom(8).hex()}).encode()
+        number, the populate's epoch, and its nonce.  Create-only: Mooncake
+        answers a put to an existing key with success without writing it,
+        so the entry is read back to know whether this writer got the
+        number, and the next one is tried if not."""
+        nonce = os.urandom(8).hex()
+        entry = json.dumps({"format": INDEX_FORMAT, "name": name, "writer": nonce}).encode()
         blob = self.c.np.frombuffer(entry, self.c.np.uint8).copy()
         self.scan()
         for _ in range(PUBLISH_TRIES):
@@ -776,10 +794,10 @@ class TableWriter:
             got = self.c.mc.get(key)
             with self.lock:
                 if got:
-                    self.entries[k] = self._entry_name(key, got)
+                    self.entries[k], self.nonces[k] = self._entry(key, got)
                     self.next = max(self.next, k + 1)
             if bytes(got) == entry:
-                return k
+                return k, nonce
             self.scan()
         raise MooncakeError(self.index_key(k), f"no free index entry after {PUBLISH_TRIES} "
                             "tries (as many writers populating at once?)")
@@ -787,6 +805,19 @@ class TableWriter:
     def epochs(self, name: str) -> list[int]:
         """The epochs of the index's populates of `name`."""
         return sorted(k for k, n in self.scan().items() if n == name)
+
+    def populate_keys(self, name: str) -> list[str]:
+        """The keys the rows of the index's populates of `name` may have
+        (of this format, and of the second where the entry has no nonce or
+        was written by it)."""
+        keys = []
+        for k in self.epochs(name):
+            keys.append(self.data_key(name, k))
+            with self.lock:
+                nonce = self.nonces.get(k)
+            if nonce is not None:
+                keys.append(self.data_key(name, k, nonce))
+        return keys
 
     # -- publication ---------------------------------------------------------
 
@@ -798,11 +829,12 @@ class TableWriter:
         if self.c.exist([mkey])[mkey]:
             raise _error(TableExistsError, _errno.EEXIST, f"table '{name}' exists in the "
                          f"Mooncake namespace '{self.ns}'")
-        epoch = self.claim(name, config)
-        dkey = self.data_key(name, epoch)
+        epoch, nonce = self.claim(name, config)
+        dkey = self.data_key(name, epoch, nonce)
         manifest = {"format": MANIFEST_FORMAT, "num_rows": int(rows.shape[0]),
                     "row_bytes": int(rows.shape[1]), "crc32": checksum(rows),
-                    "epoch": epoch, "key": dkey, "writer": os.urandom(8).hex()}
+                    "epoch": epoch, "nonce": nonce, "key": dkey,
+                    "writer": os.urandom(8).hex()}
         blob = self.c.np.frombuffer(json.dumps(manifest).encode(), self.c.np.uint8).copy()
         rc = self.c.put([dkey], [rows], config)[0]
         if rc != 0:
@@ -842,12 +874,13 @@ class MooncakeTableStore(TableStore):
     namespace=..., store_client=client, cache_bytes=0, cache_keep_all=False,
     threads=0, timing=False, read_deadline=5.0, max_ranges=8192)``.
 
-    Table ``name`` is the object ``{namespace}/{name}@{epoch}`` (its rows
-    packed, ``num_rows * row_bytes`` bytes) with a manifest
-    ``{namespace}/.manifest/{name}`` (spec, CRC-32, epoch) written after
-    it: a table is visible once its manifest is.  Each populate takes a new
-    epoch from the namespace's index (``{namespace}/.index/{k}``), which is
-    also how ``list_tables`` finds the tables other processes published.
+    Table ``name`` is the object ``{namespace}/{name}@{epoch}.{nonce}``
+    (its rows packed, ``num_rows * row_bytes`` bytes) with a manifest
+    ``{namespace}/.manifest/{name}`` (spec, CRC-32, epoch, nonce) written
+    after it: a table is visible once its manifest is.  Each populate takes
+    a new epoch, and a random nonce, from the namespace's index
+    (``{namespace}/.index/{k}``), which is also how ``list_tables`` finds
+    the tables other processes published.
     Lookups go through the library's lookup over source tables, so they
     have the table API's whole contract; ``cache_bytes`` is a row cache
     budget shared by the tables in proportion to their size (once full, a
@@ -1123,8 +1156,7 @@ class MooncakeTableStore(TableStore):
         mkey = self._w.manifest_key(name)
         had_data = m is not None and self._mc.remove(m["key"], force)
         had_manifest = self._mc.remove(mkey, force)
-        stale = [self._w.data_key(name, k) for k in self._w.epochs(name)]
-        stale = [k for k in stale if m is None or k != m["key"]]
+        stale = [k for k in self._w.populate_keys(name) if m is None or k != m["key"]]
         if stale:
             have = self._mc.exist(stale)
             for k in stale:
@@ -1199,6 +1231,11 @@ class MooncakeTableStore(TableStore):
 _SEGMENTS = ("; a Mooncake object lives in the memory segment of one client (the one "
              "the master placed it in, often its writer's), and goes when that client "
              "closes or its process exits")
+
+
+def _is_nonce(x: object) -> bool:
+    """16 lowercase hex digits, as os.urandom(8).hex() writes."""
+    return isinstance(x, str) and len(x) == 16 and set(x) <= set("0123456789abcdef")
 
 
 def _valid_name(name: str) -> bool:

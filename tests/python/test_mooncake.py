@@ -755,7 +755,8 @@ def test_table_api_create_only_and_specs(tables, mc_client, namespace):
     new = make_rows(4, R, seed=1)
     st.populate("c", new)
     spec = st.get_table_spec("c")
-    assert spec["key"] != orphans[0] and spec["epoch"] > int(orphans[0].rsplit("@", 1)[1])
+    assert spec["key"] != orphans[0]
+    assert spec["epoch"] > int(orphans[0].rsplit("@", 1)[1].split(".")[0])
     out = sentinel((4, 1, R))
     st.lookup(["c"], np.arange(4).reshape(4, 1), out)
     np.testing.assert_array_equal(out[:, 0], new)
@@ -768,9 +769,16 @@ def test_table_api_create_only_and_specs(tables, mc_client, namespace):
 
 
 def keys_of(mc_client, namespace, name, epochs=16):
-    """([the keys of table name's rows at epochs 0..epochs-1], [exists])."""
-    keys = [f"{namespace}/{name}@{k}" for k in range(epochs)]
-    return keys, mc_client.batch_is_exist(keys)
+    """([the keys of table name's rows at epochs 0..epochs-1], [exists]):
+    {namespace}/{name}@{epoch}.{nonce}, the nonce from the index entry of
+    the epoch."""
+    keys = []
+    for k in range(epochs):
+        raw = mc_client.get(f"{namespace}/.index/{k}")
+        e = json.loads(bytes(raw).decode()) if raw else {}
+        if e.get("name") == name:
+            keys.append(f"{namespace}/{name}@{k}.{e['writer']}")
+    return keys, (mc_client.batch_is_exist(keys) if keys else [])
 
 
 def test_table_api_other_store_sees_published_tables(tables, mc_client, namespace):
@@ -985,6 +993,35 @@ def test_table_api_writer_gone(tmp_path):
         srv.stop()
 
 
+def test_table_api_cache_never_stale_after_the_index_is_lost(mc_client, namespace):
+    # Every object of a namespace gone at once behind a reader's back (the
+    # segment that held them left, or a master restarted empty), then the
+    # table populated again by a writer that never saw the old index: its
+    # populate takes epoch 0 again.  The reader, which had the old table
+    # open with its rows cached, must read the new rows, never the old.
+    old, new = make_rows(64, R, seed=80), make_rows(64, R, seed=81)
+    ids = np.arange(64, dtype=np.int64).reshape(64, 1)
+    with engramstore.EngramStore(namespace=namespace, store_client=mc_client,
+                                 cache_bytes=1 << 20) as reader:
+        with engramstore.EngramStore(namespace=namespace, store_client=mc_client) as w:
+            w.populate("t", old)
+            spec = w.get_table_spec("t")
+        for _ in range(2):
+            out = sentinel((64, 1, R))
+            reader.lookup(["t"], ids, out)
+            np.testing.assert_array_equal(out[:, 0], old)
+        assert reader.stats()["cache"]["hits"] == 64
+        for key in (spec["key"], f"{namespace}/.manifest/t",
+                    f"{namespace}/.index/{spec['epoch']}"):
+            assert mc_client.remove(key, True) == 0
+        with engramstore.EngramStore(namespace=namespace, store_client=mc_client) as w2:
+            w2.populate("t", new)
+        out = sentinel((64, 1, R))
+        reader.lookup(["t"], ids, out)
+        np.testing.assert_array_equal(out[:, 0], new)
+    drop_namespace(mc_client, namespace)
+
+
 def test_table_api_populate_races(mc_client, namespace):
     # Stores populating at once: every distinct table is published with its
     # own epoch; of writers of the same name exactly one wins, and the
@@ -1034,6 +1071,42 @@ def test_table_api_reads_first_manifest_format(mc_client, namespace):
         st.verify("old")
         st.remove("old", force=True)
         assert mc_client.batch_is_exist([f"{namespace}/old", f"{namespace}/.manifest/old"]) == [0, 0]
+
+
+def test_table_api_reads_second_manifest_format(mc_client, namespace):
+    # A table published by the second manifest format (rows at
+    # {namespace}/{name}@{epoch}, no nonce) is still read, listed and
+    # removed whole, its unfinished populates' rows too; a manifest of the
+    # current format whose nonce or key is not its own is corrupt.
+    rows = make_rows(12, R, seed=91)
+    entry = {"format": "engramstore-mooncake-index/1", "name": "old", "writer": "0123456789abcdef"}
+    for k in (0, 1):
+        assert mc_client.put(f"{namespace}/.index/{k}", json.dumps(entry).encode()) == 0
+        assert mc_client.put(f"{namespace}/old@{k}", rows.tobytes()) == 0
+    m = {"format": "engramstore-mooncake/2", "num_rows": 12, "row_bytes": R,
+         "crc32": zlib.crc32(rows.tobytes()), "epoch": 1, "key": f"{namespace}/old@1",
+         "writer": "0"}
+    assert mc_client.put(f"{namespace}/.manifest/old", json.dumps(m).encode()) == 0
+    with engramstore.EngramStore(namespace=namespace, store_client=mc_client) as st:
+        out = sentinel((12, 1, R))
+        st.lookup(["old"], np.arange(12).reshape(12, 1), out)
+        np.testing.assert_array_equal(out[:, 0], rows)
+        assert st.get_table_spec("old")["key"] == f"{namespace}/old@1"
+        assert st.list_tables() == ["old"]
+        st.verify("old")
+        st.remove("old", force=True)
+        assert mc_client.batch_is_exist([f"{namespace}/old@0", f"{namespace}/old@1",
+                                         f"{namespace}/.manifest/old"]) == [0, 0, 0]
+        for bad in ({"nonce": "x" * 16, "key": f"{namespace}/bad@0.{'x' * 16}"},
+                    {"nonce": "0123456789abcdef", "key": f"{namespace}/bad@0"},
+                    {"key": f"{namespace}/bad@0"}):
+            m3 = dict(m, format="engramstore-mooncake/3", epoch=0, **bad)
+            assert mc_client.put(f"{namespace}/.manifest/bad", json.dumps(m3).encode()) == 0
+            with pytest.raises(engramstore.CorruptTableError, match="not a table manifest"):
+                st.get_table_spec("bad")
+            mc_client.remove(f"{namespace}/.manifest/bad", True)
+    for k in (0, 1):
+        mc_client.remove(f"{namespace}/.index/{k}", True)
 
 
 def test_table_api_bad_index_entry(mc_client, namespace):
