@@ -100,6 +100,13 @@ class LayerStore(EngramStore):
         self._specs = specs
         self._keys = {layer_id: tuple(f"engram:l{layer_id}:h{h}" for h in range(len(sizes)))
                       for layer_id, (sizes, _) in specs.items()}
+        # The Mooncake mode's open layers: layer -> the names of their
+        # source tables (the heads' keys; with a suffix once a layer was
+        # removed and populated again through this store, or found replaced
+        # behind its back, so rows cached before are never served for the
+        # new tables).
+        self._live: dict[int, tuple[str, ...]] = {}
+        self._gen: dict[int, int] = {}  # layer -> times closed that way
         if store is None:
             self._store = TableStore(local_dir=None)
             self._owned = True
@@ -112,12 +119,21 @@ class LayerStore(EngramStore):
             self._mc = _mooncake._Client(store, read_deadline=read_deadline,
                                          max_ranges=max_ranges, read_calls=read_calls)
             self._mc_client = store
-            self._sources = _mooncake.Sources(self._mc)
+            # A head found replaced or gone during a read closes its layer:
+            # the next lookup opens it again (from new source tables),
+            # checking every head's size.  (The closure holds the dicts,
+            # not self: the memory store holds it, and self the store.)
+            def on_gone(key: str, _live: dict[int, tuple[str, ...]] = self._live,
+                        _gen: dict[int, int] = self._gen,
+                        _keys: dict[int, tuple[str, ...]] = self._keys) -> None:
+                for layer, ks in _keys.items():
+                    if key in ks and _live.pop(layer, None) is not None:
+                        _gen[layer] = _gen.get(layer, 0) + 1
+            self._sources = _mooncake.Sources(self._mc, check_sizes=True, on_gone=on_gone)
             order = [(l, h) for l in sorted(specs) for h in range(len(specs[l][0]))]
             budget, shares = _mooncake.cache_shares(
                 cache_bytes, [specs[l][0][h] * specs[l][1] for l, h in order])
             self._share = dict(zip(order, shares))
-            self._gen: dict[int, int] = {}  # layer -> times removed through this store
             if not isinstance(cache_keep_all, bool):
                 raise TypeError(f"cache_keep_all: expected a bool, got {cache_keep_all!r}")
             self._store = TableStore(local_dir=None, cache_bytes=budget,
@@ -128,11 +144,6 @@ class LayerStore(EngramStore):
                             f"engramstore.LocalStore(local_dir, namespace)), a Mooncake "
                             f"MooncakeDistributedStore or None, got {store!r}")
         self._bound: set[int] = set()
-        # The Mooncake mode's open layers: layer -> the names of their
-        # source tables (the heads' keys; with a suffix once a layer was
-        # removed and populated again through this store, so rows cached
-        # before are never served for the new tables).
-        self._live: dict[int, tuple[str, ...]] = {}
         if self._mc is None:
             try:
                 for layer_id, (heads, row_bytes) in specs.items():

@@ -48,6 +48,13 @@ How a read works (``_Client.read``), and why:
   ``row_bytes`` bytes; anything else (a short read, an error code, a
   malformed result) fails the read naming the key.  A missing object is an
   error, never an empty or stale row.
+* **Sizes checked (the layer API).**  The layer API's keys are the same
+  for every populate, so after each read (and after a read that failed
+  for a missing object or a range past an object's end) one more call,
+  batch_get_replica_desc, checks that every object read still has its
+  table's size: one replaced by another layout fails the read, naming both
+  sizes, before any of its bytes is used, and the layer is opened again at
+  the next lookup (Sources).
 * **Retries with a deadline.**  Errors Mooncake reports for passing
   conditions (RPC failures and timeouts, transfer failures, leases,
   replicas not ready) are retried with backoff until ``read_deadline``
@@ -96,6 +103,7 @@ from ._engram import (EngramError, LayoutMismatchError, StateError, TableExistsE
 
 # Mooncake's error codes (mooncake-store's ErrorCode) that this module
 # names or tells apart.
+INVALID_PARAMS = -600
 OBJECT_NOT_FOUND = -704
 OBJECT_ALREADY_EXISTS = -705
 OBJECT_HAS_LEASE = -706
@@ -458,6 +466,48 @@ class _Client:
                 raise MooncakeError(k, "existence check failed", r)
         return {k: r == 1 for k, r in zip(keys, res)}
 
+    def sizes(self, keys: list[str]) -> dict[str, set[int]]:
+        """{key: the sizes in bytes of its replicas (empty: it is
+        missing)}, in one call (batch_get_replica_desc: the memory
+        replicas; get_size for a key with none: one held on disk only, or
+        missing, or left out of the answer by a failed call), passing
+        errors retried until read_deadline."""
+        deadline = time.monotonic() + self.read_deadline
+        delay = 0.002
+        while True:
+            try:
+                return self._sizes(keys)
+            except MooncakeError as e:
+                if e.code not in _TRANSIENT or time.monotonic() + delay > deadline:
+                    raise
+            with self.count_lock:
+                self.retries += 1
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
+
+    def _sizes(self, keys: list[str]) -> dict[str, set[int]]:
+        res = self.mc.batch_get_replica_desc(list(keys))
+        if not isinstance(res, Mapping):
+            raise MooncakeError(keys[0], f"batch_get_replica_desc answered {type(res).__name__}")
+        out: dict[str, set[int]] = {}
+        for k in keys:
+            got: set[int] = set()
+            for d in res.get(k) or ():
+                try:
+                    if d.is_memory_replica():
+                        got.add(int(d.get_memory_descriptor().buffer_descriptor.size))
+                except (AttributeError, TypeError, ValueError) as e:
+                    raise MooncakeError(k, f"batch_get_replica_desc answered {d!r} ({e})") \
+                        from None
+            if not got:
+                size = self.mc.get_size(k)
+                if size < 0 and size != OBJECT_NOT_FOUND:
+                    raise MooncakeError(k, "get_size failed", size)
+                if size >= 0:
+                    got.add(size)
+            out[k] = got
+        return out
+
     def check_size(self, key: str, want: int,
                    missing_cls: type[EngramError] = TableNotFoundError) -> None:
         """Checks that object `key` exists with `want` bytes."""
@@ -603,35 +653,83 @@ class Sources:
     tables of a row size form one group (TableStore.add_source's group=),
     so a lookup reads the missed rows of all its heads (tables) in one
     bounded call sequence: one Mooncake call per lookup, not one per head,
-    which is what a ranged read costs most."""
+    which is what a ranged read costs most.
 
-    def __init__(self, client: _Client) -> None:
+    With check_sizes (the layer API, whose keys are the same for every
+    populate), a read is followed by one more call that checks that every
+    object it read still has its table's size, and a read that failed for
+    a missing object or a range past an object's end is followed by it
+    too: an object replaced behind the store's back by one of another size
+    fails the read naming both sizes, before any of its bytes is used.
+    on_gone(key) is then told the key, so that the store opens its tables
+    again.  (The table API needs no such call: each populate's rows have a
+    key of their own, whose existence every lookup checks.)"""
+
+    def __init__(self, client: _Client, check_sizes: bool = False,
+                 on_gone: Callable[[str], None] | None = None) -> None:
         self.c = client
         self.keys: dict[int, list[str]] = {}  # row_bytes -> [Mooncake key of the group's table i]
+        self.nbytes: dict[int, list[int]] = {}  # row_bytes -> [bytes of the group's table i]
         self.fns: dict[int, Callable[[Any, Any, Any], None]] = {}  # row_bytes -> its read_rows
         self.lock = threading.Lock()
+        self.check_sizes = check_sizes
+        self.on_gone = on_gone
 
     def add(self, store: TableStore, name: str, num_rows: int, row_bytes: int, key: str,
             cache_bytes: int) -> None:
         """Adds source table `name` of `store` serving object `key`."""
         with self.lock:
             keys = self.keys.setdefault(row_bytes, [])
+            nbytes = self.nbytes.setdefault(row_bytes, [])
             fn = self.fns.get(row_bytes)
             if fn is None:
                 def fn(rows: Any, out: Any, tables: Any,
-                       _read: Callable[..., None] = self.c.read_group, _keys: list[str] = keys,
-                       _r: int = row_bytes) -> None:
-                    _read(_keys, _r, rows, out, tables)
+                       _read: Callable[..., None] = self.read, _r: int = row_bytes) -> None:
+                    _read(_r, rows, out, tables)
                 self.fns[row_bytes] = fn
             # The key is in place before the table can be looked up.
             keys.append(key)
+            nbytes.append(num_rows * row_bytes)
             try:
                 idx = store.add_source(name, {"num_rows": num_rows, "row_bytes": row_bytes}, fn,
                                        cache_bytes=cache_bytes, group="mooncake")
             except BaseException:
                 keys.pop()
+                nbytes.pop()
                 raise
             assert idx == len(keys) - 1, (idx, len(keys))
+
+    def read(self, row_bytes: int, rows: Any, out: Any, tables: Any) -> None:
+        """The group's read_rows: _Client.read_group, then (check_sizes)
+        the size check of the objects read."""
+        keys = self.keys[row_bytes]
+        try:
+            self.c.read_group(keys, row_bytes, rows, out, tables)
+        except MooncakeError as e:
+            if self.check_sizes and e.code in (OBJECT_NOT_FOUND, INVALID_PARAMS):
+                self._check(row_bytes, tables, e)
+            raise
+        if self.check_sizes:
+            self._check(row_bytes, tables, None)
+
+    def _check(self, row_bytes: int, tables: Any, cause: BaseException | None) -> None:
+        """Raises MooncakeError naming the first object read (tables: the
+        group's indices) whose size is not its table's, after telling
+        on_gone."""
+        idx = self.c.np.unique(tables).tolist()
+        keys = [self.keys[row_bytes][i] for i in idx]
+        have = self.c.sizes(keys)
+        for i, key in zip(idx, keys):
+            want = self.nbytes[row_bytes][i]
+            if have[key] == {want}:
+                continue
+            if self.on_gone is not None:
+                self.on_gone(key)
+            if not have[key]:
+                raise MooncakeError(key, "not in the store", OBJECT_NOT_FOUND) from cause
+            sizes = " or ".join(str(x) for x in sorted(have[key]))
+            raise MooncakeError(key, f"holds {sizes} bytes, not the {want} of the table "
+                                f"opened on it: replaced behind this store's back") from cause
 
 
 def cache_shares(cache_bytes: int, sizes: list[int]) -> tuple[int, list[int]]:
