@@ -2,7 +2,8 @@
 sets up its own Mooncake client (no segment) against the servers named in
 the JSON, does one job, closes the client and prints one JSON line.
 
-Jobs: "populate" (the layer API populates a layer of make_rows tables),
+Jobs: "populate" (the layer API populates a layer of make_rows tables, at
+wall-clock time `at` if given),
 "lookup" (the layer API looks up `rounds` batches of random ids with a row
 cache and compares every row with make_rows), "lookup_table" (the same
 through the table API), "tables" (the table API's ops in order, each
@@ -14,6 +15,7 @@ import gc
 import json
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -98,6 +100,8 @@ def main(a):
             cfg = engramstore.EngramStoreConfig(a["sizes"], a["row_bytes"])
             with engramstore.EngramStore({a["layer"]: cfg}, c, cache_bytes=a.get("cache", 0)) as t:
                 if a["job"] == "populate":
+                    while time.time() < a.get("at", 0):  # writers meant to race start together
+                        time.sleep(0.0005)
                     t.populate(a["layer"], bufs)
                     return {"ok": True}
                 bad = 0

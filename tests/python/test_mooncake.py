@@ -196,6 +196,53 @@ def test_layer_populate_rolls_back(mc_client, layer_id):
     t.close()
 
 
+@pytest.mark.parametrize("other", ["same rows", "other rows", "other rows, one head"])
+def test_layer_populated_by_two_writers_at_once(mc_client, layer_id, other):
+    # Another writer populates the same layer between this populate's check
+    # that its keys are free and its upload: Mooncake answers a put to a
+    # key that exists with success, keeping the other writer's object.  The
+    # same rows are fine; other rows are TableExistsError (the other
+    # writer's layer stays, whole); a layer whose heads are some of each is
+    # removed, and this writer told so.  Never a populate that "succeeds"
+    # and leaves other rows, or a mixed layer, in the store.
+    mine, theirs = heads(layer_id), heads(layer_id + 500)
+    if other == "same rows":
+        theirs = [b.copy() for b in mine]
+    them = engramstore.EngramStore({layer_id: cfg()}, mc_client)
+    f = Faulty(mc_client)
+    keys = them.get_store_keys(layer_id)
+
+    def put_after_them(*args):
+        if other == "other rows, one head":
+            assert mc_client.put(keys[0], theirs[0].tobytes()) == 0
+        else:
+            them.populate(layer_id, theirs)
+        return mc_client.batch_put_from(*args)
+    f.batch_put_from = put_after_them
+    t = engramstore.EngramStore({layer_id: cfg()}, f)
+    ids = rand_ids(3, 2, 40)
+    try:
+        if other == "same rows":
+            t.populate(layer_id, mine)
+        elif other == "other rows":
+            with pytest.raises(engramstore.TableExistsError, match=f"layer {layer_id}"):
+                t.populate(layer_id, mine)
+        else:
+            with pytest.raises(engramstore.MooncakeError, match="removed") as ei:
+                t.populate(layer_id, mine)
+            assert ei.value.key == keys[0]
+            assert mc_client.batch_is_exist(keys) == [0, 0, 0]
+            return
+        for st in (t, them):
+            out = sentinel((2, 40, 3, R))
+            st.lookup_into(layer_id, ids, out)
+            np.testing.assert_array_equal(out, expect(theirs, ids))
+    finally:
+        t.close()
+        them.remove_from_store(layer_id, force=True)
+        them.close()
+
+
 def test_layer_populate_refusals_write_nothing(mc_client, layer_id):
     t = engramstore.EngramStore({layer_id: cfg()}, mc_client)
     keys = t.get_store_keys(layer_id)
@@ -722,6 +769,47 @@ def test_store_and_client_lifetimes(mooncake, lifetime_job, steps):
     assert lines and json.loads(lines[-1]) == {"ok": True}, r.stderr[-3000:]
     assert r.returncode == 0, (f"exit status {r.returncode}" + (
         f" (signal {-r.returncode})" if r.returncode < 0 else "") + "\n" + r.stderr[-3000:])
+
+
+def test_two_processes_populate_one_layer_at_once(mooncake, mc_client, layer_id):
+    # Two processes populate the same layer with other rows at the same
+    # moment, however they interleave: at most one succeeds, and the layer
+    # in the store is then all of its rows; or none does, and it is gone.
+    sizes = [4000] * 6
+    at = time.time() + 2.0  # both children are up by then
+    job = dict(job="populate", layer=layer_id, sizes=sizes, row_bytes=R, at=at,
+               metadata=mooncake.metadata_url, master=mooncake.master_addr)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    procs = [subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__),
+                                                            "mc_child.py"),
+                               json.dumps(dict(job, seed=seed))], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env)
+             for seed in (layer_id, layer_id + 500)]
+    res = []
+    for p in procs:
+        o, e = p.communicate(timeout=120)
+        lines = [ln for ln in o.splitlines() if ln.startswith("{")]
+        assert p.returncode == 0 and lines, e[-3000:]
+        res.append(json.loads(lines[-1]))
+    t = engramstore.EngramStore({layer_id: cfg(sizes)}, mc_client)
+    try:
+        ok = [r.get("ok") is True for r in res]
+        assert sum(ok) <= 1, res
+        for r in res:
+            assert r.get("ok") or r["error"].startswith(("TableExistsError", "MooncakeError")), res
+        keys = t.get_store_keys(layer_id)
+        if not any(mc_client.batch_is_exist(keys)):
+            assert not any(ok), res
+            return
+        ids = np.stack([np.arange(4000) % 4000] * 6, -1).reshape(1, 4000, 6).astype(np.int64)
+        out = sentinel((1, 4000, 6, R))
+        t.lookup_into(layer_id, ids, out)
+        winner = [w for w, seed in enumerate((layer_id, layer_id + 500))
+                  if (out == expect(heads(seed, sizes), ids)).all()]
+        assert winner and ok[winner[0]], res  # the layer is one writer's whole, and it said so
+    finally:
+        t.remove_from_store(layer_id, force=True)
+        t.close()
 
 
 # ---- the table API -----------------------------------------------------------
