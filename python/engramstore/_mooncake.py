@@ -1328,7 +1328,7 @@ class MooncakeTableStore(TableStore):
 # say so (docs/mooncake.md, "Where the objects live").
 _SEGMENTS = ("; a Mooncake object lives in the memory segment of one client (the one "
              "the master placed it in, often its writer's), and goes when that client "
-             "closes or its process exits")
+             "closes or its process exits, or when the master restarts")
 
 
 def _is_nonce(x: object) -> bool:
