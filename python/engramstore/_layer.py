@@ -307,7 +307,7 @@ class LayerStore(EngramStore):
         tables = np.concatenate([np.full(len(p), h, np.uint32) for h, p in enumerate(picks)])
         got = np.empty((len(rows), row_bytes), np.uint8)
         try:
-            mc.read_group(keys, row_bytes, rows, got, tables)
+            mc.read_group(keys, row_bytes, rows, got, tables, adapt=False)
         except MooncakeError as e:
             raise MooncakeError(e.key, f"populate of layer {layer_id}: reading the upload back "
                                 f"failed ({e}); another writer of the layer at the same time "

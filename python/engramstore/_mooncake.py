@@ -306,13 +306,15 @@ class _Client:
             self.stages.give(stage)
 
     def read_group(self, keys: list[str], row_bytes: int, rows: Any, out: Any,
-                   tables: Any) -> None:
+                   tables: Any, adapt: bool = True) -> None:
         """Fills out[i] with row rows[i] of object keys[tables[i]] (rows:
         uint64 [n], tables: uint32 [n], out: uint8 [n, row_bytes]), in
         calls of at most max_ranges ranges, split evenly, up to read_calls
         of them in flight at once with MAX_KEYS keys among them; raises
         MooncakeError
-        naming the key of a range that failed."""
+        naming the key of a range that failed.  adapt=False: a read that is
+        not a lookup's (a populate's check) takes the adapted number of
+        calls as it is, and is not measured."""
         np = self.np
         n = len(rows)
         order = np.argsort(tables, kind="stable")  # each key's ranges together
@@ -326,7 +328,9 @@ class _Client:
             # each one its own slot of the staging buffer; adapted, the
             # number the reads so far found fastest.
             want = self.read_calls
-            if self.adapt is not None and n >= 2 * MIN_CALL_ROWS:
+            if self.adapt is not None and not adapt:
+                want = self.adapt.best()
+            elif self.adapt is not None and n >= 2 * MIN_CALL_ROWS:
                 want = self.adapt.pick()
             par = max(1, min(want, n // MIN_CALL_ROWS, stage_rows))
             cap = max(1, min(self.max_ranges, stage_rows // par))
@@ -364,7 +368,7 @@ class _Client:
                 for j, (i, m, _, _) in enumerate(wave):
                     at = j * cap * row_bytes
                     out[order[i:i + m]] = stage[at:at + m * row_bytes].reshape(m, row_bytes)
-            if self.adapt is not None and par == want and n >= 2 * MIN_CALL_ROWS:
+            if self.adapt is not None and adapt and par == want and n >= 2 * MIN_CALL_ROWS:
                 self.adapt.record(par, (time.perf_counter() - t0) / n)
 
     def _read_wave(self, wave: list[tuple[int, int, list[str], list[list[int]]]],

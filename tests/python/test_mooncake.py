@@ -1377,6 +1377,7 @@ def test_read_calls_one_fails(mc_client, layer_id, monkeypatch):
     f.get_into_ranges = get_into_ranges
     t = engramstore.EngramStore({layer_id: cfg()}, f, read_calls=3)
     bufs = heads(layer_id)
+    fail = False  # populate reads rows back through it too
     t.populate(layer_id, bufs)
     try:
         fail = True
