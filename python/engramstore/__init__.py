@@ -286,10 +286,10 @@ class TableStore(_engram.Store, EngramStore):
         (``rows``: uint64 ``[n]``) and fills ``out`` (uint8 ``[n,
         row_bytes]``) with their bytes; both are numpy arrays (memoryviews
         where numpy is not installed).  It must write every row and return
-        None (or ``out`` itself): the library cannot tell a row left
-        unwritten from a row of zeros, and serves and caches it as zeros;
-        any other return value fails the lookup with a ``TypeError`` as the
-        cause.  ``out``'s memory cannot be resized during the call.  ``spec`` is ``{"num_rows": N,
+        None (or ``out`` itself); any other return value fails the lookup
+        with a ``TypeError`` as the cause, and a row left unwritten with a
+        ``ValueError`` (``docs/python.md`` says how it is found).  ``out``'s
+        memory cannot be resized during the call.  ``spec`` is ``{"num_rows": N,
         "row_bytes": R}`` (or a ``(N, R)`` tuple).  It runs on the thread
         that looks up, holding the GIL; an exception fails that lookup with
         an :class:`EngramError` whose ``__cause__`` is the exception.

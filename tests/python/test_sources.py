@@ -232,14 +232,61 @@ def test_callable_released_at_close():
     assert ref() is None
 
 
-def test_rows_left_unwritten_are_zeros(mem):
-    # A callable that returns None without filling `out` breaks the contract
-    # in a way the library cannot see: its rows are served as zeros, never
-    # the allocator's old bytes.
-    mem.add_source("lazy", (N, R), lambda rows, out: None)
-    out = sentinel((64, 1, R))
-    mem.lookup(["lazy"], np.arange(64, dtype=np.int64).reshape(64, 1), out)
-    assert (out == 0).all()
+@pytest.mark.parametrize("row_bytes", [R, 5, 1 << 24])
+@pytest.mark.parametrize("grouped", [False, True])
+def test_rows_left_unwritten_are_an_error(row_bytes, grouped):
+    # A row the callable leaves unwritten fails the lookup, its cause a
+    # ValueError naming the row, rather than being served (and cached) as
+    # whatever out started with: the output is untouched, nothing cached.
+    n = 3 if row_bytes > 1 << 20 else 40
+    rows = make_rows(n, row_bytes, seed=24)
+    skip = {n - 1}
+
+    def read_rows(ids, out, *tables):
+        for i, r in enumerate(ids.astype(np.int64)):
+            if r not in skip:
+                out[i] = rows[r]
+    st = engramstore.EngramStore(local_dir=None, cache_bytes=8 << 20)
+    try:
+        st.add_source("s", (n, row_bytes), read_rows, cache_bytes=0 if n == 3 else 1 << 20,
+                      group="g" if grouped else None)
+        ids = np.arange(n, dtype=np.int64).reshape(n, 1)
+        out = sentinel((n, 1, row_bytes))
+        with pytest.raises(engramstore.EngramError) as ei:
+            st.lookup(["s"], ids, out)
+        which = f"row {n - 1} (of table 0 of the group)" if grouped else f"row {n - 1}"
+        assert str(ei.value) == (f"table 's': read_rows left {which} unwritten: it must fill "
+                                 "every row of out (a source that cannot serve a row must "
+                                 "raise)")
+        assert ei.value.errno == 5 and isinstance(ei.value.__cause__, ValueError)
+        assert (out == 0xA5).all()
+        skip.clear()
+        st.lookup(["s"], ids, out)
+        np.testing.assert_array_equal(out[:, 0], rows)
+        assert st.stats()["cache"]["hits"] == 0  # nothing of the failed call was kept
+    finally:
+        st.close()
+
+
+def test_a_row_that_holds_what_out_starts_with_is_served(mem):
+    # out starts filled with a pattern, and a row still holding it whole
+    # after the call is asked for again (out then holding another): a
+    # table row that is that very pattern is served, not refused.
+    n = 12
+    rows = make_rows(n, R, seed=25)
+    calls = []
+
+    def read_rows(ids, out):
+        if not calls:
+            rows[5] = out[0]  # what out started with
+        calls.append(ids.copy())
+        out[:] = rows[ids.astype(np.int64)]
+    mem.add_source("s", (n, R), read_rows, cache_bytes=1 << 20)
+    out = sentinel((n, 1, R))
+    mem.lookup(["s"], np.arange(n, dtype=np.int64).reshape(n, 1), out)
+    np.testing.assert_array_equal(out[:, 0], rows)
+    assert [c.tolist() for c in calls] == [list(range(n)), [5]]
+    assert len(set(rows[5].tobytes())) > 1  # a pattern, not one byte repeated
 
 
 class Shrinker:
