@@ -290,7 +290,11 @@ class TableStore(_engram.Store, EngramStore):
         out)`` gets the distinct, validated row numbers a lookup needs
         (``rows``: uint64 ``[n]``) and fills ``out`` (uint8 ``[n,
         row_bytes]``) with their bytes; both are numpy arrays (memoryviews
-        where numpy is not installed).  ``spec`` is ``{"num_rows": N,
+        where numpy is not installed).  It must write every row and return
+        None (or ``out`` itself); any other return value fails the lookup
+        with a ``TypeError`` as the cause, and a row left unwritten with a
+        ``ValueError`` (``docs/python.md`` says how it is found).  ``out``'s
+        memory cannot be resized during the call.  ``spec`` is ``{"num_rows": N,
         "row_bytes": R}`` (or a ``(N, R)`` tuple).  It runs on the thread
         that looks up, holding the GIL; an exception fails that lookup with
         an :class:`EngramError` whose ``__cause__`` is the exception.
@@ -315,9 +319,14 @@ class TableStore(_engram.Store, EngramStore):
         if np is not None:
             def fn(rows: Any, out: Any, tables: Any = None, _read: Callable[..., object] = read_rows,
                    _asarray: Callable[[Any], Any] = np.asarray) -> object:
+                arr = _asarray(out)
                 if tables is None:
-                    return _read(_asarray(rows), _asarray(out))
-                return _read(_asarray(rows), _asarray(out), _asarray(tables))
+                    res = _read(_asarray(rows), arr)
+                else:
+                    res = _read(_asarray(rows), arr, _asarray(tables))
+                # out itself (np.take(..., out=out) returns it) means None;
+                # anything else is refused by the extension.
+                return None if res is arr else res
         if group is None:
             return self._add_source(name, kw["num_rows"], kw["row_bytes"], fn, cache_bytes)
         groups = self.__dict__.setdefault("_source_groups", {})

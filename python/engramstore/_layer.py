@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
 _E = TypeVar("_E", bound=BaseException)
 
+VERIFY_ROWS = 16  # rows of each head a Mooncake populate reads back (_check_own)
+
 
 def _error(cls: type[_E], code: int, msg: str) -> _E:
     e = cls(msg)
@@ -100,6 +102,13 @@ class LayerStore(EngramStore):
         self._specs = specs
         self._keys = {layer_id: tuple(f"engram:l{layer_id}:h{h}" for h in range(len(sizes)))
                       for layer_id, (sizes, _) in specs.items()}
+        # The Mooncake mode's open layers: layer -> the names of their
+        # source tables (the heads' keys; with a suffix once a layer was
+        # removed and populated again through this store, or found replaced
+        # behind its back, so rows cached before are never served for the
+        # new tables).
+        self._live: dict[int, tuple[str, ...]] = {}
+        self._gen: dict[int, int] = {}  # layer -> times closed that way
         if store is None:
             self._store = TableStore(local_dir=None)
             self._owned = True
@@ -112,12 +121,21 @@ class LayerStore(EngramStore):
             self._mc = _mooncake._Client(store, read_deadline=read_deadline,
                                          max_ranges=max_ranges, read_calls=read_calls)
             self._mc_client = store
-            self._sources = _mooncake.Sources(self._mc)
+            # A head found replaced or gone during a read closes its layer:
+            # the next lookup opens it again (from new source tables),
+            # checking every head's size.  (The closure holds the dicts,
+            # not self: the memory store holds it, and self the store.)
+            def on_gone(key: str, _live: dict[int, tuple[str, ...]] = self._live,
+                        _gen: dict[int, int] = self._gen,
+                        _keys: dict[int, tuple[str, ...]] = self._keys) -> None:
+                for layer, ks in _keys.items():
+                    if key in ks and _live.pop(layer, None) is not None:
+                        _gen[layer] = _gen.get(layer, 0) + 1
+            self._sources = _mooncake.Sources(self._mc, check_sizes=True, on_gone=on_gone)
             order = [(l, h) for l in sorted(specs) for h in range(len(specs[l][0]))]
             budget, shares = _mooncake.cache_shares(
                 cache_bytes, [specs[l][0][h] * specs[l][1] for l, h in order])
             self._share = dict(zip(order, shares))
-            self._gen: dict[int, int] = {}  # layer -> times removed through this store
             if not isinstance(cache_keep_all, bool):
                 raise TypeError(f"cache_keep_all: expected a bool, got {cache_keep_all!r}")
             self._store = TableStore(local_dir=None, cache_bytes=budget,
@@ -128,11 +146,6 @@ class LayerStore(EngramStore):
                             f"engramstore.LocalStore(local_dir, namespace)), a Mooncake "
                             f"MooncakeDistributedStore or None, got {store!r}")
         self._bound: set[int] = set()
-        # The Mooncake mode's open layers: layer -> the names of their
-        # source tables (the heads' keys; with a suffix once a layer was
-        # removed and populated again through this store, so rows cached
-        # before are never served for the new tables).
-        self._live: dict[int, tuple[str, ...]] = {}
         if self._mc is None:
             try:
                 for layer_id, (heads, row_bytes) in specs.items():
@@ -211,7 +224,10 @@ class LayerStore(EngramStore):
         batch_put_from (``config``: a ``mooncake.store.ReplicateConfig``),
         the buffers are unregistered, and if a head failed, the layer's
         keys (which did not exist before) are removed before MooncakeError
-        is raised."""
+        is raised.  Then rows of every head are read back: another writer
+        of the layer at the same time, with other rows, makes it
+        TableExistsError (their layer whole) or, the store holding heads
+        of both, MooncakeError with the layer removed."""
         if self._owned:
             raise _error(StateError, _engram.ESTATE,
                          "populate: this EngramStore has no store (store=None); "
@@ -266,8 +282,51 @@ class LayerStore(EngramStore):
             raise MooncakeError(bad[0][0], f"populate of layer {layer_id} failed "
                                 f"({len(bad)} of {len(keys)} heads; the others were removed)",
                                 bad[0][1])
+        self._check_own(layer_id, keys, arrays)
         self._live.pop(layer_id, None)
         self._open_layer(layer_id)
+
+    def _check_own(self, layer_id: int, keys: list[str], arrays: list[Any]) -> None:
+        """After an upload: whether the heads in the store are this
+        populate's.  Mooncake answers a put to a key that exists, or that
+        another writer is putting, with success and keeps the other
+        object, so two writers of one layer at once both see success.  Up
+        to VERIFY_ROWS rows of each head (the first, the last, spread
+        between) are read back and compared: all this populate's rows (or
+        the same rows of another writer), fine; all another's,
+        TableExistsError, their layer left as it is; some heads of each,
+        the layer is removed (the other writer finds the same and fails
+        too) and MooncakeError raised.  Rows that differ only where none is
+        read back are not seen."""
+        mc = self._client()
+        np = mc.np
+        sizes, row_bytes = self._layer(layer_id)
+        picks = [np.unique(np.linspace(0, n - 1, min(n, VERIFY_ROWS)).astype(np.uint64))
+                 for n in sizes]
+        rows = np.concatenate(picks)
+        tables = np.concatenate([np.full(len(p), h, np.uint32) for h, p in enumerate(picks)])
+        got = np.empty((len(rows), row_bytes), np.uint8)
+        try:
+            mc.read_group(keys, row_bytes, rows, got, tables, adapt=False)
+        except MooncakeError as e:
+            raise MooncakeError(e.key, f"populate of layer {layer_id}: reading the upload back "
+                                f"failed ({e}); another writer of the layer at the same time "
+                                f"may have removed it", e.code) from e
+        own, at = [], 0
+        for a, p in zip(arrays, picks):
+            own.append(bool((got[at:at + len(p)] == a[p.astype(np.int64)]).all()))
+            at += len(p)
+        if all(own):
+            return
+        if not any(own):
+            raise _error(TableExistsError, _errno.EEXIST,
+                         f"populate: layer {layer_id}: another writer populated it at the same "
+                         f"time, with other rows, and the Mooncake store kept those: this "
+                         f"call's rows were not stored")
+        mc.rollback(keys)
+        raise MooncakeError(keys[own.index(False)], f"populate of layer {layer_id}: another writer "
+                            f"populated it at the same time, with other rows, and the store kept "
+                            f"some heads of each: the layer was removed (populate it again)")
 
     def bind_local(self, layer_id: int, embedding_buffers: Sequence[ArrayArg]) -> None:
         """Serves caller arrays (one C-contiguous uint8 ``[N_h, row_bytes]``

@@ -21,6 +21,16 @@ How a read works (``_Client.read``), and why:
   registered once and reused; a chunk is read into it and copied out.
   Reading straight into the caller's output would need the output
   registered, and would write rows of a lookup that then fails.
+* **Staging lives as long as the Mooncake client.**  Mooncake's client
+  crashes the process on any call after its close(), and at the
+  interpreter's exit an engramstore object may be collected after its
+  client was closed or torn down; nothing here can tell.  So neither
+  close() nor garbage collection calls into the client: a staging buffer,
+  once registered, stays registered and referenced by its client's
+  _StagePool until the client object is freed (Mooncake then drops its
+  registrations with it), and a store that is done with it hands it back
+  to the pool for the client's next store.  Freeing it while registered
+  would make a later buffer at the same address unregistrable.
 * **One call sequence per lookup.**  The tables of a row size form one
   source group, so the missed rows of all the heads of a lookup go out
   together, sorted by key: a get_into_ranges call costs about as much for
@@ -38,6 +48,13 @@ How a read works (``_Client.read``), and why:
   ``row_bytes`` bytes; anything else (a short read, an error code, a
   malformed result) fails the read naming the key.  A missing object is an
   error, never an empty or stale row.
+* **Sizes checked (the layer API).**  The layer API's keys are the same
+  for every populate, so after each read (and after a read that failed
+  for a missing object or a range past an object's end) one more call,
+  batch_get_replica_desc, checks that every object read still has its
+  table's size: one replaced by another layout fails the read, naming both
+  sizes, before any of its bytes is used, and the layer is opened again at
+  the next lookup (Sources).
 * **Retries with a deadline.**  Errors Mooncake reports for passing
   conditions (RPC failures and timeouts, transfer failures, leases,
   replicas not ready) are retried with backoff until ``read_deadline``
@@ -74,6 +91,7 @@ import json
 import os
 import threading
 import time
+import weakref
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -85,6 +103,7 @@ from ._engram import (EngramError, LayoutMismatchError, StateError, TableExistsE
 
 # Mooncake's error codes (mooncake-store's ErrorCode) that this module
 # names or tells apart.
+INVALID_PARAMS = -600
 OBJECT_NOT_FOUND = -704
 OBJECT_ALREADY_EXISTS = -705
 OBJECT_HAS_LEASE = -706
@@ -108,7 +127,8 @@ MIN_CALL_ROWS = 256       # rows a call must carry for a read to be split
 STAGE_BYTES = 4 << 20     # the staging buffer (at least one row)
 READ_DEADLINE = 5.0       # seconds a read retries transient errors
 REMOVE_DEADLINE = 15.0    # seconds a remove waits out leases (Mooncake's default lease: 10 s)
-MANIFEST_FORMAT = "engramstore-mooncake/2"    # with the rows' epoch and key
+MANIFEST_FORMAT = "engramstore-mooncake/3"    # rows at {ns}/{name}@{epoch}.{nonce}
+MANIFEST_FORMAT_2 = "engramstore-mooncake/2"  # rows at {ns}/{name}@{epoch}: still read
 MANIFEST_FORMAT_1 = "engramstore-mooncake/1"  # rows at {namespace}/{name}: still read
 INDEX_FORMAT = "engramstore-mooncake-index/1"
 INDEX_PROBE = 64          # index keys probed per existence call
@@ -180,6 +200,56 @@ def _positive(name: str, value: Any, kind: type = int) -> Any:
     return value
 
 
+class _StagePool:
+    """The staging buffers registered with one Mooncake client (see the
+    module doc): every one it registered (held, so never freed while
+    registered) and those no store is using.  It lives until the client
+    object is freed, and never calls into the client itself."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()  # for take(); give() needs none
+        self.held: list[Any] = []
+        self.free: list[Any] = []
+        self.owner: object = None  # the client, where it takes no weak reference
+
+    def take(self, nbytes: int) -> Any:
+        """A free buffer of at least nbytes, or None."""
+        with self.lock:
+            for i, b in enumerate(self.free):
+                if len(b) >= nbytes:
+                    return self.free.pop(i)
+        return None
+
+    def give(self, buf: Any) -> None:
+        """Hands a buffer back.  Safe from __del__ (a garbage collection
+        may run inside take(): list.append takes no lock)."""
+        self.free.append(buf)
+
+
+# id(client) -> its _StagePool, dropped when the client object is freed.
+_stage_pools: dict[int, _StagePool] = {}
+_stage_pools_lock = threading.Lock()
+
+
+def _stage_pool(mc: Any) -> _StagePool:
+    """The _StagePool of the client whose register_buffer mc calls (mc
+    itself, or the client a forwarding wrapper passes calls to)."""
+    owner = getattr(getattr(mc, "register_buffer", None), "__self__", None)
+    if owner is None:
+        owner = mc
+    with _stage_pools_lock:
+        pool = _stage_pools.get(id(owner))
+        if pool is None:
+            pool = _stage_pools[id(owner)] = _StagePool()
+            try:
+                # Not at the interpreter's exit (atexit=False): the client
+                # may still be alive then, its buffers still registered.
+                weakref.finalize(owner, _stage_pools.pop, id(owner), None).atexit = False
+            except TypeError:
+                pool.owner = owner  # no weak reference: kept, so its id is never reused
+        return pool
+
+
 class _Client:
     """One engramstore object's use of a Mooncake client: the read path
     (staging, bounded calls, length checks, retries) and the writes."""
@@ -196,7 +266,8 @@ class _Client:
         self.stage_bytes = _positive("stage_bytes", stage_bytes)
         self.np = _numpy()
         self.lock = threading.Lock()
-        self.stage: Any = None  # numpy uint8, registered with mc while not None
+        self.stage: Any = None  # numpy uint8 of the pool, registered with mc
+        self.stages = _stage_pool(mc)
         self.closed = False
         # Fixed, or adapted between 1 and READ_CALLS (None).
         self.adapt = _Adapt(READ_CALLS) if read_calls is None else None
@@ -214,28 +285,36 @@ class _Client:
         if self.closed:
             raise _error(StateError, _engram.ESTATE, "the store is closed")
         if self.stage is None or len(self.stage) < row_bytes:
-            self._unregister_stage()
-            stage = self.np.empty(max(self.stage_bytes, row_bytes), self.np.uint8)
-            rc = self.mc.register_buffer(stage.ctypes.data, stage.nbytes)
-            if rc != 0:
-                raise MooncakeError("staging buffer", f"register_buffer of {stage.nbytes} bytes "
-                                    "failed", rc)
+            self._release_stage()
+            want = max(self.stage_bytes, row_bytes)
+            stage = self.stages.take(want)
+            if stage is None:
+                stage = self.np.empty(want, self.np.uint8)
+                rc = self.mc.register_buffer(stage.ctypes.data, stage.nbytes)
+                if rc != 0:
+                    raise MooncakeError("staging buffer", f"register_buffer of {stage.nbytes} "
+                                        "bytes failed", rc)
+                self.stages.held.append(stage)
             self.stage = stage
         return self.stage
 
-    def _unregister_stage(self) -> None:
+    def _release_stage(self) -> None:
+        """Hands the staging buffer back to its client's pool: no call
+        into the client (see the module doc)."""
         if self.stage is not None:
             stage, self.stage = self.stage, None
-            self.mc.unregister_buffer(stage.ctypes.data)
+            self.stages.give(stage)
 
     def read_group(self, keys: list[str], row_bytes: int, rows: Any, out: Any,
-                   tables: Any) -> None:
+                   tables: Any, adapt: bool = True) -> None:
         """Fills out[i] with row rows[i] of object keys[tables[i]] (rows:
         uint64 [n], tables: uint32 [n], out: uint8 [n, row_bytes]), in
         calls of at most max_ranges ranges, split evenly, up to read_calls
         of them in flight at once with MAX_KEYS keys among them; raises
         MooncakeError
-        naming the key of a range that failed."""
+        naming the key of a range that failed.  adapt=False: a read that is
+        not a lookup's (a populate's check) takes the adapted number of
+        calls as it is, and is not measured."""
         np = self.np
         n = len(rows)
         order = np.argsort(tables, kind="stable")  # each key's ranges together
@@ -249,7 +328,9 @@ class _Client:
             # each one its own slot of the staging buffer; adapted, the
             # number the reads so far found fastest.
             want = self.read_calls
-            if self.adapt is not None and n >= 2 * MIN_CALL_ROWS:
+            if self.adapt is not None and not adapt:
+                want = self.adapt.best()
+            elif self.adapt is not None and n >= 2 * MIN_CALL_ROWS:
                 want = self.adapt.pick()
             par = max(1, min(want, n // MIN_CALL_ROWS, stage_rows))
             cap = max(1, min(self.max_ranges, stage_rows // par))
@@ -287,7 +368,7 @@ class _Client:
                 for j, (i, m, _, _) in enumerate(wave):
                     at = j * cap * row_bytes
                     out[order[i:i + m]] = stage[at:at + m * row_bytes].reshape(m, row_bytes)
-            if self.adapt is not None and par == want and n >= 2 * MIN_CALL_ROWS:
+            if self.adapt is not None and adapt and par == want and n >= 2 * MIN_CALL_ROWS:
                 self.adapt.record(par, (time.perf_counter() - t0) / n)
 
     def _read_wave(self, wave: list[tuple[int, int, list[str], list[list[int]]]],
@@ -389,6 +470,48 @@ class _Client:
                 raise MooncakeError(k, "existence check failed", r)
         return {k: r == 1 for k, r in zip(keys, res)}
 
+    def sizes(self, keys: list[str]) -> dict[str, set[int]]:
+        """{key: the sizes in bytes of its replicas (empty: it is
+        missing)}, in one call (batch_get_replica_desc: the memory
+        replicas; get_size for a key with none: one held on disk only, or
+        missing, or left out of the answer by a failed call), passing
+        errors retried until read_deadline."""
+        deadline = time.monotonic() + self.read_deadline
+        delay = 0.002
+        while True:
+            try:
+                return self._sizes(keys)
+            except MooncakeError as e:
+                if e.code not in _TRANSIENT or time.monotonic() + delay > deadline:
+                    raise
+            with self.count_lock:
+                self.retries += 1
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
+
+    def _sizes(self, keys: list[str]) -> dict[str, set[int]]:
+        res = self.mc.batch_get_replica_desc(list(keys))
+        if not isinstance(res, Mapping):
+            raise MooncakeError(keys[0], f"batch_get_replica_desc answered {type(res).__name__}")
+        out: dict[str, set[int]] = {}
+        for k in keys:
+            got: set[int] = set()
+            for d in res.get(k) or ():
+                try:
+                    if d.is_memory_replica():
+                        got.add(int(d.get_memory_descriptor().buffer_descriptor.size))
+                except (AttributeError, TypeError, ValueError) as e:
+                    raise MooncakeError(k, f"batch_get_replica_desc answered {d!r} ({e})") \
+                        from None
+            if not got:
+                size = self.mc.get_size(k)
+                if size < 0 and size != OBJECT_NOT_FOUND:
+                    raise MooncakeError(k, "get_size failed", size)
+                if size >= 0:
+                    got.add(size)
+            out[k] = got
+        return out
+
     def check_size(self, key: str, want: int,
                    missing_cls: type[EngramError] = TableNotFoundError) -> None:
         """Checks that object `key` exists with `want` bytes."""
@@ -450,22 +573,26 @@ class _Client:
                 pass
 
     def close(self) -> None:
+        """Makes no call into the Mooncake client, which may be closed
+        already (see the module doc)."""
         with self.lock:
             if not self.closed:
                 self.closed = True
-                self._unregister_stage()
+                self._release_stage()
             if self.pool is not None:
                 self.pool.shutdown(wait=True)
                 self.pool = None
 
     def __del__(self) -> None:
-        # A store dropped without close(): its staging buffer must not stay
-        # registered once freed (a later buffer at the same address could
-        # not be registered).
+        # A store dropped without close(): its staging buffer goes back to
+        # the client's pool, still registered, never freed before the client
+        # is.  Nothing here calls into the client: it may be closed or torn
+        # down by now (at the interpreter's exit), and Mooncake's client
+        # crashes on any call then.
         try:
             if not self.closed:
                 self.closed = True
-                self._unregister_stage()
+                self._release_stage()
             if self.pool is not None:
                 self.pool.shutdown(wait=False)
         except Exception:  # noqa: BLE001 - nothing to report to at this point
@@ -530,35 +657,83 @@ class Sources:
     tables of a row size form one group (TableStore.add_source's group=),
     so a lookup reads the missed rows of all its heads (tables) in one
     bounded call sequence: one Mooncake call per lookup, not one per head,
-    which is what a ranged read costs most."""
+    which is what a ranged read costs most.
 
-    def __init__(self, client: _Client) -> None:
+    With check_sizes (the layer API, whose keys are the same for every
+    populate), a read is followed by one more call that checks that every
+    object it read still has its table's size, and a read that failed for
+    a missing object or a range past an object's end is followed by it
+    too: an object replaced behind the store's back by one of another size
+    fails the read naming both sizes, before any of its bytes is used.
+    on_gone(key) is then told the key, so that the store opens its tables
+    again.  (The table API needs no such call: each populate's rows have a
+    key of their own, whose existence every lookup checks.)"""
+
+    def __init__(self, client: _Client, check_sizes: bool = False,
+                 on_gone: Callable[[str], None] | None = None) -> None:
         self.c = client
         self.keys: dict[int, list[str]] = {}  # row_bytes -> [Mooncake key of the group's table i]
+        self.nbytes: dict[int, list[int]] = {}  # row_bytes -> [bytes of the group's table i]
         self.fns: dict[int, Callable[[Any, Any, Any], None]] = {}  # row_bytes -> its read_rows
         self.lock = threading.Lock()
+        self.check_sizes = check_sizes
+        self.on_gone = on_gone
 
     def add(self, store: TableStore, name: str, num_rows: int, row_bytes: int, key: str,
             cache_bytes: int) -> None:
         """Adds source table `name` of `store` serving object `key`."""
         with self.lock:
             keys = self.keys.setdefault(row_bytes, [])
+            nbytes = self.nbytes.setdefault(row_bytes, [])
             fn = self.fns.get(row_bytes)
             if fn is None:
                 def fn(rows: Any, out: Any, tables: Any,
-                       _read: Callable[..., None] = self.c.read_group, _keys: list[str] = keys,
-                       _r: int = row_bytes) -> None:
-                    _read(_keys, _r, rows, out, tables)
+                       _read: Callable[..., None] = self.read, _r: int = row_bytes) -> None:
+                    _read(_r, rows, out, tables)
                 self.fns[row_bytes] = fn
             # The key is in place before the table can be looked up.
             keys.append(key)
+            nbytes.append(num_rows * row_bytes)
             try:
                 idx = store.add_source(name, {"num_rows": num_rows, "row_bytes": row_bytes}, fn,
                                        cache_bytes=cache_bytes, group="mooncake")
             except BaseException:
                 keys.pop()
+                nbytes.pop()
                 raise
             assert idx == len(keys) - 1, (idx, len(keys))
+
+    def read(self, row_bytes: int, rows: Any, out: Any, tables: Any) -> None:
+        """The group's read_rows: _Client.read_group, then (check_sizes)
+        the size check of the objects read."""
+        keys = self.keys[row_bytes]
+        try:
+            self.c.read_group(keys, row_bytes, rows, out, tables)
+        except MooncakeError as e:
+            if self.check_sizes and e.code in (OBJECT_NOT_FOUND, INVALID_PARAMS):
+                self._check(row_bytes, tables, e)
+            raise
+        if self.check_sizes:
+            self._check(row_bytes, tables, None)
+
+    def _check(self, row_bytes: int, tables: Any, cause: BaseException | None) -> None:
+        """Raises MooncakeError naming the first object read (tables: the
+        group's indices) whose size is not its table's, after telling
+        on_gone."""
+        idx = self.c.np.unique(tables).tolist()
+        keys = [self.keys[row_bytes][i] for i in idx]
+        have = self.c.sizes(keys)
+        for i, key in zip(idx, keys):
+            want = self.nbytes[row_bytes][i]
+            if have[key] == {want}:
+                continue
+            if self.on_gone is not None:
+                self.on_gone(key)
+            if not have[key]:
+                raise MooncakeError(key, "not in the store", OBJECT_NOT_FOUND) from cause
+            sizes = " or ".join(str(x) for x in sorted(have[key]))
+            raise MooncakeError(key, f"holds {sizes} bytes, not the {want} of the table "
+                                f"opened on it: replaced behind this store's back") from cause
 
 
 def cache_shares(cache_bytes: int, sizes: list[int]) -> tuple[int, list[int]]:
@@ -588,10 +763,12 @@ class TableWriter:
     ``{ns}/.index/{k}``       entry k = 0, 1, ... of the namespace's index,
                               ``{"format", "name", "writer"}``: one per
                               populate, written create-only before its rows;
-                              k is that populate's epoch
-    ``{ns}/{name}@{k}``       the rows of the populate of epoch k
-    ``{ns}/.manifest/{name}`` the published table: spec, CRC-32, epoch and
-                              key of its rows, written create-only last
+                              k is that populate's epoch, writer (16 random
+                              hex digits) its nonce
+    ``{ns}/{name}@{k}.{nonce}`` the rows of the populate of epoch k
+    ``{ns}/.manifest/{name}`` the published table: spec, CRC-32, epoch,
+                              nonce and key of its rows, written create-only
+                              last
 
     A name never starts with '.' and has no '@', so no table's key is
     another object's.  The index is how a store lists the namespace
@@ -599,9 +776,12 @@ class TableWriter:
     that saw entry k - 1, so the entries are numbered without gaps, and a
     reader finds the new ones by probing the keys after the last it knows.
     Their names are candidates; a table is published while its manifest
-    exists.  The epoch in the rows' key is what ties a reader's cached rows
-    to one populate: a table removed and populated again has new rows under
-    a new key, and the old key no longer exists."""
+    exists.  The rows' key is what ties a reader's cached rows to one
+    populate: a table removed and populated again has new rows under a new
+    key, and the old key no longer exists.  The epoch alone would not do:
+    the index is made of Mooncake objects too, and once they are lost (the
+    segment that held them left, a master restarted empty) the next
+    populate takes epoch 0 again; the nonce keeps its key new."""
 
     def __init__(self, client: _Client, namespace: str) -> None:
         check_name(namespace, "namespace")
@@ -609,12 +789,16 @@ class TableWriter:
         self.ns = namespace
         self.lock = threading.Lock()
         self.entries: dict[int, str] = {}  # index entries read so far (never rewritten)
+        self.nonces: dict[int, str | None] = {}  # their writers' nonces
         self.next = 0  # the first index key not known to exist
 
-    def data_key(self, name: str, epoch: int | None) -> str:
-        """The key of the rows of table `name` populated at `epoch` (None:
-        a table of the first manifest format, which had no epochs)."""
-        return f"{self.ns}/{name}" if epoch is None else f"{self.ns}/{name}@{epoch}"
+    def data_key(self, name: str, epoch: int | None, nonce: str | None = None) -> str:
+        """The key of the rows of table `name` populated at `epoch` with
+        `nonce` (epoch None: a table of the first manifest format, which
+        had no epochs; nonce None: of the second, which had no nonces)."""
+        if epoch is None:
+            return f"{self.ns}/{name}"
+        return f"{self.ns}/{name}@{epoch}" + ("" if nonce is None else f".{nonce}")
 
     def manifest_key(self, name: str) -> str:
         return f"{self.ns}/.manifest/{name}"
@@ -636,14 +820,19 @@ class TableWriter:
             fmt = m.get("format")
             if fmt == MANIFEST_FORMAT_1:
                 m["epoch"] = None
+            elif fmt == MANIFEST_FORMAT_2:
+                m["nonce"] = None
             elif fmt != MANIFEST_FORMAT:
                 raise ValueError(f"unknown format {fmt!r}")
             int(m["num_rows"]), int(m["row_bytes"]), int(m["crc32"])
-            epoch = m["epoch"]
+            epoch, nonce = m["epoch"], m.get("nonce")
             if epoch is not None and (not isinstance(epoch, int) or epoch < 0):
                 raise ValueError(f"epoch {epoch!r}")
-            if m.setdefault("key", self.data_key(name, epoch)) != self.data_key(name, epoch):
-                raise ValueError(f"key {m['key']!r} is not {self.data_key(name, epoch)!r}")
+            if fmt == MANIFEST_FORMAT and not _is_nonce(nonce):
+                raise ValueError(f"nonce {nonce!r}")
+            want = self.data_key(name, epoch, nonce)
+            if m.setdefault("key", want) != want:
+                raise ValueError(f"key {m['key']!r} is not {want!r}")
         except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
             raise _error(_engram.CorruptTableError, _engram.ECORRUPT,
                          f"{key}: not a table manifest ({e})") from None
@@ -668,30 +857,33 @@ class TableWriter:
                 for key, raw in zip(found, raws):
                     k = int(key.rsplit("/", 1)[1])
                     if raw:  # else removed since it was probed: not an entry
-                        self.entries[k] = self._entry_name(key, raw)
+                        self.entries[k], self.nonces[k] = self._entry(key, raw)
                     # Past it even if removed since: the numbers go on after
                     # a gap (an entry Mooncake evicted), up to INDEX_PROBE.
                     self.next = max(self.next, k + 1)
 
-    def _entry_name(self, key: str, raw: Any) -> str:
+    def _entry(self, key: str, raw: Any) -> tuple[str, str | None]:
+        """(name, nonce) of an index entry; nonce None where its writer is
+        no nonce (it then named no rows' key)."""
         try:
             e = json.loads(bytes(raw).decode())
             if e.get("format") != INDEX_FORMAT:
                 raise ValueError(f"unknown format {e.get('format')!r}")
-            return check_name(e["name"])
+            nonce = e.get("writer")
+            return check_name(e["name"]), nonce if _is_nonce(nonce) else None
         except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError,
                 EngramError) as e:
             raise _error(_engram.CorruptTableError, _engram.ECORRUPT,
                          f"{key}: not an index entry of the namespace ({e})") from None
 
-    def claim(self, name: str, config: object) -> int:
+    def claim(self, name: str, config: object) -> tuple[int, str]:
         """Writes a new index entry for a populate of `name`; returns its
-        number, the populate's epoch.  Create-only: Mooncake answers a put
-        to an existing key with success without writing it, so the entry
-        is read back to know whether this writer got the number, and the
-        next one is tried if not."""
-        entry = json.dumps({"format": INDEX_FORMAT, "name": name,
-                            "writer": os.urandom(8).hex()}).encode()
+        number, the populate's epoch, and its nonce.  Create-only: Mooncake
+        answers a put to an existing key with success without writing it,
+        so the entry is read back to know whether this writer got the
+        number, and the next one is tried if not."""
+        nonce = os.urandom(8).hex()
+        entry = json.dumps({"format": INDEX_FORMAT, "name": name, "writer": nonce}).encode()
         blob = self.c.np.frombuffer(entry, self.c.np.uint8).copy()
         self.scan()
         for _ in range(PUBLISH_TRIES):
@@ -704,10 +896,10 @@ class TableWriter:
             got = self.c.mc.get(key)
             with self.lock:
                 if got:
-                    self.entries[k] = self._entry_name(key, got)
+                    self.entries[k], self.nonces[k] = self._entry(key, got)
                     self.next = max(self.next, k + 1)
             if bytes(got) == entry:
-                return k
+                return k, nonce
             self.scan()
         raise MooncakeError(self.index_key(k), f"no free index entry after {PUBLISH_TRIES} "
                             "tries (as many writers populating at once?)")
@@ -715,6 +907,19 @@ class TableWriter:
     def epochs(self, name: str) -> list[int]:
         """The epochs of the index's populates of `name`."""
         return sorted(k for k, n in self.scan().items() if n == name)
+
+    def populate_keys(self, name: str) -> list[str]:
+        """The keys the rows of the index's populates of `name` may have
+        (of this format, and of the second where the entry has no nonce or
+        was written by it)."""
+        keys = []
+        for k in self.epochs(name):
+            keys.append(self.data_key(name, k))
+            with self.lock:
+                nonce = self.nonces.get(k)
+            if nonce is not None:
+                keys.append(self.data_key(name, k, nonce))
+        return keys
 
     # -- publication ---------------------------------------------------------
 
@@ -726,11 +931,12 @@ class TableWriter:
         if self.c.exist([mkey])[mkey]:
             raise _error(TableExistsError, _errno.EEXIST, f"table '{name}' exists in the "
                          f"Mooncake namespace '{self.ns}'")
-        epoch = self.claim(name, config)
-        dkey = self.data_key(name, epoch)
+        epoch, nonce = self.claim(name, config)
+        dkey = self.data_key(name, epoch, nonce)
         manifest = {"format": MANIFEST_FORMAT, "num_rows": int(rows.shape[0]),
                     "row_bytes": int(rows.shape[1]), "crc32": checksum(rows),
-                    "epoch": epoch, "key": dkey, "writer": os.urandom(8).hex()}
+                    "epoch": epoch, "nonce": nonce, "key": dkey,
+                    "writer": os.urandom(8).hex()}
         blob = self.c.np.frombuffer(json.dumps(manifest).encode(), self.c.np.uint8).copy()
         rc = self.c.put([dkey], [rows], config)[0]
         if rc != 0:
@@ -770,12 +976,13 @@ class MooncakeTableStore(TableStore):
     namespace=..., store_client=client, cache_bytes=0, cache_keep_all=False,
     threads=0, timing=False, read_deadline=5.0, max_ranges=8192)``.
 
-    Table ``name`` is the object ``{namespace}/{name}@{epoch}`` (its rows
-    packed, ``num_rows * row_bytes`` bytes) with a manifest
-    ``{namespace}/.manifest/{name}`` (spec, CRC-32, epoch) written after
-    it: a table is visible once its manifest is.  Each populate takes a new
-    epoch from the namespace's index (``{namespace}/.index/{k}``), which is
-    also how ``list_tables`` finds the tables other processes published.
+    Table ``name`` is the object ``{namespace}/{name}@{epoch}.{nonce}``
+    (its rows packed, ``num_rows * row_bytes`` bytes) with a manifest
+    ``{namespace}/.manifest/{name}`` (spec, CRC-32, epoch, nonce) written
+    after it: a table is visible once its manifest is.  Each populate takes
+    a new epoch, and a random nonce, from the namespace's index
+    (``{namespace}/.index/{k}``), which is also how ``list_tables`` finds
+    the tables other processes published.
     Lookups go through the library's lookup over source tables, so they
     have the table API's whole contract; ``cache_bytes`` is a row cache
     budget shared by the tables in proportion to their size (once full, a
@@ -821,7 +1028,10 @@ class MooncakeTableStore(TableStore):
         # name no lookup is given again.
         self._open: dict[str, tuple[str, str]] = {}
         self._internal: set[str] = set()  # every source table's name
-        self._state = threading.RLock()   # _open, _internal, _known_bytes
+        # Names open here before, and why they are not any more (removed
+        # here, or their rows found gone), for the error of a lookup.
+        self._gone: dict[str, str] = {}
+        self._state = threading.RLock()   # _open, _internal, _gone, _known_bytes
         self._known_bytes = 0
         try:
             for name, spec in (tables or {}).items():
@@ -877,8 +1087,15 @@ class MooncakeTableStore(TableStore):
         """Opens published table `name` (manifest m) as a new source table,
         unless another thread opened the same rows meanwhile."""
         n, r, key = m["num_rows"], m["row_bytes"], m["key"]
-        self._mc.check_size(key, n * r)
+        try:
+            self._mc.check_size(key, n * r)
+        except TableNotFoundError:
+            raise _error(TableNotFoundError, _errno.ENOENT,
+                         f"table '{name}': its manifest is in the Mooncake Store, its rows "
+                         f"({key}) are not: removed (by any process), or lost with the memory "
+                         f"segment that held them{_SEGMENTS}") from None
         with self._state:
+            self._gone.pop(name, None)
             if self._open.get(name, ("", ""))[1] == key:
                 return
             if name not in self._declared and name not in self._open:
@@ -912,6 +1129,9 @@ class MooncakeTableStore(TableStore):
                 for n, key in held.items():
                     if not have[key] and self._open.get(n, ("", ""))[1] == key:
                         del self._open[n]
+                        self._gone[n] = (f"its rows ({key}) are gone: removed (by any "
+                                         f"process), or lost with the memory segment that "
+                                         f"held them{_SEGMENTS}")
         for n in names:
             if n not in self._open:
                 m = self._w.read_manifest(n)
@@ -951,7 +1171,9 @@ class MooncakeTableStore(TableStore):
         Store for all of its tables, that the rows it has open are those
         published now, opening tables published since (by any process);
         a table whose rows go away during the lookup makes it check again
-        and retry, once."""
+        and retry, once.  A table not published raises TableNotFoundError
+        saying what the Store lacks: a Mooncake object lives in one
+        client's memory segment and leaves with it (docs/mooncake.md)."""
         if not isinstance(tables, (list, tuple)):
             return super().lookup(tables, ids, out, offsets, stream, zero_dead=zero_dead)
         self._refresh(tables)
@@ -967,18 +1189,30 @@ class MooncakeTableStore(TableStore):
                               zero_dead=zero_dead)
 
     def _internal_names(self, tables: Sequence[str]) -> list[str]:
-        """The source tables of `tables`; a name that is no published
-        table but names a source table here (one that was removed, or
-        another table's) is refused rather than passed on."""
+        """The source tables of `tables`.  A name of a table that is not
+        published (by what _refresh() found) is refused here, saying what
+        the Mooncake Store lacks, rather than passed on to the memory store
+        (whose source table of it, if any, is one no longer published, or
+        another table's); names that are no valid names are passed on, for
+        the library's error."""
+        if self.closed:
+            return list(tables)  # the lookup raises StoreClosedError
         names = []
         with self._state:
-            for t in tables:
-                if isinstance(t, str) and t not in self._open and t in self._internal:
-                    raise _error(TableNotFoundError, _errno.ENOENT,
-                                 f"table '{t}' is not in the Mooncake namespace "
-                                 f"'{self.namespace}' (removed)")
-                names.append(self._open[t][0] if isinstance(t, str) and t in self._open
-                             else t)
+            for k, t in enumerate(tables):
+                if isinstance(t, str) and t in self._open:
+                    names.append(self._open[t][0])
+                    continue
+                if isinstance(t, str) and _valid_name(t):
+                    why = self._gone.get(t)
+                    raise _error(TableNotFoundError, _errno.ENOENT, (
+                        f"tables[{k}]: table '{t}' is no longer in the Mooncake namespace "
+                        f"'{self.namespace}': {why}") if why else (
+                        f"tables[{k}]: table '{t}' is not in the Mooncake namespace "
+                        f"'{self.namespace}': the Mooncake Store holds no manifest of it "
+                        f"(never populated, removed, or lost with the memory segment that "
+                        f"held it{_SEGMENTS})"))
+                names.append(t)
         return names
 
     def get_table_spec(self, name: str) -> TableSpec:
@@ -1024,15 +1258,15 @@ class MooncakeTableStore(TableStore):
         mkey = self._w.manifest_key(name)
         had_data = m is not None and self._mc.remove(m["key"], force)
         had_manifest = self._mc.remove(mkey, force)
-        stale = [self._w.data_key(name, k) for k in self._w.epochs(name)]
-        stale = [k for k in stale if m is None or k != m["key"]]
+        stale = [k for k in self._w.populate_keys(name) if m is None or k != m["key"]]
         if stale:
             have = self._mc.exist(stale)
             for k in stale:
                 if have[k]:
                     had_data = self._mc.remove(k, True) or had_data
         with self._state:
-            self._open.pop(name, None)
+            if self._open.pop(name, None) is not None:
+                self._gone[name] = "removed (by this store)"
         if not (had_manifest or had_data):
             raise _error(TableNotFoundError, _errno.ENOENT,
                          f"table '{name}' is not in the Mooncake namespace '{self.namespace}'")
@@ -1092,6 +1326,18 @@ class MooncakeTableStore(TableStore):
     def __repr__(self) -> str:
         state = " (closed)" if self.closed else ""
         return f"<engramstore.MooncakeTableStore namespace={self.namespace!r}{state}>"
+
+
+# Why a Mooncake object can vanish without a remove(), for the errors that
+# say so (docs/mooncake.md, "Where the objects live").
+_SEGMENTS = ("; a Mooncake object lives in the memory segment of one client (the one "
+             "the master placed it in, often its writer's), and goes when that client "
+             "closes or its process exits, or when the master restarts")
+
+
+def _is_nonce(x: object) -> bool:
+    """16 lowercase hex digits, as os.urandom(8).hex() writes."""
+    return isinstance(x, str) and len(x) == 16 and set(x) <= set("0123456789abcdef")
 
 
 def _valid_name(name: str) -> bool:

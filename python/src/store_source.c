@@ -17,9 +17,17 @@
  * memoryview of bytes ('B', [n, row_bytes]) for the callable to fill; both
  * are views of bytearrays owned by Python, so a callable that keeps them
  * keeps valid memory, and the rows are copied to the lookup's output only
- * after it returned.  An exception fails the lookup with -EIO (nothing of
- * the call is kept or cached); the lookup then raises an EngramError
- * whose __cause__ is that exception.
+ * after it returned.  The callable must fill every row of out and return
+ * None (or out itself).  An exception fails the lookup with -EIO (nothing
+ * of the call is kept or cached); the lookup then raises an EngramError
+ * whose __cause__ is that exception.  Any other return value fails it the
+ * same way, with a TypeError, and so does a row left unwritten, with a
+ * ValueError naming it (found as call_fn() says).
+ *
+ * out's bytearray stays exported to call_fn() itself for the whole call:
+ * a callable that reaches the bytearray (out.obj) and releases every view
+ * of it still cannot resize or free it (BufferError), so the copy after
+ * the call reads the n * row_bytes bytes the callable was handed.
  *
  * Inside the callable the store is in use by the lookup that called it:
  * close() there raises StateError instead of waiting for its own thread,
@@ -75,33 +83,75 @@ static PyObject *view_of(PyObject *buf, const char *fmt, PyObject *shape)
     return cast;
 }
 
-/* Runs the callable with the GIL held; 0, or -1 with an exception. */
-static int call_fn(const pysource *ps, engram_source_req *reqs, size_t n)
+/* What out's rows start with, 8 bytes at a time from each row's start:
+ * pattern[0] for the call, pattern[1] (its complement) for the second call
+ * that asks again for the rows still holding pattern[0] whole (call_fn()).
+ * No row can hold both, so a row holding pattern[1] after the second call
+ * was not written. */
+static const unsigned char pattern[2][8] = {
+    {0xe5, 0x6e, 0x67, 0x72, 0x61, 0x6d, 0x00, 0x7f},
+    {0x1a, 0x91, 0x98, 0x8d, 0x9e, 0x92, 0xff, 0x80},
+};
+
+/* Fills n rows of rb bytes at o with pat. */
+static void fill_rows(unsigned char *o, size_t n, size_t rb, const unsigned char *pat)
+{
+    size_t have = rb < 8 ? rb : 8;
+    if (n == 0)
+        return;
+    memcpy(o, pat, have);
+    while (have < rb) { /* the first row, doubling what it holds */
+        size_t m = have < rb - have ? have : rb - have;
+        memcpy(o + have, o, m);
+        have += m;
+    }
+    for (size_t i = 1; i < n; i++)
+        memcpy(o + i * rb, o, rb);
+}
+
+/* Whether the rb bytes at r hold pat whole (pat repeated, from r). */
+static int holds(const unsigned char *r, size_t rb, const unsigned char *pat)
+{
+    return memcmp(r, pat, rb < 8 ? rb : 8) == 0 && (rb <= 8 || memcmp(r + 8, r, rb - 8) == 0);
+}
+
+/* Set when call_fn() fails because the callable broke its contract (its
+ * return value, a row left unwritten) rather than raised: read_rows()
+ * then reports the exception's text as it is. */
+static _Thread_local int contract_broken;
+
+/* One call of the callable for n rows (row[i], of the group's table tab[i]
+ * where grouped) into a fresh out filled with pat.  0 with *outp a new
+ * reference to out's bytearray and *held our export of it (the rows at
+ * held->buf), or -1 with an exception. */
+static int call_pass(const pysource *ps, const uint64_t *row, const uint32_t *tab, size_t n,
+                     const unsigned char *pat, PyObject **outp, Py_buffer *held)
 {
     PyObject *rows = NULL, *out = NULL, *mrows = NULL, *mout = NULL, *shape = NULL, *res;
     PyObject *tabs = NULL, *mtabs = NULL;
     int rc = -1;
-    uint64_t *r;
-    if (!(rows = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(n * sizeof(uint64_t)))) ||
+    held->obj = NULL;
+    if (!(rows = PyByteArray_FromStringAndSize((const char *)row,
+                                               (Py_ssize_t)(n * sizeof(uint64_t)))) ||
         !(out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(n * ps->row_bytes))))
         goto out;
-    /* A fresh bytearray holds whatever the allocator had: a callable that
-     * leaves rows unwritten must hand back zeros, never old heap bytes. */
-    memset(PyByteArray_AS_STRING(out), 0, n * ps->row_bytes);
-    r = (uint64_t *)(void *)PyByteArray_AS_STRING(rows);
-    for (size_t i = 0; i < n; i++)
-        r[i] = reqs[i].row;
+    /* Our own export of out, held until the caller copied the rows: the
+     * views handed to the callable can be released (out.release()), and a
+     * bytearray no view exports can be shrunk or freed under the copy
+     * (del out.obj[:]).  With this one it cannot: the resize raises
+     * BufferError in the callable. */
+    if (PyObject_GetBuffer(out, held, PyBUF_SIMPLE) < 0)
+        goto out; /* held->obj is NULL */
+    /* A fresh bytearray holds whatever the allocator had: never hand back
+     * old heap bytes.  The pattern is how a row left unwritten is found. */
+    fill_rows(held->buf, n, ps->row_bytes, pat);
     if (!(shape = Py_BuildValue("(n)", (Py_ssize_t)n)) ||
         !(mrows = view_of(rows, "Q", shape)))
         goto out;
     if (ps->grouped) {
-        uint32_t *tb;
-        if (!(tabs = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(n * sizeof(uint32_t)))))
-            goto out;
-        tb = (uint32_t *)(void *)PyByteArray_AS_STRING(tabs);
-        for (size_t i = 0; i < n; i++)
-            tb[i] = (uint32_t)(uintptr_t)reqs[i].table_ud;
-        if (!(mtabs = view_of(tabs, "I", shape)))
+        if (!(tabs = PyByteArray_FromStringAndSize((const char *)tab,
+                                                   (Py_ssize_t)(n * sizeof(uint32_t)))) ||
+            !(mtabs = view_of(tabs, "I", shape)))
             goto out;
     }
     Py_SETREF(shape, Py_BuildValue("(nn)", (Py_ssize_t)n, (Py_ssize_t)ps->row_bytes));
@@ -109,14 +159,23 @@ static int call_fn(const pysource *ps, engram_source_req *reqs, size_t n)
         goto out;
     if (!(res = PyObject_CallFunctionObjArgs(ps->fn, mrows, mout, mtabs, NULL)))
         goto out;
-    Py_DECREF(res);
-    {
-        const unsigned char *o = (const unsigned char *)PyByteArray_AS_STRING(out);
-        for (size_t i = 0; i < n; i++)
-            memcpy(reqs[i].dst, o + i * ps->row_bytes, ps->row_bytes);
+    /* None (or out itself, as numpy's out= functions return it) says every
+     * row is written; anything else is a callable that meant something
+     * else (the rows returned instead of written, a count, False). */
+    if (res != Py_None && res != mout) {
+        PyErr_Format(PyExc_TypeError,
+                     "read_rows returned %.100s: it must fill out and return None",
+                     Py_TYPE(res)->tp_name);
+        contract_broken = 1;
+        Py_DECREF(res);
+        goto out;
     }
+    Py_DECREF(res);
+    *outp = Py_NewRef(out);
     rc = 0;
 out:
+    if (rc < 0 && held->obj)
+        PyBuffer_Release(held);
     Py_XDECREF(shape);
     Py_XDECREF(mtabs);
     Py_XDECREF(tabs);
@@ -124,6 +183,91 @@ out:
     Py_XDECREF(mout);
     Py_XDECREF(rows);
     Py_XDECREF(out);
+    return rc;
+}
+
+/* Runs the callable with the GIL held; 0, or -1 with an exception.
+ *
+ * A row the callable leaves unwritten must fail the lookup, not be served
+ * (and cached) as whatever out started with; but no content tells such a
+ * row apart from a row written with the same bytes.  So out starts filled
+ * with pattern[0], and the rows that still hold it whole after the call
+ * (rows left unwritten, or rows that are pattern[0], which no real table
+ * is likely to hold) are asked for again, in a second call, into an out
+ * filled with pattern[1]: a row holding that whole was not written. */
+static int call_fn(const pysource *ps, engram_source_req *reqs, size_t n)
+{
+    PyObject *out1 = NULL, *out2 = NULL;
+    Py_buffer h1, h2;
+    uint64_t *row = NULL;
+    uint32_t *tab = NULL;
+    size_t *again = NULL, nagain = 0, rb = ps->row_bytes;
+    int rc = -1;
+    h1.obj = h2.obj = NULL;
+    contract_broken = 0;
+    if (!(row = PyMem_Malloc((n ? n : 1) * sizeof *row)) ||
+        (ps->grouped && !(tab = PyMem_Malloc((n ? n : 1) * sizeof *tab)))) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        row[i] = reqs[i].row;
+        if (tab)
+            tab[i] = (uint32_t)(uintptr_t)reqs[i].table_ud;
+    }
+    if (call_pass(ps, row, tab, n, pattern[0], &out1, &h1) < 0)
+        goto out;
+    for (size_t i = 0; i < n; i++) {
+        if (!holds((const unsigned char *)h1.buf + i * rb, rb, pattern[0]))
+            continue;
+        if (!again && !(again = PyMem_Malloc(n * sizeof *again))) {
+            PyErr_NoMemory();
+            goto out;
+        }
+        /* row[] and tab[] are done with: they take the second call's. */
+        again[nagain] = i;
+        row[nagain] = reqs[i].row;
+        if (tab)
+            tab[nagain] = (uint32_t)(uintptr_t)reqs[i].table_ud;
+        nagain++;
+    }
+    if (nagain) {
+        if (call_pass(ps, row, tab, nagain, pattern[1], &out2, &h2) < 0)
+            goto out;
+        for (size_t j = 0; j < nagain; j++) {
+            if (!holds((const unsigned char *)h2.buf + j * rb, rb, pattern[1]))
+                continue;
+            if (tab)
+                PyErr_Format(PyExc_ValueError,
+                             "read_rows left row %llu (of table %u of the group) unwritten: it "
+                             "must fill every row of out (a source that cannot serve a row "
+                             "must raise)", (unsigned long long)row[j], (unsigned)tab[j]);
+            else
+                PyErr_Format(PyExc_ValueError,
+                             "read_rows left row %llu unwritten: it must fill every row of out "
+                             "(a source that cannot serve a row must raise)",
+                             (unsigned long long)row[j]);
+            contract_broken = 1;
+            goto out;
+        }
+    }
+    for (size_t i = 0, j = 0; i < n; i++) {
+        const unsigned char *src = (const unsigned char *)h1.buf + i * rb;
+        if (j < nagain && again[j] == i)
+            src = (const unsigned char *)h2.buf + j++ * rb;
+        memcpy(reqs[i].dst, src, rb);
+    }
+    rc = 0;
+out:
+    if (h2.obj)
+        PyBuffer_Release(&h2);
+    if (h1.obj)
+        PyBuffer_Release(&h1);
+    Py_XDECREF(out2);
+    Py_XDECREF(out1);
+    PyMem_Free(again);
+    PyMem_Free(tab);
+    PyMem_Free(row);
     return rc;
 }
 
@@ -156,9 +300,12 @@ static int read_rows(void *ctx, engram_source_req *reqs, size_t n)
         const char *ctext = text ? PyUnicode_AsUTF8(text) : NULL;
         if (!ctext)
             PyErr_Clear();
-        rc = engram_source_error(-EIO, "read_rows raised %s: %s",
-                                 exc ? Py_TYPE(exc)->tp_name : "an exception",
-                                 ctext ? ctext : "(no message)");
+        if (contract_broken)
+            rc = engram_source_error(-EIO, "%s", ctext ? ctext : "read_rows broke its contract");
+        else
+            rc = engram_source_error(-EIO, "read_rows raised %s: %s",
+                                     exc ? Py_TYPE(exc)->tp_name : "an exception",
+                                     ctext ? ctext : "(no message)");
         Py_XDECREF(text);
         Py_XSETREF(pending_exc, exc);
     }
@@ -244,10 +391,13 @@ const char ext_store_add_source_doc[] = PyDoc_STR(
 "Adds table `name` of num_rows rows of row_bytes bytes, served by the\n"
 "callable read_rows(rows, out): rows is a memoryview of uint64 row numbers\n"
 "(distinct, validated), out a writable memoryview of bytes [len(rows),\n"
-"row_bytes] to fill with them.  It runs on the thread that looks up, with the\n"
-"GIL; an exception fails that lookup (EngramError, with the exception as\n"
-"__cause__).  cache_bytes > 0 puts a row cache of that size, from the\n"
-"store's budget, in front of it.  The table lives until close().\n"
+"row_bytes] to fill with them, every row, before it returns None (or out\n"
+"itself; anything else fails the lookup, with a TypeError as the cause, and\n"
+"so does a row left unwritten, with a ValueError).\n"
+"It runs on the thread that looks up, with the GIL; an exception fails that\n"
+"lookup (EngramError, with the exception as __cause__).  cache_bytes > 0\n"
+"puts a row cache of that size, from the store's budget, in front of it.\n"
+"The table lives until close().\n"
 "read_rows may also be a group of _source_group(): the table then joins it\n"
 "(its row_bytes must be the group's), and its index in the group is\n"
 "returned.");

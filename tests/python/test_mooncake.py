@@ -196,6 +196,53 @@ def test_layer_populate_rolls_back(mc_client, layer_id):
     t.close()
 
 
+@pytest.mark.parametrize("other", ["same rows", "other rows", "other rows, one head"])
+def test_layer_populated_by_two_writers_at_once(mc_client, layer_id, other):
+    # Another writer populates the same layer between this populate's check
+    # that its keys are free and its upload: Mooncake answers a put to a
+    # key that exists with success, keeping the other writer's object.  The
+    # same rows are fine; other rows are TableExistsError (the other
+    # writer's layer stays, whole); a layer whose heads are some of each is
+    # removed, and this writer told so.  Never a populate that "succeeds"
+    # and leaves other rows, or a mixed layer, in the store.
+    mine, theirs = heads(layer_id), heads(layer_id + 500)
+    if other == "same rows":
+        theirs = [b.copy() for b in mine]
+    them = engramstore.EngramStore({layer_id: cfg()}, mc_client)
+    f = Faulty(mc_client)
+    keys = them.get_store_keys(layer_id)
+
+    def put_after_them(*args):
+        if other == "other rows, one head":
+            assert mc_client.put(keys[0], theirs[0].tobytes()) == 0
+        else:
+            them.populate(layer_id, theirs)
+        return mc_client.batch_put_from(*args)
+    f.batch_put_from = put_after_them
+    t = engramstore.EngramStore({layer_id: cfg()}, f)
+    ids = rand_ids(3, 2, 40)
+    try:
+        if other == "same rows":
+            t.populate(layer_id, mine)
+        elif other == "other rows":
+            with pytest.raises(engramstore.TableExistsError, match=f"layer {layer_id}"):
+                t.populate(layer_id, mine)
+        else:
+            with pytest.raises(engramstore.MooncakeError, match="removed") as ei:
+                t.populate(layer_id, mine)
+            assert ei.value.key == keys[0]
+            assert mc_client.batch_is_exist(keys) == [0, 0, 0]
+            return
+        for st in (t, them):
+            out = sentinel((2, 40, 3, R))
+            st.lookup_into(layer_id, ids, out)
+            np.testing.assert_array_equal(out, expect(theirs, ids))
+    finally:
+        t.close()
+        them.remove_from_store(layer_id, force=True)
+        them.close()
+
+
 def test_layer_populate_refusals_write_nothing(mc_client, layer_id):
     t = engramstore.EngramStore({layer_id: cfg()}, mc_client)
     keys = t.get_store_keys(layer_id)
@@ -249,6 +296,43 @@ def test_layer_bad_ids_and_arguments(layer):
         with pytest.raises(exc, match=msg):
             t.lookup_into(L, a, o)
     assert (out == SENTINEL).all()
+
+
+def test_layer_output_views_as_local_mode(layer, local_dir):
+    # The Store-backed lookup_into takes and refuses the same outputs as
+    # the local mode, with the same errors: views whose [B, L] dimensions
+    # flatten and whose rows' bytes are contiguous are written in place;
+    # anything else (and an output with overlapping rows) is refused before
+    # anything is read or written.
+    t, L, bufs = layer
+    with engramstore.EngramStore({L: cfg()}, engramstore.LocalStore(local_dir, "views")) as loc:
+        loc.populate(L, bufs)
+        ids = rand_ids(3, 2, 3)
+        strided = np.lib.stride_tricks.as_strided
+        views = {
+            "contiguous": lambda: sentinel((2, 3, 3, R)),
+            "wider rows": lambda: sentinel((2, 3, 3, R + 8))[..., 8:],
+            "head-major": lambda: sentinel((3, 2, 3, R)).transpose(1, 2, 0, 3),
+            "heads reversed": lambda: sentinel((2, 3, 3, R))[:, :, ::-1],
+            "L sliced": lambda: sentinel((2, 4, 3, R))[:, :3],
+            "B strided": lambda: sentinel((4, 3, 3, R))[::2],
+            "B reversed": lambda: sentinel((2, 3, 3, R))[::-1],
+            "Fortran order": lambda: np.asfortranarray(sentinel((2, 3, 3, R))),
+            "every other byte": lambda: sentinel((2, 3, 3, 2 * R))[..., ::2],
+            "rows overlap": lambda: strided(sentinel((2, 3, 1, R)), (2, 3, 3, R),
+                                            (3 * R, R, 0, 1)),
+        }
+        for what, make in views.items():
+            got = {}
+            for mode, st in (("local", loc), ("mooncake", t)):
+                out = make()
+                try:
+                    st.lookup_into(L, ids, out)
+                    got[mode] = ("written", (np.asarray(out) == expect(bufs, ids)).all())
+                except (ValueError, TypeError, engramstore.EngramError) as e:
+                    got[mode] = (type(e).__name__, str(e), (out == SENTINEL).all())
+            assert got["local"] == got["mooncake"], (what, got)
+            assert got["local"][-1], (what, got)  # exact rows, or untouched
 
 
 def test_layer_remove_and_populate_again(layer, mc_client):
@@ -319,6 +403,56 @@ def test_resized_object_is_refused(mc_client, layer_id):
     other.remove_from_store(layer_id, force=True)
     other.close()
     t.close()
+
+
+def test_object_replaced_by_another_size_behind_an_open_layer(mc_client, layer_id):
+    # A head's object replaced, behind an open layer's back, by one of
+    # another size: larger, its reads would succeed; smaller, they fail past
+    # its end.  Either way the next lookup that reads the head fails naming
+    # the key and both sizes, with none of its bytes served, and the layer
+    # is opened from the Store again at the next lookup: refused while the
+    # object has another size, then served from new source tables (never
+    # the rows cached before) once it has the layer's size again.
+    t = engramstore.EngramStore({layer_id: cfg()}, mc_client, cache_bytes=256 << 10)
+
+    def put(rows):
+        assert mc_client.remove(key, True) == 0
+        assert mc_client.put(key, rows.tobytes()) == 0
+    try:
+        bufs = heads(layer_id)
+        t.populate(layer_id, bufs)
+        key = t.get_store_keys(layer_id)[1]
+        cached = rand_ids(5, 2, 20)
+        cached[..., 1] %= SIZES[1] - 40  # the last 40 rows of head 1: 20 a round
+        for rnd, n in enumerate((SIZES[1] + 40, SIZES[1] - 40)):
+            ids = rand_ids(6, 2, 20)
+            ids[1, :, 1] %= SIZES[1] - 40
+            ids[0, :, 1] = np.arange(SIZES[1] - 40 + 20 * rnd, SIZES[1] - 20 + 20 * rnd)
+            for _ in range(2):
+                out = sentinel((2, 20, 3, R))
+                t.lookup_into(layer_id, cached, out)
+                np.testing.assert_array_equal(out, expect(bufs, cached))
+            put(make_rows(n, R, seed=5))
+            out = sentinel((2, 20, 3, R))
+            with pytest.raises(engramstore.EngramError) as ei:
+                t.lookup_into(layer_id, ids, out)
+            cause = ei.value.__cause__
+            assert isinstance(cause, engramstore.MooncakeError) and cause.key == key, ei.value
+            assert f"holds {n * R} bytes, not the {SIZES[1] * R}" in str(cause), cause
+            # The rows of head 1 it read are untouched; the others served
+            # (from the other heads, or cached before) are the layer's.
+            assert (out[0, :, 1] == SENTINEL).all() and served_or_untouched(out, bufs, ids)
+            with pytest.raises(engramstore.LayoutMismatchError, match=key):
+                t.lookup_into(layer_id, ids, sentinel((2, 20, 3, R)))
+            bufs[1] = make_rows(SIZES[1], R, seed=layer_id + n)  # the right size again
+            put(bufs[1])
+            for i in (ids, cached):
+                out = sentinel((2, 20, 3, R))
+                t.lookup_into(layer_id, i, out)
+                np.testing.assert_array_equal(out, expect(bufs, i))  # none cached before
+    finally:
+        t.remove_from_store(layer_id, force=True)
+        t.close()
 
 
 @pytest.mark.parametrize("fault", ["short", "malformed", "invalid"])
@@ -471,10 +605,16 @@ def test_master_restarted_empty_during_lookups(tmp_path):
         th.join(timeout=30)
         assert not th.is_alive()
         assert results["ok"] > 0 and results["wrong"] == 0
-        assert results["errors"], "no lookup failed after the master came back empty"
-        e = results["errors"][-1]
-        assert isinstance(e.__cause__, engramstore.MooncakeError)
-        assert "engram:l1:h" in str(e)
+        errors = results["errors"]
+        assert errors, "no lookup failed after the master came back empty"
+        # A read that met the empty master fails naming a key (its cause a
+        # MooncakeError); that closes the layer, and the lookups after it
+        # find its heads gone (TableNotFoundError naming them).
+        assert any(isinstance(e.__cause__, engramstore.MooncakeError) for e in errors), errors
+        for e in errors:
+            assert "engram:l1:h" in str(e), e
+            assert isinstance(e.__cause__, engramstore.MooncakeError) or \
+                isinstance(e, (engramstore.MooncakeError, engramstore.TableNotFoundError)), e
         t.close()
     finally:
         for cl in clients:
@@ -581,6 +721,97 @@ def test_two_processes_layer(mooncake, mc_client, layer_id):
     t.close()
 
 
+def lifetime_orders():
+    """Every order of what a program may do to its stores (close, drop the
+    last reference) and to their Mooncake client (close, drop), from
+    nothing at all to everything, before the interpreter exits."""
+    store = [[], ["close_store"], ["drop_store"], ["close_store", "drop_store"]]
+    client = [[], ["close_client"], ["drop_client"], ["close_client", "drop_client"]]
+    for s in store:
+        for c in client:
+            n = len(s) + len(c)
+            for at in itertools.combinations(range(n), len(s)):
+                si, ci = iter(s), iter(c)
+                yield [next(si) if i in at else next(ci) for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def lifetime_job(mooncake, mc_client):
+    """A populated layer and a published table "t" for the lifetime
+    children to read."""
+    layer, ns = next(_ids), f"ns{next(_ids)}"
+    job = dict(job="lifetime", layer=layer, namespace=ns, sizes=SIZES, row_bytes=R, seed=layer)
+    t = engramstore.EngramStore({layer: cfg()}, mc_client)
+    t.populate(layer, heads(layer))
+    with engramstore.EngramStore(namespace=ns, store_client=mc_client) as st:
+        st.populate("t", heads(layer)[0])
+    yield job
+    t.remove_from_store(layer, force=True)
+    t.close()
+    drop_namespace(mc_client, ns)
+
+
+@pytest.mark.parametrize("steps", list(lifetime_orders()), ids=lambda s: "+".join(s) or "exit")
+def test_store_and_client_lifetimes(mooncake, lifetime_job, steps):
+    # A store never calls into its client once the client may be closed or
+    # gone: Mooncake's client crashes the process on any call after close(),
+    # and at the interpreter's exit a store's last reference may go after
+    # the client was torn down.  Whatever the program does, in whatever
+    # order, the process exits with status 0.
+    job = dict(lifetime_job, steps=steps, metadata=mooncake.metadata_url,
+               master=mooncake.master_addr)
+    # faulthandler: a crash shows the Python stack it happened in.
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
+               PYTHONFAULTHANDLER="1")
+    r = subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "mc_child.py"),
+                        json.dumps(job)], capture_output=True, text=True, timeout=120, env=env)
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
+    assert lines and json.loads(lines[-1]) == {"ok": True}, r.stderr[-3000:]
+    assert r.returncode == 0, (f"exit status {r.returncode}" + (
+        f" (signal {-r.returncode})" if r.returncode < 0 else "") + "\n" + r.stderr[-3000:])
+
+
+def test_two_processes_populate_one_layer_at_once(mooncake, mc_client, layer_id):
+    # Two processes populate the same layer with other rows at the same
+    # moment, however they interleave: at most one succeeds, and the layer
+    # in the store is then all of its rows; or none does, and it is gone.
+    sizes = [4000] * 6
+    at = time.time() + 2.0  # both children are up by then
+    job = dict(job="populate", layer=layer_id, sizes=sizes, row_bytes=R, at=at,
+               metadata=mooncake.metadata_url, master=mooncake.master_addr)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    procs = [subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__),
+                                                            "mc_child.py"),
+                               json.dumps(dict(job, seed=seed))], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env)
+             for seed in (layer_id, layer_id + 500)]
+    res = []
+    for p in procs:
+        o, e = p.communicate(timeout=120)
+        lines = [ln for ln in o.splitlines() if ln.startswith("{")]
+        assert p.returncode == 0 and lines, e[-3000:]
+        res.append(json.loads(lines[-1]))
+    t = engramstore.EngramStore({layer_id: cfg(sizes)}, mc_client)
+    try:
+        ok = [r.get("ok") is True for r in res]
+        assert sum(ok) <= 1, res
+        for r in res:
+            assert r.get("ok") or r["error"].startswith(("TableExistsError", "MooncakeError")), res
+        keys = t.get_store_keys(layer_id)
+        if not any(mc_client.batch_is_exist(keys)):
+            assert not any(ok), res
+            return
+        ids = np.stack([np.arange(4000) % 4000] * 6, -1).reshape(1, 4000, 6).astype(np.int64)
+        out = sentinel((1, 4000, 6, R))
+        t.lookup_into(layer_id, ids, out)
+        winner = [w for w, seed in enumerate((layer_id, layer_id + 500))
+                  if (out == expect(heads(seed, sizes), ids)).all()]
+        assert winner and ok[winner[0]], res  # the layer is one writer's whole, and it said so
+    finally:
+        t.remove_from_store(layer_id, force=True)
+        t.close()
+
+
 # ---- the table API -----------------------------------------------------------
 
 @pytest.fixture
@@ -668,7 +899,8 @@ def test_table_api_create_only_and_specs(tables, mc_client, namespace):
     new = make_rows(4, R, seed=1)
     st.populate("c", new)
     spec = st.get_table_spec("c")
-    assert spec["key"] != orphans[0] and spec["epoch"] > int(orphans[0].rsplit("@", 1)[1])
+    assert spec["key"] != orphans[0]
+    assert spec["epoch"] > int(orphans[0].rsplit("@", 1)[1].split(".")[0])
     out = sentinel((4, 1, R))
     st.lookup(["c"], np.arange(4).reshape(4, 1), out)
     np.testing.assert_array_equal(out[:, 0], new)
@@ -681,9 +913,16 @@ def test_table_api_create_only_and_specs(tables, mc_client, namespace):
 
 
 def keys_of(mc_client, namespace, name, epochs=16):
-    """([the keys of table name's rows at epochs 0..epochs-1], [exists])."""
-    keys = [f"{namespace}/{name}@{k}" for k in range(epochs)]
-    return keys, mc_client.batch_is_exist(keys)
+    """([the keys of table name's rows at epochs 0..epochs-1], [exists]):
+    {namespace}/{name}@{epoch}.{nonce}, the nonce from the index entry of
+    the epoch."""
+    keys = []
+    for k in range(epochs):
+        raw = mc_client.get(f"{namespace}/.index/{k}")
+        e = json.loads(bytes(raw).decode()) if raw else {}
+        if e.get("name") == name:
+            keys.append(f"{namespace}/{name}@{k}.{e['writer']}")
+    return keys, (mc_client.batch_is_exist(keys) if keys else [])
 
 
 def test_table_api_other_store_sees_published_tables(tables, mc_client, namespace):
@@ -848,6 +1087,85 @@ def test_table_api_rows_gone_during_lookup(mc_client, namespace):
     drop_namespace(mc_client, namespace)
 
 
+def test_table_api_writer_gone(tmp_path):
+    # A Mooncake object lives in the segment of the client the master put it
+    # in; here the writer's is the only segment, so when the writer goes,
+    # its tables go with it.  A lookup then says that the Mooncake Store no
+    # longer holds the table, and why, never that a memory store lacks it.
+    import mcserver
+    mcserver.require_mooncake()
+    srv = mcserver.MooncakeServers(str(tmp_path))
+    srv.start()
+    c = writer = None
+    try:
+        c = srv.client()  # no segment: it holds nothing
+        ids, out = np.arange(4, dtype=np.int64).reshape(4, 1), sentinel((4, 1, R))
+        # A writer process that exits.
+        res = run_child(srv, job="tables", namespace="gone", row_bytes=R, segment=32 << 20,
+                        ops=[["populate", "t", 64, 70]])
+        assert res["ok"], res
+        with engramstore.EngramStore(namespace="gone", store_client=c) as fresh:
+            with pytest.raises(engramstore.TableNotFoundError) as ei:
+                fresh.lookup(["t"], ids, out)
+            msg = str(ei.value)
+            assert msg.startswith("tables[0]: table 't' is not in the Mooncake namespace "
+                                  "'gone': the Mooncake Store holds no manifest of it"), msg
+            assert "memory segment" in msg and "its process exits" in msg, msg
+            assert "memory store" not in msg, msg
+        # A writer client that closes while a reader has its table open.
+        writer = srv.client(segment_bytes=32 << 20)
+        with engramstore.EngramStore(namespace="gone2", store_client=writer) as w:
+            w.populate("t", make_rows(64, R, seed=71))
+            key = w.get_table_spec("t")["key"]
+        with engramstore.EngramStore(namespace="gone2", store_client=c) as early:
+            early.lookup(["t"], ids, out)
+            np.testing.assert_array_equal(out[:, 0], make_rows(64, R, seed=71)[:4])
+            writer.close()
+            writer = None
+            out = sentinel((4, 1, R))
+            with pytest.raises(engramstore.TableNotFoundError) as ei:
+                early.lookup(["t"], ids, out)
+            msg = str(ei.value)
+            assert msg.startswith("tables[0]: table 't' is no longer in the Mooncake "
+                                  f"namespace 'gone2': its rows ({key}) are gone"), msg
+            assert "memory segment" in msg and "memory store" not in msg, msg
+            assert (out == SENTINEL).all()
+    finally:
+        for cl in (writer, c):
+            if cl is not None:
+                cl.close()
+        srv.stop()
+
+
+def test_table_api_cache_never_stale_after_the_index_is_lost(mc_client, namespace):
+    # Every object of a namespace gone at once behind a reader's back (the
+    # segment that held them left, or a master restarted empty), then the
+    # table populated again by a writer that never saw the old index: its
+    # populate takes epoch 0 again.  The reader, which had the old table
+    # open with its rows cached, must read the new rows, never the old.
+    old, new = make_rows(64, R, seed=80), make_rows(64, R, seed=81)
+    ids = np.arange(64, dtype=np.int64).reshape(64, 1)
+    with engramstore.EngramStore(namespace=namespace, store_client=mc_client,
+                                 cache_bytes=1 << 20) as reader:
+        with engramstore.EngramStore(namespace=namespace, store_client=mc_client) as w:
+            w.populate("t", old)
+            spec = w.get_table_spec("t")
+        for _ in range(2):
+            out = sentinel((64, 1, R))
+            reader.lookup(["t"], ids, out)
+            np.testing.assert_array_equal(out[:, 0], old)
+        assert reader.stats()["cache"]["hits"] == 64
+        for key in (spec["key"], f"{namespace}/.manifest/t",
+                    f"{namespace}/.index/{spec['epoch']}"):
+            assert mc_client.remove(key, True) == 0
+        with engramstore.EngramStore(namespace=namespace, store_client=mc_client) as w2:
+            w2.populate("t", new)
+        out = sentinel((64, 1, R))
+        reader.lookup(["t"], ids, out)
+        np.testing.assert_array_equal(out[:, 0], new)
+    drop_namespace(mc_client, namespace)
+
+
 def test_table_api_populate_races(mc_client, namespace):
     # Stores populating at once: every distinct table is published with its
     # own epoch; of writers of the same name exactly one wins, and the
@@ -897,6 +1215,42 @@ def test_table_api_reads_first_manifest_format(mc_client, namespace):
         st.verify("old")
         st.remove("old", force=True)
         assert mc_client.batch_is_exist([f"{namespace}/old", f"{namespace}/.manifest/old"]) == [0, 0]
+
+
+def test_table_api_reads_second_manifest_format(mc_client, namespace):
+    # A table published by the second manifest format (rows at
+    # {namespace}/{name}@{epoch}, no nonce) is still read, listed and
+    # removed whole, its unfinished populates' rows too; a manifest of the
+    # current format whose nonce or key is not its own is corrupt.
+    rows = make_rows(12, R, seed=91)
+    entry = {"format": "engramstore-mooncake-index/1", "name": "old", "writer": "0123456789abcdef"}
+    for k in (0, 1):
+        assert mc_client.put(f"{namespace}/.index/{k}", json.dumps(entry).encode()) == 0
+        assert mc_client.put(f"{namespace}/old@{k}", rows.tobytes()) == 0
+    m = {"format": "engramstore-mooncake/2", "num_rows": 12, "row_bytes": R,
+         "crc32": zlib.crc32(rows.tobytes()), "epoch": 1, "key": f"{namespace}/old@1",
+         "writer": "0"}
+    assert mc_client.put(f"{namespace}/.manifest/old", json.dumps(m).encode()) == 0
+    with engramstore.EngramStore(namespace=namespace, store_client=mc_client) as st:
+        out = sentinel((12, 1, R))
+        st.lookup(["old"], np.arange(12).reshape(12, 1), out)
+        np.testing.assert_array_equal(out[:, 0], rows)
+        assert st.get_table_spec("old")["key"] == f"{namespace}/old@1"
+        assert st.list_tables() == ["old"]
+        st.verify("old")
+        st.remove("old", force=True)
+        assert mc_client.batch_is_exist([f"{namespace}/old@0", f"{namespace}/old@1",
+                                         f"{namespace}/.manifest/old"]) == [0, 0, 0]
+        for bad in ({"nonce": "x" * 16, "key": f"{namespace}/bad@0.{'x' * 16}"},
+                    {"nonce": "0123456789abcdef", "key": f"{namespace}/bad@0"},
+                    {"key": f"{namespace}/bad@0"}):
+            m3 = dict(m, format="engramstore-mooncake/3", epoch=0, **bad)
+            assert mc_client.put(f"{namespace}/.manifest/bad", json.dumps(m3).encode()) == 0
+            with pytest.raises(engramstore.CorruptTableError, match="not a table manifest"):
+                st.get_table_spec("bad")
+            mc_client.remove(f"{namespace}/.manifest/bad", True)
+    for k in (0, 1):
+        mc_client.remove(f"{namespace}/.index/{k}", True)
 
 
 def test_table_api_bad_index_entry(mc_client, namespace):
@@ -1023,6 +1377,7 @@ def test_read_calls_one_fails(mc_client, layer_id, monkeypatch):
     f.get_into_ranges = get_into_ranges
     t = engramstore.EngramStore({layer_id: cfg()}, f, read_calls=3)
     bufs = heads(layer_id)
+    fail = False  # populate reads rows back through it too
     t.populate(layer_id, bufs)
     try:
         fail = True

@@ -254,8 +254,11 @@ def test_bench_lookup_takes_memory_tables_only():
     with engramstore.EngramStore(local_dir=None) as st:
         rows = make_rows(9, R, seed=4)
         calls = []
-        st.add_source("s", (9, R), lambda r, o: (calls.append(1), o.__setitem__(
-            slice(None), rows[r.astype(np.int64)])))
+
+        def read_rows(r, o):
+            calls.append(1)
+            o[:] = rows[r.astype(np.int64)]
+        st.add_source("s", (9, R), read_rows)
         ids = np.array([[2]], np.int64)
         out = sentinel((1, 1, R))
         st.lookup(["s"], ids, out)  # a source table is served by lookup

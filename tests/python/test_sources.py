@@ -4,6 +4,7 @@ callable, failures that leave the output untouched and cache nothing, the
 callable's exception as the cause, and every bad argument."""
 from __future__ import annotations
 
+import sys
 import threading
 
 import numpy as np
@@ -231,13 +232,184 @@ def test_callable_released_at_close():
     assert ref() is None
 
 
-def test_rows_left_unwritten_are_zeros(mem):
-    # A callable that returns without filling `out` hands back zeros,
-    # never the allocator's old bytes.
-    mem.add_source("lazy", (N, R), lambda rows, out: None)
-    out = sentinel((64, 1, R))
-    mem.lookup(["lazy"], np.arange(64, dtype=np.int64).reshape(64, 1), out)
-    assert (out == 0).all()
+@pytest.mark.parametrize("row_bytes", [R, 5, 1 << 24])
+@pytest.mark.parametrize("grouped", [False, True])
+def test_rows_left_unwritten_are_an_error(row_bytes, grouped):
+    # A row the callable leaves unwritten fails the lookup, its cause a
+    # ValueError naming the row, rather than being served (and cached) as
+    # whatever out started with: the output is untouched, nothing cached.
+    n = 3 if row_bytes > 1 << 20 else 40
+    rows = make_rows(n, row_bytes, seed=24)
+    skip = {n - 1}
+
+    def read_rows(ids, out, *tables):
+        for i, r in enumerate(ids.astype(np.int64)):
+            if r not in skip:
+                out[i] = rows[r]
+    st = engramstore.EngramStore(local_dir=None, cache_bytes=8 << 20)
+    try:
+        st.add_source("s", (n, row_bytes), read_rows, cache_bytes=0 if n == 3 else 1 << 20,
+                      group="g" if grouped else None)
+        ids = np.arange(n, dtype=np.int64).reshape(n, 1)
+        out = sentinel((n, 1, row_bytes))
+        with pytest.raises(engramstore.EngramError) as ei:
+            st.lookup(["s"], ids, out)
+        which = f"row {n - 1} (of table 0 of the group)" if grouped else f"row {n - 1}"
+        assert str(ei.value) == (f"table 's': read_rows left {which} unwritten: it must fill "
+                                 "every row of out (a source that cannot serve a row must "
+                                 "raise)")
+        assert ei.value.errno == 5 and isinstance(ei.value.__cause__, ValueError)
+        assert (out == 0xA5).all()
+        skip.clear()
+        st.lookup(["s"], ids, out)
+        np.testing.assert_array_equal(out[:, 0], rows)
+        assert st.stats()["cache"]["hits"] == 0  # nothing of the failed call was kept
+    finally:
+        st.close()
+
+
+def test_a_row_that_holds_what_out_starts_with_is_served(mem):
+    # out starts filled with a pattern, and a row still holding it whole
+    # after the call is asked for again (out then holding another): a
+    # table row that is that very pattern is served, not refused.
+    n = 12
+    rows = make_rows(n, R, seed=25)
+    calls = []
+
+    def read_rows(ids, out):
+        if not calls:
+            rows[5] = out[0]  # what out started with
+        calls.append(ids.copy())
+        out[:] = rows[ids.astype(np.int64)]
+    mem.add_source("s", (n, R), read_rows, cache_bytes=1 << 20)
+    out = sentinel((n, 1, R))
+    mem.lookup(["s"], np.arange(n, dtype=np.int64).reshape(n, 1), out)
+    np.testing.assert_array_equal(out[:, 0], rows)
+    assert [c.tolist() for c in calls] == [list(range(n)), [5]]
+    assert len(set(rows[5].tobytes())) > 1  # a pattern, not one byte repeated
+
+
+class Shrinker:
+    """A read_rows that fills `out`, then reaches the bytearray behind it,
+    releases every view of it it can reach and empties it: the library must
+    not copy from memory the bytearray no longer has.  Once `good` is set it
+    serves the rows and leaves `out` alone."""
+
+    def __init__(self, rows):
+        self.rows = rows
+        self.good = False
+
+    def __call__(self, ids, out):
+        want = self.rows[np.asarray(ids).astype(np.int64)]
+        if isinstance(out, np.ndarray):
+            out[:] = want
+            if self.good:
+                return None
+            # add_source's wrapper made `out` from the memoryview it got:
+            # release numpy's view and the wrapper's.
+            buf = out.base.obj
+            out.base.release()
+            sys._getframe(1).f_locals["out"].release()
+        else:  # Store._add_source: memoryviews, as without numpy
+            a = np.asarray(out)
+            a[:] = want
+            del a
+            if self.good:
+                return None
+            buf = out.obj
+            out.release()
+        del buf[:]  # shrinks it to nothing, freeing its memory
+        return None
+
+
+@pytest.mark.parametrize("row_bytes", [R, 1 << 24])
+@pytest.mark.parametrize("views", ["numpy", "memoryview"])
+def test_read_rows_cannot_shrink_out(row_bytes, views):
+    # The bytearray behind `out` stays exported to the library for the whole
+    # call, so emptying it fails in the callable (BufferError), whatever
+    # views of it the callable released, and the lookup fails with it as
+    # the cause: output untouched, nothing cached.
+    n = 3
+    rows = make_rows(n, row_bytes, seed=21)
+    src = Shrinker(rows)
+    cache = 1 << 20 if row_bytes == R else 0
+    st = engramstore.EngramStore(local_dir=None, cache_bytes=8 << 20)
+    try:
+        if views == "numpy":
+            st.add_source("s", (n, row_bytes), src, cache_bytes=cache)
+        else:
+            st._add_source("s", n, row_bytes, src, cache)
+        ids = np.array([[0], [2]], dtype=np.int64)
+        out = sentinel((2, 1, row_bytes))
+        with pytest.raises(engramstore.EngramError) as ei:
+            st.lookup(["s"], ids, out)
+        assert ei.value.errno == 5 and "BufferError" in str(ei.value)
+        assert isinstance(ei.value.__cause__, BufferError)
+        assert (out == 0xA5).all()
+        hits = st.stats()["cache"]["hits"]
+        src.good = True
+        st.lookup(["s"], ids, out)
+        np.testing.assert_array_equal(out[:, 0], rows[[0, 2]])
+        assert st.stats()["cache"]["hits"] == hits  # nothing of the failed call was kept
+    finally:
+        st.close()
+
+
+@pytest.mark.parametrize("ret", ["rows", "count", "false", "copy of out"])
+def test_read_rows_must_return_none(mem, ret):
+    # None says every row of `out` is written; a callable that returns
+    # anything else (its rows instead of writing them, a count, False) is
+    # refused with a TypeError rather than served as the zeros `out` starts
+    # with, and nothing of the call is used or cached.
+    rows = make_rows(N, R, seed=22)
+    fixed = []
+
+    def read_rows(ids, out):
+        got = rows[ids.astype(np.int64)]
+        if fixed:
+            out[:] = got
+            return None
+        if ret == "rows":
+            return got
+        out[:] = got
+        return {"count": len(ids), "false": False, "copy of out": out.copy()}[ret]
+
+    mem.add_source("s", (N, R), read_rows, cache_bytes=1 << 20)
+    ids = np.arange(8, dtype=np.int64).reshape(8, 1)
+    out = sentinel((8, 1, R))
+    with pytest.raises(engramstore.EngramError) as ei:
+        mem.lookup(["s"], ids, out)
+    assert ei.value.errno == 5 and "must fill out and return None" in str(ei.value)
+    assert isinstance(ei.value.__cause__, TypeError)
+    assert (out == 0xA5).all()
+    hits = mem.stats()["cache"]["hits"]
+    fixed.append(True)
+    mem.lookup(["s"], ids, out)
+    np.testing.assert_array_equal(out[:, 0], rows[:8])
+    assert mem.stats()["cache"]["hits"] == hits  # nothing of the failed call was kept
+
+
+@pytest.mark.parametrize("views", ["numpy", "memoryview"])
+def test_read_rows_may_return_out(mem, views):
+    # np.take(table, ids, axis=0, out=out) returns out: that is None's
+    # meaning, and served.
+    rows = make_rows(N, R, seed=23)
+
+    def read_rows(ids, out):
+        if isinstance(out, np.ndarray):
+            return np.take(rows, ids.astype(np.int64), axis=0, out=out)
+        a = np.asarray(out)
+        np.take(rows, np.asarray(ids).astype(np.int64), axis=0, out=a)
+        return out
+
+    if views == "numpy":
+        mem.add_source("s", (N, R), read_rows)
+    else:
+        mem._add_source("s", N, R, read_rows, 0)
+    ids = np.array([[4], [9], [4]], dtype=np.int64)
+    out = sentinel((3, 1, R))
+    mem.lookup(["s"], ids, out)
+    np.testing.assert_array_equal(out[:, 0], rows[[4, 9, 4]])
 
 
 def test_group_reads_its_tables_in_one_call(mem):
