@@ -1148,6 +1148,43 @@ ENGRAM_API int engram_shard_slot(uint32_t tp_rank, uint32_t dp_rank, uint32_t tp
 ENGRAM_API int engram_shard_plan(uint32_t num_heads, const uint64_t *reads, uint32_t tp,
                                  uint32_t dp, uint32_t flags, engram_shard *shards);
 
+/* A row shard: a contiguous range of a layer's global rows (its heads, or
+ * an n-gram layout's columns, laid end to end): what a rank holds when the
+ * topology has more shards than the layer has heads, so that heads are
+ * split between ranks.  The rank keeps rows [row_start, row_end) as one
+ * table and looks global ids up with offset row_start. */
+typedef struct engram_row_shard {
+    uint64_t row_start; /* the shard holds global rows [row_start, row_end) */
+    uint64_t row_end;
+    uint32_t first_head; /* the heads it has rows of: [first_head, last_head] */
+    uint32_t last_head;
+} engram_row_shard;
+
+/*! engram_shard_plan_rows() :
+ * Fills shards[engram_shard_count(tp, dp, flags)] for a layer of
+ * `num_heads` heads of head_rows[h] rows each: the layer's rows cut into
+ * equal contiguous ranges (the first total % S ranges one row longer), so
+ * that any number of shards up to the layer's rows each gets its share,
+ * heads split between shards where they must be.  ENGRAM_SHARD_BALANCED is
+ * not taken (-EINVAL).  Thread-safe.
+ * @return : 0; ENGRAM_ESPEC (a shard without a row, a head of 0 rows, the
+ *           rows past 2^63); -EINVAL (a bad topology, NULL arguments). */
+ENGRAM_API int engram_shard_plan_rows(const uint64_t *head_rows, uint32_t num_heads, uint32_t tp,
+                                      uint32_t dp, uint32_t flags, engram_row_shard *shards);
+
+/*! engram_shard_route() :
+ * The shard holding each of the n global ids of a layer planned into
+ * `count` row shards: shard_of[i] = s where shards[s].row_start <= ids[i]
+ * < shards[s].row_end, -1 for ENGRAM_DEAD_ID (on no shard).  So a rank
+ * can send each id to the rank holding its row (the ids engram_ngram_hash
+ * gives are the layer's global rows).  Every id is checked first: one
+ * outside the plan's rows fails with ENGRAM_EBADID naming it, and shard_of
+ * is not written.  O(n log count).  Thread-safe.
+ * @return : 0, ENGRAM_EBADID, -EINVAL (NULL arguments, shards that are not
+ *           a plan's: not contiguous from 0). */
+ENGRAM_API int engram_shard_route(const engram_row_shard *shards, uint32_t count,
+                                  const int64_t *ids, size_t n, int32_t *shard_of);
+
 /* ------------------------------------------------------------------------
  * Statistics.
  */

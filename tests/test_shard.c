@@ -1,6 +1,8 @@
 /*
  * test_shard.c - shard plans against hand-computed ranges and refusals,
- * and the balanced plan against a brute force over every set of cuts.
+ * the balanced plan against a brute force over every set of cuts, and
+ * the row-wise plan (more shards than heads) and its routing of ids
+ * against a walk over every row.
  */
 #include "testutil.h"
 
@@ -159,12 +161,133 @@ static void test_balanced(void)
     }
 }
 
+/* The head of global row r, by a walk. */
+static uint32_t head_of(const uint64_t *rows, uint32_t H, uint64_t r)
+{
+    for (uint32_t h = 0; h < H; h++) {
+        if (r < rows[h])
+            return h;
+        r -= rows[h];
+    }
+    return H;
+}
+
+static void check_rows_plan(const uint64_t *rows, uint32_t H, uint32_t tp, uint32_t dp,
+                            uint32_t flags)
+{
+    uint32_t S = engram_shard_count(tp, dp, flags);
+    engram_row_shard *sh = tu_xmalloc(S * sizeof *sh);
+    uint64_t total = 0, small = UINT64_MAX, big = 0;
+    for (uint32_t h = 0; h < H; h++)
+        total += rows[h];
+    ASSERT_OK(engram_shard_plan_rows(rows, H, tp, dp, flags, sh));
+    for (uint32_t s = 0; s < S; s++) {
+        uint64_t len = sh[s].row_end - sh[s].row_start;
+        ASSERT_EQ_U64(sh[s].row_start, s ? sh[s - 1].row_end : 0);
+        ASSERT(len > 0);
+        small = len < small ? len : small;
+        big = len > big ? len : big;
+        ASSERT_EQ(sh[s].first_head, head_of(rows, H, sh[s].row_start));
+        ASSERT_EQ(sh[s].last_head, head_of(rows, H, sh[s].row_end - 1));
+    }
+    ASSERT_EQ_U64(sh[S - 1].row_end, total);
+    ASSERT(big - small <= 1);
+    /* Routing: random ids, every shard's first and last row, DEAD. */
+    {
+        enum { N = 2000 };
+        int64_t ids[N];
+        int32_t of[N];
+        uint64_t r = 99;
+        for (int i = 0; i < N; i++)
+            ids[i] = i % 97 == 0 ? ENGRAM_DEAD_ID : (int64_t)tu_rand_below(&r, total);
+        for (uint32_t s = 0; s < S && 2 * s + 1 < N; s++) {
+            ids[2 * s] = (int64_t)sh[s].row_start;
+            ids[2 * s + 1] = (int64_t)sh[s].row_end - 1;
+        }
+        ASSERT_OK(engram_shard_route(sh, S, ids, N, of));
+        for (int i = 0; i < N; i++) {
+            if (ids[i] == ENGRAM_DEAD_ID) {
+                ASSERT_EQ(of[i], -1);
+                continue;
+            }
+            ASSERT(of[i] >= 0 && (uint32_t)of[i] < S);
+            ASSERT((uint64_t)ids[i] >= sh[of[i]].row_start &&
+                   (uint64_t)ids[i] < sh[of[i]].row_end);
+        }
+    }
+    free(sh);
+}
+
+static void test_row_wise(void)
+{
+    /* V4.1's layer 1: 24 primes above 16,000,000, on 32 and 64 ranks. */
+    static const uint64_t v41[24] = {
+        16000057, 16000079, 16000081, 16000097, 16000121, 16000129, 16000133, 16000183,
+        16000189, 16000207, 16000211, 16000253, 16000277, 16000289, 16000307, 16000321,
+        16000339, 16000381, 16000393, 16000399, 16000403, 16000409, 16000447, 16000463};
+    static const uint64_t small[3] = {5, 1, 3};
+    engram_row_shard sh[9];
+    check_rows_plan(v41, 24, 8, 4, 0);
+    check_rows_plan(v41, 24, 16, 4, 0);
+    check_rows_plan(v41, 24, 32, 2, ENGRAM_SHARD_PER_TP);
+    check_rows_plan(v41, 24, 3, 1, 0); /* fewer shards than heads works too */
+    check_rows_plan(small, 3, 9, 1, 0); /* a shard a row */
+    check_rows_plan(small, 3, 4, 1, 0);
+    /* 9 rows in 4 shards: 3, 2, 2, 2; the 1-row head 1 inside shard 1. */
+    ASSERT_OK(engram_shard_plan_rows(small, 3, 4, 1, 0, sh));
+    ASSERT_EQ_U64(sh[0].row_end, 3);
+    ASSERT_EQ_U64(sh[1].row_end, 5);
+    ASSERT_EQ(sh[1].first_head, 0);
+    ASSERT_EQ(sh[1].last_head, 0);
+    ASSERT_EQ(sh[2].first_head, 1);
+    ASSERT_EQ(sh[2].last_head, 2);
+}
+
+static void test_row_wise_refusals(void)
+{
+    static const uint64_t rows[3] = {5, 1, 3}, zero[2] = {4, 0};
+    static const uint64_t huge[2] = {(uint64_t)INT64_MAX, 1};
+    engram_row_shard sh[16];
+    int64_t ids[3] = {0, 9, 2};
+    int32_t of[3] = {7, 7, 7};
+    engram_bad_id bad = ENGRAM_BAD_ID_INIT;
+    ASSERT_ERR(engram_shard_plan_rows(rows, 3, 10, 1, 0, sh), ENGRAM_ESPEC);
+    ASSERT_CONTAINS(engram_errmsg(), "only 9 rows");
+    ASSERT_ERR(engram_shard_plan_rows(zero, 2, 1, 1, 0, sh), ENGRAM_ESPEC);
+    ASSERT_CONTAINS(engram_errmsg(), "head 1 has 0 rows");
+    ASSERT_ERR(engram_shard_plan_rows(huge, 2, 1, 1, 0, sh), ENGRAM_ESPEC);
+    ASSERT_ERR(engram_shard_plan_rows(rows, 0, 1, 1, 0, sh), ENGRAM_ESPEC);
+    ASSERT_ERR(engram_shard_plan_rows(rows, 3, 2, 1, ENGRAM_SHARD_BALANCED, sh), -EINVAL);
+    ASSERT_ERR(engram_shard_plan_rows(rows, 3, 0, 1, 0, sh), -EINVAL);
+    ASSERT_ERR(engram_shard_plan_rows(NULL, 3, 1, 1, 0, sh), -EINVAL);
+    ASSERT_ERR(engram_shard_plan_rows(rows, 3, 1, 1, 0, NULL), -EINVAL);
+    /* Routing: an id past the rows, or below -1; nothing written. */
+    ASSERT_OK(engram_shard_plan_rows(rows, 3, 3, 1, 0, sh));
+    ASSERT_ERR(engram_shard_route(sh, 3, ids, 3, of), ENGRAM_EBADID);
+    ASSERT_CONTAINS(engram_errmsg(), "ids[1] = 9");
+    ASSERT_OK(engram_last_bad_id(&bad));
+    ASSERT_EQ(bad.token, 1);
+    ASSERT_EQ(bad.id, 9);
+    ids[1] = -2;
+    ASSERT_ERR(engram_shard_route(sh, 3, ids, 3, of), ENGRAM_EBADID);
+    ASSERT(of[0] == 7 && of[1] == 7 && of[2] == 7);
+    ids[1] = ENGRAM_DEAD_ID;
+    ASSERT_OK(engram_shard_route(sh, 3, ids, 3, of));
+    ASSERT(of[0] == 0 && of[1] == -1 && of[2] == 0);
+    /* Shards that are not a plan's. */
+    sh[1].row_start++;
+    ASSERT_ERR(engram_shard_route(sh, 3, ids, 3, of), -EINVAL);
+    ASSERT_ERR(engram_shard_route(NULL, 3, ids, 3, of), -EINVAL);
+    ASSERT_ERR(engram_shard_route(sh, 0, ids, 3, of), -EINVAL);
+}
+
 int main(void)
 {
     tu_watchdog(60);
     RUN_TEST(test_head_wise);
     RUN_TEST(test_refusals);
     RUN_TEST(test_balanced);
-    printf("test_shard: ok\n");
-    return 0;
+    RUN_TEST(test_row_wise);
+    RUN_TEST(test_row_wise_refusals);
+    return tu_done("test_shard");
 }

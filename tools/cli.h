@@ -116,6 +116,7 @@ enum {
     OPT_HISTORY,
     OPT_LAYER,
     OPT_LOCAL,
+    OPT_BY_ROWS,
     OPT_COUNT
 };
 /* A command's accepted options are bits of a uint64_t. */

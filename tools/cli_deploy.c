@@ -17,6 +17,71 @@
 
 /* engram plan --head-vocab N0,... --tp T [--dp D] [--per-tp]
  *              [--reads R0,... [--balanced]] [--layer-ids L,...] [--json] */
+/* engram plan --by-rows: the row-wise plan (engram_shard_plan_rows). */
+static int plan_rows(const struct cli *cli, const uint64_t *vocab, size_t heads, uint64_t tp,
+                     uint64_t dp, uint32_t flags, const uint64_t *layers, size_t nlayers)
+{
+    uint32_t count = engram_shard_count((uint32_t)tp, (uint32_t)dp, flags);
+    engram_row_shard *sh = calloc(count ? count : 1, sizeof *sh);
+    uint64_t total = 0;
+    int rc;
+    if (!sh)
+        return cli_fail("out of memory");
+    if ((rc = engram_shard_plan_rows(vocab, (uint32_t)heads, (uint32_t)tp, (uint32_t)dp, flags,
+                                     sh)) != 0) {
+        free(sh);
+        return cli_lib_fail(rc, "plan --by-rows");
+    }
+    for (size_t h = 0; h < heads; h++)
+        total += vocab[h];
+    if (cli->opt[OPT_JSON]) {
+        printf("{\n  \"schema\": %d,\n  \"tp\": %" PRIu64 ",\n  \"dp\": %" PRIu64 ",\n",
+               CLI_JSON_SCHEMA, tp, dp);
+        printf("  \"mode\": \"%s\",\n  \"plan\": \"row_wise\",\n  \"heads\": %zu,\n"
+               "  \"rows\": %" PRIu64 ",\n  \"shards\": [",
+               flags & ENGRAM_SHARD_PER_TP ? "per_tp" : "per_rank", heads, total);
+        for (uint32_t s = 0; s < count; s++)
+            printf("%s\n    {\"shard\": %" PRIu32 ", \"row_start\": %" PRIu64
+                   ", \"row_end\": %" PRIu64 ", \"first_head\": %" PRIu32
+                   ", \"last_head\": %" PRIu32 "}",
+                   s ? "," : "", s, sh[s].row_start, sh[s].row_end, sh[s].first_head,
+                   sh[s].last_head);
+        printf("\n  ],\n  \"ranks\": [");
+        for (uint64_t t = 0, first = 1; t < tp; t++)
+            for (uint64_t d = 0; d < dp; d++, first = 0) {
+                int s = engram_shard_slot((uint32_t)t, (uint32_t)d, (uint32_t)tp, (uint32_t)dp,
+                                          flags);
+                printf("%s\n    {\"tp_rank\": %" PRIu64 ", \"dp_rank\": %" PRIu64
+                       ", \"shard\": %d, \"layers\": [",
+                       first ? "" : ",", t, d, s);
+                for (size_t l = 0; l < nlayers; l++)
+                    printf("%s%" PRIu64, l ? ", " : "", layers[l]);
+                printf("], \"row_start\": %" PRIu64 ", \"row_end\": %" PRIu64 "}",
+                       sh[s].row_start, sh[s].row_end);
+            }
+        printf("\n  ]\n}\n");
+    } else {
+        printf("row-wise plan of %zu heads (%" PRIu64 " rows) for TP %" PRIu64 " x DP %" PRIu64
+               " (%s): %" PRIu32 " shards\n",
+               heads, total, tp, dp,
+               flags & ENGRAM_SHARD_PER_TP ? "one copy per TP rank" : "one shard per rank",
+               count);
+        for (uint64_t t = 0; t < tp; t++)
+            for (uint64_t d = 0; d < dp; d++) {
+                int s = engram_shard_slot((uint32_t)t, (uint32_t)d, (uint32_t)tp, (uint32_t)dp,
+                                          flags);
+                printf("tp %-3" PRIu64 " dp %-3" PRIu64 " shard %-3d rows [%" PRIu64 ", %" PRIu64
+                       ")  heads %" PRIu32 "-%" PRIu32 "\n",
+                       t, d, s, sh[s].row_start, sh[s].row_end, sh[s].first_head,
+                       sh[s].last_head);
+            }
+        printf("each rank holds its rows of a layer as one table, looked up with offset "
+               "row_start; engramstore.shard_route() tells which rank holds an id\n");
+    }
+    free(sh);
+    return 0;
+}
+
 int cli_cmd_plan(struct cli *cli)
 {
     uint64_t *vocab = NULL, *reads = NULL, *starts = NULL, layers[PLAN_LAYERS_MAX] = {0};
@@ -65,6 +130,15 @@ int cli_cmd_plan(struct cli *cli)
     }
     if (cli->opt[OPT_PER_TP])
         flags |= ENGRAM_SHARD_PER_TP;
+    if (cli->opt[OPT_BY_ROWS]) {
+        if (cli->opt[OPT_READS] || cli->opt[OPT_BALANCED]) {
+            status = cli_usage_error(cli, "--by-rows cuts rows evenly: it takes no --reads or "
+                                          "--balanced");
+            goto out;
+        }
+        status = plan_rows(cli, vocab, heads, tp, dp, flags, layers, nlayers);
+        goto out;
+    }
     if (cli->opt[OPT_BALANCED])
         flags |= ENGRAM_SHARD_BALANCED;
     if ((count = engram_shard_count((uint32_t)tp, (uint32_t)dp, flags)) == 0) {

@@ -50,6 +50,7 @@ static const struct opt_def {
     [OPT_PAD_ID] = {"pad-id", 1},  [OPT_CONFIG] = {"config", 1},
     [OPT_TOKEN_MAP] = {"token-map", 1}, [OPT_HISTORY] = {"history", 1},
     [OPT_LAYER] = {"layer", 1},    [OPT_LOCAL] = {"local", 0},
+    [OPT_BY_ROWS] = {"by-rows", 0},
 };
 
 #define O(x) (UINT64_C(1) << OPT_##x)
@@ -340,10 +341,11 @@ static const struct command commands[] = {
      "  --local               each column's own rows (without the offsets)\n"
      "  --json                print {schema, local, layer_ids, tokens, ids: [T][L][C]}\n"},
     {"plan", cli_cmd_plan,
-     O(HEAD_VOCAB) | O(TP) | O(DP) | O(PER_TP) | O(READS) | O(BALANCED) | O(LAYER_IDS) | O(JSON),
+     O(HEAD_VOCAB) | O(TP) | O(DP) | O(PER_TP) | O(READS) | O(BALANCED) | O(LAYER_IDS) | O(JSON) |
+         O(BY_ROWS),
      0, 0,
-     "plan --head-vocab N0,... --tp T [--dp D] [--per-tp] [--reads R0,... [--balanced]]\n"
-     "                   [--layer-ids L,...] [--json]",
+     "plan --head-vocab N0,... --tp T [--dp D] [--per-tp] [--reads R0,... [--balanced] |\n"
+     "                   --by-rows] [--layer-ids L,...] [--json]",
      "Prints which heads of an Engram layer each rank of a TP x DP topology holds:\n"
      "its shard, head range, and the global rows [row_start, row_end) of the layer\n"
      "(heads laid out one after the other); each head h is table engram:l<L>:h<h>\n"
@@ -358,6 +360,13 @@ static const struct command commands[] = {
      "                       imbalance (busiest / mean) of this plan and the other\n"
      "  --balanced           cut the heads by --reads to make the busiest shard read\n"
      "                       as little as possible (every shard keeps a head)\n"
+     "  --by-rows            the row-wise plan, for more shards than heads: the\n"
+     "                       layer's rows cut into equal ranges, heads split between\n"
+     "                       shards; each rank holds its range as one table, looked\n"
+     "                       up with offset row_start (JSON: {schema, tp, dp, mode,\n"
+     "                       plan, heads, rows, shards: [{shard, row_start, row_end,\n"
+     "                       first_head, last_head}], ranks: [{tp_rank, dp_rank,\n"
+     "                       shard, layers, row_start, row_end}]})\n"
      "  --layer-ids L,...    the layers, for the table names and JSON (default 0)\n"
      "  --json               the plan for engines: {schema, tp, dp, mode, plan, heads,\n"
      "                       shards, [imbalance], ranks: [{tp_rank, dp_rank, shard,\n"

@@ -74,7 +74,7 @@ __all__ = [
     "SpecError", "LayoutMismatchError", "LayoutError", "BadIdError",
     "CorruptTableError", "UnsafePathError", "StateError", "StoreClosedError", "InDoubtError",
     "default_root", "library_version", "strerror", "DEAD_ID", "HAVE_CUDA",
-    "can_share", "CapacityAnswer", "shard_plan",
+    "can_share", "CapacityAnswer", "shard_plan", "shard_route",
     "NgramLayout", "NgramHasher", "build_token_map", "PendingLookup",
     "namespaces", "namespace_usage", "remove_namespace", "gc", "NamespaceUsage", "GcResult",
 ]
@@ -462,7 +462,7 @@ def can_share(tables: Mapping[Any, object] | Iterable[object],
 
 from ._mooncake import MooncakeError, MooncakeTableStore  # noqa: E402  (needs the names above)
 from ._layer import LayerStore  # noqa: E402  (needs the names above)
-from ._plan import shard_plan  # noqa: E402
+from ._plan import shard_plan, shard_route  # noqa: E402
 from ._ngram import NgramHasher, NgramLayout, build_token_map  # noqa: E402
 from ._namespaces import (GcResult, NamespaceUsage, gc, namespace_usage,  # noqa: E402
                           namespaces, remove_namespace)

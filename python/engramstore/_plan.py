@@ -75,7 +75,7 @@ def _imbalance(shards: Sequence[tuple[int, int, int]]) -> float:
 
 def shard_plan(head_rows: Mapping[int, object] | Sequence[int], tp: int, dp: int = 1, *,
                per_tp: bool = False, reads: object = None, balanced: bool = False,
-               layers: Sequence[int] = ()) -> dict[str, Any]:
+               layers: Sequence[int] = (), by_rows: bool = False) -> dict[str, Any]:
     """Which heads each rank of a TP x DP topology holds, as a JSON-ready dict.
 
     ``head_rows``: the rows of each head of a layer (a list, the same for
@@ -88,8 +88,17 @@ def shard_plan(head_rows: Mapping[int, object] | Sequence[int], tp: int, dp: int
     per head, or ``stats()["tables"]``) to minimise the busiest shard's
     reads.  With ``reads``, ``"imbalance"`` gives max / mean reads of both
     plans (the head-wise one None where it is refused).
+
+    ``by_rows=True``: the row-wise plan, for topologies with more shards than
+    heads: each layer's rows (its heads laid end to end) cut into equal
+    contiguous ranges, heads split between shards where they must be.  Each
+    rank then holds one table of its ``[row_start, row_end)`` of each layer
+    and looks the layer's global ids up with ``offset`` row_start;
+    shard_route() says which rank holds each id.
     """
     sizes = _layer_sizes(head_rows, layers)
+    if by_rows:
+        return _row_plan(sizes, tp, dp, per_tp, reads, balanced)
     H = len(next(iter(sizes.values())))
     counts = _head_reads(reads, H)
     if balanced and counts is None:
@@ -130,3 +139,57 @@ def shard_plan(head_rows: Mapping[int, object] | Sequence[int], tp: int, dp: int
             ranks.append({"tp_rank": t, "dp_rank": d, "shard": s, "layers": per_layer})
     plan["ranks"] = ranks
     return plan
+
+
+def _row_plan(sizes: dict[int, list[int]], tp: int, dp: int, per_tp: bool, reads: object,
+              balanced: bool) -> dict[str, Any]:
+    if balanced or reads is not None:
+        raise TypeError("by_rows: the row-wise plan cuts rows evenly; it takes no reads or "
+                        "balanced")
+    flags = _PER_TP if per_tp else 0
+    rows = {lid: _engram.shard_plan_rows(v, tp, dp, flags) for lid, v in sizes.items()}
+    count = len(next(iter(rows.values())))
+    plan: dict[str, Any] = {
+        "schema": 1,
+        "tp": tp, "dp": dp,
+        "mode": "per_tp" if per_tp else "per_rank",
+        "plan": "row_wise",
+        "heads": len(next(iter(sizes.values()))),
+        "shards": [{"shard": i, "layers": {
+            str(lid): {"row_start": r[i][0], "row_end": r[i][1],
+                       "heads": list(range(r[i][2], r[i][3] + 1))}
+            for lid, r in rows.items()}} for i in range(count)],
+        "row_shards": {str(lid): [list(t) for t in r] for lid, r in rows.items()},
+    }
+    ranks = []
+    for t in range(tp):
+        for d in range(dp):
+            s = t if per_tp else t * dp + d
+            per_layer = {str(lid): {"row_start": r[s][0], "row_end": r[s][1], "offset": r[s][0],
+                                    "heads": list(range(r[s][2], r[s][3] + 1))}
+                         for lid, r in rows.items()}
+            ranks.append({"tp_rank": t, "dp_rank": d, "shard": s, "layers": per_layer})
+    plan["ranks"] = ranks
+    return plan
+
+
+def shard_route(plan: Mapping[str, Any], layer: int, ids: Any, out: Any = None) -> Any:
+    """The shard holding each of ``ids`` (global row ids of model layer
+    ``layer``, int64 1-D; -1 is DEAD, on no shard) in a row-wise ``plan``
+    (shard_plan(..., by_rows=True)): int32 of the same length (``out`` if
+    given), -1 for DEAD.  An id outside the layer's rows raises BadIdError
+    naming it; nothing is written then."""
+    try:
+        shards = plan["row_shards"][str(int(layer))]
+    except KeyError:
+        raise ValueError(f"plan: no row-wise plan of layer {layer!r} (shard_plan(..., "
+                         f"by_rows=True) makes one)") from None
+    if out is None:
+        try:
+            import numpy as np
+        except ImportError:
+            raise ImportError("shard_route() without out needs numpy") from None
+        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        out = np.empty(len(ids), np.int32)
+    _engram.shard_route([tuple(s) for s in shards], ids, out)
+    return out

@@ -474,6 +474,154 @@ out:
     return res;
 }
 
+/* A sequence of (row_start, row_end, first_head, last_head) into a new
+ * array of *n row shards; NULL with an exception. */
+static engram_row_shard *row_shards_arg(PyObject *o, uint32_t *n)
+{
+    PyObject *seq = PySequence_Fast(o, "shards: expected a sequence of (row_start, row_end, "
+                                       "first_head, last_head)");
+    engram_row_shard *sh = NULL;
+    Py_ssize_t len;
+    if (!seq)
+        return NULL;
+    len = PySequence_Fast_GET_SIZE(seq);
+    if (len < 1 || len > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "shards: expected at least one shard");
+        goto out;
+    }
+    if (!(sh = PyMem_Calloc((size_t)len, sizeof *sh))) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    for (Py_ssize_t i = 0; i < len; i++) {
+        unsigned long long a, b;
+        unsigned int f, l;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "KKII", &a, &b, &f, &l)) {
+            PyMem_Free(sh);
+            sh = NULL;
+            goto out;
+        }
+        sh[i] = (engram_row_shard){a, b, f, l};
+    }
+    *n = (uint32_t)len;
+out:
+    Py_DECREF(seq);
+    return sh;
+}
+
+PyDoc_STRVAR(shard_plan_rows_doc,
+"shard_plan_rows($module, head_rows, tp, dp, flags, /)\n--\n\n"
+"engram_shard_plan_rows(): a list of (row_start, row_end, first_head, last_head) per\n"
+"shard.  engramstore.shard_plan(..., by_rows=True) is the friendlier form.");
+
+static PyObject *mod_shard_plan_rows(PyObject *self, PyObject *args)
+{
+    unsigned int tp, dp, flags;
+    PyObject *rows_o, *seq = NULL, *res = NULL;
+    uint64_t *rows = NULL;
+    engram_row_shard *sh = NULL;
+    Py_ssize_t heads;
+    uint32_t n;
+    int rc;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OIII", &rows_o, &tp, &dp, &flags))
+        return NULL;
+    if (!(seq = PySequence_Fast(rows_o, "head_rows: expected a sequence of ints")))
+        return NULL;
+    heads = PySequence_Fast_GET_SIZE(seq);
+    if (heads > UINT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "head_rows: too many heads");
+        goto out;
+    }
+    if (!(rows = PyMem_Calloc(heads ? (size_t)heads : 1, sizeof *rows)))
+        goto nomem;
+    for (Py_ssize_t i = 0; i < heads; i++) {
+        rows[i] = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(seq, i));
+        if (rows[i] == (uint64_t)-1 && PyErr_Occurred())
+            goto out;
+    }
+    n = engram_shard_count(tp, dp, flags);
+    if (!(sh = PyMem_Calloc(n ? n : 1, sizeof *sh)))
+        goto nomem;
+    if ((rc = engram_shard_plan_rows(rows, (uint32_t)heads, tp, dp, flags, sh)) != 0) {
+        ext_raise(rc, NULL);
+        goto out;
+    }
+    if (!(res = PyList_New(n)))
+        goto out;
+    for (uint32_t i = 0; i < n; i++) {
+        PyObject *t = Py_BuildValue("(KKII)", (unsigned long long)sh[i].row_start,
+                                    (unsigned long long)sh[i].row_end, sh[i].first_head,
+                                    sh[i].last_head);
+        if (!t) {
+            Py_CLEAR(res);
+            goto out;
+        }
+        PyList_SET_ITEM(res, i, t);
+    }
+    goto out;
+nomem:
+    PyErr_NoMemory();
+out:
+    PyMem_Free(sh);
+    PyMem_Free(rows);
+    Py_XDECREF(seq);
+    return res;
+}
+
+PyDoc_STRVAR(shard_route_doc,
+"shard_route($module, shards, ids, out, /)\n--\n\n"
+"engram_shard_route(): out[i] (int32) the shard of global id ids[i] (int64, 1-D,\n"
+"contiguous), -1 for DEAD; a bad id raises BadIdError with out untouched.");
+
+static PyObject *mod_shard_route(PyObject *self, PyObject *args)
+{
+    PyObject *sh_o, *ids_o, *out_o, *ret = NULL;
+    engram_row_shard *sh;
+    ext_array ia, oa;
+    uint32_t n = 0;
+    char b[32];
+    int rc;
+    (void)self;
+    memset(&ia, 0, sizeof ia);
+    memset(&oa, 0, sizeof oa);
+    if (!PyArg_ParseTuple(args, "OOO", &sh_o, &ids_o, &out_o))
+        return NULL;
+    if (!(sh = row_shards_arg(sh_o, &n)))
+        return NULL;
+    if (ext_array_get(ids_o, "ids", 0, &ia) < 0 || ext_array_get(out_o, "out", EXT_WRITABLE, &oa) < 0)
+        goto out;
+    if (ia.kind != EXT_KIND_INT || ia.itemsize != 8 || ia.ndim != 1 ||
+        !ext_array_c_contiguous(&ia)) {
+        PyErr_Format(PyExc_TypeError, "ids: expected a contiguous 1-D int64 array, got %s",
+                     ext_array_dtype(&ia, b, sizeof b));
+        goto out;
+    }
+    if (oa.kind != EXT_KIND_INT || oa.itemsize != 4 || oa.ndim != 1 ||
+        !ext_array_c_contiguous(&oa) || oa.shape[0] != ia.shape[0]) {
+        PyErr_Format(PyExc_TypeError, "out: expected a contiguous 1-D int32 array of %zd, got "
+                     "%s", ia.shape[0], ext_array_dtype(&oa, b, sizeof b));
+        goto out;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = engram_shard_route(sh, n, (const int64_t *)(void *)ia.data, (size_t)ia.shape[0],
+                            (int32_t *)(void *)oa.data);
+    Py_END_ALLOW_THREADS
+    if (rc) {
+        if (rc == -EINVAL)
+            PyErr_SetString(PyExc_ValueError, engram_errmsg());
+        else
+            ext_raise(rc, NULL);
+        goto out;
+    }
+    ret = Py_NewRef(Py_None);
+out:
+    ext_array_release(&ia);
+    ext_array_release(&oa);
+    PyMem_Free(sh);
+    return ret;
+}
+
 PyDoc_STRVAR(namespace_usage_doc,
 "namespace_usage($module, root, ns, /)\n--\n\n"
 "engram_namespace_usage(): (users, stale_leases, last_used_ns, first_user).\n"
@@ -634,6 +782,8 @@ static PyMethodDef methods[] = {
     {"namespace_list", mod_namespace_list, METH_O, namespace_list_doc},
     {"namespace_remove", mod_namespace_remove, METH_VARARGS, namespace_remove_doc},
     {"shard_plan", mod_shard_plan, METH_VARARGS, shard_plan_doc},
+    {"shard_plan_rows", mod_shard_plan_rows, METH_VARARGS, shard_plan_rows_doc},
+    {"shard_route", mod_shard_route, METH_VARARGS, shard_route_doc},
     {"check_capacity", (PyCFunction)(void (*)(void))mod_check_capacity, METH_FASTCALL,
      check_capacity_doc},
     {"strerror", mod_strerror, METH_O, strerror_doc},

@@ -992,6 +992,21 @@ run plan --head-vocab 1,2,3,4,5,6,7 --tp 6
 check "plan refuses a shard without a head" eval 'fails_with 1 "without a head"'
 run plan --head-vocab 1,2,3 --tp 4
 check "plan refuses more shards than heads" eval 'fails_with 1 "needs 4 shards"'
+run plan --head-vocab 5,6 --tp 4 --by-rows
+check "plan --by-rows: more shards than heads" eval 'rc_is 0 && out_has "^tp 1   dp 0   shard 1   rows \[3, 6)  heads 0-1$" && out_has "^tp 3   dp 0   shard 3   rows \[9, 11)  heads 1-1$"'
+run plan --head-vocab 5,6 --tp 12 --by-rows
+check "plan --by-rows refuses a shard without a row" eval 'fails_with 1 "only 11 rows"'
+run plan --head-vocab 5,6 --tp 2 --by-rows --balanced --reads 1,1
+check "plan --by-rows --balanced -> usage" eval 'usage_fails'
+if [ "$HAVE_PY" -eq 1 ]; then
+    run plan --head-vocab 5,6 --tp 2 --dp 2 --by-rows --json
+    check "plan --by-rows --json" eval 'rc_is 0 && pycheck "
+import json; p = json.load(open(\"out\"))
+assert p[\"plan\"] == \"row_wise\" and p[\"rows\"] == 11
+assert [(s[\"row_start\"], s[\"row_end\"]) for s in p[\"shards\"]] == [(0, 3), (3, 6), (6, 9), (9, 11)]
+assert p[\"ranks\"][2][\"shard\"] == 2 and p[\"ranks\"][2][\"row_start\"] == 6
+"'
+fi
 run plan --head-vocab 1,2,x --tp 2
 check "plan --head-vocab junk -> usage" eval 'usage_fails'
 run plan --tp 2

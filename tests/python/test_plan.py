@@ -91,3 +91,59 @@ def test_a_rank_looks_up_global_ids_through_its_plan(local_dir):
         st.lookup(rank["tables"], ids, out, offsets=np.array(rank["offsets"], np.int64))
         for k, h in enumerate(heads):
             assert (out[:, k] == rows[h][ids[:, k] - rank["offsets"][k]]).all()
+
+
+def test_row_wise_plan_and_route():
+    """More ranks than heads: each layer's rows cut evenly, heads split,
+    and every id routed to the rank whose range holds it; each rank's
+    table of its range, looked up with offset row_start, gives the rows
+    of the whole layer."""
+    lay = engramstore.NgramLayout(layer_ids=[1, 14], vocab_size=100, max_ngram=3, heads=2,
+                                  compressed_vocab=50, pad_id=0)
+    sizes = {1: lay.primes[0].tolist(), 14: lay.primes[1].tolist()}
+    plan = engramstore.shard_plan(sizes, tp=4, dp=2, by_rows=True)
+    assert plan["plan"] == "row_wise" and len(plan["shards"]) == 8 and len(plan["ranks"]) == 8
+    for lid, v in sizes.items():
+        bounds = [(s["layers"][str(lid)]["row_start"], s["layers"][str(lid)]["row_end"])
+                  for s in plan["shards"]]
+        assert bounds[0][0] == 0 and bounds[-1][1] == sum(v)
+        assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
+        assert max(e - s for s, e in bounds) - min(e - s for s, e in bounds) <= 1
+    # Routing against a search of the bounds, DEAD to -1.
+    rng = np.random.default_rng(3)
+    ids = rng.integers(0, lay.num_rows[1], 500)
+    ids[::37] = -1
+    got = engramstore.shard_route(plan, 14, ids)
+    starts = np.array([s["layers"]["14"]["row_start"] for s in plan["shards"]])
+    want = np.where(ids < 0, -1, np.searchsorted(starts, ids, side="right") - 1)
+    assert got.dtype == np.int32 and (got == want).all()
+    # End to end: rank r's table holds its rows; routed lookups give the layer's rows.
+    R = 8
+    whole = rng.integers(0, 256, (lay.num_rows[1], R), np.uint8)
+    st = engramstore.TableStore(local_dir=None)
+    for rk in plan["ranks"]:
+        L = rk["layers"]["14"]
+        st.bind(f"r{rk['shard']}", whole[L["row_start"]:L["row_end"]])
+    gids = engramstore.NgramHasher(lay).hash(np.array([3, 9, 49, -1, 7]), layer=14).reshape(-1)
+    owner = engramstore.shard_route(plan, 14, gids)
+    out = np.zeros((len(gids), 1, R), np.uint8)
+    for s in range(8):
+        sel = owner == s
+        if sel.any():
+            o = np.zeros((int(sel.sum()), 1, R), np.uint8)
+            st.lookup([f"r{s}"], gids[sel].reshape(-1, 1), o,
+                      offsets=np.array([plan["shards"][s]["layers"]["14"]["row_start"]]))
+            out[sel] = o
+    assert (out[:, 0] == whole[gids]).all()
+    st.close()
+    # Bad inputs.
+    out = np.full(3, 7, np.int32)
+    with pytest.raises(engramstore.BadIdError, match=r"ids\[1\] = " + str(lay.num_rows[1])):
+        engramstore.shard_route(plan, 14, np.array([0, lay.num_rows[1], 2]), out=out)
+    assert (out == 7).all()
+    with pytest.raises(ValueError, match="no row-wise plan of layer 2"):
+        engramstore.shard_route(plan, 2, np.array([0]))
+    with pytest.raises(TypeError, match="no reads or balanced"):
+        engramstore.shard_plan(sizes, tp=2, by_rows=True, reads=[1] * 4)
+    with pytest.raises(engramstore.SpecError, match="only 11 rows"):
+        engramstore.shard_plan([5, 6], tp=12, by_rows=True)
