@@ -78,14 +78,15 @@ def main():
     args = (np.asarray(lay.primes), np.asarray(lay.offsets), np.asarray(lay.multipliers),
             V41["max_ngram"], V41["heads"], V41["pad_id"])
     # Warm-up, and the check that both compute the same ids.
-    h.hash(c, out=out)
+    h.hash(c, out=out, threads=1)
     want = numpy_hash(c, *args)
     if not np.array_equal(out, want):
         sys.exit("bench_ngram: the library's ids differ from numpy's")
     load0 = os.getloadavg()
     lib, ref = [], []
     for r in range(a.repeats):
-        order = [("lib", lambda: h.hash(c, out=out)), ("numpy", lambda: numpy_hash(c, *args))]
+        order = [("lib", lambda: h.hash(c, out=out, threads=1)),
+                 ("numpy", lambda: numpy_hash(c, *args))]
         if r % 2:
             order.reverse()
         for name, fn in order:

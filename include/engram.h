@@ -1057,9 +1057,13 @@ typedef struct engram_ngram_hash_args {
                                    * the config's order, out [T, C] */
     void *out;                    /* the ids, contiguous, of out_type */
     int out_type;                 /* ENGRAM_ID_INT32 or ENGRAM_ID_INT64 */
+    uint32_t threads;             /* 0: automatic (the calling thread alone below 32,768
+                                   * tokens; above, a thread per 16,384 tokens, at most the
+                                   * CPUs and 8); 1: the calling thread; N: N threads (at
+                                   * most 8), made for the call */
 } engram_ngram_hash_args;
 
-#define ENGRAM_NGRAM_HASH_ARGS_INIT {sizeof(engram_ngram_hash_args), 0u, 0, NULL, 0, 0, NULL, NULL, 0, NULL, -1, NULL, 0}
+#define ENGRAM_NGRAM_HASH_ARGS_INIT {sizeof(engram_ngram_hash_args), 0u, 0, NULL, 0, 0, NULL, NULL, 0, NULL, -1, NULL, 0, 0u}
 
 /*! engram_ngram_hash() :
  * Hashes the requests' tokens into row ids (see above).  Every token (and
@@ -1068,7 +1072,8 @@ typedef struct engram_ngram_hash_args {
  * compressed_vocab fails with ENGRAM_EBADID naming its position and
  * value, and out is not modified.  ids[t][l][c] (or [t][c]) is the row of
  * column c of layer l for token t: global (offsets added) unless
- * ENGRAM_NGRAM_LOCAL.  Allocates nothing.  Thread-safe.
+ * ENGRAM_NGRAM_LOCAL.  Allocates nothing; large batches are hashed by
+ * threads started for the call (args->threads).  Thread-safe.
  * @return : 0, ENGRAM_EBADID, -EINVAL (bad arguments, named), -ERANGE
  *           (int32 output and ids of the layout that do not fit). */
 ENGRAM_API int engram_ngram_hash(const engram_ngram_hasher *h, const engram_ngram_hash_args *args);

@@ -25,9 +25,11 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "async.h"
 #include "common.h"
@@ -578,7 +580,11 @@ hash_position8(const engram_ngram_hasher *h, const int64_t *e, uint32_t l0, uint
     for (size_t i = h0; i < h1; i++)                                                            \
         win[known++ & (ENGRAM_NGRAM_MAX_N - 1)] =                                               \
             compress(h, token_at(a->history, a->token_type, i));                                \
-    for (size_t t = t0; t < t1; t++) {                                                          \
+    /* A part of a request split between threads starts with the tokens                         \
+     * before it, [t0, ts), whose ids are not its to write. */                                  \
+    for (size_t t = t0; t < ts; t++)                                                            \
+        win[known++ & (ENGRAM_NGRAM_MAX_N - 1)] = compress(h, token_at(a->tokens, a->token_type, t)); \
+    for (size_t t = ts; t < t1; t++) {                                                          \
         int blocked = 0;                                                                        \
         win[known++ & (ENGRAM_NGRAM_MAX_N - 1)] = compress(h, token_at(a->tokens, a->token_type, t)); \
         for (uint32_t s = 0; s < N; s++) {                                                      \
@@ -592,48 +598,120 @@ hash_position8(const engram_ngram_hasher *h, const int64_t *e, uint32_t l0, uint
 /* Hashes request r's chunk [t0, t1) with its history: inlined with
  * constant flags below, so the inner loop has no branch on them. */
 static inline void hash_request(const engram_ngram_hasher *h, const engram_ngram_hash_args *a,
-                                size_t t0, size_t t1, size_t h0, size_t h1, uint32_t l0,
-                                uint32_t l1, int local, int out32)
+                                size_t t0, size_t ts, size_t t1, size_t h0, size_t h1,
+                                uint32_t l0, uint32_t l1, int local, int out32)
 {
     HASH_REQUEST_BODY(hash_position, 0)
 }
 
 static void hash_request_any(const engram_ngram_hasher *h, const engram_ngram_hash_args *a,
-                             size_t t0, size_t t1, size_t h0, size_t h1, uint32_t l0, uint32_t l1,
-                             int local, int out32)
+                             size_t t0, size_t ts, size_t t1, size_t h0, size_t h1, uint32_t l0,
+                             uint32_t l1, int local, int out32)
 {
     if (out32)
-        local ? hash_request(h, a, t0, t1, h0, h1, l0, l1, 1, 1)
-              : hash_request(h, a, t0, t1, h0, h1, l0, l1, 0, 1);
+        local ? hash_request(h, a, t0, ts, t1, h0, h1, l0, l1, 1, 1)
+              : hash_request(h, a, t0, ts, t1, h0, h1, l0, l1, 0, 1);
     else
-        local ? hash_request(h, a, t0, t1, h0, h1, l0, l1, 1, 0)
-              : hash_request(h, a, t0, t1, h0, h1, l0, l1, 0, 0);
+        local ? hash_request(h, a, t0, ts, t1, h0, h1, l0, l1, 1, 0)
+              : hash_request(h, a, t0, ts, t1, h0, h1, l0, l1, 0, 0);
 }
 
 #if HAVE_AVX512_PATH
 __attribute__((target("avx512f,avx512dq"))) static inline void
-hash_request8(const engram_ngram_hasher *h, const engram_ngram_hash_args *a, size_t t0, size_t t1,
-              size_t h0, size_t h1, uint32_t l0, uint32_t l1, int local, int out32, uint32_t H8)
+hash_request8(const engram_ngram_hasher *h, const engram_ngram_hash_args *a, size_t t0, size_t ts,
+              size_t t1, size_t h0, size_t h1, uint32_t l0, uint32_t l1, int local, int out32,
+              uint32_t H8)
 {
     HASH_REQUEST_BODY(hash_position8, H8)
 }
 
 __attribute__((target("avx512f,avx512dq"))) static void
 hash_request8_any(const engram_ngram_hasher *h, const engram_ngram_hash_args *a, size_t t0,
-                  size_t t1, size_t h0, size_t h1, uint32_t l0, uint32_t l1, int local, int out32)
+                  size_t ts, size_t t1, size_t h0, size_t h1, uint32_t l0, uint32_t l1, int local,
+                  int out32)
 {
     if (h->H != 8) {
-        hash_request8(h, a, t0, t1, h0, h1, l0, l1, local, out32, 0);
+        hash_request8(h, a, t0, ts, t1, h0, h1, l0, l1, local, out32, 0);
         return;
     }
     if (out32)
-        local ? hash_request8(h, a, t0, t1, h0, h1, l0, l1, 1, 1, 8)
-              : hash_request8(h, a, t0, t1, h0, h1, l0, l1, 0, 1, 8);
+        local ? hash_request8(h, a, t0, ts, t1, h0, h1, l0, l1, 1, 1, 8)
+              : hash_request8(h, a, t0, ts, t1, h0, h1, l0, l1, 0, 1, 8);
     else
-        local ? hash_request8(h, a, t0, t1, h0, h1, l0, l1, 1, 0, 8)
-              : hash_request8(h, a, t0, t1, h0, h1, l0, l1, 0, 0, 8);
+        local ? hash_request8(h, a, t0, ts, t1, h0, h1, l0, l1, 1, 0, 8)
+              : hash_request8(h, a, t0, ts, t1, h0, h1, l0, l1, 0, 0, 8);
 }
 #endif
+
+/* Large batches are cut into parts of consecutive tokens hashed by
+ * threads of their own (made for the call: the batches worth it take
+ * milliseconds).  A part that starts inside a request begins with the
+ * tokens before it, so each position sees the same n-grams whoever hashes
+ * it. */
+#define MAX_THREADS 8
+#define PART_MIN_TOKENS 16384
+
+typedef struct hash_part {
+    const engram_ngram_hasher *h;
+    const engram_ngram_hash_args *a;
+    size_t R, T;
+    uint32_t l0, l1;
+    int local, out32;
+    uint32_t part, nparts;
+} hash_part;
+
+static void hash_part_run(const hash_part *p)
+{
+    const engram_ngram_hash_args *a = p->a;
+    size_t p0 = p->T * p->part / p->nparts, p1 = p->T * (p->part + 1) / p->nparts;
+    for (size_t r = 0; r < p->R; r++) {
+        size_t t0 = p->R > 1 ? a->starts[r] : 0, t1 = p->R > 1 ? a->starts[r + 1] : p->T;
+        size_t h0 = 0, h1 = p->R > 1 ? 0 : a->history_len, ts, te, w0;
+        if (t1 <= p0 || t0 >= p1 || t0 == t1)
+            continue;
+        if (p->R > 1 && a->history) {
+            h0 = a->history_starts[r];
+            h1 = a->history_starts[r + 1];
+        }
+        ts = t0 > p0 ? t0 : p0;
+        te = t1 < p1 ? t1 : p1;
+        /* The N-1 tokens before the part (fewer near the request's start,
+         * where its history comes first). */
+        w0 = ts - t0 > p->h->N - 1 ? ts - (p->h->N - 1) : t0;
+#if HAVE_AVX512_PATH
+        if (p->h->simd) {
+            hash_request8_any(p->h, a, w0, ts, te, h0, h1, p->l0, p->l1, p->local, p->out32);
+            continue;
+        }
+#endif
+        hash_request_any(p->h, a, w0, ts, te, h0, h1, p->l0, p->l1, p->local, p->out32);
+    }
+}
+
+static void *hash_part_main(void *arg)
+{
+    hash_part_run(arg);
+    return NULL;
+}
+
+/* The parts of a batch of T tokens: `threads` (at most MAX_THREADS), or
+ * with 0 one per PART_MIN_TOKENS tokens, at most the CPUs and MAX_THREADS. */
+static uint32_t parts_of(uint32_t threads, size_t T)
+{
+    long cpus;
+    size_t n;
+    if (threads == 1 || T < 2)
+        return 1;
+    if (threads > 1)
+        return threads > MAX_THREADS ? MAX_THREADS : threads;
+    if (T < 2 * PART_MIN_TOKENS)
+        return 1;
+    cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    n = T / PART_MIN_TOKENS;
+    if (cpus > 0 && n > (size_t)cpus)
+        n = (size_t)cpus;
+    return n > MAX_THREADS ? MAX_THREADS : (uint32_t)n;
+}
 
 int engram_ngram_hash(const engram_ngram_hasher *h, const engram_ngram_hash_args *a)
 {
@@ -715,20 +793,26 @@ int engram_ngram_hash(const engram_ngram_hasher *h, const engram_ngram_hash_args
             if (compress(h, token_at(a->tokens, a->token_type, t)) == -2)
                 return bad_token(h, "tokens", t, r, R, token_at(a->tokens, a->token_type, t));
     }
-    for (size_t r = 0; r < R; r++) {
-        size_t t0 = R > 1 ? a->starts[r] : 0, t1 = R > 1 ? a->starts[r + 1] : T;
-        size_t h0 = 0, h1 = R > 1 ? 0 : a->history_len;
-        if (R > 1 && a->history) {
-            h0 = a->history_starts[r];
-            h1 = a->history_starts[r + 1];
+    {
+        hash_part job = {h, a, R, T, l0, l1, local, out32, 0, 1};
+        uint32_t P = parts_of(a->threads, T);
+        pthread_t th[MAX_THREADS];
+        hash_part parts[MAX_THREADS];
+        int started[MAX_THREADS] = {0};
+        for (uint32_t k = 1; k < P; k++) {
+            parts[k] = job;
+            parts[k].part = k;
+            parts[k].nparts = P;
+            started[k] = pthread_create(&th[k], NULL, hash_part_main, &parts[k]) == 0;
         }
-#if HAVE_AVX512_PATH
-        if (h->simd) {
-            hash_request8_any(h, a, t0, t1, h0, h1, l0, l1, local, out32);
-            continue;
+        job.nparts = P;
+        hash_part_run(&job);
+        for (uint32_t k = 1; k < P; k++) {
+            if (started[k])
+                pthread_join(th[k], NULL);
+            else
+                hash_part_run(&parts[k]); /* no thread: done here */
         }
-#endif
-        hash_request_any(h, a, t0, t1, h0, h1, l0, l1, local, out32);
     }
     return 0;
 }

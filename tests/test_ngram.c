@@ -197,6 +197,14 @@ static void check_config(uint32_t L, uint32_t N, uint32_t H, uint64_t vocab, uin
     a.tokens = raw;
     ASSERT_OK(engram_ngram_hash(hm, &a));
     ASSERT(memcmp(got, want, T * per * sizeof *got) == 0);
+    /* Cut into parts hashed by threads of their own: the same ids. */
+    for (uint32_t th = 2; th <= 9; th += 3) {
+        memset(got, 0, T * per * sizeof *got);
+        a.threads = th;
+        ASSERT_OK(engram_ngram_hash(hm, &a));
+        ASSERT(memcmp(got, want, T * per * sizeof *got) == 0);
+    }
+    a.threads = 0;
 
     /* int32 tokens, int32 ids, where they hold them. */
     if (cv <= INT32_MAX && li.num_rows[L - 1] <= INT32_MAX && li.num_rows[0] <= INT32_MAX) {
@@ -271,7 +279,9 @@ static void check_config(uint32_t L, uint32_t N, uint32_t H, uint64_t vocab, uin
         a.starts = starts;
         a.history = hist;
         a.history_starts = hst;
+        a.threads = 3; /* parts that cut requests */
         ASSERT_OK(engram_ngram_hash(h, &a));
+        a.threads = 0;
         for (int r = 0; r < 3; r++) {
             size_t from = seg[r][0], hl = hst[r + 1] - hst[r];
             size_t n = seg[r][1] - from;

@@ -202,7 +202,7 @@ class NgramHasher:
         return tokens
 
     def hash(self, tokens: Any, history: Any = None, out: Any = None, local: bool = False,
-             layer: int | None = None) -> Any:
+             layer: int | None = None, threads: int = 0) -> Any:
         """Row ids of one request's chunk of tokens.
 
         ``tokens``: 1-D int32 or int64 (raw ids with a token map).  ``history``:
@@ -212,16 +212,20 @@ class NgramHasher:
         or [T, C] for one ``layer`` (a model layer number of the layout);
         global rows of each layer's table, or each column's own rows with
         ``local=True`` (the layer API's per-head tables).  out may be int32 or
-        int64, C-contiguous.
+        int64, C-contiguous.  ``threads``: 0 hashes batches of 32,768 tokens and
+        more on several threads (a thread per 16,384 tokens, at most the CPUs
+        and 8), 1 on the calling thread only, N on N threads.
         """
         tokens = self._tokens(tokens, "tokens")
         idx = -1 if layer is None else self._layout.layer_index(layer)
         out = self._out(out, len(tokens), layer)
-        self._c.hash(tokens, out, history=_history(self, history), local=local, layer=idx)
+        self._c.hash(tokens, out, history=_history(self, history), local=local, layer=idx,
+                     threads=threads)
         return out
 
     def hash_batch(self, requests: Sequence[Any], histories: Sequence[Any] | None = None,
-                   out: Any = None, local: bool = False, layer: int | None = None) -> Any:
+                   out: Any = None, local: bool = False, layer: int | None = None,
+                   threads: int = 0) -> Any:
         """Row ids of a ragged batch: ``requests`` is a sequence of 1-D token
         arrays (one chunk per request), ``histories`` (or None) the tokens
         before each (as in hash(); None for a request that starts there).
@@ -252,10 +256,10 @@ class NgramHasher:
         idx = -1 if layer is None else self._layout.layer_index(layer)
         out = self._out(out, int(starts[-1]), layer)
         if len(reqs) == 1:
-            self._c.hash(tokens, out, history=hist, local=local, layer=idx)
+            self._c.hash(tokens, out, history=hist, local=local, layer=idx, threads=threads)
         elif reqs:
             self._c.hash(tokens, out, history=hist, starts=starts, history_starts=hstarts,
-                         local=local, layer=idx)
+                         local=local, layer=idx, threads=threads)
         return out
 
     def lookup(self, store: Any, layer: int, tables: Any, tokens: Any, out: Any = None,

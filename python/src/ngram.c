@@ -395,15 +395,16 @@ fail:
 
 PyDoc_STRVAR(Hasher_hash_doc,
 "hash($self, /, tokens, out, history=None, starts=None, history_starts=None, local=False,\n"
-"     layer=-1)\n--\n\n"
+"     layer=-1, threads=0)\n--\n\n"
 "Hashes tokens into out (see engramstore.NgramHasher.hash).");
 
 static PyObject *Hasher_hash(HasherObject *self, PyObject *args, PyObject *kw)
 {
     static char *names[] = {"tokens", "out", "history", "starts", "history_starts",
-                            "local", "layer", NULL};
+                            "local", "layer", "threads", NULL};
     PyObject *tok, *outo, *hist = Py_None, *sto = Py_None, *hsto = Py_None;
     int local = 0, layer = -1, err;
+    unsigned int threads = 0;
     engram_ngram_hash_args a = ENGRAM_NGRAM_HASH_ARGS_INIT;
     ext_array ta, oa, ha, sa, hsa;
     PyObject *ret = NULL;
@@ -415,8 +416,8 @@ static PyObject *Hasher_hash(HasherObject *self, PyObject *args, PyObject *kw)
     memset(&ha, 0, sizeof ha);
     memset(&sa, 0, sizeof sa);
     memset(&hsa, 0, sizeof hsa);
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|OOOpi:hash", names, &tok, &outo, &hist, &sto,
-                                     &hsto, &local, &layer))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|OOOpiI:hash", names, &tok, &outo, &hist, &sto,
+                                     &hsto, &local, &layer, &threads))
         return NULL;
     if (!self->h) {
         PyErr_SetString(PyExc_ValueError, "NgramHasher was not initialised");
@@ -510,6 +511,7 @@ static PyObject *Hasher_hash(HasherObject *self, PyObject *args, PyObject *kw)
     a.layer = layer;
     a.out = oa.data;
     a.out_type = oa.itemsize == 8 ? ENGRAM_ID_INT64 : ENGRAM_ID_INT32;
+    a.threads = threads;
     Py_BEGIN_ALLOW_THREADS
     err = engram_ngram_hash(self->h, &a);
     Py_END_ALLOW_THREADS

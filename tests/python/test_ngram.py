@@ -155,6 +155,9 @@ def test_hash_matches_reference(cfg):
         out = np.zeros(want.shape, np.int32)
         assert h.hash(c.astype(np.int32), out=out) is out
         assert (out == want).all()
+    # On several threads, parts cutting the request: the same ids.
+    for th in (2, 5):
+        assert (h.hash(c, threads=th) == want).all()
     # Every chunking, with the history before it (a longer one is cut).
     for cut in range(len(c) + 1):
         got = h.hash(c[cut:], history=c[:cut] if cut else None)
