@@ -47,31 +47,9 @@
 #include <unistd.h>
 
 #include "engram.h"
+#include "bench_util.h"
 
 enum { K = 24, R = 264, BLOCK = 16, NSETS = 64 };
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static void die(const char *what)
-{
-    fprintf(stderr, "bench_decode: %s: %s\n", what, engram_errmsg());
-    exit(1);
-}
-
-static uint64_t rng(uint64_t *s)
-{
-    uint64_t x = *s;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    *s = x;
-    return x * 0x2545F4914F6CDD1Dull;
-}
 
 typedef struct tables {
     engram_store *st;
@@ -128,7 +106,7 @@ static void make_tables(tables *tb, const char *variant, uint64_t bytes, int thr
         tb->region = raw;
         tb->region_len = len + align;
         if (engram_store_open_memory(&o, &tb->st) != 0)
-            die("open");
+            bench_die("bench_decode", "open");
         for (int k = 0; k < K; k++) {
             engram_table_spec sp = {per, R, 0};
             char name[32];
@@ -136,29 +114,29 @@ static void make_tables(tables *tb, const char *variant, uint64_t bytes, int thr
             snprintf(name, sizeof name, "engram:l1:h%d", k);
             if (engram_bind(tb->st, name, &sp, p + (size_t)k * per * R) != 0 ||
                 engram_table_open(tb->st, name, &tb->id[k]) != 0)
-                die("bind");
+                bench_die("bench_decode", "bind");
         }
     } else {
         unsigned char *buf = malloc((size_t)4096 * R);
         snprintf(tb->root, sizeof tb->root, "/dev/shm/engram-bench-decode.%d", (int)getpid());
         o.flags = ENGRAM_OPEN_CREATE | ENGRAM_OPEN_PREFAULT;
         if (!buf || engram_store_open(tb->root, "ns", &o, &tb->st) != 0)
-            die("open /dev/shm namespace");
+            bench_die("bench_decode", "open /dev/shm namespace");
         for (int k = 0; k < K; k++) {
             engram_table_spec sp = {per, R, 0};
             engram_writer *w;
             char name[32];
             snprintf(name, sizeof name, "engram:l1:h%d", k);
             if (engram_writer_begin(tb->st, name, &sp, &w) != 0)
-                die("writer_begin (is /dev/shm large enough?)");
+                bench_die("bench_decode", "writer_begin (is /dev/shm large enough?)");
             for (uint64_t i = 0; i < per; i += 4096) {
                 uint64_t n = per - i < 4096 ? per - i : 4096;
                 fill_rows(buf, i, n, k);
                 if (engram_writer_append(w, buf, n, 0) != 0)
-                    die("writer_append");
+                    bench_die("bench_decode", "writer_append");
             }
             if (engram_writer_commit(w) != 0 || engram_table_open(tb->st, name, &tb->id[k]) != 0)
-                die("commit");
+                bench_die("bench_decode", "commit");
         }
         free(buf);
     }
@@ -166,7 +144,7 @@ static void make_tables(tables *tb, const char *variant, uint64_t bytes, int thr
         const void *b;
         engram_table_spec sp;
         if (engram_table_memory(tb->st, tb->id[k], &b, &sp) != 0)
-            die("table_memory");
+            bench_die("bench_decode", "table_memory");
         tb->base[k] = b;
         tb->nrows[k] = sp.num_rows;
     }
@@ -195,12 +173,6 @@ static void *busy_main(void *arg)
     return NULL;
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
-}
-
 typedef struct point {
     double med[2], p99[2]; /* [engram, naive], ns */
 } point;
@@ -224,7 +196,7 @@ static point run_point(const tables *tb, size_t T, int busy)
     lat[1] = malloc(ncalls * sizeof(uint64_t));
     for (size_t i = 0; i < NSETS * T * K; i++) {
         size_t k = i % K;
-        ids[i] = rng(&seed) % 100 == 0 ? -1 : (int64_t)(rng(&seed) % tb->nrows[k]);
+        ids[i] = bench_rng(&seed) % 100 == 0 ? -1 : (int64_t)(bench_rng(&seed) % tb->nrows[k]);
     }
     if (busy) {
         cpu_set_t cs;
@@ -246,7 +218,7 @@ static point run_point(const tables *tb, size_t T, int busy)
         memset(out, 0, T * K * R);
         memset(ref, 0, T * K * R);
         if (engram_lookup(tb->st, &a) != 0 || naive(tb, ids, T, ref, R) != 0)
-            die("lookup");
+            bench_die("bench_decode", "lookup");
         if (memcmp(out, ref, T * K * R) != 0) {
             fprintf(stderr, "bench_decode: the library's rows differ from the baseline's\n");
             exit(1);
@@ -266,15 +238,15 @@ static point run_point(const tables *tb, size_t T, int busy)
             a.ids = id;
             a.id_type = ENGRAM_ID_INT64;
             a.out = out;
-            t0 = now_ns();
+            t0 = bench_now_ns();
             if (engram_lookup(tb->st, &a) != 0)
-                die("lookup");
-            t1 = now_ns();
+                bench_die("bench_decode", "lookup");
+            t1 = bench_now_ns();
         } else {
-            t0 = now_ns();
+            t0 = bench_now_ns();
             if (naive(tb, id, T, ref, R) != 0)
-                die("naive");
-            t1 = now_ns();
+                bench_die("bench_decode", "naive");
+            t1 = bench_now_ns();
         }
         lat[who][n[who]++] = t1 - t0;
     }
@@ -283,7 +255,7 @@ static point run_point(const tables *tb, size_t T, int busy)
         pthread_join(th, NULL);
     }
     for (int w = 0; w < 2; w++) {
-        qsort(lat[w], ncalls, sizeof(uint64_t), cmp_u64);
+        qsort(lat[w], ncalls, sizeof(uint64_t), bench_cmp_u64);
         pt.med[w] = (double)lat[w][ncalls / 2];
         pt.p99[w] = (double)lat[w][ncalls * 99 / 100];
         free(lat[w]);

@@ -33,41 +33,13 @@
 #include <unistd.h>
 
 #include "engram.h"
+#include "bench_util.h"
 
 enum { C = 24, R = 264, BLOCK = 16 };
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static void die(const char *what)
-{
-    fprintf(stderr, "bench_ngram: %s: %s\n", what, engram_errmsg());
-    exit(1);
-}
-
-static uint64_t rng(uint64_t *s)
-{
-    uint64_t x = *s;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    *s = x;
-    return x * 0x2545F4914F6CDD1Dull;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
-}
-
 static uint64_t pct(uint64_t *v, size_t n, double p)
 {
-    qsort(v, n, sizeof *v, cmp_u64);
+    qsort(v, n, sizeof *v, bench_cmp_u64);
     return v[(size_t)(p * (double)(n - 1))];
 }
 
@@ -119,7 +91,7 @@ int main(int argc, char **argv)
     cfg.pad_id = 2;
     if (engram_ngram_layout_create(&cfg, &lay) != 0 ||
         engram_ngram_hasher_create(lay, NULL, 0, &h) != 0)
-        die("layout");
+        bench_die("bench_ngram", "layout");
     engram_get_ngram_layout_info(lay, &li);
     bytes = (size_t)li.num_rows[0] * R;
     mem = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -134,11 +106,11 @@ int main(int argc, char **argv)
         memcpy(mem + i * R, &i, sizeof i);
     o.threads = 1;
     if (engram_store_open_memory(&o, &st) != 0)
-        die("store");
+        bench_die("bench_ngram", "store");
     {
         engram_table_spec spec = {li.num_rows[0], R, 0};
         if (engram_bind(st, "layer", &spec, mem) != 0 || engram_table_open(st, "layer", &tid) != 0)
-            die("bind");
+            bench_die("bench_ngram", "bind");
     }
     for (int c = 0; c < C; c++)
         tids[c] = tid;
@@ -166,9 +138,9 @@ int main(int argc, char **argv)
         if (n < BLOCK)
             n = BLOCK;
         for (size_t i = 0; i < T; i++)
-            tok[i] = rng(&seed) % 100 == 0 ? -1 : (int64_t)(rng(&seed) % 99092);
+            tok[i] = bench_rng(&seed) % 100 == 0 ? -1 : (int64_t)(bench_rng(&seed) % 99092);
         for (int i = 0; i < 3; i++)
-            hist[i] = (int64_t)(rng(&seed) % 99092);
+            hist[i] = (int64_t)(bench_rng(&seed) % 99092);
         ha.num_tokens = T;
         ha.tokens = tok;
         ha.token_type = ENGRAM_ID_INT64;
@@ -180,7 +152,7 @@ int main(int argc, char **argv)
             g.out = ids;
             g.out_type = ENGRAM_ID_INT64;
             if (engram_ngram_hash(h, &g) != 0)
-                die("hash");
+                bench_die("bench_ngram", "hash");
         }
         la.num_tokens = T;
         la.num_cols = C;
@@ -190,21 +162,21 @@ int main(int argc, char **argv)
         la.out = out1;
         fa.out = out2;
         if (engram_lookup(st, &la) != 0 || engram_ngram_lookup(st, h, &ha, &tid, 1, &fa) != 0)
-            die("warm-up");
+            bench_die("bench_ngram", "warm-up");
         if (memcmp(out1, out2, T * C * R) != 0) {
             fprintf(stderr, "bench_ngram: the fused lookup's rows differ at T = %zu\n", T);
             return 1;
         }
         while (k1 < n || k2 < n) {
             for (int b = 0; b < BLOCK && k1 < n; b++) {
-                uint64_t t0 = now_ns();
+                uint64_t t0 = bench_now_ns();
                 engram_lookup(st, &la);
-                t1[k1++] = now_ns() - t0;
+                t1[k1++] = bench_now_ns() - t0;
             }
             for (int b = 0; b < BLOCK && k2 < n; b++) {
-                uint64_t t0 = now_ns();
+                uint64_t t0 = bench_now_ns();
                 engram_ngram_lookup(st, h, &ha, &tid, 1, &fa);
-                t2[k2++] = now_ns() - t0;
+                t2[k2++] = bench_now_ns() - t0;
             }
         }
         {

@@ -45,51 +45,23 @@
 #include <unistd.h>
 
 #include "engram.h"
+#include "bench_util.h"
 #ifdef ENGRAM_BENCH_REDIS
 #include "redis_util.h"
 #endif
 
 enum { C = 24, R = 264, NL = 2, REPS = 5 };
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static void die(const char *what)
-{
-    fprintf(stderr, "bench_prefetch: %s: %s\n", what, engram_errmsg());
-    exit(1);
-}
-
-static uint64_t rng(uint64_t *s)
-{
-    uint64_t x = *s;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    *s = x;
-    return x * 0x2545F4914F6CDD1Dull;
-}
-
 static volatile uint64_t sink;
 
 /* The model's work: a busy loop of `us` microseconds. */
 static void work(uint64_t us)
 {
-    uint64_t end = now_ns() + us * 1000u, x = 0;
-    while (now_ns() < end)
+    uint64_t end = bench_now_ns() + us * 1000u, x = 0;
+    while (bench_now_ns() < end)
         for (int i = 0; i < 64; i++)
             x = x * 6364136223846793005ull + 1;
     sink = x;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
 }
 
 typedef struct tier {
@@ -124,7 +96,7 @@ static void args_of(const setup *s, size_t step, int layer, engram_ngram_hash_ar
 /* One pass of S steps: ns per step. */
 static uint64_t run(const tier *t, const setup *s, int prefetch)
 {
-    uint64_t t0 = now_ns();
+    uint64_t t0 = bench_now_ns();
     for (size_t step = 0; step < s->steps; step++) {
         engram_ngram_hash_args ha[NL];
         engram_lookup_args la[NL];
@@ -135,21 +107,21 @@ static uint64_t run(const tier *t, const setup *s, int prefetch)
             for (int l = 0; l < NL; l++)
                 if (engram_ngram_lookup_submit(t->st, s->h, &ha[l], &t->t[l], 1, &la[l], &p[l]) !=
                     0)
-                    die("submit");
+                    bench_die("bench_prefetch", "submit");
             for (int l = 0; l < NL; l++) {
                 work(s->work_us / 2);
                 if (engram_lookup_wait(p[l]) != 0)
-                    die("wait");
+                    bench_die("bench_prefetch", "wait");
             }
         } else {
             for (int l = 0; l < NL; l++) {
                 work(s->work_us / 2);
                 if (engram_ngram_lookup(t->st, s->h, &ha[l], &t->t[l], 1, &la[l]) != 0)
-                    die("lookup");
+                    bench_die("bench_prefetch", "lookup");
             }
         }
     }
-    return (now_ns() - t0) / s->steps;
+    return (bench_now_ns() - t0) / s->steps;
 }
 
 static void measure(const tier *t, const setup *s)
@@ -166,7 +138,7 @@ static void measure(const tier *t, const setup *s)
             engram_lookup_args la;
             args_of(s, 0, l, &ha, &la, check);
             if (engram_ngram_lookup(t->st, s->h, &ha, &t->t[l], 1, &la) != 0)
-                die("check");
+                bench_die("bench_prefetch", "check");
             if (memcmp(check, s->out[l], s->T * C * R) != 0) {
                 fprintf(stderr, "bench_prefetch: %s: rows differ\n", t->name);
                 exit(1);
@@ -175,10 +147,10 @@ static void measure(const tier *t, const setup *s)
     }
     free(check);
     for (int r = 0; r < REPS; r++) {
-        uint64_t t0 = now_ns();
+        uint64_t t0 = bench_now_ns();
         for (size_t i = 0; i < s->steps; i++)
             work(s->work_us);
-        wk[r] = (now_ns() - t0) / s->steps;
+        wk[r] = (bench_now_ns() - t0) / s->steps;
         if (r % 2) {
             pf[r] = run(t, s, 1);
             in[r] = run(t, s, 0);
@@ -187,9 +159,9 @@ static void measure(const tier *t, const setup *s)
             pf[r] = run(t, s, 1);
         }
     }
-    qsort(in, REPS, sizeof *in, cmp_u64);
-    qsort(pf, REPS, sizeof *pf, cmp_u64);
-    qsort(wk, REPS, sizeof *wk, cmp_u64);
+    qsort(in, REPS, sizeof *in, bench_cmp_u64);
+    qsort(pf, REPS, sizeof *pf, bench_cmp_u64);
+    qsort(wk, REPS, sizeof *wk, bench_cmp_u64);
     {
         double w = (double)wk[REPS / 2], i = (double)in[REPS / 2], p = (double)pf[REPS / 2];
         double lk = i - w, hidden = lk > 0 ? 1.0 - (p - w) / lk : 0;
@@ -212,19 +184,19 @@ static void populate(engram_store *st, const engram_ngram_layout_info *li)
         char name[32];
         snprintf(name, sizeof name, "layer%" PRId64, li->layer_ids[l]);
         if (engram_writer_begin(st, name, &spec, &w) != 0)
-            die("writer_begin");
+            bench_die("bench_prefetch", "writer_begin");
         for (uint64_t done = 0; done < spec.num_rows;) {
             uint64_t n = spec.num_rows - done < 4096 ? spec.num_rows - done : 4096;
             for (size_t i = 0; i < n * R; i += 8) {
-                uint64_t x = rng(&seed);
+                uint64_t x = bench_rng(&seed);
                 memcpy(buf + i, &x, 8);
             }
             if (engram_writer_append(w, buf, n, 0) != 0)
-                die("writer_append");
+                bench_die("bench_prefetch", "writer_append");
             done += n;
         }
         if (engram_writer_commit(w) != 0)
-            die("writer_commit");
+            bench_die("bench_prefetch", "writer_commit");
         free(buf);
     }
 }
@@ -235,7 +207,7 @@ static void open_tables(tier *t, const engram_ngram_layout_info *li)
         char name[32];
         snprintf(name, sizeof name, "layer%" PRId64, li->layer_ids[l]);
         if (engram_table_open(t->st, name, &t->t[l]) != 0)
-            die("table_open");
+            bench_die("bench_prefetch", "table_open");
     }
 }
 
@@ -285,11 +257,11 @@ int main(int argc, char **argv)
     cfg.pad_id = 2;
     if (engram_ngram_layout_create(&cfg, &lay) != 0 ||
         engram_ngram_hasher_create(lay, NULL, 0, &s.h) != 0)
-        die("layout");
+        bench_die("bench_prefetch", "layout");
     engram_get_ngram_layout_info(lay, &li);
     s.tokens = malloc(s.steps * s.T * sizeof *s.tokens);
     for (size_t i = 0; i < s.steps * s.T; i++)
-        s.tokens[i] = (int64_t)(rng(&seed) % 99092);
+        s.tokens[i] = (int64_t)(bench_rng(&seed) % 99092);
     for (int l = 0; l < NL; l++)
         s.out[l] = malloc(s.T * C * R);
     {
@@ -317,14 +289,14 @@ int main(int argc, char **argv)
         o.flags = ENGRAM_OPEN_CREATE;
         o.threads = 1;
         if (engram_store_open(dir, "prefetch", &o, &w) != 0)
-            die("store_open");
+            bench_die("bench_prefetch", "store_open");
         populate(w, &li);
         engram_store_close(w);
         o.flags = ENGRAM_OPEN_FILE_CACHE;
         o.threads = 2;
         o.cache_bytes = (li.num_rows[0] + li.num_rows[1]) * R / 100;
         if (engram_store_open(dir, "prefetch", &o, &t.st) != 0)
-            die("store_open (file cache)");
+            bench_die("bench_prefetch", "store_open (file cache)");
         open_tables(&t, &li);
         measure(&t, &s);
         engram_store_close(t.st);
@@ -343,7 +315,7 @@ int main(int argc, char **argv)
         o.threads = 2;
         o.cache_bytes = 1; /* below one cache set: no row cache */
         if (engram_store_open_redis(cl.nodes, "prefetch", &o, NULL, &t.st) != 0)
-            die("store_open_redis");
+            bench_die("bench_prefetch", "store_open_redis");
         populate(t.st, &li);
         open_tables(&t, &li);
         measure(&t, &s);

@@ -38,6 +38,7 @@
 #include <time.h>
 
 #include "engram.h"
+#include "bench_util.h"
 
 enum { R = 264 };
 
@@ -48,34 +49,11 @@ static double zipf_s = 1.05;
 static uint64_t cache_mib = 64;
 static unsigned char *table;
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static void spin_ns(uint64_t ns)
 {
-    uint64_t end = now_ns() + ns;
-    while (now_ns() < end)
+    uint64_t end = bench_now_ns() + ns;
+    while (bench_now_ns() < end)
         ;
-}
-
-static void die(const char *what)
-{
-    fprintf(stderr, "bench_source: %s: %s\n", what, engram_errmsg());
-    exit(1);
-}
-
-static uint64_t rng(uint64_t *s)
-{
-    uint64_t x = *s;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    *s = x;
-    return x * 0x2545F4914F6CDD1Dull;
 }
 
 /* The store's batched read: the cost model, then the rows. */
@@ -117,7 +95,7 @@ static void make_ids(int64_t *ids, size_t total, uint64_t seed)
     uint64_t s = seed | 1;
     if (zipf_s <= 0) {
         for (size_t i = 0; i < total; i++)
-            ids[i] = (int64_t)(rng(&s) % nrows);
+            ids[i] = (int64_t)(bench_rng(&s) % nrows);
         return;
     }
     double *cdf = malloc(nrows * sizeof *cdf), sum = 0;
@@ -128,7 +106,7 @@ static void make_ids(int64_t *ids, size_t total, uint64_t seed)
     for (uint64_t r = 0; r < nrows; r++)
         cdf[r] = (sum += 1.0 / pow((double)(r + 1), zipf_s));
     for (size_t i = 0; i < total; i++) {
-        double u = (double)(rng(&s) >> 11) / 9007199254740992.0 * sum;
+        double u = (double)(bench_rng(&s) >> 11) / 9007199254740992.0 * sum;
         uint64_t lo = 0, hi = nrows - 1;
         while (lo < hi) {
             uint64_t mid = (lo + hi) / 2;
@@ -155,7 +133,7 @@ static double time_direct(const run *r)
     unsigned char **dsts = malloc(K * sizeof *dsts);
     if (!rows || !dsts)
         exit(1);
-    t0 = now_ns();
+    t0 = bench_now_ns();
     for (size_t l = 0; l < lookups; l++) {
         const int64_t *ids = r->ids + l * K;
         for (size_t i = 0; i < K; i++) {
@@ -164,7 +142,7 @@ static double time_direct(const run *r)
         }
         store_read(rows, dsts, K);
     }
-    t0 = now_ns() - t0;
+    t0 = bench_now_ns() - t0;
     free(rows);
     free(dsts);
     return (double)t0 / (double)lookups;
@@ -183,15 +161,15 @@ static double time_engram(const run *r, int kind, engram_cache_stats *cs)
     o.cache_bytes = (cache_mib + 8) << 20;
     ops.read_rows = read_rows;
     if (engram_store_open_memory(&o, &st) != 0)
-        die("open");
+        bench_die("bench_source", "open");
     if (kind == 0) {
         if (engram_bind(st, "t", &spec, table) != 0 || engram_table_open(st, "t", &id) != 0)
-            die("bind");
+            bench_die("bench_source", "bind");
     } else if (engram_add_source(st, "t", &spec, &ops, NULL, kind == 2 ? cache_mib << 20 : 0,
                                  &id) != 0) {
-        die("add source");
+        bench_die("bench_source", "add source");
     }
-    t0 = now_ns();
+    t0 = bench_now_ns();
     for (size_t l = 0; l < lookups; l++) {
         engram_lookup_args a = ENGRAM_LOOKUP_ARGS_INIT;
         a.num_tokens = K;
@@ -201,9 +179,9 @@ static double time_engram(const run *r, int kind, engram_cache_stats *cs)
         a.id_type = ENGRAM_ID_INT64;
         a.out = r->out;
         if (engram_lookup(st, &a) != 0)
-            die("lookup");
+            bench_die("bench_source", "lookup");
     }
-    t0 = now_ns() - t0;
+    t0 = bench_now_ns() - t0;
     if (cs) {
         *cs = (engram_cache_stats)ENGRAM_CACHE_STATS_INIT;
         if (kind)

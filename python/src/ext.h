@@ -45,6 +45,11 @@ PyObject *ext_raise(int rc, const char *what);
  * buf (truncated to len); returns buf.  ext_raise() applies it. */
 const char *ext_python_terms(const char *msg, char *buf, size_t len);
 
+/* Raises a failed call's error: ValueError with the library's message for
+ * a bad argument (-EINVAL, -ERANGE), else as ext_raise(rc, NULL).  Returns
+ * NULL. */
+PyObject *ext_raise_arg(int rc);
+
 /* The exception class for library code `rc` (borrowed). */
 PyObject *ext_exc_for(int rc);
 

@@ -63,6 +63,15 @@ static exc_def excs[] = {
 };
 #define NEXCS (sizeof excs / sizeof excs[0])
 
+PyObject *ext_raise_arg(int rc)
+{
+    if (rc == -EINVAL || rc == -ERANGE) {
+        PyErr_SetString(PyExc_ValueError, engram_errmsg());
+        return NULL;
+    }
+    return ext_raise(rc, NULL);
+}
+
 PyObject *ext_exc_for(int rc)
 {
     for (size_t i = 1; i < NEXCS; i++)
@@ -608,10 +617,7 @@ static PyObject *mod_shard_route(PyObject *self, PyObject *args)
                             (int32_t *)(void *)oa.data);
     Py_END_ALLOW_THREADS
     if (rc) {
-        if (rc == -EINVAL)
-            PyErr_SetString(PyExc_ValueError, engram_errmsg());
-        else
-            ext_raise(rc, NULL);
+        ext_raise_arg(rc);
         goto out;
     }
     ret = Py_NewRef(Py_None);

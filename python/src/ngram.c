@@ -186,10 +186,7 @@ static int Layout_init(LayoutObject *self, PyObject *args, PyObject *kw)
     err = engram_ngram_layout_create(&c, &lay);
     Py_END_ALLOW_THREADS
     if (err) {
-        if (err == ENGRAM_ESPEC)
-            PyErr_SetString(PyExc_ValueError, engram_errmsg());
-        else
-            ext_raise(err, "NgramLayout");
+        ext_raise_arg(err); /* a bad value: SpecError, a ValueError */
         goto out;
     }
     engram_ngram_layout_destroy(self->lay);
@@ -341,10 +338,7 @@ static int Hasher_init(HasherObject *self, PyObject *args, PyObject *kw)
     err = engram_ngram_hasher_create(((LayoutObject *)layout)->lay, m64, n, &h);
     Py_END_ALLOW_THREADS
     if (err) {
-        if (err == ENGRAM_ESPEC)
-            PyErr_SetString(PyExc_ValueError, engram_errmsg());
-        else
-            ext_raise(err, "NgramHasher");
+        ext_raise_arg(err);
         goto fail;
     }
     engram_ngram_hasher_destroy(self->h);
@@ -516,10 +510,7 @@ static PyObject *Hasher_hash(HasherObject *self, PyObject *args, PyObject *kw)
     err = engram_ngram_hash(self->h, &a);
     Py_END_ALLOW_THREADS
     if (err) {
-        if (err == -EINVAL || err == -ERANGE)
-            PyErr_SetString(PyExc_ValueError, engram_errmsg());
-        else
-            ext_raise(err, NULL);
+        ext_raise_arg(err);
         goto out;
     }
     ret = Py_NewRef(Py_None);
@@ -655,10 +646,7 @@ static PyObject *Hasher_lookup(HasherObject *self, PyObject *args, PyObject *kw)
         Py_END_ALLOW_THREADS
     }
     if (rc) {
-        if (rc == -EINVAL)
-            PyErr_SetString(PyExc_ValueError, engram_errmsg());
-        else
-            ext_raise(rc, NULL);
+        ext_raise_arg(rc);
         goto out;
     }
     if (submit) {
