@@ -316,7 +316,8 @@ ENGRAM_API int engram_namespace_list(const char *root, char ***names, size_t *co
  *    (-ENOTEMPTY, naming the tables); with it, each table is removed as
  *    engram_remove() removes it;
  *  - a temporary file of a writer that is still running: -EBUSY, naming
- *    the table being written;
+ *    the table being written, the writer's pid (as its PID namespace
+ *    numbers it) and how long it has held the name;
  *  - a live lease of another process (it has tables of the namespace
  *    open, see engram_namespace_usage()): -EBUSY naming the process,
  *    unless ENGRAM_NS_REMOVE_IN_USE is given (that process keeps reading
@@ -324,8 +325,10 @@ ENGRAM_API int engram_namespace_list(const char *root, char ***names, size_t *co
  *    one); leases of this process and stale ones are removed with the
  *    tables;
  *  - anything else (a file that is not an engram table, a link, a
- *    directory): -ENOTEMPTY naming it; the library removes only what it
- *    wrote, so remove such entries yourself.
+ *    directory, also under a name like a temporary file's: writers make
+ *    only regular files of the namespace's owner): -ENOTEMPTY naming it;
+ *    the library removes only what it wrote, so remove such entries
+ *    yourself.
  * The directory itself is then removed with rmdir(2), which succeeds only
  * if it is empty: a table published meanwhile by another process makes
  * the call fail with -ENOTEMPTY (the tables removed before stay removed)

@@ -553,10 +553,79 @@ static int temp_of(const char *ent, const char *name)
     return 1;
 }
 
-/* A descriptor of a temporary file of `name` whose writer is alive (its
- * lock is held), or -1 if there is none.  Only regular files of the
- * namespace's owner count. */
-static int live_writer(engram_store *st, const char *name)
+/* The pid a temporary file's name ".tmp.<name>.<pid>.<nonce>" holds
+ * (taken from the end: a table name may hold dots), or -1. */
+static long temp_pid(const char *ent)
+{
+    const char *end = strrchr(ent, '.'), *p = end;
+    long pid = 0;
+    if (!end || end == ent)
+        return -1;
+    while (p > ent && p[-1] >= '0' && p[-1] <= '9')
+        p--;
+    if (p == end || p == ent || p[-1] != '.' || end - p > 9)
+        return -1;
+    for (; p < end; p++)
+        pid = pid * 10 + (*p - '0');
+    return pid;
+}
+
+void engram__temp_holder(int fd, const char *ent, char *who, size_t cap)
+{
+    struct statx sx;
+    struct stat sb;
+    uint64_t now = engram__wall_ns(), since = now;
+    long pid = temp_pid(ent);
+    char by[64];
+    int exact = 0;
+    /* How long it has held the name: since its file was made (its birth
+     * time, where the file system keeps one; else its last change, which
+     * is later, so the time is then a lower bound). */
+    if (statx(fd, "", AT_EMPTY_PATH, STATX_BTIME, &sx) == 0 && (sx.stx_mask & STATX_BTIME)) {
+        since = (uint64_t)sx.stx_btime.tv_sec * 1000000000u + sx.stx_btime.tv_nsec;
+        exact = 1;
+    } else if (fstat(fd, &sb) == 0) {
+        since = (uint64_t)sb.st_ctim.tv_sec * 1000000000u + (uint64_t)sb.st_ctim.tv_nsec;
+    }
+    if (pid > 0)
+        snprintf(by, sizeof by, "pid %ld", pid);
+    else
+        snprintf(by, sizeof by, "a process (its file's name gives no pid)");
+    snprintf(who, cap, "by %s, which has held it for %s%llu s now", by, exact ? "" : "at least ",
+             (unsigned long long)((now > since ? now - since : 0) / 1000000000u));
+}
+
+int engram__temp_state(int dirfd, uid_t uid, const char *ent, char *who, size_t cap, int *fdp)
+{
+    struct stat sb;
+    int fd;
+    if (fdp)
+        *fdp = -1;
+    /* No link is followed, and a FIFO is opened without waiting for a
+     * writer of it. */
+    fd = openat(dirfd, ent, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
+        return errno == ENOENT ? ENGRAM__TEMP_GONE : ENGRAM__TEMP_STRAY;
+    /* Writers make regular files of the namespace's owner; anything else
+     * under such a name is not theirs, whatever its lock says. */
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_uid != uid) {
+        close(fd);
+        return ENGRAM__TEMP_STRAY;
+    }
+    if (flock(fd, LOCK_SH | LOCK_NB) == 0 || errno != EWOULDBLOCK) {
+        close(fd); /* a dead writer's (closing drops our lock) */
+        return ENGRAM__TEMP_DEAD;
+    }
+    if (who && cap)
+        engram__temp_holder(fd, ent, who, cap);
+    if (fdp)
+        *fdp = fd;
+    else
+        close(fd);
+    return ENGRAM__TEMP_LIVE;
+}
+
+int engram__live_writer(engram_store *st, const char *name, char *ent, size_t cap)
 {
     struct dirent *de;
     DIR *d;
@@ -568,18 +637,11 @@ static int live_writer(engram_store *st, const char *name)
         return -1;
     }
     while (live < 0 && (de = readdir(d)) != NULL) {
-        struct stat sb;
-        int tfd;
-        if (!temp_of(de->d_name, name))
+        if (!temp_of(de->d_name, name) ||
+            engram__temp_state(st->dirfd, st->uid, de->d_name, NULL, 0, &live) !=
+                ENGRAM__TEMP_LIVE)
             continue;
-        tfd = openat(st->dirfd, de->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
-        if (tfd < 0)
-            continue;
-        if (fstat(tfd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_uid == st->uid &&
-            flock(tfd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK)
-            live = tfd;
-        else
-            close(tfd); /* a dead writer's (closing drops our lock) */
+        snprintf(ent, cap, "%s", de->d_name);
     }
     closedir(d);
     return live;
@@ -692,10 +754,11 @@ static int populate_shared_placed(engram_store *st, const char *name,
                                   const engram__numa *pl, int *written)
 {
     for (;;) {
+        char ent[ENGRAM_NAME_MAX + 64];
         int fd, err;
         if ((err = published_as(st, name, spec, rows, src_stride)) != -ENOENT)
             return err;
-        if ((fd = live_writer(st, name)) >= 0) {
+        if ((fd = engram__live_writer(st, name, ent, sizeof ent)) >= 0) {
             /* Another process is writing it: its lock goes when it commits,
              * aborts or dies, and then we look again. */
             while (flock(fd, LOCK_SH) != 0 && errno == EINTR)

@@ -943,6 +943,21 @@ check "gc with an argument -> 2" usage_fails
 run --ns gcnew gc
 check "gc --ns -> 2" eval 'usage_fails && err_has "--ns"'
 run ns rm gcnew --force
+# A FIFO named like a writer's temporary file is a stray entry, not a table
+# being written; the summary counts the namespace it keeps.
+run --ns gcfifo create t --rows 4 --row-bytes 4
+mkfifo "$ROOT/gcfifo/.tmp.t.4242.abc"
+touch -d '2 hours ago' "$ROOT/gcfifo"
+run gc --older-than 1h
+check "gc: a FIFO .tmp.* is a stray entry, named" \
+    eval 'rc_is 0 && err_has "gcfifo.* kept: .*.tmp.t.4242.abc., which is not an engram table (a FIFO" && ! err_has "being written"'
+check "gc: the summary counts the namespace the warning kept" \
+    eval 'kept=$(grep -c "^kept " out); out_has "^removed 0 namespaces, kept $((kept + 1)) (1 of them for what the warning above says)$" && [ -f "$ROOT/gcfifo/t" ]'
+run gc --older-than 1h --strict
+check "gc --strict with a stray entry -> 1" eval 'rc_is 1 && out_has "(1 of them for what the warning above says)$"'
+rm -f "$ROOT/gcfifo/.tmp.t.4242.abc"
+run ns rm gcfifo --force
+check "ns rm once the FIFO is gone" eval 'rc_is 0 && [ ! -e "$ROOT/gcfifo" ]'
 
 # ---------------------------------------------------------------------------
 # The README's shell block, as written (its root moved into the scratch
