@@ -37,6 +37,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <xxhash.h>
@@ -746,13 +747,46 @@ static int remote_populate_shared(engram_store *st, const char *name,
     return published_as(st, name, spec, rows, src_stride);
 }
 
+/* How often, at most, a wait with a time limit looks at a writer's lock
+ * (flock() has no timeout): from 1 ms, doubling. */
+#define WRITER_POLL_MAX_NS 50000000u
+
+/* Waits until the lock of the writer's temporary file open at `fd` is
+ * free (it committed, aborted or died), or until `deadline` (CLOCK_MONOTONIC
+ * ns; UINT64_MAX: none).  0, or -ETIMEDOUT (no message). */
+static int wait_writer(int fd, uint64_t deadline)
+{
+    uint64_t pause = 1000000u;
+    if (deadline == UINT64_MAX) {
+        while (flock(fd, LOCK_SH) != 0 && errno == EINTR)
+            ;
+        return 0;
+    }
+    for (;;) {
+        uint64_t now, ns;
+        struct timespec ts;
+        if (flock(fd, LOCK_SH | LOCK_NB) == 0 || (errno != EWOULDBLOCK && errno != EINTR))
+            return 0;
+        if ((now = engram__now_ns()) >= deadline)
+            return -ETIMEDOUT;
+        ns = deadline - now < pause ? deadline - now : pause;
+        ts.tv_sec = (time_t)(ns / 1000000000u);
+        ts.tv_nsec = (long)(ns % 1000000000u);
+        nanosleep(&ts, NULL);
+        if (pause < WRITER_POLL_MAX_NS)
+            pause = pause * 2 < WRITER_POLL_MAX_NS ? pause * 2 : WRITER_POLL_MAX_NS;
+    }
+}
+
 /* engram_populate_shared() in a directory namespace, with placement `pl`
- * and a row range as populate_placed() takes it. */
+ * and a row range as populate_placed() takes it, waiting for other
+ * writers up to timeout_ms in all (< 0: no limit). */
 static int populate_shared_placed(engram_store *st, const char *name,
                                   const engram_table_spec *spec, const void *rows,
                                   size_t src_stride, uint64_t row_start, uint64_t total_rows,
-                                  const engram__numa *pl, int *written)
+                                  const engram__numa *pl, int timeout_ms, int *written)
 {
+    uint64_t deadline = 0; /* set when the first wait starts */
     for (;;) {
         char ent[ENGRAM_NAME_MAX + 64];
         int fd, err;
@@ -760,9 +794,22 @@ static int populate_shared_placed(engram_store *st, const char *name,
             return err;
         if ((fd = engram__live_writer(st, name, ent, sizeof ent)) >= 0) {
             /* Another process is writing it: its lock goes when it commits,
-             * aborts or dies, and then we look again. */
-            while (flock(fd, LOCK_SH) != 0 && errno == EINTR)
-                ;
+             * aborts or dies, and then we look again.  One that hangs
+             * (stopped, or blocked for good) keeps it: the time limit
+             * ends the wait, naming it, so that it can be dealt with. */
+            if (!deadline)
+                deadline = timeout_ms < 0 ? UINT64_MAX
+                                          : engram__now_ns() + (uint64_t)timeout_ms * 1000000u;
+            if (wait_writer(fd, deadline) != 0) {
+                char who[160];
+                engram__temp_holder(fd, ent, who, sizeof who);
+                close(fd);
+                return engram__err(-ETIMEDOUT, "table '%s' is still being written in %s %s "
+                                               "(temporary file %s); gave up waiting for it "
+                                               "after %d ms (a writer that hangs holds the "
+                                               "name until it ends)",
+                                   name, st->path, who, ent, timeout_ms);
+            }
             close(fd);
             continue;
         }
@@ -776,8 +823,9 @@ static int populate_shared_placed(engram_store *st, const char *name,
     }
 }
 
-int engram_populate_shared(engram_store *st, const char *name, const engram_table_spec *spec,
-                           const void *rows, size_t src_stride, int *written)
+int engram_populate_shared_wait(engram_store *st, const char *name,
+                                const engram_table_spec *spec, const void *rows,
+                                size_t src_stride, int timeout_ms, int *written)
 {
     int err;
     if (written)
@@ -795,7 +843,15 @@ int engram_populate_shared(engram_store *st, const char *name, const engram_tabl
         return engram__err(ENGRAM_ESTATE, "a memory store has no directory to write '%s' to; "
                                           "use engram_bind()",
                            name);
-    return populate_shared_placed(st, name, spec, rows, src_stride, 0, 0, &st->numa, written);
+    return populate_shared_placed(st, name, spec, rows, src_stride, 0, 0, &st->numa, timeout_ms,
+                                  written);
+}
+
+int engram_populate_shared(engram_store *st, const char *name, const engram_table_spec *spec,
+                           const void *rows, size_t src_stride, int *written)
+{
+    return engram_populate_shared_wait(st, name, spec, rows, src_stride,
+                                       ENGRAM_SHARED_WAIT_MS, written);
 }
 
 int engram_numa_copy(engram_store *st, const char *name, int node, int *written)
@@ -846,7 +902,7 @@ int engram_numa_copy(engram_store *st, const char *name, int node, int *written)
     err = populate_shared_placed(st, copy, &spec, rows, h.row_pitch,
                                  (h.flags & ENGRAM__FLAG_ROW_RANGE) ? h.row_start : 0,
                                  (h.flags & ENGRAM__FLAG_ROW_RANGE) ? h.total_rows : 0, &pl,
-                                 written);
+                                 ENGRAM_SHARED_WAIT_MS, written);
 out:
     if (rows != MAP_FAILED)
         munmap(rows, (size_t)h.data_size);

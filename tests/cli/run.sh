@@ -891,6 +891,33 @@ check "ns rm of an empty namespace" eval 'rc_is 0 && out_is "removed namespace e
 run --ns envns ls
 check "ls of a removed namespace -> 1" eval 'fails_with 1 "envns"'
 
+# A writer that hangs (a temporary file made and locked as writers do, by a
+# process that then stops itself): `wait` gives up at its timeout naming it.
+if [ "$HAVE_PY" = 1 ]; then
+    run --ns hung create other --rows 1 --row-bytes 1
+    "$PY" -c '
+import fcntl, os, signal, sys
+fd = os.open(os.path.join(sys.argv[1], ".tmp.h.%d.1a" % os.getpid()),
+             os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+print("ready", flush=True)
+while True:
+    os.kill(os.getpid(), signal.SIGSTOP)
+' "$ROOT/hung" >hung.out 2>&1 &
+    hung=$!
+    for _ in $(seq 200); do
+        grep -q ready hung.out && break
+        sleep 0.05
+    done
+    run --ns hung wait h --timeout 1
+    check "wait on a writer that hangs -> 1, naming it" \
+        eval 'fails_with 1 "was not published .* within 1000 ms: it is being written by pid $hung, which has held it for "'
+    kill -9 "$hung"
+    wait "$hung" 2>/dev/null
+    run ns rm hung --force
+    check "ns rm once the hung writer is killed" eval 'rc_is 0 && [ ! -e "$ROOT/hung" ]'
+fi
+
 # Users and gc: a process waiting on a namespace holds a lease on it.
 run --ns inuse create t --rows 4 --row-bytes 4
 "$ENGRAM_BIN" --root "$ROOT" --ns inuse wait never --timeout 60 >/dev/null 2>&1 &
