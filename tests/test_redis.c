@@ -910,7 +910,8 @@ static void test_moved_ask(void)
 }
 
 /* Kills the master that holds chunk 0 of table "fo" while a thread looks
- * rows up; its replica takes over after cluster-node-timeout (1.5 s).
+ * rows up; its replica takes over after cluster-node-timeout (5 s here:
+ * redis_util.h) and an election.
  * Lookups meanwhile fail with the deadline's error or succeed after
  * their retries, always with the right rows; they resume. */
 static void test_failover(void)

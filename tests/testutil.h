@@ -49,8 +49,13 @@
 /* Name of the test case being run, printed with every failure. */
 static const char *tu_current_case = "(setup)";
 
+/* Set by a failure before the process exits: exit handlers keep what
+ * explains it (the logs of the servers a test started). */
+static int tu_failed;
+
 static inline void tu_fail_exit(void)
 {
+    tu_failed = 1;
     fflush(stdout);
     fflush(stderr);
     exit(1);
@@ -335,6 +340,7 @@ static inline void tu_watchdog_fire(int sig)
     static const char msg[] = "FAIL: watchdog: the test took too long (hang?)\n";
     ssize_t n = write(2, msg, sizeof msg - 1);
     (void)n;
+    tu_failed = 1;
     tu_scratch_cleanup();
     _exit(1);
 }
