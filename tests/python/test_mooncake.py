@@ -464,7 +464,11 @@ def test_master_restarted_empty_during_lookups(tmp_path):
                     results["ok"] += 1
         th = threading.Thread(target=work)
         th.start()
-        time.sleep(0.5)
+        # Lookups served before the restart: waited for, not a time (the
+        # thread may run late on a busy machine).
+        end = time.monotonic() + 60
+        while results["ok"] == 0 and not results["errors"] and time.monotonic() < end:
+            time.sleep(0.01)
         srv.restart_master()
         th.join(timeout=60)
         stop.set()
