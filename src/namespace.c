@@ -136,7 +136,8 @@ static int classify(engram_store *st, const char *path, const char *name, uint32
                                        "put off); try again",
                                path, name);
         default:
-            /* Not a writer's, whatever its name: a stray entry, below. */
+            /* Not a writer's, whatever its name: a stray entry, like the
+             * foreign entries below. */
             return engram__err(-ENOTEMPTY, "namespace %s holds '%s', which is not an engram "
                                            "table (%s, not a writer's temporary file); not "
                                            "removing it",
