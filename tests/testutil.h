@@ -410,7 +410,6 @@ static inline void tu_watchdog_fire(int sig)
 {
     static const char msg[] = "FAIL: watchdog: the test took too long (hang?)\n";
     unsigned long long delay = tu_run_delay_ns();
-    ssize_t n;
     (void)sig;
     if (delay > tu_watchdog_delay_ns + 100000000ull &&
         tu_watchdog_given < 4 * tu_watchdog_base) {
@@ -423,8 +422,10 @@ static inline void tu_watchdog_fire(int sig)
         alarm((unsigned)more);
         return;
     }
-    n = write(2, msg, sizeof msg - 1);
-    (void)n;
+    {
+        ssize_t n = write(2, msg, sizeof msg - 1);
+        (void)n;
+    }
     tu_failed = 1;
     tu_scratch_cleanup();
     _exit(1);
