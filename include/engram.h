@@ -317,7 +317,8 @@ ENGRAM_API int engram_namespace_list(const char *root, char ***names, size_t *co
  *    (-ENOTEMPTY, naming the tables); with it, each table is removed as
  *    engram_remove() removes it;
  *  - a temporary file of a writer that is still running: -EBUSY, naming
- *    the table being written;
+ *    the table being written, the writer's pid (as its PID namespace
+ *    numbers it) and how long it has held the name;
  *  - a live lease of another process (it has tables of the namespace
  *    open, see engram_namespace_usage()): -EBUSY naming the process,
  *    unless ENGRAM_NS_REMOVE_IN_USE is given (that process keeps reading
@@ -325,8 +326,10 @@ ENGRAM_API int engram_namespace_list(const char *root, char ***names, size_t *co
  *    one); leases of this process and stale ones are removed with the
  *    tables;
  *  - anything else (a file that is not an engram table, a link, a
- *    directory): -ENOTEMPTY naming it; the library removes only what it
- *    wrote, so remove such entries yourself.
+ *    directory, also under a name like a temporary file's: writers make
+ *    only regular files of the namespace's owner): -ENOTEMPTY naming it;
+ *    the library removes only what it wrote, so remove such entries
+ *    yourself.
  * The directory itself is then removed with rmdir(2), which succeeds only
  * if it is empty: a table published meanwhile by another process makes
  * the call fail with -ENOTEMPTY (the tables removed before stay removed)
@@ -479,14 +482,24 @@ ENGRAM_API int engram_writer_commit(engram_writer *w);
  * Discards the temporary file and frees `w`.  Accepts NULL. */
 ENGRAM_API void engram_writer_abort(engram_writer *w);
 
+/* How long engram_populate_shared() waits, at most, for another process
+ * that is writing the same table: 10 minutes.  A live writer writes at
+ * the speed of memory or of its disk, so even a table of 100 GB takes it
+ * a minute or two; a writer that hangs (stopped, or blocked for good)
+ * holds the name until it ends, and its waiters must not wait with it
+ * for ever. */
+#define ENGRAM_SHARED_WAIT_MS 600000
+
 /*! engram_populate_shared() :
  * The populate that every process of a node can call with the same rows,
  * with no leader and no barrier between them: exactly one writes the
  * table, and the others reuse it.  If the table is already published, it
  * is compared with `rows` (spec, and the data checksum computed from
  * `rows`); if another live process is writing it (the lock of its
- * temporary file is held), this waits for that writer to finish and then
- * compares; if that writer dies instead, this one writes the table.
+ * temporary file is held), this waits for that writer to finish, for at
+ * most ENGRAM_SHARED_WAIT_MS (engram_populate_shared_wait() takes the
+ * limit), and then compares; if that writer dies instead, this one writes
+ * the table.
  * Processes need only see the same namespace directory (no shared process
  * group, PID namespace or launcher).  In a namespace of a Redis Cluster
  * there is no writer's lock to wait on: racing processes may each upload
@@ -496,11 +509,26 @@ ENGRAM_API void engram_writer_abort(engram_writer *w);
  * when this call wrote the table, 0 when it reused it.  Comparing reads
  * all of `rows` once (XXH3, several GB/s).  Thread-safe.
  * @return : 0; ENGRAM_EMISMATCH if the name is published with another
- *           spec or other rows; -EEXIST if it is bound in this store; or
- *           as engram_populate(). */
+ *           spec or other rows; -EEXIST if it is bound in this store;
+ *           -ETIMEDOUT if another process still writes the table when the
+ *           time is up (engram_errmsg() names its pid, as its PID
+ *           namespace numbers it, and how long it has held the name);
+ *           or as engram_populate(). */
 ENGRAM_API int engram_populate_shared(engram_store *st, const char *name,
                                       const engram_table_spec *spec, const void *rows,
                                       size_t src_stride, int *written);
+
+/*! engram_populate_shared_wait() :
+ * engram_populate_shared() with its own limit on the wait for another
+ * process that writes the table: timeout_ms milliseconds in all, counted
+ * from when the wait starts (< 0: no limit; 0: no wait, -ETIMEDOUT at
+ * once if another process is writing it).  The wait looks at the
+ * writer's lock every 50 ms at most (without a limit, it sleeps on the
+ * lock).  Thread-safe.
+ * @return : as engram_populate_shared(). */
+ENGRAM_API int engram_populate_shared_wait(engram_store *st, const char *name,
+                                           const engram_table_spec *spec, const void *rows,
+                                           size_t src_stride, int timeout_ms, int *written);
 
 /*! engram_check_capacity() :
  * Answers up front whether `n` tables of `specs` fit in directory `dir`
@@ -561,7 +589,8 @@ ENGRAM_API int engram_table_open(engram_store *st, const char *name, engram_tabl
  * 50 ms), and checks once a second that the directory still exists.  In
  * a namespace of a Redis Cluster it looks again every 10 ms, doubling to
  * 200 ms.  A memory store does not wait.  Thread-safe.
- * @return : as engram_table_open(); -ETIMEDOUT when the time is up; -ENOENT
+ * @return : as engram_table_open(); -ETIMEDOUT when the time is up (naming
+ *           the process that is writing the table, if one is); -ENOENT
  *           if the namespace directory is removed meanwhile. */
 ENGRAM_API int engram_table_open_wait(engram_store *st, const char *name, int timeout_ms,
                                       engram_table_id *id);
@@ -731,7 +760,9 @@ ENGRAM_API int engram_get_table_placement(engram_store *st, const char *name,
  * namespace, which must be on a tmpfs.  The copy has the table's spec,
  * rows and row range.  Like engram_populate_shared(), every process of a
  * node can call it with no leader: exactly one writes the copy and the
- * others reuse it (a copy with other rows is ENGRAM_EMISMATCH).  *written
+ * others reuse it (a copy with other rows is ENGRAM_EMISMATCH), waiting
+ * for another process that writes it for at most ENGRAM_SHARED_WAIT_MS
+ * (-ETIMEDOUT, naming that process).  *written
  * (may be NULL) is set to 1 when this call wrote it.  The node is checked
  * as a store's numa_node is.  Thread-safe.
  *
@@ -747,8 +778,8 @@ ENGRAM_API int engram_get_table_placement(engram_store *st, const char *name,
  * @return : 0; -EINVAL (st or name NULL, a bad node: see "NUMA placement");
  *           ENGRAM_ESPEC (NAME.numaN longer than ENGRAM_NAME_MAX);
  *           -ENOENT (no table `name`); -ENOTSUP (not a tmpfs namespace, not
- *           a table file, or built without libnuma); ENGRAM_EMISMATCH; or as
- *           engram_populate(). */
+ *           a table file, or built without libnuma); ENGRAM_EMISMATCH;
+ *           -ETIMEDOUT; or as engram_populate(). */
 ENGRAM_API int engram_numa_copy(engram_store *st, const char *name, int node, int *written);
 
 /*! engram_list() :

@@ -23,6 +23,7 @@
 #include "fsutil.h"
 #include "lease.h"
 #include "store.h"
+#include "writer.h"
 
 #define TMP_PREFIX ENGRAM__TMP_PREFIX
 
@@ -76,18 +77,25 @@ static const char *temp_table(const char *entry, char *buf, size_t cap)
     return buf;
 }
 
-/* Whether temporary file `name` of st's namespace is a dead writer's
- * (the open of a removal removes those): its lock is free. */
-static int writer_dead(engram_store *st, const char *name)
+/* What an entry that is not a table is, for a message: "a FIFO", ... */
+static const char *entry_kind(engram_store *st, const char *name)
 {
     struct stat sb;
-    int dead, fd = openat(st->dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0)
-        return errno == ENOENT; /* gone meanwhile */
-    dead = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_uid == st->uid &&
-           flock(fd, LOCK_SH | LOCK_NB) == 0;
-    close(fd);
-    return dead;
+    if (fstatat(st->dirfd, name, &sb, AT_SYMLINK_NOFOLLOW) != 0)
+        return "an entry";
+    if (S_ISLNK(sb.st_mode))
+        return "a symbolic link";
+    if (S_ISDIR(sb.st_mode))
+        return "a directory";
+    if (S_ISFIFO(sb.st_mode))
+        return "a FIFO";
+    if (S_ISSOCK(sb.st_mode))
+        return "a socket";
+    if (S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode))
+        return "a device";
+    if (sb.st_uid != st->uid)
+        return "a file of another user";
+    return "a file";
 }
 
 /* What stops the removal of a namespace in entry `name` of it (`path`):
@@ -111,12 +119,30 @@ static int classify(engram_store *st, const char *path, const char *name, uint32
             return 0; /* stale, this process's or allowed: removed with the tables */
     }
     if (strncmp(name, TMP_PREFIX, strlen(TMP_PREFIX)) == 0) {
-        if (dry && writer_dead(st, name))
-            return 0; /* the removal's open would remove it */
-        return engram__err(-EBUSY, "namespace %s: table '%s' is being written (temporary file "
-                                   "%s; the open before this removal would have removed it if "
-                                   "its writer had died)",
-                           path, temp_table(name, table, sizeof table), name);
+        char who[160];
+        switch (engram__temp_state(st->dirfd, st->uid, name, who, sizeof who, NULL)) {
+        case ENGRAM__TEMP_GONE:
+            return 0; /* committed or removed meanwhile */
+        case ENGRAM__TEMP_LIVE:
+            return engram__err(-EBUSY, "namespace %s: table '%s' is being written %s "
+                                       "(temporary file %s)",
+                               path, temp_table(name, table, sizeof table), who, name);
+        case ENGRAM__TEMP_DEAD:
+            if (dry)
+                return 0; /* the removal's open would remove it */
+            return engram__err(-EBUSY, "namespace %s: temporary file %s of a writer that died "
+                                       "is still there (another process held the namespace's "
+                                       "lock when this removal opened it, and the cleanup was "
+                                       "put off); try again",
+                               path, name);
+        default:
+            /* Not a writer's, whatever its name: a stray entry, like the
+             * foreign entries below. */
+            return engram__err(-ENOTEMPTY, "namespace %s holds '%s', which is not an engram "
+                                           "table (%s, not a writer's temporary file); not "
+                                           "removing it",
+                               path, name, entry_kind(st, name));
+        }
     }
     if (!engram__name_valid(name))
         return engram__err(-ENOTEMPTY, "namespace %s holds '%s', which is not an engram table; "

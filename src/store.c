@@ -915,8 +915,20 @@ int engram_table_open_wait(engram_store *st, const char *name, int timeout_ms,
         }
         now = engram__now_ns();
         if (now >= deadline) {
-            err = engram__err(-ETIMEDOUT, "table '%s' was not published in %s within %d ms",
-                              name, st->path, timeout_ms);
+            char ent[ENGRAM_NAME_MAX + 64], who[160];
+            int wfd = engram__live_writer(st, name, ent, sizeof ent);
+            if (wfd < 0) {
+                err = engram__err(-ETIMEDOUT, "table '%s' was not published in %s within %d ms",
+                                  name, st->path, timeout_ms);
+                break;
+            }
+            /* A writer holds the name: say which, it may be the one that
+             * hangs. */
+            engram__temp_holder(wfd, ent, who, sizeof who);
+            close(wfd);
+            err = engram__err(-ETIMEDOUT, "table '%s' was not published in %s within %d ms: "
+                                          "it is being written %s (temporary file %s)",
+                              name, st->path, timeout_ms, who, ent);
             break;
         }
         left = (deadline - now + 999999u) / 1000000u;

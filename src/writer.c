@@ -37,6 +37,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <xxhash.h>
@@ -553,10 +554,79 @@ static int temp_of(const char *ent, const char *name)
     return 1;
 }
 
-/* A descriptor of a temporary file of `name` whose writer is alive (its
- * lock is held), or -1 if there is none.  Only regular files of the
- * namespace's owner count. */
-static int live_writer(engram_store *st, const char *name)
+/* The pid a temporary file's name ".tmp.<name>.<pid>.<nonce>" holds
+ * (taken from the end: a table name may hold dots), or -1. */
+static long temp_pid(const char *ent)
+{
+    const char *end = strrchr(ent, '.'), *p = end;
+    long pid = 0;
+    if (!end || end == ent)
+        return -1;
+    while (p > ent && p[-1] >= '0' && p[-1] <= '9')
+        p--;
+    if (p == end || p == ent || p[-1] != '.' || end - p > 9)
+        return -1;
+    for (; p < end; p++)
+        pid = pid * 10 + (*p - '0');
+    return pid;
+}
+
+void engram__temp_holder(int fd, const char *ent, char *who, size_t cap)
+{
+    struct statx sx;
+    struct stat sb;
+    uint64_t now = engram__wall_ns(), since = now;
+    long pid = temp_pid(ent);
+    char by[64];
+    int exact = 0;
+    /* How long it has held the name: since its file was made (its birth
+     * time, where the file system keeps one; else its last change, which
+     * is later, so the time is then a lower bound). */
+    if (statx(fd, "", AT_EMPTY_PATH, STATX_BTIME, &sx) == 0 && (sx.stx_mask & STATX_BTIME)) {
+        since = (uint64_t)sx.stx_btime.tv_sec * 1000000000u + sx.stx_btime.tv_nsec;
+        exact = 1;
+    } else if (fstat(fd, &sb) == 0) {
+        since = (uint64_t)sb.st_ctim.tv_sec * 1000000000u + (uint64_t)sb.st_ctim.tv_nsec;
+    }
+    if (pid > 0)
+        snprintf(by, sizeof by, "pid %ld", pid);
+    else
+        snprintf(by, sizeof by, "a process (its file's name gives no pid)");
+    snprintf(who, cap, "by %s, which has held it for %s%llu s now", by, exact ? "" : "at least ",
+             (unsigned long long)((now > since ? now - since : 0) / 1000000000u));
+}
+
+int engram__temp_state(int dirfd, uid_t uid, const char *ent, char *who, size_t cap, int *fdp)
+{
+    struct stat sb;
+    int fd;
+    if (fdp)
+        *fdp = -1;
+    /* No link is followed, and a FIFO is opened without waiting for a
+     * writer of it. */
+    fd = openat(dirfd, ent, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
+        return errno == ENOENT ? ENGRAM__TEMP_GONE : ENGRAM__TEMP_STRAY;
+    /* Writers make regular files of the namespace's owner; anything else
+     * under such a name is not theirs, whatever its lock says. */
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_uid != uid) {
+        close(fd);
+        return ENGRAM__TEMP_STRAY;
+    }
+    if (flock(fd, LOCK_SH | LOCK_NB) == 0 || errno != EWOULDBLOCK) {
+        close(fd); /* a dead writer's (closing drops our lock) */
+        return ENGRAM__TEMP_DEAD;
+    }
+    if (who && cap)
+        engram__temp_holder(fd, ent, who, cap);
+    if (fdp)
+        *fdp = fd;
+    else
+        close(fd);
+    return ENGRAM__TEMP_LIVE;
+}
+
+int engram__live_writer(engram_store *st, const char *name, char *ent, size_t cap)
 {
     struct dirent *de;
     DIR *d;
@@ -568,18 +638,11 @@ static int live_writer(engram_store *st, const char *name)
         return -1;
     }
     while (live < 0 && (de = readdir(d)) != NULL) {
-        struct stat sb;
-        int tfd;
-        if (!temp_of(de->d_name, name))
+        if (!temp_of(de->d_name, name) ||
+            engram__temp_state(st->dirfd, st->uid, de->d_name, NULL, 0, &live) !=
+                ENGRAM__TEMP_LIVE)
             continue;
-        tfd = openat(st->dirfd, de->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
-        if (tfd < 0)
-            continue;
-        if (fstat(tfd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_uid == st->uid &&
-            flock(tfd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK)
-            live = tfd;
-        else
-            close(tfd); /* a dead writer's (closing drops our lock) */
+        snprintf(ent, cap, "%s", de->d_name);
     }
     closedir(d);
     return live;
@@ -684,22 +747,69 @@ static int remote_populate_shared(engram_store *st, const char *name,
     return published_as(st, name, spec, rows, src_stride);
 }
 
+/* How often, at most, a wait with a time limit looks at a writer's lock
+ * (flock() has no timeout): from 1 ms, doubling. */
+#define WRITER_POLL_MAX_NS 50000000u
+
+/* Waits until the lock of the writer's temporary file open at `fd` is
+ * free (it committed, aborted or died), or until `deadline` (CLOCK_MONOTONIC
+ * ns; UINT64_MAX: none).  0, or -ETIMEDOUT (no message). */
+static int wait_writer(int fd, uint64_t deadline)
+{
+    uint64_t pause = 1000000u;
+    if (deadline == UINT64_MAX) {
+        while (flock(fd, LOCK_SH) != 0 && errno == EINTR)
+            ;
+        return 0;
+    }
+    for (;;) {
+        uint64_t now, ns;
+        struct timespec ts;
+        if (flock(fd, LOCK_SH | LOCK_NB) == 0 || (errno != EWOULDBLOCK && errno != EINTR))
+            return 0;
+        if ((now = engram__now_ns()) >= deadline)
+            return -ETIMEDOUT;
+        ns = deadline - now < pause ? deadline - now : pause;
+        ts.tv_sec = (time_t)(ns / 1000000000u);
+        ts.tv_nsec = (long)(ns % 1000000000u);
+        nanosleep(&ts, NULL);
+        if (pause < WRITER_POLL_MAX_NS)
+            pause = pause * 2 < WRITER_POLL_MAX_NS ? pause * 2 : WRITER_POLL_MAX_NS;
+    }
+}
+
 /* engram_populate_shared() in a directory namespace, with placement `pl`
- * and a row range as populate_placed() takes it. */
+ * and a row range as populate_placed() takes it, waiting for other
+ * writers up to timeout_ms in all (< 0: no limit). */
 static int populate_shared_placed(engram_store *st, const char *name,
                                   const engram_table_spec *spec, const void *rows,
                                   size_t src_stride, uint64_t row_start, uint64_t total_rows,
-                                  const engram__numa *pl, int *written)
+                                  const engram__numa *pl, int timeout_ms, int *written)
 {
+    uint64_t deadline = 0; /* set when the first wait starts */
     for (;;) {
+        char ent[ENGRAM_NAME_MAX + 64];
         int fd, err;
         if ((err = published_as(st, name, spec, rows, src_stride)) != -ENOENT)
             return err;
-        if ((fd = live_writer(st, name)) >= 0) {
+        if ((fd = engram__live_writer(st, name, ent, sizeof ent)) >= 0) {
             /* Another process is writing it: its lock goes when it commits,
-             * aborts or dies, and then we look again. */
-            while (flock(fd, LOCK_SH) != 0 && errno == EINTR)
-                ;
+             * aborts or dies, and then we look again.  One that hangs
+             * (stopped, or blocked for good) keeps it: the time limit
+             * ends the wait, naming it, so that it can be dealt with. */
+            if (!deadline)
+                deadline = timeout_ms < 0 ? UINT64_MAX
+                                          : engram__now_ns() + (uint64_t)timeout_ms * 1000000u;
+            if (wait_writer(fd, deadline) != 0) {
+                char who[160];
+                engram__temp_holder(fd, ent, who, sizeof who);
+                close(fd);
+                return engram__err(-ETIMEDOUT, "table '%s' is still being written in %s %s "
+                                               "(temporary file %s); gave up waiting for it "
+                                               "after %d ms (a writer that hangs holds the "
+                                               "name until it ends)",
+                                   name, st->path, who, ent, timeout_ms);
+            }
             close(fd);
             continue;
         }
@@ -713,8 +823,9 @@ static int populate_shared_placed(engram_store *st, const char *name,
     }
 }
 
-int engram_populate_shared(engram_store *st, const char *name, const engram_table_spec *spec,
-                           const void *rows, size_t src_stride, int *written)
+int engram_populate_shared_wait(engram_store *st, const char *name,
+                                const engram_table_spec *spec, const void *rows,
+                                size_t src_stride, int timeout_ms, int *written)
 {
     int err;
     if (written)
@@ -732,7 +843,15 @@ int engram_populate_shared(engram_store *st, const char *name, const engram_tabl
         return engram__err(ENGRAM_ESTATE, "a memory store has no directory to write '%s' to; "
                                           "use engram_bind()",
                            name);
-    return populate_shared_placed(st, name, spec, rows, src_stride, 0, 0, &st->numa, written);
+    return populate_shared_placed(st, name, spec, rows, src_stride, 0, 0, &st->numa, timeout_ms,
+                                  written);
+}
+
+int engram_populate_shared(engram_store *st, const char *name, const engram_table_spec *spec,
+                           const void *rows, size_t src_stride, int *written)
+{
+    return engram_populate_shared_wait(st, name, spec, rows, src_stride,
+                                       ENGRAM_SHARED_WAIT_MS, written);
 }
 
 int engram_numa_copy(engram_store *st, const char *name, int node, int *written)
@@ -783,7 +902,7 @@ int engram_numa_copy(engram_store *st, const char *name, int node, int *written)
     err = populate_shared_placed(st, copy, &spec, rows, h.row_pitch,
                                  (h.flags & ENGRAM__FLAG_ROW_RANGE) ? h.row_start : 0,
                                  (h.flags & ENGRAM__FLAG_ROW_RANGE) ? h.total_rows : 0, &pl,
-                                 written);
+                                 ENGRAM_SHARED_WAIT_MS, written);
 out:
     if (rows != MAP_FAILED)
         munmap(rows, (size_t)h.data_size);

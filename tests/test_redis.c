@@ -825,6 +825,33 @@ static void looper_stop(looper *l)
     pthread_join(l->th, NULL);
 }
 
+/* Waits until looper l has done `n` more successful lookups than `from`,
+ * for at most a minute: how many lookups run in a given time is the
+ * scheduler's business on a busy machine, so the test waits for the
+ * lookups it needs rather than for a time.  1 if they were done. */
+static int looper_wait_ok(looper *l, uint64_t from, uint64_t n)
+{
+    uint64_t end = tr_now_ms() + 60000;
+    while (atomic_load(&l->ok) < from + n && tr_now_ms() < end)
+        tr_sleep_ms(10);
+    return atomic_load(&l->ok) >= from + n;
+}
+
+/* Waits, for at most a minute while looper lookups run, until the
+ * store's redirections of kind ASK (`moved` 0) or MOVED (1) are more than
+ * `from`; the count then. */
+static uint64_t wait_redirects(engram_store *st, int moved, uint64_t from)
+{
+    engram_redis_stats rs = ENGRAM_REDIS_STATS_INIT;
+    uint64_t end = tr_now_ms() + 60000;
+    for (;;) {
+        ASSERT_OK(engram_get_redis_stats(st, &rs));
+        if ((moved ? rs.moved : rs.ask) > from || tr_now_ms() >= end)
+            return moved ? rs.moved : rs.ask;
+        tr_sleep_ms(10);
+    }
+}
+
 static void test_threads(void)
 {
     engram_store *st = open_redis(&C, "t1", 0, NULL);
@@ -833,6 +860,9 @@ static void test_threads(void)
         looper_start(&l[i], st, i % 2 ? "a" : "b", i % 2 ? 1 : 2, i % 2 ? 1000 : 777, 300,
                      (uint64_t)i + 100);
     tr_sleep_ms(1500);
+    /* Each has done lookups (a busy machine may have run them late). */
+    for (int i = 0; i < 4; i++)
+        looper_wait_ok(&l[i], 0, 1);
     for (int i = 0; i < 4; i++) {
         looper_stop(&l[i]);
         ASSERT_GT((uint64_t)l[i].ok, 0);
@@ -872,17 +902,20 @@ static void test_moved_ask(void)
     tr_node_id(&C, dst, dst_id);
 
     st = open_redis(&C, "mv", 0, NULL);
-    /* Small lookups over 100 chunks: most touch the moving slot's key. */
+    /* Small lookups over 100 chunks: most touch the moving slot's key.
+     * Each phase lasts until the lookups it needs have run (not a time:
+     * on a busy machine the thread may run late). */
     looper_start(&l, st, "mv", 8, 400, 64, 5);
-    tr_sleep_ms(300);
+    ASSERT(looper_wait_ok(&l, 0, 20));
     freeReplyObject(tr_must(&C, dst, "CLUSTER SETSLOT %u IMPORTING %s", slot, src_id));
     freeReplyObject(tr_must(&C, src, "CLUSTER SETSLOT %u MIGRATING %s", slot, dst_id));
     /* Migrating with the key still on the source: served there.  Then
      * the key moves: the source answers ASK. */
-    tr_sleep_ms(300);
+    ASSERT(looper_wait_ok(&l, atomic_load(&l.ok), 20));
     freeReplyObject(tr_must(&C, src, "MIGRATE 127.0.0.1 %d %b 0 5000 KEYS %s", C.port[dst], "",
                             (size_t)0, key));
-    tr_sleep_ms(500);
+    ASSERT_GT(wait_redirects(st, 0, 0), 0); /* an ASK followed */
+    ASSERT(looper_wait_ok(&l, atomic_load(&l.ok), 20));
     /* Whatever else lives in the slot, then the slot itself. */
     for (;;) {
         redisReply *k = tr_must(&C, src, "CLUSTER GETKEYSINSLOT %u 100", slot);
@@ -897,7 +930,8 @@ static void test_moved_ask(void)
     for (int i = 0; i < C.n; i++)
         if (tr_is_master(&C, i))
             freeReplyObject(tr_must(&C, i, "CLUSTER SETSLOT %u NODE %s", slot, dst_id));
-    tr_sleep_ms(500);
+    ASSERT_GT(wait_redirects(st, 1, 0), 0); /* a MOVED followed */
+    ASSERT(looper_wait_ok(&l, atomic_load(&l.ok), 20));
     looper_stop(&l);
     ASSERT_OK(engram_get_redis_stats(st, &rs));
     printf("moved slot %u (%s) from port %d to %d: %" PRIu64 " lookups, %" PRIu64
@@ -917,7 +951,8 @@ static void test_moved_ask(void)
 }
 
 /* Kills the master that holds chunk 0 of table "fo" while a thread looks
- * rows up; its replica takes over after cluster-node-timeout (1.5 s).
+ * rows up; its replica takes over after cluster-node-timeout (5 s here:
+ * redis_util.h) and an election.
  * Lookups meanwhile fail with the deadline's error or succeed after
  * their retries, always with the right rows; they resume. */
 static void test_failover(void)
@@ -942,15 +977,16 @@ static void test_failover(void)
     ro.timeout_ms = 2000;
     st = open_redis(&C, "fo", 0, &ro);
     looper_start(&l, st, "fo", 12, 6400, 256, 9);
-    tr_sleep_ms(500);
-    ASSERT_GT((uint64_t)atomic_load(&l.ok), 0);
+    ASSERT(looper_wait_ok(&l, 0, 5));
     kill_ms = tr_now_ms();
     atomic_store(&l.mark_ms, kill_ms + 1);
     tr_kill(&C, victim);
-    /* Wait for lookups that started after the kill to succeed again. */
-    while (!atomic_load(&l.first_ok_after_ms) && tr_now_ms() - kill_ms < 30000)
+    /* Wait for lookups that started after the kill to succeed again (the
+     * failover takes the node timeout and an election: seconds, more on a
+     * busy machine), and a few more. */
+    while (!atomic_load(&l.first_ok_after_ms) && tr_now_ms() - kill_ms < 120000)
         tr_sleep_ms(20);
-    tr_sleep_ms(300);
+    looper_wait_ok(&l, atomic_load(&l.ok), 5);
     looper_stop(&l);
     ASSERT_OK(engram_get_redis_stats(st, &rs));
     printf("failover: killed master on port %d; %" PRIu64 " lookups ok, %" PRIu64

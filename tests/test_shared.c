@@ -10,12 +10,15 @@
  *  - a published table with another spec or other rows: ENGRAM_EMISMATCH;
  *  - a writer that dies mid-table: a process waiting on it writes the
  *    table itself;
+ *  - a writer that hangs (stopped): its waiters give up at their
+ *    deadline, naming its pid and how long it has held the name;
  *  - waits: the timeout, no wait, a publication by another process waking
  *    the waiter, the namespace removed under it.
  */
 #include <pthread.h>
 #include <spawn.h>
 #include <stdatomic.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 
@@ -265,6 +268,75 @@ static void test_dead_writer(void)
     engram_store_close(st);
 }
 
+/* A writer that hangs (here: stopped with SIGSTOP, holding its lock until
+ * it is killed) does not block its waiters for ever: they give up at
+ * their deadline with -ETIMEDOUT naming its pid and how long it has held
+ * the name, and once it is killed the next call writes the table. */
+static void test_hung_writer(void)
+{
+    engram_store *st = tu_open("hung", 0, 1);
+    engram_table_spec spec = {ROWS, RB, 0};
+    unsigned char *rows = tu_make_rows(4, ROWS, RB, RB, 0);
+    engram_table_id id;
+    char want[64], ent[64];
+    int ready[2], written = -1, status;
+    double t0;
+    pid_t parent = getpid(), pid;
+    char c;
+    tu_current_case = "a writer that hangs: waiters give up at their deadline, naming it";
+    ASSERT_EQ(pipe(ready), 0);
+    pid = fork();
+    ASSERT(pid >= 0);
+    if (pid == 0) {
+        engram_store *cs;
+        engram_writer *w;
+        /* Killed with the test, however the test ends. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(1);
+        cs = open_ns(tu_scratch_root(), "hung");
+        ASSERT_OK(engram_writer_begin(cs, "h", &spec, &w));
+        ASSERT_OK(engram_writer_append(w, rows, ROWS / 2, 0));
+        ASSERT_EQ(write(ready[1], "r", 1), 1);
+        /* Hangs, alive, with the name held, until the test kills it. */
+        for (;;)
+            raise(SIGSTOP);
+    }
+    ASSERT_EQ(read(ready[0], &c, 1), 1);
+    snprintf(want, sizeof want, "by pid %d, which has held it for ", (int)pid);
+    snprintf(ent, sizeof ent, "temporary file .tmp.h.%d.", (int)pid);
+
+    t0 = now_s();
+    ASSERT_ERR(engram_populate_shared_wait(st, "h", &spec, rows, 0, 200, &written), -ETIMEDOUT);
+    ASSERT(now_s() - t0 >= 0.19); /* a deadline never comes early */
+    ASSERT_EQ(written, 0);
+    ASSERT_CONTAINS(engram_errmsg(), "table 'h' is still being written");
+    ASSERT_CONTAINS(engram_errmsg(), want);
+    ASSERT_CONTAINS(engram_errmsg(), " s now");
+    ASSERT_CONTAINS(engram_errmsg(), ent);
+    ASSERT_CONTAINS(engram_errmsg(), "after 200 ms");
+    /* No wait: at once. */
+    ASSERT_ERR(engram_populate_shared_wait(st, "h", &spec, rows, 0, 0, &written), -ETIMEDOUT);
+    ASSERT_CONTAINS(engram_errmsg(), want);
+    /* A waiter for the publication says who holds the name too. */
+    ASSERT_ERR(engram_table_open_wait(st, "h", 100, &id), -ETIMEDOUT);
+    ASSERT_CONTAINS(engram_errmsg(), "within 100 ms: it is being written");
+    ASSERT_CONTAINS(engram_errmsg(), want);
+    /* Nothing was published or left behind by the waiters. */
+    ASSERT_ERR(engram_table_open(st, "h", &id), -ENOENT);
+
+    ASSERT_EQ(kill(pid, SIGKILL), 0);
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    ASSERT_OK(engram_populate_shared_wait(st, "h", &spec, rows, 0, 200, &written));
+    ASSERT_EQ(written, 1);
+    tu_check_named(st, "h", 4, ROWS, RB);
+    free(rows);
+    close(ready[0]);
+    close(ready[1]);
+    engram_store_close(st);
+}
+
 static void test_waits(void)
 {
     engram_store *st = tu_open("waits", 0, 1);
@@ -343,6 +415,7 @@ int main(int argc, char **argv)
     RUN_TEST(test_mismatch);
     RUN_TEST(test_waits);
     RUN_TEST(test_dead_writer);
+    RUN_TEST(test_hung_writer);
     test_ranks(argv[0][0] == '/' ? argv[0] : "/proc/self/exe");
     printf("test_shared: ok\n");
     return 0;

@@ -306,10 +306,15 @@ int cli_cmd_gc(struct cli *cli)
     rc = engram_namespace_gc(cli->root, idle, g.dry_run ? ENGRAM_GC_DRY_RUN : 0, gc_report, &g);
     if (g.json)
         printf("%s]\n}\n", g.first ? "" : "\n  ");
+    else if (rc == 0 && g.failed)
+        /* A namespace a warning names is kept too (gc removes only what
+         * it could look at in full): counted with the others. */
+        printf("%s %u namespace%s, kept %u (%u of them for what the warning%s above say%s)\n",
+               g.dry_run ? "would remove" : "removed", g.removed, g.removed == 1 ? "" : "s",
+               g.kept + g.failed, g.failed, g.failed == 1 ? "" : "s", g.failed == 1 ? "s" : "");
     else if (rc == 0)
-        printf("%s %u namespace%s, kept %u%s\n", g.dry_run ? "would remove" : "removed",
-               g.removed, g.removed == 1 ? "" : "s", g.kept,
-               g.failed ? ", and some could not be looked at (see above)" : "");
+        printf("%s %u namespace%s, kept %u\n", g.dry_run ? "would remove" : "removed",
+               g.removed, g.removed == 1 ? "" : "s", g.kept);
     fflush(stdout);
     if (rc == -ENOENT)
         return cli_fail("gc: the root directory %s does not exist (set --root or ENGRAM_ROOT)",

@@ -1287,7 +1287,8 @@ class MooncakeTableStore(TableStore):
             raise _error(_engram.CorruptTableError, _engram.ECHECKSUM,
                          f"table '{name}': {key} does not match its manifest's checksum")
 
-    def populate_shared(self, name: str, rows: ArrayArg) -> bool:
+    def populate_shared(self, name: str, rows: ArrayArg, *,
+                        timeout: float | None = 600.0) -> bool:
         """Not for a Mooncake Store: its objects are create-only already;
         every rank may call :meth:`populate` and the first one wins."""
         raise _error(_engram.StateError, _engram.ESTATE,

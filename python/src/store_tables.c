@@ -229,23 +229,54 @@ static int rows_layout(const ext_array *a, const char *arg, engram_table_spec *s
     return 0;
 }
 
-/* The (name, rows) arguments of populate() and bind(): parses them, takes
- * the array into *a, checks it is a table ([num_rows, row_bytes] uint8,
- * rows one after another) agreeing with any declared spec of the name.
- * *sp receives the array's layout (row_pitch = its row stride) and
- * *decl_pitch the declared pitch (0 if the name is not declared).  0, or
- * -1 with an exception and nothing held. */
+/* A `timeout` argument in seconds (v: NULL if not given, None for no
+ * limit) as the milliseconds of the C API: *ms gets `dflt` when it is not
+ * given, -1 for None, else the seconds rounded up.  0, or -1 with
+ * ValueError (negative, NaN) or TypeError. */
+static int timeout_arg(PyObject *v, int dflt, int *ms)
+{
+    double t;
+    if (!v) {
+        *ms = dflt;
+        return 0;
+    }
+    if (v == Py_None) {
+        *ms = -1;
+        return 0;
+    }
+    t = PyFloat_AsDouble(v);
+    if (t == -1.0 && PyErr_Occurred())
+        return -1;
+    if (!(t >= 0.0)) {
+        PyErr_Format(PyExc_ValueError, "timeout: expected seconds >= 0 or None, got %R", v);
+        return -1;
+    }
+    *ms = t * 1000.0 >= (double)INT_MAX ? INT_MAX : (int)(t * 1000.0 + 0.999);
+    return 0;
+}
+
+/* The (name, rows) arguments of populate() and bind() (and, where
+ * `timeout` is not NULL, populate_shared()'s keyword timeout, NULL if not
+ * given): parses them, takes the array into *a, checks it is a table
+ * ([num_rows, row_bytes] uint8, rows one after another) agreeing with any
+ * declared spec of the name.  *sp receives the array's layout (row_pitch =
+ * its row stride) and *decl_pitch the declared pitch (0 if the name is not
+ * declared).  0, or -1 with an exception and nothing held. */
 static int take_rows(StoreObject *s, const char *fn, PyObject *const *args, Py_ssize_t nargs,
-                     PyObject *kwnames, const char **cname, ext_array *a,
+                     PyObject *kwnames, PyObject **timeout, const char **cname, ext_array *a,
                      engram_table_spec *sp, uint32_t *decl_pitch)
 {
-    static const char *const names[] = {"name", "rows"};
-    PyObject *v[2];
+    static const char *const names[] = {"name", "rows", "timeout"};
+    PyObject *v[3];
     engram_table_spec decl;
     char b[64];
     int d;
-    if (ext_store_parse_args(fn, args, nargs, kwnames, names, 2, 2, 2, v) < 0 ||
-        !(*cname = name_arg(v[0], "name")) || ext_array_get(v[1], "rows", 0, a) < 0)
+    if (ext_store_parse_args(fn, args, nargs, kwnames, names, timeout ? 3 : 2, 2, 2, v) < 0 ||
+        !(*cname = name_arg(v[0], "name")))
+        return -1;
+    if (timeout)
+        *timeout = v[2];
+    if (ext_array_get(v[1], "rows", 0, a) < 0)
         return -1;
     if (rows_layout(a, "rows", sp) < 0 || (d = declared_spec(s, v[0], &decl)) < 0)
         goto fail;
@@ -279,7 +310,7 @@ PyObject *ext_store_populate(StoreObject *s, PyObject *const *args, Py_ssize_t n
     uint32_t decl_pitch;
     size_t src_stride;
     int rc;
-    if (take_rows(s, "populate", args, nargs, kwnames, &cname, &a, &sp, &decl_pitch) < 0)
+    if (take_rows(s, "populate", args, nargs, kwnames, NULL, &cname, &a, &sp, &decl_pitch) < 0)
         return NULL;
     /* The rows are read at their own stride and stored at the declared
      * pitch (or packed). */
@@ -300,14 +331,18 @@ PyObject *ext_store_populate(StoreObject *s, PyObject *const *args, Py_ssize_t n
 }
 
 const char ext_store_populate_shared_doc[] = PyDoc_STR(
-"populate_shared($self, name, rows)\n--\n\n"
+"populate_shared($self, name, rows, *, timeout=600.0)\n--\n\n"
 "populate() for every process of a node at once, with no leader and no\n"
 "barrier: exactly one of them writes the table and the others reuse it.  If\n"
 "the table is published, it is compared with rows (spec and data checksum);\n"
-"if another live process is writing it, this waits for that writer and then\n"
-"compares; if that writer dies, this one writes it.  Returns True if this\n"
-"call wrote the table (a bool), False if it reused it.  Raises LayoutMismatchError if\n"
-"the published table has another shape or other rows.  The GIL is released.");
+"if another live process is writing it, this waits for that writer, for at\n"
+"most `timeout` seconds (600, ten minutes, by default; None: no limit; 0: no\n"
+"wait), and then compares; if that writer dies, this one writes it.  Returns\n"
+"True if this call wrote the table (a bool), False if it reused it.  Raises\n"
+"LayoutMismatchError if the published table has another shape or other rows,\n"
+"EngramError with errno ETIMEDOUT if the other writer still holds the name\n"
+"when the time is up (a writer that hangs: the message names its pid and\n"
+"how long it has held the name).  The GIL is released.");
 
 PyObject *ext_store_populate_shared(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
                                     PyObject *kwnames)
@@ -317,9 +352,15 @@ PyObject *ext_store_populate_shared(StoreObject *s, PyObject *const *args, Py_ss
     const char *cname;
     uint32_t decl_pitch;
     size_t src_stride;
-    int rc, written = 0;
-    if (take_rows(s, "populate_shared", args, nargs, kwnames, &cname, &a, &sp, &decl_pitch) < 0)
+    PyObject *timeout;
+    int rc, ms, written = 0;
+    if (take_rows(s, "populate_shared", args, nargs, kwnames, &timeout, &cname, &a, &sp,
+                  &decl_pitch) < 0)
         return NULL;
+    if (timeout_arg(timeout, ENGRAM_SHARED_WAIT_MS, &ms) < 0) {
+        ext_array_release(&a);
+        return NULL;
+    }
     src_stride = sp.row_pitch;
     sp.row_pitch = decl_pitch;
     if (ext_store_enter(s) < 0) {
@@ -327,7 +368,7 @@ PyObject *ext_store_populate_shared(StoreObject *s, PyObject *const *args, Py_ss
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
-    rc = engram_populate_shared(s->st, cname, &sp, a.data, src_stride, &written);
+    rc = engram_populate_shared_wait(s->st, cname, &sp, a.data, src_stride, ms, &written);
     ext_store_leave(s);
     Py_END_ALLOW_THREADS
     ext_array_release(&a);
@@ -375,8 +416,9 @@ const char ext_store_wait_for_doc[] = PyDoc_STR(
 "for at most `timeout` seconds (None: no limit; 0: no wait), sleeping on\n"
 "inotify events of the directory rather than polling: ranks can block on a\n"
 "table another process populates instead of meeting at a barrier.  Raises\n"
-"EngramError with errno ETIMEDOUT when the time is up, TableNotFoundError if\n"
-"the namespace is removed meanwhile.  The GIL is released while waiting.");
+"EngramError with errno ETIMEDOUT when the time is up (naming the process\n"
+"that is writing the table, if one is), TableNotFoundError if the namespace\n"
+"is removed meanwhile.  The GIL is released while waiting.");
 
 PyObject *ext_store_wait_for(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
                              PyObject *kwnames)
@@ -387,18 +429,8 @@ PyObject *ext_store_wait_for(StoreObject *s, PyObject *const *args, Py_ssize_t n
     engram_table_id id;
     int ms = -1, rc;
     if (ext_store_parse_args("wait_for", args, nargs, kwnames, names, 2, 2, 1, v) < 0 ||
-        !(cname = name_arg(v[0], "name")))
+        !(cname = name_arg(v[0], "name")) || timeout_arg(v[1], -1, &ms) < 0)
         return NULL;
-    if (v[1] && v[1] != Py_None) {
-        double t = PyFloat_AsDouble(v[1]);
-        if (t == -1.0 && PyErr_Occurred())
-            return NULL;
-        if (!(t >= 0.0))
-            return PyErr_Format(PyExc_ValueError, "timeout: expected seconds >= 0 or None, "
-                                                  "got %R",
-                                v[1]);
-        ms = t * 1000.0 >= (double)INT_MAX ? INT_MAX : (int)(t * 1000.0 + 0.999);
-    }
     if (ext_store_enter(s) < 0)
         return NULL;
     Py_BEGIN_ALLOW_THREADS
@@ -439,7 +471,7 @@ PyObject *ext_store_bind(StoreObject *s, PyObject *const *args, Py_ssize_t nargs
         return PyErr_NoMemory();
     /* Bound rows are served where they are: the pitch is the array's row
      * stride, whatever was declared. */
-    if (take_rows(s, "bind", args, nargs, kwnames, &cname, a, &sp, &decl_pitch) < 0) {
+    if (take_rows(s, "bind", args, nargs, kwnames, NULL, &cname, a, &sp, &decl_pitch) < 0) {
         PyMem_Free(a);
         return NULL;
     }

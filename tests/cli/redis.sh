@@ -4,8 +4,10 @@
 # same commands on the local namespace the tables came from.
 #
 # Starts its own cluster of three masters (no replicas) on free loopback
-# ports of 127.0.0.1, in a scratch directory, and stops every server by
-# the PID it started at exit, however the script ends (trap).  Skips (exit
+# ports of 127.0.0.1 (tests/redis_cluster.sh), in a scratch directory, and
+# stops every server by the PID it started at exit, however the script
+# ends (trap); the scratch directory, with the servers' logs, is kept when
+# the script fails.  Skips (exit
 # 77) without redis-server and redis-cli, unless ENGRAM_REQUIRE_REDIS=1.
 # Prints one line per failure and ends with "cli_redis: N passed, M
 # failed"; exits 0 only when nothing failed.  POSIX sh only.
@@ -20,7 +22,7 @@ SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/engram-cli-redis.XXXXXX") || exit 2
 TEST_NAME=cli_redis
 # shellcheck source=../redis_cluster.sh
 . "$(dirname "$0")/../redis_cluster.sh"
-trap 'redis_cluster_stop; rm -rf "$SCRATCH"' EXIT
+trap 'redis_exit $?' EXIT
 trap 'exit 130' INT TERM
 CLI_TESTS=$(cd "$(dirname "$0")" && pwd)
 cd "$SCRATCH" || exit 2

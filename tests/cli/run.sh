@@ -909,6 +909,33 @@ check "ns rm of an empty namespace" eval 'rc_is 0 && out_is "removed namespace e
 run --ns envns ls
 check "ls of a removed namespace -> 1" eval 'fails_with 1 "envns"'
 
+# A writer that hangs (a temporary file made and locked as writers do, by a
+# process that then stops itself): `wait` gives up at its timeout naming it.
+if [ "$HAVE_PY" = 1 ]; then
+    run --ns hung create other --rows 1 --row-bytes 1
+    "$PY" -c '
+import fcntl, os, signal, sys
+fd = os.open(os.path.join(sys.argv[1], ".tmp.h.%d.1a" % os.getpid()),
+             os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+print("ready", flush=True)
+while True:
+    os.kill(os.getpid(), signal.SIGSTOP)
+' "$ROOT/hung" >hung.out 2>&1 &
+    hung=$!
+    for _ in $(seq 200); do
+        grep -q ready hung.out && break
+        sleep 0.05
+    done
+    run --ns hung wait h --timeout 1
+    check "wait on a writer that hangs -> 1, naming it" \
+        eval 'fails_with 1 "was not published .* within 1000 ms: it is being written by pid $hung, which has held it for "'
+    kill -9 "$hung"
+    wait "$hung" 2>/dev/null
+    run ns rm hung --force
+    check "ns rm once the hung writer is killed" eval 'rc_is 0 && [ ! -e "$ROOT/hung" ]'
+fi
+
 # Users and gc: a process waiting on a namespace holds a lease on it.
 run --ns inuse create t --rows 4 --row-bytes 4
 "$ENGRAM_BIN" --root "$ROOT" --ns inuse wait never --timeout 60 >/dev/null 2>&1 &
@@ -961,6 +988,21 @@ check "gc with an argument -> 2" usage_fails
 run --ns gcnew gc
 check "gc --ns -> 2" eval 'usage_fails && err_has "--ns"'
 run ns rm gcnew --force
+# A FIFO named like a writer's temporary file is a stray entry, not a table
+# being written; the summary counts the namespace it keeps.
+run --ns gcfifo create t --rows 4 --row-bytes 4
+mkfifo "$ROOT/gcfifo/.tmp.t.4242.abc"
+touch -d '2 hours ago' "$ROOT/gcfifo"
+run gc --older-than 1h
+check "gc: a FIFO .tmp.* is a stray entry, named" \
+    eval 'rc_is 0 && err_has "gcfifo.* kept: .*.tmp.t.4242.abc., which is not an engram table (a FIFO" && ! err_has "being written"'
+check "gc: the summary counts the namespace the warning kept" \
+    eval 'kept=$(grep -c "^kept " out); out_has "^removed 0 namespaces, kept $((kept + 1)) (1 of them for what the warning above says)$" && [ -f "$ROOT/gcfifo/t" ]'
+run gc --older-than 1h --strict
+check "gc --strict with a stray entry -> 1" eval 'rc_is 1 && out_has "(1 of them for what the warning above says)$"'
+rm -f "$ROOT/gcfifo/.tmp.t.4242.abc"
+run ns rm gcfifo --force
+check "ns rm once the FIFO is gone" eval 'rc_is 0 && [ ! -e "$ROOT/gcfifo" ]'
 
 # ---------------------------------------------------------------------------
 # The README's shell block, as written (its root moved into the scratch

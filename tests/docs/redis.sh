@@ -1,7 +1,8 @@
 #!/bin/sh
 # Compiles the C example of docs/redis.md against the built library, runs
 # it on a Redis Cluster of three masters this script starts on loopback
-# ports (tests/redis_cluster.sh; every server stopped by its PID at exit),
+# ports (tests/redis_cluster.sh; every server stopped by its PID at exit,
+# the servers' logs kept when the script fails),
 # and checks that it prints the ```text block that follows it.  Skips
 # (77) without redis-server, unless ENGRAM_REQUIRE_REDIS=1.
 # Env: ENGRAM_SRC (source dir), ENGRAM_LIB (static library), ENGRAM_LIB_DEPS (more
@@ -13,7 +14,7 @@ SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/engram-docs-redis.XXXXXX") || exit 2
 TEST_NAME=docs_redis
 # shellcheck source=../redis_cluster.sh
 . "$ENGRAM_SRC/tests/redis_cluster.sh"
-trap 'redis_cluster_stop; rm -rf "$SCRATCH"' EXIT
+trap 'redis_exit $?' EXIT
 trap 'exit 130' INT TERM
 awk '/^```c$/{on=1; next} /^```$/{if(on) exit} on' "$doc" > "$SCRATCH/example.c"
 awk '/^```c$/{c=1} /^```text$/{if(c) {on=1; next}} /^```$/{if(on) exit} on' "$doc" > "$SCRATCH/expected"

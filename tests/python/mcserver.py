@@ -5,6 +5,11 @@ bench/bench_mooncake.py.
 
 Needs the wheel mooncake-transfer-engine-non-cuda (and Debian's
 libibverbs1, which its libraries link); scripts/test.sh installs both.
+
+Ports come from ports.py: below the kernel's ephemeral range, where no
+connection's client side can take them between the check and the bind;
+a server that could not bind one all the same ("address already in use"
+in its log) makes start() begin again at once with new ports.
 """
 from __future__ import annotations
 
@@ -16,6 +21,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
+
+from ports import bind_failed, pick_ports
 
 HOST = "127.0.0.1"
 
@@ -50,10 +57,8 @@ def master_binary() -> str:
     return os.path.join(os.path.dirname(mooncake.__file__), "mooncake_master")
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
+class _PortTaken(Exception):
+    """A server exited because a port of its was taken meanwhile."""
 
 
 def _answers_tcp(port: int) -> bool:
@@ -81,12 +86,11 @@ class MooncakeServers:
 
     def __init__(self, logdir: str):
         self.logdir = logdir
-        self.meta_port = free_port()
-        self.rpc_port = free_port()
-        self.metrics_port = free_port()
+        self.meta_port, self.rpc_port, self.metrics_port = pick_ports(3)
         self.meta = None
         self.master = None
         self._logs = []
+        self._log_start = {}  # process -> (its log, where its output starts)
 
     @property
     def metadata_url(self) -> str:
@@ -97,8 +101,10 @@ class MooncakeServers:
         return f"{HOST}:{self.rpc_port}"
 
     def _spawn(self, name, argv):
-        log = open(os.path.join(self.logdir, f"{name}.log"), "ab")
+        path = os.path.join(self.logdir, f"{name}.log")
+        log = open(path, "ab")
         self._logs.append(log)
+        start = log.seek(0, os.SEEK_END)
         # The servers are Mooncake's programs, not ours: none of a sanitizer
         # run's preloads.
         env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "ASAN_OPTIONS")}
@@ -109,18 +115,29 @@ class MooncakeServers:
         if pidfile:
             with open(pidfile, "a") as f:
                 f.write(f"{proc.pid}\n")
+        self._log_start[proc.pid] = (path, start)
         return proc
 
     def start(self, timeout: float = 30.0) -> None:
         os.environ["MC_TCP_BIND_ADDRESS"] = HOST  # what this process's clients advertise
         try:
-            if self.meta is None:
-                self.meta = self._spawn("metadata", [
-                    sys.executable, "-m", "mooncake.http_metadata_server", "--host", HOST,
-                    "--port", str(self.meta_port), "--log-level", "WARNING"])
-            self._start_master()
-            self._wait(lambda: _answers_http(self.metadata_url + "?key=probe"), self.meta,
-                       "metadata server", timeout)
+            for _ in range(21):
+                try:
+                    if self.meta is None:
+                        self.meta = self._spawn("metadata", [
+                            sys.executable, "-m", "mooncake.http_metadata_server", "--host",
+                            HOST, "--port", str(self.meta_port), "--log-level", "WARNING"])
+                    self._start_master(timeout)
+                    self._wait(lambda: _answers_http(self.metadata_url + "?key=probe"),
+                               self.meta, "metadata server", timeout)
+                    return
+                except _PortTaken:
+                    # Another process took a port since it was found free:
+                    # new ports, at once.
+                    self.stop()
+                    self.meta_port, self.rpc_port, self.metrics_port = pick_ports(3)
+            raise RuntimeError(f"the Mooncake servers could not bind their ports 21 times "
+                               f"(logs in {self.logdir})")
         except BaseException:
             self.stop()
             raise
@@ -135,6 +152,8 @@ class MooncakeServers:
         end = time.monotonic() + timeout
         while not ready():
             if proc.poll() is not None:
+                if bind_failed(*self._log_start.get(proc.pid, ("", 0))):
+                    raise _PortTaken(what)
                 raise RuntimeError(f"{what} exited with {proc.returncode} (log in {self.logdir})")
             if time.monotonic() > end:
                 raise RuntimeError(f"{what} did not answer within {timeout:g} s "

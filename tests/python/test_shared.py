@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -109,3 +110,51 @@ def test_wait_for(local_dir):
         out = np.empty((1, 1, 264), np.uint8)
         st.lookup(["soon"], np.array([[3]], np.int64), out)
         assert (out[0, 0] == make_rows(4, 264, seed=3)[3]).all()
+
+
+# A writer of table "h" that hangs: it makes its temporary file as the
+# library's writers do (docs/format.md, "Publication"), takes its lock,
+# and stops itself, holding the name until the test kills it.
+HUNG_WRITER = textwrap.dedent("""
+    import ctypes, fcntl, os, signal, sys
+    ctypes.CDLL(None).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG: dies with the test
+    ns = sys.argv[1]
+    fd = os.open(os.path.join(ns, f".tmp.h.{os.getpid()}.1a2b"),
+                 os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    print("ready", flush=True)
+    while True:
+        os.kill(os.getpid(), signal.SIGSTOP)
+""")
+
+
+def test_populate_shared_gives_up_on_a_writer_that_hangs(local_dir):
+    rows = make_rows(100, 264, seed=5)
+    with engramstore.EngramStore(namespace="hung", local_dir=local_dir) as st:
+        writer = subprocess.Popen([sys.executable, "-c", HUNG_WRITER, st.path],
+                                  stdout=subprocess.PIPE, text=True)
+        try:
+            assert writer.stdout.readline().strip() == "ready"
+            who = f"by pid {writer.pid}, which has held it for "
+            t0 = time.monotonic()
+            with pytest.raises(engramstore.EngramError) as ei:
+                st.populate_shared("h", rows, timeout=0.2)
+            assert time.monotonic() - t0 >= 0.19  # a deadline never comes early
+            assert ei.value.errno == errno.ETIMEDOUT
+            msg = str(ei.value)
+            assert "table 'h' is still being written" in msg and who in msg, msg
+            assert f".tmp.h.{writer.pid}.1a2b" in msg and "after 200 ms" in msg, msg
+            with pytest.raises(engramstore.EngramError, match=f"by pid {writer.pid}"):
+                st.populate_shared("h", rows, timeout=0)
+            with pytest.raises(engramstore.EngramError, match="it is being written " + who):
+                st.wait_for("h", timeout=0.1)
+            with pytest.raises(ValueError, match="timeout"):
+                st.populate_shared("h", rows, timeout=-1)
+            with pytest.raises(TypeError):
+                st.populate_shared("h", rows, 5.0)  # keyword only
+        finally:
+            os.kill(writer.pid, signal.SIGKILL)
+            writer.wait()
+        # The writer is gone: the next call writes the table itself.
+        assert st.populate_shared("h", rows, timeout=0.2) is True
+        assert st.populate_shared("h", rows, timeout=None) is False

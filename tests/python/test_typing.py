@@ -143,7 +143,7 @@ def test_help_of_engramstore_names_every_method_of_what_it_returns():
 TABLE_SIGNATURES = {
     "define": "(name, num_rows, row_bytes, row_pitch=0)",
     "populate": "(name, rows)",
-    "populate_shared": "(name, rows)",
+    "populate_shared": "(name, rows, *, timeout=600.0)",
     "wait_for": "(name, timeout=None)",
     "usage": "(name, /)",
     "placement": "(name, /)",
@@ -199,8 +199,8 @@ def test_signatures_name_the_keywords_the_methods_take(local_dir):
     with engramstore.EngramStore(namespace="kw", local_dir=local_dir) as st:
         st.define(name="t", num_rows=4, row_bytes=8, row_pitch=0)
         st.populate(name="t", rows=np.arange(32, dtype=np.uint8).reshape(4, 8))
-        assert st.populate_shared(name="t", rows=np.arange(32, dtype=np.uint8).reshape(4, 8)) \
-            is False
+        assert st.populate_shared(name="t", rows=np.arange(32, dtype=np.uint8).reshape(4, 8),
+                                  timeout=0) is False
         st.wait_for(name="t", timeout=0)
         out = np.zeros((1, 1, 8), np.uint8)
         st.lookup(tables=["t"], ids=np.array([[2]], np.int64), out=out, offsets=None,
