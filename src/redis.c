@@ -129,8 +129,10 @@ static int key_cmd(rstore *rs, engram__rsess *s, unsigned flags, int argc, const
 {
     size_t klen = lens ? lens[1] : strlen(argv[1]);
     redisReply *r;
-    int err = engram__rcl_cmd(s, engram__rcl_keyslot(argv[1], klen), flags, argc, argv, lens,
-                              deadline, &r);
+    int err;
+    *reply = NULL;
+    err = engram__rcl_cmd(s, engram__rcl_keyslot(argv[1], klen), flags, argc, argv, lens,
+                          deadline, &r);
     if (err)
         return engram__err(err, "%s in %s: %s", what, rs->where, engram_errmsg());
     /* A refusal of the user's rights (NOPERM, NOAUTH, WRONGPASS) is
@@ -463,6 +465,7 @@ static int script(rstore *rs, engram__rsess *s, const char *body, int nargs, con
     size_t alen[8];
     redisReply *r;
     int err;
+    *reply = NULL;
     argv[0] = "EVAL";
     argv[1] = body;
     argv[2] = "1";

@@ -39,6 +39,8 @@ static int field(cursor *c, const char *key, const char **v, size_t *n)
 {
     size_t kl = strlen(key);
     const char *nl;
+    *v = NULL; /* set on every path: bad() returns nonzero, which the */
+    *n = 0;    /* compiler cannot see at -O3 */
     if ((size_t)(c->end - c->p) < kl + 1 || memcmp(c->p, key, kl) != 0 || c->p[kl] != ' ')
         return bad(c, "expected field '%s'", key);
     c->p += kl + 1;
