@@ -422,6 +422,32 @@ fail:
     return NULL;
 }
 
+/* A sequence of ints (each 0..2^64-1) into a new array of *n; NULL with
+ * an exception (`what` is TypeError's message for a non-sequence). */
+static uint64_t *u64_seq(PyObject *o, const char *what, Py_ssize_t *n)
+{
+    PyObject *seq = PySequence_Fast(o, what);
+    uint64_t *v = NULL;
+    if (!seq)
+        return NULL;
+    *n = PySequence_Fast_GET_SIZE(seq);
+    if (!(v = PyMem_Calloc(*n ? (size_t)*n : 1, sizeof *v))) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    for (Py_ssize_t i = 0; i < *n; i++) {
+        v[i] = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(seq, i));
+        if (v[i] == (uint64_t)-1 && PyErr_Occurred()) {
+            PyMem_Free(v);
+            v = NULL;
+            goto out;
+        }
+    }
+out:
+    Py_DECREF(seq);
+    return v;
+}
+
 PyDoc_STRVAR(shard_plan_doc,
 "shard_plan($module, num_heads, reads, tp, dp, flags, /)\n--\n\n"
 "engram_shard_plan(): a list of (first_head, num_heads, reads) per shard.  reads: a\n"
@@ -431,9 +457,10 @@ PyDoc_STRVAR(shard_plan_doc,
 static PyObject *mod_shard_plan(PyObject *self, PyObject *args)
 {
     unsigned int heads, tp, dp, flags;
-    PyObject *reads_o, *seq = NULL, *res = NULL;
+    PyObject *reads_o, *res = NULL;
     uint64_t *reads = NULL;
     engram_shard *sh = NULL;
+    Py_ssize_t len;
     uint32_t n;
     int rc;
     (void)self;
@@ -441,19 +468,12 @@ static PyObject *mod_shard_plan(PyObject *self, PyObject *args)
         return NULL;
     n = engram_shard_count(tp, dp, flags);
     if (reads_o != Py_None) {
-        if (!(seq = PySequence_Fast(reads_o, "reads: expected a sequence of ints")))
+        if (!(reads = u64_seq(reads_o, "reads: expected a sequence of ints", &len)))
             return NULL;
-        if ((size_t)PySequence_Fast_GET_SIZE(seq) != heads) {
+        if ((size_t)len != heads) {
             PyErr_Format(PyExc_ValueError, "reads: expected %u counts (one per head), got %zd",
-                         heads, PySequence_Fast_GET_SIZE(seq));
+                         heads, len);
             goto out;
-        }
-        if (!(reads = PyMem_Calloc(heads ? heads : 1, sizeof *reads)))
-            goto nomem;
-        for (unsigned int i = 0; i < heads; i++) {
-            reads[i] = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(seq, i));
-            if (reads[i] == (uint64_t)-1 && PyErr_Occurred())
-                goto out;
         }
     }
     if (!(sh = PyMem_Calloc(n ? n : 1, sizeof *sh)))
@@ -479,7 +499,6 @@ nomem:
 out:
     PyMem_Free(sh);
     PyMem_Free(reads);
-    Py_XDECREF(seq);
     return res;
 }
 
@@ -526,8 +545,8 @@ PyDoc_STRVAR(shard_plan_rows_doc,
 static PyObject *mod_shard_plan_rows(PyObject *self, PyObject *args)
 {
     unsigned int tp, dp, flags;
-    PyObject *rows_o, *seq = NULL, *res = NULL;
-    uint64_t *rows = NULL;
+    PyObject *rows_o, *res = NULL;
+    uint64_t *rows;
     engram_row_shard *sh = NULL;
     Py_ssize_t heads;
     uint32_t n;
@@ -535,19 +554,11 @@ static PyObject *mod_shard_plan_rows(PyObject *self, PyObject *args)
     (void)self;
     if (!PyArg_ParseTuple(args, "OIII", &rows_o, &tp, &dp, &flags))
         return NULL;
-    if (!(seq = PySequence_Fast(rows_o, "head_rows: expected a sequence of ints")))
+    if (!(rows = u64_seq(rows_o, "head_rows: expected a sequence of ints", &heads)))
         return NULL;
-    heads = PySequence_Fast_GET_SIZE(seq);
     if (heads > UINT32_MAX) {
         PyErr_SetString(PyExc_ValueError, "head_rows: too many heads");
         goto out;
-    }
-    if (!(rows = PyMem_Calloc(heads ? (size_t)heads : 1, sizeof *rows)))
-        goto nomem;
-    for (Py_ssize_t i = 0; i < heads; i++) {
-        rows[i] = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(seq, i));
-        if (rows[i] == (uint64_t)-1 && PyErr_Occurred())
-            goto out;
     }
     n = engram_shard_count(tp, dp, flags);
     if (!(sh = PyMem_Calloc(n ? n : 1, sizeof *sh)))
@@ -574,7 +585,6 @@ nomem:
 out:
     PyMem_Free(sh);
     PyMem_Free(rows);
-    Py_XDECREF(seq);
     return res;
 }
 
