@@ -232,6 +232,23 @@ def test_callable_released_at_close():
     assert ref() is None
 
 
+def refused_then_served(st, ids, out, cause, fix, want):
+    """Looks ids up in table "s" and expects a failure (EIO) caused by a
+    `cause`, with out untouched; then runs fix() and expects out[:, 0] to
+    be served as `want`, with no cache hit: nothing of the failed call was
+    kept.  Returns the failure."""
+    with pytest.raises(engramstore.EngramError) as ei:
+        st.lookup(["s"], ids, out)
+    assert ei.value.errno == 5 and isinstance(ei.value.__cause__, cause)
+    assert (out == 0xA5).all()
+    hits = st.stats()["cache"]["hits"]
+    fix()
+    st.lookup(["s"], ids, out)
+    np.testing.assert_array_equal(out[:, 0], want)
+    assert st.stats()["cache"]["hits"] == hits  # nothing of the failed call was kept
+    return ei.value
+
+
 @pytest.mark.parametrize("row_bytes", [R, 5, 1 << 24])
 @pytest.mark.parametrize("grouped", [False, True])
 def test_rows_left_unwritten_are_an_error(row_bytes, grouped):
@@ -252,18 +269,12 @@ def test_rows_left_unwritten_are_an_error(row_bytes, grouped):
                       group="g" if grouped else None)
         ids = np.arange(n, dtype=np.int64).reshape(n, 1)
         out = sentinel((n, 1, row_bytes))
-        with pytest.raises(engramstore.EngramError) as ei:
-            st.lookup(["s"], ids, out)
+        err = refused_then_served(st, ids, out, ValueError, skip.clear, rows)
         which = f"row {n - 1} (of table 0 of the group)" if grouped else f"row {n - 1}"
-        assert str(ei.value) == (f"table 's': read_rows left {which} unwritten: it must fill "
-                                 "every row of out (a source that cannot serve a row must "
-                                 "raise)")
-        assert ei.value.errno == 5 and isinstance(ei.value.__cause__, ValueError)
-        assert (out == 0xA5).all()
-        skip.clear()
-        st.lookup(["s"], ids, out)
-        np.testing.assert_array_equal(out[:, 0], rows)
-        assert st.stats()["cache"]["hits"] == 0  # nothing of the failed call was kept
+        assert str(err) == (f"table 's': read_rows left {which} unwritten: it must fill "
+                            "every row of out (a source that cannot serve a row must "
+                            "raise)")
+        assert st.stats()["cache"]["hits"] == 0
     finally:
         st.close()
 
@@ -341,16 +352,9 @@ def test_read_rows_cannot_shrink_out(row_bytes, views):
             st._add_source("s", n, row_bytes, src, cache)
         ids = np.array([[0], [2]], dtype=np.int64)
         out = sentinel((2, 1, row_bytes))
-        with pytest.raises(engramstore.EngramError) as ei:
-            st.lookup(["s"], ids, out)
-        assert ei.value.errno == 5 and "BufferError" in str(ei.value)
-        assert isinstance(ei.value.__cause__, BufferError)
-        assert (out == 0xA5).all()
-        hits = st.stats()["cache"]["hits"]
-        src.good = True
-        st.lookup(["s"], ids, out)
-        np.testing.assert_array_equal(out[:, 0], rows[[0, 2]])
-        assert st.stats()["cache"]["hits"] == hits  # nothing of the failed call was kept
+        err = refused_then_served(st, ids, out, BufferError,
+                                  lambda: setattr(src, "good", True), rows[[0, 2]])
+        assert "BufferError" in str(err)
     finally:
         st.close()
 
@@ -377,16 +381,8 @@ def test_read_rows_must_return_none(mem, ret):
     mem.add_source("s", (N, R), read_rows, cache_bytes=1 << 20)
     ids = np.arange(8, dtype=np.int64).reshape(8, 1)
     out = sentinel((8, 1, R))
-    with pytest.raises(engramstore.EngramError) as ei:
-        mem.lookup(["s"], ids, out)
-    assert ei.value.errno == 5 and "must fill out and return None" in str(ei.value)
-    assert isinstance(ei.value.__cause__, TypeError)
-    assert (out == 0xA5).all()
-    hits = mem.stats()["cache"]["hits"]
-    fixed.append(True)
-    mem.lookup(["s"], ids, out)
-    np.testing.assert_array_equal(out[:, 0], rows[:8])
-    assert mem.stats()["cache"]["hits"] == hits  # nothing of the failed call was kept
+    err = refused_then_served(mem, ids, out, TypeError, lambda: fixed.append(True), rows[:8])
+    assert "must fill out and return None" in str(err)
 
 
 @pytest.mark.parametrize("views", ["numpy", "memoryview"])
