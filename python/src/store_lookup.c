@@ -184,6 +184,16 @@ typedef struct lookup_in {
     const char *ids_arg, *out_arg;
 } lookup_in;
 
+/* The [T, K] form that lookup(), lookup_async() and _bench_lookup() take,
+ * without a stream: -1 with an exception if zero_dead's truth fails. */
+static int lookup_in_tk(lookup_in *in, PyObject *tables, PyObject *ids, PyObject *out,
+                        PyObject *offsets, PyObject *zero_dead)
+{
+    *in = (lookup_in){.tables = tables, .ids = ids, .out = out, .offsets = offsets, .lead = 1,
+                      .ids_arg = "ids", .out_arg = "out"};
+    return zero_dead && (in->zero_dead = PyObject_IsTrue(zero_dead)) < 0 ? -1 : 0;
+}
+
 /* A lookup whose tables are resolved and whose arrays are checked and
  * held: filled by lookup_prepare(), run by lookup_run(), released by
  * lookup_release(). */
@@ -564,18 +574,9 @@ PyObject *ext_store_lookup(StoreObject *s, PyObject *const *args, Py_ssize_t nar
         return NULL;
     }
 #endif
-    in.stream = v[4];
-    in.tables = v[0];
-    in.ids = v[1];
-    in.out = v[2];
-    in.offsets = v[3];
-    in.zero_dead = 0;
-    if (v[5] && (in.zero_dead = PyObject_IsTrue(v[5])) < 0)
+    if (lookup_in_tk(&in, v[0], v[1], v[2], v[3], v[5]) < 0)
         return NULL;
-    in.lead = 1;
-    in.ids_contig = 0;
-    in.ids_arg = "ids";
-    in.out_arg = "out";
+    in.stream = v[4];
     return do_lookup(s, &in);
 }
 
@@ -599,18 +600,8 @@ PyObject *ext_store_lookup_async(StoreObject *s, PyObject *const *args, Py_ssize
     int rc;
     if (ext_store_parse_args("lookup_async", args, nargs, kwnames, names, 5, 4, 3, v) < 0)
         return NULL;
-    in.stream = NULL;
-    in.tables = v[0];
-    in.ids = v[1];
-    in.out = v[2];
-    in.offsets = v[3];
-    in.zero_dead = 0;
-    if (v[4] && (in.zero_dead = PyObject_IsTrue(v[4])) < 0)
+    if (lookup_in_tk(&in, v[0], v[1], v[2], v[3], v[4]) < 0)
         return NULL;
-    in.lead = 1;
-    in.ids_contig = 0;
-    in.ids_arg = "ids";
-    in.out_arg = "out";
     if (lookup_prepare(s, &in, &p) < 0)
         goto fail;
     if (p.out.device != EXT_DEVICE_HOST) {
@@ -708,13 +699,7 @@ PyObject *ext_store_bench_lookup(StoreObject *s, PyObject *const *args, Py_ssize
     if (ext_uint_arg(args[3], "calls", PY_SSIZE_T_MAX / 8, NULL, &calls) < 0 ||
         (empty = PyObject_IsTrue(args[4])) < 0)
         return NULL;
-    memset(&in, 0, sizeof in);
-    in.tables = args[0];
-    in.ids = args[1];
-    in.out = args[2];
-    in.lead = 1;
-    in.ids_arg = "ids";
-    in.out_arg = "out";
+    lookup_in_tk(&in, args[0], args[1], args[2], NULL, NULL);
     if (lookup_prepare(s, &in, &p) == 0) {
         if (p.out.device != EXT_DEVICE_HOST)
             PyErr_SetString(PyExc_ValueError, "_bench_lookup: host arrays only");
