@@ -148,15 +148,20 @@ static int key_cmd(rstore *rs, engram__rsess *s, unsigned flags, int argc, const
     return 0;
 }
 
-/* The manifest of table `name`: 0 and *m, -ENOENT, or another code. */
+/* The manifest of table `name`: 0 and *m, -ENOENT, or another code.
+ * With raw, *raw is the reply that held the manifest's text (the
+ * caller frees it) whenever there was one, parsed or corrupt; else
+ * NULL. */
 static int manifest_get(rstore *rs, engram__rsess *s, const char *name, uint64_t deadline,
-                        engram__rmanifest *m)
+                        engram__rmanifest *m, redisReply **raw)
 {
     const char *argv[3] = {"HGET", rs->mkey, name};
     char what[ENGRAM_NAME_MAX + 600];
     redisReply *r = NULL; /* set where key_cmd() returns 0 (GCC 12 -O3 cannot tell) */
     int err;
     memset(m, 0, sizeof *m);
+    if (raw)
+        *raw = NULL;
     if ((err = key_cmd(rs, s, 0, 3, argv, NULL, REDIS_REPLY_STRING, deadline, "read a manifest",
                        &r)) != 0)
         return err;
@@ -166,7 +171,10 @@ static int manifest_get(rstore *rs, engram__rsess *s, const char *name, uint64_t
     }
     snprintf(what, sizeof what, "table '%s' in %s", name, rs->where);
     err = engram__rmanifest_parse(r->str, r->len, name, what, m);
-    freeReplyObject(r);
+    if (raw)
+        *raw = r;
+    else
+        freeReplyObject(r);
     return err;
 }
 
@@ -315,7 +323,7 @@ static int redis_open(void *state, const engram__store_ctx *ctx, const char *nam
         goto fail;
     }
     t->rs = rs;
-    if ((err = manifest_get(rs, s, name, deadline, &t->m)) != 0)
+    if ((err = manifest_get(rs, s, name, deadline, &t->m, NULL)) != 0)
         goto fail;
     t->kpre_len = chunk_prefix(rs, name, t->m.epoch, t->m.tagged, t->kpre);
     nslots = t->m.tagged ? 1 : t->m.nchunks;
@@ -539,7 +547,7 @@ static int redis_info(void *state, const char *name, engram_table_info *info)
     int err;
     if ((err = engram__rcl_sess_get(rs->cl, &s)) != 0)
         return err;
-    err = manifest_get(rs, s, name, engram__rcl_deadline(rs->cl), &m);
+    err = manifest_get(rs, s, name, engram__rcl_deadline(rs->cl), &m, NULL);
     engram__rcl_sess_put(s);
     if (err)
         return err;
@@ -586,7 +594,7 @@ static int redis_verify(void *state, const char *name, engram_progress_fn progre
 
     if ((err = engram__rcl_sess_get(rs->cl, &s)) != 0)
         return err;
-    if ((err = manifest_get(rs, s, name, engram__rcl_deadline(rs->cl), &m)) != 0)
+    if ((err = manifest_get(rs, s, name, engram__rcl_deadline(rs->cl), &m, NULL)) != 0)
         goto out;
     if (!(xs = XXH3_createState())) {
         err = engram__err(-ENOMEM, "out of memory");
@@ -653,10 +661,9 @@ static int redis_remove(void *state, const char *name, int *unpublished)
     engram__rsess *s;
     engram__rmanifest m;
     engram__rpending p;
-    const char *argv[3] = {"HGET", rs->mkey, name};
     uint64_t deadline = engram__rcl_deadline(rs->cl);
     redisReply *raw = NULL, *r;
-    char what[ENGRAM_NAME_MAX + 600], field[32] = "", closed[512] = "";
+    char field[32] = "", closed[512] = "";
     long long v;
     int err, parsed;
 
@@ -664,15 +671,8 @@ static int redis_remove(void *state, const char *name, int *unpublished)
     memset(&m, 0, sizeof m);
     if ((err = engram__rcl_sess_get(rs->cl, &s)) != 0)
         return err;
-    if ((err = key_cmd(rs, s, 0, 3, argv, NULL, REDIS_REPLY_STRING, deadline, "read a manifest",
-                       &raw)) != 0)
-        goto out;
-    if (raw->type == REDIS_REPLY_NIL) {
-        err = engram__err(-ENOENT, "table '%s' not found in %s", name, rs->where);
-        goto out;
-    }
-    snprintf(what, sizeof what, "table '%s' in %s", name, rs->where);
-    err = engram__rmanifest_parse(raw->str, raw->len, name, what, &m);
+    /* The text read is kept: the removal compares it. */
+    err = manifest_get(rs, s, name, deadline, &m, &raw);
     if (err != 0 && err != ENGRAM_ECORRUPT)
         goto out;
     /* A corrupt manifest is removed all the same; its chunks (whose keys
