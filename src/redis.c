@@ -428,24 +428,24 @@ static const char S_PUBLISH[] =
             "return 1\n";
 
 /* S_CLOSE(field, min_idle_ms): closes the record unless it is open and
- * its stamp is less than min_idle_ms old.  Returns {state, idle_ms}:
- * 0 gone, 1 closed (now or before), 2 open and alive, 3 not a record.
+ * its stamp is less than min_idle_ms old.  Returns 0 gone, 1 closed
+ * (now or before), 2 open and alive, 3 not a record.
  * A record closed before is written again as it is, so that a WAIT on
  * this connection covers its closing, whoever closed it (a server
  * replicates no command that changed nothing). */
 static const char S_CLOSE[] =
     LUA_NOW "local p = redis.call('HGET', KEYS[1], ARGV[1])\n"
-            "if not p then return {0, 0} end\n"
+            "if not p then return 0 end\n"
             "local s = string.match(p, '\\nstamp (%d+)\\n$')\n"
-            "if not s then return {3, 0} end\n"
+            "if not s then return 3 end\n"
             "local idle = tonumber(now()) - tonumber(s)\n"
             "if idle < 0 then idle = 0 end\n"
             "if " LUA_OPEN " then\n"
-            "  if idle < tonumber(ARGV[2]) then return {2, idle} end\n"
+            "  if idle < tonumber(ARGV[2]) then return 2 end\n"
             "  p = string.gsub(p, '\\nstate open\\n', '\\nstate closed\\n', 1)\n"
             "end\n"
             "redis.call('HSET', KEYS[1], ARGV[1], p)\n"
-            "return {1, idle}\n";
+            "return 1\n";
 
 /* S_REMOVE(name, manifest, field, closed body): compare-and-delete.  1:
  * the manifest was still exactly `manifest` and is deleted, and the
@@ -463,17 +463,17 @@ static const char S_REMOVE[] =
             "return 1\n";
 
 /* Runs `body` on the manifests' hash with the nargs arguments (lens may
- * be NULL: C strings).  0 and *reply (an integer or an array), or a
- * negative code with a message naming `what`.  A failure here says
- * nothing of whether the script ran. */
+ * be NULL: C strings).  0 and *v, the integer it answered, or a negative
+ * code with a message naming `what`.  A failure here says nothing of
+ * whether the script ran. */
 static int script(rstore *rs, engram__rsess *s, const char *body, int nargs, const char **args,
-                  const size_t *lens, uint64_t deadline, const char *what, redisReply **reply)
+                  const size_t *lens, uint64_t deadline, const char *what, long long *v)
 {
     const char *argv[8];
     size_t alen[8];
     redisReply *r;
     int err;
-    *reply = NULL;
+    *v = 0;
     argv[0] = "EVAL";
     argv[1] = body;
     argv[2] = "1";
@@ -487,26 +487,14 @@ static int script(rstore *rs, engram__rsess *s, const char *body, int nargs, con
     if ((err = engram__rcl_cmd(s, rs->mslot, ENGRAM__RCL_WRITE, 4 + nargs, argv, alen, deadline,
                                &r)) != 0)
         return engram__err(err, "%s in %s: %s", what, rs->where, engram_errmsg());
-    if (r->type != REDIS_REPLY_INTEGER && r->type != REDIS_REPLY_ARRAY) {
-        err = engram__err(-EIO, "%s in %s: the script answered %s", what, rs->where,
-                          r->type == REDIS_REPLY_ERROR ? r->str : "a reply of an unexpected type");
-        freeReplyObject(r);
-        return err;
-    }
-    *reply = r;
-    return 0;
-}
-
-/* The integer a script answered (element i of an array answer, or the
- * answer itself with i < 0); -99 if it is not one. */
-static long long script_int(const redisReply *r, int i)
-{
-    if (i >= 0) {
-        if (r->type != REDIS_REPLY_ARRAY || (size_t)i >= r->elements)
-            return -99;
-        r = r->element[i];
-    }
-    return r->type == REDIS_REPLY_INTEGER ? r->integer : -99;
+    err = r->type == REDIS_REPLY_INTEGER
+              ? 0
+              : engram__err(-EIO, "%s in %s: the script answered %s", what, rs->where,
+                            r->type == REDIS_REPLY_ERROR ? r->str
+                                                         : "a reply of an unexpected type");
+    *v = err ? 0 : r->integer;
+    freeReplyObject(r);
+    return err;
 }
 
 static void pending_field(uint64_t epoch, char field[32])
@@ -662,7 +650,7 @@ static int redis_remove(void *state, const char *name, int *unpublished)
     engram__rmanifest m;
     engram__rpending p;
     uint64_t deadline = engram__rcl_deadline(rs->cl);
-    redisReply *raw = NULL, *r;
+    redisReply *raw = NULL;
     char field[32] = "", closed[512] = "";
     long long v;
     int err, parsed;
@@ -693,7 +681,7 @@ static int redis_remove(void *state, const char *name, int *unpublished)
     {
         const char *args[4] = {name, raw->str, field, closed};
         size_t lens[4] = {strlen(name), raw->len, strlen(field), strlen(closed)};
-        if ((err = script(rs, s, S_REMOVE, 4, args, lens, deadline, "unpublish a table", &r)) !=
+        if ((err = script(rs, s, S_REMOVE, 4, args, lens, deadline, "unpublish a table", &v)) !=
             0) {
             /* A refusal of the user's rights is an answer: nothing ran. */
             if (err == -EACCES)
@@ -706,8 +694,6 @@ static int redis_remove(void *state, const char *name, int *unpublished)
             goto out;
         }
     }
-    v = script_int(r, -1);
-    freeReplyObject(r);
     if (v != 1) {
         err = v == 0 ? engram__err(-ENOENT, "table '%s' not found in %s (removed meanwhile)", name,
                                    rs->where)
@@ -846,12 +832,10 @@ static void gc_one(rstore *rs, engram__rsess *s, const char *field, uint64_t idl
         const char *args[2] = {field, min_text};
         snprintf(min_text, sizeof min_text, "%" PRIu64, min_idle);
         if ((err = script(rs, s, S_CLOSE, 2, args, NULL, deadline, "close a pending record",
-                          &r)) != 0) {
+                          &state)) != 0) {
             gc_say(report, ud, p.name, err, "%s", engram_errmsg());
             return;
         }
-        state = script_int(r, 0);
-        freeReplyObject(r);
         if (state == 0)
             return;
         if (state == 2) {
@@ -949,14 +933,11 @@ typedef struct rwriter {
 static int touch(rwriter *w, uint64_t deadline)
 {
     const char *args[2] = {w->pfield, w->popen};
-    redisReply *r;
     long long v;
     int err;
     if ((err = script(w->rs, w->s, S_TOUCH, 2, args, NULL, deadline, "stamp a pending record",
-                      &r)) != 0)
+                      &v)) != 0)
         return err;
-    v = script_int(r, -1);
-    freeReplyObject(r);
     if (v != 1)
         return engram__err(-ECANCELED, "push of '%s' to %s was abandoned: its pending record "
                                        "'%s' was closed by a gc (engram_store_gc()), which "
@@ -1104,8 +1085,8 @@ static int redis_writer_begin(void *state, const char *name, const engram_table_
     rstore *rs = state;
     rwriter *w;
     engram__rpending p;
-    redisReply *r;
     uint64_t chunk_rows, max_rows;
+    long long v;
     int err;
 
     if ((err = engram_spec_check(spec)) != 0)
@@ -1172,15 +1153,13 @@ static int redis_writer_begin(void *state, const char *name, const engram_table_
     {
         const char *args[3] = {name, w->pfield, w->popen};
         if ((err = script(rs, w->s, S_BEGIN, 3, args, NULL, engram__rcl_deadline(rs->cl),
-                          "begin a push", &r)) != 0)
+                          "begin a push", &v)) != 0)
             goto fail;
     }
-    err = script_int(r, -1) == 1 ? 0
-                                 : engram__err(-EEXIST, "table '%s' already exists in %s", name,
-                                               rs->where);
-    freeReplyObject(r);
-    if (err)
+    if (v != 1) {
+        err = engram__err(-EEXIST, "table '%s' already exists in %s", name, rs->where);
         goto fail;
+    }
     *out = w;
     return 0;
 fail:
@@ -1249,15 +1228,14 @@ static int resolve(rwriter *w, int err, const char *text, size_t tlen)
     const char *args[2] = {w->pfield, "0"};
     const char *pargs[4] = {w->pfield, w->m.name, text, w->pclosed};
     size_t plens[4] = {strlen(w->pfield), strlen(w->m.name), tlen, strlen(w->pclosed)};
-    redisReply *r;
     long long state, v;
     int rerr;
 
     snprintf(first, sizeof first, "%s", engram_errmsg());
     at_step("resolve", w->m.name);
     if ((rerr = script(rs, w->s, S_CLOSE, 2, args, NULL, engram__rcl_deadline(rs->cl),
-                       "close the push's pending record", &r)) != 0 ||
-        ((state = script_int(r, 0)), freeReplyObject(r), state != 0 && state != 1)) {
+                       "close the push's pending record", &state)) != 0 ||
+        (state != 0 && state != 1)) {
         if (!rerr)
             engram__err(-EIO, "its pending record '%s' is not one this library wrote", w->pfield);
         err = engram__err(ENGRAM_EINDOUBT,
@@ -1281,7 +1259,7 @@ static int resolve(rwriter *w, int err, const char *text, size_t tlen)
      * is ours it writes it again on this connection, so that the WAIT
      * after it covers the publication, as for one answered. */
     if ((rerr = script(rs, w->s, S_PUBLISH, 4, pargs, plens, engram__rcl_deadline(rs->cl),
-                       "read the manifest back", &r)) != 0) {
+                       "read the manifest back", &v)) != 0) {
         err = engram__err(ENGRAM_EINDOUBT,
                           "push of '%s' to %s: the outcome is in doubt: the publication got "
                           "no answer (%s), its pending record is gone, and the manifest "
@@ -1291,8 +1269,6 @@ static int resolve(rwriter *w, int err, const char *text, size_t tlen)
         rwriter_free(w);
         return err;
     }
-    v = script_int(r, -1);
-    freeReplyObject(r);
     if (v == 1)
         return 0;
     if (v != 0 && v != -1) {
@@ -1367,7 +1343,7 @@ static int redis_writer_commit(void *wp)
         const char *args[4] = {w->pfield, w->m.name, text, w->pclosed};
         size_t lens[4] = {strlen(w->pfield), strlen(w->m.name), tlen, strlen(w->pclosed)};
         if ((err = script(rs, w->s, S_PUBLISH, 4, args, lens, engram__rcl_deadline(rs->cl),
-                          "publish a table", &r)) != 0) {
+                          "publish a table", &v)) != 0) {
             /* Whether it ran is unknown: find out before anything is
              * deleted. */
             err = resolve(w, err, text, tlen);
@@ -1378,8 +1354,6 @@ static int redis_writer_commit(void *wp)
             goto published;
         }
     }
-    v = script_int(r, -1);
-    freeReplyObject(r);
     if (v != 1 && v != 0 && v != -1) {
         /* Not an answer this script gives: take nothing for granted. */
         err = engram__err(-EIO, "publish '%s' in %s: the script answered %lld", w->m.name,
