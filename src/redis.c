@@ -1216,6 +1216,17 @@ fail:
     return err;
 }
 
+/* Sends this push's publication (S_PUBLISH) of manifest `text`: 0 and
+ * *v, its answer, or the failure (`what` names the step in its message),
+ * after which whether it ran is unknown. */
+static int publish(rwriter *w, const char *text, size_t tlen, const char *what, long long *v)
+{
+    const char *args[4] = {w->pfield, w->m.name, text, w->pclosed};
+    size_t lens[4] = {strlen(w->pfield), strlen(w->m.name), tlen, strlen(w->pclosed)};
+    return script(w->rs, w->s, S_PUBLISH, 4, args, lens, engram__rcl_deadline(w->rs->cl), what,
+                  v);
+}
+
 /* The publication's reply was lost (`err`, message in engram_errmsg()):
  * resolves what happened by closing this push's record, which no copy of
  * the publication still in flight can get past.  0 if the push turned
@@ -1226,8 +1237,6 @@ static int resolve(rwriter *w, int err, const char *text, size_t tlen)
     rstore *rs = w->rs;
     char first[ENGRAM__ERRMSG_MAX];
     const char *args[2] = {w->pfield, "0"};
-    const char *pargs[4] = {w->pfield, w->m.name, text, w->pclosed};
-    size_t plens[4] = {strlen(w->pfield), strlen(w->m.name), tlen, strlen(w->pclosed)};
     long long state, v;
     int rerr;
 
@@ -1258,8 +1267,7 @@ static int resolve(rwriter *w, int err, const char *text, size_t tlen)
      * (with the record gone it can publish nothing), and if the manifest
      * is ours it writes it again on this connection, so that the WAIT
      * after it covers the publication, as for one answered. */
-    if ((rerr = script(rs, w->s, S_PUBLISH, 4, pargs, plens, engram__rcl_deadline(rs->cl),
-                       "read the manifest back", &v)) != 0) {
+    if ((rerr = publish(w, text, tlen, "read the manifest back", &v)) != 0) {
         err = engram__err(ENGRAM_EINDOUBT,
                           "push of '%s' to %s: the outcome is in doubt: the publication got "
                           "no answer (%s), its pending record is gone, and the manifest "
@@ -1339,32 +1347,19 @@ static int redis_writer_commit(void *wp)
         goto fail;
     /* Step 4: publication, one atomic step that needs the record open. */
     at_step("publish", w->m.name);
-    {
-        const char *args[4] = {w->pfield, w->m.name, text, w->pclosed};
-        size_t lens[4] = {strlen(w->pfield), strlen(w->m.name), tlen, strlen(w->pclosed)};
-        if ((err = script(rs, w->s, S_PUBLISH, 4, args, lens, engram__rcl_deadline(rs->cl),
-                          "publish a table", &v)) != 0) {
-            /* Whether it ran is unknown: find out before anything is
-             * deleted. */
-            err = resolve(w, err, text, tlen);
-            if (err) {
-                free(text);
-                return err;
-            }
-            goto published;
-        }
-    }
-    if (v != 1 && v != 0 && v != -1) {
+    if ((err = publish(w, text, tlen, "publish a table", &v)) == 0 && v != 1 && v != 0 &&
+        v != -1)
         /* Not an answer this script gives: take nothing for granted. */
         err = engram__err(-EIO, "publish '%s' in %s: the script answered %lld", w->m.name,
                           rs->where, v);
+    if (err) {
+        /* Whether it ran is unknown: find out before anything is
+         * deleted. */
         if ((err = resolve(w, err, text, tlen)) != 0) {
             free(text);
             return err;
         }
-        goto published;
-    }
-    if (v != 1) {
+    } else if (v != 1) {
         err = v == 0 ? engram__err(-EEXIST, "table '%s' already exists in %s (another push won)",
                                    w->m.name, rs->where)
                      : engram__err(-ECANCELED,
@@ -1374,7 +1369,6 @@ static int redis_writer_commit(void *wp)
                                    w->m.name, rs->where, w->pfield);
         goto fail;
     }
-published:
     pthread_mutex_lock(&rs->lock);
     rs->have_ns_bytes = 0;
     pthread_mutex_unlock(&rs->lock);
