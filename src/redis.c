@@ -502,6 +502,20 @@ static void pending_field(uint64_t epoch, char field[32])
     snprintf(field, 32, ENGRAM__RP_FIELD "%016" PRIx64, epoch);
 }
 
+/* The pending record (without its stamp) of chunks [0, nchunks) of the
+ * table *m describes, with this store's TTL. */
+static void pending_of(const rstore *rs, const engram__rmanifest *m, uint64_t nchunks,
+                       int closed, engram__rpending *p)
+{
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s", m->name);
+    p->closed = closed;
+    p->epoch = m->epoch;
+    p->nchunks = nchunks;
+    p->tagged = m->tagged;
+    p->ttl_ms = rs->ttl_ms;
+}
+
 /* Deletes the chunks a pending record names, then the record: 0, or the
  * first failure (the record then stays, for a later gc). */
 static int pending_finish(rstore *rs, engram__rsess *s, const engram__rpending *p,
@@ -667,13 +681,7 @@ static int redis_remove(void *state, const char *name, int *unpublished)
      * it would name) stay behind. */
     parsed = err == 0;
     if (parsed) {
-        memset(&p, 0, sizeof p);
-        snprintf(p.name, sizeof p.name, "%s", name);
-        p.closed = 1;
-        p.epoch = m.epoch;
-        p.nchunks = m.nchunks;
-        p.tagged = m.tagged;
-        p.ttl_ms = rs->ttl_ms;
+        pending_of(rs, &m, m.nchunks, 1, &p);
         pending_field(m.epoch, field);
         engram__rpending_body(&p, closed, sizeof closed);
     }
@@ -1022,21 +1030,7 @@ static void rwriter_free(rwriter *w)
 static int discard(rwriter *w)
 {
     engram__rpending p;
-    memset(&p, 0, sizeof p);
-    snprintf(p.name, sizeof p.name, "%s", w->m.name);
-    p.epoch = w->m.epoch;
-    p.nchunks = w->chunks_done;
-    p.tagged = w->m.tagged;
-    if (p.nchunks == 0) {
-        /* No chunk sent: only the record to drop. */
-        const char *argv[3] = {"HDEL", w->rs->mkey, w->pfield};
-        redisReply *r;
-        int err = key_cmd(w->rs, w->s, ENGRAM__RCL_WRITE, 3, argv, NULL, REDIS_REPLY_INTEGER,
-                          engram__rcl_deadline(w->rs->cl), "drop a pending record", &r);
-        if (!err)
-            freeReplyObject(r);
-        return err;
-    }
+    pending_of(w->rs, &w->m, w->chunks_done, 0, &p);
     return pending_finish(w->rs, w->s, &p, w->pfield, engram__rcl_deadline(w->rs->cl));
 }
 
@@ -1119,12 +1113,7 @@ static int redis_writer_begin(void *state, const char *name, const engram_table_
     if (w->m.epoch == 0)
         w->m.epoch = 1;
     w->kpre_len = chunk_prefix(rs, name, w->m.epoch, w->m.tagged, w->kpre);
-    memset(&p, 0, sizeof p);
-    snprintf(p.name, sizeof p.name, "%s", name);
-    p.epoch = w->m.epoch;
-    p.nchunks = w->m.nchunks;
-    p.tagged = w->m.tagged;
-    p.ttl_ms = rs->ttl_ms;
+    pending_of(rs, &w->m, w->m.nchunks, 0, &p);
     engram__rpending_body(&p, w->popen, sizeof w->popen);
     p.closed = 1;
     engram__rpending_body(&p, w->pclosed, sizeof w->pclosed);
