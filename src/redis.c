@@ -936,8 +936,14 @@ typedef struct rwriter {
     int failed;         /* a step failed: abort adds what it could not clean up */
 } rwriter;
 
-/* Stamps this push's record again: 0, or -ECANCELED if a resolver closed
- * it (the push can never publish). */
+/* The next renewal is due in half a TTL. */
+static void renew_later(rwriter *w)
+{
+    w->renew_ns = engram__now_ns() + (uint64_t)w->rs->ttl_ms * 1000000u / 2;
+}
+
+/* Stamps this push's record again, and schedules the next stamp: 0, or
+ * -ECANCELED if a resolver closed it (the push can never publish). */
 static int touch(rwriter *w, uint64_t deadline)
 {
     const char *args[2] = {w->pfield, w->popen};
@@ -952,6 +958,7 @@ static int touch(rwriter *w, uint64_t deadline)
                                        "takes a push that shows no life for its chunk TTL "
                                        "(%u ms) for dead",
                            w->m.name, w->rs->where, w->pfield, w->rs->ttl_ms);
+    renew_later(w);
     return 0;
 }
 
@@ -981,7 +988,7 @@ static int renew_ttls(rwriter *w)
         if (err)
             return err;
     }
-    w->renew_ns = engram__now_ns() + (uint64_t)w->rs->ttl_ms * 1000000u / 2;
+    renew_later(w);
     return 0;
 }
 
@@ -1125,7 +1132,7 @@ static int redis_writer_begin(void *state, const char *name, const engram_table_
         goto fail;
     }
     XXH3_64bits_reset(w->xs);
-    w->renew_ns = engram__now_ns() + (uint64_t)rs->ttl_ms * 1000000u / 2;
+    renew_later(w);
     if ((err = engram__rcl_sess_get(rs->cl, &w->s)) != 0)
         goto fail;
     /* What dead pushes and removals left behind goes first (best effort:
@@ -1304,15 +1311,12 @@ static int redis_writer_commit(void *wp)
      * and then, so that no gc takes a long commit for a dead one ... */
     if ((err = touch(w, engram__rcl_deadline(rs->cl))) != 0)
         goto fail;
-    w->renew_ns = engram__now_ns() + (uint64_t)rs->ttl_ms * 1000000u / 2;
     for (uint64_t i = 0; i < w->chunks_done; i++) {
         char key[KEY_MAX + 24];
         const char *argv[2] = {"PERSIST", key};
-        if (engram__now_ns() >= w->renew_ns) {
-            if ((err = touch(w, engram__rcl_deadline(rs->cl))) != 0)
-                goto fail;
-            w->renew_ns = engram__now_ns() + (uint64_t)rs->ttl_ms * 1000000u / 2;
-        }
+        if (engram__now_ns() >= w->renew_ns &&
+            (err = touch(w, engram__rcl_deadline(rs->cl))) != 0)
+            goto fail;
         chunk_key(w->kpre, w->kpre_len, i, key);
         if ((err = key_cmd(rs, w->s, ENGRAM__RCL_WRITE, 2, argv, NULL, REDIS_REPLY_INTEGER,
                            engram__rcl_deadline(rs->cl), "keep a chunk", &r)) != 0)
