@@ -104,6 +104,14 @@ static void check_rows(const unsigned char *out, const int64_t *ids, size_t n, u
     }
 }
 
+/* The manifests' hash of namespace `ns` (its key into mkey[cap]), and
+ * the master that holds it. */
+static int manifests_owner(const tr_cluster *c, const char *ns, char *mkey, size_t cap)
+{
+    snprintf(mkey, cap, "engram/%s/.manifests", ns);
+    return tr_slot_owner(c, tr_live(c, -1), engram__rcl_keyslot(mkey, strlen(mkey)));
+}
+
 /* The publish epoch of table `name` of namespace `ns`, from its
  * manifest, asked of the master that holds the manifests' hash. */
 static void manifest_epoch(const tr_cluster *c, const char *ns, const char *name, char *epoch)
@@ -111,10 +119,8 @@ static void manifest_epoch(const tr_cluster *c, const char *ns, const char *name
     char mkey[200];
     redisReply *r;
     const char *e;
-    int live = tr_live(c, -1);
-    snprintf(mkey, sizeof mkey, "engram/%s/.manifests", ns);
-    r = tr_must(c, tr_slot_owner(c, live, engram__rcl_keyslot(mkey, strlen(mkey))), "HGET %s %s",
-                mkey, name);
+    int owner = manifests_owner(c, ns, mkey, sizeof mkey);
+    r = tr_must(c, owner, "HGET %s %s", mkey, name);
     ASSERT(r->type == REDIS_REPLY_STRING);
     e = strstr(r->str, "\nepoch ");
     ASSERT(e != NULL);
@@ -1046,12 +1052,6 @@ static void stall_hook(const char *step, const char *name)
         p_stop(p_victim);
     else if (strcmp(step, "resolve") == 0 && p_cont_at_resolve)
         p_cont();
-}
-
-static int manifests_owner(const tr_cluster *c, const char *ns, char *mkey, size_t cap)
-{
-    snprintf(mkey, cap, "engram/%s/.manifests", ns);
-    return tr_slot_owner(c, tr_live(c, -1), engram__rcl_keyslot(mkey, strlen(mkey)));
 }
 
 /* The pending records of namespace `ns` (fields ".pending/..." of its
