@@ -382,16 +382,19 @@ fail:
  * measures its age on the same clock.
  */
 
-#define LUA_NOW                                                                                   \
-    "local function now() local t = redis.call('TIME') "                                        \
-    "return string.format('%.0f', t[1] * 1000 + math.floor(t[2] / 1000)) end\n"
+/* Every script's start: now(), the server's clock in ms, and
+ * stamped(body), a record's text with its stamp line (the last) added. */
+#define LUA_NOW                                                                              \
+    "local function now() local t = redis.call('TIME') "                                   \
+    "return string.format('%.0f', t[1] * 1000 + math.floor(t[2] / 1000)) end\n"            \
+    "local function stamped(body) return body .. 'stamp ' .. now() .. '\\n' end\n"
 #define LUA_OPEN "string.find(p, '\\nstate open\\n', 1, true)"
 
 /* S_BEGIN(name, field, body): 0 if table `name` is published; else
  * writes the open record `field` (body + stamp) and returns 1. */
 static const char S_BEGIN[] =
     LUA_NOW "if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end\n"
-            "redis.call('HSET', KEYS[1], ARGV[2], ARGV[3] .. 'stamp ' .. now() .. '\\n')\n"
+            "redis.call('HSET', KEYS[1], ARGV[2], stamped(ARGV[3]))\n"
             "return 1\n";
 
 /* S_TOUCH(field, body): 1 and a new stamp if the record is open, else 0
@@ -399,7 +402,7 @@ static const char S_BEGIN[] =
 static const char S_TOUCH[] =
     LUA_NOW "local p = redis.call('HGET', KEYS[1], ARGV[1])\n"
             "if not p or not " LUA_OPEN " then return 0 end\n"
-            "redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. 'stamp ' .. now() .. '\\n')\n"
+            "redis.call('HSET', KEYS[1], ARGV[1], stamped(ARGV[2]))\n"
             "return 1\n";
 
 /* S_PUBLISH(field, name, manifest, closed body): 1 published (now, or by
@@ -420,7 +423,7 @@ static const char S_PUBLISH[] =
             "local p = redis.call('HGET', KEYS[1], ARGV[1])\n"
             "if not p or not " LUA_OPEN " then return -1 end\n"
             "if cur then\n"
-            "  redis.call('HSET', KEYS[1], ARGV[1], ARGV[4] .. 'stamp ' .. now() .. '\\n')\n"
+            "  redis.call('HSET', KEYS[1], ARGV[1], stamped(ARGV[4]))\n"
             "  return 0\n"
             "end\n"
             "redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])\n"
@@ -458,7 +461,7 @@ static const char S_REMOVE[] =
             "if cur ~= ARGV[2] then return -1 end\n"
             "redis.call('HDEL', KEYS[1], ARGV[1])\n"
             "if ARGV[3] ~= '' then\n"
-            "  redis.call('HSET', KEYS[1], ARGV[3], ARGV[4] .. 'stamp ' .. now() .. '\\n')\n"
+            "  redis.call('HSET', KEYS[1], ARGV[3], stamped(ARGV[4]))\n"
             "end\n"
             "return 1\n";
 
