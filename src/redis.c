@@ -148,15 +148,20 @@ static int key_cmd(rstore *rs, engram__rsess *s, unsigned flags, int argc, const
     return 0;
 }
 
-/* The manifest of table `name`: 0 and *m, -ENOENT, or another code. */
+/* The manifest of table `name`: 0 and *m, -ENOENT, or another code.
+ * With raw, *raw is the reply that held the manifest's text (the
+ * caller frees it) whenever there was one, parsed or corrupt; else
+ * NULL. */
 static int manifest_get(rstore *rs, engram__rsess *s, const char *name, uint64_t deadline,
-                        engram__rmanifest *m)
+                        engram__rmanifest *m, redisReply **raw)
 {
     const char *argv[3] = {"HGET", rs->mkey, name};
     char what[ENGRAM_NAME_MAX + 600];
     redisReply *r = NULL; /* set where key_cmd() returns 0 (GCC 12 -O3 cannot tell) */
     int err;
     memset(m, 0, sizeof *m);
+    if (raw)
+        *raw = NULL;
     if ((err = key_cmd(rs, s, 0, 3, argv, NULL, REDIS_REPLY_STRING, deadline, "read a manifest",
                        &r)) != 0)
         return err;
@@ -166,7 +171,10 @@ static int manifest_get(rstore *rs, engram__rsess *s, const char *name, uint64_t
     }
     snprintf(what, sizeof what, "table '%s' in %s", name, rs->where);
     err = engram__rmanifest_parse(r->str, r->len, name, what, m);
-    freeReplyObject(r);
+    if (raw)
+        *raw = r;
+    else
+        freeReplyObject(r);
     return err;
 }
 
@@ -315,7 +323,7 @@ static int redis_open(void *state, const engram__store_ctx *ctx, const char *nam
         goto fail;
     }
     t->rs = rs;
-    if ((err = manifest_get(rs, s, name, deadline, &t->m)) != 0)
+    if ((err = manifest_get(rs, s, name, deadline, &t->m, NULL)) != 0)
         goto fail;
     t->kpre_len = chunk_prefix(rs, name, t->m.epoch, t->m.tagged, t->kpre);
     nslots = t->m.tagged ? 1 : t->m.nchunks;
@@ -374,16 +382,19 @@ fail:
  * measures its age on the same clock.
  */
 
-#define LUA_NOW                                                                                   \
-    "local function now() local t = redis.call('TIME') "                                        \
-    "return string.format('%.0f', t[1] * 1000 + math.floor(t[2] / 1000)) end\n"
+/* Every script's start: now(), the server's clock in ms, and
+ * stamped(body), a record's text with its stamp line (the last) added. */
+#define LUA_NOW                                                                              \
+    "local function now() local t = redis.call('TIME') "                                   \
+    "return string.format('%.0f', t[1] * 1000 + math.floor(t[2] / 1000)) end\n"            \
+    "local function stamped(body) return body .. 'stamp ' .. now() .. '\\n' end\n"
 #define LUA_OPEN "string.find(p, '\\nstate open\\n', 1, true)"
 
 /* S_BEGIN(name, field, body): 0 if table `name` is published; else
  * writes the open record `field` (body + stamp) and returns 1. */
 static const char S_BEGIN[] =
     LUA_NOW "if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end\n"
-            "redis.call('HSET', KEYS[1], ARGV[2], ARGV[3] .. 'stamp ' .. now() .. '\\n')\n"
+            "redis.call('HSET', KEYS[1], ARGV[2], stamped(ARGV[3]))\n"
             "return 1\n";
 
 /* S_TOUCH(field, body): 1 and a new stamp if the record is open, else 0
@@ -391,7 +402,7 @@ static const char S_BEGIN[] =
 static const char S_TOUCH[] =
     LUA_NOW "local p = redis.call('HGET', KEYS[1], ARGV[1])\n"
             "if not p or not " LUA_OPEN " then return 0 end\n"
-            "redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. 'stamp ' .. now() .. '\\n')\n"
+            "redis.call('HSET', KEYS[1], ARGV[1], stamped(ARGV[2]))\n"
             "return 1\n";
 
 /* S_PUBLISH(field, name, manifest, closed body): 1 published (now, or by
@@ -412,7 +423,7 @@ static const char S_PUBLISH[] =
             "local p = redis.call('HGET', KEYS[1], ARGV[1])\n"
             "if not p or not " LUA_OPEN " then return -1 end\n"
             "if cur then\n"
-            "  redis.call('HSET', KEYS[1], ARGV[1], ARGV[4] .. 'stamp ' .. now() .. '\\n')\n"
+            "  redis.call('HSET', KEYS[1], ARGV[1], stamped(ARGV[4]))\n"
             "  return 0\n"
             "end\n"
             "redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])\n"
@@ -420,24 +431,24 @@ static const char S_PUBLISH[] =
             "return 1\n";
 
 /* S_CLOSE(field, min_idle_ms): closes the record unless it is open and
- * its stamp is less than min_idle_ms old.  Returns {state, idle_ms}:
- * 0 gone, 1 closed (now or before), 2 open and alive, 3 not a record.
+ * its stamp is less than min_idle_ms old.  Returns 0 gone, 1 closed
+ * (now or before), 2 open and alive, 3 not a record.
  * A record closed before is written again as it is, so that a WAIT on
  * this connection covers its closing, whoever closed it (a server
  * replicates no command that changed nothing). */
 static const char S_CLOSE[] =
     LUA_NOW "local p = redis.call('HGET', KEYS[1], ARGV[1])\n"
-            "if not p then return {0, 0} end\n"
+            "if not p then return 0 end\n"
             "local s = string.match(p, '\\nstamp (%d+)\\n$')\n"
-            "if not s then return {3, 0} end\n"
+            "if not s then return 3 end\n"
             "local idle = tonumber(now()) - tonumber(s)\n"
             "if idle < 0 then idle = 0 end\n"
             "if " LUA_OPEN " then\n"
-            "  if idle < tonumber(ARGV[2]) then return {2, idle} end\n"
+            "  if idle < tonumber(ARGV[2]) then return 2 end\n"
             "  p = string.gsub(p, '\\nstate open\\n', '\\nstate closed\\n', 1)\n"
             "end\n"
             "redis.call('HSET', KEYS[1], ARGV[1], p)\n"
-            "return {1, idle}\n";
+            "return 1\n";
 
 /* S_REMOVE(name, manifest, field, closed body): compare-and-delete.  1:
  * the manifest was still exactly `manifest` and is deleted, and the
@@ -450,22 +461,22 @@ static const char S_REMOVE[] =
             "if cur ~= ARGV[2] then return -1 end\n"
             "redis.call('HDEL', KEYS[1], ARGV[1])\n"
             "if ARGV[3] ~= '' then\n"
-            "  redis.call('HSET', KEYS[1], ARGV[3], ARGV[4] .. 'stamp ' .. now() .. '\\n')\n"
+            "  redis.call('HSET', KEYS[1], ARGV[3], stamped(ARGV[4]))\n"
             "end\n"
             "return 1\n";
 
 /* Runs `body` on the manifests' hash with the nargs arguments (lens may
- * be NULL: C strings).  0 and *reply (an integer or an array), or a
- * negative code with a message naming `what`.  A failure here says
- * nothing of whether the script ran. */
+ * be NULL: C strings).  0 and *v, the integer it answered, or a negative
+ * code with a message naming `what`.  A failure here says nothing of
+ * whether the script ran. */
 static int script(rstore *rs, engram__rsess *s, const char *body, int nargs, const char **args,
-                  const size_t *lens, uint64_t deadline, const char *what, redisReply **reply)
+                  const size_t *lens, uint64_t deadline, const char *what, long long *v)
 {
     const char *argv[8];
     size_t alen[8];
     redisReply *r;
     int err;
-    *reply = NULL;
+    *v = 0;
     argv[0] = "EVAL";
     argv[1] = body;
     argv[2] = "1";
@@ -479,31 +490,33 @@ static int script(rstore *rs, engram__rsess *s, const char *body, int nargs, con
     if ((err = engram__rcl_cmd(s, rs->mslot, ENGRAM__RCL_WRITE, 4 + nargs, argv, alen, deadline,
                                &r)) != 0)
         return engram__err(err, "%s in %s: %s", what, rs->where, engram_errmsg());
-    if (r->type != REDIS_REPLY_INTEGER && r->type != REDIS_REPLY_ARRAY) {
-        err = engram__err(-EIO, "%s in %s: the script answered %s", what, rs->where,
-                          r->type == REDIS_REPLY_ERROR ? r->str : "a reply of an unexpected type");
-        freeReplyObject(r);
-        return err;
-    }
-    *reply = r;
-    return 0;
-}
-
-/* The integer a script answered (element i of an array answer, or the
- * answer itself with i < 0); -99 if it is not one. */
-static long long script_int(const redisReply *r, int i)
-{
-    if (i >= 0) {
-        if (r->type != REDIS_REPLY_ARRAY || (size_t)i >= r->elements)
-            return -99;
-        r = r->element[i];
-    }
-    return r->type == REDIS_REPLY_INTEGER ? r->integer : -99;
+    err = r->type == REDIS_REPLY_INTEGER
+              ? 0
+              : engram__err(-EIO, "%s in %s: the script answered %s", what, rs->where,
+                            r->type == REDIS_REPLY_ERROR ? r->str
+                                                         : "a reply of an unexpected type");
+    *v = err ? 0 : r->integer;
+    freeReplyObject(r);
+    return err;
 }
 
 static void pending_field(uint64_t epoch, char field[32])
 {
     snprintf(field, 32, ENGRAM__RP_FIELD "%016" PRIx64, epoch);
+}
+
+/* The pending record (without its stamp) of chunks [0, nchunks) of the
+ * table *m describes, with this store's TTL. */
+static void pending_of(const rstore *rs, const engram__rmanifest *m, uint64_t nchunks,
+                       int closed, engram__rpending *p)
+{
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s", m->name);
+    p->closed = closed;
+    p->epoch = m->epoch;
+    p->nchunks = nchunks;
+    p->tagged = m->tagged;
+    p->ttl_ms = rs->ttl_ms;
 }
 
 /* Deletes the chunks a pending record names, then the record: 0, or the
@@ -539,7 +552,7 @@ static int redis_info(void *state, const char *name, engram_table_info *info)
     int err;
     if ((err = engram__rcl_sess_get(rs->cl, &s)) != 0)
         return err;
-    err = manifest_get(rs, s, name, engram__rcl_deadline(rs->cl), &m);
+    err = manifest_get(rs, s, name, engram__rcl_deadline(rs->cl), &m, NULL);
     engram__rcl_sess_put(s);
     if (err)
         return err;
@@ -586,7 +599,7 @@ static int redis_verify(void *state, const char *name, engram_progress_fn progre
 
     if ((err = engram__rcl_sess_get(rs->cl, &s)) != 0)
         return err;
-    if ((err = manifest_get(rs, s, name, engram__rcl_deadline(rs->cl), &m)) != 0)
+    if ((err = manifest_get(rs, s, name, engram__rcl_deadline(rs->cl), &m, NULL)) != 0)
         goto out;
     if (!(xs = XXH3_createState())) {
         err = engram__err(-ENOMEM, "out of memory");
@@ -653,10 +666,9 @@ static int redis_remove(void *state, const char *name, int *unpublished)
     engram__rsess *s;
     engram__rmanifest m;
     engram__rpending p;
-    const char *argv[3] = {"HGET", rs->mkey, name};
     uint64_t deadline = engram__rcl_deadline(rs->cl);
-    redisReply *raw = NULL, *r;
-    char what[ENGRAM_NAME_MAX + 600], field[32] = "", closed[512] = "";
+    redisReply *raw = NULL;
+    char field[32] = "", closed[512] = "";
     long long v;
     int err, parsed;
 
@@ -664,28 +676,15 @@ static int redis_remove(void *state, const char *name, int *unpublished)
     memset(&m, 0, sizeof m);
     if ((err = engram__rcl_sess_get(rs->cl, &s)) != 0)
         return err;
-    if ((err = key_cmd(rs, s, 0, 3, argv, NULL, REDIS_REPLY_STRING, deadline, "read a manifest",
-                       &raw)) != 0)
-        goto out;
-    if (raw->type == REDIS_REPLY_NIL) {
-        err = engram__err(-ENOENT, "table '%s' not found in %s", name, rs->where);
-        goto out;
-    }
-    snprintf(what, sizeof what, "table '%s' in %s", name, rs->where);
-    err = engram__rmanifest_parse(raw->str, raw->len, name, what, &m);
+    /* The text read is kept: the removal compares it. */
+    err = manifest_get(rs, s, name, deadline, &m, &raw);
     if (err != 0 && err != ENGRAM_ECORRUPT)
         goto out;
     /* A corrupt manifest is removed all the same; its chunks (whose keys
      * it would name) stay behind. */
     parsed = err == 0;
     if (parsed) {
-        memset(&p, 0, sizeof p);
-        snprintf(p.name, sizeof p.name, "%s", name);
-        p.closed = 1;
-        p.epoch = m.epoch;
-        p.nchunks = m.nchunks;
-        p.tagged = m.tagged;
-        p.ttl_ms = rs->ttl_ms;
+        pending_of(rs, &m, m.nchunks, 1, &p);
         pending_field(m.epoch, field);
         engram__rpending_body(&p, closed, sizeof closed);
     }
@@ -693,7 +692,7 @@ static int redis_remove(void *state, const char *name, int *unpublished)
     {
         const char *args[4] = {name, raw->str, field, closed};
         size_t lens[4] = {strlen(name), raw->len, strlen(field), strlen(closed)};
-        if ((err = script(rs, s, S_REMOVE, 4, args, lens, deadline, "unpublish a table", &r)) !=
+        if ((err = script(rs, s, S_REMOVE, 4, args, lens, deadline, "unpublish a table", &v)) !=
             0) {
             /* A refusal of the user's rights is an answer: nothing ran. */
             if (err == -EACCES)
@@ -706,8 +705,6 @@ static int redis_remove(void *state, const char *name, int *unpublished)
             goto out;
         }
     }
-    v = script_int(r, -1);
-    freeReplyObject(r);
     if (v != 1) {
         err = v == 0 ? engram__err(-ENOENT, "table '%s' not found in %s (removed meanwhile)", name,
                                    rs->where)
@@ -846,12 +843,10 @@ static void gc_one(rstore *rs, engram__rsess *s, const char *field, uint64_t idl
         const char *args[2] = {field, min_text};
         snprintf(min_text, sizeof min_text, "%" PRIu64, min_idle);
         if ((err = script(rs, s, S_CLOSE, 2, args, NULL, deadline, "close a pending record",
-                          &r)) != 0) {
+                          &state)) != 0) {
             gc_say(report, ud, p.name, err, "%s", engram_errmsg());
             return;
         }
-        state = script_int(r, 0);
-        freeReplyObject(r);
         if (state == 0)
             return;
         if (state == 2) {
@@ -944,25 +939,29 @@ typedef struct rwriter {
     int failed;         /* a step failed: abort adds what it could not clean up */
 } rwriter;
 
-/* Stamps this push's record again: 0, or -ECANCELED if a resolver closed
- * it (the push can never publish). */
+/* The next renewal is due in half a TTL. */
+static void renew_later(rwriter *w)
+{
+    w->renew_ns = engram__now_ns() + (uint64_t)w->rs->ttl_ms * 1000000u / 2;
+}
+
+/* Stamps this push's record again, and schedules the next stamp: 0, or
+ * -ECANCELED if a resolver closed it (the push can never publish). */
 static int touch(rwriter *w, uint64_t deadline)
 {
     const char *args[2] = {w->pfield, w->popen};
-    redisReply *r;
     long long v;
     int err;
     if ((err = script(w->rs, w->s, S_TOUCH, 2, args, NULL, deadline, "stamp a pending record",
-                      &r)) != 0)
+                      &v)) != 0)
         return err;
-    v = script_int(r, -1);
-    freeReplyObject(r);
     if (v != 1)
         return engram__err(-ECANCELED, "push of '%s' to %s was abandoned: its pending record "
                                        "'%s' was closed by a gc (engram_store_gc()), which "
                                        "takes a push that shows no life for its chunk TTL "
                                        "(%u ms) for dead",
                            w->m.name, w->rs->where, w->pfield, w->rs->ttl_ms);
+    renew_later(w);
     return 0;
 }
 
@@ -992,7 +991,7 @@ static int renew_ttls(rwriter *w)
         if (err)
             return err;
     }
-    w->renew_ns = engram__now_ns() + (uint64_t)w->rs->ttl_ms * 1000000u / 2;
+    renew_later(w);
     return 0;
 }
 
@@ -1041,21 +1040,7 @@ static void rwriter_free(rwriter *w)
 static int discard(rwriter *w)
 {
     engram__rpending p;
-    memset(&p, 0, sizeof p);
-    snprintf(p.name, sizeof p.name, "%s", w->m.name);
-    p.epoch = w->m.epoch;
-    p.nchunks = w->chunks_done;
-    p.tagged = w->m.tagged;
-    if (p.nchunks == 0) {
-        /* No chunk sent: only the record to drop. */
-        const char *argv[3] = {"HDEL", w->rs->mkey, w->pfield};
-        redisReply *r;
-        int err = key_cmd(w->rs, w->s, ENGRAM__RCL_WRITE, 3, argv, NULL, REDIS_REPLY_INTEGER,
-                          engram__rcl_deadline(w->rs->cl), "drop a pending record", &r);
-        if (!err)
-            freeReplyObject(r);
-        return err;
-    }
+    pending_of(w->rs, &w->m, w->chunks_done, 0, &p);
     return pending_finish(w->rs, w->s, &p, w->pfield, engram__rcl_deadline(w->rs->cl));
 }
 
@@ -1104,8 +1089,8 @@ static int redis_writer_begin(void *state, const char *name, const engram_table_
     rstore *rs = state;
     rwriter *w;
     engram__rpending p;
-    redisReply *r;
     uint64_t chunk_rows, max_rows;
+    long long v;
     int err;
 
     if ((err = engram_spec_check(spec)) != 0)
@@ -1138,12 +1123,7 @@ static int redis_writer_begin(void *state, const char *name, const engram_table_
     if (w->m.epoch == 0)
         w->m.epoch = 1;
     w->kpre_len = chunk_prefix(rs, name, w->m.epoch, w->m.tagged, w->kpre);
-    memset(&p, 0, sizeof p);
-    snprintf(p.name, sizeof p.name, "%s", name);
-    p.epoch = w->m.epoch;
-    p.nchunks = w->m.nchunks;
-    p.tagged = w->m.tagged;
-    p.ttl_ms = rs->ttl_ms;
+    pending_of(rs, &w->m, w->m.nchunks, 0, &p);
     engram__rpending_body(&p, w->popen, sizeof w->popen);
     p.closed = 1;
     engram__rpending_body(&p, w->pclosed, sizeof w->pclosed);
@@ -1155,7 +1135,7 @@ static int redis_writer_begin(void *state, const char *name, const engram_table_
         goto fail;
     }
     XXH3_64bits_reset(w->xs);
-    w->renew_ns = engram__now_ns() + (uint64_t)rs->ttl_ms * 1000000u / 2;
+    renew_later(w);
     if ((err = engram__rcl_sess_get(rs->cl, &w->s)) != 0)
         goto fail;
     /* What dead pushes and removals left behind goes first (best effort:
@@ -1172,15 +1152,13 @@ static int redis_writer_begin(void *state, const char *name, const engram_table_
     {
         const char *args[3] = {name, w->pfield, w->popen};
         if ((err = script(rs, w->s, S_BEGIN, 3, args, NULL, engram__rcl_deadline(rs->cl),
-                          "begin a push", &r)) != 0)
+                          "begin a push", &v)) != 0)
             goto fail;
     }
-    err = script_int(r, -1) == 1 ? 0
-                                 : engram__err(-EEXIST, "table '%s' already exists in %s", name,
-                                               rs->where);
-    freeReplyObject(r);
-    if (err)
+    if (v != 1) {
+        err = engram__err(-EEXIST, "table '%s' already exists in %s", name, rs->where);
         goto fail;
+    }
     *out = w;
     return 0;
 fail:
@@ -1237,6 +1215,17 @@ fail:
     return err;
 }
 
+/* Sends this push's publication (S_PUBLISH) of manifest `text`: 0 and
+ * *v, its answer, or the failure (`what` names the step in its message),
+ * after which whether it ran is unknown. */
+static int publish(rwriter *w, const char *text, size_t tlen, const char *what, long long *v)
+{
+    const char *args[4] = {w->pfield, w->m.name, text, w->pclosed};
+    size_t lens[4] = {strlen(w->pfield), strlen(w->m.name), tlen, strlen(w->pclosed)};
+    return script(w->rs, w->s, S_PUBLISH, 4, args, lens, engram__rcl_deadline(w->rs->cl), what,
+                  v);
+}
+
 /* The publication's reply was lost (`err`, message in engram_errmsg()):
  * resolves what happened by closing this push's record, which no copy of
  * the publication still in flight can get past.  0 if the push turned
@@ -1247,17 +1236,14 @@ static int resolve(rwriter *w, int err, const char *text, size_t tlen)
     rstore *rs = w->rs;
     char first[ENGRAM__ERRMSG_MAX];
     const char *args[2] = {w->pfield, "0"};
-    const char *pargs[4] = {w->pfield, w->m.name, text, w->pclosed};
-    size_t plens[4] = {strlen(w->pfield), strlen(w->m.name), tlen, strlen(w->pclosed)};
-    redisReply *r;
     long long state, v;
     int rerr;
 
     snprintf(first, sizeof first, "%s", engram_errmsg());
     at_step("resolve", w->m.name);
     if ((rerr = script(rs, w->s, S_CLOSE, 2, args, NULL, engram__rcl_deadline(rs->cl),
-                       "close the push's pending record", &r)) != 0 ||
-        ((state = script_int(r, 0)), freeReplyObject(r), state != 0 && state != 1)) {
+                       "close the push's pending record", &state)) != 0 ||
+        (state != 0 && state != 1)) {
         if (!rerr)
             engram__err(-EIO, "its pending record '%s' is not one this library wrote", w->pfield);
         err = engram__err(ENGRAM_EINDOUBT,
@@ -1280,8 +1266,7 @@ static int resolve(rwriter *w, int err, const char *text, size_t tlen)
      * (with the record gone it can publish nothing), and if the manifest
      * is ours it writes it again on this connection, so that the WAIT
      * after it covers the publication, as for one answered. */
-    if ((rerr = script(rs, w->s, S_PUBLISH, 4, pargs, plens, engram__rcl_deadline(rs->cl),
-                       "read the manifest back", &r)) != 0) {
+    if ((rerr = publish(w, text, tlen, "read the manifest back", &v)) != 0) {
         err = engram__err(ENGRAM_EINDOUBT,
                           "push of '%s' to %s: the outcome is in doubt: the publication got "
                           "no answer (%s), its pending record is gone, and the manifest "
@@ -1291,8 +1276,6 @@ static int resolve(rwriter *w, int err, const char *text, size_t tlen)
         rwriter_free(w);
         return err;
     }
-    v = script_int(r, -1);
-    freeReplyObject(r);
     if (v == 1)
         return 0;
     if (v != 0 && v != -1) {
@@ -1331,15 +1314,12 @@ static int redis_writer_commit(void *wp)
      * and then, so that no gc takes a long commit for a dead one ... */
     if ((err = touch(w, engram__rcl_deadline(rs->cl))) != 0)
         goto fail;
-    w->renew_ns = engram__now_ns() + (uint64_t)rs->ttl_ms * 1000000u / 2;
     for (uint64_t i = 0; i < w->chunks_done; i++) {
         char key[KEY_MAX + 24];
         const char *argv[2] = {"PERSIST", key};
-        if (engram__now_ns() >= w->renew_ns) {
-            if ((err = touch(w, engram__rcl_deadline(rs->cl))) != 0)
-                goto fail;
-            w->renew_ns = engram__now_ns() + (uint64_t)rs->ttl_ms * 1000000u / 2;
-        }
+        if (engram__now_ns() >= w->renew_ns &&
+            (err = touch(w, engram__rcl_deadline(rs->cl))) != 0)
+            goto fail;
         chunk_key(w->kpre, w->kpre_len, i, key);
         if ((err = key_cmd(rs, w->s, ENGRAM__RCL_WRITE, 2, argv, NULL, REDIS_REPLY_INTEGER,
                            engram__rcl_deadline(rs->cl), "keep a chunk", &r)) != 0)
@@ -1363,34 +1343,19 @@ static int redis_writer_commit(void *wp)
         goto fail;
     /* Step 4: publication, one atomic step that needs the record open. */
     at_step("publish", w->m.name);
-    {
-        const char *args[4] = {w->pfield, w->m.name, text, w->pclosed};
-        size_t lens[4] = {strlen(w->pfield), strlen(w->m.name), tlen, strlen(w->pclosed)};
-        if ((err = script(rs, w->s, S_PUBLISH, 4, args, lens, engram__rcl_deadline(rs->cl),
-                          "publish a table", &r)) != 0) {
-            /* Whether it ran is unknown: find out before anything is
-             * deleted. */
-            err = resolve(w, err, text, tlen);
-            if (err) {
-                free(text);
-                return err;
-            }
-            goto published;
-        }
-    }
-    v = script_int(r, -1);
-    freeReplyObject(r);
-    if (v != 1 && v != 0 && v != -1) {
+    if ((err = publish(w, text, tlen, "publish a table", &v)) == 0 && v != 1 && v != 0 &&
+        v != -1)
         /* Not an answer this script gives: take nothing for granted. */
         err = engram__err(-EIO, "publish '%s' in %s: the script answered %lld", w->m.name,
                           rs->where, v);
+    if (err) {
+        /* Whether it ran is unknown: find out before anything is
+         * deleted. */
         if ((err = resolve(w, err, text, tlen)) != 0) {
             free(text);
             return err;
         }
-        goto published;
-    }
-    if (v != 1) {
+    } else if (v != 1) {
         err = v == 0 ? engram__err(-EEXIST, "table '%s' already exists in %s (another push won)",
                                    w->m.name, rs->where)
                      : engram__err(-ECANCELED,
@@ -1400,7 +1365,6 @@ static int redis_writer_commit(void *wp)
                                    w->m.name, rs->where, w->pfield);
         goto fail;
     }
-published:
     pthread_mutex_lock(&rs->lock);
     rs->have_ns_bytes = 0;
     pthread_mutex_unlock(&rs->lock);

@@ -104,6 +104,14 @@ static void check_rows(const unsigned char *out, const int64_t *ids, size_t n, u
     }
 }
 
+/* The manifests' hash of namespace `ns` (its key into mkey[cap]), and
+ * the master that holds it. */
+static int manifests_owner(const tr_cluster *c, const char *ns, char *mkey, size_t cap)
+{
+    snprintf(mkey, cap, "engram/%s/.manifests", ns);
+    return tr_slot_owner(c, tr_live(c, -1), engram__rcl_keyslot(mkey, strlen(mkey)));
+}
+
 /* The publish epoch of table `name` of namespace `ns`, from its
  * manifest, asked of the master that holds the manifests' hash. */
 static void manifest_epoch(const tr_cluster *c, const char *ns, const char *name, char *epoch)
@@ -111,10 +119,8 @@ static void manifest_epoch(const tr_cluster *c, const char *ns, const char *name
     char mkey[200];
     redisReply *r;
     const char *e;
-    int live = tr_live(c, -1);
-    snprintf(mkey, sizeof mkey, "engram/%s/.manifests", ns);
-    r = tr_must(c, tr_slot_owner(c, live, engram__rcl_keyslot(mkey, strlen(mkey))), "HGET %s %s",
-                mkey, name);
+    int owner = manifests_owner(c, ns, mkey, sizeof mkey);
+    r = tr_must(c, owner, "HGET %s %s", mkey, name);
     ASSERT(r->type == REDIS_REPLY_STRING);
     e = strstr(r->str, "\nepoch ");
     ASSERT(e != NULL);
@@ -1048,12 +1054,6 @@ static void stall_hook(const char *step, const char *name)
         p_cont();
 }
 
-static int manifests_owner(const tr_cluster *c, const char *ns, char *mkey, size_t cap)
-{
-    snprintf(mkey, cap, "engram/%s/.manifests", ns);
-    return tr_slot_owner(c, tr_live(c, -1), engram__rcl_keyslot(mkey, strlen(mkey)));
-}
-
 /* The pending records of namespace `ns` (fields ".pending/..." of its
  * manifests' hash), and how many of them are closed. */
 static size_t pending_records(const tr_cluster *c, const char *ns, size_t *closed)
@@ -1444,6 +1444,7 @@ static tr_cluster Q;
 static int q_master_of[TR_MAX]; /* 1: server i is a master */
 static int q_stopped[TR_MAX];
 static int q_mowner;            /* the master of the test's manifests' hash */
+static char q_mkey[200];        /* its key */
 static const char *q_ns;
 
 /* Reads the roles, and waits until every server's CLUSTER SLOTS lists
@@ -1510,15 +1511,25 @@ static void q_cont_all(void)
         q_cont(i);
 }
 
+/* A store of namespace `ns`, which q_ns, q_mkey and q_mowner then
+ * name: 2 s timeouts, chunks of 8 rows. */
+static engram_store *q_open(const char *ns)
+{
+    engram_redis_options ro = ENGRAM_REDIS_OPTIONS_INIT;
+    engram_store *st;
+    ro.timeout_ms = 2000;
+    ro.chunk_bytes = 8 * R;
+    q_ns = ns;
+    st = open_redis(&Q, ns, 0, &ro);
+    q_mowner = manifests_owner(&Q, ns, q_mkey, sizeof q_mkey);
+    return st;
+}
+
 /* Whether table `name` of q_ns is listed, asked of its master. */
 static int q_listed(const char *name)
 {
-    char mkey[200];
-    redisReply *r;
-    int yes;
-    snprintf(mkey, sizeof mkey, "engram/%s/.manifests", q_ns);
-    r = tr_must(&Q, q_mowner, "HEXISTS %s %s", mkey, name);
-    yes = r->integer == 1;
+    redisReply *r = tr_must(&Q, q_mowner, "HEXISTS %s %s", q_mkey, name);
+    int yes = r->integer == 1;
     freeReplyObject(r);
     return yes;
 }
@@ -1562,18 +1573,11 @@ static void q_publish_hook(const char *step, const char *name)
  * would lose a table the push called published). */
 static void test_resolved_publication_waits(void)
 {
-    engram_redis_options ro = ENGRAM_REDIS_OPTIONS_INIT;
     engram_table_spec spec = {100, R, 0};
     unsigned char *rows = tu_make_rows(51, 100, R, 0, 0);
-    engram_store *st;
-    char mkey[200];
+    engram_store *st = q_open("qw");
     int rc;
 
-    ro.timeout_ms = 2000;
-    ro.chunk_bytes = 8 * R;
-    q_ns = "qw";
-    st = open_redis(&Q, q_ns, 0, &ro);
-    q_mowner = manifests_owner(&Q, q_ns, mkey, sizeof mkey);
     engram__redis_hook = q_publish_hook;
     rc = engram_populate(st, "x", &spec, rows, 0);
     engram__redis_hook = NULL;
@@ -1596,11 +1600,8 @@ static void test_resolved_publication_waits(void)
 /* The pending records of q_ns. */
 static size_t q_pending(void)
 {
-    char mkey[200];
-    redisReply *r;
+    redisReply *r = tr_must(&Q, q_mowner, "HKEYS %s", q_mkey);
     size_t n = 0;
-    snprintf(mkey, sizeof mkey, "engram/%s/.manifests", q_ns);
-    r = tr_must(&Q, q_mowner, "HKEYS %s", mkey);
     for (size_t i = 0; i < r->elements; i++)
         n += strncmp(r->element[i]->str, ".pending/", 9) == 0;
     freeReplyObject(r);
@@ -1625,17 +1626,9 @@ static void q_gc_until_settled(engram_store *st)
  * a live push can still publish, or a listed table, without its data. */
 static void test_settle_waits(void)
 {
-    engram_redis_options ro = ENGRAM_REDIS_OPTIONS_INIT;
-    engram_store *st;
-    char mkey[200];
+    engram_store *st = q_open("qs");
     gc_seen g = {0};
     int rc;
-
-    ro.timeout_ms = 2000;
-    ro.chunk_bytes = 8 * R;
-    q_ns = "qs";
-    st = open_redis(&Q, q_ns, 0, &ro);
-    q_mowner = manifests_owner(&Q, q_ns, mkey, sizeof mkey);
 
     /* gc: a push that died after making its 5 chunks permanent, quiet
      * for longer than its TTL. */

@@ -15,8 +15,6 @@
 #define PLAN_HEADS_MAX 4096
 #define PLAN_LAYERS_MAX 256
 
-/* engram plan --head-vocab N0,... --tp T [--dp D] [--per-tp]
- *              [--reads R0,... [--balanced]] [--layer-ids L,...] [--json] */
 /* engram plan --by-rows: the row-wise plan (engram_shard_plan_rows). */
 static int plan_rows(const struct cli *cli, const uint64_t *vocab, size_t heads, uint64_t tp,
                      uint64_t dp, uint32_t flags, const uint64_t *layers, size_t nlayers)
@@ -82,6 +80,8 @@ static int plan_rows(const struct cli *cli, const uint64_t *vocab, size_t heads,
     return 0;
 }
 
+/* engram plan --head-vocab N0,... --tp T [--dp D] [--per-tp]
+ *              [--reads R0,... [--balanced] | --by-rows] [--layer-ids L,...] [--json] */
 int cli_cmd_plan(struct cli *cli)
 {
     uint64_t *vocab = NULL, *reads = NULL, *starts = NULL, layers[PLAN_LAYERS_MAX] = {0};
