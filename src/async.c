@@ -54,11 +54,10 @@ struct engram_pending {
     engram_lookup_args look;
     engram_table_id *tables;
     int64_t *offsets;
-    /* Tokens to rows: the hash of one layer into ids (owned), then the
-     * lookup of those ids. */
+    /* Tokens to rows: the hash of one layer, then the lookup of its ids
+     * (ngram_run(), in the lookup thread's buffer). */
     const engram_ngram_hasher *hasher;
     engram_ngram_hash_args hash;
-    int64_t *ids;
     /* The outcome (mu). */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -88,7 +87,6 @@ static void pending_unref(engram_pending *p)
     pthread_mutex_destroy(&p->mu);
     free(p->tables);
     free(p->offsets);
-    free(p->ids);
     free(p);
 }
 
@@ -111,14 +109,29 @@ static void pending_finish(engram_pending *p, int state, int rc, const char *msg
     pthread_mutex_unlock(&p->mu);
 }
 
+/* Tokens to rows once ngram_args() has filled ho and lo: the hash into
+ * this thread's ids buffer (T x C int64, kept for its next calls), then
+ * the lookup of those ids. */
+static int ngram_run(engram_store *st, const engram_ngram_hasher *h, engram_ngram_hash_args *ho,
+                     engram_lookup_args *lo)
+{
+    size_t n = ho->num_tokens * lo->num_cols;
+    int64_t *ids;
+    int err;
+    if (!(ids = engram__scratch(ENGRAM__SCRATCH_NGRAM, (n ? n : 1) * sizeof *ids)))
+        return engram__err(-ENOMEM, "out of memory for %zu ids", n);
+    ho->out = ids;
+    lo->ids = ids;
+    if ((err = engram_ngram_hash(h, ho)) != 0)
+        return err;
+    return engram_lookup(st, lo);
+}
+
 /* Runs p's job on this thread: its result (the message in errmsg). */
 static int run_job(engram_pending *p)
 {
-    int rc;
-    if (p->hasher) {
-        if ((rc = engram_ngram_hash(p->hasher, &p->hash)) != 0)
-            return rc;
-    }
+    if (p->hasher)
+        return ngram_run(p->st, p->hasher, &p->hash, &p->look);
     return engram_lookup(p->st, &p->look);
 }
 
@@ -363,11 +376,11 @@ int engram_lookup_cancel(engram_pending *p)
  * Tokens to rows.
  */
 
-/* Checks a fused lookup's arguments and fills p's hash and lookup from
- * them, the ids going to `ids` (T x C int64). */
+/* Checks a fused lookup's arguments and fills its hash and lookup from
+ * them (the ids are ngram_run()'s). */
 static int ngram_args(const engram_ngram_hasher *h, const engram_ngram_hash_args *hash,
                       const engram_table_id *tables, size_t num_tables,
-                      const engram_lookup_args *look, int64_t *ids, engram_ngram_hash_args *ho,
+                      const engram_lookup_args *look, engram_ngram_hash_args *ho,
                       engram_lookup_args *lo)
 {
     size_t C;
@@ -391,12 +404,11 @@ static int ngram_args(const engram_ngram_hasher *h, const engram_ngram_hash_args
     *ho = *hash;
     ho->flags = num_tables == 1 ? hash->flags & ~ENGRAM_NGRAM_LOCAL
                                 : hash->flags | ENGRAM_NGRAM_LOCAL;
-    ho->out = ids;
+    ho->out = NULL;
     ho->out_type = ENGRAM_ID_INT64;
     *lo = *look;
     lo->num_tokens = hash->num_tokens;
     lo->num_cols = C;
-    lo->ids = ids;
     lo->id_type = ENGRAM_ID_INT64;
     lo->id_stride_t = 0;
     lo->id_stride_k = 0;
@@ -410,8 +422,7 @@ int engram_ngram_lookup(engram_store *st, const engram_ngram_hasher *h,
     engram_ngram_hash_args ho;
     engram_lookup_args lo;
     engram_table_id one[ENGRAM_NGRAM_MAX_COLS];
-    size_t C, bytes;
-    int64_t *ids;
+    size_t C;
     int err;
     if (!st)
         return engram__err(-EINVAL, "store is NULL");
@@ -420,10 +431,7 @@ int engram_ngram_lookup(engram_store *st, const engram_ngram_hasher *h,
     C = engram__ngram_cols(h);
     if (hash->num_tokens > SIZE_MAX / sizeof(int64_t) / (C ? C : 1))
         return engram__err(-EINVAL, "num_tokens %zu is too large", hash->num_tokens);
-    bytes = (hash->num_tokens ? hash->num_tokens : 1) * C * sizeof(int64_t);
-    if (!(ids = engram__scratch(ENGRAM__SCRATCH_NGRAM, bytes)))
-        return engram__err(-ENOMEM, "out of memory for %zu ids", hash->num_tokens * C);
-    if ((err = ngram_args(h, hash, tables, num_tables, look, ids, &ho, &lo)) != 0)
+    if ((err = ngram_args(h, hash, tables, num_tables, look, &ho, &lo)) != 0)
         return err;
     if (num_tables == 1) {
         for (size_t c = 0; c < C; c++)
@@ -432,9 +440,7 @@ int engram_ngram_lookup(engram_store *st, const engram_ngram_hasher *h,
     } else {
         lo.tables = tables;
     }
-    if ((err = engram_ngram_hash(h, &ho)) != 0)
-        return err;
-    return engram_lookup(st, &lo);
+    return ngram_run(st, h, &ho, &lo);
 }
 
 int engram_ngram_lookup_submit(engram_store *st, const engram_ngram_hasher *h,
@@ -463,13 +469,12 @@ int engram_ngram_lookup_submit(engram_store *st, const engram_ngram_hasher *h,
     empty.num_cols = 0;
     if ((err = pending_new(st, &empty, &p)) != 0)
         return err;
-    if (!(p->ids = malloc((hash->num_tokens ? hash->num_tokens : 1) * C * sizeof(int64_t))) ||
-        !(p->tables = malloc(C * sizeof *p->tables))) {
+    if (!(p->tables = malloc(C * sizeof *p->tables))) {
         atomic_store_explicit(&p->refs, 1, memory_order_relaxed);
         pending_unref(p);
-        return engram__err(-ENOMEM, "out of memory for %zu ids", hash->num_tokens * C);
+        return engram__err(-ENOMEM, "out of memory for a pending lookup");
     }
-    if ((err = ngram_args(h, hash, tables, num_tables, look, p->ids, &p->hash, &p->look)) != 0) {
+    if ((err = ngram_args(h, hash, tables, num_tables, look, &p->hash, &p->look)) != 0) {
         atomic_store_explicit(&p->refs, 1, memory_order_relaxed);
         pending_unref(p);
         return err;
