@@ -377,11 +377,12 @@ int engram_lookup_cancel(engram_pending *p)
  */
 
 /* Checks a fused lookup's arguments and fills its hash and lookup from
- * them (the ids are ngram_run()'s). */
+ * them (the ids are ngram_run()'s); one[] (ENGRAM_NGRAM_MAX_COLS) holds
+ * the layer's table for each column where num_tables is 1. */
 static int ngram_args(const engram_ngram_hasher *h, const engram_ngram_hash_args *hash,
                       const engram_table_id *tables, size_t num_tables,
-                      const engram_lookup_args *look, engram_ngram_hash_args *ho,
-                      engram_lookup_args *lo)
+                      const engram_lookup_args *look, engram_table_id *one,
+                      engram_ngram_hash_args *ho, engram_lookup_args *lo)
 {
     size_t C;
     if (!h || !hash || !look || !tables)
@@ -393,7 +394,9 @@ static int ngram_args(const engram_ngram_hasher *h, const engram_ngram_hash_args
         return engram__err(-EINVAL, "tokens to rows reads one layer: hash.layer must be its "
                                     "index, not %d",
                            hash->layer);
-    C = engram__ngram_cols(h);
+    C = engram__ngram_cols(h); /* at least 1 */
+    if (hash->num_tokens > SIZE_MAX / sizeof(int64_t) / C)
+        return engram__err(-EINVAL, "num_tokens %zu is too large", hash->num_tokens);
     if (num_tables != 1 && num_tables != C)
         return engram__err(-EINVAL, "num_tables %zu: 1 (the layer's table, global ids) or the "
                                     "layer's %zu columns (a table each, local ids)",
@@ -409,6 +412,13 @@ static int ngram_args(const engram_ngram_hasher *h, const engram_ngram_hash_args
     *lo = *look;
     lo->num_tokens = hash->num_tokens;
     lo->num_cols = C;
+    if (num_tables == 1) {
+        for (size_t c = 0; c < C; c++)
+            one[c] = tables[0];
+        lo->tables = one;
+    } else {
+        lo->tables = tables;
+    }
     lo->id_type = ENGRAM_ID_INT64;
     lo->id_stride_t = 0;
     lo->id_stride_k = 0;
@@ -419,27 +429,14 @@ int engram_ngram_lookup(engram_store *st, const engram_ngram_hasher *h,
                         const engram_ngram_hash_args *hash, const engram_table_id *tables,
                         size_t num_tables, const engram_lookup_args *look)
 {
+    engram_table_id one[ENGRAM_NGRAM_MAX_COLS];
     engram_ngram_hash_args ho;
     engram_lookup_args lo;
-    engram_table_id one[ENGRAM_NGRAM_MAX_COLS];
-    size_t C;
     int err;
     if (!st)
         return engram__err(-EINVAL, "store is NULL");
-    if (!hash || !h)
-        return engram__err(-EINVAL, "hasher and hash args are required");
-    C = engram__ngram_cols(h);
-    if (hash->num_tokens > SIZE_MAX / sizeof(int64_t) / (C ? C : 1))
-        return engram__err(-EINVAL, "num_tokens %zu is too large", hash->num_tokens);
-    if ((err = ngram_args(h, hash, tables, num_tables, look, &ho, &lo)) != 0)
+    if ((err = ngram_args(h, hash, tables, num_tables, look, one, &ho, &lo)) != 0)
         return err;
-    if (num_tables == 1) {
-        for (size_t c = 0; c < C; c++)
-            one[c] = tables[0];
-        lo.tables = one;
-    } else {
-        lo.tables = tables;
-    }
     return ngram_run(st, h, &ho, &lo);
 }
 
@@ -448,40 +445,19 @@ int engram_ngram_lookup_submit(engram_store *st, const engram_ngram_hasher *h,
                                size_t num_tables, const engram_lookup_args *look,
                                engram_pending **out)
 {
-    engram_lookup_args empty;
+    engram_table_id one[ENGRAM_NGRAM_MAX_COLS];
+    engram_ngram_hash_args ho;
+    engram_lookup_args lo;
     engram_pending *p;
-    size_t C;
     int err;
     if (!out)
         return engram__err(-EINVAL, "out is NULL");
     *out = NULL;
-    if (!h || !hash || !look)
-        return engram__err(-EINVAL, "hasher, hash args and lookup args are required");
-    if (look->size != sizeof *look)
-        return engram__err(-EINVAL, "engram_lookup_args.size is %u, expected %zu", look->size,
-                           sizeof *look);
-    C = engram__ngram_cols(h);
-    if (hash->num_tokens > SIZE_MAX / sizeof(int64_t) / (C ? C : 1))
-        return engram__err(-EINVAL, "num_tokens %zu is too large", hash->num_tokens);
-    empty = *look;
-    empty.tables = NULL;
-    empty.offsets = NULL;
-    empty.num_cols = 0;
-    if ((err = pending_new(st, &empty, &p)) != 0)
+    /* pending_new() copies the columns' tables. */
+    if ((err = ngram_args(h, hash, tables, num_tables, look, one, &ho, &lo)) != 0 ||
+        (err = pending_new(st, &lo, &p)) != 0)
         return err;
-    if (!(p->tables = malloc(C * sizeof *p->tables))) {
-        atomic_store_explicit(&p->refs, 1, memory_order_relaxed);
-        pending_unref(p);
-        return engram__err(-ENOMEM, "out of memory for a pending lookup");
-    }
-    if ((err = ngram_args(h, hash, tables, num_tables, look, &p->hash, &p->look)) != 0) {
-        atomic_store_explicit(&p->refs, 1, memory_order_relaxed);
-        pending_unref(p);
-        return err;
-    }
-    for (size_t c = 0; c < C; c++)
-        p->tables[c] = tables[num_tables == 1 ? 0 : c];
-    p->look.tables = p->tables;
     p->hasher = h;
+    p->hash = ho;
     return pending_submit(st, p, out);
 }
