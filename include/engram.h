@@ -1129,9 +1129,10 @@ ENGRAM_API int engram_ngram_lookup(engram_store *st, const engram_ngram_hasher *
 
 /*! engram_ngram_lookup_submit() :
  * engram_ngram_lookup() on the store's lookup threads (see
- * engram_lookup_submit()): the hash and the lookup both run there.  The
- * hasher, the tokens and histories `hash` points to and the output must
- * stay valid until the wait; tables is copied.
+ * engram_lookup_submit()): the hash and the lookup both run there (the
+ * ids in that thread's buffer).  The hasher, the tokens and histories
+ * `hash` points to and the output must stay valid until the wait; tables
+ * is copied.
  * @return : 0, -EINVAL, -EAGAIN, -ENOMEM; the rest at the wait. */
 ENGRAM_API int engram_ngram_lookup_submit(engram_store *st, const engram_ngram_hasher *h,
                                           const engram_ngram_hash_args *hash,

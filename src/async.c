@@ -54,11 +54,10 @@ struct engram_pending {
     engram_lookup_args look;
     engram_table_id *tables;
     int64_t *offsets;
-    /* Tokens to rows: the hash of one layer into ids (owned), then the
-     * lookup of those ids. */
+    /* Tokens to rows: the hash of one layer, then the lookup of its ids
+     * (ngram_run(), in the lookup thread's buffer). */
     const engram_ngram_hasher *hasher;
     engram_ngram_hash_args hash;
-    int64_t *ids;
     /* The outcome (mu). */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -88,7 +87,6 @@ static void pending_unref(engram_pending *p)
     pthread_mutex_destroy(&p->mu);
     free(p->tables);
     free(p->offsets);
-    free(p->ids);
     free(p);
 }
 
@@ -111,14 +109,29 @@ static void pending_finish(engram_pending *p, int state, int rc, const char *msg
     pthread_mutex_unlock(&p->mu);
 }
 
+/* Tokens to rows once ngram_args() has filled ho and lo: the hash into
+ * this thread's ids buffer (T x C int64, kept for its next calls), then
+ * the lookup of those ids. */
+static int ngram_run(engram_store *st, const engram_ngram_hasher *h, engram_ngram_hash_args *ho,
+                     engram_lookup_args *lo)
+{
+    size_t n = ho->num_tokens * lo->num_cols;
+    int64_t *ids;
+    int err;
+    if (!(ids = engram__scratch(ENGRAM__SCRATCH_NGRAM, (n ? n : 1) * sizeof *ids)))
+        return engram__err(-ENOMEM, "out of memory for %zu ids", n);
+    ho->out = ids;
+    lo->ids = ids;
+    if ((err = engram_ngram_hash(h, ho)) != 0)
+        return err;
+    return engram_lookup(st, lo);
+}
+
 /* Runs p's job on this thread: its result (the message in errmsg). */
 static int run_job(engram_pending *p)
 {
-    int rc;
-    if (p->hasher) {
-        if ((rc = engram_ngram_hash(p->hasher, &p->hash)) != 0)
-            return rc;
-    }
+    if (p->hasher)
+        return ngram_run(p->st, p->hasher, &p->hash, &p->look);
     return engram_lookup(p->st, &p->look);
 }
 
@@ -363,12 +376,13 @@ int engram_lookup_cancel(engram_pending *p)
  * Tokens to rows.
  */
 
-/* Checks a fused lookup's arguments and fills p's hash and lookup from
- * them, the ids going to `ids` (T x C int64). */
+/* Checks a fused lookup's arguments and fills its hash and lookup from
+ * them (the ids are ngram_run()'s); one[] (ENGRAM_NGRAM_MAX_COLS) holds
+ * the layer's table for each column where num_tables is 1. */
 static int ngram_args(const engram_ngram_hasher *h, const engram_ngram_hash_args *hash,
                       const engram_table_id *tables, size_t num_tables,
-                      const engram_lookup_args *look, int64_t *ids, engram_ngram_hash_args *ho,
-                      engram_lookup_args *lo)
+                      const engram_lookup_args *look, engram_table_id *one,
+                      engram_ngram_hash_args *ho, engram_lookup_args *lo)
 {
     size_t C;
     if (!h || !hash || !look || !tables)
@@ -380,7 +394,9 @@ static int ngram_args(const engram_ngram_hasher *h, const engram_ngram_hash_args
         return engram__err(-EINVAL, "tokens to rows reads one layer: hash.layer must be its "
                                     "index, not %d",
                            hash->layer);
-    C = engram__ngram_cols(h);
+    C = engram__ngram_cols(h); /* at least 1 */
+    if (hash->num_tokens > SIZE_MAX / sizeof(int64_t) / C)
+        return engram__err(-EINVAL, "num_tokens %zu is too large", hash->num_tokens);
     if (num_tables != 1 && num_tables != C)
         return engram__err(-EINVAL, "num_tables %zu: 1 (the layer's table, global ids) or the "
                                     "layer's %zu columns (a table each, local ids)",
@@ -391,12 +407,18 @@ static int ngram_args(const engram_ngram_hasher *h, const engram_ngram_hash_args
     *ho = *hash;
     ho->flags = num_tables == 1 ? hash->flags & ~ENGRAM_NGRAM_LOCAL
                                 : hash->flags | ENGRAM_NGRAM_LOCAL;
-    ho->out = ids;
+    ho->out = NULL;
     ho->out_type = ENGRAM_ID_INT64;
     *lo = *look;
     lo->num_tokens = hash->num_tokens;
     lo->num_cols = C;
-    lo->ids = ids;
+    if (num_tables == 1) {
+        for (size_t c = 0; c < C; c++)
+            one[c] = tables[0];
+        lo->tables = one;
+    } else {
+        lo->tables = tables;
+    }
     lo->id_type = ENGRAM_ID_INT64;
     lo->id_stride_t = 0;
     lo->id_stride_k = 0;
@@ -407,34 +429,15 @@ int engram_ngram_lookup(engram_store *st, const engram_ngram_hasher *h,
                         const engram_ngram_hash_args *hash, const engram_table_id *tables,
                         size_t num_tables, const engram_lookup_args *look)
 {
+    engram_table_id one[ENGRAM_NGRAM_MAX_COLS];
     engram_ngram_hash_args ho;
     engram_lookup_args lo;
-    engram_table_id one[ENGRAM_NGRAM_MAX_COLS];
-    size_t C, bytes;
-    int64_t *ids;
     int err;
     if (!st)
         return engram__err(-EINVAL, "store is NULL");
-    if (!hash || !h)
-        return engram__err(-EINVAL, "hasher and hash args are required");
-    C = engram__ngram_cols(h);
-    if (hash->num_tokens > SIZE_MAX / sizeof(int64_t) / (C ? C : 1))
-        return engram__err(-EINVAL, "num_tokens %zu is too large", hash->num_tokens);
-    bytes = (hash->num_tokens ? hash->num_tokens : 1) * C * sizeof(int64_t);
-    if (!(ids = engram__scratch(ENGRAM__SCRATCH_NGRAM, bytes)))
-        return engram__err(-ENOMEM, "out of memory for %zu ids", hash->num_tokens * C);
-    if ((err = ngram_args(h, hash, tables, num_tables, look, ids, &ho, &lo)) != 0)
+    if ((err = ngram_args(h, hash, tables, num_tables, look, one, &ho, &lo)) != 0)
         return err;
-    if (num_tables == 1) {
-        for (size_t c = 0; c < C; c++)
-            one[c] = tables[0];
-        lo.tables = one;
-    } else {
-        lo.tables = tables;
-    }
-    if ((err = engram_ngram_hash(h, &ho)) != 0)
-        return err;
-    return engram_lookup(st, &lo);
+    return ngram_run(st, h, &ho, &lo);
 }
 
 int engram_ngram_lookup_submit(engram_store *st, const engram_ngram_hasher *h,
@@ -442,41 +445,19 @@ int engram_ngram_lookup_submit(engram_store *st, const engram_ngram_hasher *h,
                                size_t num_tables, const engram_lookup_args *look,
                                engram_pending **out)
 {
-    engram_lookup_args empty;
+    engram_table_id one[ENGRAM_NGRAM_MAX_COLS];
+    engram_ngram_hash_args ho;
+    engram_lookup_args lo;
     engram_pending *p;
-    size_t C;
     int err;
     if (!out)
         return engram__err(-EINVAL, "out is NULL");
     *out = NULL;
-    if (!h || !hash || !look)
-        return engram__err(-EINVAL, "hasher, hash args and lookup args are required");
-    if (look->size != sizeof *look)
-        return engram__err(-EINVAL, "engram_lookup_args.size is %u, expected %zu", look->size,
-                           sizeof *look);
-    C = engram__ngram_cols(h);
-    if (hash->num_tokens > SIZE_MAX / sizeof(int64_t) / (C ? C : 1))
-        return engram__err(-EINVAL, "num_tokens %zu is too large", hash->num_tokens);
-    empty = *look;
-    empty.tables = NULL;
-    empty.offsets = NULL;
-    empty.num_cols = 0;
-    if ((err = pending_new(st, &empty, &p)) != 0)
+    /* pending_new() copies the columns' tables. */
+    if ((err = ngram_args(h, hash, tables, num_tables, look, one, &ho, &lo)) != 0 ||
+        (err = pending_new(st, &lo, &p)) != 0)
         return err;
-    if (!(p->ids = malloc((hash->num_tokens ? hash->num_tokens : 1) * C * sizeof(int64_t))) ||
-        !(p->tables = malloc(C * sizeof *p->tables))) {
-        atomic_store_explicit(&p->refs, 1, memory_order_relaxed);
-        pending_unref(p);
-        return engram__err(-ENOMEM, "out of memory for %zu ids", hash->num_tokens * C);
-    }
-    if ((err = ngram_args(h, hash, tables, num_tables, look, p->ids, &p->hash, &p->look)) != 0) {
-        atomic_store_explicit(&p->refs, 1, memory_order_relaxed);
-        pending_unref(p);
-        return err;
-    }
-    for (size_t c = 0; c < C; c++)
-        p->tables[c] = tables[num_tables == 1 ? 0 : c];
-    p->look.tables = p->tables;
     p->hasher = h;
+    p->hash = ho;
     return pending_submit(st, p, out);
 }

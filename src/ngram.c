@@ -660,19 +660,30 @@ typedef struct hash_part {
     uint32_t part, nparts;
 } hash_part;
 
+/* Request r's tokens [*t0, *t1) and history [*h0, *h1) in a batch of R
+ * requests of T tokens in all. */
+static void request_bounds(const engram_ngram_hash_args *a, size_t R, size_t T, size_t r,
+                           size_t *t0, size_t *t1, size_t *h0, size_t *h1)
+{
+    *t0 = R > 1 ? a->starts[r] : 0;
+    *t1 = R > 1 ? a->starts[r + 1] : T;
+    *h0 = 0;
+    *h1 = R > 1 ? 0 : a->history_len;
+    if (R > 1 && a->history) {
+        *h0 = a->history_starts[r];
+        *h1 = a->history_starts[r + 1];
+    }
+}
+
 static void hash_part_run(const hash_part *p)
 {
     const engram_ngram_hash_args *a = p->a;
     size_t p0 = p->T * p->part / p->nparts, p1 = p->T * (p->part + 1) / p->nparts;
     for (size_t r = 0; r < p->R; r++) {
-        size_t t0 = p->R > 1 ? a->starts[r] : 0, t1 = p->R > 1 ? a->starts[r + 1] : p->T;
-        size_t h0 = 0, h1 = p->R > 1 ? 0 : a->history_len, ts, te, w0;
+        size_t t0, t1, h0, h1, ts, te, w0;
+        request_bounds(a, p->R, p->T, r, &t0, &t1, &h0, &h1);
         if (t1 <= p0 || t0 >= p1 || t0 == t1)
             continue;
-        if (p->R > 1 && a->history) {
-            h0 = a->history_starts[r];
-            h1 = a->history_starts[r + 1];
-        }
         ts = t0 > p0 ? t0 : p0;
         te = t1 < p1 ? t1 : p1;
         /* The N-1 tokens before the part (fewer near the request's start,
@@ -780,12 +791,8 @@ int engram_ngram_hash(const engram_ngram_hasher *h, const engram_ngram_hash_args
 
     /* Every token first: nothing is written for a batch with a bad one. */
     for (size_t r = 0; r < R; r++) {
-        size_t t0 = R > 1 ? a->starts[r] : 0, t1 = R > 1 ? a->starts[r + 1] : T;
-        size_t h0 = 0, h1 = R > 1 ? 0 : a->history_len;
-        if (R > 1 && a->history) {
-            h0 = a->history_starts[r];
-            h1 = a->history_starts[r + 1];
-        }
+        size_t t0, t1, h0, h1;
+        request_bounds(a, R, T, r, &t0, &t1, &h0, &h1);
         for (size_t i = h0; i < h1; i++)
             if (compress(h, token_at(a->history, a->token_type, i)) == -2)
                 return bad_token(h, "history", i, r, R, token_at(a->history, a->token_type, i));

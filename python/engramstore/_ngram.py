@@ -43,7 +43,7 @@ def _int64_array(raw: bytes, shape: tuple[int, ...]) -> Any:
     return np.frombuffer(raw, dtype=np.int64).reshape(shape)
 
 
-def _flat_ints(v: Any, arg: str) -> list[int]:
+def _flat_ints(v: Any) -> list[int]:
     np = _numpy()
     if np is not None and not isinstance(v, (list, tuple)):
         return [int(x) for x in np.asarray(v).reshape(-1)]
@@ -79,8 +79,8 @@ class NgramLayout:
         self._c = _engram.NgramLayout(
             layer_ids=[int(x) for x in layer_ids], vocab_size=vocab_size, max_ngram=max_ngram,
             heads=heads, compressed_vocab=compressed_vocab, pad_id=pad_id,
-            primes=None if primes is None else _flat_ints(primes, "primes"),
-            multipliers=None if multipliers is None else _flat_ints(multipliers, "multipliers"))
+            primes=None if primes is None else _flat_ints(primes),
+            multipliers=None if multipliers is None else _flat_ints(multipliers))
         dims, p, o, m, r = self._c._arrays()
         (self._L, self._N, self._H, self._C, self._vocab, self._cv, self._pad,
          self._layer_ids) = dims
@@ -195,7 +195,7 @@ class NgramHasher:
             return memoryview(bytearray(size)).cast("B").cast("q", shape)
         return np.empty(shape, np.int64)
 
-    def _tokens(self, tokens: Any, arg: str) -> Any:
+    def _tokens(self, tokens: Any) -> Any:
         np = _numpy()
         if np is not None and isinstance(tokens, (list, tuple)):
             return np.asarray(tokens, dtype=np.int64)
@@ -216,7 +216,7 @@ class NgramHasher:
         more on several threads (a thread per 16,384 tokens, at most the CPUs
         and 8), 1 on the calling thread only, N on N threads.
         """
-        tokens = self._tokens(tokens, "tokens")
+        tokens = self._tokens(tokens)
         idx = -1 if layer is None else self._layout.layer_index(layer)
         out = self._out(out, len(tokens), layer)
         self._c.hash(tokens, out, history=_history(self, history), local=local, layer=idx,
@@ -270,7 +270,7 @@ class NgramHasher:
         given), returned.  ``tables``: the layer's one table (a name; global ids), or
         C names, a table per column (local ids: the layer API's engram:l{L}:h{c}).
         A bad token raises BadIdError naming it; nothing is written then."""
-        tokens = self._tokens(tokens, "tokens")
+        tokens = self._tokens(tokens)
         out = _lookup_out(self, store, tables, len(tokens), out)
         self._c._lookup(store, self._layout.layer_index(layer), tables, tokens, out,
                         history=_history(self, history), zero_dead=zero_dead)
@@ -282,7 +282,7 @@ class NgramHasher:
         (``.wait()``, ``.cancel()``, ``.done()``) and the output it fills, as
         ``(pending, out)``.  The hash runs there too.  tokens, history and out are
         held until the wait."""
-        tokens = self._tokens(tokens, "tokens")
+        tokens = self._tokens(tokens)
         out = _lookup_out(self, store, tables, len(tokens), out)
         pending = self._c._lookup(store, self._layout.layer_index(layer), tables, tokens, out,
                                   history=_history(self, history), zero_dead=zero_dead,
@@ -308,7 +308,7 @@ def _lookup_out(hasher: NgramHasher, store: Any, tables: Any, n: int, out: Any) 
 def _history(hasher: NgramHasher, history: Any) -> Any:
     if history is None:
         return None
-    history = hasher._tokens(history, "history")
+    history = hasher._tokens(history)
     keep = hasher.layout.max_ngram - 1
     return history[len(history) - keep:] if len(history) > keep else history
 
