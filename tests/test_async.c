@@ -352,6 +352,47 @@ static void test_fork(void)
     ASSERT_OK(engram_lookup_submit(f.st, &a, &p));
     ASSERT_OK(engram_lookup_wait(p));
     check(out, ids, 3, 1);
+
+    /* Lookups of the parent's, running and queued at the fork: a child
+     * that waits for one or cancels it is told so at once (it has no
+     * thread that would ever finish them), and they are still the
+     * parent's. */
+    {
+        engram_pending *running, *queued;
+        unsigned char out2[3 * R];
+        gate_set(&f.g, 1);
+        a = args1(&f.s, ids, 3, out);
+        ASSERT_OK(engram_lookup_submit(f.st, &a, &running));
+        gate_wait_entered(&f.g, 1);
+        memset(out2, 0x77, sizeof out2);
+        a = args1(&f.m, ids, 3, out2);
+        ASSERT_OK(engram_lookup_submit(f.st, &a, &queued));
+        fflush(stdout);
+        fflush(stderr);
+        if ((pid = fork()) == 0) {
+            alarm(60); /* a wait that blocks fails the case, not the run */
+            if (engram_lookup_done(running) != 1 || engram_lookup_done(queued) != 1)
+                _exit(2);
+            if (engram_lookup_wait(running) != ENGRAM_ESTATE ||
+                !strstr(engram_errmsg(), "before a fork"))
+                _exit(3);
+            if (engram_lookup_cancel(queued) != ENGRAM_ESTATE)
+                _exit(4);
+            if (engram_lookup_wait(queued) != ENGRAM_ESTATE)
+                _exit(5);
+            _exit(0);
+        }
+        ASSERT(pid > 0);
+        ASSERT_EQ(waitpid(pid, &status, 0), pid);
+        ASSERT(WIFEXITED(status));
+        ASSERT_EQ(WEXITSTATUS(status), 0);
+        ASSERT_EQ(engram_lookup_done(queued), 0);
+        gate_set(&f.g, 0);
+        ASSERT_OK(engram_lookup_wait(running));
+        check(out, ids, 3, 2);
+        ASSERT_OK(engram_lookup_wait(queued));
+        check(out2, ids, 3, 1);
+    }
     fx_close(&f);
 }
 

@@ -5,6 +5,8 @@ store with one lookup thread, so what is queued behind it stays queued."""
 from __future__ import annotations
 
 import gc
+import os
+import signal
 import threading
 
 import numpy as np
@@ -121,6 +123,45 @@ def test_close_with_pending(tmp_path):
         with pytest.raises(es.StateError, match="closed before the lookup ran"):
             q.wait()
         assert (o == 8).all()
+
+
+def test_pending_lookups_of_the_parent_after_fork(mem):
+    """A child of fork() has no thread that would ever finish a lookup its
+    parent submitted: waiting for one, cancelling one or dropping one fails
+    (or returns) at once there, where it used to block for ever, and the
+    lookups are still the parent's."""
+    st, rows = mem
+    entered, go = held_source(st, rows)
+    ids = np.array([[3], [4]])
+    outs = [np.full((2, 1, R), k, np.uint8) for k in range(3)]
+    running = st.lookup_async(["s"], ids, outs[0])
+    assert entered.wait(60)
+    queued = [st.lookup_async(["t"], ids, o) for o in outs[1:]]
+    pid = os.fork()
+    if pid == 0:  # the child: an exception, or a wait that blocks, is a nonzero status
+        code = 1
+        try:
+            signal.alarm(60)
+            assert running.done() and all(q.done() for q in queued)
+            with pytest.raises(es.StateError, match="before a fork"):
+                queued[0].wait()
+            with pytest.raises(es.StateError, match="before a fork"):
+                queued[1].cancel()
+            del running          # its finalizer cancels it: at once too
+            gc.collect()
+            code = 0
+        finally:
+            os._exit(code)
+    try:
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+        assert not queued[0].done()
+    finally:
+        go.set()
+    running.wait()
+    for q in queued:
+        q.wait()
+    assert all((o == rows[ids]).all() for o in outs)
 
 
 def make_layer(st):
