@@ -147,3 +147,57 @@ def test_row_wise_plan_and_route():
         engramstore.shard_plan(sizes, tp=2, by_rows=True, reads=[1] * 4)
     with pytest.raises(engramstore.SpecError, match="only 11 rows"):
         engramstore.shard_plan([5, 6], tp=12, by_rows=True)
+
+
+def test_row_wise_bad_inputs():
+    plan = engramstore.shard_plan([5, 6], tp=4, by_rows=True)
+    ro = np.zeros(1, np.int32)
+    ro.flags.writeable = False
+    for ids, out, exc, text in [
+        (np.array([1]), np.zeros(1, np.int64), TypeError, "out: expected a contiguous 1-D int32 array of 1, got int64"),
+        (np.array([1, 2]), np.zeros(1, np.int32), TypeError, "out: expected a contiguous 1-D int32 array of 2"),
+        (np.array([1]), ro, ValueError, "out: the array is read-only"),
+        (np.array([1]), [0], TypeError, "out: expected an array, got a Python list"),
+        (np.array([1.0]), np.zeros(1, np.int32), TypeError, "ids: expected a contiguous 1-D int64 array, got float64"),
+        (np.array([1], np.int32), np.zeros(1, np.int32), TypeError, "ids: .* int64 array, got int32"),
+        (np.array([1], np.uint64), np.zeros(1, np.int32), TypeError, "ids: .* int64 array, got uint64"),
+        (np.array([-2]), np.full(1, 7, np.int32), engramstore.BadIdError, r"ids\[0\] = -2 is outside the plan's rows \(0 <= id < 11\)"),
+        (np.array([11]), np.full(1, 7, np.int32), engramstore.BadIdError, r"ids\[0\] = 11 is outside"),
+        (np.array([2**63 - 1]), np.full(1, 7, np.int32), engramstore.BadIdError, r"ids\[0\] = 9223372036854775807"),
+        (np.array([-2**63]), np.full(1, 7, np.int32), engramstore.BadIdError, r"ids\[0\] = -9223372036854775808"),
+    ]:
+        with pytest.raises(exc, match=text):
+            engramstore.shard_route(plan, 0, ids, out=out)
+        if isinstance(out, np.ndarray) and out.flags.writeable and out.dtype == np.int32:
+            assert (out == 7).all() or not out.any()
+    # Nothing to route.
+    assert engramstore.shard_route(plan, 0, np.zeros(0, np.int64)).shape == (0,)
+    assert engramstore.shard_route(plan, 0, []).shape == (0,)
+    # Plans that are not a row-wise plan's.
+    for bad, exc, text in [
+        ({"row_shards": {"0": [[0, 5, 0, 0], [6, 11, 1, 1]]}}, ValueError,
+         r"shards\[1\] does not follow the shard before it"),
+        ({"row_shards": {"0": [[1, 5, 0, 0]]}}, ValueError, r"shards\[0\] does not follow"),
+        ({"row_shards": {"0": [[0, 0, 0, 0]]}}, ValueError, r"shards\[0\] does not follow"),
+        ({"row_shards": {"0": []}}, ValueError, "shards: expected at least one shard"),
+        ({"row_shards": {"0": [[-1, 5, 0, 0]]}}, ValueError, r"shards\[0\] does not follow"),
+        ({"row_shards": {}}, ValueError, "no row-wise plan of layer 0"),
+        ({}, ValueError, "no row-wise plan of layer 0"),
+    ]:
+        with pytest.raises(exc, match=text):
+            engramstore.shard_route(bad, 0, np.array([1]))
+    # Head rows and topologies the row-wise plan refuses.
+    for head_rows, kw, exc, text in [
+        ([5, -6], {}, ValueError, "head_rows: layer 0 has a head of -6 rows"),
+        ([5, 0], {}, ValueError, "head_rows: layer 0 has a head of 0 rows"),
+        ([], {}, ValueError, "head_rows: a layer of 0 heads"),
+        ({}, {}, ValueError, "head_rows: no layer"),
+        ({1: [5, 6], 2: [5]}, {}, ValueError, "every layer needs the same number of heads"),
+        ([2**63, 2**63], {}, engramstore.SpecError, "add up past 2\\^63"),
+        ([5, 6], {"tp": 0}, engramstore.EngramError, "TP 0 x DP 1"),
+        ([5, 6], {"dp": 0}, engramstore.EngramError, "TP 2 x DP 0"),
+        ([5, 6], {"tp": 2.0}, TypeError, "float"),
+        ([5, 6], {"balanced": True}, TypeError, "no reads or balanced"),
+    ]:
+        with pytest.raises(exc, match=text):
+            engramstore.shard_plan(head_rows, **{"tp": 2, "by_rows": True, **kw})
