@@ -196,10 +196,22 @@ class NgramHasher:
         return np.empty(shape, np.int64)
 
     def _tokens(self, tokens: Any, arg: str) -> Any:
+        """A list or tuple of token ids as int64; an array as it is (the C
+        side checks its dtype and shape).  Only ints are tokens: floats or
+        bools in a list are refused as they are in an array, not truncated."""
         np = _numpy()
-        if np is not None and isinstance(tokens, (list, tuple)):
-            return np.asarray(tokens, dtype=np.int64)
-        return tokens
+        if np is None or not isinstance(tokens, (list, tuple)):
+            return tokens
+        a = np.asarray(tokens)
+        if a.dtype.kind == "i" or a.size == 0:
+            return a.astype(np.int64, copy=False)
+        if a.dtype.kind in "uO":  # Python ints past int64 (numpy names no argument)
+            try:
+                return np.asarray(tokens, dtype=np.int64)
+            except (OverflowError, TypeError, ValueError) as e:
+                raise type(e)(f"{arg}: {e}") from None
+        raise TypeError(f"{arg}: expected int token ids, got a {type(tokens).__name__} of "
+                        f"{a.dtype} values")
 
     def hash(self, tokens: Any, history: Any = None, out: Any = None, local: bool = False,
              layer: int | None = None, threads: int = 0) -> Any:
@@ -248,8 +260,9 @@ class NgramHasher:
                 raise ValueError(f"histories: expected {len(reqs)} (one per request, or None), "
                                  f"got {len(histories)}")
             keep = self._layout.max_ngram - 1
-            hs = [np.zeros(0, dtype) if h is None else np.asarray(h, dtype=dtype)[-keep:]
-                  for h in histories]
+            hs = [np.zeros(0, dtype) if h is None else
+                  _as_dtype(np, self._tokens(h, f"histories[{i}]"), dtype, f"histories[{i}]")[-keep:]
+                  for i, h in enumerate(histories)]
             hstarts = np.zeros(len(hs) + 1, np.int64)
             np.cumsum([len(h) for h in hs], out=hstarts[1:])
             hist = np.concatenate(hs) if hs else np.zeros(0, dtype)
@@ -288,6 +301,21 @@ class NgramHasher:
                                   history=_history(self, history), zero_dead=zero_dead,
                                   submit=True)
         return pending, out
+
+
+def _as_dtype(np: Any, tokens: Any, dtype: Any, arg: str) -> Any:
+    """Tokens (a history of a batch) in the requests' dtype: int tokens whose
+    values that dtype holds; floats, or ints it would change, are refused."""
+    a = np.asarray(tokens)
+    if a.dtype == dtype or a.size == 0:
+        return a.astype(dtype, copy=False)
+    if a.dtype.kind != "i":
+        raise TypeError(f"{arg}: expected int32 or int64 token ids, got {a.dtype}")
+    b = a.astype(dtype)
+    if not np.array_equal(a, b):
+        raise ValueError(f"{arg}: a token id does not fit {np.dtype(dtype).name}, the "
+                         f"requests' dtype")
+    return b
 
 
 def _lookup_out(hasher: NgramHasher, store: Any, tables: Any, n: int, out: Any) -> Any:

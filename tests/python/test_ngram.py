@@ -532,3 +532,43 @@ def test_bad_configs(tmp_path):
             es.NgramLayout.from_config({**fields, key: value})
         with pytest.raises(exc, match=match):
             es.NgramLayout.from_config({"text_config": {**fields, key: value}})
+
+
+def test_token_lists_hold_ints_only():
+    """A list of tokens becomes int64 only when it holds ints: floats and
+    bools are refused, as they are in an array, not truncated ([1.5, 2.7]
+    used to hash as [1, 2])."""
+    _, h = small()
+    for bad in ([1.5, 2.7], [1.0], [True, False], (3, 0.5)):
+        with pytest.raises(TypeError, match="tokens: expected int token ids"):
+            h.hash(bad)
+        with pytest.raises(TypeError, match="history: expected int token ids"):
+            h.hash([1], history=bad)
+    with pytest.raises(OverflowError, match="tokens: "):
+        h.hash([2**63])
+    assert (h.hash([1, 2]) == h.hash(np.array([1, 2]))).all()
+    assert (h.hash((1, 2), history=[3]) == h.hash(np.array([1, 2]), history=np.array([3]))).all()
+
+
+def test_batch_histories_keep_their_values():
+    """A batch's histories are taken in the requests' dtype only when that
+    keeps every value: floats, uint64 and ints that int32 would change are
+    refused (they used to be cast: 1.9 hashed as 1, 2**32 + 4 as 4, the
+    uint64 2**64 - 1 as -1, which is DEAD)."""
+    _, h = small()
+    reqs = [np.array([1, 2]), np.array([3])]
+    for hist, exc, text in [
+        ([np.array([1.9]), None], TypeError, r"histories\[0\]: expected int32 or int64 token ids, got float64"),
+        ([[1.9], None], TypeError, r"histories\[0\]: expected int token ids"),
+        ([None, np.array([2**64 - 1], np.uint64)], TypeError, r"histories\[1\]: .* got uint64"),
+        ([None, np.array([True])], TypeError, r"histories\[1\]: .* got bool"),
+    ]:
+        with pytest.raises(exc, match=text):
+            h.hash_batch(reqs, hist)
+    want = h.hash_batch(reqs, [np.array([4]), None])
+    r32 = [r.astype(np.int32) for r in reqs]
+    assert (h.hash_batch(r32, [np.array([4]), None]) == want).all()
+    assert (h.hash_batch(r32, [[4], None]) == want).all()
+    assert (h.hash_batch(reqs, [np.array([4], np.int32), None]) == want).all()
+    with pytest.raises(ValueError, match=r"histories\[0\]: a token id does not fit int32"):
+        h.hash_batch(r32, [np.array([2**32 + 4]), None])
