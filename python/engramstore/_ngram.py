@@ -43,14 +43,17 @@ def _int64_array(raw: bytes, shape: tuple[int, ...]) -> Any:
     return np.frombuffer(raw, dtype=np.int64).reshape(shape)
 
 
-def _flat_ints(v: Any, arg: str) -> list[int]:
+def _flat_ints(v: Any, arg: str) -> list[Any]:
+    """[L, X] values (nested lists or an array) flattened; the values as they
+    are, for the C side to check that each is an int (int() would truncate
+    a float)."""
     np = _numpy()
     if np is not None and not isinstance(v, (list, tuple)):
-        return [int(x) for x in np.asarray(v).reshape(-1)]
-    out: list[int] = []
+        return list(np.asarray(v).reshape(-1).tolist())
+    out: list[Any] = []
     for row in v:
         if isinstance(row, (list, tuple)):
-            out.extend(int(x) for x in row)
+            out.extend(row)
         else:
             out.append(row)
     return out
@@ -77,7 +80,7 @@ class NgramLayout:
                  compressed_vocab: int, pad_id: int, *, primes: Any = None,
                  multipliers: Any = None) -> None:
         self._c = _engram.NgramLayout(
-            layer_ids=[int(x) for x in layer_ids], vocab_size=vocab_size, max_ngram=max_ngram,
+            layer_ids=layer_ids, vocab_size=vocab_size, max_ngram=max_ngram,
             heads=heads, compressed_vocab=compressed_vocab, pad_id=pad_id,
             primes=None if primes is None else _flat_ints(primes, "primes"),
             multipliers=None if multipliers is None else _flat_ints(multipliers, "multipliers"))

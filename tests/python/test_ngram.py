@@ -572,3 +572,34 @@ def test_batch_histories_keep_their_values():
     assert (h.hash_batch(reqs, [np.array([4], np.int32), None]) == want).all()
     with pytest.raises(ValueError, match=r"histories\[0\]: a token id does not fit int32"):
         h.hash_batch(r32, [np.array([2**32 + 4]), None])
+
+
+def test_layout_ints_are_not_truncated():
+    """layer_ids, primes and multipliers are ints: a float among them is
+    refused naming it, in a list or an array (int() made layer 1.5 layer 1
+    and prime 7.5 prime 7).  Arrays of ints and any sequence still serve."""
+    base = dict(layer_ids=[1], vocab_size=100, max_ngram=3, heads=2, compressed_vocab=10,
+                pad_id=0)
+    for change, text in [({"layer_ids": [1.5]}, r"layer_ids\[0\]: expected an int, got float"),
+                         ({"layer_ids": np.array([1.0])}, r"layer_ids\[0\]: expected an int"),
+                         ({"layer_ids": "1,14"}, r"layer_ids\[0\]: expected an int, got str"),
+                         ({"layer_ids": 3}, "layer_ids: expected a sequence of ints, got int"),
+                         ({"primes": [[7.5, 5], [3, 2]]}, r"primes\[0\]: expected an int, got float"),
+                         ({"primes": np.array([[7, 5, 3, 2.5]])}, r"primes\[0\]: expected an int, got float"),
+                         ({"primes": "abcd"}, r"primes\[0\]: expected an int, got str"),
+                         ({"multipliers": np.array([1.0, 3.0, 5.0])}, r"multipliers\[0\]: expected an int")]:
+        with pytest.raises(TypeError, match=text):
+            es.NgramLayout(**{**base, **change})
+    with pytest.raises(TypeError, match=r"layer_ids\[1\]: expected an int, got float"):
+        es.NgramLayout.from_config({"engram_layer_ids": [1, 14.5], "engram_vocab_size": 100,
+                                    "engram_max_ngram_size": 3, "engram_n_head_per_ngram": 2,
+                                    "engram_compressed_vocab_size": 10, "engram_pad_id": 0})
+    ref = es.NgramLayout(**{**base, "layer_ids": [1, 14], "primes": [[7, 5, 3, 2], [11, 13, 17, 19]],
+                            "multipliers": [[1, 3, 5], [7, 9, 11]]})
+    for lids, primes, mults in [(np.array([1, 14]), np.array([[7, 5, 3, 2], [11, 13, 17, 19]]),
+                                 np.array([[1, 3, 5], [7, 9, 11]], np.uint64)),
+                                (range(1, 15, 13), ((7, 5, 3, 2), (11, 13, 17, 19)), [1, 3, 5, 7, 9, 11])]:
+        lay = es.NgramLayout(**{**base, "layer_ids": lids, "primes": primes, "multipliers": mults})
+        assert lay.layer_ids == (1, 14)
+        assert lay.primes.tolist() == ref.primes.tolist()
+        assert lay.multipliers.tolist() == ref.multipliers.tolist()
