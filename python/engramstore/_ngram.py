@@ -200,21 +200,29 @@ class NgramHasher:
 
     def _tokens(self, tokens: Any, arg: str) -> Any:
         """A list or tuple of token ids as int64; an array as it is (the C
-        side checks its dtype and shape).  Only ints are tokens: floats or
-        bools in a list are refused as they are in an array, not truncated."""
+        side checks its dtype).  Only ints are tokens: floats or bools in a
+        list are refused as they are in an array, not truncated.  One
+        dimension: its length sizes the output before the C side sees it."""
         np = _numpy()
-        if np is None or not isinstance(tokens, (list, tuple)):
-            return tokens
-        a = np.asarray(tokens)
-        if a.dtype.kind == "i" or a.size == 0:
-            return a.astype(np.int64, copy=False)
-        if a.dtype.kind in "uO":  # Python ints past int64 (numpy names no argument)
-            try:
-                return np.asarray(tokens, dtype=np.int64)
-            except (OverflowError, TypeError, ValueError) as e:
-                raise type(e)(f"{arg}: {e}") from None
-        raise TypeError(f"{arg}: expected int token ids, got a {type(tokens).__name__} of "
-                        f"{a.dtype} values")
+        if isinstance(tokens, (list, tuple)) and np is not None:
+            a = np.asarray(tokens)
+            if a.dtype.kind in "uO":  # Python ints past int64 (numpy names no argument)
+                try:
+                    a = np.asarray(tokens, dtype=np.int64)
+                except (OverflowError, TypeError, ValueError) as e:
+                    raise type(e)(f"{arg}: {e}") from None
+            elif a.dtype.kind != "i" and a.size:
+                raise TypeError(f"{arg}: expected int token ids, got a "
+                                f"{type(tokens).__name__} of {a.dtype} values")
+            tokens = a.astype(np.int64, copy=False)
+        ndim = getattr(tokens, "ndim", None)
+        if ndim is None and not hasattr(tokens, "__len__"):
+            raise TypeError(f"{arg}: expected a 1-D array of token ids, got "
+                            f"{type(tokens).__name__}")
+        if ndim is not None and ndim != 1:
+            raise ValueError(f"{arg}: expected a contiguous 1-D array, got shape "
+                             f"{tuple(tokens.shape)}")
+        return tokens
 
     def hash(self, tokens: Any, history: Any = None, out: Any = None, local: bool = False,
              layer: int | None = None, threads: int = 0) -> Any:
@@ -249,7 +257,7 @@ class NgramHasher:
         np = _numpy()
         if np is None:
             raise ImportError("hash_batch() needs numpy")
-        reqs = [np.asarray(r) for r in requests]
+        reqs = [np.asarray(self._tokens(r, f"requests[{i}]")) for i, r in enumerate(requests)]
         dtype = reqs[0].dtype if reqs else np.dtype(np.int64)
         if any(r.dtype != dtype for r in reqs):
             raise TypeError("requests: every request must have the same dtype")
@@ -326,7 +334,16 @@ def _lookup_out(hasher: NgramHasher, store: Any, tables: Any, n: int, out: Any) 
         raise TypeError(f"store: expected a TableStore, got {type(store).__name__}")
     if out is not None:
         return out
-    first = tables if isinstance(tables, str) else tables[0]
+    if isinstance(tables, str):
+        first = tables
+    elif not isinstance(tables, (list, tuple)):
+        raise TypeError(f"tables: expected a table name or a list of them, got "
+                        f"{type(tables).__name__}")
+    elif len(tables) != hasher.layout.num_cols:
+        raise ValueError(f"tables: expected one name (the layer's table) or "
+                         f"{hasher.layout.num_cols} (one per column), got {len(tables)}")
+    else:
+        first = tables[0]
     rb = store.get_table_spec(first)["row_bytes"]
     np = _numpy()
     shape = (n, hasher.layout.num_cols, rb)

@@ -393,3 +393,25 @@ def test_ngram_lookup_bad_arguments(mem):
                 assert not o.any()
     with pytest.raises(TypeError, match="store: expected a TableStore, got str"):
         h.submit("not a store", 9, "layer9", toks)
+
+
+def test_ngram_lookup_tables_and_tokens_sized_in_python(mem):
+    """Without out, the tables and the tokens size it: tables that are
+    neither a name nor C of them, and tokens that are no vector, are
+    refused naming them (an empty list failed with "list index out of
+    range", an int with "'int' object is not subscriptable", 0-d tokens
+    with "len() of unsized object")."""
+    st, _ = mem
+    lay, _, _ = make_layer(st)
+    h = es.NgramHasher(lay)
+    toks = np.array([3, 4])
+    for submit in (False, True):
+        call = h.submit if submit else h.lookup
+        for tables, exc, text in [([], ValueError, r"tables: expected one name \(the layer's table\) or 6 \(one per column\), got 0"),
+                                  (["layer9"] * 2, ValueError, "or 6 .* got 2"),
+                                  (5, TypeError, "tables: expected a table name or a list of them, got int"),
+                                  ({"layer9"}, TypeError, "got set")]:
+            with pytest.raises(exc, match=text):
+                call(st, 9, tables, toks)
+        with pytest.raises(ValueError, match=r"tokens: expected a contiguous 1-D array, got shape \(\)"):
+            call(st, 9, "layer9", np.array(3))

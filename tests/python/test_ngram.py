@@ -368,7 +368,7 @@ def test_bad_token_arrays(tokens, exc, text):
         h.hash(tokens, out=out)
     assert (out == 7).all()
     if tokens.ndim != 1:
-        with pytest.raises(ValueError, match="tokens: expected a contiguous 1-D array"):
+        with pytest.raises(ValueError, match=r"requests\[0\]: expected a contiguous 1-D array"):
             h.hash_batch([tokens, tokens])
     elif tokens.flags.c_contiguous:
         with pytest.raises(exc, match=text):
@@ -603,3 +603,24 @@ def test_layout_ints_are_not_truncated():
         assert lay.layer_ids == (1, 14)
         assert lay.primes.tolist() == ref.primes.tolist()
         assert lay.multipliers.tolist() == ref.multipliers.tolist()
+
+
+def test_tokens_that_are_no_vector():
+    """The length of the tokens sizes the output before the C side sees
+    them: a scalar, a 0-d array or a 0-d request is refused naming it (it
+    failed with len()'s "len() of unsized object")."""
+    _, h = small()
+    for call, exc, text in [
+        (lambda: h.hash(np.array(3)), ValueError, r"tokens: expected a contiguous 1-D array, got shape \(\)"),
+        (lambda: h.hash(3), TypeError, "tokens: expected a 1-D array of token ids, got int"),
+        (lambda: h.hash(np.array([3]), history=np.array(3)), ValueError, r"history: .* got shape \(\)"),
+        (lambda: h.hash_batch([np.array([1]), np.array(3)]), ValueError, r"requests\[1\]: .* got shape \(\)"),
+        (lambda: h.hash_batch([np.array([1]), [[3]]]), ValueError, r"requests\[1\]: .* got shape \(1, 1\)"),
+        (lambda: h.hash_batch([[1.5], [3]]), TypeError, r"requests\[0\]: expected int token ids"),
+    ]:
+        with pytest.raises(exc, match=text):
+            call()
+    # Lists and memoryviews of tokens still serve.
+    want = h.hash(np.array([1, 2, 3]))
+    assert (h.hash_batch([[1, 2], [3]], [None, [1, 2]]) == want).all()
+    assert (h.hash(memoryview(np.array([1, 2, 3]))) == want).all()
