@@ -624,3 +624,22 @@ def test_tokens_that_are_no_vector():
     want = h.hash(np.array([1, 2, 3]))
     assert (h.hash_batch([[1, 2], [3]], [None, [1, 2]]) == want).all()
     assert (h.hash(memoryview(np.array([1, 2, 3]))) == want).all()
+
+
+def test_threads_is_a_count():
+    """threads is 0 or a count: a negative or oversized one is refused (it
+    was taken modulo 2**32: -1 asked for 2**32 - 1 threads, which ran 8,
+    and 2**40 for 0, automatic)."""
+    _, h = small()
+    t = np.arange(5)
+    for call in (lambda th: h.hash(t, threads=th), lambda th: h.hash_batch([t, t], threads=th)):
+        with pytest.raises(ValueError, match="threads: expected 0 .* got -1"):
+            call(-1)
+        for big in (2**31, 2**40):
+            with pytest.raises(OverflowError):
+                call(big)
+        with pytest.raises(TypeError):
+            call(1.5)
+    want = h.hash(t)
+    for th in (0, 1, 3, 2**31 - 1):
+        assert (h.hash(t, threads=th) == want).all()
