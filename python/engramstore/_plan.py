@@ -189,7 +189,22 @@ def shard_route(plan: Mapping[str, Any], layer: int, ids: Any, out: Any = None) 
             import numpy as np
         except ImportError:
             raise ImportError("shard_route() without out needs numpy") from None
-        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        ids = _int64_ids(np, ids)
         out = np.empty(len(ids), np.int32)
     _engram.shard_route([tuple(s) for s in shards], ids, out)
     return out
+
+
+def _int64_ids(np: Any, ids: Any) -> Any:
+    """ids as a contiguous int64 array, for shard_route() without out: ints
+    whose values int64 holds, or refused naming them (a cast would
+    truncate 1.7 to row 1 and wrap the uint64 2**64 - 1 to -1, DEAD)."""
+    a = np.asarray(ids)
+    if a.size == 0:
+        return np.zeros(a.shape, np.int64)
+    if a.dtype.kind not in "iu":
+        raise TypeError(f"ids: expected int64 row ids, got {a.dtype}")
+    if a.dtype.kind == "u" and a.max() > np.iinfo(np.int64).max:
+        i = int(np.argmax(a > np.iinfo(np.int64).max))
+        raise ValueError(f"ids[{i}] = {a.reshape(-1)[i]} does not fit int64")
+    return np.ascontiguousarray(a, dtype=np.int64)

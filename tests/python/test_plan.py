@@ -201,3 +201,22 @@ def test_row_wise_bad_inputs():
     ]:
         with pytest.raises(exc, match=text):
             engramstore.shard_plan(head_rows, **{"tp": 2, "by_rows": True, **kw})
+
+
+def test_route_without_out_takes_int_ids_only():
+    """Without out, ids are made int64 only when that keeps them: floats are
+    refused, not truncated (1.7 was routed as row 1), and a uint64 past
+    int64 is refused, not wrapped (2**64 - 1 was -1, DEAD: shard -1)."""
+    plan = engramstore.shard_plan([5, 6], tp=4, by_rows=True)
+    for ids, exc, text in [(np.array([1.7, 9.2]), TypeError, "ids: expected int64 row ids, got float64"),
+                           ([1.7], TypeError, "ids: expected int64 row ids, got float64"),
+                           (np.array([True]), TypeError, "got bool"),
+                           (np.array([3, 2**64 - 1], np.uint64), ValueError,
+                            r"ids\[1\] = 18446744073709551615 does not fit int64")]:
+        with pytest.raises(exc, match=text):
+            engramstore.shard_route(plan, 0, ids)
+    want = engramstore.shard_route(plan, 0, np.array([0, 3, 10, -1]))
+    assert want.tolist() == [0, 1, 3, -1]
+    for ids in ([0, 3, 10, -1], np.array([0, 3, 10, -1], np.int32), np.array([0, 3, 10, 20, -1])[[0, 1, 2, 4]]):
+        assert engramstore.shard_route(plan, 0, ids).tolist() == want.tolist()
+    assert engramstore.shard_route(plan, 0, np.array([0, 3, 10], np.uint64)).tolist() == [0, 1, 3]
