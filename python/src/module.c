@@ -422,6 +422,31 @@ fail:
     return NULL;
 }
 
+/* tp, dp and flags of a plan: ints (numpy's too) in [0, 2**32 - 1], each
+ * named when it is not.  (PyArg's "I" took any int modulo 2**32: tp=-1
+ * asked for 2**32 - 1 shards, a MemoryError, and tp=2**32 + 2 planned 2
+ * shards for 2**32 + 2 ranks.) */
+static int topology_args(PyObject *const o[3], unsigned int *const out[3])
+{
+    static const char *const names[3] = {"tp", "dp", "flags"};
+    for (int k = 0; k < 3; k++) {
+        unsigned long long v;
+        PyObject *i = PyNumber_Index(o[k]);
+        int rc;
+        if (!i) {
+            PyErr_Format(PyExc_TypeError, "%s: expected an int, got %.100s", names[k],
+                         Py_TYPE(o[k])->tp_name);
+            return -1;
+        }
+        rc = ext_uint_arg(i, names[k], UINT32_MAX, NULL, &v);
+        Py_DECREF(i);
+        if (rc < 0)
+            return -1;
+        *out[k] = (unsigned int)v;
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(shard_plan_doc,
 "shard_plan($module, num_heads, reads, tp, dp, flags, /)\n--\n\n"
 "engram_shard_plan(): a list of (first_head, num_heads, reads) per shard.  reads: a\n"
@@ -431,13 +456,14 @@ PyDoc_STRVAR(shard_plan_doc,
 static PyObject *mod_shard_plan(PyObject *self, PyObject *args)
 {
     unsigned int heads, tp, dp, flags;
-    PyObject *reads_o, *seq = NULL, *res = NULL;
+    PyObject *reads_o, *topo[3], *seq = NULL, *res = NULL;
     uint64_t *reads = NULL;
     engram_shard *sh = NULL;
     uint32_t n;
     int rc;
     (void)self;
-    if (!PyArg_ParseTuple(args, "IOIII", &heads, &reads_o, &tp, &dp, &flags))
+    if (!PyArg_ParseTuple(args, "IOOOO", &heads, &reads_o, &topo[0], &topo[1], &topo[2]) ||
+        topology_args(topo, (unsigned int *const[3]){&tp, &dp, &flags}) < 0)
         return NULL;
     n = engram_shard_count(tp, dp, flags);
     if (reads_o != Py_None) {
@@ -526,14 +552,15 @@ PyDoc_STRVAR(shard_plan_rows_doc,
 static PyObject *mod_shard_plan_rows(PyObject *self, PyObject *args)
 {
     unsigned int tp, dp, flags;
-    PyObject *rows_o, *seq = NULL, *res = NULL;
+    PyObject *rows_o, *topo[3], *seq = NULL, *res = NULL;
     uint64_t *rows = NULL;
     engram_row_shard *sh = NULL;
     Py_ssize_t heads;
     uint32_t n;
     int rc;
     (void)self;
-    if (!PyArg_ParseTuple(args, "OIII", &rows_o, &tp, &dp, &flags))
+    if (!PyArg_ParseTuple(args, "OOOO", &rows_o, &topo[0], &topo[1], &topo[2]) ||
+        topology_args(topo, (unsigned int *const[3]){&tp, &dp, &flags}) < 0)
         return NULL;
     if (!(seq = PySequence_Fast(rows_o, "head_rows: expected a sequence of ints")))
         return NULL;

@@ -220,3 +220,21 @@ def test_route_without_out_takes_int_ids_only():
     for ids in ([0, 3, 10, -1], np.array([0, 3, 10, -1], np.int32), np.array([0, 3, 10, 20, -1])[[0, 1, 2, 4]]):
         assert engramstore.shard_route(plan, 0, ids).tolist() == want.tolist()
     assert engramstore.shard_route(plan, 0, np.array([0, 3, 10], np.uint64)).tolist() == [0, 1, 3]
+
+
+@pytest.mark.parametrize("by_rows", [False, True])
+def test_topology_outside_uint32(by_rows):
+    """tp and dp are counts the C API takes as uint32: a negative or larger
+    one is refused naming it (it was taken modulo 2**32: tp=-1 asked for
+    2**32 - 1 shards, a bare MemoryError, and tp=2**32 + 2 planned 2
+    shards, then failed on its 2**32 + 2 ranks with an IndexError)."""
+    for kw, exc, text in [({"tp": -1}, ValueError, r"tp: expected an int in \[0, 4294967295\], got -1"),
+                          ({"tp": 2**32 + 2}, ValueError, "tp: expected an int in .* got 4294967298"),
+                          ({"tp": 2, "dp": -1}, ValueError, "dp: expected an int in .* got -1"),
+                          ({"tp": 2, "dp": 2**32}, ValueError, "dp: expected an int in"),
+                          ({"tp": 2.0}, TypeError, "tp: expected an int, got float"),
+                          ({"tp": "2"}, TypeError, "tp: expected an int, got str")]:
+        with pytest.raises(exc, match=text):
+            engramstore.shard_plan([5, 6, 7, 8], by_rows=by_rows, **kw)
+    plan = engramstore.shard_plan([5, 6, 7, 8], tp=np.int64(2), dp=np.int32(1), by_rows=by_rows)
+    assert len(plan["shards"]) == 2 and len(plan["ranks"]) == 2
