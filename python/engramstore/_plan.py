@@ -1,6 +1,7 @@
 """Shard plans for TP x DP ranks (the thin layer over engram_shard_plan)."""
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -21,11 +22,11 @@ def _layer_sizes(head_rows: Mapping[int, object] | Sequence[int],
         out = {}
         for lid, v in head_rows.items():
             sizes = v.table_vocab_sizes if isinstance(v, EngramStoreConfig) else v
-            out[int(lid)] = [int(n) for n in sizes]  # type: ignore[attr-defined]
+            out[int(lid)] = _row_counts(sizes, f"head_rows[{lid!r}]")
         if layers:
             raise TypeError("layers: given by head_rows already (a dict of layer -> sizes)")
     else:
-        sizes = [int(n) for n in head_rows]
+        sizes = _row_counts(head_rows, "head_rows")
         out = {int(lid): sizes for lid in (layers or (0,))}
     if not out:
         raise ValueError("head_rows: no layer")
@@ -37,6 +38,22 @@ def _layer_sizes(head_rows: Mapping[int, object] | Sequence[int],
     for lid, v in out.items():
         if any(n <= 0 for n in v):
             raise ValueError(f"head_rows: layer {lid} has a head of {min(v)} rows")
+        if any(n > 2**63 - 1 for n in v):
+            raise ValueError(f"head_rows: layer {lid} has a head of {max(v)} rows, past 2**63 - 1")
+    return out
+
+
+def _row_counts(sizes: Any, arg: str) -> list[int]:
+    """A layer's head sizes: ints (numpy's too), never truncated floats or
+    the digits of a string."""
+    if isinstance(sizes, (str, bytes)) or not hasattr(sizes, "__iter__"):
+        raise TypeError(f"{arg}: expected a list of row counts, got {type(sizes).__name__}")
+    out = []
+    for h, n in enumerate(sizes):
+        try:
+            out.append(operator.index(n))
+        except TypeError:
+            raise TypeError(f"{arg}: head {h} has {n!r} rows, not an int") from None
     return out
 
 

@@ -193,7 +193,7 @@ def test_row_wise_bad_inputs():
         ([], {}, ValueError, "head_rows: a layer of 0 heads"),
         ({}, {}, ValueError, "head_rows: no layer"),
         ({1: [5, 6], 2: [5]}, {}, ValueError, "every layer needs the same number of heads"),
-        ([2**63, 2**63], {}, engramstore.SpecError, "add up past 2\\^63"),
+        ([2**62, 2**62, 2**62], {}, engramstore.SpecError, "add up past 2\\^63"),
         ([5, 6], {"tp": 0}, engramstore.EngramError, "TP 0 x DP 1"),
         ([5, 6], {"dp": 0}, engramstore.EngramError, "TP 2 x DP 0"),
         ([5, 6], {"tp": 2.0}, TypeError, "float"),
@@ -238,3 +238,23 @@ def test_topology_outside_uint32(by_rows):
             engramstore.shard_plan([5, 6, 7, 8], by_rows=by_rows, **kw)
     plan = engramstore.shard_plan([5, 6, 7, 8], tp=np.int64(2), dp=np.int32(1), by_rows=by_rows)
     assert len(plan["shards"]) == 2 and len(plan["ranks"]) == 2
+
+
+@pytest.mark.parametrize("by_rows", [False, True])
+def test_head_rows_are_ints(by_rows):
+    """Head sizes are row counts: a float or a string is refused naming it
+    (int() made a head of 5.5 rows one of 5, and the string "56" two heads
+    of 5 and 6 rows), and so is a head past 2**63 - 1 (a bare OverflowError
+    of the row-wise plan's C call)."""
+    for head_rows, exc, text in [([5.5, 6], TypeError, r"head_rows: head 0 has 5.5 rows, not an int"),
+                                 ("56", TypeError, "head_rows: expected a list of row counts, got str"),
+                                 (56, TypeError, "head_rows: expected a list of row counts, got int"),
+                                 ([5, None], TypeError, "head_rows: head 1 has None rows"),
+                                 ({1: [5, 6.0]}, TypeError, r"head_rows\[1\]: head 1 has 6.0 rows"),
+                                 ({1: "56"}, TypeError, r"head_rows\[1\]: expected a list"),
+                                 ([2**64, 1], ValueError, "a head of 18446744073709551616 rows, past 2\\*\\*63 - 1")]:
+        with pytest.raises(exc, match=text):
+            engramstore.shard_plan(head_rows, tp=2, by_rows=by_rows)
+    want = engramstore.shard_plan([5, 6], tp=2, by_rows=by_rows)
+    assert engramstore.shard_plan(np.array([5, 6]), tp=2, by_rows=by_rows) == want
+    assert engramstore.shard_plan([np.int64(5), 6], tp=2, by_rows=by_rows) == want
