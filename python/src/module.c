@@ -616,7 +616,7 @@ static PyObject *mod_shard_route(PyObject *self, PyObject *args)
     engram_row_shard *sh;
     ext_array ia, oa;
     uint32_t n = 0;
-    char b[32];
+    char b[32], sb[64];
     int rc;
     (void)self;
     memset(&ia, 0, sizeof ia);
@@ -627,16 +627,22 @@ static PyObject *mod_shard_route(PyObject *self, PyObject *args)
         return NULL;
     if (ext_array_get(ids_o, "ids", 0, &ia) < 0 || ext_array_get(out_o, "out", EXT_WRITABLE, &oa) < 0)
         goto out;
+    /* The dtype, the shape and whether it is contiguous: an int64 array of
+     * the wrong shape was said to be "got int64", and nothing more. */
     if (ia.kind != EXT_KIND_INT || ia.itemsize != 8 || ia.ndim != 1 ||
         !ext_array_c_contiguous(&ia)) {
-        PyErr_Format(PyExc_TypeError, "ids: expected a contiguous 1-D int64 array, got %s",
-                     ext_array_dtype(&ia, b, sizeof b));
+        PyErr_Format(PyExc_TypeError, "ids: expected a contiguous 1-D int64 array, got %s of "
+                     "shape %s%s", ext_array_dtype(&ia, b, sizeof b),
+                     ext_array_shape(&ia, sb, sizeof sb),
+                     ext_array_c_contiguous(&ia) ? "" : " (not contiguous)");
         goto out;
     }
     if (oa.kind != EXT_KIND_INT || oa.itemsize != 4 || oa.ndim != 1 ||
         !ext_array_c_contiguous(&oa) || oa.shape[0] != ia.shape[0]) {
         PyErr_Format(PyExc_TypeError, "out: expected a contiguous 1-D int32 array of %zd, got "
-                     "%s", ia.shape[0], ext_array_dtype(&oa, b, sizeof b));
+                     "%s of shape %s%s", ia.shape[0], ext_array_dtype(&oa, b, sizeof b),
+                     ext_array_shape(&oa, sb, sizeof sb),
+                     ext_array_c_contiguous(&oa) ? "" : " (not contiguous)");
         goto out;
     }
     Py_BEGIN_ALLOW_THREADS

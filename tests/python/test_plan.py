@@ -258,3 +258,20 @@ def test_head_rows_are_ints(by_rows):
     want = engramstore.shard_plan([5, 6], tp=2, by_rows=by_rows)
     assert engramstore.shard_plan(np.array([5, 6]), tp=2, by_rows=by_rows) == want
     assert engramstore.shard_plan([np.int64(5), 6], tp=2, by_rows=by_rows) == want
+
+
+def test_route_names_the_shape_it_refuses():
+    """An int64 array of the wrong shape, or with strides, was refused as
+    "got int64", naming nothing wrong: the shape is named, and strides."""
+    plan = engramstore.shard_plan([5, 6], tp=4, by_rows=True)
+    for ids, out, text in [
+        (np.array([[1, 2]]), np.zeros(2, np.int32), r"ids: expected a contiguous 1-D int64 array, got int64 of shape \(1, 2\)$"),
+        (np.arange(6)[::2], np.zeros(3, np.int32), r"ids: .* got int64 of shape \(3,\) \(not contiguous\)$"),
+        (np.arange(3), np.zeros((3, 1), np.int32), r"out: expected a contiguous 1-D int32 array of 3, got int32 of shape \(3, 1\)$"),
+        (np.arange(3), np.zeros(6, np.int32)[::2], r"out: .* got int32 of shape \(3,\) \(not contiguous\)$"),
+        (np.arange(3), np.zeros(2, np.int32), r"out: .* array of 3, got int32 of shape \(2,\)$"),
+    ]:
+        with pytest.raises(TypeError, match=text):
+            engramstore.shard_route(plan, 0, ids, out=out)
+    with pytest.raises(TypeError, match=r"ids: .* got int64 of shape \(1, 2\)$"):
+        engramstore.shard_route(plan, 0, np.array([[1, 2]]))
