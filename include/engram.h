@@ -927,7 +927,8 @@ typedef struct engram_pending engram_pending;
  * has started (their wait returns ENGRAM_ESTATE) and waits for the running
  * ones; a pending lookup may be waited for after its store is closed.
  * After fork() a child submits on its own threads; lookups its parent
- * submitted are the parent's.
+ * submitted are the parent's (in the child, waiting for or cancelling one
+ * fails at once with ENGRAM_ESTATE).
  * @return : 0, -EINVAL (bad arguments), -EAGAIN (no thread could be
  *           started), -ENOMEM.  The lookup's own errors come at the wait. */
 ENGRAM_API int engram_lookup_submit(engram_store *st, const engram_lookup_args *args,
@@ -938,7 +939,8 @@ ENGRAM_API int engram_lookup_submit(engram_store *st, const engram_lookup_args *
  * becomes this thread's: engram_errmsg() and engram_last_bad_id() say
  * what engram_lookup() would have said.  Thread-safe (one call per p).
  * @return : the lookup's result (0, or what engram_lookup() returns), or
- *           ENGRAM_ESTATE (its store was closed before it ran), -EINVAL. */
+ *           ENGRAM_ESTATE (its store was closed before it ran, or another
+ *           process submitted it: a parent, before fork()), -EINVAL. */
 ENGRAM_API int engram_lookup_wait(engram_pending *p);
 
 /*! engram_lookup_cancel() :

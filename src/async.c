@@ -27,7 +27,9 @@
  *
  * The workers (as many as the store's gather threads, at least one) start
  * with the first submit.  After fork() the child's first submit starts
- * workers of its own; lookups the parent submitted are the parent's.
+ * workers of its own; lookups the parent submitted are the parent's: in
+ * the child, no worker would ever finish them, so waiting for or
+ * cancelling one fails at once (ENGRAM_ESTATE) instead of blocking.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -48,6 +50,7 @@ enum { QUEUED, RUNNING, DONE, CANCELLED };
 struct engram_pending {
     _Atomic int state;
     _Atomic int refs;
+    pid_t pid;            /* the submitter's: a child of fork() has no workers of it */
     engram_pending *next; /* the queue (the async's lock) */
     engram_store *st;     /* while queued or running */
     /* The lookup, its arrays copied. */
@@ -267,6 +270,7 @@ static int pending_new(engram_store *st, const engram_lookup_args *a, engram_pen
     pthread_cond_init(&p->cv, NULL);
     atomic_init(&p->state, QUEUED);
     atomic_init(&p->refs, 2);
+    p->pid = getpid();
     p->st = st;
     p->look = *a;
     if (a->num_cols && a->tables) {
@@ -341,10 +345,27 @@ static int pending_take(engram_pending *p)
     return rc;
 }
 
+/* A lookup a parent submitted before fork(): no thread of this process
+ * runs it or ever finishes it, and its lock may have been held at the
+ * fork, so it is not touched (nor freed: the parent's copy is the one). */
+static int foreign(const engram_pending *p)
+{
+    return p->pid != getpid();
+}
+
+static int foreign_err(const engram_pending *p)
+{
+    return engram__err(ENGRAM_ESTATE, "the lookup was submitted by process %ld before a fork: "
+                                      "only that process can wait for it or cancel it",
+                       (long)p->pid);
+}
+
 int engram_lookup_wait(engram_pending *p)
 {
     if (!p)
         return engram__err(-EINVAL, "pending lookup is NULL");
+    if (foreign(p))
+        return foreign_err(p);
     return pending_take(p);
 }
 
@@ -353,6 +374,8 @@ int engram_lookup_done(const engram_pending *p)
     int s;
     if (!p)
         return engram__err(-EINVAL, "pending lookup is NULL");
+    if (foreign(p))
+        return 1; /* a wait fails at once */
     s = atomic_load_explicit(&((engram_pending *)(uintptr_t)p)->state, memory_order_acquire);
     return s == DONE || s == CANCELLED;
 }
@@ -362,6 +385,8 @@ int engram_lookup_cancel(engram_pending *p)
     int expect = QUEUED;
     if (!p)
         return engram__err(-EINVAL, "pending lookup is NULL");
+    if (foreign(p))
+        return foreign_err(p);
     if (atomic_compare_exchange_strong_explicit(&p->state, &expect, CANCELLED,
                                                 memory_order_acq_rel, memory_order_acquire)) {
         /* Not started: it never will; the queue's reference goes with

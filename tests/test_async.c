@@ -178,6 +178,51 @@ static void test_bad_id_at_wait(void)
     ASSERT_ERR(engram_lookup_wait(NULL), -EINVAL);
     ASSERT_ERR(engram_lookup_cancel(NULL), -EINVAL);
     ASSERT_ERR(engram_lookup_done(NULL), -EINVAL);
+    a.size = sizeof a;
+    ASSERT_ERR(engram_lookup_submit(f.st, NULL, &p), -EINVAL);
+    ASSERT_ERR(engram_lookup_submit(f.st, &a, NULL), -EINVAL);
+    ASSERT_CONTAINS(engram_errmsg(), "out is NULL");
+    /* What engram_lookup() checks comes at the wait, as it would have
+     * come from it (no output, an unknown id type); no columns is an empty
+     * lookup there too. */
+    {
+        engram_lookup_args b = a;
+        b.out = NULL;
+        ASSERT_OK(engram_lookup_submit(f.st, &b, &p));
+        ASSERT_ERR(engram_lookup_wait(p), -EINVAL);
+        ASSERT_CONTAINS(engram_errmsg(), "out are required");
+        b = a;
+        b.num_cols = 0;
+        b.tables = NULL;
+        ASSERT_OK(engram_lookup(f.st, &b));
+        ASSERT_OK(engram_lookup_submit(f.st, &b, &p));
+        ASSERT_OK(engram_lookup_wait(p));
+        b = a;
+        b.id_type = 99;
+        ASSERT_OK(engram_lookup_submit(f.st, &b, &p));
+        ASSERT_ERR(engram_lookup_wait(p), ENGRAM_ELAYOUT);
+        ASSERT_CONTAINS(engram_errmsg(), "id_type 99");
+        ASSERT_ALL_BYTES(out, 0x5a, sizeof out);
+    }
+    /* Cancel after it is done: too late to cancel, so its result, a bad
+     * id here, with the message and the bad id of a wait. */
+    ASSERT_OK(engram_lookup_submit(f.st, &a, &p));
+    while (engram_lookup_done(p) != 1)
+        sched_yield();
+    ASSERT_ERR(engram_lookup_cancel(p), ENGRAM_EBADID);
+    ASSERT_CONTAINS(engram_errmsg(), "100");
+    ASSERT_OK(engram_last_bad_id(&bad));
+    ASSERT_EQ(bad.token, 1);
+    ids[1] = 6;
+    ASSERT_OK(engram_lookup_submit(f.st, &a, &p));
+    while (engram_lookup_done(p) != 1)
+        sched_yield();
+    ASSERT_OK(engram_lookup_cancel(p));
+    check(out, ids, 3, 1);
+    /* No ids at all: nothing to wait for but the queue. */
+    a.num_tokens = 0;
+    ASSERT_OK(engram_lookup_submit(f.st, &a, &p));
+    ASSERT_OK(engram_lookup_wait(p));
     fx_close(&f);
 }
 
@@ -307,6 +352,47 @@ static void test_fork(void)
     ASSERT_OK(engram_lookup_submit(f.st, &a, &p));
     ASSERT_OK(engram_lookup_wait(p));
     check(out, ids, 3, 1);
+
+    /* Lookups of the parent's, running and queued at the fork: a child
+     * that waits for one or cancels it is told so at once (it has no
+     * thread that would ever finish them), and they are still the
+     * parent's. */
+    {
+        engram_pending *running, *queued;
+        unsigned char out2[3 * R];
+        gate_set(&f.g, 1);
+        a = args1(&f.s, ids, 3, out);
+        ASSERT_OK(engram_lookup_submit(f.st, &a, &running));
+        gate_wait_entered(&f.g, 1);
+        memset(out2, 0x77, sizeof out2);
+        a = args1(&f.m, ids, 3, out2);
+        ASSERT_OK(engram_lookup_submit(f.st, &a, &queued));
+        fflush(stdout);
+        fflush(stderr);
+        if ((pid = fork()) == 0) {
+            alarm(60); /* a wait that blocks fails the case, not the run */
+            if (engram_lookup_done(running) != 1 || engram_lookup_done(queued) != 1)
+                _exit(2);
+            if (engram_lookup_wait(running) != ENGRAM_ESTATE ||
+                !strstr(engram_errmsg(), "before a fork"))
+                _exit(3);
+            if (engram_lookup_cancel(queued) != ENGRAM_ESTATE)
+                _exit(4);
+            if (engram_lookup_wait(queued) != ENGRAM_ESTATE)
+                _exit(5);
+            _exit(0);
+        }
+        ASSERT(pid > 0);
+        ASSERT_EQ(waitpid(pid, &status, 0), pid);
+        ASSERT(WIFEXITED(status));
+        ASSERT_EQ(WEXITSTATUS(status), 0);
+        ASSERT_EQ(engram_lookup_done(queued), 0);
+        gate_set(&f.g, 0);
+        ASSERT_OK(engram_lookup_wait(running));
+        check(out, ids, 3, 2);
+        ASSERT_OK(engram_lookup_wait(queued));
+        check(out2, ids, 3, 1);
+    }
     fx_close(&f);
 }
 
@@ -438,6 +524,55 @@ static void test_ngram_lookup(void)
     ASSERT_ERR(engram_ngram_lookup(st, NULL, &h, &whole, 1, &look), -EINVAL);
     ASSERT_ERR(engram_ngram_lookup(NULL, hs, &h, &whole, 1, &look), -EINVAL);
     ASSERT_ERR(engram_ngram_lookup_submit(st, hs, &h, &whole, 1, &look, NULL), -EINVAL);
+    p = (engram_pending *)1;
+    ASSERT_ERR(engram_ngram_lookup_submit(NULL, hs, &h, &whole, 1, &look, &p), -EINVAL);
+    ASSERT(p == NULL);
+    ASSERT_ERR(engram_ngram_lookup_submit(st, NULL, &h, &whole, 1, &look, &p), -EINVAL);
+    ASSERT_ERR(engram_ngram_lookup_submit(st, hs, NULL, &whole, 1, &look, &p), -EINVAL);
+    ASSERT_ERR(engram_ngram_lookup_submit(st, hs, &h, NULL, 1, &look, &p), -EINVAL);
+    ASSERT_ERR(engram_ngram_lookup_submit(st, hs, &h, &whole, 1, NULL, &p), -EINVAL);
+    ASSERT_ERR(engram_ngram_lookup_submit(st, hs, &h, cols, 0, &look, &p), -EINVAL);
+    ASSERT_CONTAINS(engram_errmsg(), "num_tables 0");
+    ASSERT_ERR(engram_ngram_lookup_submit(st, hs, &hb, &whole, 1, &look, &p), -EINVAL);
+    ASSERT_CONTAINS(engram_errmsg(), "one layer");
+    ASSERT_ERR(engram_ngram_lookup(st, hs, NULL, &whole, 1, &look), -EINVAL);
+    ASSERT_ERR(engram_ngram_lookup(st, hs, &h, NULL, 1, &look), -EINVAL);
+    ASSERT_ERR(engram_ngram_lookup(st, hs, &h, &whole, 1, NULL), -EINVAL);
+    lb = look;
+    lb.size = 4;
+    ASSERT_ERR(engram_ngram_lookup(st, hs, &h, &whole, 1, &lb), -EINVAL);
+    ASSERT_ERR(engram_ngram_lookup_submit(st, hs, &h, &whole, 1, &lb, &p), -EINVAL);
+    hb = h;
+    hb.size = 4;
+    ASSERT_ERR(engram_ngram_lookup(st, hs, &hb, &whole, 1, &look), -EINVAL);
+    ASSERT_ERR(engram_ngram_lookup_submit(st, hs, &hb, &whole, 1, &look, &p), -EINVAL);
+    /* A layer index past the layout's, at the call or at the wait. */
+    hb = h;
+    hb.layer = 2;
+    ASSERT_ERR(engram_ngram_lookup(st, hs, &hb, &whole, 1, &look), -EINVAL);
+    ASSERT_CONTAINS(engram_errmsg(), "layer 2");
+    ASSERT_OK(engram_ngram_lookup_submit(st, hs, &hb, &whole, 1, &look, &p));
+    ASSERT_ERR(engram_lookup_wait(p), -EINVAL);
+    ASSERT_CONTAINS(engram_errmsg(), "layer 2");
+    /* As many tokens as no buffer of ids can hold: refused, not wrapped. */
+    hb = h;
+    hb.num_tokens = SIZE_MAX / 4;
+    ASSERT_ERR(engram_ngram_lookup(st, hs, &hb, &whole, 1, &look), -EINVAL);
+    ASSERT_CONTAINS(engram_errmsg(), "too large");
+    ASSERT_ERR(engram_ngram_lookup_submit(st, hs, &hb, &whole, 1, &look, &p), -EINVAL);
+    ASSERT_CONTAINS(engram_errmsg(), "too large");
+    /* No output: at the call, or at the wait. */
+    lb = look;
+    lb.out = NULL;
+    ASSERT_ERR(engram_ngram_lookup(st, hs, &h, &whole, 1, &lb), -EINVAL);
+    ASSERT_OK(engram_ngram_lookup_submit(st, hs, &h, &whole, 1, &lb, &p));
+    ASSERT_ERR(engram_lookup_wait(p), -EINVAL);
+    /* No tokens: nothing written, nothing wrong. */
+    hb = h;
+    hb.num_tokens = 0;
+    ASSERT_OK(engram_ngram_lookup(st, hs, &hb, &whole, 1, &look));
+    ASSERT_OK(engram_ngram_lookup_submit(st, hs, &hb, cols, 6, &look, &p));
+    ASSERT_OK(engram_lookup_wait(p));
     ASSERT_ALL_BYTES(out, 0x66, T * 6 * R);
 
     engram_store_close(st);

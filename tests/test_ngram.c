@@ -393,6 +393,18 @@ static void test_bad_config(void)
     ASSERT_ERR(engram_ngram_layout_create(NULL, &lay), -EINVAL);
     ASSERT(lay == NULL);
     ASSERT_ERR(engram_ngram_layout_create(&c, NULL), -EINVAL);
+    /* The info of no layout, or with a wrong size. */
+    {
+        engram_ngram_layout_info li = ENGRAM_NGRAM_LAYOUT_INFO_INIT;
+        ASSERT_OK(engram_ngram_layout_create(&c, &lay));
+        ASSERT_ERR(engram_get_ngram_layout_info(NULL, &li), -EINVAL);
+        ASSERT_ERR(engram_get_ngram_layout_info(lay, NULL), -EINVAL);
+        li.size = 4;
+        ASSERT_ERR(engram_get_ngram_layout_info(lay, &li), -EINVAL);
+        ASSERT(li.num_layers == 0 && li.primes == NULL); /* untouched */
+        engram_ngram_layout_destroy(lay);
+        lay = (engram_ngram_layout *)1;
+    }
 #define BAD(field, value, code, text)                                                            \
     do {                                                                                       \
         b = c;                                                                                 \
@@ -414,6 +426,20 @@ static void test_bad_config(void)
     BAD(pad_id, 50, ENGRAM_ESPEC, "pad_id 50");
     BAD(pad_id, -1, ENGRAM_ESPEC, "pad_id -1");
     BAD(vocab_size, 1, ENGRAM_ESPEC, "vocab_size 1");
+    /* Sizes too large for the hash: refused, never wrapped. */
+    BAD(vocab_size, ((uint64_t)1 << 61) + 1, ENGRAM_ESPEC, "vocab_size");
+    BAD(vocab_size, UINT64_MAX, ENGRAM_ESPEC, "2..2^61");
+    BAD(compressed_vocab, ((uint64_t)1 << 62) + 1, ENGRAM_ESPEC, "compressed_vocab");
+    BAD(compressed_vocab, UINT64_MAX, ENGRAM_ESPEC, "1..2^62");
+    BAD(pad_id, INT64_MAX, ENGRAM_ESPEC, "pad_id");
+    {
+        static const int64_t huge[2] = {1, INT64_MAX};
+        BAD(layer_ids, huge, ENGRAM_ESPEC, "layer_ids[1]");
+    }
+    BAD(max_ngram, 0, ENGRAM_ESPEC, "max_ngram 0");
+    BAD(max_ngram, UINT32_MAX, ENGRAM_ESPEC, "max_ngram");
+    BAD(heads, UINT32_MAX, ENGRAM_ESPEC, "heads"); /* (N-1) * heads would wrap in 32 bits */
+    BAD(num_layers, UINT32_MAX, ENGRAM_ESPEC, "num_layers");
     BAD(primes, primes, ENGRAM_ESPEC, "primes[4] = 0");
     mults[5] = 0;
     BAD(multipliers, mults, ENGRAM_ESPEC, "multipliers[5] = 0");
@@ -443,6 +469,11 @@ static void test_bad_input(void)
     ASSERT_CONTAINS(engram_errmsg(), "token_map[1] = 20");
     ASSERT_ERR(engram_ngram_hasher_create(lay, map, 0, &hm), -EINVAL);
     ASSERT_ERR(engram_ngram_hasher_create(NULL, NULL, 0, &hm), -EINVAL);
+    ASSERT(hm == NULL);
+    ASSERT_ERR(engram_ngram_hasher_create(lay, NULL, 0, NULL), -EINVAL);
+    ASSERT_CONTAINS(engram_errmsg(), "out is NULL");
+    ASSERT_ERR(engram_ngram_hasher_create(lay, NULL, 4, &hm), -EINVAL); /* a length, no map */
+    ASSERT_CONTAINS(engram_errmsg(), "go together");
     ASSERT_OK(engram_ngram_hasher_create(lay, map, 4, &hm));
     a.num_tokens = 5;
     a.tokens = toks;
@@ -469,6 +500,34 @@ static void test_bad_input(void)
     BADH(h, history_len, 3, -EINVAL, "history_len 3");
     BADH(h, history_len, 1, -EINVAL, "history");
     BADH(h, num_requests, 2, -EINVAL, "starts");
+    BADH(h, out, NULL, -EINVAL, "out are required");
+    BADH(h, history_len, SIZE_MAX, -EINVAL, "history_len");
+    ASSERT_ERR(engram_ngram_hash(h, NULL), -EINVAL);
+    ASSERT_CONTAINS(engram_errmsg(), "args are required");
+    /* starts that end before or after the tokens. */
+    {
+        size_t short_starts[3] = {0, 2, 4}, long_starts[3] = {0, 2, 6}, late[3] = {1, 2, 5};
+        b = a;
+        b.num_requests = 2;
+        b.starts = short_starts;
+        ASSERT_ERR(engram_ngram_hash(h, &b), -EINVAL);
+        ASSERT_CONTAINS(engram_errmsg(), "num_tokens 5");
+        b.starts = long_starts;
+        ASSERT_ERR(engram_ngram_hash(h, &b), -EINVAL);
+        b.starts = late;
+        ASSERT_ERR(engram_ngram_hash(h, &b), -EINVAL);
+        ASSERT_CONTAINS(engram_errmsg(), "starts[0] = 0");
+        /* A history of a batch without history_starts, or not from 0. */
+        b.starts = starts;
+        b.history = hist;
+        b.history_starts = NULL;
+        ASSERT_ERR(engram_ngram_hash(h, &b), -EINVAL);
+        ASSERT_CONTAINS(engram_errmsg(), "history_starts");
+        b.history_starts = late;
+        ASSERT_ERR(engram_ngram_hash(h, &b), -EINVAL);
+        ASSERT_CONTAINS(engram_errmsg(), "history_starts");
+        ASSERT_ALL_BYTES(out, 0x11, sizeof out);
+    }
     b = a;
     b.num_requests = 2;
     b.starts = bad_starts;

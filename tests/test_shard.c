@@ -279,6 +279,24 @@ static void test_row_wise_refusals(void)
     ASSERT_ERR(engram_shard_route(sh, 3, ids, 3, of), -EINVAL);
     ASSERT_ERR(engram_shard_route(NULL, 3, ids, 3, of), -EINVAL);
     ASSERT_ERR(engram_shard_route(sh, 0, ids, 3, of), -EINVAL);
+    sh[1].row_start--;
+    ASSERT_ERR(engram_shard_route(sh, 3, NULL, 3, of), -EINVAL);
+    ASSERT_ERR(engram_shard_route(sh, 3, ids, 3, NULL), -EINVAL);
+    ASSERT_OK(engram_shard_route(sh, 3, NULL, 0, NULL)); /* no ids: nothing to route */
+    /* A shard of no rows, or one that does not start at row 0. */
+    {
+        engram_row_shard bad_sh[2] = {{0, 4, 0, 0}, {4, 4, 0, 0}};
+        ASSERT_ERR(engram_shard_route(bad_sh, 2, ids, 3, of), -EINVAL);
+        ASSERT_CONTAINS(engram_errmsg(), "shards[1]");
+        bad_sh[0].row_start = 1;
+        ASSERT_ERR(engram_shard_route(bad_sh, 1, ids, 3, of), -EINVAL);
+        ASSERT_CONTAINS(engram_errmsg(), "shards[0]");
+    }
+    ASSERT(of[0] == 0 && of[1] == -1 && of[2] == 0); /* untouched since */
+    /* Topologies the row-wise plan refuses. */
+    ASSERT_ERR(engram_shard_plan_rows(rows, 3, 1, 0, 0, sh), -EINVAL);
+    ASSERT_ERR(engram_shard_plan_rows(rows, 3, 1, 1, 0x80, sh), -EINVAL);
+    ASSERT_ERR(engram_shard_plan_rows(rows, 3, 65536, 65536, 0, sh), -EINVAL); /* 2^32 shards */
 }
 
 int main(void)

@@ -43,14 +43,17 @@ def _int64_array(raw: bytes, shape: tuple[int, ...]) -> Any:
     return np.frombuffer(raw, dtype=np.int64).reshape(shape)
 
 
-def _flat_ints(v: Any) -> list[int]:
+def _flat_ints(v: Any) -> list[Any]:
+    """[L, X] values (nested lists or an array) flattened; the values as they
+    are, for the C side to check that each is an int (int() would truncate
+    a float)."""
     np = _numpy()
     if np is not None and not isinstance(v, (list, tuple)):
-        return [int(x) for x in np.asarray(v).reshape(-1)]
-    out: list[int] = []
+        return list(np.asarray(v).reshape(-1).tolist())
+    out: list[Any] = []
     for row in v:
         if isinstance(row, (list, tuple)):
-            out.extend(int(x) for x in row)
+            out.extend(row)
         else:
             out.append(row)
     return out
@@ -77,7 +80,7 @@ class NgramLayout:
                  compressed_vocab: int, pad_id: int, *, primes: Any = None,
                  multipliers: Any = None) -> None:
         self._c = _engram.NgramLayout(
-            layer_ids=[int(x) for x in layer_ids], vocab_size=vocab_size, max_ngram=max_ngram,
+            layer_ids=layer_ids, vocab_size=vocab_size, max_ngram=max_ngram,
             heads=heads, compressed_vocab=compressed_vocab, pad_id=pad_id,
             primes=None if primes is None else _flat_ints(primes),
             multipliers=None if multipliers is None else _flat_ints(multipliers))
@@ -195,10 +198,30 @@ class NgramHasher:
             return memoryview(bytearray(size)).cast("B").cast("q", shape)
         return np.empty(shape, np.int64)
 
-    def _tokens(self, tokens: Any) -> Any:
+    def _tokens(self, tokens: Any, arg: str) -> Any:
+        """A list or tuple of token ids as int64; an array as it is (the C
+        side checks its dtype).  Only ints are tokens: floats or bools in a
+        list are refused as they are in an array, not truncated.  One
+        dimension: its length sizes the output before the C side sees it."""
         np = _numpy()
-        if np is not None and isinstance(tokens, (list, tuple)):
-            return np.asarray(tokens, dtype=np.int64)
+        if isinstance(tokens, (list, tuple)) and np is not None:
+            a = np.asarray(tokens)
+            if a.dtype.kind in "uO":  # Python ints past int64 (numpy names no argument)
+                try:
+                    a = np.asarray(tokens, dtype=np.int64)
+                except (OverflowError, TypeError, ValueError) as e:
+                    raise type(e)(f"{arg}: {e}") from None
+            elif a.dtype.kind != "i" and a.size:
+                raise TypeError(f"{arg}: expected int token ids, got a "
+                                f"{type(tokens).__name__} of {a.dtype} values")
+            tokens = a.astype(np.int64, copy=False)
+        ndim = getattr(tokens, "ndim", None)
+        if ndim is None and not hasattr(tokens, "__len__"):
+            raise TypeError(f"{arg}: expected a 1-D array of token ids, got "
+                            f"{type(tokens).__name__}")
+        if ndim is not None and ndim != 1:
+            raise ValueError(f"{arg}: expected a contiguous 1-D array, got shape "
+                             f"{tuple(tokens.shape)}")
         return tokens
 
     def hash(self, tokens: Any, history: Any = None, out: Any = None, local: bool = False,
@@ -216,7 +239,7 @@ class NgramHasher:
         more on several threads (a thread per 16,384 tokens, at most the CPUs
         and 8), 1 on the calling thread only, N on N threads.
         """
-        tokens = self._tokens(tokens)
+        tokens = self._tokens(tokens, "tokens")
         idx = -1 if layer is None else self._layout.layer_index(layer)
         out = self._out(out, len(tokens), layer)
         self._c.hash(tokens, out, history=_history(self, history), local=local, layer=idx,
@@ -234,7 +257,7 @@ class NgramHasher:
         np = _numpy()
         if np is None:
             raise ImportError("hash_batch() needs numpy")
-        reqs = [np.asarray(r) for r in requests]
+        reqs = [np.asarray(self._tokens(r, f"requests[{i}]")) for i, r in enumerate(requests)]
         dtype = reqs[0].dtype if reqs else np.dtype(np.int64)
         if any(r.dtype != dtype for r in reqs):
             raise TypeError("requests: every request must have the same dtype")
@@ -248,8 +271,9 @@ class NgramHasher:
                 raise ValueError(f"histories: expected {len(reqs)} (one per request, or None), "
                                  f"got {len(histories)}")
             keep = self._layout.max_ngram - 1
-            hs = [np.zeros(0, dtype) if h is None else np.asarray(h, dtype=dtype)[-keep:]
-                  for h in histories]
+            hs = [np.zeros(0, dtype) if h is None else
+                  _as_dtype(np, self._tokens(h, f"histories[{i}]"), dtype, f"histories[{i}]")[-keep:]
+                  for i, h in enumerate(histories)]
             hstarts = np.zeros(len(hs) + 1, np.int64)
             np.cumsum([len(h) for h in hs], out=hstarts[1:])
             hist = np.concatenate(hs) if hs else np.zeros(0, dtype)
@@ -270,7 +294,7 @@ class NgramHasher:
         given), returned.  ``tables``: the layer's one table (a name; global ids), or
         C names, a table per column (local ids: the layer API's engram:l{L}:h{c}).
         A bad token raises BadIdError naming it; nothing is written then."""
-        tokens = self._tokens(tokens)
+        tokens = self._tokens(tokens, "tokens")
         out = _lookup_out(self, store, tables, len(tokens), out)
         self._c._lookup(store, self._layout.layer_index(layer), tables, tokens, out,
                         history=_history(self, history), zero_dead=zero_dead)
@@ -282,7 +306,7 @@ class NgramHasher:
         (``.wait()``, ``.cancel()``, ``.done()``) and the output it fills, as
         ``(pending, out)``.  The hash runs there too.  tokens, history and out are
         held until the wait."""
-        tokens = self._tokens(tokens)
+        tokens = self._tokens(tokens, "tokens")
         out = _lookup_out(self, store, tables, len(tokens), out)
         pending = self._c._lookup(store, self._layout.layer_index(layer), tables, tokens, out,
                                   history=_history(self, history), zero_dead=zero_dead,
@@ -290,12 +314,36 @@ class NgramHasher:
         return pending, out
 
 
+def _as_dtype(np: Any, tokens: Any, dtype: Any, arg: str) -> Any:
+    """Tokens (a history of a batch) in the requests' dtype: int tokens whose
+    values that dtype holds; floats, or ints it would change, are refused."""
+    a = np.asarray(tokens)
+    if a.dtype == dtype or a.size == 0:
+        return a.astype(dtype, copy=False)
+    if a.dtype.kind != "i":
+        raise TypeError(f"{arg}: expected int32 or int64 token ids, got {a.dtype}")
+    b = a.astype(dtype)
+    if not np.array_equal(a, b):
+        raise ValueError(f"{arg}: a token id does not fit {np.dtype(dtype).name}, the "
+                         f"requests' dtype")
+    return b
+
+
 def _lookup_out(hasher: NgramHasher, store: Any, tables: Any, n: int, out: Any) -> Any:
     if not isinstance(store, _engram.Store):
         raise TypeError(f"store: expected a TableStore, got {type(store).__name__}")
     if out is not None:
         return out
-    first = tables if isinstance(tables, str) else tables[0]
+    if isinstance(tables, str):
+        first = tables
+    elif not isinstance(tables, (list, tuple)):
+        raise TypeError(f"tables: expected a table name or a list of them, got "
+                        f"{type(tables).__name__}")
+    elif len(tables) != hasher.layout.num_cols:
+        raise ValueError(f"tables: expected one name (the layer's table) or "
+                         f"{hasher.layout.num_cols} (one per column), got {len(tables)}")
+    else:
+        first = tables[0]
     rb = store.get_table_spec(first)["row_bytes"]
     np = _numpy()
     shape = (n, hasher.layout.num_cols, rb)
@@ -308,7 +356,7 @@ def _lookup_out(hasher: NgramHasher, store: Any, tables: Any, n: int, out: Any) 
 def _history(hasher: NgramHasher, history: Any) -> Any:
     if history is None:
         return None
-    history = hasher._tokens(history)
+    history = hasher._tokens(history, "history")
     keep = hasher.layout.max_ngram - 1
     return history[len(history) - keep:] if len(history) > keep else history
 

@@ -1,6 +1,7 @@
 """Shard plans for TP x DP ranks (the thin layer over engram_shard_plan)."""
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -21,11 +22,11 @@ def _layer_sizes(head_rows: Mapping[int, object] | Sequence[int],
         out = {}
         for lid, v in head_rows.items():
             sizes = v.table_vocab_sizes if isinstance(v, EngramStoreConfig) else v
-            out[int(lid)] = [int(n) for n in sizes]  # type: ignore[attr-defined]
+            out[int(lid)] = _row_counts(sizes, f"head_rows[{lid!r}]")
         if layers:
             raise TypeError("layers: given by head_rows already (a dict of layer -> sizes)")
     else:
-        sizes = [int(n) for n in head_rows]
+        sizes = _row_counts(head_rows, "head_rows")
         out = {int(lid): sizes for lid in (layers or (0,))}
     if not out:
         raise ValueError("head_rows: no layer")
@@ -37,6 +38,22 @@ def _layer_sizes(head_rows: Mapping[int, object] | Sequence[int],
     for lid, v in out.items():
         if any(n <= 0 for n in v):
             raise ValueError(f"head_rows: layer {lid} has a head of {min(v)} rows")
+        if any(n > 2**63 - 1 for n in v):
+            raise ValueError(f"head_rows: layer {lid} has a head of {max(v)} rows, past 2**63 - 1")
+    return out
+
+
+def _row_counts(sizes: Any, arg: str) -> list[int]:
+    """A layer's head sizes: ints (numpy's too), never truncated floats or
+    the digits of a string."""
+    if isinstance(sizes, (str, bytes)) or not hasattr(sizes, "__iter__"):
+        raise TypeError(f"{arg}: expected a list of row counts, got {type(sizes).__name__}")
+    out = []
+    for h, n in enumerate(sizes):
+        try:
+            out.append(operator.index(n))
+        except TypeError:
+            raise TypeError(f"{arg}: head {h} has {n!r} rows, not an int") from None
     return out
 
 
@@ -189,7 +206,22 @@ def shard_route(plan: Mapping[str, Any], layer: int, ids: Any, out: Any = None) 
             import numpy as np
         except ImportError:
             raise ImportError("shard_route() without out needs numpy") from None
-        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        ids = _int64_ids(np, ids)
         out = np.empty(len(ids), np.int32)
     _engram.shard_route([tuple(s) for s in shards], ids, out)
     return out
+
+
+def _int64_ids(np: Any, ids: Any) -> Any:
+    """ids as a contiguous int64 array, for shard_route() without out: ints
+    whose values int64 holds, or refused naming them (a cast would
+    truncate 1.7 to row 1 and wrap the uint64 2**64 - 1 to -1, DEAD)."""
+    a = np.asarray(ids)
+    if a.size == 0:
+        return np.zeros(a.shape, np.int64)
+    if a.dtype.kind not in "iu":
+        raise TypeError(f"ids: expected int64 row ids, got {a.dtype}")
+    if a.dtype.kind == "u" and a.max() > np.iinfo(np.int64).max:
+        i = int(np.argmax(a > np.iinfo(np.int64).max))
+        raise ValueError(f"ids[{i}] = {a.reshape(-1)[i]} does not fit int64")
+    return np.ascontiguousarray(a, dtype=np.int64)

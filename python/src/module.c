@@ -448,6 +448,31 @@ out:
     return v;
 }
 
+/* tp, dp and flags of a plan: ints (numpy's too) in [0, 2**32 - 1], each
+ * named when it is not.  (PyArg's "I" took any int modulo 2**32: tp=-1
+ * asked for 2**32 - 1 shards, a MemoryError, and tp=2**32 + 2 planned 2
+ * shards for 2**32 + 2 ranks.) */
+static int topology_args(PyObject *const o[3], unsigned int *const out[3])
+{
+    static const char *const names[3] = {"tp", "dp", "flags"};
+    for (int k = 0; k < 3; k++) {
+        unsigned long long v;
+        PyObject *i = PyNumber_Index(o[k]);
+        int rc;
+        if (!i) {
+            PyErr_Format(PyExc_TypeError, "%s: expected an int, got %.100s", names[k],
+                         Py_TYPE(o[k])->tp_name);
+            return -1;
+        }
+        rc = ext_uint_arg(i, names[k], UINT32_MAX, NULL, &v);
+        Py_DECREF(i);
+        if (rc < 0)
+            return -1;
+        *out[k] = (unsigned int)v;
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(shard_plan_doc,
 "shard_plan($module, num_heads, reads, tp, dp, flags, /)\n--\n\n"
 "engram_shard_plan(): a list of (first_head, num_heads, reads) per shard.  reads: a\n"
@@ -457,14 +482,15 @@ PyDoc_STRVAR(shard_plan_doc,
 static PyObject *mod_shard_plan(PyObject *self, PyObject *args)
 {
     unsigned int heads, tp, dp, flags;
-    PyObject *reads_o, *res = NULL;
+    PyObject *reads_o, *topo[3], *res = NULL;
     uint64_t *reads = NULL;
     engram_shard *sh = NULL;
     Py_ssize_t len;
     uint32_t n;
     int rc;
     (void)self;
-    if (!PyArg_ParseTuple(args, "IOIII", &heads, &reads_o, &tp, &dp, &flags))
+    if (!PyArg_ParseTuple(args, "IOOOO", &heads, &reads_o, &topo[0], &topo[1], &topo[2]) ||
+        topology_args(topo, (unsigned int *const[3]){&tp, &dp, &flags}) < 0)
         return NULL;
     n = engram_shard_count(tp, dp, flags);
     if (reads_o != Py_None) {
@@ -545,14 +571,15 @@ PyDoc_STRVAR(shard_plan_rows_doc,
 static PyObject *mod_shard_plan_rows(PyObject *self, PyObject *args)
 {
     unsigned int tp, dp, flags;
-    PyObject *rows_o, *res = NULL;
+    PyObject *rows_o, *topo[3], *res = NULL;
     uint64_t *rows;
     engram_row_shard *sh = NULL;
     Py_ssize_t heads;
     uint32_t n;
     int rc;
     (void)self;
-    if (!PyArg_ParseTuple(args, "OIII", &rows_o, &tp, &dp, &flags))
+    if (!PyArg_ParseTuple(args, "OOOO", &rows_o, &topo[0], &topo[1], &topo[2]) ||
+        topology_args(topo, (unsigned int *const[3]){&tp, &dp, &flags}) < 0)
         return NULL;
     if (!(rows = u64_seq(rows_o, "head_rows: expected a sequence of ints", &heads)))
         return NULL;
@@ -599,7 +626,7 @@ static PyObject *mod_shard_route(PyObject *self, PyObject *args)
     engram_row_shard *sh;
     ext_array ia, oa;
     uint32_t n = 0;
-    char b[32];
+    char b[32], sb[64];
     int rc;
     (void)self;
     memset(&ia, 0, sizeof ia);
@@ -610,16 +637,22 @@ static PyObject *mod_shard_route(PyObject *self, PyObject *args)
         return NULL;
     if (ext_array_get(ids_o, "ids", 0, &ia) < 0 || ext_array_get(out_o, "out", EXT_WRITABLE, &oa) < 0)
         goto out;
+    /* The dtype, the shape and whether it is contiguous: an int64 array of
+     * the wrong shape was said to be "got int64", and nothing more. */
     if (ia.kind != EXT_KIND_INT || ia.itemsize != 8 || ia.ndim != 1 ||
         !ext_array_c_contiguous(&ia)) {
-        PyErr_Format(PyExc_TypeError, "ids: expected a contiguous 1-D int64 array, got %s",
-                     ext_array_dtype(&ia, b, sizeof b));
+        PyErr_Format(PyExc_TypeError, "ids: expected a contiguous 1-D int64 array, got %s of "
+                     "shape %s%s", ext_array_dtype(&ia, b, sizeof b),
+                     ext_array_shape(&ia, sb, sizeof sb),
+                     ext_array_c_contiguous(&ia) ? "" : " (not contiguous)");
         goto out;
     }
     if (oa.kind != EXT_KIND_INT || oa.itemsize != 4 || oa.ndim != 1 ||
         !ext_array_c_contiguous(&oa) || oa.shape[0] != ia.shape[0]) {
         PyErr_Format(PyExc_TypeError, "out: expected a contiguous 1-D int32 array of %zd, got "
-                     "%s", ia.shape[0], ext_array_dtype(&oa, b, sizeof b));
+                     "%s of shape %s%s", ia.shape[0], ext_array_dtype(&oa, b, sizeof b),
+                     ext_array_shape(&oa, sb, sizeof sb),
+                     ext_array_c_contiguous(&oa) ? "" : " (not contiguous)");
         goto out;
     }
     Py_BEGIN_ALLOW_THREADS

@@ -397,8 +397,7 @@ static PyObject *Hasher_hash(HasherObject *self, PyObject *args, PyObject *kw)
     static char *names[] = {"tokens", "out", "history", "starts", "history_starts",
                             "local", "layer", "threads", NULL};
     PyObject *tok, *outo, *hist = Py_None, *sto = Py_None, *hsto = Py_None;
-    int local = 0, layer = -1, err;
-    unsigned int threads = 0;
+    int local = 0, layer = -1, threads = 0, err;
     engram_ngram_hash_args a = ENGRAM_NGRAM_HASH_ARGS_INIT;
     ext_array ta, oa, ha, sa, hsa;
     PyObject *ret = NULL;
@@ -410,9 +409,14 @@ static PyObject *Hasher_hash(HasherObject *self, PyObject *args, PyObject *kw)
     memset(&ha, 0, sizeof ha);
     memset(&sa, 0, sizeof sa);
     memset(&hsa, 0, sizeof hsa);
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|OOOpiI:hash", names, &tok, &outo, &hist, &sto,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|OOOpii:hash", names, &tok, &outo, &hist, &sto,
                                      &hsto, &local, &layer, &threads))
         return NULL;
+    if (threads < 0) { /* "I" took it modulo 2**32: -1 was 8 threads */
+        PyErr_Format(PyExc_ValueError, "threads: expected 0 (automatic) or a count, got %d",
+                     threads);
+        return NULL;
+    }
     if (!self->h) {
         PyErr_SetString(PyExc_ValueError, "NgramHasher was not initialised");
         return NULL;
@@ -505,7 +509,7 @@ static PyObject *Hasher_hash(HasherObject *self, PyObject *args, PyObject *kw)
     a.layer = layer;
     a.out = oa.data;
     a.out_type = oa.itemsize == 8 ? ENGRAM_ID_INT64 : ENGRAM_ID_INT32;
-    a.threads = threads;
+    a.threads = (uint32_t)threads;
     Py_BEGIN_ALLOW_THREADS
     err = engram_ngram_hash(self->h, &a);
     Py_END_ALLOW_THREADS

@@ -5,6 +5,8 @@ store with one lookup thread, so what is queued behind it stays queued."""
 from __future__ import annotations
 
 import gc
+import os
+import signal
 import threading
 
 import numpy as np
@@ -123,6 +125,45 @@ def test_close_with_pending(tmp_path):
         assert (o == 8).all()
 
 
+def test_pending_lookups_of_the_parent_after_fork(mem):
+    """A child of fork() has no thread that would ever finish a lookup its
+    parent submitted: waiting for one, cancelling one or dropping one fails
+    (or returns) at once there, where it used to block for ever, and the
+    lookups are still the parent's."""
+    st, rows = mem
+    entered, go = held_source(st, rows)
+    ids = np.array([[3], [4]])
+    outs = [np.full((2, 1, R), k, np.uint8) for k in range(3)]
+    running = st.lookup_async(["s"], ids, outs[0])
+    assert entered.wait(60)
+    queued = [st.lookup_async(["t"], ids, o) for o in outs[1:]]
+    pid = os.fork()
+    if pid == 0:  # the child: an exception, or a wait that blocks, is a nonzero status
+        code = 1
+        try:
+            signal.alarm(60)
+            assert running.done() and all(q.done() for q in queued)
+            with pytest.raises(es.StateError, match="before a fork"):
+                queued[0].wait()
+            with pytest.raises(es.StateError, match="before a fork"):
+                queued[1].cancel()
+            del running          # its finalizer cancels it: at once too
+            gc.collect()
+            code = 0
+        finally:
+            os._exit(code)
+    try:
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+        assert not queued[0].done()
+    finally:
+        go.set()
+    running.wait()
+    for q in queued:
+        q.wait()
+    assert all((o == rows[ids]).all() for o in outs)
+
+
 def make_layer(st):
     lay = es.NgramLayout(layer_ids=[2, 9], vocab_size=40, max_ngram=3, heads=3,
                          compressed_vocab=30, pad_id=1)
@@ -178,3 +219,199 @@ def test_ngram_lookup(mem):
         h.lookup("not a store", 9, "layer9", toks)
     with pytest.raises(TypeError, match="initialised already"):
         h._c.__init__(lay._c)
+
+
+# ---- bad inputs: refused at the submit, with nothing queued -------------------
+
+@pytest.mark.parametrize("args, exc, text", [
+    ((["t"], np.array([[1.0]]), np.zeros((1, 1, R), np.uint8)), TypeError,
+     "ids: expected int32 or int64, got float64"),
+    ((["t"], np.array([[1]], np.uint64), np.zeros((1, 1, R), np.uint8)), TypeError,
+     "ids: expected int32 or int64, got uint64"),
+    ((["t"], np.array([[True]]), np.zeros((1, 1, R), np.uint8)), TypeError,
+     "ids: expected int32 or int64, got bool"),
+    ((["t"], np.array([[1]], object), np.zeros((1, 1, R), np.uint8)), TypeError,
+     "ids: expected int32 or int64"),
+    ((["t"], np.array([1, 2]), np.zeros((2, 1, R), np.uint8)), ValueError,
+     r"ids: expected a 2-D array \[T, K\], got shape \(2,\)"),
+    ((["t"], np.zeros((2, 1, 1), np.int64), np.zeros((2, 1, R), np.uint8)), ValueError,
+     "ids: expected a 2-D array"),
+    ((["t"], np.zeros((2, 1), np.int64), np.zeros((2, 1, R), np.int8)), TypeError,
+     "out: expected uint8, got int8"),
+    ((["t"], np.zeros((2, 1), np.int64), np.zeros((2, 1, R), np.float32)), TypeError,
+     "out: expected uint8, got float32"),
+    ((["t"], np.zeros((2, 1), np.int64), np.zeros((2, 1, R - 1), np.uint8)), ValueError,
+     r"out: expected shape \(2, 1, 16\)"),
+    ((["t"], np.zeros((2, 1), np.int64), np.zeros((3, 1, R), np.uint8)), ValueError,
+     r"out: expected shape \(2, 1, 16\)"),
+    ((["t"], np.zeros((2, 1), np.int64), bytes(2 * R)), ValueError, "out: the array is read-only"),
+    ((["t"], np.zeros((2, 1), np.int64), np.zeros((2, 1, R), np.uint8), np.array([0, 1])),
+     ValueError, r"offsets: expected shape \(1,\)"),
+    ((["t"], np.zeros((2, 1), np.int64), np.zeros((2, 1, R), np.uint8), np.array([0.0])),
+     TypeError, "offsets: expected int64, got float64"),
+    (("t", np.zeros((2, 1), np.int64), np.zeros((2, 1, R), np.uint8)), TypeError,
+     "tables: expected a list or tuple of table names, got str"),
+    (([5], np.zeros((2, 1), np.int64), np.zeros((2, 1, R), np.uint8)), TypeError, "tables"),
+])
+def test_lookup_async_bad_arguments(mem, args, exc, text):
+    st, _ = mem
+    out = args[2]
+    with pytest.raises(exc, match=text):
+        st.lookup_async(*args)
+    if isinstance(out, np.ndarray):
+        assert not out.any()
+
+
+def test_lookup_async_read_only_out(mem):
+    st, _ = mem
+    out = np.zeros((1, 1, R), np.uint8)
+    out.flags.writeable = False
+    with pytest.raises(ValueError, match="out: the array is read-only"):
+        st.lookup_async(["t"], np.array([[1]]), out)
+
+
+def test_lookup_async_edges(mem):
+    """Empty lookups; ids at the ends of int64 and ids with strides."""
+    st, rows = mem
+    st.lookup_async(["t"], np.zeros((0, 1), np.int64), np.zeros((0, 1, R), np.uint8)).wait()
+    st.lookup_async([], np.zeros((3, 0), np.int64), np.zeros((3, 0, R), np.uint8)).wait()
+    for bad in (2**63 - 1, -2**63, -2, 100):
+        out = np.full((1, 1, R), 4, np.uint8)
+        p = st.lookup_async(["t"], np.array([[bad]], np.int64), out)
+        with pytest.raises(es.BadIdError, match=rf"ids\[0\]\[0\] = {bad} is outside table 't'"):
+            p.wait()
+        assert (out == 4).all()
+    ids = np.array([[1, 90], [2, 91], [3, 92]])[::2, :1]
+    out = np.zeros((2, 1, R), np.uint8)
+    st.lookup_async(["t"], ids, out).wait()
+    assert (out[:, 0] == rows[[1, 3]]).all()
+
+
+def test_pending_used_twice_or_after_the_fact(mem):
+    st, rows = mem
+    ids = np.array([[5], [6]])
+    out = np.zeros((2, 1, R), np.uint8)
+    p = st.lookup_async(["t"], ids, out)
+    p.wait()
+    assert p.done()
+    for again in (p.wait, p.cancel):
+        with pytest.raises(es.StateError, match="already waited for or cancelled"):
+            again()
+    assert p.done()
+    # Cancelled, then waited for or cancelled again.
+    entered, go = held_source(st, rows)
+    busy = st.lookup_async(["s"], ids, np.zeros((2, 1, R), np.uint8))
+    assert entered.wait(60)
+    q = st.lookup_async(["t"], ids, np.zeros((2, 1, R), np.uint8))
+    assert q.cancel() is True
+    assert q.done()
+    for again in (q.wait, q.cancel):
+        with pytest.raises(es.StateError, match="already waited for or cancelled"):
+            again()
+    go.set()
+    busy.wait()
+    # Cancel once it is done: too late, so False and its rows, or its error.
+    out = np.zeros((2, 1, R), np.uint8)
+    p = st.lookup_async(["t"], ids, out)
+    while not p.done():
+        threading.Event().wait(0.001)
+    assert p.cancel() is False
+    assert (out == rows[ids]).all()
+    p = st.lookup_async(["t"], np.array([[100]]), np.zeros((1, 1, R), np.uint8))
+    while not p.done():
+        threading.Event().wait(0.001)
+    with pytest.raises(es.BadIdError, match=r"ids\[0\]\[0\] = 100"):
+        p.cancel()
+    # A PendingLookup made by hand is no lookup.
+    with pytest.raises(es.StateError):
+        es.PendingLookup().wait()
+    assert es.PendingLookup().done()
+
+
+def test_submit_on_a_closed_store(tmp_path):
+    st = es.TableStore(local_dir=None, threads=1)
+    lay, _, _ = make_layer(st)
+    h = es.NgramHasher(lay)
+    st.close()
+    toks = np.array([3, 4])
+    out = np.zeros((2, 6, R), np.uint8)
+    for call in (lambda: st.lookup_async(["layer9"], np.array([[1]]), out[:1, :1]),
+                 lambda: h.submit(st, 9, "layer9", toks),
+                 lambda: h.submit(st, 9, "layer9", toks, out=out),
+                 lambda: h.lookup(st, 9, "layer9", toks, out=out),
+                 lambda: h.lookup(st, 9, [f"engram:l9:h{c}" for c in range(6)], toks, out=out)):
+        with pytest.raises(es.StoreClosedError, match="closed"):
+            call()
+    assert not out.any()
+
+
+def test_ngram_lookup_bad_arguments(mem):
+    st, _ = mem
+    lay, _, _ = make_layer(st)
+    h = es.NgramHasher(lay)
+    toks = np.array([3, 4, 29])
+    names = [f"engram:l9:h{c}" for c in range(lay.num_cols)]
+    st.bind("r8", np.zeros((100, 8), np.uint8))
+    ro = np.zeros((3, 6, R), np.uint8)
+    ro.flags.writeable = False
+    for kw, exc, text in [
+        ({"tokens": np.array([1.5])}, TypeError, "tokens: expected int32 or int64, got float64"),
+        ({"tokens": np.array([1], np.uint64)}, TypeError, "tokens: expected int32 or int64, got uint64"),
+        ({"tokens": np.array([True])}, TypeError, "tokens: .* got bool"),
+        ({"tokens": np.array([[1, 2]])}, ValueError, "tokens: expected a contiguous 1-D array"),
+        ({"tokens": np.arange(6)[::2]}, ValueError, "tokens: expected a contiguous 1-D array"),
+        ({"tokens": np.array([-3])}, es.BadIdError, r"tokens\[0\] = -3 is not a compressed id"),
+        ({"tokens": np.array([2**63 - 1])}, es.BadIdError, r"tokens\[0\] = 9223372036854775807"),
+        ({"history": np.array([1.0])}, TypeError, "history: expected int64, got float64"),
+        ({"history": np.array([1], np.int32)}, TypeError, "history: expected int64, got int32"),
+        ({"history": np.array([30])}, es.BadIdError, r"history\[0\] = 30"),
+        ({"out": np.zeros((3, 6, R), np.int8)}, TypeError, "out: expected uint8, got int8"),
+        ({"out": ro}, ValueError, "out: the array is read-only"),
+        ({"out": np.zeros((6, 3, R), np.uint8).transpose(1, 0, 2)}, ValueError,
+         r"out: expected a C-contiguous array of shape \(3, 6, 16\), got \(3, 6, 16\) \(not contiguous\)"),
+        ({"out": np.zeros((3, 6, R + 1), np.uint8)}, ValueError, r"shape \(3, 6, 16\)"),
+        ({"out": np.zeros((2, 6, R), np.uint8)}, ValueError, r"shape \(3, 6, 16\)"),
+        ({"tables": "nope"}, es.TableNotFoundError, "'nope'"),
+        ({"tables": 5, "out": np.zeros((3, 6, R), np.uint8)}, TypeError,
+         "tables: expected a table name or a list of them, got int"),
+        ({"tables": [1] * 6, "out": np.zeros((3, 6, R), np.uint8)}, TypeError,
+         r"tables\[0\]: expected a table name \(str\), got int"),
+        ({"tables": names[:5] + ["nope"]}, es.TableNotFoundError, "'nope'"),
+        ({"tables": names[:5] + ["r8"]}, es.LayoutError, "tables: 5 has rows of 8 bytes, the first 16"),
+        ({"layer": 0}, ValueError, r"layer 0 is not one of the layout's layers \[2, 9\]"),
+    ]:
+        args = {"layer": 9, "tables": "layer9", "tokens": toks, **kw}
+        o = args.pop("out", None)
+        for submit in (False, True):
+            with pytest.raises(exc, match=text):
+                call = h.submit if submit else h.lookup
+                r = call(st, args["layer"], args["tables"], args["tokens"], out=o,
+                         history=args.get("history"))
+                if submit:       # what the hash finds comes at the wait
+                    r[0].wait()
+            if isinstance(o, np.ndarray) and o.flags.writeable:
+                assert not o.any()
+    with pytest.raises(TypeError, match="store: expected a TableStore, got str"):
+        h.submit("not a store", 9, "layer9", toks)
+
+
+def test_ngram_lookup_tables_and_tokens_sized_in_python(mem):
+    """Without out, the tables and the tokens size it: tables that are
+    neither a name nor C of them, and tokens that are no vector, are
+    refused naming them (an empty list failed with "list index out of
+    range", an int with "'int' object is not subscriptable", 0-d tokens
+    with "len() of unsized object")."""
+    st, _ = mem
+    lay, _, _ = make_layer(st)
+    h = es.NgramHasher(lay)
+    toks = np.array([3, 4])
+    for submit in (False, True):
+        call = h.submit if submit else h.lookup
+        for tables, exc, text in [([], ValueError, r"tables: expected one name \(the layer's table\) or 6 \(one per column\), got 0"),
+                                  (["layer9"] * 2, ValueError, "or 6 .* got 2"),
+                                  (5, TypeError, "tables: expected a table name or a list of them, got int"),
+                                  ({"layer9"}, TypeError, "got set")]:
+            with pytest.raises(exc, match=text):
+                call(st, 9, tables, toks)
+        with pytest.raises(ValueError, match=r"tokens: expected a contiguous 1-D array, got shape \(\)"):
+            call(st, 9, "layer9", np.array(3))

@@ -341,3 +341,305 @@ def test_build_token_map():
     lay = es.NgramLayout(layer_ids=[1], vocab_size=1000, max_ngram=3, heads=2,
                          compressed_vocab=len(keys), pad_id=int(got[0]))
     es.NgramHasher(lay, got).hash(np.arange(len(texts)))
+
+
+# ---- bad inputs: each refused with an error that names it ---------------------
+
+def small():
+    lay = es.NgramLayout(layer_ids=[1], vocab_size=100, max_ngram=3, heads=2,
+                         compressed_vocab=10, pad_id=0)
+    return lay, es.NgramHasher(lay)
+
+
+@pytest.mark.parametrize("tokens, exc, text", [
+    (np.array([1, 2], np.uint64), TypeError, "tokens: expected int32 or int64, got uint64"),
+    (np.array([1, 2], np.uint32), TypeError, "tokens: expected int32 or int64, got uint32"),
+    (np.array([1, 2], np.int16), TypeError, "tokens: expected int32 or int64, got int16"),
+    (np.array([True, False]), TypeError, "tokens: expected int32 or int64, got bool"),
+    (np.array([1, 2], object), TypeError, "tokens: expected int32 or int64"),
+    (np.array([1, 2], np.float32), TypeError, "tokens: expected int32 or int64, got float32"),
+    (np.array([[1, 2]]), ValueError, r"tokens: expected a contiguous 1-D array, got shape \(1, 2\)"),
+    (np.arange(8)[::2], ValueError, r"tokens: expected a contiguous 1-D array, got shape \(4,\)"),
+])
+def test_bad_token_arrays(tokens, exc, text):
+    _, h = small()
+    out = np.full((len(tokens), 1, 4), 7, np.int64)
+    with pytest.raises(exc, match=text):
+        h.hash(tokens, out=out)
+    assert (out == 7).all()
+    if tokens.ndim != 1:
+        with pytest.raises(ValueError, match=r"requests\[0\]: expected a contiguous 1-D array"):
+            h.hash_batch([tokens, tokens])
+    elif tokens.flags.c_contiguous:
+        with pytest.raises(exc, match=text):
+            h.hash_batch([tokens, tokens])
+    else:  # a batch is copied together: strides are fine there
+        want = h.hash(np.ascontiguousarray(tokens))
+        assert (h.hash_batch([tokens, tokens]) == np.concatenate([want, want])).all()
+
+
+def test_tokens_at_the_ends_of_their_types():
+    _, h = small()
+    out = np.full((2, 1, 4), 7, np.int64)
+    for bad, dtype in [(2**63 - 1, np.int64), (-2**63, np.int64), (2**31 - 1, np.int32),
+                       (-2**31, np.int32), (-2, np.int32)]:
+        with pytest.raises(es.BadIdError, match=rf"tokens\[1\] = {bad} is not a compressed id"):
+            h.hash(np.array([3, bad], dtype), out=out)
+        assert (out == 7).all()
+    with pytest.raises(es.BadIdError, match=rf"history\[0\] = {-2**63}"):
+        h.hash(np.array([3]), history=np.array([-2**63, 1]))
+
+
+def test_empty_inputs():
+    lay, h = small()
+    for dtype in (np.int32, np.int64):
+        got = h.hash(np.zeros(0, dtype))
+        assert got.shape == (0, 1, 4)
+        assert h.hash(np.zeros(0, dtype), history=np.array([1, 2], dtype)).shape == (0, 1, 4)
+        assert h.hash(np.zeros(0, dtype), layer=1).shape == (0, 4)
+    assert h.hash([]).shape == (0, 1, 4)
+    assert h.hash_batch([np.zeros(0, np.int64)] * 3).shape == (0, 1, 4)
+    # An empty request among others, and an empty history.
+    want = h.hash(np.array([4, 5]))
+    got = h.hash_batch([np.zeros(0, np.int64), np.array([4, 5]), np.zeros(0, np.int64)],
+                       [None, np.zeros(0, np.int64), None])
+    assert (got == want).all()
+
+
+def test_bad_token_maps():
+    lay, _ = small()
+    for m, exc, text in [
+        (np.array([0, 1], np.uint64), TypeError, "token_map: expected a 1-D int32 or int64 array, got uint64"),
+        (np.array([True]), TypeError, "token_map: .* got bool"),
+        (np.array([1], object), TypeError, "token_map: expected a 1-D int32 or int64"),
+        (np.array([0, 1], np.int16), TypeError, "token_map: .* got int16"),
+        (np.zeros((2, 2), np.int64), TypeError, "token_map: .* with 2 dimensions"),
+        (np.array(1), TypeError, "token_map: .* with 0 dimensions"),
+        (np.zeros(0, np.int64), ValueError, "token_map: empty"),
+        (np.array([0, -1]), ValueError, r"token_map\[1\] = -1 is not a compressed id"),
+        (np.array([0, 10], np.int32), ValueError, r"token_map\[1\] = 10 is not a compressed id"),
+        (np.array([0, 2**40]), ValueError, r"token_map\[1\] = 1099511627776"),
+        ([0, 1, 2], TypeError, "token_map: expected an array, got a Python list"),
+        ("0123", TypeError, "token_map"),
+    ]:
+        with pytest.raises(exc, match=text):
+            es.NgramHasher(lay, m)
+    # A map with strides is read through them.
+    strided = np.arange(20, dtype=np.int64)[::2] % 10
+    raw = np.array([0, 3, -1, 9, 4])
+    want = es.NgramHasher(lay).hash(np.where(raw < 0, -1, strided[np.maximum(raw, 0)]))
+    assert (es.NgramHasher(lay, strided).hash(raw) == want).all()
+    # A raw token at the end of the map, and one just past it.
+    h = es.NgramHasher(lay, strided)
+    h.hash(np.array([9]))
+    with pytest.raises(es.BadIdError, match=r"tokens\[0\] = 10 is not a token of the map"):
+        h.hash(np.array([10]))
+
+
+def test_bad_outputs():
+    lay, h = small()
+    t = np.array([1, 2, 3])
+    for out, exc, text in [
+        (np.zeros((3, 1, 4), np.int16), TypeError, "out: expected int32 or int64, got int16"),
+        (np.zeros((3, 1, 4), np.uint64), TypeError, "out: expected int32 or int64, got uint64"),
+        (np.zeros((3, 1, 4), bool), TypeError, "out: expected int32 or int64, got bool"),
+        (np.zeros((2, 1, 4), np.int64), ValueError, r"out: expected .* shape \(3, 1, 4\), got \(2, 1, 4\)"),
+        (np.zeros((4, 1, 4), np.int64), ValueError, r"shape \(3, 1, 4\), got \(4, 1, 4\)"),
+        (np.zeros(12, np.int64), ValueError, r"shape \(3, 1, 4\), got \(12,\)"),
+        (bytes(96), ValueError, "out: the array is read-only"),
+        ([0] * 12, TypeError, "out: expected an array, got a Python list"),
+    ]:
+        with pytest.raises(exc, match=text):
+            h.hash(t, out=out)
+    # One layer: [T, C].
+    with pytest.raises(ValueError, match=r"shape \(3, 4\), got \(3, 1, 4\)"):
+        h.hash(t, out=np.zeros((3, 1, 4), np.int64), layer=1)
+    # int32 ids that cannot hold the layout's rows; local ids fit.
+    big = es.NgramLayout(layer_ids=[1], vocab_size=2, max_ngram=2, heads=2, compressed_vocab=10,
+                         pad_id=0, primes=[2**31, 5])
+    hb = es.NgramHasher(big)
+    out = np.full((3, 1, 2), 7, np.int32)
+    with pytest.raises(ValueError, match="do not fit int32 output: use int64"):
+        hb.hash(t, out=out)
+    assert (out == 7).all()
+    hb.hash(t, out=out, local=True)
+    assert (out[..., 1] < 5).all()
+
+
+@pytest.mark.parametrize("change, exc, text", [
+    ({"vocab_size": 2**64}, ValueError, r"vocab_size: expected an int in \[0, 18446744073709551615\]"),
+    ({"vocab_size": -1}, ValueError, "vocab_size: expected an int in"),
+    ({"vocab_size": 2**62}, ValueError, "vocab_size 4611686018427387904 is not in 2..2\\^61"),
+    ({"vocab_size": 1.5}, TypeError, "vocab_size: expected an int, got float"),
+    ({"vocab_size": "100"}, TypeError, "vocab_size: expected an int, got str"),
+    ({"compressed_vocab": 2**62 + 1}, ValueError, "compressed_vocab 4611686018427387905 is not in 1..2\\^62"),
+    ({"compressed_vocab": -5}, ValueError, "compressed_vocab: expected an int in"),
+    ({"max_ngram": 2**32}, ValueError, "max_ngram: expected an int in"),
+    ({"max_ngram": 17}, ValueError, "max_ngram 17 is not in 2..16"),
+    ({"heads": 2**32 + 2}, ValueError, "heads: expected an int in"),
+    ({"heads": 2000}, ValueError, "heads 2000: .* must be in 1..1024"),
+    ({"heads": None}, TypeError, "heads: expected an int, got NoneType"),
+    ({"layer_ids": [2**63]}, ValueError, r"layer_ids\[0\]: 9223372036854775808 does not fit int64"),
+    ({"layer_ids": [10**16]}, ValueError, r"layer_ids\[0\] = 10000000000000000 is negative or too large"),
+    ({"layer_ids": list(range(257))}, ValueError, "num_layers 257 is not in 1..256"),
+    ({"pad_id": 2**64}, ValueError, "pad_id: expected an int in"),
+    ({"pad_id": 1.0}, TypeError, "pad_id: expected an int, got float"),
+    ({"primes": [2**64, 1, 1, 1]}, ValueError, r"primes\[0\]: 18446744073709551616 does not fit uint64"),
+    ({"primes": [-1, 1, 1, 1]}, ValueError, r"primes\[0\]: -1 does not fit uint64"),
+    ({"primes": [2**62 + 1, 1, 1, 1]}, ValueError, r"primes\[0\] = 4611686018427387905 is not in 1..2\^62"),
+    ({"primes": [2**61, 2**61, 1, 1]}, ValueError, "add up past 2\\^62"),
+    ({"multipliers": [-1, 1, 1]}, ValueError, r"multipliers\[0\] = -1 is not in 1\.\."),
+    ({"multipliers": [2**63, 1, 1]}, ValueError, r"multipliers\[0\]: 9223372036854775808 does not fit int64"),
+    ({"multipliers": [[1, 1, 1], [1, 1, 1]]}, ValueError, "multipliers: expected num_layers \\* max_ngram = 3"),
+])
+def test_bad_layout_values(change, exc, text):
+    base = dict(layer_ids=[1], vocab_size=100, max_ngram=3, heads=2, compressed_vocab=10,
+                pad_id=0)
+    with pytest.raises(exc, match=text):
+        es.NgramLayout(**{**base, **change})
+
+
+def test_bad_configs(tmp_path):
+    fields = {"engram_layer_ids": [1, 14], "engram_vocab_size": 1000, "engram_max_ngram_size": 3,
+              "engram_n_head_per_ngram": 2, "engram_compressed_vocab_size": 50,
+              "engram_pad_id": 2}
+    with pytest.raises(FileNotFoundError):
+        es.NgramLayout.from_config(tmp_path / "missing.json")
+    with pytest.raises(IsADirectoryError):
+        es.NgramLayout.from_config(tmp_path)
+    for text, exc, match in [("{nope", json.JSONDecodeError, "Expecting property name"),
+                             ("", json.JSONDecodeError, "Expecting value"),
+                             ("[1, 2]", ValueError, "not a JSON object"),
+                             ("null", ValueError, "not a JSON object")]:
+        p = tmp_path / "c.json"
+        p.write_text(text)
+        with pytest.raises(exc, match=match):
+            es.NgramLayout.from_config(p)
+    for key, value, exc, match in [
+        ("engram_max_ngram_size", "3", TypeError, "max_ngram: expected an int, got str"),
+        ("engram_max_ngram_size", 3.5, TypeError, "max_ngram: expected an int, got float"),
+        ("engram_n_head_per_ngram", -3, ValueError, "heads: expected an int in"),
+        ("engram_n_head_per_ngram", 0, ValueError, "heads 0"),
+        ("engram_vocab_size", 2**70, ValueError, "vocab_size: expected an int in"),
+        ("engram_vocab_size", [], ValueError, "engram_vocab_size \\[\\] holds different sizes"),
+        ("engram_compressed_vocab_size", 0, ValueError, "compressed_vocab 0"),
+        ("engram_pad_id", None, ValueError, "no engram_pad_id"),
+        ("engram_pad_id", 50, ValueError, "pad_id 50 is not a compressed id"),
+        ("engram_layer_ids", [], ValueError, "num_layers 0"),
+        ("engram_layer_ids", [-1], ValueError, r"layer_ids\[0\] = -1"),
+    ]:
+        with pytest.raises(exc, match=match):
+            es.NgramLayout.from_config({**fields, key: value})
+        with pytest.raises(exc, match=match):
+            es.NgramLayout.from_config({"text_config": {**fields, key: value}})
+
+
+def test_token_lists_hold_ints_only():
+    """A list of tokens becomes int64 only when it holds ints: floats and
+    bools are refused, as they are in an array, not truncated ([1.5, 2.7]
+    used to hash as [1, 2])."""
+    _, h = small()
+    for bad in ([1.5, 2.7], [1.0], [True, False], (3, 0.5)):
+        with pytest.raises(TypeError, match="tokens: expected int token ids"):
+            h.hash(bad)
+        with pytest.raises(TypeError, match="history: expected int token ids"):
+            h.hash([1], history=bad)
+    with pytest.raises(OverflowError, match="tokens: "):
+        h.hash([2**63])
+    assert (h.hash([1, 2]) == h.hash(np.array([1, 2]))).all()
+    assert (h.hash((1, 2), history=[3]) == h.hash(np.array([1, 2]), history=np.array([3]))).all()
+
+
+def test_batch_histories_keep_their_values():
+    """A batch's histories are taken in the requests' dtype only when that
+    keeps every value: floats, uint64 and ints that int32 would change are
+    refused (they used to be cast: 1.9 hashed as 1, 2**32 + 4 as 4, the
+    uint64 2**64 - 1 as -1, which is DEAD)."""
+    _, h = small()
+    reqs = [np.array([1, 2]), np.array([3])]
+    for hist, exc, text in [
+        ([np.array([1.9]), None], TypeError, r"histories\[0\]: expected int32 or int64 token ids, got float64"),
+        ([[1.9], None], TypeError, r"histories\[0\]: expected int token ids"),
+        ([None, np.array([2**64 - 1], np.uint64)], TypeError, r"histories\[1\]: .* got uint64"),
+        ([None, np.array([True])], TypeError, r"histories\[1\]: .* got bool"),
+    ]:
+        with pytest.raises(exc, match=text):
+            h.hash_batch(reqs, hist)
+    want = h.hash_batch(reqs, [np.array([4]), None])
+    r32 = [r.astype(np.int32) for r in reqs]
+    assert (h.hash_batch(r32, [np.array([4]), None]) == want).all()
+    assert (h.hash_batch(r32, [[4], None]) == want).all()
+    assert (h.hash_batch(reqs, [np.array([4], np.int32), None]) == want).all()
+    with pytest.raises(ValueError, match=r"histories\[0\]: a token id does not fit int32"):
+        h.hash_batch(r32, [np.array([2**32 + 4]), None])
+
+
+def test_layout_ints_are_not_truncated():
+    """layer_ids, primes and multipliers are ints: a float among them is
+    refused naming it, in a list or an array (int() made layer 1.5 layer 1
+    and prime 7.5 prime 7).  Arrays of ints and any sequence still serve."""
+    base = dict(layer_ids=[1], vocab_size=100, max_ngram=3, heads=2, compressed_vocab=10,
+                pad_id=0)
+    for change, text in [({"layer_ids": [1.5]}, r"layer_ids\[0\]: expected an int, got float"),
+                         ({"layer_ids": np.array([1.0])}, r"layer_ids\[0\]: expected an int"),
+                         ({"layer_ids": "1,14"}, r"layer_ids\[0\]: expected an int, got str"),
+                         ({"layer_ids": 3}, "layer_ids: expected a sequence of ints, got int"),
+                         ({"primes": [[7.5, 5], [3, 2]]}, r"primes\[0\]: expected an int, got float"),
+                         ({"primes": np.array([[7, 5, 3, 2.5]])}, r"primes\[0\]: expected an int, got float"),
+                         ({"primes": "abcd"}, r"primes\[0\]: expected an int, got str"),
+                         ({"multipliers": np.array([1.0, 3.0, 5.0])}, r"multipliers\[0\]: expected an int")]:
+        with pytest.raises(TypeError, match=text):
+            es.NgramLayout(**{**base, **change})
+    with pytest.raises(TypeError, match=r"layer_ids\[1\]: expected an int, got float"):
+        es.NgramLayout.from_config({"engram_layer_ids": [1, 14.5], "engram_vocab_size": 100,
+                                    "engram_max_ngram_size": 3, "engram_n_head_per_ngram": 2,
+                                    "engram_compressed_vocab_size": 10, "engram_pad_id": 0})
+    ref = es.NgramLayout(**{**base, "layer_ids": [1, 14], "primes": [[7, 5, 3, 2], [11, 13, 17, 19]],
+                            "multipliers": [[1, 3, 5], [7, 9, 11]]})
+    for lids, primes, mults in [(np.array([1, 14]), np.array([[7, 5, 3, 2], [11, 13, 17, 19]]),
+                                 np.array([[1, 3, 5], [7, 9, 11]], np.uint64)),
+                                (range(1, 15, 13), ((7, 5, 3, 2), (11, 13, 17, 19)), [1, 3, 5, 7, 9, 11])]:
+        lay = es.NgramLayout(**{**base, "layer_ids": lids, "primes": primes, "multipliers": mults})
+        assert lay.layer_ids == (1, 14)
+        assert lay.primes.tolist() == ref.primes.tolist()
+        assert lay.multipliers.tolist() == ref.multipliers.tolist()
+
+
+def test_tokens_that_are_no_vector():
+    """The length of the tokens sizes the output before the C side sees
+    them: a scalar, a 0-d array or a 0-d request is refused naming it (it
+    failed with len()'s "len() of unsized object")."""
+    _, h = small()
+    for call, exc, text in [
+        (lambda: h.hash(np.array(3)), ValueError, r"tokens: expected a contiguous 1-D array, got shape \(\)"),
+        (lambda: h.hash(3), TypeError, "tokens: expected a 1-D array of token ids, got int"),
+        (lambda: h.hash(np.array([3]), history=np.array(3)), ValueError, r"history: .* got shape \(\)"),
+        (lambda: h.hash_batch([np.array([1]), np.array(3)]), ValueError, r"requests\[1\]: .* got shape \(\)"),
+        (lambda: h.hash_batch([np.array([1]), [[3]]]), ValueError, r"requests\[1\]: .* got shape \(1, 1\)"),
+        (lambda: h.hash_batch([[1.5], [3]]), TypeError, r"requests\[0\]: expected int token ids"),
+    ]:
+        with pytest.raises(exc, match=text):
+            call()
+    # Lists and memoryviews of tokens still serve.
+    want = h.hash(np.array([1, 2, 3]))
+    assert (h.hash_batch([[1, 2], [3]], [None, [1, 2]]) == want).all()
+    assert (h.hash(memoryview(np.array([1, 2, 3]))) == want).all()
+
+
+def test_threads_is_a_count():
+    """threads is 0 or a count: a negative or oversized one is refused (it
+    was taken modulo 2**32: -1 asked for 2**32 - 1 threads, which ran 8,
+    and 2**40 for 0, automatic)."""
+    _, h = small()
+    t = np.arange(5)
+    for call in (lambda th: h.hash(t, threads=th), lambda th: h.hash_batch([t, t], threads=th)):
+        with pytest.raises(ValueError, match="threads: expected 0 .* got -1"):
+            call(-1)
+        for big in (2**31, 2**40):
+            with pytest.raises(OverflowError):
+                call(big)
+        with pytest.raises(TypeError):
+            call(1.5)
+    want = h.hash(t)
+    for th in (0, 1, 3, 2**31 - 1):
+        assert (h.hash(t, threads=th) == want).all()

@@ -147,3 +147,131 @@ def test_row_wise_plan_and_route():
         engramstore.shard_plan(sizes, tp=2, by_rows=True, reads=[1] * 4)
     with pytest.raises(engramstore.SpecError, match="only 11 rows"):
         engramstore.shard_plan([5, 6], tp=12, by_rows=True)
+
+
+def test_row_wise_bad_inputs():
+    plan = engramstore.shard_plan([5, 6], tp=4, by_rows=True)
+    ro = np.zeros(1, np.int32)
+    ro.flags.writeable = False
+    for ids, out, exc, text in [
+        (np.array([1]), np.zeros(1, np.int64), TypeError, "out: expected a contiguous 1-D int32 array of 1, got int64"),
+        (np.array([1, 2]), np.zeros(1, np.int32), TypeError, "out: expected a contiguous 1-D int32 array of 2"),
+        (np.array([1]), ro, ValueError, "out: the array is read-only"),
+        (np.array([1]), [0], TypeError, "out: expected an array, got a Python list"),
+        (np.array([1.0]), np.zeros(1, np.int32), TypeError, "ids: expected a contiguous 1-D int64 array, got float64"),
+        (np.array([1], np.int32), np.zeros(1, np.int32), TypeError, "ids: .* int64 array, got int32"),
+        (np.array([1], np.uint64), np.zeros(1, np.int32), TypeError, "ids: .* int64 array, got uint64"),
+        (np.array([-2]), np.full(1, 7, np.int32), engramstore.BadIdError, r"ids\[0\] = -2 is outside the plan's rows \(0 <= id < 11\)"),
+        (np.array([11]), np.full(1, 7, np.int32), engramstore.BadIdError, r"ids\[0\] = 11 is outside"),
+        (np.array([2**63 - 1]), np.full(1, 7, np.int32), engramstore.BadIdError, r"ids\[0\] = 9223372036854775807"),
+        (np.array([-2**63]), np.full(1, 7, np.int32), engramstore.BadIdError, r"ids\[0\] = -9223372036854775808"),
+    ]:
+        with pytest.raises(exc, match=text):
+            engramstore.shard_route(plan, 0, ids, out=out)
+        if isinstance(out, np.ndarray) and out.flags.writeable and out.dtype == np.int32:
+            assert (out == 7).all() or not out.any()
+    # Nothing to route.
+    assert engramstore.shard_route(plan, 0, np.zeros(0, np.int64)).shape == (0,)
+    assert engramstore.shard_route(plan, 0, []).shape == (0,)
+    # Plans that are not a row-wise plan's.
+    for bad, exc, text in [
+        ({"row_shards": {"0": [[0, 5, 0, 0], [6, 11, 1, 1]]}}, ValueError,
+         r"shards\[1\] does not follow the shard before it"),
+        ({"row_shards": {"0": [[1, 5, 0, 0]]}}, ValueError, r"shards\[0\] does not follow"),
+        ({"row_shards": {"0": [[0, 0, 0, 0]]}}, ValueError, r"shards\[0\] does not follow"),
+        ({"row_shards": {"0": []}}, ValueError, "shards: expected at least one shard"),
+        ({"row_shards": {"0": [[-1, 5, 0, 0]]}}, ValueError, r"shards\[0\] does not follow"),
+        ({"row_shards": {}}, ValueError, "no row-wise plan of layer 0"),
+        ({}, ValueError, "no row-wise plan of layer 0"),
+    ]:
+        with pytest.raises(exc, match=text):
+            engramstore.shard_route(bad, 0, np.array([1]))
+    # Head rows and topologies the row-wise plan refuses.
+    for head_rows, kw, exc, text in [
+        ([5, -6], {}, ValueError, "head_rows: layer 0 has a head of -6 rows"),
+        ([5, 0], {}, ValueError, "head_rows: layer 0 has a head of 0 rows"),
+        ([], {}, ValueError, "head_rows: a layer of 0 heads"),
+        ({}, {}, ValueError, "head_rows: no layer"),
+        ({1: [5, 6], 2: [5]}, {}, ValueError, "every layer needs the same number of heads"),
+        ([2**62, 2**62, 2**62], {}, engramstore.SpecError, "add up past 2\\^63"),
+        ([5, 6], {"tp": 0}, engramstore.EngramError, "TP 0 x DP 1"),
+        ([5, 6], {"dp": 0}, engramstore.EngramError, "TP 2 x DP 0"),
+        ([5, 6], {"tp": 2.0}, TypeError, "float"),
+        ([5, 6], {"balanced": True}, TypeError, "no reads or balanced"),
+    ]:
+        with pytest.raises(exc, match=text):
+            engramstore.shard_plan(head_rows, **{"tp": 2, "by_rows": True, **kw})
+
+
+def test_route_without_out_takes_int_ids_only():
+    """Without out, ids are made int64 only when that keeps them: floats are
+    refused, not truncated (1.7 was routed as row 1), and a uint64 past
+    int64 is refused, not wrapped (2**64 - 1 was -1, DEAD: shard -1)."""
+    plan = engramstore.shard_plan([5, 6], tp=4, by_rows=True)
+    for ids, exc, text in [(np.array([1.7, 9.2]), TypeError, "ids: expected int64 row ids, got float64"),
+                           ([1.7], TypeError, "ids: expected int64 row ids, got float64"),
+                           (np.array([True]), TypeError, "got bool"),
+                           (np.array([3, 2**64 - 1], np.uint64), ValueError,
+                            r"ids\[1\] = 18446744073709551615 does not fit int64")]:
+        with pytest.raises(exc, match=text):
+            engramstore.shard_route(plan, 0, ids)
+    want = engramstore.shard_route(plan, 0, np.array([0, 3, 10, -1]))
+    assert want.tolist() == [0, 1, 3, -1]
+    for ids in ([0, 3, 10, -1], np.array([0, 3, 10, -1], np.int32), np.array([0, 3, 10, 20, -1])[[0, 1, 2, 4]]):
+        assert engramstore.shard_route(plan, 0, ids).tolist() == want.tolist()
+    assert engramstore.shard_route(plan, 0, np.array([0, 3, 10], np.uint64)).tolist() == [0, 1, 3]
+
+
+@pytest.mark.parametrize("by_rows", [False, True])
+def test_topology_outside_uint32(by_rows):
+    """tp and dp are counts the C API takes as uint32: a negative or larger
+    one is refused naming it (it was taken modulo 2**32: tp=-1 asked for
+    2**32 - 1 shards, a bare MemoryError, and tp=2**32 + 2 planned 2
+    shards, then failed on its 2**32 + 2 ranks with an IndexError)."""
+    for kw, exc, text in [({"tp": -1}, ValueError, r"tp: expected an int in \[0, 4294967295\], got -1"),
+                          ({"tp": 2**32 + 2}, ValueError, "tp: expected an int in .* got 4294967298"),
+                          ({"tp": 2, "dp": -1}, ValueError, "dp: expected an int in .* got -1"),
+                          ({"tp": 2, "dp": 2**32}, ValueError, "dp: expected an int in"),
+                          ({"tp": 2.0}, TypeError, "tp: expected an int, got float"),
+                          ({"tp": "2"}, TypeError, "tp: expected an int, got str")]:
+        with pytest.raises(exc, match=text):
+            engramstore.shard_plan([5, 6, 7, 8], by_rows=by_rows, **kw)
+    plan = engramstore.shard_plan([5, 6, 7, 8], tp=np.int64(2), dp=np.int32(1), by_rows=by_rows)
+    assert len(plan["shards"]) == 2 and len(plan["ranks"]) == 2
+
+
+@pytest.mark.parametrize("by_rows", [False, True])
+def test_head_rows_are_ints(by_rows):
+    """Head sizes are row counts: a float or a string is refused naming it
+    (int() made a head of 5.5 rows one of 5, and the string "56" two heads
+    of 5 and 6 rows), and so is a head past 2**63 - 1 (a bare OverflowError
+    of the row-wise plan's C call)."""
+    for head_rows, exc, text in [([5.5, 6], TypeError, r"head_rows: head 0 has 5.5 rows, not an int"),
+                                 ("56", TypeError, "head_rows: expected a list of row counts, got str"),
+                                 (56, TypeError, "head_rows: expected a list of row counts, got int"),
+                                 ([5, None], TypeError, "head_rows: head 1 has None rows"),
+                                 ({1: [5, 6.0]}, TypeError, r"head_rows\[1\]: head 1 has 6.0 rows"),
+                                 ({1: "56"}, TypeError, r"head_rows\[1\]: expected a list"),
+                                 ([2**64, 1], ValueError, "a head of 18446744073709551616 rows, past 2\\*\\*63 - 1")]:
+        with pytest.raises(exc, match=text):
+            engramstore.shard_plan(head_rows, tp=2, by_rows=by_rows)
+    want = engramstore.shard_plan([5, 6], tp=2, by_rows=by_rows)
+    assert engramstore.shard_plan(np.array([5, 6]), tp=2, by_rows=by_rows) == want
+    assert engramstore.shard_plan([np.int64(5), 6], tp=2, by_rows=by_rows) == want
+
+
+def test_route_names_the_shape_it_refuses():
+    """An int64 array of the wrong shape, or with strides, was refused as
+    "got int64", naming nothing wrong: the shape is named, and strides."""
+    plan = engramstore.shard_plan([5, 6], tp=4, by_rows=True)
+    for ids, out, text in [
+        (np.array([[1, 2]]), np.zeros(2, np.int32), r"ids: expected a contiguous 1-D int64 array, got int64 of shape \(1, 2\)$"),
+        (np.arange(6)[::2], np.zeros(3, np.int32), r"ids: .* got int64 of shape \(3,\) \(not contiguous\)$"),
+        (np.arange(3), np.zeros((3, 1), np.int32), r"out: expected a contiguous 1-D int32 array of 3, got int32 of shape \(3, 1\)$"),
+        (np.arange(3), np.zeros(6, np.int32)[::2], r"out: .* got int32 of shape \(3,\) \(not contiguous\)$"),
+        (np.arange(3), np.zeros(2, np.int32), r"out: .* array of 3, got int32 of shape \(2,\)$"),
+    ]:
+        with pytest.raises(TypeError, match=text):
+            engramstore.shard_route(plan, 0, ids, out=out)
+    with pytest.raises(TypeError, match=r"ids: .* got int64 of shape \(1, 2\)$"):
+        engramstore.shard_route(plan, 0, np.array([[1, 2]]))

@@ -158,3 +158,21 @@ def test_populate_shared_gives_up_on_a_writer_that_hangs(local_dir):
         # The writer is gone: the next call writes the table itself.
         assert st.populate_shared("h", rows, timeout=0.2) is True
         assert st.populate_shared("h", rows, timeout=None) is False
+
+
+def test_populate_shared_bad_timeouts(local_dir):
+    rows = make_rows(10, 264, seed=6)
+    with engramstore.EngramStore(namespace="to", local_dir=local_dir) as st:
+        for timeout, exc, text in [(float("nan"), ValueError, "timeout: expected seconds >= 0 or None, got nan"),
+                                   (-0.001, ValueError, "timeout: expected seconds >= 0"),
+                                   (float("-inf"), ValueError, "timeout: expected seconds >= 0"),
+                                   ("1", TypeError, "str"),
+                                   ([1], TypeError, "list")]:
+            with pytest.raises(exc, match=text):
+                st.populate_shared("x", rows, timeout=timeout)
+        assert st.list_tables() == []
+        # No limit at all, or beyond what the C API counts: the same as None.
+        assert st.populate_shared("x", rows, timeout=float("inf")) is True
+        assert st.populate_shared("x", rows, timeout=1e300) is False
+        with pytest.raises(TypeError, match="unexpected keyword|invalid keyword"):
+            st.populate_shared("x", rows, timeot=1)
