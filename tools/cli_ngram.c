@@ -60,7 +60,9 @@ static int read_file(const char *path, const char *what, char **buf, size_t *len
 
 /* A config field's integer value (the first of `names` found in the
  * scopes, a list of equal values accepted with `list_ok`): 1 and *out, 0
- * if absent, -1 if present but not such a number. */
+ * if absent, -1 if present but not such a number.  JSON numbers arrive as
+ * doubles: from 2^53 on, one no longer tells which integer was written
+ * (2^53 + 1 reads as 2^53), so those are refused too. */
 static int json_u64(const cJSON *const *scopes, int nscopes, const char *const *names,
                     int list_ok, uint64_t *out)
 {
@@ -82,7 +84,7 @@ static int json_u64(const cJSON *const *scopes, int nscopes, const char *const *
             if (!cJSON_IsNumber(v))
                 return -1;
             d = v->valuedouble;
-            if (d < 0 || d > 9007199254740992.0 || d != (double)(uint64_t)d)
+            if (d < 0 || d >= 9007199254740992.0 || d != (double)(uint64_t)d)
                 return -1;
             *out = (uint64_t)d;
             return 1;

@@ -1254,6 +1254,193 @@ run hash 5 7 $V41 --json
 check "hash --json" eval 'rc_is 0 && out_has "\"layer_ids\": \[1, 14\]"'
 [ "$HAVE_PY" = 1 ] && check "hash --json parses" json_ok
 
+# Bad inputs to layout and hash: each refused with its status and a
+# message naming what is wrong; nothing printed on stdout.
+# cfg KEY VALUE: a config of the small layout with KEY's value replaced
+# (each key once: the tool reads a repeated key's first value).
+cfg() {
+    _out='{' _sep=''
+    for _kv in 'engram_layer_ids=[1]' engram_vocab_size=100 engram_max_ngram_size=3 \
+               engram_n_head_per_ngram=2 engram_compressed_vocab_size=20 engram_pad_id=0; do
+        _k=${_kv%%=*} _v=${_kv#*=}
+        [ "$_k" = "$1" ] && _v=$2
+        _out="$_out$_sep\"$_k\": $_v" _sep=', '
+    done
+    printf '%s}' "$_out"
+}
+cfg - - >good.json
+run layout --config nosuch.json
+check "layout: a missing --config -> 1" eval 'fails_with 1 "--config: cannot open nosuch.json: No such file" && [ ! -s out ]'
+mkdir -p cfgdir
+run layout --config cfgdir
+check "layout: a directory as --config -> 1" eval 'fails_with 1 "cfgdir is not a regular file"'
+: >empty.json
+run layout --config empty.json
+check "layout: an empty --config -> 1" eval 'fails_with 1 "empty.json is not a JSON object"'
+printf '{"engram_layer_ids": [1' >cut.json
+run layout --config cut.json
+check "layout: a --config cut short -> 1" eval 'fails_with 1 "cut.json is not a JSON object"'
+# Fields of the wrong type, negative, fractional, too large, or absent.
+for case in \
+    'engram_max_ngram_size:"3":is not a non-negative integer' \
+    'engram_max_ngram_size:3.5:is not a non-negative integer' \
+    'engram_n_head_per_ngram:-2:is not a non-negative integer' \
+    'engram_vocab_size:1e300:is not a non-negative integer' \
+    'engram_vocab_size:[100, 200]:or a list of one repeated' \
+    'engram_vocab_size:[]:or a list of one repeated' \
+    'engram_compressed_vocab_size:true:is not a non-negative integer' \
+    'engram_pad_id:null:is not a non-negative integer' \
+    'engram_layer_ids:[1.5]:not a list of layer numbers' \
+    'engram_layer_ids:[-1]:not a list of layer numbers' \
+    'engram_layer_ids:1:not a list of layer numbers' \
+    'engram_layer_ids:"1,14":not a list of layer numbers'; do
+    key=${case%%:*} rest=${case#*:}
+    value=${rest%:*} why=${rest##*:}
+    cfg "$key" "$value" >bad.json
+    run layout --config bad.json
+    check "layout: $key $value in --config -> 1" eval 'fails_with 1 "$key in bad.json .*$why" && [ ! -s out ]'
+done
+cfg engram_layer_ids [] >bad.json
+run layout --config bad.json
+check "layout: no layer ids -> 2" eval 'usage_fails && err_has "needs --layer-ids"'
+cfg engram_n_head_per_ngram 4294967297 >bad.json
+run layout --config bad.json
+check "layout: heads past 32 bits -> 2" eval 'usage_fails && err_has "--heads .* is too large"'
+cfg engram_compressed_vocab_size 0 >bad.json
+run layout --config bad.json
+check "layout: compressed_vocab 0 -> 2" eval 'usage_fails && err_has "compressed_vocab 0 is not in 1..2^62"'
+# JSON numbers are doubles: past 2^53 a config's integer is not exact.
+cfg engram_vocab_size 9007199254740993 >bad.json
+run layout --config bad.json
+check "layout: vocab_size past 2^53 in --config -> 1" eval 'fails_with 1 "engram_vocab_size in bad.json is not a non-negative integer"'
+if [ "$(id -u)" != 0 ]; then
+    cp good.json unreadable.json
+    chmod 000 unreadable.json
+    run layout --config unreadable.json
+    check "layout: an unreadable --config -> 1" eval 'fails_with 1 "cannot open unreadable.json: Permission denied"'
+    chmod 600 unreadable.json
+else
+    skip_part "running as root: the unreadable --config and --token-map"
+fi
+# Flags: bad numbers.
+# shellcheck disable=SC2086
+for flags in "--layer-ids 1,x" "--layer-ids 1," "--layer-ids 9223372036854775808" \
+             "--vocab-size x" "--vocab-size -5" "--vocab-size 18446744073709551616" \
+             "--max-ngram 4294967297" "--pad-id -1" "--heads 0" "--max-ngram 17" \
+             "--vocab-size 4611686018427387904" "--compressed-vocab 0"; do
+    run layout --config good.json $flags
+    check "layout --config with $flags -> 2" eval 'usage_fails && [ ! -s out ]'
+done
+run layout --config good.json --vocab-size 18446744073709551616
+check "layout: --vocab-size past 64 bits names it" eval 'err_has "--vocab-size"'
+run layout --config good.json --layer-ids 9223372036854775808
+check "layout: a layer id past int64 names it" eval 'err_has "--layer-ids: 9223372036854775808 is too large"'
+run layout --config good.json --max-ngram 4294967297
+check "layout: --max-ngram past 32 bits names it" eval 'err_has "--max-ngram, --heads or --pad-id is too large"'
+run layout --layer-ids 1 --vocab-size 100
+check "layout: a missing flag -> 2, named" eval 'usage_fails && err_has "needs --max-ngram"'
+
+# hash: tokens, history and layer that are not numbers, or out of range.
+# shellcheck disable=SC2086
+run hash 9223372036854775808 $SMALL
+check "hash: a token past int64 -> 2" eval 'usage_fails && err_has "token .9223372036854775808. is not an integer"'
+# shellcheck disable=SC2086
+run hash 1.5 $SMALL
+check "hash: a fractional token -> 2" eval 'usage_fails && err_has "token .1.5. is not an integer"'
+# shellcheck disable=SC2086
+run hash 3 -2 $SMALL
+check "hash: a token below -1 -> 1" eval 'fails_with 1 "tokens\[1\] = -2 is not a compressed id" && [ ! -s out ]'
+# shellcheck disable=SC2086
+run hash -- 3 -9223372036854775808 $SMALL
+check "hash: tokens after -- (the layout flags too) -> 2" eval 'usage_fails && err_has "needs --layer-ids"'
+# shellcheck disable=SC2086
+run hash 3 -9223372036854775808 $SMALL
+check "hash: INT64_MIN -> 1" eval 'fails_with 1 "tokens\[1\] = -9223372036854775808"'
+# shellcheck disable=SC2086
+run hash $SMALL
+check "hash of no tokens: nothing" eval 'rc_is 0 && [ ! -s out ]'
+# shellcheck disable=SC2086
+run hash 1 $SMALL --history x
+check "hash: --history junk -> 2" eval 'usage_fails && err_has "--history: .x. is not a token"'
+# shellcheck disable=SC2086
+run hash 1 $SMALL --history 1,,2
+check "hash: --history with an empty item -> 2" eval 'usage_fails && err_has "--history"'
+# shellcheck disable=SC2086
+run hash 1 $SMALL --history "$(seq -s, 1 65)"
+check "hash: --history of 65 tokens -> 2" eval 'usage_fails && err_has "at most 64 tokens"'
+# shellcheck disable=SC2086
+run hash 1 $SMALL --history 1,20
+check "hash: a bad history token -> 1" eval 'fails_with 1 "history\[1\] = 20 is not a compressed id"'
+# shellcheck disable=SC2086
+run hash 1 $SMALL --layer x
+check "hash: --layer junk -> 2" eval 'usage_fails && err_has "--layer: .x. is not a layer number"'
+# shellcheck disable=SC2086
+run hash 1 $SMALL --layer -1
+check "hash: --layer -1 -> 2" eval 'usage_fails && err_has "--layer: -1 is not one of the layout"'
+# Token maps that are missing, not a file, not an .npy, of the wrong
+# dtype, rank or size, or with entries that are not compressed ids.
+# shellcheck disable=SC2086
+run hash 1 $SMALL --token-map nosuch.npy
+check "hash: a missing --token-map -> 1" eval 'fails_with 1 "--token-map: cannot open nosuch.npy: No such file"'
+# shellcheck disable=SC2086
+run hash 1 $SMALL --token-map cfgdir
+check "hash: a directory as --token-map -> 1" eval 'fails_with 1 "cfgdir is not a regular file"'
+# shellcheck disable=SC2086
+run hash 1 $SMALL --token-map good.json
+check "hash: a --token-map that is no .npy -> 1" eval 'fails_with 1 "--token-map: good.json: "'
+: >empty.npy
+# shellcheck disable=SC2086
+run hash 1 $SMALL --token-map empty.npy
+check "hash: an empty --token-map file -> 1" eval 'fails_with 1 "empty.npy: truncated .npy preamble"'
+Z8='\000\000\000\000\000\000\000\000'
+for case in \
+    "<i8:(0,)::the table would be empty" \
+    "<i8:(2, 2):$Z8$Z8$Z8$Z8:holds <i8 of 2 dimensions" \
+    "<u8:(1,):$Z8:holds <u8 of 1 dimensions; expected a 1-D int32 or int64 array" \
+    ">i8:(1,):$Z8:holds >i8" \
+    "|b1:(1,):\\000:holds |b1" \
+    "<i2:(1,):\\000\\000:holds <i2" \
+    "<i8:():$Z8:a scalar has no rows" \
+    "<i8:(3,):$Z8$Z8:truncated .npy data" \
+    "<i8:(2,):$Z8\\377\\377\\377\\377\\377\\377\\377\\377:token_map\\[1\\] = -1 is not a compressed id" \
+    "<i4:(2,):\\000\\000\\000\\000\\024\\000\\000\\000:token_map\\[1\\] = 20 is not a compressed id"; do
+    descr=${case%%:*} rest=${case#*:}
+    shape=${rest%%:*} rest=${rest#*:}
+    data=${rest%%:*} why=${rest#*:}
+    make_npy badmap.npy 1 "{'descr': '$descr', 'fortran_order': False, 'shape': $shape, }" "$data"
+    # shellcheck disable=SC2086
+    run hash 0 $SMALL --token-map badmap.npy
+    check "hash: a token map $descr $shape -> 1" eval 'fails_with 1 "$why" && [ ! -s out ]'
+done
+if [ "$(id -u)" != 0 ]; then
+    cp map.npy unreadable.npy
+    chmod 000 unreadable.npy
+    # shellcheck disable=SC2086
+    run hash 1 $SMALL --token-map unreadable.npy
+    check "hash: an unreadable --token-map -> 1" eval 'fails_with 1 "cannot open unreadable.npy: Permission denied"'
+    chmod 600 unreadable.npy
+fi
+
+# import --layers --config: a layout it cannot make fails before the
+# checkpoint is read, and so does any bad flag after it.
+run import --layers --safetensors nosuch.safetensors --config nosuch.json
+check "import --layers: a missing --config -> 1" eval 'fails_with 1 "--config: cannot open nosuch.json"'
+cfg engram_pad_id 20 >bad.json
+run import --layers --safetensors nosuch.safetensors --config bad.json
+check "import --layers: a --config of a bad layout -> 2" eval 'usage_fails && err_has "pad_id 20"'
+run import --layers --safetensors nosuch.safetensors --config good.json --layer-ids 1,x
+check "import --layers --config: --layer-ids junk -> 2" eval 'usage_fails && err_has "--layer-ids: .1,x. is not a comma-separated list"'
+run import --layers --safetensors nosuch.safetensors --config good.json --pitch x
+check "import --layers --config: --pitch junk -> 2" eval 'usage_fails && err_has "--pitch"'
+run import --layers --safetensors nosuch.safetensors --config good.json --weight 'no-layer-here'
+check "import --layers --config: a --weight without {L} -> 2" eval 'usage_fails && err_has "--weight"'
+run import --layers --safetensors nosuch.safetensors --config good.json --shard 0
+check "import --layers --config: --shard without --tp -> 2" eval 'usage_fails && err_has "--shard needs the topology"'
+run import --layers --safetensors nosuch.safetensors --config good.json
+check "import --layers --config: a missing checkpoint -> 1" eval 'fails_with 1 "nosuch.safetensors"'
+run ls
+check "import --layers: nothing imported by the refusals" eval 'out_lacks "engram:l1:"'
+
 # ---------------------------------------------------------------------------
 # demo --small: creates, checks, measures and removes its own namespace.
 run demo --small --iters 20
