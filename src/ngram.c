@@ -490,7 +490,7 @@ static int bad_token(const engram_ngram_hasher *h, const char *what, size_t i, s
 
 /* The ids of one position for the hashed layers, from its effective
  * values e[0..N-1] (blocking applied). */
-static inline void hash_position(const engram_ngram_hasher *h, const int64_t *e, uint32_t l0,
+static inline __attribute__((always_inline)) void hash_position(const engram_ngram_hasher *h, const int64_t *e, uint32_t l0,
                                  uint32_t l1, int local, void *out, size_t base, int out32,
                                  uint32_t unused)
 {
@@ -537,7 +537,7 @@ reduce8(uint64_t x, const uint64_t *p, const double *inv, __mmask8 m)
 }
 
 /* hash_position() with reduce8(): the heads of one order, 8 at a time. */
-__attribute__((target("avx512f,avx512dq"))) static inline void
+__attribute__((target("avx512f,avx512dq"), always_inline)) static inline void
 hash_position8(const engram_ngram_hasher *h, const int64_t *e, uint32_t l0, uint32_t l1,
                int local, void *out, size_t base, int out32, uint32_t H8)
 {
@@ -597,7 +597,7 @@ hash_position8(const engram_ngram_hasher *h, const int64_t *e, uint32_t l0, uint
 
 /* Hashes request r's chunk [t0, t1) with its history: inlined with
  * constant flags below, so the inner loop has no branch on them. */
-static inline void hash_request(const engram_ngram_hasher *h, const engram_ngram_hash_args *a,
+static inline __attribute__((always_inline)) void hash_request(const engram_ngram_hasher *h, const engram_ngram_hash_args *a,
                                 size_t t0, size_t ts, size_t t1, size_t h0, size_t h1,
                                 uint32_t l0, uint32_t l1, int local, int out32)
 {
@@ -617,7 +617,7 @@ static void hash_request_any(const engram_ngram_hasher *h, const engram_ngram_ha
 }
 
 #if HAVE_AVX512_PATH
-__attribute__((target("avx512f,avx512dq"))) static inline void
+__attribute__((target("avx512f,avx512dq"), always_inline)) static inline void
 hash_request8(const engram_ngram_hasher *h, const engram_ngram_hash_args *a, size_t t0, size_t ts,
               size_t t1, size_t h0, size_t h1, uint32_t l0, uint32_t l1, int local, int out32,
               uint32_t H8)
