@@ -535,6 +535,28 @@ int cli_import_layers(struct cli *cli)
         return cli_usage_error(cli, "--layers needs --head-vocab N0,N1,... (the rows of each "
                                     "head, in the order of the tensor's rows) or --config "
                                     "CONFIG.json (the model's n-gram layout), one of them");
+    /* The flags first: the layout, once made, goes at `out`. */
+    if (cli->opt[OPT_LAYER_IDS]) {
+        rc = cli_parse_list(cli->opt[OPT_LAYER_IDS], 0, want, sizeof want / sizeof want[0], &nwant);
+        if (rc != 0)
+            return cli_usage_error(cli, "--layer-ids: '%s' is not a comma-separated list of "
+                                        "layer numbers (at most 1024)",
+                                   cli->opt[OPT_LAYER_IDS]);
+        qsort(want, nwant, sizeof want[0], cmp_u64);
+        for (size_t i = 1; i < nwant; i++)
+            if (want[i] == want[i - 1])
+                return cli_usage_error(cli, "--layer-ids: layer %" PRIu64 " given twice",
+                                       want[i]);
+    }
+    if ((status = pattern_parse(cli, "weight", cli->opt[OPT_WEIGHT] ? cli->opt[OPT_WEIGHT]
+                                                                    : DEFAULT_WEIGHT,
+                                &pw)) != 0 ||
+        (status = pattern_parse(cli, "scale", cli->opt[OPT_SCALE] ? cli->opt[OPT_SCALE]
+                                                                  : DEFAULT_SCALE,
+                                &ps)) != 0)
+        return status;
+    if ((status = cli_opt_u64(cli, OPT_PITCH, 0, ENGRAM_ROW_BYTES_MAX, &pitch)) != 0)
+        return status;
     if (cli->opt[OPT_CONFIG]) {
         /* Each layer's heads are its columns, their rows its primes. */
         if ((status = cli_make_layout(cli, 0, &lay)) != 0)
@@ -558,29 +580,8 @@ int cli_import_layers(struct cli *cli)
             if (__builtin_add_overflow(sum, vocab[h], &sum))
                 return cli_usage_error(cli, "--head-vocab: the sizes overflow");
     }
-    if (cli->opt[OPT_LAYER_IDS]) {
-        rc = cli_parse_list(cli->opt[OPT_LAYER_IDS], 0, want, sizeof want / sizeof want[0], &nwant);
-        if (rc != 0)
-            return cli_usage_error(cli, "--layer-ids: '%s' is not a comma-separated list of "
-                                        "layer numbers (at most 1024)",
-                                   cli->opt[OPT_LAYER_IDS]);
-        qsort(want, nwant, sizeof want[0], cmp_u64);
-        for (size_t i = 1; i < nwant; i++)
-            if (want[i] == want[i - 1])
-                return cli_usage_error(cli, "--layer-ids: layer %" PRIu64 " given twice",
-                                       want[i]);
-    }
-    if ((status = pattern_parse(cli, "weight", cli->opt[OPT_WEIGHT] ? cli->opt[OPT_WEIGHT]
-                                                                    : DEFAULT_WEIGHT,
-                                &pw)) != 0 ||
-        (status = pattern_parse(cli, "scale", cli->opt[OPT_SCALE] ? cli->opt[OPT_SCALE]
-                                                                  : DEFAULT_SCALE,
-                                &ps)) != 0)
-        return status;
-    if ((status = cli_opt_u64(cli, OPT_PITCH, 0, ENGRAM_ROW_BYTES_MAX, &pitch)) != 0)
-        return status;
     if ((status = shard_heads(cli, vocab, heads, &h0, &h1)) != 0)
-        return status;
+        goto out;
 
     /* 1. The layers: every weight tensor the pattern matches, or the
      * layers asked for. */
