@@ -816,6 +816,34 @@ typedef int (*engram_progress_fn)(void *ud, uint64_t done, uint64_t total);
 ENGRAM_API int engram_verify(engram_store *st, const char *name, engram_progress_fn progress,
                              void *ud);
 
+/*! engram_pull() :
+ * Copies table `name` of `from`, a store opened on a remote namespace
+ * (engram_store_open_redis()), into the namespace of `to`, a store
+ * opened on a directory (engram_store_open()), as a table of the same
+ * name, to be served from local memory or disk from then on.  The rows
+ * are read whole in large pipelined batches (every server at once), each
+ * chunk checked against the remote's checksums as it arrives and all of
+ * them before publication; the table is written as any table is: its
+ * capacity checked before the first byte, create-only and atomic, so a
+ * reader never sees a half-pulled table and a killed pull leaves nothing
+ * visible (run it again).  The ranks of a node may all pull the same
+ * table without a leader: as with engram_populate_shared(), one pulls,
+ * the others wait for it (at most ENGRAM_SHARED_WAIT_MS) and reuse its
+ * table, and a table already there with the remote's spec and checksum
+ * is reused without reading the remote's rows.  `progress` (may be NULL)
+ * gets the bytes read and the table's bytes; nonzero cancels.
+ * *written (may be NULL) is 1 when this call wrote the table, 0 when it
+ * reused it.  Thread-safe.
+ * @return : 0; ENGRAM_EMISMATCH (`to` holds another table of that name);
+ *           ENGRAM_ECHECKSUM or -ENODATA (the remote's data is damaged:
+ *           nothing is published); -ENOENT (no such remote table);
+ *           ENGRAM_ESPEC (a bad name); -ENOSPC; -ETIMEDOUT; -ECANCELED;
+ *           -EINVAL (`from` is not a remote store or `to` has no
+ *           directory); or as the remote's reads and engram_writer_begin()
+ *           fail. */
+ENGRAM_API int engram_pull(engram_store *to, engram_store *from, const char *name,
+                           engram_progress_fn progress, void *ud, int *written);
+
 /* ------------------------------------------------------------------------
  * Lookup.
  *

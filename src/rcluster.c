@@ -1131,6 +1131,11 @@ static void on_reply(engram__rsess *s, rconn *c)
     case K_STRING:
         if (c->rlen == g->len) {
             g->state = ENGRAM__RCL_DONE;
+        } else if (c->rlen > g->len) { /* asked for one byte past a whole string's end */
+            key_text(g, key, sizeof key);
+            final_fail(s, -ENODATA, "key '%s' on %s is longer than the %" PRIu64 " bytes it "
+                                    "should hold",
+                       key, node_get(cl, c->node)->addr, g->start + g->len);
         } else {
             key_text(g, key, sizeof key);
             final_fail(s, -ENODATA,
@@ -1274,7 +1279,7 @@ static int encode_get(rconn *c, const engram__rcl_get *g, uint32_t idx)
     char *p;
     nl[0] = u64_dec(g->ksuf, num[0]);
     nl[1] = u64_dec(g->start, num[1]);
-    nl[2] = u64_dec(g->start + g->len - 1, num[2]);
+    nl[2] = u64_dec(g->start + g->len - 1 + (g->whole ? 1 : 0), num[2]);
     klen = g->kpre_len + nl[0];
     need = sizeof asking + 40 + klen + nl[1] + nl[2] + 3 * 24;
     if (out_reserve(c, need) != 0)

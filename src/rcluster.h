@@ -102,7 +102,9 @@ int engram__rcl_cmd(engram__rsess *s, uint16_t slot, unsigned flags, int argc, c
 int engram__rcl_sync(engram__rsess *s, uint64_t deadline);
 
 /* One ranged read of a batch: `len` bytes at `start` of the string at
- * key kpre + decimal(ksuf), which lives in `slot`, into dst. */
+ * key kpre + decimal(ksuf), which lives in `slot`, into dst.  With
+ * `whole`, the range must end the string: one byte more is asked for,
+ * and a string longer than start + len fails as a shorter one does. */
 typedef struct engram__rcl_get {
     const char *kpre;
     uint64_t ksuf;
@@ -115,6 +117,7 @@ typedef struct engram__rcl_get {
     uint16_t node;  /* internal: the node of this round */
     uint8_t state;  /* out: ENGRAM__RCL_DONE once dst holds the bytes */
     uint8_t why;    /* internal */
+    uint8_t whole;  /* the range is the string's end (above) */
 } engram__rcl_get;
 
 #define ENGRAM__RCL_DONE 1

@@ -232,6 +232,7 @@ static int redis_read_rows(void *ctx, engram_source_req *reqs, size_t n)
         g[i].len = t->m.row_bytes;
         g[i].dst = reqs[i].dst;
         g[i].slot = t->slots[t->m.tagged ? 0 : c];
+        g[i].whole = 0;
     }
     err = engram__rcl_read(s, g, n, engram__rcl_deadline(rs->cl));
     if (err)
@@ -586,75 +587,104 @@ static int redis_list(void *state, int (*add)(void *ud, const char *name), void 
     return err;
 }
 
-static int redis_verify(void *state, const char *name, engram_progress_fn progress, void *ud)
+/* Whole chunks read in one pipelined batch by redis_read_all(): about
+ * 32 MiB, so every master has many in flight at once. */
+#define STREAM_BATCH_BYTES ((uint64_t)32 << 20)
+
+/* Reads table `name` whole, in order: chunks in pipelined batches of
+ * GETRANGE to every master at once, each chunk checked against the
+ * manifest's checksum before its rows go to the sink, and the rows'
+ * checksum at the end (remote.h). */
+static int redis_read_all(void *state, const char *name, const engram__remote_sink *k)
 {
     rstore *rs = state;
     engram__rsess *s;
     engram__rmanifest m;
     XXH3_state_t *xs = NULL;
+    unsigned char *buf = NULL;
     char kpre[KEY_MAX];
     uint32_t kpre_len;
-    uint64_t total, done = 0;
+    uint64_t chunk_bytes, per;
     int err;
 
     if ((err = engram__rcl_sess_get(rs->cl, &s)) != 0)
         return err;
     if ((err = manifest_get(rs, s, name, engram__rcl_deadline(rs->cl), &m, NULL)) != 0)
         goto out;
-    if (!(xs = XXH3_createState())) {
-        err = engram__err(-ENOMEM, "out of memory");
+    {
+        engram_table_spec spec = {m.num_rows, m.row_bytes, 0};
+        if (k->begin && (err = k->begin(k->ud, &spec, m.checksum)) != 0)
+            goto out;
+    }
+    chunk_bytes = m.chunk_rows * m.row_bytes;
+    per = STREAM_BATCH_BYTES / chunk_bytes ? STREAM_BATCH_BYTES / chunk_bytes : 1;
+    if (per > m.nchunks)
+        per = m.nchunks ? m.nchunks : 1;
+    if (!(xs = XXH3_createState()) || !(buf = malloc(per * chunk_bytes))) {
+        err = engram__err(-ENOMEM, "out of memory for %" PRIu64 " chunks of %" PRIu64 " bytes",
+                          per, chunk_bytes);
         goto out;
     }
     XXH3_64bits_reset(xs);
     kpre_len = chunk_prefix(rs, name, m.epoch, m.tagged, kpre);
-    total = m.num_rows * m.row_bytes;
-    for (uint64_t i = 0; i < m.nchunks; i++) {
-        char key[KEY_MAX + 24];
-        const char *argv[2] = {"GET", key};
-        uint64_t rows = i + 1 < m.nchunks ? m.chunk_rows : m.num_rows - i * m.chunk_rows;
-        uint64_t want = rows * m.row_bytes, sum;
-        redisReply *r;
-        chunk_key(kpre, kpre_len, i, key);
-        if ((err = key_cmd(rs, s, 0, 2, argv, NULL, REDIS_REPLY_STRING,
-                           engram__rcl_deadline(rs->cl), "read a chunk", &r)) != 0)
-            goto out;
-        if (r->type == REDIS_REPLY_NIL || r->len != want) {
-            err = engram__err(-ENODATA,
-                              "table '%s' in %s is listed, but its data is not whole: chunk %"
-                              PRIu64 " of %" PRIu64 " ('%s') %s; remove the table and push it "
-                              "again",
-                              name, rs->where, i, m.nchunks, key,
-                              r->type == REDIS_REPLY_NIL ? "is missing" : "has the wrong length");
-            freeReplyObject(r);
+    for (uint64_t c0 = 0; c0 < m.nchunks; c0 += per) {
+        uint64_t n = m.nchunks - c0 < per ? m.nchunks - c0 : per, rows = 0;
+        engram__rcl_get *g = engram__rcl_gets(s, n);
+        if (!g) {
+            err = engram__err(-ENOMEM, "out of memory for %" PRIu64 " reads", n);
             goto out;
         }
-        sum = XXH3_64bits(r->str, r->len);
-        XXH3_64bits_update(xs, r->str, r->len);
-        freeReplyObject(r);
-        if (sum != m.chunk_sums[i]) {
-            err = engram__err(ENGRAM_ECHECKSUM,
-                              "table '%s' in %s: chunk %" PRIu64 " ('%s') has checksum %016" PRIx64
-                              ", the manifest says %016" PRIx64,
-                              name, rs->where, i, key, sum, m.chunk_sums[i]);
+        for (uint64_t i = 0; i < n; i++) {
+            uint64_t c = c0 + i;
+            uint64_t r = c + 1 < m.nchunks ? m.chunk_rows : m.num_rows - c * m.chunk_rows;
+            g[i] = (engram__rcl_get){.kpre = kpre,
+                                     .ksuf = c,
+                                     .start = 0,
+                                     .dst = buf + rows * m.row_bytes,
+                                     .kpre_len = kpre_len,
+                                     .len = (uint32_t)(r * m.row_bytes),
+                                     .slot = chunk_slot(kpre, kpre_len, c),
+                                     .whole = 1};
+            rows += r;
+        }
+        if ((err = engram__rcl_read(s, g, n, engram__rcl_deadline(rs->cl))) != 0) {
+            /* A chunk missing or of the wrong length (-ENODATA) is data
+             * lost; anything else (the network, rights) says nothing of
+             * the data. */
+            if (err == -ENODATA)
+                err = engram__err(-ENODATA, "table '%s' in %s is listed, but its data is not "
+                                            "whole: a chunk is missing or has the wrong length "
+                                            "(%s); remove the table and push it again",
+                                  name, rs->where, engram_errmsg());
             goto out;
         }
-        done += want;
-        if (progress && progress(ud, done, total) != 0) {
-            err = engram__err(-ECANCELED, "verify of table '%s' cancelled", name);
-            goto out;
+        for (uint64_t i = 0; i < n; i++) {
+            uint64_t sum = XXH3_64bits(g[i].dst, g[i].len);
+            if (sum != m.chunk_sums[c0 + i]) {
+                char key[KEY_MAX + 24];
+                chunk_key(kpre, kpre_len, c0 + i, key);
+                err = engram__err(ENGRAM_ECHECKSUM,
+                                  "table '%s' in %s: chunk %" PRIu64 " ('%s') has checksum "
+                                  "%016" PRIx64 ", the manifest says %016" PRIx64,
+                                  name, rs->where, c0 + i, key, sum, m.chunk_sums[c0 + i]);
+                goto out;
+            }
+            XXH3_64bits_update(xs, g[i].dst, g[i].len);
         }
+        if ((err = k->rows(k->ud, buf, rows)) != 0)
+            goto out;
     }
     if (XXH3_64bits_digest(xs) != m.checksum)
         err = engram__err(ENGRAM_ECHECKSUM,
                           "table '%s' in %s: the rows' checksum differs from the manifest's",
                           name, rs->where);
 out:
+    free(buf);
     XXH3_freeState(xs);
     engram__rmanifest_free(&m);
     engram__rcl_sess_put(s);
     return err;
 }
-
 
 /* Removal is compare-and-delete: the manifest read is unpublished only
  * if it is still the one published (S_REMOVE), in the same step as a
@@ -1402,7 +1432,7 @@ static void redis_close(void *state)
 
 static const engram__remote_vt redis_vt = {
     ENGRAM_TABLE_REDIS,  redis_close,         redis_open,         redis_info,
-    redis_list,          redis_verify,        redis_remove,       redis_writer_begin,
+    redis_list,          redis_read_all,      redis_remove,       redis_writer_begin,
     redis_writer_append, redis_writer_commit, redis_writer_abort, redis_gc,
 };
 

@@ -19,6 +19,17 @@
 #include "engram.h"
 #include "source.h"
 
+/* Where a remote's read_all() hands a table's rows: begin() once with
+ * the table's spec (rows packed: no pitch) and the XXH3-64 of its rows,
+ * before anything is read; then rows() with the next n rows, in order,
+ * each piece checked against the remote's checksums before it comes.  A
+ * nonzero return of either stops the read and is its result. */
+typedef struct engram__remote_sink {
+    int (*begin)(void *ud, const engram_table_spec *spec, uint64_t checksum);
+    int (*rows)(void *ud, const void *rows, uint64_t n);
+    void *ud;
+} engram__remote_sink;
+
 typedef struct engram__remote_vt {
     uint32_t kind; /* engram_table_info.kind of the remote's tables */
     /* Frees the remote state at engram_store_close(), after every table's
@@ -32,7 +43,10 @@ typedef struct engram__remote_vt {
     int (*info)(void *rs, const char *name, engram_table_info *info);
     /* Calls add(ud, name) for every table; stops at add's first error. */
     int (*list)(void *rs, int (*add)(void *ud, const char *name), void *ud);
-    int (*verify)(void *rs, const char *name, engram_progress_fn progress, void *ud);
+    /* Reads table `name` whole into `sink` (above), checking every piece
+     * and, at the end, the whole (ENGRAM_ECHECKSUM; -ENODATA for data
+     * missing): what verify and pull are made of. */
+    int (*read_all)(void *rs, const char *name, const engram__remote_sink *sink);
     /* Unpublishes table `name` (-ENOENT if it is not there) and deletes
      * its data; *unpublished says whether it was unpublished, also when
      * deleting the data then failed. */
@@ -55,5 +69,9 @@ int engram__store_open_remote(const engram_store_options *opts, const char *path
 
 /* The remote state of a store opened on `vt`, or NULL. */
 void *engram__store_remote(engram_store *st, const engram__remote_vt *vt);
+
+/* engram_verify() of remote table `name` of st (pull.c). */
+int engram__remote_verify(engram_store *st, const char *name, engram_progress_fn progress,
+                          void *ud);
 
 #endif

@@ -1356,7 +1356,7 @@ int engram_verify(engram_store *st, const char *name, engram_progress_fn progres
         return err;
     t = find_unlocked(st, name);
     if (st->remote && (!t || t->src.kind == st->remote->kind))
-        return st->remote->verify(st->remote_state, name, progress, ud);
+        return engram__remote_verify(st, name, progress, ud);
     if (t && t->src.kind != ENGRAM_TABLE_FILE)
         return engram__err(ENGRAM_EBOUND, "table '%s' is %s: no checksum to verify", name,
                            not_removable(t->src.kind));

@@ -751,10 +751,8 @@ static int remote_populate_shared(engram_store *st, const char *name,
  * (flock() has no timeout): from 1 ms, doubling. */
 #define WRITER_POLL_MAX_NS 50000000u
 
-/* Waits until the lock of the writer's temporary file open at `fd` is
- * free (it committed, aborted or died), or until `deadline` (CLOCK_MONOTONIC
- * ns; UINT64_MAX: none).  0, or -ETIMEDOUT (no message). */
-static int wait_writer(int fd, uint64_t deadline)
+/* writer.h */
+int engram__wait_writer(int fd, uint64_t deadline)
 {
     uint64_t pause = 1000000u;
     if (deadline == UINT64_MAX) {
@@ -800,7 +798,7 @@ static int populate_shared_placed(engram_store *st, const char *name,
             if (!deadline)
                 deadline = timeout_ms < 0 ? UINT64_MAX
                                           : engram__now_ns() + (uint64_t)timeout_ms * 1000000u;
-            if (wait_writer(fd, deadline) != 0) {
+            if (engram__wait_writer(fd, deadline) != 0) {
                 char who[160];
                 engram__temp_holder(fd, ent, who, sizeof who);
                 close(fd);

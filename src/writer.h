@@ -37,4 +37,10 @@ int engram__live_writer(engram_store *st, const char *name, char *ent, size_t ca
  * temporary file `ent` is open at `fd` (see engram__temp_state()). */
 void engram__temp_holder(int fd, const char *ent, char *who, size_t cap);
 
+/* Waits until the lock of the writer's temporary file open at `fd` is
+ * free (it committed, aborted or died), or until `deadline`
+ * (CLOCK_MONOTONIC ns; UINT64_MAX: none).  0, or -ETIMEDOUT (no
+ * message). */
+int engram__wait_writer(int fd, uint64_t deadline);
+
 #endif

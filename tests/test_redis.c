@@ -406,6 +406,142 @@ static void test_corrupt_chunk(void)
     engram_store_close(st);
 }
 
+typedef struct pull_arg {
+    engram_store *to, *from;
+    int written, rc;
+} pull_arg;
+
+static void *pull_thread(void *p)
+{
+    pull_arg *a = p;
+    a->rc = engram_pull(a->to, a->from, "p", NULL, NULL, &a->written);
+    return NULL;
+}
+
+static int cancel_at_half(void *ud, uint64_t done, uint64_t total)
+{
+    (void)ud;
+    return done * 2 >= total;
+}
+
+/* Each local entry of namespace `ns` but the lease: the tables listed,
+ * and no temporary file left. */
+static void assert_no_strays(const char *ns, engram_store *st)
+{
+    char names[4][256];
+    ASSERT_EQ(tu_strays(ns, st, names, 4), 0);
+}
+
+/* engram_pull(): a table of the cluster copied into a directory
+ * namespace, reused when there, refused when the cluster's data is
+ * damaged (nothing published, nothing left), cancelled, raced by two
+ * ranks (one copies, the other reuses), and its bad arguments. */
+static void test_pull(void)
+{
+    engram_redis_options ro = ENGRAM_REDIS_OPTIONS_INIT;
+    engram_store *rs, *loc, *loc2, *mem;
+    engram_store_options mo = ENGRAM_STORE_OPTIONS_INIT;
+    engram_table_info info = ENGRAM_TABLE_INFO_INIT;
+    pull_arg pa[2];
+    pthread_t th[2];
+    char key[200], epoch[17];
+    int written = -1, owner;
+
+    ro.chunk_bytes = 8 * R;
+    rs = open_redis(&C, "pl", 0, &ro);
+    tu_populate(rs, "p", 7, 1000, R, 0); /* 125 chunks */
+    tu_populate(rs, "q", 8, 41, R, 0);   /* 6 chunks, the last of one row */
+    loc = tu_open("pull", 0, 1);
+    loc2 = tu_open("pull", 0, 1);
+
+    /* Two ranks pull the same table at once: one copies it. */
+    pa[0] = (pull_arg){loc, rs, -1, -1};
+    pa[1] = (pull_arg){loc2, rs, -1, -1};
+    for (int i = 0; i < 2; i++)
+        ASSERT_EQ(pthread_create(&th[i], NULL, pull_thread, &pa[i]), 0);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    ASSERT_OK(pa[0].rc);
+    ASSERT_OK(pa[1].rc);
+    ASSERT_EQ(pa[0].written + pa[1].written, 1);
+    ASSERT_OK(engram_get_table_info(loc, "p", &info));
+    ASSERT_EQ(info.kind, ENGRAM_TABLE_FILE);
+    ASSERT_EQ(info.spec.num_rows, 1000);
+    tu_check_named(loc, "p", 7, 1000, R);
+    tu_check_named(loc2, "p", 7, 1000, R);
+    ASSERT_OK(engram_verify(loc, "p", NULL, NULL));
+    /* Again: reused without a copy. */
+    ASSERT_OK(engram_pull(loc, rs, "p", NULL, NULL, &written));
+    ASSERT_EQ(written, 0);
+    ASSERT_OK(engram_pull(loc, rs, "q", NULL, NULL, &written));
+    ASSERT_EQ(written, 1);
+    tu_check_named(loc, "q", 8, 41, R);
+
+    /* A local table of that name with other rows is not replaced. */
+    tu_populate(loc, "r", 9, 41, R, 0);
+    tu_populate(rs, "r", 10, 41, R, 0);
+    ASSERT_ERR(engram_pull(loc, rs, "r", NULL, NULL, &written), ENGRAM_EMISMATCH);
+    ASSERT_CONTAINS(engram_errmsg(), "holds other rows");
+    ASSERT_EQ(written, 0);
+    tu_check_named(loc, "r", 9, 41, R);
+
+    /* A chunk with a wrong byte: refused, nothing published or left. */
+    tu_populate(rs, "bad", 11, 100, R, 0);
+    manifest_epoch(&C, "pl", "bad", epoch);
+    snprintf(key, sizeof key, "engram/pl/bad/%s/3", epoch);
+    owner = tr_slot_owner(&C, 0, engram__rcl_keyslot(key, strlen(key)));
+    freeReplyObject(tr_must(&C, owner, "SETRANGE %s 5 X", key));
+    ASSERT_ERR(engram_pull(loc, rs, "bad", NULL, NULL, NULL), ENGRAM_ECHECKSUM);
+    ASSERT_CONTAINS(engram_errmsg(), "chunk 3");
+    ASSERT_ERR(engram_get_table_info(loc, "bad", &info), -ENOENT);
+    assert_no_strays("pull", loc);
+    /* Cut short, and longer than it should be: refused the same way. */
+    freeReplyObject(tr_must(&C, owner, "SET %s short", key));
+    ASSERT_ERR(engram_pull(loc, rs, "bad", NULL, NULL, NULL), -ENODATA);
+    ASSERT_CONTAINS(engram_errmsg(), "not whole");
+    {
+        unsigned char *rows = tu_make_rows(11, 8, R, 0, 0);
+        freeReplyObject(tr_must(&C, owner, "SET %s %b+", key, rows + 0, (size_t)8 * R));
+        free(rows);
+    }
+    ASSERT_ERR(engram_pull(loc, rs, "bad", NULL, NULL, NULL), -ENODATA);
+    ASSERT_CONTAINS(engram_errmsg(), "is longer than");
+    ASSERT_ERR(engram_verify(rs, "bad", NULL, NULL), -ENODATA);
+    /* A chunk missing. */
+    freeReplyObject(tr_must(&C, owner, "DEL %s", key));
+    ASSERT_ERR(engram_pull(loc, rs, "bad", NULL, NULL, NULL), -ENODATA);
+    ASSERT_ERR(engram_get_table_info(loc, "bad", &info), -ENOENT);
+    assert_no_strays("pull", loc);
+
+    /* Cancelled half-way: nothing published or left. */
+    tu_populate(rs, "c", 12, 1000, R, 0);
+    ASSERT_ERR(engram_pull(loc, rs, "c", cancel_at_half, NULL, NULL), -ECANCELED);
+    ASSERT_ERR(engram_get_table_info(loc, "c", &info), -ENOENT);
+    assert_no_strays("pull", loc);
+    ASSERT_OK(engram_pull(loc, rs, "c", NULL, NULL, &written));
+    ASSERT_EQ(written, 1);
+
+    /* Bad arguments. */
+    ASSERT_ERR(engram_pull(loc, rs, "nosuch", NULL, NULL, NULL), -ENOENT);
+    ASSERT_ERR(engram_pull(NULL, rs, "p", NULL, NULL, NULL), -EINVAL);
+    ASSERT_ERR(engram_pull(loc, NULL, "p", NULL, NULL, NULL), -EINVAL);
+    ASSERT_ERR(engram_pull(loc, rs, "../p", NULL, NULL, NULL), ENGRAM_ESPEC);
+    ASSERT_ERR(engram_pull(loc, rs, NULL, NULL, NULL, NULL), ENGRAM_ESPEC);
+    ASSERT_ERR(engram_pull(rs, loc, "p", NULL, NULL, NULL), -EINVAL);
+    ASSERT_CONTAINS(engram_errmsg(), "not a remote namespace");
+    ASSERT_ERR(engram_pull(rs, rs, "p", NULL, NULL, NULL), -EINVAL);
+    ASSERT_CONTAINS(engram_errmsg(), "not a directory namespace");
+    ASSERT_OK(engram_store_open_memory(&mo, &mem));
+    ASSERT_ERR(engram_pull(mem, rs, "p", NULL, NULL, NULL), -EINVAL);
+    engram_store_close(mem);
+
+    for (const char *const *n = (const char *const[]){"p", "q", "r", "bad", "c", NULL}; *n; n++)
+        ASSERT_OK(engram_remove(rs, *n));
+    engram_store_close(loc2);
+    engram_store_close(loc);
+    engram_store_close(rs);
+}
+
 typedef struct race_arg {
     engram_store *st;
     unsigned char *rows;
@@ -1910,6 +2046,7 @@ int main(void)
     RUN_TEST(test_push_lookup);
     RUN_TEST(test_corrupt_chunk);
     RUN_TEST(test_create_only);
+    RUN_TEST(test_pull);
     RUN_TEST(test_shared);
     RUN_TEST(test_writer_states);
     RUN_TEST(test_remove);

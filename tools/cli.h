@@ -315,6 +315,7 @@ int cli_cmd_wait(struct cli *cli);
 int cli_cmd_mem(struct cli *cli);
 int cli_cmd_gc(struct cli *cli);
 int cli_cmd_push(struct cli *cli);
+int cli_cmd_pull(struct cli *cli);
 int cli_cmd_numa_copy(struct cli *cli);
 
 #endif

@@ -449,6 +449,23 @@ static const struct command commands[] = {
      "\n"
      "A password, and an ACL user, are read from ENGRAM_REDIS_PASSWORD and\n"
      "ENGRAM_REDIS_USER (never from the command line, where other users see it).\n"},
+    {"pull", cli_cmd_pull, O(REDIS), 1, -1, "pull NS [NAME...] --redis HOST:PORT[,...]",
+     "Copies the tables of namespace NS of the Redis Cluster reached at the given\n"
+     "nodes (all of them, or the named ones) into local namespace NS (under --root,\n"
+     "made if missing), to be served from local memory (engram_pull()).  Each table\n"
+     "is read in large pipelined batches from every master at once, every chunk\n"
+     "checked against the cluster's checksums and the whole table before it is\n"
+     "published, create-only and atomic like any table: a pull that is killed or\n"
+     "fails leaves nothing visible, so run it again.  A table already here with the\n"
+     "cluster's rows (spec and checksum) is kept; one with other rows is an error.\n"
+     "The ranks of a node may all run the same pull: one copies each table, the\n"
+     "others wait for it.  Prints 'NAME: pulled (SIZE)' or 'NAME: already here with\n"
+     "the same rows (SIZE)' per table, with a progress bar on a terminal.\n"
+     "\n"
+     "  --redis NODES     the cluster: host:port[,host:port...] (any of its nodes)\n"
+     "\n"
+     "A password, and an ACL user, are read from ENGRAM_REDIS_PASSWORD and\n"
+     "ENGRAM_REDIS_USER.\n"},
 };
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))

@@ -1,6 +1,6 @@
 /*
  * cli_push.c - push: copies tables of a local namespace to the same
- * namespace of a Redis Cluster.
+ * namespace of a Redis Cluster; pull, the other way (engram_pull()).
  *
  * The local tables are mapped and streamed to the cluster through the
  * store API (cli_write_table() over a store opened with
@@ -225,4 +225,87 @@ int cli_redis_gc(struct cli *cli, uint64_t idle_s)
         return cli_lib_fail(rc, "gc of namespace '%s' in %s", cli->opt[OPT_NS],
                             cli->opt[OPT_REDIS]);
     return g.failed && cli->opt[OPT_STRICT] ? EXIT_FAIL : 0;
+}
+
+/* engram pull NS [NAME...] --redis NODES: the mirror of push. */
+static int pull_one(const struct cli *cli, engram_store *local, engram_store *remote,
+                    const char *ns, const char *name)
+{
+    struct progress pr;
+    char label[ENGRAM_NAME_MAX + 8], sz[32];
+    engram_table_info li = ENGRAM_TABLE_INFO_INIT;
+    int written = 0, rc;
+    snprintf(label, sizeof label, "pull %s", name);
+    cli_progress_init(&pr, label);
+    rc = engram_pull(local, remote, name, cli_progress_cb, &pr, &written);
+    cli_progress_end(&pr);
+    if (rc != 0)
+        return cli_lib_fail(rc, "pull '%s' from namespace '%s' of %s", name, ns,
+                            cli->opt[OPT_REDIS]);
+    if (engram_get_table_info(local, name, &li) != 0)
+        li.spec.num_rows = 0;
+    printf("%s: %s (%s)\n", name, written ? "pulled" : "already here with the same rows",
+           cli_fmt_bytes(li.spec.num_rows * li.spec.row_bytes, sz, sizeof sz));
+    return 0;
+}
+
+int cli_cmd_pull(struct cli *cli)
+{
+    const char *ns = cli->args[0];
+    engram_store_options o = ENGRAM_STORE_OPTIONS_INIT;
+    engram_store *local = NULL, *remote = NULL;
+    char **names = NULL, **list;
+    size_t count;
+    int status = 0, failed = 0, rc;
+
+    if (!cli->opt[OPT_REDIS])
+        return cli_usage_error(cli, "--redis HOST:PORT[,...] is required");
+    if (cli->opt[OPT_NS])
+        return cli_usage_error(cli, "the namespace is pull's first argument, not --ns");
+    if ((rc = engram_name_check(ns)) != 0)
+        return cli_usage_error(cli, "invalid namespace name '%s': %s", ns, cli_lib_detail(rc));
+    for (int i = 1; i < cli->nargs; i++)
+        if ((status = cli_check_name(cli, cli->args[i])) != 0)
+            return status;
+    /* The cluster's side first: nothing is made here for a pull that
+     * cannot start. */
+    if (cli_open_redis(cli, ns, 0, &remote, &status) != 0)
+        return status;
+    if (cli->nargs > 1) {
+        list = cli->args + 1;
+        count = (size_t)cli->nargs - 1;
+        for (size_t i = 0; i < count; i++) {
+            engram_table_info ri = ENGRAM_TABLE_INFO_INIT;
+            if ((rc = engram_get_table_info(remote, list[i], &ri)) != 0) {
+                status = cli_lib_fail(rc, "pull '%s'", list[i]);
+                goto out;
+            }
+        }
+    } else {
+        if ((rc = engram_list(remote, &names, &count)) != 0) {
+            status = cli_lib_fail(rc, "list namespace '%s' of %s", ns, cli->opt[OPT_REDIS]);
+            goto out;
+        }
+        list = names;
+        if (count == 0) {
+            status = cli_fail("pull: namespace '%s' of %s has no tables", ns,
+                              cli->opt[OPT_REDIS]);
+            goto out;
+        }
+    }
+    o.flags = ENGRAM_OPEN_CREATE;
+    o.threads = 1;
+    if ((rc = engram_store_open(cli->root, ns, &o, &local)) != 0) {
+        status = cli_lib_fail(rc, "open namespace '%s' under '%s'", ns, cli_root(cli));
+        goto out;
+    }
+    for (size_t i = 0; i < count && !cli_interrupted; i++)
+        if (pull_one(cli, local, remote, ns, list[i]) != 0)
+            failed++;
+    status = failed ? EXIT_FAIL : 0;
+out:
+    engram_free(names);
+    engram_store_close(local);
+    engram_store_close(remote);
+    return status;
 }

@@ -174,6 +174,47 @@ run --redis "$NODES" --ns other create c --rows 10 --row-bytes 8
 check "create-only" status_is 1
 check "create-only: why" err_has "already exists"
 
+# pull: the cluster's namespace "m" copied into local namespace "m" of a
+# root of its own, then read there with the same rows; again, kept;
+# another table of a name there, refused; a namespace without tables
+# and a table the cluster lacks, refused before a namespace is made.
+SRC_ROOT=$ROOT
+ROOT=$SCRATCH/pulled
+run pull pm --redis "$NODES"
+check "pull of a namespace with no tables" status_is 1
+check "pull of a namespace with no tables: why" err_has "no tables"
+check "pull of a namespace with no tables: nothing made" [ ! -e "$SCRATCH/pulled/pm" ]
+run pull m --redis "$NODES"
+check "pull m" ok
+check "pull m: a pulled" out_has "^a: pulled ("
+check "pull m: b pulled" out_has "^b: pulled ("
+run --ns m lookup a 3 4
+check "pull m: a's rows" cmp -s out local.out
+run --ns m verify --all
+check "pull m: verify" ok
+run --ns m info b --json
+check "pull m: b packed" out_has '"row_pitch": 16'
+run pull m --redis "$NODES"
+check "pull m again" ok
+check "pull m again: kept" out_has "^a: already here with the same rows ("
+run --ns m rm b
+run --ns m create b --rows 5 --row-bytes 16
+run pull m b --redis "$NODES"
+check "pull over other rows" status_is 1
+check "pull over other rows: why" err_has "holds other rows"
+run pull other nosuch --redis "$NODES"
+check "pull of a missing table" status_is 1
+check "pull of a missing table: why" err_has "nosuch"
+check "pull of a missing table: no namespace made" [ ! -e "$SCRATCH/pulled/other" ]
+run pull m
+check "pull without --redis" status_is 2
+run --ns m pull m --redis "$NODES"
+check "pull with --ns" status_is 2
+run pull m ../x --redis "$NODES"
+check "pull of a bad name" status_is 2
+
+ROOT=$SRC_ROOT
+
 # Usage and failures.
 run push m
 check "push without --redis" status_is 2

@@ -1,6 +1,7 @@
 #!/bin/sh
 # Compiles the C example of docs/redis.md against the built library, runs
-# it on a Redis Cluster of three masters this script starts on loopback
+# it (its pull into a root in the scratch directory) on a Redis Cluster of
+# three masters this script starts on loopback
 # ports (tests/redis_cluster.sh; every server stopped by its PID at exit,
 # the servers' logs kept when the script fails),
 # and checks that it prints the ```text block that follows it.  Skips
@@ -25,7 +26,8 @@ ${CC:-cc} -std=c11 ${EXTRA_CFLAGS:-} -Wall -Wextra -Werror -I"$ENGRAM_SRC/includ
   "$SCRATCH/example.c" "$ENGRAM_LIB" ${ENGRAM_LIB_DEPS:-} -lhiredis -lxxhash -luring -lcjson -lpthread -lm \
   -o "$SCRATCH/example" || exit 1
 redis_cluster_start
-"$SCRATCH/example" "$NODES" > "$SCRATCH/got" || { echo "the example failed"; exit 1; }
+mkdir -p "$SCRATCH/root"
+"$SCRATCH/example" "$NODES" "$SCRATCH/root" > "$SCRATCH/got" || { echo "the example failed"; exit 1; }
 if ! cmp -s "$SCRATCH/got" "$SCRATCH/expected"; then
   printf '%s example printed:\n' "$doc"; cat "$SCRATCH/got"
   printf 'expected:\n'; cat "$SCRATCH/expected"

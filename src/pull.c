@@ -1,0 +1,182 @@
+/*
+ * pull.c - tables of a remote namespace read whole: engram_verify() of a
+ * remote table, and engram_pull(), which copies one into a directory
+ * namespace.
+ *
+ * Both read through the remote's read_all() (remote.h), which checks
+ * every piece against the remote's checksums as it comes and the whole at
+ * the end.  A pull writes what it reads through engram_writer_*, so the
+ * local table is made as any other is (capacity first, create-only,
+ * atomic), and publishes only after the remote's whole checksum held.
+ * Ranks of a node pulling the same table meet as engram_populate_shared()'s
+ * writers do: the one whose temporary file exists is waited for, and a
+ * published table with the remote's spec and checksum is reused.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include "remote.h"
+#include "store.h"
+#include "writer.h"
+
+/* Progress over a read_all(): bytes so far of the table's. */
+typedef struct reading {
+    const char *name;
+    const char *verb; /* "verify", "pull" */
+    engram_progress_fn progress;
+    void *ud;
+    uint64_t done, total;
+    uint32_t row_bytes;
+    /* pull only */
+    engram_store *to;
+    engram_writer *w;
+    engram_table_spec want; /* the remote's table as described before the read */
+    uint64_t want_sum;
+} reading;
+
+static int reading_begin(reading *r, const engram_table_spec *spec)
+{
+    r->total = spec->num_rows * spec->row_bytes;
+    r->row_bytes = spec->row_bytes;
+    return 0;
+}
+
+static int reading_step(reading *r, uint64_t n)
+{
+    r->done += n * r->row_bytes;
+    if (r->progress && r->progress(r->ud, r->done, r->total) != 0)
+        return engram__err(-ECANCELED, "%s of table '%s' cancelled", r->verb, r->name);
+    return 0;
+}
+
+static int verify_begin(void *ud, const engram_table_spec *spec, uint64_t sum)
+{
+    (void)sum;
+    return reading_begin(ud, spec);
+}
+
+static int verify_rows(void *ud, const void *rows, uint64_t n)
+{
+    (void)rows;
+    return reading_step(ud, n);
+}
+
+int engram__remote_verify(engram_store *st, const char *name, engram_progress_fn progress,
+                          void *ud)
+{
+    reading r = {.name = name, .verb = "verify", .progress = progress, .ud = ud};
+    engram__remote_sink k = {verify_begin, verify_rows, &r};
+    return st->remote->read_all(st->remote_state, name, &k);
+}
+
+static int pull_begin(void *ud, const engram_table_spec *spec, uint64_t sum)
+{
+    reading *r = ud;
+    /* Removed and pushed again since it was described: the comparison
+     * with a local table was made with the other one. */
+    if (spec->num_rows != r->want.num_rows || spec->row_bytes != r->want.row_bytes ||
+        sum != r->want_sum)
+        return engram__err(-EAGAIN, "pull '%s': the remote table changed while the pull began; "
+                                    "pull it again",
+                           r->name);
+    reading_begin(r, spec);
+    return engram_writer_begin(r->to, r->name, spec, &r->w);
+}
+
+static int pull_rows(void *ud, const void *rows, uint64_t n)
+{
+    reading *r = ud;
+    int err;
+    if ((err = engram_writer_append(r->w, rows, n, 0)) != 0)
+        return err;
+    return reading_step(r, n);
+}
+
+/* Whether `to` holds `name` as the remote describes it: 0 (reuse it),
+ * -ENOENT (not there), ENGRAM_EMISMATCH, or another error. */
+static int pulled_as(engram_store *to, const char *name, const engram_table_spec *want,
+                     uint64_t sum, const char *from)
+{
+    engram_table_info li = ENGRAM_TABLE_INFO_INIT;
+    int err;
+    if ((err = engram_get_table_info(to, name, &li)) != 0)
+        return err;
+    if (li.kind != ENGRAM_TABLE_FILE || li.spec.num_rows != want->num_rows ||
+        li.spec.row_bytes != want->row_bytes || li.spec.row_pitch != want->row_bytes ||
+        li.checksum != sum)
+        return engram__err(ENGRAM_EMISMATCH,
+                           "table '%s' of %s holds other rows than %s's (%" PRIu64 " rows of %"
+                           PRIu32 " bytes, checksum %016" PRIx64 "; the remote's: %" PRIu64
+                           " rows of %" PRIu32 " bytes, checksum %016" PRIx64 "); remove it "
+                           "first to pull",
+                           name, to->path, from, li.spec.num_rows, li.spec.row_bytes, li.checksum,
+                           want->num_rows, want->row_bytes, sum);
+    return 0;
+}
+
+int engram_pull(engram_store *to, engram_store *from, const char *name,
+                engram_progress_fn progress, void *ud, int *written)
+{
+    engram_table_info ri = ENGRAM_TABLE_INFO_INIT;
+    uint64_t deadline = 0; /* set when the first wait starts */
+    int err;
+
+    if (written)
+        *written = 0;
+    if (!to || !from)
+        return engram__err(-EINVAL, "the stores to pull to and from are required");
+    if ((err = engram_name_check(name)) != 0)
+        return err;
+    if (!from->remote)
+        return engram__err(-EINVAL, "pull '%s': the store to pull from (%s) is not a remote "
+                                    "namespace (engram_store_open_redis())",
+                           name, from->path ? from->path : "a memory store");
+    if (to->remote || to->dirfd < 0)
+        return engram__err(-EINVAL, "pull '%s': the store to pull to is not a directory "
+                                    "namespace (engram_store_open())",
+                           name);
+    if ((err = engram_get_table_info(from, name, &ri)) != 0)
+        return err;
+    if (ri.kind != from->remote->kind)
+        return engram__err(-EINVAL, "pull '%s': it is bound or served in the store to pull "
+                                    "from, not a table of its namespace",
+                           name);
+    for (;;) {
+        reading r = {.name = name, .verb = "pull", .progress = progress, .ud = ud, .to = to,
+                     .want = {ri.spec.num_rows, ri.spec.row_bytes, 0}, .want_sum = ri.checksum};
+        engram__remote_sink k = {pull_begin, pull_rows, &r};
+        char ent[ENGRAM_NAME_MAX + 64];
+        int fd;
+        if ((err = pulled_as(to, name, &r.want, r.want_sum, from->path)) != -ENOENT)
+            return err;
+        if ((fd = engram__live_writer(to, name, ent, sizeof ent)) >= 0) {
+            /* Another rank pulls (or writes) it: look again when it ends. */
+            if (!deadline)
+                deadline = engram__now_ns() + (uint64_t)ENGRAM_SHARED_WAIT_MS * 1000000u;
+            if (engram__wait_writer(fd, deadline) != 0) {
+                char who[160];
+                engram__temp_holder(fd, ent, who, sizeof who);
+                close(fd);
+                return engram__err(-ETIMEDOUT, "table '%s' is still being written in %s %s "
+                                               "(temporary file %s); gave up waiting for it "
+                                               "after %d ms",
+                                   name, to->path, who, ent, ENGRAM_SHARED_WAIT_MS);
+            }
+            close(fd);
+            continue;
+        }
+        err = from->remote->read_all(from->remote_state, name, &k);
+        if (err == 0)
+            err = engram_writer_commit(r.w); /* frees it */
+        else
+            engram_writer_abort(r.w);
+        if (err != -EEXIST) {
+            if (err == 0 && written)
+                *written = 1;
+            return err;
+        }
+        /* Published meanwhile by another rank: compare with it. */
+    }
+}
