@@ -412,6 +412,8 @@ static PyMethodDef Store_methods[] = {
     {"list_tables", (PyCFunction)ext_store_list_tables, METH_NOARGS, ext_store_list_tables_doc},
     {"remove", (PyCFunction)ext_store_remove, METH_O, ext_store_remove_doc},
     {"verify", (PyCFunction)ext_store_verify, METH_O, ext_store_verify_doc},
+    {"pull", (PyCFunction)(void (*)(void))ext_store_pull, METH_FASTCALL | METH_KEYWORDS,
+     ext_store_pull_doc},
     {"stats", (PyCFunction)ext_store_stats, METH_NOARGS, ext_store_stats_doc},
     {"usage", (PyCFunction)ext_store_usage, METH_O, ext_store_usage_doc},
     {"placement", (PyCFunction)ext_store_placement, METH_O, ext_store_placement_doc},

@@ -193,6 +193,8 @@ PyObject *ext_store_wait_for(StoreObject *s, PyObject *const *args, Py_ssize_t n
 PyObject *ext_store_list_tables(StoreObject *s, PyObject *unused);
 PyObject *ext_store_remove(StoreObject *s, PyObject *name);
 PyObject *ext_store_verify(StoreObject *s, PyObject *name);
+PyObject *ext_store_pull(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
+                         PyObject *kwnames);
 extern const char ext_store_populate_doc[];
 extern const char ext_store_bind_doc[];
 extern const char ext_store_open_safetensors_doc[];
@@ -201,6 +203,7 @@ extern const char ext_store_get_table_spec_doc[];
 extern const char ext_store_list_tables_doc[];
 extern const char ext_store_remove_doc[];
 extern const char ext_store_verify_doc[];
+extern const char ext_store_pull_doc[];
 
 /* ---- store_stats.c ------------------------------------------------------ */
 

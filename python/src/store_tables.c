@@ -410,6 +410,56 @@ PyObject *ext_store_numa_copy(StoreObject *s, PyObject *const *args, Py_ssize_t 
     return PyBool_FromLong(written);
 }
 
+const char ext_store_pull_doc[] = PyDoc_STR(
+"pull($self, source, name)\n--\n\n"
+"Copies table `name` of `source`, a store opened on a Redis Cluster\n"
+"(EngramStore(..., redis=...)), into this store's namespace directory\n"
+"(engram_pull()): read in pipelined batches from every master at once,\n"
+"each chunk checked against the cluster's checksums and the whole table\n"
+"before it is published, create-only and atomic (a failed or killed pull\n"
+"leaves nothing).  Every process of a node may call it: one copies, the\n"
+"others wait and find it.  Returns True if this call copied it, False if\n"
+"it was here with the cluster's rows.  Raises TableNotFoundError,\n"
+"LayoutMismatchError (another table of that name here), CorruptTableError or\n"
+"EngramError with errno ENODATA (the cluster's data is damaged), EngramError\n"
+"with errno EINVAL (`source` is not a cluster's store, or this store has no\n"
+"directory).  The GIL is released while copying.");
+
+PyObject *ext_store_pull(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
+                         PyObject *kwnames)
+{
+    static const char *const names[] = {"source", "name"};
+    PyObject *v[2];
+    StoreObject *src;
+    const char *cname;
+    int rc, written = 0;
+    if (ext_store_parse_args("pull", args, nargs, kwnames, names, 2, 2, 2, v) < 0 ||
+        !(cname = name_arg(v[1], "name")))
+        return NULL;
+    if (!PyObject_TypeCheck(v[0], ext_store_type)) {
+        PyErr_Format(PyExc_TypeError, "source: expected a store opened on a Redis Cluster, "
+                                      "got %.100s",
+                     Py_TYPE(v[0])->tp_name);
+        return NULL;
+    }
+    src = (StoreObject *)v[0];
+    if (ext_store_enter(s) < 0)
+        return NULL;
+    if (src != s && ext_store_enter(src) < 0) {
+        ext_store_leave(s);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = engram_pull(s->st, src->st, cname, NULL, NULL, &written);
+    if (src != s)
+        ext_store_leave(src);
+    ext_store_leave(s);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        return ext_raise(rc, NULL);
+    return PyBool_FromLong(written);
+}
+
 const char ext_store_wait_for_doc[] = PyDoc_STR(
 "wait_for($self, name, timeout=None)\n--\n\n"
 "Waits until table `name` is published in the namespace (by any process),\n"

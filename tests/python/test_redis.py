@@ -80,6 +80,43 @@ def test_populate_and_lookup(cluster, ns):
         st.verify("a")
 
 
+def test_pull(cluster, ns, local_dir):
+    """A cluster's table pulled into a local namespace: the same rows, kept
+    when pulled again, refused over another table, and its bad arguments."""
+    rows = make_rows(1000, R, seed=21)
+    with open_store(cluster, ns, redis_chunk_bytes=8 * R) as remote, \
+            engramstore.EngramStore(namespace=ns, local_dir=local_dir) as local:
+        remote.populate("t", rows)
+        assert local.pull(remote, "t") is True
+        assert local.get_table_spec("t")["kind"] == "file"
+        ids = np.array([[0], [999], [-1], [500]], np.int64)
+        out = sentinel((4, 1, R))
+        local.lookup(["t"], ids, out)
+        np.testing.assert_array_equal(out, expected({"t": rows}, ["t"], ids))
+        local.verify("t")
+        assert local.pull(remote, name="t") is False
+        remote.populate("u", make_rows(10, R, seed=22))
+        local.populate("u", make_rows(10, R, seed=23))
+        with pytest.raises(engramstore.LayoutMismatchError, match="other rows"):
+            local.pull(remote, "u")
+        with pytest.raises(engramstore.TableNotFoundError):
+            local.pull(remote, "nosuch")
+        with pytest.raises(TypeError, match="source"):
+            local.pull("redis://x", "t")
+        with pytest.raises(engramstore.EngramError, match="not a remote namespace") as e:
+            local.pull(local, "t")
+        assert e.value.errno == errno.EINVAL
+        with pytest.raises(engramstore.EngramError, match="not a directory namespace"):
+            remote.pull(remote, "t")
+        with pytest.raises(TypeError):
+            local.pull(remote)  # type: ignore[call-arg]
+    closed = open_store(cluster, ns)
+    closed.close()
+    with engramstore.EngramStore(namespace=ns, local_dir=local_dir) as local:
+        with pytest.raises(engramstore.StoreClosedError):
+            local.pull(closed, "t")
+
+
 def test_bad_ids_leave_the_output(cluster, ns):
     with open_store(cluster, ns) as st:
         st.populate("t", make_rows(10, R, seed=4))
