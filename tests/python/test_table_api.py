@@ -630,6 +630,25 @@ def test_version_and_module_functions():
         assert hasattr(engramstore, name), name
 
 
+def test_dir_lists_the_public_names_only():
+    """dir(engramstore) listed os, the typing names and the private
+    helpers the package uses itself; now __all__ (and __version__)."""
+    import types
+    names = dir(engramstore)
+    assert names == sorted(set(engramstore.__all__) | {"__version__"})
+    for name in names:
+        assert not isinstance(getattr(engramstore, name), types.ModuleType), name
+    for gone in ("os", "overload", "Mapping", "OLD_MOONCAKE", "_engram", "_DEFAULT"):
+        assert gone not in names
+    # Every exception class and error code the package exports is listed.
+    for name, value in vars(engramstore).items():
+        if (isinstance(value, type) and issubclass(value, Exception)
+                and value.__module__.startswith("engramstore")):
+            assert name in names, name
+        if re.fullmatch(r"E[A-Z]+", name) and isinstance(value, int):
+            assert name in names, name
+
+
 def test_default_root_follows_engram_root(tmp_path, monkeypatch):
     # The package's default local_dir is the library's default root, which
     # the environment variable ENGRAM_ROOT names when it is set.
