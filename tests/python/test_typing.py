@@ -152,8 +152,8 @@ TABLE_SIGNATURES = {
     "open_safetensors": "(name, path, weight, scale=None, row_start=0, row_end=0)",
     "add_source": "(name: 'str', spec: 'TableSpecArg', read_rows: 'Callable[..., object]', *, "
                   "cache_bytes: 'int' = 0, group: 'Hashable | None' = None) -> 'int | None'",
-    "lookup": "(tables, ids, out, offsets=None, stream=None, *, zero_dead=False)",
-    "lookup_async": "(tables, ids, out, offsets=None, *, zero_dead=False)",
+    "lookup": "(tables, ids, out=None, offsets=None, stream=None, *, zero_dead=False)",
+    "lookup_async": "(tables, ids, out=None, offsets=None, *, zero_dead=False)",
     "cuda_check": "()",
     "get_table_spec": "(name, /)",
     "list_tables": "()",
@@ -189,7 +189,7 @@ def test_every_public_method_has_a_signature(local_dir):
     assert str(inspect.signature(engramstore._engram.shard_plan)) == (
         "(num_heads, reads, tp, dp, flags, /)")
     assert str(inspect.signature(engramstore.LayerStore.lookup_into)) == (
-        "(self, layer_id: 'int', row_ids: 'ArrayArg', output: 'ArrayArg') -> 'None'")
+        "(self, layer_id: 'int', row_ids: 'ArrayArg', output: 'ArrayArg | None' = None) -> 'Any'")
 
 
 ENGRAMSTORE_SIGNATURE = (
@@ -261,8 +261,9 @@ def test_signatures_name_the_keywords_the_methods_take(local_dir):
 
 def test_help_of_a_store_shows_each_method_with_its_signature(local_dir):
     text = pydoc.render_doc(engramstore.TableStore, renderer=pydoc.plaintext)
-    assert "lookup(self, /, tables, ids, out, offsets=None, stream=None, *, zero_dead=False)" \
-        in text
+    assert ("lookup(self, /, tables, ids, out=None, offsets=None, stream=None, *, "
+            "zero_dead=False)") in text
     assert "get_table_spec(self, name, /)" in text
     text = pydoc.render_doc(engramstore.LayerStore, renderer=pydoc.plaintext)
-    assert "lookup_into(self, layer_id: 'int', row_ids: 'ArrayArg', output: 'ArrayArg')" in text
+    assert ("lookup_into(self, layer_id: 'int', row_ids: 'ArrayArg', "
+            "output: 'ArrayArg | None' = None)") in text
