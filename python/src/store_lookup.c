@@ -308,16 +308,16 @@ static int lookup_offsets(PyObject *obj, Py_ssize_t K, int64_t *offs, ext_array 
         for (Py_ssize_t k = 0; k < K; k++) {
             PyObject *item = PySequence_Fast_GET_ITEM(seq, k), *v;
             int overflow;
-            /* numpy's bool has __index__, which raises: named here too. */
-            if (PyBool_Check(item) || !PyIndex_Check(item) ||
-                !strcmp(Py_TYPE(item)->tp_name, "numpy.bool") ||
-                !strcmp(Py_TYPE(item)->tp_name, "numpy.bool_")) {
+            /* A float has no __index__; numpy's bool has one that raises
+             * TypeError: both are named here as what they are. */
+            if (PyBool_Check(item) || !PyIndex_Check(item) || !(v = PyNumber_Index(item))) {
+                if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_TypeError))
+                    goto seq_out;
+                PyErr_Clear();
                 PyErr_Format(PyExc_TypeError, "offsets[%zd]: expected an int, got %.100s", k,
                              Py_TYPE(item)->tp_name);
                 goto seq_out;
             }
-            if (!(v = PyNumber_Index(item)))
-                goto seq_out;
             offs[k] = PyLong_AsLongLongAndOverflow(v, &overflow);
             Py_DECREF(v);
             if (overflow) {
