@@ -21,9 +21,10 @@ naming the argument; a failed library call raises an EngramError subclass.
 from __future__ import annotations
 
 import errno as _errno
+import inspect as _inspect
 import os
 from collections.abc import Callable, Hashable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple, overload
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, overload
 
 from . import _engram
 from ._engram import (  # noqa: F401  (re-exported)
@@ -77,9 +78,30 @@ __all__ = [
     "can_share", "CapacityAnswer", "shard_plan", "shard_route",
     "NgramLayout", "NgramHasher", "build_token_map", "PendingLookup",
     "namespaces", "namespace_usage", "remove_namespace", "gc", "NamespaceUsage", "GcResult",
+    "EBADID", "EBOUND", "ECHECKSUM", "ECORRUPT", "ELAYOUT", "EMISMATCH", "EINDOUBT",
+    "EREMOVED", "ESPEC", "ESTATE", "EUNSAFE", "EVERSION",
 ]
 
-_DEFAULT: Any = object()  # local_dir not given: the library's default root
+
+def __dir__() -> list[str]:
+    """The public names (__all__), not the modules and helpers the package
+    imports for itself (os, inspect, typing's names, its submodules)."""
+    return sorted([*__all__, "__version__"])
+
+
+class _DefaultRoot:
+    """The default of ``local_dir``: the library's default root,
+    :func:`default_root` (``ENGRAM_ROOT`` when set, else /dev/shm/engram),
+    read when the store is made, not when the package is imported.  Its
+    repr is how signatures and help() show that default."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "default_root()"
+
+
+_DEFAULT: Any = _DefaultRoot()
 
 
 class EngramStore:
@@ -116,9 +138,20 @@ class EngramStore:
     Code written for Mooncake's older EngramStore (``EngramStore(layer_id,
     config, store)``, ``embedding_dim``, a float32 ``lookup(row_ids)``) gets
     a TypeError that names the call to use instead.
+
+    ``inspect.signature(EngramStore)`` lists the parameters of every form
+    (the layer form's ``layers`` and ``store`` may also come first,
+    positionally); each class returned has the signature of its own form.
     """
 
     __slots__ = ()
+    # Set below for EngramStore itself (its __new__ only dispatches); None
+    # on the subclasses, whose own __init__ inspect.signature() then reads.
+    __signature__: ClassVar[_inspect.Signature | None]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.__signature__ = None
 
     @overload
     def __new__(cls, layers: Mapping[int, EngramStoreConfig],
@@ -146,6 +179,26 @@ class EngramStore:
                 target = MooncakeTableStore
             return target.__new__(target, *args, **kwargs)
         return object.__new__(cls)
+
+
+def _forms_signature() -> _inspect.Signature:
+    """The parameters of EngramStore's forms, as one signature: the table
+    form's, then the keywords that pick the layer form (layers=, store=)
+    and the Mooncake table store (store_client=)."""
+    P = _inspect.Parameter
+    pk, kw = P.POSITIONAL_OR_KEYWORD, P.KEYWORD_ONLY
+    return _inspect.Signature([
+        P("tables", pk, default=None, annotation="Mapping[str, TableSpecArg] | None"),
+        P("namespace", pk, default=None, annotation="str | None"),
+        P("local_dir", pk, default=_DEFAULT, annotation="PathArg | None"),
+        P("layers", kw, default=None, annotation="Mapping[int, EngramStoreConfig] | None"),
+        P("store", kw, default=None, annotation="TableStore | MooncakeClient | None"),
+        P("store_client", kw, default=None, annotation="MooncakeClient | None"),
+        P("options", P.VAR_KEYWORD, annotation="Any"),
+    ], return_annotation="TableStore | LayerStore | MooncakeTableStore")
+
+
+EngramStore.__signature__ = _forms_signature()
 
 
 # Mooncake's older EngramStore, shipped in its wheels as

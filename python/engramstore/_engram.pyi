@@ -1,7 +1,7 @@
 """Type stubs of the C extension engramstore._engram (re-exported by engramstore)."""
 import os
 from collections.abc import Callable, Sequence
-from typing import Any, Final, Literal, TypedDict
+from typing import Any, Final, Literal, TypedDict, overload
 
 from typing_extensions import Buffer, Self  # Buffer: any object with the buffer protocol
 
@@ -75,7 +75,7 @@ class NgramHasher:
                 submit: bool = False) -> PendingLookup | None: ...
 
 class PendingLookup:
-    def wait(self) -> None: ...
+    def wait(self) -> Any: ...  # None, or the output lookup_async made (out omitted)
     def cancel(self) -> bool: ...
     def done(self) -> bool: ...
 
@@ -152,12 +152,26 @@ class Store:
         read_rows: Callable[[memoryview, memoryview], object] | object,
         cache_bytes: int = 0,
     ) -> int | None: ...
+    # out omitted (or None): the lookup makes its output and returns it (a
+    # numpy array, or a memoryview without numpy); else it returns None.
+    @overload
+    def lookup(
+        self,
+        tables: Sequence[str],
+        ids: ArrayLike,
+        out: None = None,
+        offsets: Sequence[int] | ArrayLike | None = None,
+        stream: int | Any | None = None,
+        *,
+        zero_dead: bool = False,
+    ) -> Any: ...
+    @overload
     def lookup(
         self,
         tables: Sequence[str],
         ids: ArrayLike,
         out: ArrayLike,
-        offsets: ArrayLike | None = None,
+        offsets: Sequence[int] | ArrayLike | None = None,
         stream: int | Any | None = None,
         *,
         zero_dead: bool = False,
@@ -166,12 +180,13 @@ class Store:
         self,
         tables: Sequence[str],
         ids: ArrayLike,
-        out: ArrayLike,
-        offsets: ArrayLike | None = None,
+        out: ArrayLike | None = None,
+        offsets: Sequence[int] | ArrayLike | None = None,
         *,
         zero_dead: bool = False,
     ) -> PendingLookup: ...
-    def _lookup_layer(self, tables: Sequence[str], row_ids: ArrayLike, output: ArrayLike) -> None: ...
+    def _lookup_layer(self, tables: Sequence[str], row_ids: ArrayLike, output: ArrayLike | None,
+                      layer_id: int | None = None) -> Any: ...
     def _layer_lookup(
         self,
         layers: dict[int, tuple[str, ...]],

@@ -155,8 +155,7 @@ class LayerStore(EngramStore):
                 if self._owned:
                     self._store.close()
                 raise
-        self._lookup: Callable[[Sequence[str], ArrayArg, ArrayArg], None] = \
-            self._store._lookup_layer
+        self._lookup: Callable[..., Any] = self._store._lookup_layer
         # lookup_into in C: the extension maps the layer id to its table
         # names (those of _keys, which never changes, or of the open
         # Mooncake layers in _live, read at every call) and looks up, with
@@ -343,26 +342,27 @@ class LayerStore(EngramStore):
             self._store.bind(key, buf)
         self._bound.add(layer_id)
 
-    def lookup_into(self, layer_id: int, row_ids: ArrayArg, output: ArrayArg) -> None:
+    def lookup_into(self, layer_id: int, row_ids: ArrayArg, output: ArrayArg | None = None) -> Any:
         """Gathers ``output[b, l, h] = table_h[row_ids[b, l, h]]``: row_ids a
         C-contiguous int64 ``[B, L, H]`` array (int64 only, as
         in Mooncake's contract), output a writable
         uint8 ``[B, L, H, row_bytes]`` array.  Id -1 leaves its row as is;
         any other id outside its head's table raises BadIdError and output
-        is left untouched."""
+        is left untouched.  Returns None; with ``output`` omitted (host
+        row_ids only), a new zeroed uint8 ``[B, L, H, row_bytes]`` array
+        (numpy) is filled and returned instead."""
         if self._mc is not None:
             try:
                 keys = self._live[layer_id]
             except (KeyError, TypeError):
                 keys = self._open_layer(layer_id)
-            self._lookup(keys, row_ids, output)
-            return
+            return self._lookup(keys, row_ids, output, layer_id)
         try:
             keys = self._keys[layer_id]
         except (KeyError, TypeError):
             self._layer(layer_id)
             raise
-        self._lookup(keys, row_ids, output)
+        return self._lookup(keys, row_ids, output, layer_id)
 
     def _open_layer(self, layer_id: int) -> tuple[str, ...]:
         """Mooncake mode: checks that every head of the layer is stored

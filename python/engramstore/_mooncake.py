@@ -1163,9 +1163,9 @@ class MooncakeTableStore(TableStore):
         m = self._w.publish(name, packed, config)
         self._add(name, m)
 
-    def lookup(self, tables: Sequence[str], ids: ArrayArg, out: ArrayArg,
-               offsets: ArrayArg | None = None, stream: object = None, *,
-               zero_dead: bool = False) -> None:
+    def lookup(self, tables: Sequence[str], ids: ArrayArg,
+               out: ArrayArg | None = None, offsets: Sequence[int] | ArrayArg | None = None,
+               stream: object = None, *, zero_dead: bool = False) -> Any:
         """The table API's lookup (see TableStore.lookup) over the
         Mooncake tables.  It first checks, with one existence call to the
         Store for all of its tables, that the rows it has open are those

@@ -639,3 +639,41 @@ int ext_array_c_contiguous(const ext_array *a)
     }
     return 1;
 }
+
+PyObject *ext_new_uint8(const Py_ssize_t *shape, int ndim)
+{
+    PyObject *dims, *np, *buf = NULL, *view = NULL, *ret = NULL;
+    Py_ssize_t n = 1;
+    if (!(dims = PyTuple_New(ndim)))
+        return NULL;
+    for (int i = 0; i < ndim; i++) {
+        PyObject *d = PyLong_FromSsize_t(shape[i]);
+        if (!d)
+            goto out;
+        PyTuple_SET_ITEM(dims, i, d);
+        if (n && shape[i] > PY_SSIZE_T_MAX / n) {
+            PyErr_SetString(PyExc_MemoryError, "the output's size overflows");
+            goto out;
+        }
+        n *= shape[i];
+    }
+    if ((np = PyImport_ImportModule("numpy"))) {
+        ret = PyObject_CallMethod(np, "zeros", "Os", dims, "uint8");
+        Py_DECREF(np);
+        goto out;
+    }
+    if (!PyErr_ExceptionMatches(PyExc_ImportError))
+        goto out;
+    PyErr_Clear();
+    if (!(buf = PyByteArray_FromStringAndSize(NULL, n)))
+        goto out;
+    if (n)
+        memset(PyByteArray_AS_STRING(buf), 0, (size_t)n);
+    if ((view = PyMemoryView_FromObject(buf)))
+        ret = PyObject_CallMethod(view, "cast", "sO", "B", dims);
+out:
+    Py_XDECREF(view);
+    Py_XDECREF(buf);
+    Py_DECREF(dims);
+    return ret;
+}

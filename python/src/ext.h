@@ -146,6 +146,13 @@ int ext_array_get(PyObject *obj, const char *arg, unsigned flags, ext_array *a);
 int ext_array_get_gpu(PyObject *obj, const char *arg, unsigned flags, PyObject *stream,
                       ext_array *a);
 
+/* A new zeroed, C-contiguous uint8 array of `shape` (ndim dimensions): a
+ * numpy array where numpy is installed (the package never requires it),
+ * else a writable memoryview of a bytearray cast to that shape (every
+ * dimension nonzero: memoryview has no empty shapes).  The output a lookup
+ * makes when none is given.  NULL with an exception. */
+PyObject *ext_new_uint8(const Py_ssize_t *shape, int ndim);
+
 /* Releases what ext_array_get() took.  Safe on a zeroed or released array. */
 void ext_array_release(ext_array *a);
 

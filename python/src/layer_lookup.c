@@ -77,7 +77,7 @@ static PyObject *LayerLookup_vectorcall(PyObject *self, PyObject *const *args, s
     }
     /* Held: the dict may change while the GIL is released. */
     Py_INCREF(names);
-    ret = ext_store_lookup_layer_call(o->store, names, args[1], args[2]);
+    ret = ext_store_lookup_layer_call(o->store, names, args[1], args[2], args[0]);
     Py_DECREF(names);
     return ret;
 }

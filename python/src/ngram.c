@@ -655,7 +655,7 @@ static PyObject *Hasher_lookup(HasherObject *self, PyObject *args, PyObject *kw)
     }
     if (submit) {
         /* The pending lookup holds the arrays and this hasher. */
-        ret = ext_pending_new(pend, held, 3, -1, NULL, 1, (PyObject *)self);
+        ret = ext_pending_new(pend, held, 3, -1, NULL, 1, (PyObject *)self, NULL);
         return ret;
     }
     ret = Py_NewRef(Py_None);

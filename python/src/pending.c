@@ -26,6 +26,7 @@ typedef struct {
     const char *ids_arg;
     int lead;
     PyObject *keep;    /* objects the lookup's C state belongs to, or NULL */
+    PyObject *result;  /* what wait() returns (the output made), or NULL: None */
 } PendingObject;
 
 static PyTypeObject *pending_type;
@@ -69,14 +70,20 @@ static int finish(PendingObject *o, int cancel)
 PyDoc_STRVAR(wait_doc,
 "wait($self, /)\n--\n\n"
 "Waits for the lookup to finish (the GIL released meanwhile) and raises what\n"
-"lookup() would have raised (BadIdError naming the id, ...).  Once only.");
+"lookup() would have raised (BadIdError naming the id, ...).  Returns what\n"
+"lookup() would have returned: None, or the output it made when out was\n"
+"omitted.  Once only.");
 
 static PyObject *Pending_wait(PendingObject *o, PyObject *unused)
 {
+    PyObject *r = o->result;
     (void)unused;
-    if (finish(o, 0) < 0)
+    o->result = NULL; /* returned once; never the rows of a failed lookup */
+    if (finish(o, 0) < 0) {
+        Py_XDECREF(r);
         return NULL;
-    Py_RETURN_NONE;
+    }
+    return r ? r : Py_NewRef(Py_None);
 }
 
 PyDoc_STRVAR(cancel_doc,
@@ -88,6 +95,7 @@ static PyObject *Pending_cancel(PendingObject *o, PyObject *unused)
 {
     int r;
     (void)unused;
+    Py_CLEAR(o->result);
     if ((r = finish(o, 1)) < 0)
         return NULL;
     return PyBool_FromLong(r == 1);
@@ -115,6 +123,7 @@ static void Pending_dealloc(PendingObject *o)
         Py_END_ALLOW_THREADS
     }
     release_held(o);
+    Py_CLEAR(o->result);
     tp->tp_free(o);
     Py_DECREF(tp);
 }
@@ -145,7 +154,7 @@ static PyType_Spec Pending_spec = {
 };
 
 PyObject *ext_pending_new(engram_pending *p, ext_array *held, int nheld, int ids_index,
-                          const char *ids_arg, int lead, PyObject *keep)
+                          const char *ids_arg, int lead, PyObject *keep, PyObject *result)
 {
     PendingObject *o = PyObject_New(PendingObject, pending_type);
     if (!o) {
@@ -167,6 +176,7 @@ PyObject *ext_pending_new(engram_pending *p, ext_array *held, int nheld, int ids
     o->ids_arg = ids_arg;
     o->lead = lead;
     o->keep = Py_XNewRef(keep);
+    o->result = Py_XNewRef(result);
     return (PyObject *)o;
 }
 

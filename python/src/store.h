@@ -125,10 +125,11 @@ void ext_store_raise_bad_id(int rc, const ext_array *ids, const char *arg, int l
 
 /* A PendingLookup of `p`, taking the nheld arrays (moved out of held[]) and
  * a reference to `keep` (may be NULL); held[ids_index] (or -1) names bad
- * ids as `ids_arg` with `lead`.  NULL with an exception (p cancelled and
- * the arrays released). */
+ * ids as `ids_arg` with `lead`.  `result` (may be NULL: None), with a
+ * reference taken, is what wait() returns once the lookup succeeded.  NULL
+ * with an exception (p cancelled and the arrays released). */
 PyObject *ext_pending_new(engram_pending *p, ext_array *held, int nheld, int ids_index,
-                          const char *ids_arg, int lead, PyObject *keep);
+                          const char *ids_arg, int lead, PyObject *keep, PyObject *result);
 PyObject *ext_store_lookup_layer(StoreObject *s, PyObject *const *args, Py_ssize_t nargs);
 PyObject *ext_store_bench_lookup(StoreObject *s, PyObject *const *args, Py_ssize_t nargs);
 PyObject *ext_store_cuda_check(StoreObject *s, PyObject *unused);
@@ -137,11 +138,13 @@ extern const char ext_store_lookup_layer_doc[];
 extern const char ext_store_bench_lookup_doc[];
 extern const char ext_store_cuda_check_doc[];
 
-/* The layer API's lookup, as _lookup_layer(names, row_ids, output): names
- * a tuple or list of the layer's H table names, row_ids int64 C-contiguous
- * [B, L, H], output uint8 [B, L, H, row_bytes]. */
+/* The layer API's lookup, as _lookup_layer(names, row_ids, output, layer):
+ * names a tuple or list of the layer's H table names, row_ids int64
+ * C-contiguous [B, L, H], output uint8 [B, L, H, row_bytes] (NULL or None:
+ * made, and returned instead of None), layer the layer id its errors name
+ * (may be NULL). */
 PyObject *ext_store_lookup_layer_call(StoreObject *s, PyObject *names, PyObject *row_ids,
-                                      PyObject *output);
+                                      PyObject *output, PyObject *layer);
 
 /* ---- layer_lookup.c ----------------------------------------------------- */
 

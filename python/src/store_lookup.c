@@ -177,7 +177,9 @@ void ext_store_raise_bad_id(int rc, const ext_array *ids, const char *arg, int l
 }
 
 typedef struct lookup_in {
-    PyObject *tables, *ids, *out, *offsets, *stream;
+    PyObject *tables, *ids, *offsets, *stream;
+    PyObject *out;   /* NULL or None: a new output is made (host ids only) */
+    PyObject *layer; /* the layer API's layer id, for messages, or NULL */
     int zero_dead;
     int lead;       /* leading token dimensions: 1 ([T, K]) or 2 ([B, L, H]) */
     int ids_contig; /* require C-contiguous ids */
@@ -203,12 +205,14 @@ typedef struct lookup_prep {
     int64_t off_stack[EXT_STORE_STACK_COLS];
     int64_t *heap; /* offsets then table ids, for K > EXT_STORE_STACK_COLS */
     ext_array ids, out, oa;
+    PyObject *made; /* the output made for an `out` not given, or NULL */
     Py_ssize_t T, K;
     int memory; /* every table named has memory rows */
 } lookup_prep;
 
 static void lookup_release(lookup_prep *p)
 {
+    Py_CLEAR(p->made);
     ext_array_release(&p->oa);
     ext_array_release(&p->out);
     ext_array_release(&p->ids);
@@ -281,6 +285,96 @@ out:
     return ret;
 }
 
+/* The K offsets of `obj` into offs[]: an array of any integer dtype (any
+ * stride, through *oa, which the caller releases), or a sequence of ints
+ * (list, tuple, range).  Booleans and floats are refused rather than
+ * converted: an offset is a row number.  0, or -1 with TypeError or
+ * ValueError naming the argument. */
+static int lookup_offsets(PyObject *obj, Py_ssize_t K, int64_t *offs, ext_array *oa)
+{
+    char b1[64];
+    if (!PyObject_CheckBuffer(obj) && !PyObject_HasAttrString(obj, "__dlpack__") &&
+        !PyObject_HasAttrString(obj, "__cuda_array_interface__") && PySequence_Check(obj) &&
+        !PyUnicode_Check(obj)) {
+        PyObject *seq = PySequence_Fast(obj, "offsets: expected a sequence of ints");
+        int ret = -1;
+        if (!seq)
+            return -1;
+        if (PySequence_Fast_GET_SIZE(seq) != K) {
+            PyErr_Format(PyExc_ValueError, "offsets: expected %zd values (one per table), "
+                         "got %zd", K, PySequence_Fast_GET_SIZE(seq));
+            goto seq_out;
+        }
+        for (Py_ssize_t k = 0; k < K; k++) {
+            PyObject *item = PySequence_Fast_GET_ITEM(seq, k), *v;
+            int overflow;
+            /* A float has no __index__; numpy's bool has one that raises
+             * TypeError: both are named here as what they are. */
+            if (PyBool_Check(item) || !PyIndex_Check(item) || !(v = PyNumber_Index(item))) {
+                if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_TypeError))
+                    goto seq_out;
+                PyErr_Clear();
+                PyErr_Format(PyExc_TypeError, "offsets[%zd]: expected an int, got %.100s", k,
+                             Py_TYPE(item)->tp_name);
+                goto seq_out;
+            }
+            offs[k] = PyLong_AsLongLongAndOverflow(v, &overflow);
+            Py_DECREF(v);
+            if (overflow) {
+                PyErr_Format(PyExc_ValueError, "offsets[%zd]: %R is outside int64", k, item);
+                goto seq_out;
+            }
+            if (offs[k] == -1 && PyErr_Occurred())
+                goto seq_out;
+        }
+        ret = 0;
+    seq_out:
+        Py_DECREF(seq);
+        return ret;
+    }
+    if (ext_array_get(obj, "offsets", 0, oa) < 0)
+        return -1;
+    if ((oa->kind != EXT_KIND_INT && oa->kind != EXT_KIND_UINT) ||
+        (oa->itemsize != 1 && oa->itemsize != 2 && oa->itemsize != 4 && oa->itemsize != 8)) {
+        PyErr_Format(PyExc_TypeError, "offsets: expected integers (any int dtype, or a list of "
+                     "ints), got %s", ext_array_dtype(oa, b1, sizeof b1));
+        return -1;
+    }
+    if (oa->ndim != 1 || oa->shape[0] != K) {
+        PyErr_Format(PyExc_ValueError, "offsets: expected shape (%zd,), got %s", K,
+                     ext_array_shape(oa, b1, sizeof b1));
+        return -1;
+    }
+    for (Py_ssize_t k = 0; k < K; k++) {
+        const char *e = oa->data + k * oa->strides[0];
+        if (oa->kind == EXT_KIND_INT) {
+            int64_t v = 0;
+            switch (oa->itemsize) {
+            case 1: { int8_t x; memcpy(&x, e, 1); v = x; break; }
+            case 2: { int16_t x; memcpy(&x, e, 2); v = x; break; }
+            case 4: { int32_t x; memcpy(&x, e, 4); v = x; break; }
+            default: memcpy(&v, e, 8); break;
+            }
+            offs[k] = v;
+        } else {
+            uint64_t v = 0;
+            switch (oa->itemsize) {
+            case 1: { uint8_t x; memcpy(&x, e, 1); v = x; break; }
+            case 2: { uint16_t x; memcpy(&x, e, 2); v = x; break; }
+            case 4: { uint32_t x; memcpy(&x, e, 4); v = x; break; }
+            default: memcpy(&v, e, 8); break;
+            }
+            if (v > (uint64_t)INT64_MAX) {
+                PyErr_Format(PyExc_ValueError, "offsets[%zd]: %llu is outside int64", k,
+                             (unsigned long long)v);
+                return -1;
+            }
+            offs[k] = (int64_t)v;
+        }
+    }
+    return 0;
+}
+
 /* Resolves the tables and checks and takes the arrays of `in` into *p
  * (released by lookup_release() either way).  0, or -1 with an exception. */
 static int lookup_prepare(StoreObject *s, const lookup_in *in, lookup_prep *p)
@@ -297,6 +391,7 @@ static int lookup_prepare(StoreObject *s, const lookup_in *in, lookup_prep *p)
     p->ids.has_view = p->out.has_view = p->oa.has_view = 0;
     p->ids.dl_capsule = p->out.dl_capsule = p->oa.dl_capsule = NULL;
     p->heap = NULL;
+    p->made = NULL;
     *a = (engram_lookup_args)ENGRAM_LOOKUP_ARGS_INIT;
 
     if (!PyList_Check(in->tables) && !PyTuple_Check(in->tables)) {
@@ -343,8 +438,21 @@ static int lookup_prepare(StoreObject *s, const lookup_in *in, lookup_prep *p)
         return -1;
     }
     if (ids->shape[lead] != K) {
-        PyErr_Format(PyExc_ValueError, "%s: shape %s has %zd columns but %zd tables are named",
-                     in->ids_arg, ext_array_shape(ids, b1, sizeof b1), ids->shape[lead], K);
+        /* The layer API names no tables: its last dimension is the heads. */
+        if (lead == 2 && in->layer)
+            PyErr_Format(PyExc_ValueError, "%s: shape %s gives ids for %zd head%s, but layer %R "
+                         "has %zd head%s", in->ids_arg, ext_array_shape(ids, b1, sizeof b1),
+                         ids->shape[lead], ids->shape[lead] == 1 ? "" : "s", in->layer, K,
+                         K == 1 ? "" : "s");
+        else if (lead == 2)
+            PyErr_Format(PyExc_ValueError, "%s: shape %s gives ids for %zd head%s, but the "
+                         "layer has %zd head%s", in->ids_arg, ext_array_shape(ids, b1, sizeof b1),
+                         ids->shape[lead], ids->shape[lead] == 1 ? "" : "s", K,
+                         K == 1 ? "" : "s");
+        else
+            PyErr_Format(PyExc_ValueError, "%s: shape %s has %zd columns but %zd tables are "
+                         "named", in->ids_arg, ext_array_shape(ids, b1, sizeof b1),
+                         ids->shape[lead], K);
         return -1;
     }
     if (in->ids_contig && !ext_array_c_contiguous(ids)) {
@@ -361,8 +469,25 @@ static int lookup_prepare(StoreObject *s, const lookup_in *in, lookup_prep *p)
         return -1;
     p->T = T;
 
-    /* out: [T, K, R] (or [B, L, H, R]) of uint8, writable, rows contiguous. */
-    if (ext_array_get_gpu(in->out, in->out_arg, EXT_WRITABLE | EXT_DEVICE_OK, in->stream,
+    /* out: [T, K, R] (or [B, L, H, R]) of uint8, writable, rows contiguous;
+     * made here, zeroed, when not given (what a given one must be). */
+    PyObject *outobj = in->out;
+    if (!outobj || outobj == Py_None) {
+        Py_ssize_t shape[4];
+        if (ids->device != EXT_DEVICE_HOST) {
+            PyErr_Format(PyExc_TypeError, "%s: required for GPU %s (pass an output array in "
+                         "GPU memory)", in->out_arg, in->ids_arg);
+            return -1;
+        }
+        for (int i = 0; i < lead; i++)
+            shape[i] = ids->shape[i];
+        shape[lead] = K;
+        shape[lead + 1] = (Py_ssize_t)R;
+        if (!(p->made = ext_new_uint8(shape, lead + 2)))
+            return -1;
+        outobj = p->made;
+    }
+    if (ext_array_get_gpu(outobj, in->out_arg, EXT_WRITABLE | EXT_DEVICE_OK, in->stream,
                           &p->out) < 0)
         return -1;
     const ext_array *out = &p->out;
@@ -409,23 +534,10 @@ static int lookup_prepare(StoreObject *s, const lookup_in *in, lookup_prep *p)
     if (collapse_lead(out, lead, in->out_arg, &T2, &ost) < 0)
         return -1;
 
-    /* offsets: [K] int64, any stride. */
+    /* offsets: [K] ints. */
     if (in->offsets && in->offsets != Py_None) {
-        const ext_array *oa = &p->oa;
-        if (ext_array_get(in->offsets, "offsets", 0, &p->oa) < 0)
+        if (lookup_offsets(in->offsets, K, offs, &p->oa) < 0)
             return -1;
-        if (oa->kind != EXT_KIND_INT || oa->itemsize != 8) {
-            PyErr_Format(PyExc_TypeError, "offsets: expected int64, got %s",
-                         ext_array_dtype(oa, b1, sizeof b1));
-            return -1;
-        }
-        if (oa->ndim != 1 || oa->shape[0] != K) {
-            PyErr_Format(PyExc_ValueError, "offsets: expected shape (%zd,), got %s", K,
-                         ext_array_shape(oa, b1, sizeof b1));
-            return -1;
-        }
-        for (Py_ssize_t k = 0; k < K; k++)
-            memcpy(&offs[k], oa->data + k * oa->strides[0], sizeof offs[k]);
         a->offsets = offs;
     }
 
@@ -530,26 +642,34 @@ static PyObject *lookup_run(StoreObject *s, const lookup_in *in, lookup_prep *p)
     Py_RETURN_NONE;
 }
 
+/* None, or the output made when `out` was not given; NULL with an
+ * exception (the output made is dropped: no rows of a failed lookup are
+ * ever returned). */
 static PyObject *do_lookup(StoreObject *s, const lookup_in *in)
 {
     lookup_prep p;
     PyObject *ret = NULL;
-    if (lookup_prepare(s, in, &p) == 0)
-        ret = lookup_run(s, in, &p);
+    if (lookup_prepare(s, in, &p) == 0 && (ret = lookup_run(s, in, &p)) && p.made)
+        Py_SETREF(ret, Py_NewRef(p.made));
     lookup_release(&p);
     return ret;
 }
 
 const char ext_store_lookup_doc[] = PyDoc_STR(
-"lookup($self, tables, ids, out, offsets=None, stream=None, *, zero_dead=False)\n--\n\n"
+"lookup($self, tables, ids, out=None, offsets=None, stream=None, *, zero_dead=False)\n"
+"--\n\n"
 "Gathers rows: for every token t and column k, the row ids[t, k] - offsets[k]\n"
-"of table tables[k] is copied to out[t, k].\n\n"
+"of table tables[k] is copied to out[t, k].  Returns None, or with out omitted\n"
+"(or None) the output it made.\n\n"
 "tables: list or tuple of K table names (names may repeat).\n"
 "ids: int32 or int64 array [T, K], any strides.\n"
 "out: writable uint8 array [T, K, row_bytes]; any non-overlapping strides with\n"
 "     each row's bytes contiguous (e.g. out_km.transpose(1, 0, 2) for head-major).\n"
-"offsets: None or int64 array [K], subtracted from the ids of each column\n"
-"         (exactly: an id is a row when 0 <= id - offset < num_rows).\n"
+"     Omitted or None (host ids only): a new zeroed uint8 array [T, K, row_bytes]\n"
+"     (numpy; a memoryview of that shape without numpy) is filled and returned.\n"
+"offsets: None, or K ints subtracted from the ids of each column (a list,\n"
+"         tuple, range or integer array; not bools or floats): an id is a row\n"
+"         when 0 <= id - offset < num_rows.\n"
 "stream: for GPU arrays, the CUDA stream to enqueue on: an int handle, a\n"
 "        torch.cuda.Stream, or None for the default stream.  The call returns\n"
 "        once the work is enqueued; bad ids are reported by cuda_check().\n"
@@ -564,7 +684,7 @@ PyObject *ext_store_lookup(StoreObject *s, PyObject *const *args, Py_ssize_t nar
     static const char *const names[] = {"tables", "ids", "out", "offsets", "stream", "zero_dead"};
     PyObject *v[6];
     lookup_in in;
-    if (ext_store_parse_args("lookup", args, nargs, kwnames, names, 6, 5, 3, v) < 0)
+    if (ext_store_parse_args("lookup", args, nargs, kwnames, names, 6, 5, 2, v) < 0)
         return NULL;
 #ifndef ENGRAMSTORE_HAVE_CUDA
     if (v[4] && v[4] != Py_None) {
@@ -581,9 +701,10 @@ PyObject *ext_store_lookup(StoreObject *s, PyObject *const *args, Py_ssize_t nar
 }
 
 const char ext_store_lookup_async_doc[] = PyDoc_STR(
-"lookup_async($self, tables, ids, out, offsets=None, *, zero_dead=False)\n--\n\n"
+"lookup_async($self, tables, ids, out=None, offsets=None, *, zero_dead=False)\n--\n\n"
 "lookup() on the store's lookup threads: returns at once a PendingLookup whose\n"
-"wait() gives the rows (and raises what lookup() would raise).  ids and out are\n"
+"wait() gives the rows (and raises what lookup() would raise): None, or with\n"
+"out omitted the output made, as lookup() returns it.  ids and out are\n"
 "held, and must not be written, until then.  Host arrays only.  Lookups run in\n"
 "the order submitted; close() cancels those that have not started (their\n"
 "wait() raises StateError).");
@@ -597,8 +718,9 @@ PyObject *ext_store_lookup_async(StoreObject *s, PyObject *const *args, Py_ssize
     lookup_prep p;
     engram_pending *pend = NULL;
     ext_array held[2];
+    PyObject *made, *ret;
     int rc;
-    if (ext_store_parse_args("lookup_async", args, nargs, kwnames, names, 5, 4, 3, v) < 0)
+    if (ext_store_parse_args("lookup_async", args, nargs, kwnames, names, 5, 4, 2, v) < 0)
         return NULL;
     if (lookup_in_tk(&in, v[0], v[1], v[2], v[3], v[4]) < 0)
         return NULL;
@@ -622,31 +744,38 @@ PyObject *ext_store_lookup_async(StoreObject *s, PyObject *const *args, Py_ssize
         ext_raise(rc, "lookup_async");
         goto fail;
     }
-    /* The tables and offsets were copied: only ids and out stay held. */
+    /* The tables and offsets were copied: only ids and out stay held (and
+     * the output made, which wait() returns). */
     held[0] = p.ids;
     held[1] = p.out;
     memset(&p.ids, 0, sizeof p.ids);
     memset(&p.out, 0, sizeof p.out);
+    made = p.made;
+    p.made = NULL;
     lookup_release(&p);
-    return ext_pending_new(pend, held, 2, 0, "ids", 1, NULL);
+    ret = ext_pending_new(pend, held, 2, 0, "ids", 1, NULL, made);
+    Py_XDECREF(made);
+    return ret;
 fail:
     lookup_release(&p);
     return NULL;
 }
 
 const char ext_store_lookup_layer_doc[] = PyDoc_STR(
-"_lookup_layer($self, tables, row_ids, output, /)\n--\n\n"
+"_lookup_layer($self, tables, row_ids, output, layer_id=None, /)\n--\n\n"
 "The layer API's lookup: row_ids int64 C-contiguous [B, L, H], output\n"
-"uint8 [B, L, H, row_bytes]; tables names the H tables.  Used by\n"
+"uint8 [B, L, H, row_bytes] (None: made, and returned); tables names the H\n"
+"tables; layer_id is named in errors.  Used by\n"
 "engramstore.EngramStore.lookup_into.");
 
 PyObject *ext_store_lookup_layer_call(StoreObject *s, PyObject *names, PyObject *row_ids,
-                                      PyObject *output)
+                                      PyObject *output, PyObject *layer)
 {
     lookup_in in;
     in.tables = names;
     in.ids = row_ids;
     in.out = output;
+    in.layer = layer;
     in.offsets = NULL;
     in.stream = NULL;
     in.zero_dead = 0;
@@ -659,11 +788,13 @@ PyObject *ext_store_lookup_layer_call(StoreObject *s, PyObject *names, PyObject 
 
 PyObject *ext_store_lookup_layer(StoreObject *s, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3) {
-        PyErr_Format(PyExc_TypeError, "_lookup_layer() takes 3 arguments (%zd given)", nargs);
+    if (nargs != 3 && nargs != 4) {
+        PyErr_Format(PyExc_TypeError, "_lookup_layer() takes 3 or 4 arguments (%zd given)",
+                     nargs);
         return NULL;
     }
-    return ext_store_lookup_layer_call(s, args[0], args[1], args[2]);
+    return ext_store_lookup_layer_call(s, args[0], args[1], args[2],
+                                       nargs == 4 && args[3] != Py_None ? args[3] : NULL);
 }
 
 /* ---- timing the library's own call, for bench/bench_pycall.py ----------- */

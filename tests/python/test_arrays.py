@@ -37,14 +37,14 @@ def layer(config, rows_a, rows_b):
 # ---- no implicit conversion ---------------------------------------------
 
 def test_python_sequences_are_refused_for_every_argument(ab, layer, rows_a):
+    """Every array argument; offsets, K small ints, are taken as any int
+    sequence (test_offsets_of_any_int_sequence)."""
     st, _ = ab
     out = sentinel((3, 3, 264))
     checks = [
         (lambda: st.lookup(NAMES, IDS.tolist(), out), "ids"),
         (lambda: st.lookup(NAMES, tuple(map(tuple, IDS.tolist())), out), "ids"),
         (lambda: st.lookup(NAMES, IDS, out.tolist()), "out"),
-        (lambda: st.lookup(NAMES, IDS, out, offsets=[0, 0, 0]), "offsets"),
-        (lambda: st.lookup(NAMES, IDS, out, offsets=(0, 0, 0)), "offsets"),
         (lambda: st.populate("c", rows_a.tolist()), "rows"),
         (lambda: layer.lookup_into(1, IDS[:, :2].reshape(3, 1, 2).tolist(),
                                    sentinel((3, 1, 2, 264))), "row_ids"),
@@ -94,12 +94,58 @@ def test_wrong_out_dtypes(ab, dtype):
         st.lookup(NAMES, IDS, np.zeros((3, 3, 264), dtype))
 
 
-@pytest.mark.parametrize("dtype", [np.int32, np.uint64, np.float64, np.int16])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16, np.bool_])
 def test_wrong_offsets_dtypes(ab, dtype):
     st, _ = ab
     out = sentinel((3, 3, 264))
-    with pytest.raises(TypeError, match="^offsets: expected int64, got "):
+    with pytest.raises(TypeError, match="^offsets: expected integers .*, got "
+                                        + np.dtype(dtype).name):
         st.lookup(NAMES, IDS, out, offsets=np.zeros(3, dtype))
+    assert (out == SENTINEL).all()
+
+
+OFFSETS = [100, 0, 1000]
+
+
+@pytest.mark.parametrize("offsets", [
+    OFFSETS, tuple(OFFSETS),
+    np.array(OFFSETS, np.int16), np.array(OFFSETS, np.int32), np.array(OFFSETS, np.uint16),
+    np.array(OFFSETS, np.uint64), [np.int32(100), np.uint8(0), 1000]],
+    ids=["list", "tuple", "int16", "int32", "uint16", "uint64", "numpy-scalars"])
+def test_offsets_of_any_int_sequence(ab, offsets):
+    """offsets had to be an int64 array; any K ints do now."""
+    st, tabs = ab
+    ids = np.array([[100, 0, 1016], [116, 18, 1000]], np.int64)
+    out = sentinel((2, 3, 264))
+    st.lookup(NAMES, ids, out, offsets)
+    np.testing.assert_array_equal(
+        out, expected(tabs, NAMES, ids, np.array(OFFSETS, np.int64)))
+
+
+def test_offsets_as_a_range(ab):
+    st, tabs = ab
+    ids = np.array([[1, 2, 3]], np.int64)
+    out = st.lookup(NAMES, ids, offsets=range(1, 4))
+    np.testing.assert_array_equal(out, expected(tabs, NAMES, np.zeros((1, 3), np.int64)))
+
+
+@pytest.mark.parametrize("offsets, exc, msg", [
+    ([100, 0.0, 1000], TypeError, r"^offsets\[1\]: expected an int, got float"),
+    ([100, 0, True], TypeError, r"^offsets\[2\]: expected an int, got bool"),
+    ([np.True_, 0, 0], TypeError, r"^offsets\[0\]: expected an int, got numpy\.bool"),
+    ([np.float64(1), 0, 0], TypeError, r"^offsets\[0\]: expected an int, got numpy\.float64"),
+    (["1", 0, 0], TypeError, r"^offsets\[0\]: expected an int, got str"),
+    ([100, 0], ValueError, r"^offsets: expected 3 values \(one per table\), got 2"),
+    ([0, 0, 2**63], ValueError, r"^offsets\[2\]: 9223372036854775808 is outside int64"),
+    (np.array([0, 0, 2**63], np.uint64), ValueError, r"^offsets\[2\]: .* is outside int64"),
+    (np.zeros((3, 1), np.int32), ValueError, r"^offsets: expected shape \(3,\)"),
+    (3, TypeError, "^offsets: "),
+])
+def test_bad_offsets_are_refused_and_named(ab, offsets, exc, msg):
+    st, _ = ab
+    out = sentinel((3, 3, 264))
+    with pytest.raises(exc, match=msg):
+        st.lookup(NAMES, IDS, out, offsets=offsets)
     assert (out == SENTINEL).all()
 
 
@@ -468,8 +514,8 @@ def test_stream_none_positional(ab):
 def test_lookup_argument_parsing(ab):
     st, _ = ab
     out = sentinel((3, 3, 264))
-    with pytest.raises(TypeError, match="missing required argument 'out'"):
-        st.lookup(NAMES, IDS)
+    with pytest.raises(TypeError, match="missing required argument 'ids'"):
+        st.lookup(NAMES)
     with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
         st.lookup(NAMES, IDS, out, bogus=1)
     with pytest.raises(TypeError, match="multiple values for argument 'ids'"):

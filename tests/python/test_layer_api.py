@@ -417,6 +417,40 @@ def test_lookup_into_argument_checks(populated):
     assert (out == SENTINEL).all()
 
 
+def test_lookup_into_without_output_returns_a_new_array(populated):
+    """lookup_into needed an output; omitted it makes the uint8 [B, L, H,
+    row_bytes] array (zero where an id is -1) and returns it."""
+    t, bufs = populated
+    row_ids = random_ids(1, 3, 4, seed=11, dead=True)
+    for got in (t.lookup_into(1, row_ids), t.lookup_into(1, row_ids, None),
+                t.lookup_into(layer_id=1, row_ids=row_ids)):
+        assert isinstance(got, np.ndarray)
+        assert got.shape == (3, 4, 2, R) and got.dtype == np.uint8
+        np.testing.assert_array_equal(got, expected_layer(bufs[1], row_ids,
+                                                          np.zeros((3, 4, 2, R), np.uint8)))
+    assert t.lookup_into(1, row_ids, sentinel((3, 4, 2, R))) is None
+    with pytest.raises(engramstore.BadIdError, match=r"^row_ids\[0\]\[0\]\[1\] = 19"):
+        t.lookup_into(1, np.array([[[16, 19]]], np.int64))
+    with pytest.raises(ValueError, match="is not a layer of this store"):
+        t.lookup_into(7, row_ids)
+
+
+def test_a_wrong_head_count_is_named_in_heads(populated):
+    """The error said "3 columns but 2 tables are named" of row_ids, which
+    name no tables; it says how many heads the layer has."""
+    t, _ = populated
+    out = sentinel((1, 2, 2, R))
+    for call in (lambda ids: t.lookup_into(14, ids, out),          # the C fast path
+                 lambda ids: t.lookup_into(14, ids, output=out),   # the Python method
+                 lambda ids: t.lookup_into(14, ids)):
+        with pytest.raises(ValueError, match=r"^row_ids: shape \(1, 2, 2\) gives ids for 2 "
+                                             r"heads, but layer 14 has 3 heads$"):
+            call(np.zeros((1, 2, 2), np.int64))
+    with pytest.raises(ValueError, match=r"gives ids for 1 head, but layer 1 has 2 heads$"):
+        t.lookup_into(1, np.zeros((1, 2, 1), np.int64), sentinel((1, 2, 1, R)))
+    assert (out == SENTINEL).all()
+
+
 def test_lookup_into_output_views(populated):
     t, bufs = populated
     row_ids = random_ids(1, 3, 4, seed=5)

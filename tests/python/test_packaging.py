@@ -59,3 +59,60 @@ def test_changelog_has_this_version():
     assert releases, "CHANGELOG.md has no '## [X.Y.Z] - YYYY-MM-DD' entry"
     assert releases[0][0] == version, (
         f"the newest CHANGELOG.md entry is {releases[0][0]}, engram.h says {version}")
+
+
+# ---- a machine without the C libraries ----------------------------------
+
+# (the cache variables of each library CMakeLists.txt requires, the Debian
+# package, a word of the message's name for it)
+REQUIRED_LIBS = {
+    "xxhash": (("XXHASH_INCLUDE_DIR", "XXHASH_LIBRARY"), "libxxhash-dev", "libxxhash"),
+    "uring": (("URING_INCLUDE_DIR", "URING_LIBRARY"), "liburing-dev", "liburing"),
+    "cjson": (("CJSON_INCLUDE_DIR", "CJSON_LIBRARY"), "libcjson-dev", "cJSON"),
+}
+
+
+def _configure_without(tmp_path, hidden):
+    """Configures the project as `pip install .` does (the Python module
+    only), with the libraries in `hidden` absent: every find_* searches an
+    empty root (CMAKE_FIND_ROOT_PATH in ONLY mode), and the other required
+    libraries are given as found.  Returns the exit status and output."""
+    import shutil
+    import subprocess
+    cmake = shutil.which("cmake")
+    if cmake is None:
+        pytest.skip("cmake is not installed")
+    root = tmp_path / "empty-root"
+    root.mkdir()
+    args = [cmake, "-S", str(ROOT), "-B", str(tmp_path / "build"), "-DBUILD_TESTING=OFF",
+            "-DENGRAM_PYTHON=ON", "-DENGRAM_REDIS=AUTO", "-DENGRAM_NUMA=AUTO",
+            "-DENGRAM_CUDA=OFF", f"-DCMAKE_FIND_ROOT_PATH={root}",
+            "-DCMAKE_FIND_ROOT_PATH_MODE_INCLUDE=ONLY", "-DCMAKE_FIND_ROOT_PATH_MODE_LIBRARY=ONLY",
+            "-DCMAKE_FIND_ROOT_PATH_MODE_PACKAGE=ONLY"]
+    for name, (variables, _, _) in REQUIRED_LIBS.items():
+        if name not in hidden:
+            # Found elsewhere: configure stops before anything reads them.
+            args += [f"-D{v}=/found/elsewhere/{v}" for v in variables]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("hidden", [("xxhash",), ("uring",), ("cjson",),
+                                    ("xxhash", "uring", "cjson")])
+def test_configure_without_a_required_library_names_it_once(tmp_path, hidden):
+    """A machine without libxxhash, liburing or cJSON got a CMake error per
+    find_* call (`Could not find XXHASH_INCLUDE_DIR using the following
+    files: xxhash.h`); it gets one error naming each missing library, its
+    Debian package and scripts/setup.sh, and nothing else."""
+    rc, out = _configure_without(tmp_path, hidden)
+    assert rc != 0, out
+    assert out.count("CMake Error") == 1, out
+    assert "Call Stack" not in out and "Could not find" not in out, out
+    msg = out[out.index("CMake Error"):]
+    assert "engram: required libraries are not installed" in msg, out
+    assert "scripts/setup.sh" in msg, out
+    for name, (_, deb, word) in REQUIRED_LIBS.items():
+        assert (deb in msg) == (name in hidden), (name, out)
+        assert (word in msg) == (name in hidden), (name, out)
+    assert f"sudo apt-get install {' '.join(REQUIRED_LIBS[n][1] for n in hidden)}" in \
+        " ".join(msg.split()), out

@@ -33,6 +33,52 @@ def test_populate_then_lookup_matches_numpy(ab):
 
 
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_lookup_without_out_returns_a_new_array(ab, dtype):
+    """lookup() needed an out; omitted (or None) it makes the array a given
+    out would have to be, zero where an id is -1, and returns it."""
+    st, tabs = ab
+    ids = np.array([[0, 1, 2], [16, 18, -1], [3, 0, 4], [5, 17, 6]], dtype)
+    for out in (st.lookup(NAMES, ids), st.lookup(NAMES, ids, None),
+                st.lookup(NAMES, ids, offsets=[0, 0, 0]),
+                st.lookup(tables=NAMES, ids=ids, zero_dead=True)):
+        assert isinstance(out, np.ndarray)
+        assert out.shape == (4, 3, 264) and out.dtype == np.uint8
+        assert out.flags.c_contiguous and out.flags.writeable
+        want = expected(tabs, NAMES, ids)
+        want[1, 2] = 0
+        np.testing.assert_array_equal(out, want)
+    assert st.lookup(NAMES, ids[:0]).shape == (0, 3, 264)
+    assert st.lookup([], np.zeros((2, 0), np.int64)).shape == (2, 0, 0)
+    # Given an out, it returns None, as before.
+    assert st.lookup(NAMES, ids, np.zeros((4, 3, 264), np.uint8)) is None
+
+
+def test_lookup_without_out_raises_for_bad_ids_and_returns_nothing(ab):
+    st, _ = ab
+    with pytest.raises(engramstore.BadIdError, match=r"^ids\[1\]\[1\] = 19"):
+        st.lookup(NAMES, np.array([[0, 1, 2], [0, 19, 0]], np.int64))
+    with pytest.raises(ValueError, match="3 columns but 2 tables"):
+        st.lookup(["a", "b"], np.zeros((1, 3), np.int64))
+    with pytest.raises(TypeError, match="^ids: expected int32 or int64"):
+        st.lookup(NAMES, np.zeros((1, 3), np.float64))
+
+
+def test_lookup_async_without_out_waits_for_a_new_array(ab):
+    st, tabs = ab
+    ids = np.array([[0, 1, 2], [16, 18, 4]], np.int64)
+    pending = st.lookup_async(NAMES, ids)
+    out = pending.wait()
+    assert out.shape == (2, 3, 264) and out.dtype == np.uint8
+    np.testing.assert_array_equal(out, expected(tabs, NAMES, ids))
+    assert st.lookup_async(NAMES, ids, np.zeros((2, 3, 264), np.uint8)).wait() is None
+    bad = st.lookup_async(NAMES, np.array([[0, 19, 0]], np.int64))
+    with pytest.raises(engramstore.BadIdError, match=r"^ids\[0\]\[1\] = 19"):
+        bad.wait()
+    with pytest.raises(engramstore.StateError):
+        bad.wait()
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
 def test_lookup_id_dtypes(ab, dtype):
     st, tabs = ab
     rng = np.random.default_rng(3)
@@ -628,6 +674,25 @@ def test_version_and_module_functions():
         engramstore.strerror(-1)
     for name in engramstore.__all__:
         assert hasattr(engramstore, name), name
+
+
+def test_dir_lists_the_public_names_only():
+    """dir(engramstore) listed os, the typing names and the private
+    helpers the package uses itself; now __all__ (and __version__)."""
+    import types
+    names = dir(engramstore)
+    assert names == sorted(set(engramstore.__all__) | {"__version__"})
+    for name in names:
+        assert not isinstance(getattr(engramstore, name), types.ModuleType), name
+    for gone in ("os", "overload", "Mapping", "OLD_MOONCAKE", "_engram", "_DEFAULT"):
+        assert gone not in names
+    # Every exception class and error code the package exports is listed.
+    for name, value in vars(engramstore).items():
+        if (isinstance(value, type) and issubclass(value, Exception)
+                and value.__module__.startswith("engramstore")):
+            assert name in names, name
+        if re.fullmatch(r"E[A-Z]+", name) and isinstance(value, int):
+            assert name in names, name
 
 
 def test_default_root_follows_engram_root(tmp_path, monkeypatch):

@@ -152,8 +152,8 @@ TABLE_SIGNATURES = {
     "open_safetensors": "(name, path, weight, scale=None, row_start=0, row_end=0)",
     "add_source": "(name: 'str', spec: 'TableSpecArg', read_rows: 'Callable[..., object]', *, "
                   "cache_bytes: 'int' = 0, group: 'Hashable | None' = None) -> 'int | None'",
-    "lookup": "(tables, ids, out, offsets=None, stream=None, *, zero_dead=False)",
-    "lookup_async": "(tables, ids, out, offsets=None, *, zero_dead=False)",
+    "lookup": "(tables, ids, out=None, offsets=None, stream=None, *, zero_dead=False)",
+    "lookup_async": "(tables, ids, out=None, offsets=None, *, zero_dead=False)",
     "cuda_check": "()",
     "get_table_spec": "(name, /)",
     "list_tables": "()",
@@ -189,7 +189,51 @@ def test_every_public_method_has_a_signature(local_dir):
     assert str(inspect.signature(engramstore._engram.shard_plan)) == (
         "(num_heads, reads, tp, dp, flags, /)")
     assert str(inspect.signature(engramstore.LayerStore.lookup_into)) == (
-        "(self, layer_id: 'int', row_ids: 'ArrayArg', output: 'ArrayArg') -> 'None'")
+        "(self, layer_id: 'int', row_ids: 'ArrayArg', output: 'ArrayArg | None' = None) -> 'Any'")
+
+
+ENGRAMSTORE_SIGNATURE = (
+    "(tables: 'Mapping[str, TableSpecArg] | None' = None, namespace: 'str | None' = None, "
+    "local_dir: 'PathArg | None' = default_root(), *, "
+    "layers: 'Mapping[int, EngramStoreConfig] | None' = None, "
+    "store: 'TableStore | MooncakeClient | None' = None, "
+    "store_client: 'MooncakeClient | None' = None, **options: 'Any') "
+    "-> 'TableStore | LayerStore | MooncakeTableStore'")
+
+
+def test_engramstore_signature_lists_the_parameters_of_its_forms(local_dir):
+    """inspect.signature(EngramStore) was (*args, **kwargs), its __new__'s
+    dispatch; it lists what the forms take, and each keyword it names picks
+    the form docs/python.md says."""
+    sig = inspect.signature(engramstore.EngramStore)
+    assert str(sig) == ENGRAMSTORE_SIGNATURE
+    assert "EngramStore(tables: " in pydoc.render_doc(engramstore.EngramStore,
+                                                      renderer=pydoc.plaintext)
+    cfg = engramstore.EngramStoreConfig([4, 5], row_bytes=8)
+    with engramstore.EngramStore(**sig.bind(tables=None, namespace="sig-forms",
+                                            local_dir=local_dir).arguments) as st:
+        assert type(st) is engramstore.TableStore
+    layer = engramstore.EngramStore(**sig.bind(layers={0: cfg}, store=None).kwargs)
+    assert type(layer) is engramstore.LayerStore
+    layer.close()
+    # The classes it returns keep the signatures of their own forms.
+    assert "layers: 'Mapping[int, EngramStoreConfig]'" in str(
+        inspect.signature(engramstore.LayerStore))
+    assert "store_client" not in str(inspect.signature(engramstore.TableStore))
+    assert "store_client: 'MooncakeClient'" in str(
+        inspect.signature(engramstore.MooncakeTableStore))
+    assert str(inspect.signature(engramstore.LocalStore)).startswith(
+        "(local_dir: 'PathArg' = default_root(), namespace")
+
+
+def test_local_dir_default_reads_as_the_default_root():
+    """local_dir's default showed as <object object at 0x...>; it reads as
+    what it means, default_root() (read when the store is made)."""
+    for fn in (engramstore.TableStore, engramstore.LocalStore, engramstore.can_share):
+        default = inspect.signature(fn).parameters["local_dir"].default
+        assert repr(default) == "default_root()", fn
+    assert "local_dir: 'PathArg | None' = default_root()" in pydoc.render_doc(
+        engramstore.TableStore, renderer=pydoc.plaintext)
 
 
 def test_signatures_name_the_keywords_the_methods_take(local_dir):
@@ -217,8 +261,9 @@ def test_signatures_name_the_keywords_the_methods_take(local_dir):
 
 def test_help_of_a_store_shows_each_method_with_its_signature(local_dir):
     text = pydoc.render_doc(engramstore.TableStore, renderer=pydoc.plaintext)
-    assert "lookup(self, /, tables, ids, out, offsets=None, stream=None, *, zero_dead=False)" \
-        in text
+    assert ("lookup(self, /, tables, ids, out=None, offsets=None, stream=None, *, "
+            "zero_dead=False)") in text
     assert "get_table_spec(self, name, /)" in text
     text = pydoc.render_doc(engramstore.LayerStore, renderer=pydoc.plaintext)
-    assert "lookup_into(self, layer_id: 'int', row_ids: 'ArrayArg', output: 'ArrayArg')" in text
+    assert ("lookup_into(self, layer_id: 'int', row_ids: 'ArrayArg', "
+            "output: 'ArrayArg | None' = None)") in text
