@@ -168,6 +168,10 @@ int cli_mul_ok(uint64_t a, uint64_t b, uint64_t *out);
 /* Edit distance (insertions, deletions, substitutions, swaps of
  * neighbours) of the first 255 bytes of a and b, for "did you mean". */
 size_t cli_edit_distance(const char *a, const char *b);
+const char *cli_closest(const char *want, const char *const *names, size_t n);
+int cli_natural_cmp(const char *a, const char *b);
+void cli_sort_names(char **names, size_t n);
+int cli_table_fail(engram_store *st, int rc, const char *what, const char *name);
 const char *cli_fmt_bytes(uint64_t n, char *buf, size_t len);
 const char *cli_fmt_ns(double ns, char *buf, size_t len);
 void cli_json_str(FILE *f, const char *s);

@@ -122,41 +122,11 @@ static void tensors_free(struct tensors *l)
     l->n = l->cap = 0;
 }
 
-/* Names in "natural" order: runs of digits compare as numbers, so that
- * layers.2 comes before layers.10. */
-static int natural_cmp(const char *a, const char *b)
-{
-    while (*a && *b) {
-        if (*a >= '0' && *a <= '9' && *b >= '0' && *b <= '9') {
-            const char *ea, *eb;
-            while (*a == '0' && a[1] >= '0' && a[1] <= '9')
-                a++;
-            while (*b == '0' && b[1] >= '0' && b[1] <= '9')
-                b++;
-            for (ea = a; *ea >= '0' && *ea <= '9'; ea++)
-                ;
-            for (eb = b; *eb >= '0' && *eb <= '9'; eb++)
-                ;
-            if (ea - a != eb - b)
-                return ea - a < eb - b ? -1 : 1;
-            for (; a < ea; a++, b++)
-                if (*a != *b)
-                    return *a < *b ? -1 : 1;
-            continue;
-        }
-        if (*a != *b)
-            return (unsigned char)*a < (unsigned char)*b ? -1 : 1;
-        a++;
-        b++;
-    }
-    return *a ? 1 : *b ? -1 : 0;
-}
-
 static int cmp_tensor(const void *x, const void *y)
 {
     const struct tensor *a = x, *b = y;
-    int c = natural_cmp(a->name, b->name);
-    return c ? c : strcmp(a->name, b->name);
+    /* layers.2 before layers.10 (cli_natural_cmp() is a total order). */
+    return cli_natural_cmp(a->name, b->name);
 }
 
 /* Reads the tensor list of checkpoint `path`, sorted naturally.  0, or an

@@ -20,15 +20,16 @@
  */
 
 /* Maps table `name` first when `map` is set, then reads its info into *t
- * (t->size must be set).  0, or the exit status of the failure. */
-static int open_info(engram_store *st, const char *name, int map, engram_table_id *id,
-                     engram_table_info *t)
+ * (t->size must be set).  0, or the exit status of the failure, reported
+ * for command `what`. */
+static int open_info(engram_store *st, const char *what, const char *name, int map,
+                     engram_table_id *id, engram_table_info *t)
 {
     int rc;
     if (map && (rc = engram_table_open(st, name, id)) != 0)
-        return cli_lib_fail(rc, "open '%s'", name);
+        return cli_table_fail(st, rc, what, name);
     if ((rc = engram_get_table_info(st, name, t)) != 0)
-        return cli_lib_fail(rc, "info '%s'", name);
+        return cli_table_fail(st, rc, what, name);
     return 0;
 }
 
@@ -168,6 +169,7 @@ int cli_cmd_ls(struct cli *cli)
         status = cli_lib_fail(rc, "list namespace '%s'", cli->ns);
         goto out;
     }
+    cli_sort_names(names, count);
     infos = calloc(count ? count : 1, sizeof(*infos));
     skipped = calloc(count ? count : 1, sizeof(*skipped));
     if (!infos || !skipped) {
@@ -313,7 +315,7 @@ int cli_cmd_info(struct cli *cli)
         return status;
     if (cli_open_store(cli, 0, 1, &st, 0, &status) != 0)
         return status;
-    if ((status = open_info(st, name, cli->opt[OPT_MAP] != 0, &id, &t)) != 0)
+    if ((status = open_info(st, "info", name, cli->opt[OPT_MAP] != 0, &id, &t)) != 0)
         goto out;
     /* No placement (not memory, no libnuma, the query refused) is shown
      * with its reason; the rest of the info stands. */
@@ -422,6 +424,7 @@ int cli_cmd_verify(struct cli *cli)
             status = cli_lib_fail(rc, "list namespace '%s'", cli->ns);
             goto out;
         }
+        cli_sort_names(names, count);
         list = names;
     } else {
         list = cli->args;
@@ -439,7 +442,7 @@ int cli_cmd_verify(struct cli *cli)
         } else {
             printf("%s: FAILED\n", list[i]);
             fflush(stdout);
-            cli_lib_fail(rc, "verify '%s'", list[i]);
+            cli_table_fail(st, rc, "verify", list[i]);
             failed++;
         }
     }
@@ -463,7 +466,7 @@ int cli_cmd_rm(struct cli *cli)
     for (int i = 0; i < cli->nargs; i++) {
         int rc = engram_remove(st, cli->args[i]);
         if (rc != 0)
-            status = cli_lib_fail(rc, "rm '%s'", cli->args[i]);
+            status = cli_table_fail(st, rc, "rm", cli->args[i]);
         else
             printf("removed %s\n", cli->args[i]);
         /* In the order they happened, when stdout and stderr are one. */
@@ -504,7 +507,7 @@ int cli_cmd_lookup(struct cli *cli)
     }
     if (cli_open_store(cli, 0, 1, &st, 0, &status) != 0)
         goto out;
-    if ((status = open_info(st, name, 1, &id, &t)) != 0)
+    if ((status = open_info(st, "lookup", name, 1, &id, &t)) != 0)
         goto out;
     if (!cli_mul_ok(n, t.spec.row_bytes, &out_bytes) || out_bytes > SIZE_MAX ||
         !(out = malloc((size_t)out_bytes))) {

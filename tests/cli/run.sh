@@ -1442,6 +1442,50 @@ run ls
 check "import --layers: nothing imported by the refusals" eval 'out_lacks "engram:l1:"'
 
 # ---------------------------------------------------------------------------
+# Names as people type and read them: "did you mean" for a mistyped
+# command or table (as for a namespace), tables in natural order, errors
+# that name the command that failed.
+run_bare lsx
+check "a mistyped command -> 2, did you mean" eval 'usage_fails && err_has "unknown command .lsx.; did you mean .ls.?"'
+run_bare help creat
+check "help of a mistyped command -> 2, did you mean" eval 'usage_fails && err_has "unknown command .creat.; did you mean .create.?"'
+run_bare frobnicate
+check "a command like none -> 2, no guess" eval 'usage_fails && ! err_has "did you mean"'
+for t in engram:l14:h2 engram:l2:h0 engram:l1:h2 engram:l1:h10 engram:l1:h9; do
+    run --ns natural create "$t" --rows 3 --row-bytes 8
+    check "create $t" eval 'rc_is 0'
+done
+NATURAL="engram:l1:h2 engram:l1:h9 engram:l1:h10 engram:l2:h0 engram:l14:h2 "
+# first_words: the first word of every line of ./out after its first.
+first_words() { awk 'NR > 1 { printf "%s ", $1 }' out; }
+run --ns natural ls
+check "ls: tables in natural order (digit runs as numbers)" eval 'rc_is 0 && [ "$(first_words)" = "$NATURAL" ]'
+run --ns natural mem
+check "mem: tables in natural order" eval 'rc_is 0 && [ "$(first_words)" = "$NATURAL" ]'
+run --ns natural verify --all
+check "verify --all: tables in natural order" eval 'rc_is 0 && [ "$(sed "s/: OK$//" out | tr "\n" " ")" = "$NATURAL" ]'
+if [ "$HAVE_PY" -eq 1 ]; then
+    run --ns natural ls --json
+    check "ls --json: tables in natural order" eval 'rc_is 0 && pycheck "
+import json; p = json.load(open(\"out\"))
+assert [t[\"name\"] for t in p[\"tables\"]] == \"$NATURAL\".split(), p
+"'
+fi
+for c in "info engram:l1:h3" "lookup engram:l1:h3 0" "verify engram:l1:h3" "rm engram:l1:h3" \
+    "bench engram:l1:h3" "mem engram:l1:h3"; do
+    # shellcheck disable=SC2086
+    run --ns natural $c
+    check "$c: a mistyped table -> 1, naming the command, did you mean" \
+        eval 'fails_with 1 "^engram: ${c%% *} .engram:l1:h3.: table .engram:l1:h3. not found.*; did you mean .engram:l1:h2.?$"'
+done
+run --ns natural info zzzz
+check "info of a table like none -> 1, no guess" eval 'fails_with 1 "zzzz" && ! err_has "did you mean"'
+run --ns natural bench nope
+check "bench of a missing table names bench, not info" eval 'fails_with 1 "^engram: bench .nope.:" && ! err_has "info"'
+
+run ns rm natural --force
+
+# ---------------------------------------------------------------------------
 # demo --small: creates, checks, measures and removes its own namespace.
 run demo --small --iters 20
 check "demo --small" eval 'rc_is 0 && out_has "engram:l1:h0" && out_has "^ *4096 " && out_has "store stats"'
