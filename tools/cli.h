@@ -208,6 +208,8 @@ int cli_open_redis(const struct cli *cli, const char *ns, uint32_t flags, engram
                    int *status);
 int cli_open_store(const struct cli *cli, uint32_t flags, int threads, engram_store **st,
                    int quiet_enoent, int *status);
+int cli_open_for_write(const struct cli *cli, engram_store **st, int *made, int *status);
+void cli_close_written(const struct cli *cli, engram_store *st, int made, int status);
 
 /* ------------------------------------------------------------------------
  * Writing tables (cli_import.c).

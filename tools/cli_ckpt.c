@@ -489,7 +489,7 @@ int cli_import_layers(struct cli *cli)
     engram_ngram_layout *lay = NULL;
     engram_ngram_layout_info li = ENGRAM_NGRAM_LAYOUT_INFO_INIT;
     char hint[600], shape[256];
-    int status, rc;
+    int status, rc, made = 0;
 
     if (!path)
         return cli_usage_error(cli, "--layers needs --safetensors CKPT (a .safetensors file or "
@@ -661,7 +661,7 @@ int cli_import_layers(struct cli *cli)
         status = cli_fail("import --layers: out of memory");
         goto out;
     }
-    if (cli_open_store(cli, ENGRAM_OPEN_CREATE, 1, &st, 0, &status) != 0)
+    if (cli_open_for_write(cli, &st, &made, &status) != 0)
         goto out;
     for (size_t i = 0; i < nlayers; i++)
         for (size_t h = h0; h < h1; h++) {
@@ -705,7 +705,7 @@ int cli_import_layers(struct cli *cli)
     if (status == 0)
         printf("; heads engram:l{L}:h%zu..h%zu), verified\n", h0, h1 - 1);
 out:
-    engram_store_close(st);
+    cli_close_written(cli, st, made, status);
     engram_ngram_layout_destroy(lay);
     free(pub.names);
     free(layers);

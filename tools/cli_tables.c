@@ -87,7 +87,7 @@ int cli_cmd_create(struct cli *cli)
     struct synth_source src = {FILL_PATTERN, 0, 0};
     uint64_t v;
     engram_store *st = NULL;
-    int status;
+    int status, made;
 
     if ((status = cli_check_name(cli, name)) != 0)
         return status;
@@ -119,7 +119,7 @@ int cli_cmd_create(struct cli *cli)
         return status;
     src.row_bytes = spec.row_bytes;
 
-    if (cli_open_store(cli, ENGRAM_OPEN_CREATE, 1, &st, 0, &status) != 0)
+    if (cli_open_for_write(cli, &st, &made, &status) != 0)
         return status;
     status = cli_write_table(st, "create", name, &spec, cli_synth_rows, &src);
     if (status == 0) {
@@ -128,7 +128,7 @@ int cli_cmd_create(struct cli *cli)
         printf("created %s: %" PRIu64 " rows of %" PRIu32 " bytes (%s)\n", name, spec.num_rows,
                spec.row_bytes, cli_fmt_bytes(size, sz, sizeof sz));
     }
-    engram_store_close(st);
+    cli_close_written(cli, st, made, status);
     return status;
 }
 

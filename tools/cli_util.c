@@ -656,3 +656,37 @@ int cli_open_store(const struct cli *cli, uint32_t flags, int threads, engram_st
     *status = cli_lib_fail(rc, "open namespace '%s' under '%s'", cli->ns, cli_root(cli));
     return rc;
 }
+
+/* Opens the store of a command that writes tables (create, import),
+ * creating the namespace when it is missing; *made says whether this
+ * call made it, for cli_close_written().  0, or nonzero with the exit
+ * status in *status after reporting. */
+int cli_open_for_write(const struct cli *cli, engram_store **st, int *made, int *status)
+{
+    *made = 0;
+    if (!cli->opt[OPT_REDIS]) {
+        /* A probe without ENGRAM_OPEN_CREATE tells whether the namespace
+         * was there before this command. */
+        if (cli_open_store(cli, 0, 1, st, 1, status) == 0) {
+            engram_store_close(*st);
+            *st = NULL;
+        } else if (*status != 0) {
+            return -1;
+        } else {
+            *made = 1;
+        }
+    }
+    return cli_open_store(cli, ENGRAM_OPEN_CREATE, 1, st, 0, status);
+}
+
+/* Closes the store of cli_open_for_write().  When the command failed
+ * (status != 0) and made the namespace, removes it again if it is still
+ * empty, so that a refused create or import leaves nothing behind; a
+ * namespace that holds a table, or that another process uses by now, is
+ * left (engram_namespace_remove() without flags refuses both). */
+void cli_close_written(const struct cli *cli, engram_store *st, int made, int status)
+{
+    engram_store_close(st);
+    if (made && status != 0)
+        (void)engram_namespace_remove(cli->root, cli->ns, 0);
+}

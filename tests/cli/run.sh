@@ -1483,6 +1483,23 @@ check "info of a table like none -> 1, no guess" eval 'fails_with 1 "zzzz" && ! 
 run --ns natural bench nope
 check "bench of a missing table names bench, not info" eval 'fails_with 1 "^engram: bench .nope.:" && ! err_has "info"'
 
+# A refused create or import leaves no namespace behind; a namespace that
+# was there stays, with its tables.
+run --ns refused create t --rows 100000000000000 --row-bytes 264
+check "create of a table no file system holds -> 1" eval 'fails_with 1 "needs"'
+check "the refused create left no namespace" eval '[ ! -e "$ROOT/refused" ]'
+run --ns natural create big --rows 100000000000000 --row-bytes 264
+check "create refused in a namespace that was there -> 1" eval 'fails_with 1 "needs"'
+check "the namespace that was there stays, with its tables" \
+    eval '[ -d "$ROOT/natural" ] && [ "$(ls "$ROOT/natural" | grep -c "^engram:")" -eq 5 ]'
+if truncate -s 8T huge.raw 2>/dev/null; then
+    run --ns refused import t huge.raw --row-bytes 1024
+    check "import of a file no file system holds -> 1" eval 'fails_with 1 "needs"'
+    check "the refused import left no namespace" eval '[ ! -e "$ROOT/refused" ]'
+else
+    skip_part "no sparse 8 TiB file here: the refused import"
+fi
+rm -f huge.raw
 run ns rm natural --force
 
 # ---------------------------------------------------------------------------
