@@ -201,6 +201,7 @@ void cli_progress_end(struct progress *p);
 
 const char *cli_root(const struct cli *cli);
 int cli_ns_missing(const char *root, const char *ns, const char *what);
+int cli_redis_ns_missing(const struct cli *cli, const char *what);
 /* engram --redis NODES --ns NS gc: engram_store_gc() of a Redis
  * namespace, with idle_s from --older-than (0 without it). */
 int cli_redis_gc(struct cli *cli, uint64_t idle_s);

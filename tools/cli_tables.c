@@ -169,6 +169,12 @@ int cli_cmd_ls(struct cli *cli)
         status = cli_lib_fail(rc, "list namespace '%s'", cli->ns);
         goto out;
     }
+    /* A cluster's namespace is its tables: one with none does not exist,
+     * as a missing directory does not. */
+    if (count == 0 && cli->opt[OPT_REDIS]) {
+        status = cli_redis_ns_missing(cli, "ls");
+        goto out;
+    }
     cli_sort_names(names, count);
     infos = calloc(count ? count : 1, sizeof(*infos));
     skipped = calloc(count ? count : 1, sizeof(*skipped));
@@ -307,7 +313,7 @@ int cli_cmd_info(struct cli *cli)
     engram_store *st = NULL;
     engram_table_id id;
     char path[PATH_MAX * 2], created[64] = "", sz[32];
-    int status = 0, prc;
+    int status = 0, prc, remote;
     time_t secs;
     struct tm tm;
 
@@ -320,6 +326,7 @@ int cli_cmd_info(struct cli *cli)
     /* No placement (not memory, no libnuma, the query refused) is shown
      * with its reason; the rest of the info stands. */
     prc = engram_get_table_placement(st, name, &pl);
+    remote = t.kind == ENGRAM_TABLE_REDIS;
     if (cli->opt[OPT_REDIS])
         snprintf(path, sizeof(path), "redis://%s/%s/%s", cli->opt[OPT_REDIS], cli->ns, name);
     else
@@ -347,12 +354,19 @@ int cli_cmd_info(struct cli *cli)
         printf("  \"checksum\": \"%016" PRIx64 "\",\n", t.checksum);
         printf("  \"created_ns\": %" PRIu64 ",\n", t.created_ns);
         printf("  \"created\": \"%s\",\n", created);
-        printf("  \"mapped\": %s,\n", t.mapped ? "true" : "false");
-        printf("  \"private_copy\": %s,\n", t.private_copy ? "true" : "false");
-        printf("  \"resident_bytes\": %" PRIu64 ",\n", t.resident_bytes);
-        printf("  \"huge_bytes\": %" PRIu64 ",\n", t.huge_bytes);
-        printf("  \"map_minor_faults\": %" PRIu64 ",\n", t.map_minor_faults);
-        printf("  \"map_major_faults\": %" PRIu64 ",\n", t.map_major_faults);
+        if (remote) {
+            /* A cluster's table is never mapped here: no value, not 0. */
+            printf("  \"mapped\": null,\n  \"private_copy\": null,\n"
+                   "  \"resident_bytes\": null,\n  \"huge_bytes\": null,\n"
+                   "  \"map_minor_faults\": null,\n  \"map_major_faults\": null,\n");
+        } else {
+            printf("  \"mapped\": %s,\n", t.mapped ? "true" : "false");
+            printf("  \"private_copy\": %s,\n", t.private_copy ? "true" : "false");
+            printf("  \"resident_bytes\": %" PRIu64 ",\n", t.resident_bytes);
+            printf("  \"huge_bytes\": %" PRIu64 ",\n", t.huge_bytes);
+            printf("  \"map_minor_faults\": %" PRIu64 ",\n", t.map_minor_faults);
+            printf("  \"map_major_faults\": %" PRIu64 ",\n", t.map_major_faults);
+        }
         printf("  \"lookups\": %" PRIu64 ",\n", t.lookups);
         printf("  \"rows\": %" PRIu64 ",\n", t.rows);
         printf("  \"bytes\": %" PRIu64 ",\n", t.bytes);
@@ -380,19 +394,25 @@ int cli_cmd_info(struct cli *cli)
         printf("checksum          xxh3-64:%016" PRIx64 "\n", t.checksum);
         printf("created           %s (%" PRIu64 " ns)\n", created[0] ? created : "-",
                t.created_ns);
-        printf("mapped            %s\n", t.mapped ? "yes" : "no");
-        printf("private_copy      %s\n", t.private_copy ? "yes" : "no");
-        printf("resident_bytes    %" PRIu64 " (%s)\n", t.resident_bytes,
-               cli_fmt_bytes(t.resident_bytes, sz, sizeof(sz)));
-        printf("huge_bytes        %" PRIu64 " (%s)\n", t.huge_bytes,
-               cli_fmt_bytes(t.huge_bytes, sz, sizeof(sz)));
-        printf("map_minor_faults  %" PRIu64 "\n", t.map_minor_faults);
-        printf("map_major_faults  %" PRIu64 "\n", t.map_major_faults);
+        /* What this process's mapping holds, and where its pages are,
+         * mean nothing for a table read from a cluster: left out. */
+        if (!remote) {
+            printf("mapped            %s\n", t.mapped ? "yes" : "no");
+            printf("private_copy      %s\n", t.private_copy ? "yes" : "no");
+            printf("resident_bytes    %" PRIu64 " (%s)\n", t.resident_bytes,
+                   cli_fmt_bytes(t.resident_bytes, sz, sizeof(sz)));
+            printf("huge_bytes        %" PRIu64 " (%s)\n", t.huge_bytes,
+                   cli_fmt_bytes(t.huge_bytes, sz, sizeof(sz)));
+            printf("map_minor_faults  %" PRIu64 "\n", t.map_minor_faults);
+            printf("map_major_faults  %" PRIu64 "\n", t.map_major_faults);
+        }
         printf("lookups           %" PRIu64 "\n", t.lookups);
         printf("rows              %" PRIu64 "\n", t.rows);
         printf("bytes             %" PRIu64 "\n", t.bytes);
-        printf("numa_placement    ");
-        print_placement(prc, &pl, 0);
+        if (!remote) {
+            printf("numa_placement    ");
+            print_placement(prc, &pl, 0);
+        }
     }
 out:
     engram_store_close(st);
@@ -422,6 +442,10 @@ int cli_cmd_verify(struct cli *cli)
         rc = engram_list(st, &names, &count);
         if (rc != 0) {
             status = cli_lib_fail(rc, "list namespace '%s'", cli->ns);
+            goto out;
+        }
+        if (count == 0 && cli->opt[OPT_REDIS]) {
+            status = cli_redis_ns_missing(cli, "verify");
             goto out;
         }
         cli_sort_names(names, count);

@@ -593,6 +593,16 @@ int cli_ns_missing(const char *root, const char *ns, const char *what)
     return EXIT_FAIL;
 }
 
+/* Reports that the namespace of the Redis Cluster at --redis has no table,
+ * for `what`, in the words of cli_ns_missing(): a cluster's namespace is
+ * its tables (keys under its prefix), so one with none does not exist.
+ * Returns the exit status. */
+int cli_redis_ns_missing(const struct cli *cli, const char *what)
+{
+    return cli_fail("%s: namespace '%s' does not exist in the Redis Cluster at %s (no tables "
+                    "there)", what, cli->ns, cli->opt[OPT_REDIS]);
+}
+
 /* The NUMA placement options (--numa-node, --numa-gpu, --interleave)
  * into *o: 0, or the usage exit status. */
 static int numa_opts(const struct cli *cli, engram_store_options *o)
