@@ -1502,6 +1502,21 @@ fi
 rm -f huge.raw
 run ns rm natural --force
 
+# docs/cli.md lists every command of 'engram --help', and its global options.
+if [ -f "${ENGRAM_SRC:-}/docs/cli.md" ]; then
+    run_bare --help
+    cmds=$(awk '/^Commands:/ { on = 1; next } on && /^$/ { exit } on && /^  [a-z]/ { print $1 }' out | sort -u)
+    check "--help lists commands" eval '[ -n "$cmds" ]'
+    for c in $cmds; do
+        check "docs/cli.md lists the command $c" grep -q "^| \`$c[ \`]" "$ENGRAM_SRC/docs/cli.md"
+    done
+    for o in "--root DIR" "--ns NAME" "--redis NODES"; do
+        check "docs/cli.md shows the global option $o" grep -q -e "$o" "$ENGRAM_SRC/docs/cli.md"
+    done
+else
+    skip_part "ENGRAM_SRC (the source tree) not found: docs/cli.md's commands"
+fi
+
 # ---------------------------------------------------------------------------
 # demo --small: creates, checks, measures and removes its own namespace.
 run demo --small --iters 20
