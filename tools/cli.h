@@ -168,6 +168,10 @@ int cli_mul_ok(uint64_t a, uint64_t b, uint64_t *out);
 /* Edit distance (insertions, deletions, substitutions, swaps of
  * neighbours) of the first 255 bytes of a and b, for "did you mean". */
 size_t cli_edit_distance(const char *a, const char *b);
+const char *cli_closest(const char *want, const char *const *names, size_t n);
+int cli_natural_cmp(const char *a, const char *b);
+void cli_sort_names(char **names, size_t n);
+int cli_table_fail(engram_store *st, int rc, const char *what, const char *name);
 const char *cli_fmt_bytes(uint64_t n, char *buf, size_t len);
 const char *cli_fmt_ns(double ns, char *buf, size_t len);
 void cli_json_str(FILE *f, const char *s);
@@ -197,6 +201,7 @@ void cli_progress_end(struct progress *p);
 
 const char *cli_root(const struct cli *cli);
 int cli_ns_missing(const char *root, const char *ns, const char *what);
+int cli_redis_ns_missing(const struct cli *cli, const char *what);
 /* engram --redis NODES --ns NS gc: engram_store_gc() of a Redis
  * namespace, with idle_s from --older-than (0 without it). */
 int cli_redis_gc(struct cli *cli, uint64_t idle_s);
@@ -204,6 +209,8 @@ int cli_open_redis(const struct cli *cli, const char *ns, uint32_t flags, engram
                    int *status);
 int cli_open_store(const struct cli *cli, uint32_t flags, int threads, engram_store **st,
                    int quiet_enoent, int *status);
+int cli_open_for_write(const struct cli *cli, engram_store **st, int *made, int *status);
+void cli_close_written(const struct cli *cli, engram_store *st, int made, int status);
 
 /* ------------------------------------------------------------------------
  * Writing tables (cli_import.c).

@@ -176,7 +176,7 @@ int cli_cmd_bench(struct cli *cli)
         info[i] = init;
         rc = engram_get_table_info(st[0], cli->args[i], &info[i]);
         if (rc != 0) {
-            status = cli_lib_fail(rc, "info '%s'", cli->args[i]);
+            status = cli_table_fail(st[0], rc, "bench", cli->args[i]);
             goto out;
         }
         if (info[i].spec.row_bytes != info[0].spec.row_bytes) {
@@ -192,7 +192,7 @@ int cli_cmd_bench(struct cli *cli)
             const char *name = cli->args[k % (uint64_t)cli->nargs];
             rc = engram_table_open(st[s], name, &tid[s][k]);
             if (rc != 0) {
-                status = cli_lib_fail(rc, "open '%s'", name);
+                status = cli_table_fail(st[s], rc, "bench", name);
                 goto out;
             }
         }

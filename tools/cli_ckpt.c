@@ -122,41 +122,11 @@ static void tensors_free(struct tensors *l)
     l->n = l->cap = 0;
 }
 
-/* Names in "natural" order: runs of digits compare as numbers, so that
- * layers.2 comes before layers.10. */
-static int natural_cmp(const char *a, const char *b)
-{
-    while (*a && *b) {
-        if (*a >= '0' && *a <= '9' && *b >= '0' && *b <= '9') {
-            const char *ea, *eb;
-            while (*a == '0' && a[1] >= '0' && a[1] <= '9')
-                a++;
-            while (*b == '0' && b[1] >= '0' && b[1] <= '9')
-                b++;
-            for (ea = a; *ea >= '0' && *ea <= '9'; ea++)
-                ;
-            for (eb = b; *eb >= '0' && *eb <= '9'; eb++)
-                ;
-            if (ea - a != eb - b)
-                return ea - a < eb - b ? -1 : 1;
-            for (; a < ea; a++, b++)
-                if (*a != *b)
-                    return *a < *b ? -1 : 1;
-            continue;
-        }
-        if (*a != *b)
-            return (unsigned char)*a < (unsigned char)*b ? -1 : 1;
-        a++;
-        b++;
-    }
-    return *a ? 1 : *b ? -1 : 0;
-}
-
 static int cmp_tensor(const void *x, const void *y)
 {
     const struct tensor *a = x, *b = y;
-    int c = natural_cmp(a->name, b->name);
-    return c ? c : strcmp(a->name, b->name);
+    /* layers.2 before layers.10 (cli_natural_cmp() is a total order). */
+    return cli_natural_cmp(a->name, b->name);
 }
 
 /* Reads the tensor list of checkpoint `path`, sorted naturally.  0, or an
@@ -519,7 +489,7 @@ int cli_import_layers(struct cli *cli)
     engram_ngram_layout *lay = NULL;
     engram_ngram_layout_info li = ENGRAM_NGRAM_LAYOUT_INFO_INIT;
     char hint[600], shape[256];
-    int status, rc;
+    int status, rc, made = 0;
 
     if (!path)
         return cli_usage_error(cli, "--layers needs --safetensors CKPT (a .safetensors file or "
@@ -692,7 +662,7 @@ int cli_import_layers(struct cli *cli)
         status = cli_fail("import --layers: out of memory");
         goto out;
     }
-    if (cli_open_store(cli, ENGRAM_OPEN_CREATE, 1, &st, 0, &status) != 0)
+    if (cli_open_for_write(cli, &st, &made, &status) != 0)
         goto out;
     for (size_t i = 0; i < nlayers; i++)
         for (size_t h = h0; h < h1; h++) {
@@ -736,7 +706,7 @@ int cli_import_layers(struct cli *cli)
     if (status == 0)
         printf("; heads engram:l{L}:h%zu..h%zu), verified\n", h0, h1 - 1);
 out:
-    engram_store_close(st);
+    cli_close_written(cli, st, made, status);
     engram_ngram_layout_destroy(lay);
     free(pub.names);
     free(layers);

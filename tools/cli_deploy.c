@@ -300,6 +300,7 @@ int cli_cmd_mem(struct cli *cli)
             status = cli_lib_fail(rc, "list %s", cli->ns);
             goto out;
         }
+        cli_sort_names(names, n);
         list = names;
     }
     if (cli->opt[OPT_JSON])
@@ -312,7 +313,7 @@ int cli_cmd_mem(struct cli *cli)
         char a[32], b[32];
         int rc = engram_get_table_usage(st, list[i], &u);
         if (rc != 0) {
-            status = cli_lib_fail(rc, "mem %s", list[i]);
+            status = cli_table_fail(st, rc, "mem", list[i]);
             continue;
         }
         if (cli->opt[OPT_JSON]) {

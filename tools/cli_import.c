@@ -350,7 +350,7 @@ static int import_safetensors(struct cli *cli)
     uint64_t start = 0, end = 0, nrows = 0, row = 0;
     engram_store *st = NULL;
     char file[2][4096];
-    int status;
+    int status, made = 0;
 
     if (!tn[0])
         return cli_usage_error(cli, "--safetensors needs --weight NAME");
@@ -400,7 +400,7 @@ static int import_safetensors(struct cli *cli)
         status = cli_fail("import '%s': out of memory", name);
         goto out;
     }
-    if (cli_open_store(cli, ENGRAM_OPEN_CREATE, 1, &st, 0, &status) != 0)
+    if (cli_open_for_write(cli, &st, &made, &status) != 0)
         goto out;
     /* The writer syncs the file before it publishes it.  A part of the
      * tensor records where it lies in it, so that its global ids can be
@@ -420,7 +420,7 @@ static int import_safetensors(struct cli *cli)
                " (look up with offset %" PRIu64 ")\n",
                start, end - 1, nrows, start, start);
 out:
-    engram_store_close(st);
+    cli_close_written(cli, st, made, status);
     if (src.fd[0] >= 0)
         close(src.fd[0]);
     if (src.fd[1] >= 0 && src.fd[1] != src.fd[0])
@@ -439,7 +439,7 @@ int cli_cmd_import(struct cli *cli)
     unsigned char magic[6];
     engram_store *st = NULL;
     struct stat sb;
-    int fd = -1, status, is_npy = 0;
+    int fd = -1, status, is_npy = 0, made = 0;
 
     if (cli->opt[OPT_LAYERS])
         return cli_import_layers(cli);
@@ -522,14 +522,14 @@ int cli_cmd_import(struct cli *cli)
         status = cli_lib_fail(ENGRAM_ESPEC, "import '%s': '%s'", name, path);
         goto out;
     }
-    if (cli_open_store(cli, ENGRAM_OPEN_CREATE, 1, &st, 0, &status) != 0)
+    if (cli_open_for_write(cli, &st, &made, &status) != 0)
         goto out;
     status = cli_write_table(st, "import", name, &spec, file_rows, &src);
     if (status == 0)
         printf("imported %s: %" PRIu64 " rows of %" PRIu32 " bytes from %s\n", name,
                spec.num_rows, spec.row_bytes, path);
 out:
-    engram_store_close(st);
+    cli_close_written(cli, st, made, status);
     if (fd >= 0)
         close(fd);
     return status;

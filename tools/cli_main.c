@@ -555,6 +555,19 @@ static int looks_like_option(const char *a)
     return a[0] == '-' && a[1] != '\0' && !isdigit((unsigned char)a[1]);
 }
 
+/* The usage error for a command that is not one, with the closest
+ * command if one is close ("did you mean"). */
+static int unknown_command(const struct cli *cli, const char *name)
+{
+    const char *names[NCOMMANDS], *hint;
+    for (size_t c = 0; c < NCOMMANDS; c++)
+        names[c] = commands[c].name;
+    hint = cli_closest(name, names, NCOMMANDS);
+    if (hint)
+        return cli_usage_error(cli, "unknown command '%s'; did you mean '%s'?", name, hint);
+    return cli_usage_error(cli, "unknown command '%s'", name);
+}
+
 static int parse_and_run(int argc, char **argv)
 {
     struct cli cli;
@@ -601,13 +614,13 @@ static int parse_and_run(int argc, char **argv)
                 return 0;
             }
         }
-        return cli_usage_error(&cli, "unknown command '%s'", argv[i + 1]);
+        return unknown_command(&cli, argv[i + 1]);
     }
     for (size_t c = 0; c < NCOMMANDS; c++)
         if (strcmp(argv[i], commands[c].name) == 0)
             cli.cmd = &commands[c];
     if (!cli.cmd)
-        return cli_usage_error(&cli, "unknown command '%s'", argv[i]);
+        return unknown_command(&cli, argv[i]);
     if (cli.opt[OPT_REDIS] && !(cli.cmd->opts & O(REDIS)))
         return cli_usage_error(&cli, "%s does not work on a Redis Cluster (--redis)",
                                cli.cmd->name);

@@ -20,15 +20,16 @@
  */
 
 /* Maps table `name` first when `map` is set, then reads its info into *t
- * (t->size must be set).  0, or the exit status of the failure. */
-static int open_info(engram_store *st, const char *name, int map, engram_table_id *id,
-                     engram_table_info *t)
+ * (t->size must be set).  0, or the exit status of the failure, reported
+ * for command `what`. */
+static int open_info(engram_store *st, const char *what, const char *name, int map,
+                     engram_table_id *id, engram_table_info *t)
 {
     int rc;
     if (map && (rc = engram_table_open(st, name, id)) != 0)
-        return cli_lib_fail(rc, "open '%s'", name);
+        return cli_table_fail(st, rc, what, name);
     if ((rc = engram_get_table_info(st, name, t)) != 0)
-        return cli_lib_fail(rc, "info '%s'", name);
+        return cli_table_fail(st, rc, what, name);
     return 0;
 }
 
@@ -86,7 +87,7 @@ int cli_cmd_create(struct cli *cli)
     struct synth_source src = {FILL_PATTERN, 0, 0};
     uint64_t v;
     engram_store *st = NULL;
-    int status;
+    int status, made;
 
     if ((status = cli_check_name(cli, name)) != 0)
         return status;
@@ -118,7 +119,7 @@ int cli_cmd_create(struct cli *cli)
         return status;
     src.row_bytes = spec.row_bytes;
 
-    if (cli_open_store(cli, ENGRAM_OPEN_CREATE, 1, &st, 0, &status) != 0)
+    if (cli_open_for_write(cli, &st, &made, &status) != 0)
         return status;
     status = cli_write_table(st, "create", name, &spec, cli_synth_rows, &src);
     if (status == 0) {
@@ -127,7 +128,7 @@ int cli_cmd_create(struct cli *cli)
         printf("created %s: %" PRIu64 " rows of %" PRIu32 " bytes (%s)\n", name, spec.num_rows,
                spec.row_bytes, cli_fmt_bytes(size, sz, sizeof sz));
     }
-    engram_store_close(st);
+    cli_close_written(cli, st, made, status);
     return status;
 }
 
@@ -168,6 +169,13 @@ int cli_cmd_ls(struct cli *cli)
         status = cli_lib_fail(rc, "list namespace '%s'", cli->ns);
         goto out;
     }
+    /* A cluster's namespace is its tables: one with none does not exist,
+     * as a missing directory does not. */
+    if (count == 0 && cli->opt[OPT_REDIS]) {
+        status = cli_redis_ns_missing(cli, "ls");
+        goto out;
+    }
+    cli_sort_names(names, count);
     infos = calloc(count ? count : 1, sizeof(*infos));
     skipped = calloc(count ? count : 1, sizeof(*skipped));
     if (!infos || !skipped) {
@@ -305,7 +313,7 @@ int cli_cmd_info(struct cli *cli)
     engram_store *st = NULL;
     engram_table_id id;
     char path[PATH_MAX * 2], created[64] = "", sz[32];
-    int status = 0, prc;
+    int status = 0, prc, remote;
     time_t secs;
     struct tm tm;
 
@@ -313,11 +321,12 @@ int cli_cmd_info(struct cli *cli)
         return status;
     if (cli_open_store(cli, 0, 1, &st, 0, &status) != 0)
         return status;
-    if ((status = open_info(st, name, cli->opt[OPT_MAP] != 0, &id, &t)) != 0)
+    if ((status = open_info(st, "info", name, cli->opt[OPT_MAP] != 0, &id, &t)) != 0)
         goto out;
     /* No placement (not memory, no libnuma, the query refused) is shown
      * with its reason; the rest of the info stands. */
     prc = engram_get_table_placement(st, name, &pl);
+    remote = t.kind == ENGRAM_TABLE_REDIS;
     if (cli->opt[OPT_REDIS])
         snprintf(path, sizeof(path), "redis://%s/%s/%s", cli->opt[OPT_REDIS], cli->ns, name);
     else
@@ -345,12 +354,19 @@ int cli_cmd_info(struct cli *cli)
         printf("  \"checksum\": \"%016" PRIx64 "\",\n", t.checksum);
         printf("  \"created_ns\": %" PRIu64 ",\n", t.created_ns);
         printf("  \"created\": \"%s\",\n", created);
-        printf("  \"mapped\": %s,\n", t.mapped ? "true" : "false");
-        printf("  \"private_copy\": %s,\n", t.private_copy ? "true" : "false");
-        printf("  \"resident_bytes\": %" PRIu64 ",\n", t.resident_bytes);
-        printf("  \"huge_bytes\": %" PRIu64 ",\n", t.huge_bytes);
-        printf("  \"map_minor_faults\": %" PRIu64 ",\n", t.map_minor_faults);
-        printf("  \"map_major_faults\": %" PRIu64 ",\n", t.map_major_faults);
+        if (remote) {
+            /* A cluster's table is never mapped here: no value, not 0. */
+            printf("  \"mapped\": null,\n  \"private_copy\": null,\n"
+                   "  \"resident_bytes\": null,\n  \"huge_bytes\": null,\n"
+                   "  \"map_minor_faults\": null,\n  \"map_major_faults\": null,\n");
+        } else {
+            printf("  \"mapped\": %s,\n", t.mapped ? "true" : "false");
+            printf("  \"private_copy\": %s,\n", t.private_copy ? "true" : "false");
+            printf("  \"resident_bytes\": %" PRIu64 ",\n", t.resident_bytes);
+            printf("  \"huge_bytes\": %" PRIu64 ",\n", t.huge_bytes);
+            printf("  \"map_minor_faults\": %" PRIu64 ",\n", t.map_minor_faults);
+            printf("  \"map_major_faults\": %" PRIu64 ",\n", t.map_major_faults);
+        }
         printf("  \"lookups\": %" PRIu64 ",\n", t.lookups);
         printf("  \"rows\": %" PRIu64 ",\n", t.rows);
         printf("  \"bytes\": %" PRIu64 ",\n", t.bytes);
@@ -378,19 +394,25 @@ int cli_cmd_info(struct cli *cli)
         printf("checksum          xxh3-64:%016" PRIx64 "\n", t.checksum);
         printf("created           %s (%" PRIu64 " ns)\n", created[0] ? created : "-",
                t.created_ns);
-        printf("mapped            %s\n", t.mapped ? "yes" : "no");
-        printf("private_copy      %s\n", t.private_copy ? "yes" : "no");
-        printf("resident_bytes    %" PRIu64 " (%s)\n", t.resident_bytes,
-               cli_fmt_bytes(t.resident_bytes, sz, sizeof(sz)));
-        printf("huge_bytes        %" PRIu64 " (%s)\n", t.huge_bytes,
-               cli_fmt_bytes(t.huge_bytes, sz, sizeof(sz)));
-        printf("map_minor_faults  %" PRIu64 "\n", t.map_minor_faults);
-        printf("map_major_faults  %" PRIu64 "\n", t.map_major_faults);
+        /* What this process's mapping holds, and where its pages are,
+         * mean nothing for a table read from a cluster: left out. */
+        if (!remote) {
+            printf("mapped            %s\n", t.mapped ? "yes" : "no");
+            printf("private_copy      %s\n", t.private_copy ? "yes" : "no");
+            printf("resident_bytes    %" PRIu64 " (%s)\n", t.resident_bytes,
+                   cli_fmt_bytes(t.resident_bytes, sz, sizeof(sz)));
+            printf("huge_bytes        %" PRIu64 " (%s)\n", t.huge_bytes,
+                   cli_fmt_bytes(t.huge_bytes, sz, sizeof(sz)));
+            printf("map_minor_faults  %" PRIu64 "\n", t.map_minor_faults);
+            printf("map_major_faults  %" PRIu64 "\n", t.map_major_faults);
+        }
         printf("lookups           %" PRIu64 "\n", t.lookups);
         printf("rows              %" PRIu64 "\n", t.rows);
         printf("bytes             %" PRIu64 "\n", t.bytes);
-        printf("numa_placement    ");
-        print_placement(prc, &pl, 0);
+        if (!remote) {
+            printf("numa_placement    ");
+            print_placement(prc, &pl, 0);
+        }
     }
 out:
     engram_store_close(st);
@@ -422,6 +444,11 @@ int cli_cmd_verify(struct cli *cli)
             status = cli_lib_fail(rc, "list namespace '%s'", cli->ns);
             goto out;
         }
+        if (count == 0 && cli->opt[OPT_REDIS]) {
+            status = cli_redis_ns_missing(cli, "verify");
+            goto out;
+        }
+        cli_sort_names(names, count);
         list = names;
     } else {
         list = cli->args;
@@ -439,7 +466,7 @@ int cli_cmd_verify(struct cli *cli)
         } else {
             printf("%s: FAILED\n", list[i]);
             fflush(stdout);
-            cli_lib_fail(rc, "verify '%s'", list[i]);
+            cli_table_fail(st, rc, "verify", list[i]);
             failed++;
         }
     }
@@ -463,7 +490,7 @@ int cli_cmd_rm(struct cli *cli)
     for (int i = 0; i < cli->nargs; i++) {
         int rc = engram_remove(st, cli->args[i]);
         if (rc != 0)
-            status = cli_lib_fail(rc, "rm '%s'", cli->args[i]);
+            status = cli_table_fail(st, rc, "rm", cli->args[i]);
         else
             printf("removed %s\n", cli->args[i]);
         /* In the order they happened, when stdout and stderr are one. */
@@ -504,7 +531,7 @@ int cli_cmd_lookup(struct cli *cli)
     }
     if (cli_open_store(cli, 0, 1, &st, 0, &status) != 0)
         goto out;
-    if ((status = open_info(st, name, 1, &id, &t)) != 0)
+    if ((status = open_info(st, "lookup", name, 1, &id, &t)) != 0)
         goto out;
     if (!cli_mul_ok(n, t.spec.row_bytes, &out_bytes) || out_bytes > SIZE_MAX ||
         !(out = malloc((size_t)out_bytes))) {

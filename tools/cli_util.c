@@ -464,6 +464,101 @@ size_t cli_edit_distance(const char *a, const char *b)
     return prev[m];
 }
 
+/* The name of names[0..n) closest to `want` by cli_edit_distance(), if
+ * it is close enough to be what was meant: at most a third of want's
+ * length away, and at least 1.  NULL when none is (or want is longer than
+ * any name can be).  The one rule behind every "did you mean". */
+const char *cli_closest(const char *want, const char *const *names, size_t n)
+{
+    size_t len = strlen(want), best = SIZE_MAX, best_i = 0;
+
+    if (len > ENGRAM_NAME_MAX)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        size_t dist = cli_edit_distance(want, names[i]);
+        if (dist < best) {
+            best = dist;
+            best_i = i;
+        }
+    }
+    return n > 0 && best <= (len / 3 > 1 ? len / 3 : 1) ? names[best_i] : NULL;
+}
+
+/* Compares a and b as people order names: runs of digits as numbers
+ * (engram:l2:h0 before engram:l14:h0), the rest byte by byte; names that
+ * differ only in leading zeros by strcmp, so the order is total. */
+int cli_natural_cmp(const char *a, const char *b)
+{
+    const char *p = a, *q = b;
+
+    while (*p && *q) {
+        if (isdigit((unsigned char)*p) && isdigit((unsigned char)*q)) {
+            const char *ps, *qs;
+            size_t pl, ql;
+            while (*p == '0')
+                p++;
+            while (*q == '0')
+                q++;
+            for (ps = p; isdigit((unsigned char)*p); p++)
+                ;
+            for (qs = q; isdigit((unsigned char)*q); q++)
+                ;
+            pl = (size_t)(p - ps);
+            ql = (size_t)(q - qs);
+            if (pl != ql)
+                return pl < ql ? -1 : 1;
+            {
+                int c = memcmp(ps, qs, pl);
+                if (c != 0)
+                    return c;
+            }
+            continue;
+        }
+        if (*p != *q)
+            return (unsigned char)*p < (unsigned char)*q ? -1 : 1;
+        p++;
+        q++;
+    }
+    if (*p || *q)
+        return *p ? 1 : -1;
+    return strcmp(a, b);
+}
+
+static int natural_qsort_cmp(const void *a, const void *b)
+{
+    return cli_natural_cmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Sorts names[0..n) in cli_natural_cmp()'s order. */
+void cli_sort_names(char **names, size_t n)
+{
+    if (n > 1)
+        qsort(names, n, sizeof(*names), natural_qsort_cmp);
+}
+
+/* Reports a failed library call on table `name` as "engram: WHAT 'NAME':
+ * <detail>", and for a table that is not there (-ENOENT) adds the
+ * closest name the store has, if one is close ("did you mean").
+ * Returns the exit status. */
+int cli_table_fail(engram_store *st, int rc, const char *what, const char *name)
+{
+    char detail[1024];
+    const char *hint = NULL;
+    char **names = NULL;
+    size_t count = 0;
+
+    /* The detail first: listing the store replaces the thread's message. */
+    snprintf(detail, sizeof detail, "%s", cli_lib_detail(rc));
+    if (rc == -ENOENT && st && engram_list(st, &names, &count) == 0)
+        hint = cli_closest(name, (const char *const *)names, count);
+    if (hint)
+        cli_fail("%s '%s': %s; did you mean '%s'?", what, name, detail, hint);
+    else
+        cli_fail("%s '%s': %s", what, name, detail);
+    engram_free(names);
+    return EXIT_FAIL;
+}
+
 /* Reports that namespace `ns` does not exist under `root`, for `what`
  * ("open", "ns rm"): the root missing, or the namespace, with the closest
  * existing name ("did you mean") or the names there are.  Returns the
@@ -471,26 +566,19 @@ size_t cli_edit_distance(const char *a, const char *b)
 int cli_ns_missing(const char *root, const char *ns, const char *what)
 {
     char **names = NULL;
-    size_t count = 0, best = SIZE_MAX, best_i = 0;
+    size_t count = 0;
     int rc = engram_namespace_list(root, &names, &count);
+    const char *hint;
 
     if (rc == -ENOENT) {
         cli_fail("%s: namespace '%s': the root directory %s does not exist (set --root or "
                  "ENGRAM_ROOT; 'engram create' makes it)", what, ns, root);
         return EXIT_FAIL;
     }
-    for (size_t i = 0; rc == 0 && i < count; i++) {
-        size_t dist =
-            strlen(ns) > ENGRAM_NAME_MAX ? SIZE_MAX : cli_edit_distance(ns, names[i]);
-        if (dist < best) {
-            best = dist;
-            best_i = i;
-        }
-    }
-    /* Close: at most a third of the name's length, and at least 1. */
-    if (rc == 0 && count > 0 && best <= (strlen(ns) / 3 > 1 ? strlen(ns) / 3 : 1)) {
+    hint = rc == 0 ? cli_closest(ns, (const char *const *)names, count) : NULL;
+    if (hint) {
         cli_fail("%s: namespace '%s' does not exist in %s; did you mean '%s'?", what, ns, root,
-                 names[best_i]);
+                 hint);
     } else if (rc == 0 && count > 0) {
         fprintf(stderr, "engram: %s: namespace '%s' does not exist in %s (namespaces there:", what,
                 ns, root);
@@ -503,6 +591,16 @@ int cli_ns_missing(const char *root, const char *ns, const char *what)
     }
     engram_free(names);
     return EXIT_FAIL;
+}
+
+/* Reports that the namespace of the Redis Cluster at --redis has no table,
+ * for `what`, in the words of cli_ns_missing(): a cluster's namespace is
+ * its tables (keys under its prefix), so one with none does not exist.
+ * Returns the exit status. */
+int cli_redis_ns_missing(const struct cli *cli, const char *what)
+{
+    return cli_fail("%s: namespace '%s' does not exist in the Redis Cluster at %s (no tables "
+                    "there)", what, cli->ns, cli->opt[OPT_REDIS]);
 }
 
 /* The NUMA placement options (--numa-node, --numa-gpu, --interleave)
@@ -567,4 +665,38 @@ int cli_open_store(const struct cli *cli, uint32_t flags, int threads, engram_st
     }
     *status = cli_lib_fail(rc, "open namespace '%s' under '%s'", cli->ns, cli_root(cli));
     return rc;
+}
+
+/* Opens the store of a command that writes tables (create, import),
+ * creating the namespace when it is missing; *made says whether this
+ * call made it, for cli_close_written().  0, or nonzero with the exit
+ * status in *status after reporting. */
+int cli_open_for_write(const struct cli *cli, engram_store **st, int *made, int *status)
+{
+    *made = 0;
+    if (!cli->opt[OPT_REDIS]) {
+        /* A probe without ENGRAM_OPEN_CREATE tells whether the namespace
+         * was there before this command. */
+        if (cli_open_store(cli, 0, 1, st, 1, status) == 0) {
+            engram_store_close(*st);
+            *st = NULL;
+        } else if (*status != 0) {
+            return -1;
+        } else {
+            *made = 1;
+        }
+    }
+    return cli_open_store(cli, ENGRAM_OPEN_CREATE, 1, st, 0, status);
+}
+
+/* Closes the store of cli_open_for_write().  When the command failed
+ * (status != 0) and made the namespace, removes it again if it is still
+ * empty, so that a refused create or import leaves nothing behind; a
+ * namespace that holds a table, or that another process uses by now, is
+ * left (engram_namespace_remove() without flags refuses both). */
+void cli_close_written(const struct cli *cli, engram_store *st, int made, int status)
+{
+    engram_store_close(st);
+    if (made && status != 0)
+        (void)engram_namespace_remove(cli->root, cli->ns, 0);
 }

@@ -55,6 +55,22 @@ check "ls: b, packed" out_has "^b  *50  *16  *16 "
 run --redis "$NODES" --ns m ls --json
 check "ls --json: kind redis" out_has '"kind": "redis"'
 
+# A namespace the cluster does not have is an error, as a missing
+# directory is, not an empty listing.
+run --redis "$NODES" --ns missing ls
+check "ls of a missing namespace -> 1" eval 'fails_with 1 "ls: namespace .missing. does not exist in the Redis Cluster at $NODES (no tables there)" && [ ! -s out ]'
+run --redis "$NODES" --ns missing verify --all
+check "verify --all of a missing namespace -> 1" eval 'fails_with 1 "verify: namespace .missing. does not exist in the Redis Cluster"'
+
+# info of a cluster's table: no fields of a mapping in this process (it has none).
+run --redis "$NODES" --ns m info a
+check "info (text)" eval 'ok && out_has "^num_rows  *100$" && out_has "^lookups "'
+check "info (text): no mapping or residency" \
+    eval '! grep -q -e "^mapped" -e "^private_copy" -e "^resident_bytes" -e "^huge_bytes" -e "^map_m" -e "^numa_placement" out'
+run --redis "$NODES" --ns m info a --json
+check "info --json: mapping fields null" \
+    eval 'ok && out_has "\"mapped\": null" && out_has "\"resident_bytes\": null" && out_has "\"map_minor_faults\": null" && out_has "\"placement\": null"'
+
 run --ns m info a --json
 local_sum=$(grep '"checksum"' out)
 run --redis "$NODES" --ns m info a --json

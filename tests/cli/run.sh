@@ -1006,20 +1006,27 @@ check "ns rm once the FIFO is gone" eval 'rc_is 0 && [ ! -e "$ROOT/gcfifo" ]'
 
 # ---------------------------------------------------------------------------
 # The README's shell block, as written (its root moved into the scratch
-# directory): every command in it must work.
-if [ "$HAVE_NUMPY" = 1 ] && [ -f "${ENGRAM_SRC:-}/README.md" ]; then
-    mkdir readme && awk '/^## Use it from the shell/{s=1} s && /^```sh$/{on=1; next} on && /^```$/{exit} on' \
+# directory): every command in it must work with what the README's two
+# scripts install, so it is run where the python3 on PATH has no numpy
+# (a python3 and python that fail come first on PATH).
+if [ -f "${ENGRAM_SRC:-}/README.md" ]; then
+    mkdir readme readme/nopy
+    for _py in python3 python; do
+        printf '#!/bin/sh\necho "ModuleNotFoundError: No module named numpy" >&2\nexit 1\n' >"readme/nopy/$_py"
+        chmod +x "readme/nopy/$_py"
+    done
+    awk '/^## Use it from the shell/{s=1} s && /^```sh$/{on=1; next} on && /^```$/{exit} on' \
         "$ENGRAM_SRC/README.md" | sed -e "s|^e=build/release/engram|e=\"$ENGRAM_BIN\"|" \
-        -e "s|/tmp/eng|$SCRATCH/readme-root|g" -e "s|^python3 |\"$PY\" |" >readme/block.sh
+        -e "s|/tmp/eng|$SCRATCH/readme-root|g" >readme/block.sh
     LAST="the README's shell block (readme/block.sh)"
-    (cd readme && sh -e block.sh) >out 2>err
+    (cd readme && PATH="$SCRATCH/readme/nopy:$PATH" sh -e block.sh) >out 2>err
     rc=$?
-    check "README shell block runs" eval 'rc_is 0 && [ -s readme/block.sh ] && out_has "^created engram:l1:h0: 100003 rows of 264 bytes"'
-    check "README shell block: rows.npy imported" eval 'out_has "^imported my-table: 1000 rows of 264 bytes from rows.npy$"'
+    check "README shell block runs, without numpy" eval 'rc_is 0 && [ -s readme/block.sh ] && out_has "^created engram:l1:h0: 100003 rows of 264 bytes"'
+    check "README shell block: its rows imported" eval 'out_has "^imported my-table: 1000 rows of 264 bytes from rows.bin$"'
     check "README shell block: the namespace is removed at the end" \
         eval 'out_has "^removed namespace demo (1 table)$" && [ ! -e "$SCRATCH/readme-root/demo" ]'
 else
-    skip_part "numpy or ENGRAM_SRC (the source tree) not found: the README's shell block"
+    skip_part "ENGRAM_SRC (the source tree) not found: the README's shell block"
 fi
 
 # ---------------------------------------------------------------------------
@@ -1440,6 +1447,82 @@ run import --layers --safetensors nosuch.safetensors --config good.json
 check "import --layers --config: a missing checkpoint -> 1" eval 'fails_with 1 "nosuch.safetensors"'
 run ls
 check "import --layers: nothing imported by the refusals" eval 'out_lacks "engram:l1:"'
+
+# ---------------------------------------------------------------------------
+# Names as people type and read them: "did you mean" for a mistyped
+# command or table (as for a namespace), tables in natural order, errors
+# that name the command that failed.
+run_bare lsx
+check "a mistyped command -> 2, did you mean" eval 'usage_fails && err_has "unknown command .lsx.; did you mean .ls.?"'
+run_bare help creat
+check "help of a mistyped command -> 2, did you mean" eval 'usage_fails && err_has "unknown command .creat.; did you mean .create.?"'
+run_bare frobnicate
+check "a command like none -> 2, no guess" eval 'usage_fails && ! err_has "did you mean"'
+for t in engram:l14:h2 engram:l2:h0 engram:l1:h2 engram:l1:h10 engram:l1:h9; do
+    run --ns natural create "$t" --rows 3 --row-bytes 8
+    check "create $t" eval 'rc_is 0'
+done
+NATURAL="engram:l1:h2 engram:l1:h9 engram:l1:h10 engram:l2:h0 engram:l14:h2 "
+# first_words: the first word of every line of ./out after its first.
+first_words() { awk 'NR > 1 { printf "%s ", $1 }' out; }
+run --ns natural ls
+check "ls: tables in natural order (digit runs as numbers)" eval 'rc_is 0 && [ "$(first_words)" = "$NATURAL" ]'
+run --ns natural mem
+check "mem: tables in natural order" eval 'rc_is 0 && [ "$(first_words)" = "$NATURAL" ]'
+run --ns natural verify --all
+check "verify --all: tables in natural order" eval 'rc_is 0 && [ "$(sed "s/: OK$//" out | tr "\n" " ")" = "$NATURAL" ]'
+if [ "$HAVE_PY" -eq 1 ]; then
+    run --ns natural ls --json
+    check "ls --json: tables in natural order" eval 'rc_is 0 && pycheck "
+import json; p = json.load(open(\"out\"))
+assert [t[\"name\"] for t in p[\"tables\"]] == \"$NATURAL\".split(), p
+"'
+fi
+for c in "info engram:l1:h3" "lookup engram:l1:h3 0" "verify engram:l1:h3" "rm engram:l1:h3" \
+    "bench engram:l1:h3" "mem engram:l1:h3"; do
+    # shellcheck disable=SC2086
+    run --ns natural $c
+    check "$c: a mistyped table -> 1, naming the command, did you mean" \
+        eval 'fails_with 1 "^engram: ${c%% *} .engram:l1:h3.: table .engram:l1:h3. not found.*; did you mean .engram:l1:h2.?$"'
+done
+run --ns natural info zzzz
+check "info of a table like none -> 1, no guess" eval 'fails_with 1 "zzzz" && ! err_has "did you mean"'
+run --ns natural bench nope
+check "bench of a missing table names bench, not info" eval 'fails_with 1 "^engram: bench .nope.:" && ! err_has "info"'
+
+# A refused create or import leaves no namespace behind; a namespace that
+# was there stays, with its tables.
+run --ns refused create t --rows 100000000000000 --row-bytes 264
+check "create of a table no file system holds -> 1" eval 'fails_with 1 "needs"'
+check "the refused create left no namespace" eval '[ ! -e "$ROOT/refused" ]'
+run --ns natural create big --rows 100000000000000 --row-bytes 264
+check "create refused in a namespace that was there -> 1" eval 'fails_with 1 "needs"'
+check "the namespace that was there stays, with its tables" \
+    eval '[ -d "$ROOT/natural" ] && [ "$(ls "$ROOT/natural" | grep -c "^engram:")" -eq 5 ]'
+if truncate -s 8T huge.raw 2>/dev/null; then
+    run --ns refused import t huge.raw --row-bytes 1024
+    check "import of a file no file system holds -> 1" eval 'fails_with 1 "needs"'
+    check "the refused import left no namespace" eval '[ ! -e "$ROOT/refused" ]'
+else
+    skip_part "no sparse 8 TiB file here: the refused import"
+fi
+rm -f huge.raw
+run ns rm natural --force
+
+# docs/cli.md lists every command of 'engram --help', and its global options.
+if [ -f "${ENGRAM_SRC:-}/docs/cli.md" ]; then
+    run_bare --help
+    cmds=$(awk '/^Commands:/ { on = 1; next } on && /^$/ { exit } on && /^  [a-z]/ { print $1 }' out | sort -u)
+    check "--help lists commands" eval '[ -n "$cmds" ]'
+    for c in $cmds; do
+        check "docs/cli.md lists the command $c" grep -q "^| \`$c[ \`]" "$ENGRAM_SRC/docs/cli.md"
+    done
+    for o in "--root DIR" "--ns NAME" "--redis NODES"; do
+        check "docs/cli.md shows the global option $o" grep -q -e "$o" "$ENGRAM_SRC/docs/cli.md"
+    done
+else
+    skip_part "ENGRAM_SRC (the source tree) not found: docs/cli.md's commands"
+fi
 
 # ---------------------------------------------------------------------------
 # demo --small: creates, checks, measures and removes its own namespace.
