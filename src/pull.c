@@ -4,8 +4,10 @@
  * namespace.
  *
  * Both read through the remote's read_all() (remote.h), which checks
- * every piece against the remote's checksums as it comes and the whole at
- * the end.  A pull writes what it reads through engram_writer_*, so the
+ * every piece against the remote's checksums as it comes; the whole is
+ * checked here at the end (verify hashes the rows; a pull takes the
+ * writer's checksum of what it wrote, so the file itself is what is
+ * compared).  A pull writes what it reads through engram_writer_*, so the
  * local table is made as any other is (capacity first, create-only,
  * atomic), and publishes only after the remote's whole checksum held.
  * Ranks of a node pulling the same table meet as engram_populate_shared()'s
@@ -16,6 +18,8 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <unistd.h>
+
+#include <xxhash.h>
 
 #include "remote.h"
 #include "store.h"
@@ -29,6 +33,8 @@ typedef struct reading {
     void *ud;
     uint64_t done, total;
     uint32_t row_bytes;
+    uint64_t sum;   /* the remote's checksum of the rows */
+    XXH3_state_t *xs; /* verify: the rows' XXH3 so far */
     /* pull only */
     engram_store *to;
     engram_writer *w;
@@ -36,10 +42,21 @@ typedef struct reading {
     uint64_t want_sum;
 } reading;
 
-static int reading_begin(reading *r, const engram_table_spec *spec)
+static int reading_begin(reading *r, const engram_table_spec *spec, uint64_t sum)
 {
     r->total = spec->num_rows * spec->row_bytes;
     r->row_bytes = spec->row_bytes;
+    r->sum = sum;
+    return 0;
+}
+
+/* The rows read were whole: their checksum is the remote's. */
+static int reading_whole(const reading *r, const char *where, uint64_t got)
+{
+    if (got != r->sum)
+        return engram__err(ENGRAM_ECHECKSUM, "table '%s' in %s: the rows' checksum %016" PRIx64
+                                             " differs from the remote's %016" PRIx64,
+                           r->name, where, got, r->sum);
     return 0;
 }
 
@@ -53,14 +70,14 @@ static int reading_step(reading *r, uint64_t n)
 
 static int verify_begin(void *ud, const engram_table_spec *spec, uint64_t sum)
 {
-    (void)sum;
-    return reading_begin(ud, spec);
+    return reading_begin(ud, spec, sum);
 }
 
 static int verify_rows(void *ud, const void *rows, uint64_t n)
 {
-    (void)rows;
-    return reading_step(ud, n);
+    reading *r = ud;
+    XXH3_64bits_update(r->xs, rows, n * r->row_bytes);
+    return reading_step(r, n);
 }
 
 int engram__remote_verify(engram_store *st, const char *name, engram_progress_fn progress,
@@ -68,7 +85,15 @@ int engram__remote_verify(engram_store *st, const char *name, engram_progress_fn
 {
     reading r = {.name = name, .verb = "verify", .progress = progress, .ud = ud};
     engram__remote_sink k = {verify_begin, verify_rows, &r};
-    return st->remote->read_all(st->remote_state, name, &k);
+    int err;
+    if (!(r.xs = XXH3_createState()))
+        return engram__err(-ENOMEM, "out of memory");
+    XXH3_64bits_reset(r.xs);
+    err = st->remote->read_all(st->remote_state, name, &k);
+    if (err == 0)
+        err = reading_whole(&r, st->path, XXH3_64bits_digest(r.xs));
+    XXH3_freeState(r.xs);
+    return err;
 }
 
 static int pull_begin(void *ud, const engram_table_spec *spec, uint64_t sum)
@@ -81,7 +106,7 @@ static int pull_begin(void *ud, const engram_table_spec *spec, uint64_t sum)
         return engram__err(-EAGAIN, "pull '%s': the remote table changed while the pull began; "
                                     "pull it again",
                            r->name);
-    reading_begin(r, spec);
+    reading_begin(r, spec, sum);
     return engram_writer_begin(r->to, r->name, spec, &r->w);
 }
 
@@ -168,6 +193,10 @@ int engram_pull(engram_store *to, engram_store *from, const char *name,
             continue;
         }
         err = from->remote->read_all(from->remote_state, name, &k);
+        /* The whole, as the file holds it (the writer's own checksum of
+         * what it wrote), before anything is published. */
+        if (err == 0)
+            err = reading_whole(&r, from->path, engram__writer_sum(r.w));
         if (err == 0)
             err = engram_writer_commit(r.w); /* frees it */
         else

@@ -591,22 +591,93 @@ static int redis_list(void *state, int (*add)(void *ud, const char *name), void 
  * 32 MiB, so every master has many in flight at once. */
 #define STREAM_BATCH_BYTES ((uint64_t)32 << 20)
 
+/* redis_read_all()'s two buffers: while the reader fills one from the
+ * cluster, a thread of its own checks the other's chunks and hands them
+ * to the sink (which may write them to a file), so the network and the
+ * disk (or memory) work at once.  Everything below `mu` guards. */
+typedef struct stream {
+    const rstore *rs;
+    const char *name;
+    const engram__rmanifest *m;
+    const engram__remote_sink *k;
+    const char *kpre;
+    uint32_t kpre_len;
+    unsigned char *buf[2];
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint64_t c0[2], n[2], rows[2]; /* the batch a full buffer holds */
+    int full[2];
+    int done; /* no more batches */
+    int err;  /* the consumer's failure, with its message */
+    char msg[ENGRAM__ERRMSG_MAX];
+} stream;
+
+/* Checks batch `b`'s chunks against the manifest and hands them on: 0,
+ * or the failure (its message in this thread's errmsg). */
+static int stream_consume(stream *x, int b)
+{
+    const engram__rmanifest *m = x->m;
+    const unsigned char *p = x->buf[b];
+    for (uint64_t i = 0; i < x->n[b]; i++) {
+        uint64_t c = x->c0[b] + i;
+        uint64_t len = (c + 1 < m->nchunks ? m->chunk_rows : m->num_rows - c * m->chunk_rows) *
+                       m->row_bytes;
+        uint64_t sum = XXH3_64bits(p, len);
+        if (sum != m->chunk_sums[c]) {
+            char key[KEY_MAX + 24];
+            chunk_key(x->kpre, x->kpre_len, c, key);
+            return engram__err(ENGRAM_ECHECKSUM,
+                               "table '%s' in %s: chunk %" PRIu64 " ('%s') has checksum "
+                               "%016" PRIx64 ", the manifest says %016" PRIx64,
+                               x->name, x->rs->where, c, key, sum, m->chunk_sums[c]);
+        }
+        p += len;
+    }
+    return x->k->rows(x->k->ud, x->buf[b], x->rows[b]);
+}
+
+static void *stream_main(void *arg)
+{
+    stream *x = arg;
+    for (int b = 0;; b ^= 1) {
+        int err;
+        pthread_mutex_lock(&x->mu);
+        while (!x->full[b] && !x->done)
+            pthread_cond_wait(&x->cv, &x->mu);
+        if (!x->full[b]) { /* done, and nothing left */
+            pthread_mutex_unlock(&x->mu);
+            return NULL;
+        }
+        pthread_mutex_unlock(&x->mu);
+        err = stream_consume(x, b);
+        pthread_mutex_lock(&x->mu);
+        x->full[b] = 0;
+        if (err) {
+            x->err = err;
+            snprintf(x->msg, sizeof x->msg, "%s", engram_errmsg());
+        }
+        pthread_cond_broadcast(&x->cv);
+        pthread_mutex_unlock(&x->mu);
+        if (err)
+            return NULL;
+    }
+}
+
 /* Reads table `name` whole, in order: chunks in pipelined batches of
  * GETRANGE to every master at once, each chunk checked against the
- * manifest's checksum before its rows go to the sink, and the rows'
- * checksum at the end (remote.h). */
+ * manifest's checksum before its rows go to the sink (remote.h). */
 static int redis_read_all(void *state, const char *name, const engram__remote_sink *k)
 {
     rstore *rs = state;
     engram__rsess *s;
     engram__rmanifest m;
-    XXH3_state_t *xs = NULL;
-    unsigned char *buf = NULL;
+    stream x;
+    pthread_t th;
     char kpre[KEY_MAX];
-    uint32_t kpre_len;
     uint64_t chunk_bytes, per;
-    int err;
+    int err, started = 0;
 
+    memset(&x, 0, sizeof x);
     if ((err = engram__rcl_sess_get(rs->cl, &s)) != 0)
         return err;
     if ((err = manifest_get(rs, s, name, engram__rcl_deadline(rs->cl), &m, NULL)) != 0)
@@ -620,19 +691,40 @@ static int redis_read_all(void *state, const char *name, const engram__remote_si
     per = STREAM_BATCH_BYTES / chunk_bytes ? STREAM_BATCH_BYTES / chunk_bytes : 1;
     if (per > m.nchunks)
         per = m.nchunks ? m.nchunks : 1;
-    if (!(xs = XXH3_createState()) || !(buf = malloc(per * chunk_bytes))) {
-        err = engram__err(-ENOMEM, "out of memory for %" PRIu64 " chunks of %" PRIu64 " bytes",
+    x.rs = rs;
+    x.name = name;
+    x.m = &m;
+    x.k = k;
+    x.kpre = kpre;
+    x.kpre_len = chunk_prefix(rs, name, m.epoch, m.tagged, kpre);
+    if (!(x.buf[0] = malloc(per * chunk_bytes)) ||
+        !(x.buf[1] = m.nchunks > per ? malloc(per * chunk_bytes) : x.buf[0])) {
+        err = engram__err(-ENOMEM, "out of memory for 2 x %" PRIu64 " chunks of %" PRIu64
+                                   " bytes",
                           per, chunk_bytes);
         goto out;
     }
-    XXH3_64bits_reset(xs);
-    kpre_len = chunk_prefix(rs, name, m.epoch, m.tagged, kpre);
-    for (uint64_t c0 = 0; c0 < m.nchunks; c0 += per) {
+    pthread_mutex_init(&x.mu, NULL);
+    pthread_cond_init(&x.cv, NULL);
+    if ((err = pthread_create(&th, NULL, stream_main, &x)) != 0) {
+        err = engram__err(-err, "read table '%s': cannot start a thread", name);
+        goto out_sync;
+    }
+    started = 1;
+    for (uint64_t c0 = 0, b = 0; c0 < m.nchunks; c0 += per, b ^= 1) {
         uint64_t n = m.nchunks - c0 < per ? m.nchunks - c0 : per, rows = 0;
-        engram__rcl_get *g = engram__rcl_gets(s, n);
-        if (!g) {
+        engram__rcl_get *g;
+        /* Wait for this buffer to be handed on (or for a failure there). */
+        pthread_mutex_lock(&x.mu);
+        while (x.full[b] && !x.err)
+            pthread_cond_wait(&x.cv, &x.mu);
+        err = x.err;
+        pthread_mutex_unlock(&x.mu);
+        if (err)
+            break;
+        if (!(g = engram__rcl_gets(s, n))) {
             err = engram__err(-ENOMEM, "out of memory for %" PRIu64 " reads", n);
-            goto out;
+            break;
         }
         for (uint64_t i = 0; i < n; i++) {
             uint64_t c = c0 + i;
@@ -640,10 +732,10 @@ static int redis_read_all(void *state, const char *name, const engram__remote_si
             g[i] = (engram__rcl_get){.kpre = kpre,
                                      .ksuf = c,
                                      .start = 0,
-                                     .dst = buf + rows * m.row_bytes,
-                                     .kpre_len = kpre_len,
+                                     .dst = x.buf[b] + rows * m.row_bytes,
+                                     .kpre_len = x.kpre_len,
                                      .len = (uint32_t)(r * m.row_bytes),
-                                     .slot = chunk_slot(kpre, kpre_len, c),
+                                     .slot = chunk_slot(kpre, x.kpre_len, c),
                                      .whole = 1};
             rows += r;
         }
@@ -656,31 +748,35 @@ static int redis_read_all(void *state, const char *name, const engram__remote_si
                                             "whole: a chunk is missing or has the wrong length "
                                             "(%s); remove the table and push it again",
                                   name, rs->where, engram_errmsg());
-            goto out;
+            break;
         }
-        for (uint64_t i = 0; i < n; i++) {
-            uint64_t sum = XXH3_64bits(g[i].dst, g[i].len);
-            if (sum != m.chunk_sums[c0 + i]) {
-                char key[KEY_MAX + 24];
-                chunk_key(kpre, kpre_len, c0 + i, key);
-                err = engram__err(ENGRAM_ECHECKSUM,
-                                  "table '%s' in %s: chunk %" PRIu64 " ('%s') has checksum "
-                                  "%016" PRIx64 ", the manifest says %016" PRIx64,
-                                  name, rs->where, c0 + i, key, sum, m.chunk_sums[c0 + i]);
-                goto out;
-            }
-            XXH3_64bits_update(xs, g[i].dst, g[i].len);
-        }
-        if ((err = k->rows(k->ud, buf, rows)) != 0)
-            goto out;
+        pthread_mutex_lock(&x.mu);
+        x.c0[b] = c0;
+        x.n[b] = n;
+        x.rows[b] = rows;
+        x.full[b] = 1;
+        pthread_cond_broadcast(&x.cv);
+        pthread_mutex_unlock(&x.mu);
     }
-    if (XXH3_64bits_digest(xs) != m.checksum)
-        err = engram__err(ENGRAM_ECHECKSUM,
-                          "table '%s' in %s: the rows' checksum differs from the manifest's",
-                          name, rs->where);
+    /* The consumer hands on what is full, then ends; a failure of the
+     * reader's own stops it after the batch it holds. */
+    pthread_mutex_lock(&x.mu);
+    x.done = 1;
+    if (err)
+        x.full[0] = x.full[1] = 0;
+    pthread_cond_broadcast(&x.cv);
+    pthread_mutex_unlock(&x.mu);
+    if (started)
+        pthread_join(th, NULL);
+    if (!err && x.err)
+        err = engram__err(x.err, "%s", x.msg);
+out_sync:
+    pthread_cond_destroy(&x.cv);
+    pthread_mutex_destroy(&x.mu);
 out:
-    free(buf);
-    XXH3_freeState(xs);
+    if (x.buf[1] != x.buf[0])
+        free(x.buf[1]);
+    free(x.buf[0]);
     engram__rmanifest_free(&m);
     engram__rcl_sess_put(s);
     return err;

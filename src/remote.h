@@ -22,8 +22,11 @@
 /* Where a remote's read_all() hands a table's rows: begin() once with
  * the table's spec (rows packed: no pitch) and the XXH3-64 of its rows,
  * before anything is read; then rows() with the next n rows, in order,
- * each piece checked against the remote's checksums before it comes.  A
- * nonzero return of either stops the read and is its result. */
+ * each piece checked against the remote's checksums before it comes
+ * (rows() may run on another thread than begin(); the calls never
+ * overlap).  The sink checks the whole against begin()'s checksum once
+ * read_all() returned 0.  A nonzero return of either stops the read and
+ * is its result. */
 typedef struct engram__remote_sink {
     int (*begin)(void *ud, const engram_table_spec *spec, uint64_t checksum);
     int (*rows)(void *ud, const void *rows, uint64_t n);
@@ -44,8 +47,8 @@ typedef struct engram__remote_vt {
     /* Calls add(ud, name) for every table; stops at add's first error. */
     int (*list)(void *rs, int (*add)(void *ud, const char *name), void *ud);
     /* Reads table `name` whole into `sink` (above), checking every piece
-     * and, at the end, the whole (ENGRAM_ECHECKSUM; -ENODATA for data
-     * missing): what verify and pull are made of. */
+     * (ENGRAM_ECHECKSUM; -ENODATA for data missing): what verify and pull
+     * are made of. */
     int (*read_all)(void *rs, const char *name, const engram__remote_sink *sink);
     /* Unpublishes table `name` (-ENOENT if it is not there) and deletes
      * its data; *unpublished says whether it was unpublished, also when

@@ -431,6 +431,11 @@ fail:
     return err;
 }
 
+uint64_t engram__writer_sum(const engram_writer *w)
+{
+    return XXH3_64bits_digest(w->xs);
+}
+
 int engram_writer_commit(engram_writer *w)
 {
     unsigned char hdr[ENGRAM__HEADER_SIZE];

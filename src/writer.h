@@ -43,4 +43,8 @@ void engram__temp_holder(int fd, const char *ent, char *who, size_t cap);
  * message). */
 int engram__wait_writer(int fd, uint64_t deadline);
 
+/* XXH3-64 of the rows appended to w so far, as they are in the file
+ * (the data checksum its commit will record, once all rows are in). */
+uint64_t engram__writer_sum(const engram_writer *w);
+
 #endif

@@ -513,6 +513,30 @@ static void test_pull(void)
     ASSERT_ERR(engram_get_table_info(loc, "bad", &info), -ENOENT);
     assert_no_strays("pull", loc);
 
+    /* A manifest whose chunk checksums hold but whose whole checksum does
+     * not: the rows are refused as a whole, before publication. */
+    {
+        const char *mkey = "engram/pl/.manifests";
+        int mowner = tr_slot_owner(&C, 0, engram__rcl_keyslot(mkey, strlen(mkey)));
+        redisReply *m;
+        char *text, *line;
+        tu_populate(rs, "w", 13, 100, R, 0);
+        m = tr_must(&C, mowner, "HGET %s w", mkey);
+        ASSERT(m->type == REDIS_REPLY_STRING);
+        text = tu_xmalloc(m->len + 1);
+        memcpy(text, m->str, m->len + 1);
+        ASSERT((line = strstr(text, "\nchecksum ")) != NULL);
+        line[10] = line[10] == '0' ? '1' : '0'; /* the first hex digit */
+        freeReplyObject(tr_must(&C, mowner, "HSET %s w %b", mkey, text, (size_t)m->len));
+        freeReplyObject(m);
+        free(text);
+        ASSERT_ERR(engram_pull(loc, rs, "w", NULL, NULL, NULL), ENGRAM_ECHECKSUM);
+        ASSERT_CONTAINS(engram_errmsg(), "differs from the remote's");
+        ASSERT_ERR(engram_get_table_info(loc, "w", &info), -ENOENT);
+        assert_no_strays("pull", loc);
+        ASSERT_ERR(engram_verify(rs, "w", NULL, NULL), ENGRAM_ECHECKSUM);
+    }
+
     /* Cancelled half-way: nothing published or left. */
     tu_populate(rs, "c", 12, 1000, R, 0);
     ASSERT_ERR(engram_pull(loc, rs, "c", cancel_at_half, NULL, NULL), -ECANCELED);
@@ -535,7 +559,8 @@ static void test_pull(void)
     ASSERT_ERR(engram_pull(mem, rs, "p", NULL, NULL, NULL), -EINVAL);
     engram_store_close(mem);
 
-    for (const char *const *n = (const char *const[]){"p", "q", "r", "bad", "c", NULL}; *n; n++)
+    for (const char *const *n = (const char *const[]){"p", "q", "r", "bad", "c", "w", NULL}; *n;
+         n++)
         ASSERT_OK(engram_remove(rs, *n));
     engram_store_close(loc2);
     engram_store_close(loc);
