@@ -1704,9 +1704,14 @@ typedef struct engram_redis_options {
     uint32_t chunk_ttl_ms;       /* tables written: how long the chunks of an unfinished push
                                   * live (renewed while it runs): 0 = 1 hour */
     uint32_t reserved;           /* 0 */
+    const char *local_root;      /* the nearest tier: a root whose namespace of the same name
+                                  * holds local copies (engram_pull()).  engram_table_open()
+                                  * serves a table from its copy, mapped, when the copy has the
+                                  * cluster's spec and checksum, else from the cluster.  NULL:
+                                  * none.  The namespace is made if missing. */
 } engram_redis_options;
 
-#define ENGRAM_REDIS_OPTIONS_INIT {sizeof(engram_redis_options), 0u, NULL, NULL, NULL, 0u, 0u, 0, 0u, 0u}
+#define ENGRAM_REDIS_OPTIONS_INIT {sizeof(engram_redis_options), 0u, NULL, NULL, NULL, 0u, 0u, 0, 0u, 0u, NULL}
 
 /*! engram_store_open_redis() :
  * Opens namespace `ns` of the Redis Cluster reached at `nodes`
@@ -1740,9 +1745,11 @@ typedef struct engram_redis_stats {
     uint64_t conn_errors;   /* connections refused, timed out or broken */
     uint64_t map_refreshes; /* slot map loads (CLUSTER SLOTS) */
     uint64_t timeouts;      /* operations that failed at their deadline */
+    uint64_t local_tables;  /* tables opened from their local copy (local_root): the nearest
+                             * tier; the others are read from the cluster */
 } engram_redis_stats;
 
-#define ENGRAM_REDIS_STATS_INIT {sizeof(engram_redis_stats), 0u, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+#define ENGRAM_REDIS_STATS_INIT {sizeof(engram_redis_stats), 0u, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 
 /*! engram_get_redis_stats() :
  * Fills *stats (stats->size must be set) with the cluster client's

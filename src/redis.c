@@ -72,6 +72,8 @@ typedef struct rstore {
     pthread_mutex_t lock;
     int have_ns_bytes; /* ns_bytes known (lock) */
     uint64_t ns_bytes; /* bytes of the namespace's tables, for the cache's share rule */
+    engram_store *near;    /* the local copies' namespace (local_root), or NULL */
+    uint64_t local_tables; /* tables opened from their copy there (lock) */
 } rstore;
 
 /* A table open for lookups: the table_ud of its requests. */
@@ -326,6 +328,21 @@ static int redis_open(void *state, const engram__store_ctx *ctx, const char *nam
     t->rs = rs;
     if ((err = manifest_get(rs, s, name, deadline, &t->m, NULL)) != 0)
         goto fail;
+    *data_size = t->m.num_rows * t->m.row_bytes;
+    *spec = (engram_table_spec){t->m.num_rows, t->m.row_bytes, 0};
+    /* The nearest tier: a local copy with the cluster's rows is served
+     * mapped, as the store's own table (its kind stays the cluster's:
+     * verify, info and remove go to the cluster). */
+    if (rs->near && engram__store_local_copy(rs->near, name, spec, t->m.checksum, ctx->flags,
+                                             src) == 0) {
+        src->kind = ENGRAM_TABLE_REDIS;
+        pthread_mutex_lock(&rs->lock);
+        rs->local_tables++;
+        pthread_mutex_unlock(&rs->lock);
+        engram__rcl_sess_put(s);
+        rtable_free(t);
+        return 0;
+    }
     t->kpre_len = chunk_prefix(rs, name, t->m.epoch, t->m.tagged, t->kpre);
     nslots = t->m.tagged ? 1 : t->m.nchunks;
     if (!(t->slots = malloc(nslots * sizeof *t->slots))) {
@@ -335,7 +352,6 @@ static int redis_open(void *state, const engram__store_ctx *ctx, const char *nam
     }
     for (uint64_t i = 0; i < nslots; i++)
         t->slots[i] = chunk_slot(t->kpre, t->kpre_len, i);
-    *data_size = t->m.num_rows * t->m.row_bytes;
     {
         engram__cache_want want = {0, *data_size, namespace_bytes(rs, s, deadline), 1};
         if ((err = engram__rcache_create(ctx->budget, &want, t->m.row_bytes, t->m.num_rows,
@@ -343,7 +359,6 @@ static int redis_open(void *state, const engram__store_ctx *ctx, const char *nam
             goto fail;
     }
     engram__rcl_sess_put(s);
-    *spec = (engram_table_spec){t->m.num_rows, t->m.row_bytes, 0};
     memset(src, 0, sizeof *src);
     src->kind = ENGRAM_TABLE_REDIS;
     src->ops.size = sizeof src->ops;
@@ -1516,6 +1531,7 @@ static void rstore_free(rstore *rs)
     if (!rs)
         return;
     engram__rcl_destroy(rs->cl);
+    engram_store_close(rs->near);
     pthread_mutex_destroy(&rs->lock);
     free(rs->where);
     free(rs);
@@ -1586,6 +1602,19 @@ int engram_store_open_redis(const char *nodes, const char *ns, const engram_stor
         rstore_free(rs);
         return err;
     }
+    if (ro.local_root) {
+        /* The local copies' namespace, with the store's options (made if
+         * missing: where engram_pull() puts them). */
+        engram_store_options lo = ENGRAM_STORE_OPTIONS_INIT;
+        if (opts)
+            lo = *opts;
+        lo.flags |= ENGRAM_OPEN_CREATE;
+        if ((err = engram_store_open(ro.local_root, ns, &lo, &rs->near)) != 0) {
+            err = engram__err(err, "local_root: %s", engram_errmsg());
+            rstore_free(rs);
+            return err;
+        }
+    }
     if ((err = engram__store_open_remote(opts, rs->where, &redis_vt, rs, out)) != 0)
         rstore_free(rs);
     return err;
@@ -1602,5 +1631,8 @@ int engram_get_redis_stats(engram_store *st, engram_redis_stats *s)
     memset(s, 0, sizeof *s);
     s->size = size;
     engram__rcl_stats(rs->cl, s);
+    pthread_mutex_lock(&rs->lock);
+    s->local_tables = rs->local_tables;
+    pthread_mutex_unlock(&rs->lock);
     return 0;
 }

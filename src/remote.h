@@ -73,6 +73,15 @@ int engram__store_open_remote(const engram_store_options *opts, const char *path
 /* The remote state of a store opened on `vt`, or NULL. */
 void *engram__store_remote(engram_store *st, const engram__remote_vt *vt);
 
+/* The nearest tier: a memory source of table `name` of `local` (a store
+ * of a directory namespace) if it is there with exactly `want` (rows
+ * packed, no pitch) and data checksum `sum`, mapped with `flags` and
+ * local's placement; 0, -ENOENT (no such table, or not readable as one),
+ * or -ESTALE (another spec or other rows: not a copy of this table). */
+int engram__store_local_copy(engram_store *local, const char *name,
+                             const engram_table_spec *want, uint64_t sum, uint32_t flags,
+                             engram__source *src);
+
 /* engram_verify() of remote table `name` of st (pull.c). */
 int engram__remote_verify(engram_store *st, const char *name, engram_progress_fn progress,
                           void *ud);

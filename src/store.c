@@ -695,6 +695,32 @@ static int file_source(engram_store *st, int fd, const engram__header *h, const 
                                 seg.file_size, 1, h, src);
 }
 
+int engram__store_local_copy(engram_store *local, const char *name,
+                             const engram_table_spec *want, uint64_t sum, uint32_t flags,
+                             engram__source *src)
+{
+    engram__header h;
+    struct stat sb;
+    int fd, err;
+    if ((fd = engram__open_table_file(local->dirfd, local->path, local->uid, name, &sb, &h)) < 0)
+        return -ENOENT;
+    if (h.num_rows != want->num_rows || h.row_bytes != want->row_bytes ||
+        h.row_pitch != want->row_bytes || h.data_checksum != sum) {
+        close(fd);
+        return -ESTALE;
+    }
+    /* A mapped hole could cost a SIGBUS at lookup (see fsutil.h). */
+    if ((err = engram__check_holes(fd, &h, name)) == 0)
+        err = engram__mapfile_make(fd, &h, flags, &local->numa, name, src);
+    close(fd);
+    if (err)
+        return -ENOENT;
+    /* A store reading tables of the namespace holds its lease (gc leaves
+     * the namespace alone while it lives). */
+    engram__lease_take(local);
+    return 0;
+}
+
 static void release_removed(engram_store *st, uint64_t wait_ns);
 
 /* engram_table_open() of a table of the store's remote namespace, with

@@ -567,6 +567,66 @@ static void test_pull(void)
     engram_store_close(rs);
 }
 
+/* The nearest tier: a store opened on the cluster with local_root serves
+ * a table from its local copy (mapped) when the copy has the cluster's
+ * rows, from the cluster otherwise; verify and remove stay the
+ * cluster's. */
+static void test_local_root(void)
+{
+    engram_redis_options ro = ENGRAM_REDIS_OPTIONS_INIT;
+    engram_redis_stats rst = ENGRAM_REDIS_STATS_INIT;
+    engram_table_info info = ENGRAM_TABLE_INFO_INIT;
+    engram_store *rs, *loc, *near;
+    engram_table_id a, b, c;
+    char root[512];
+    int rc;
+
+    ro.chunk_bytes = 8 * R;
+    rs = open_redis(&C, "nr", 0, &ro);
+    tu_populate(rs, "a", 21, 300, R, 0);
+    tu_populate(rs, "b", 22, 300, R, 0);
+    tu_populate(rs, "c", 23, 300, R, 0);
+    loc = tu_open("nr", 0, 1);
+    ASSERT_OK(engram_pull(loc, rs, "a", NULL, NULL, NULL));
+    tu_populate(loc, "c", 24, 300, R, 0); /* a table of the name with other rows */
+
+    snprintf(root, sizeof root, "%s", tu_scratch_root());
+    ro.local_root = root;
+    near = open_redis(&C, "nr", 0, &ro);
+    ASSERT_OK(engram_table_open(near, "a", &a));
+    ASSERT_OK(engram_table_open(near, "b", &b));
+    ASSERT_OK(engram_table_open(near, "c", &c));
+    tu_check_table(near, a, 21, 300, R);
+    tu_check_table(near, b, 22, 300, R);
+    tu_check_table(near, c, 23, 300, R); /* the cluster's rows, not the other copy's */
+    ASSERT_OK(engram_get_table_info(near, "a", &info));
+    ASSERT_EQ(info.kind, ENGRAM_TABLE_REDIS);
+    ASSERT_EQ(info.mapped, 1);
+    ASSERT_OK(engram_get_table_info(near, "b", &info));
+    ASSERT_EQ(info.mapped, 0);
+    ASSERT_OK(engram_get_table_info(near, "c", &info));
+    ASSERT_EQ(info.mapped, 0);
+    ASSERT_OK(engram_get_redis_stats(near, &rst));
+    ASSERT_EQ(rst.local_tables, 1);
+    /* verify reads the cluster's table, and removal is the cluster's: the
+     * local copy stays, and the name is gone from the cluster. */
+    ASSERT_OK(engram_verify(near, "a", NULL, NULL));
+    ASSERT_OK(engram_remove(near, "a"));
+    ASSERT_ERR(engram_get_table_info(rs, "a", &info), -ENOENT);
+    tu_check_named(loc, "a", 21, 300, R);
+    engram_store_close(near);
+
+    /* A root that cannot hold the namespace: the open fails, naming it. */
+    ro.local_root = "/proc/engram-no-such-root";
+    ASSERT_FAILS(engram_store_open_redis(C.nodes, "nr", NULL, &ro, &near), rc);
+    ASSERT_CONTAINS(engram_errmsg(), "local_root");
+
+    ASSERT_OK(engram_remove(rs, "b"));
+    ASSERT_OK(engram_remove(rs, "c"));
+    engram_store_close(loc);
+    engram_store_close(rs);
+}
+
 typedef struct race_arg {
     engram_store *st;
     unsigned char *rows;
@@ -2080,6 +2140,7 @@ int main(void)
     RUN_TEST(test_corrupt_chunk);
     RUN_TEST(test_create_only);
     RUN_TEST(test_pull);
+    RUN_TEST(test_local_root);
     RUN_TEST(test_shared);
     RUN_TEST(test_writer_states);
     RUN_TEST(test_remove);

@@ -308,7 +308,10 @@ class TableStore(_engram.Store, EngramStore):
     ``redis_user`` and ``redis_password`` (AUTH; None: none),
     ``redis_tagged`` (a table's chunks in one slot instead of spread),
     ``redis_chunk_bytes`` (0: 1 MiB), ``redis_timeout_ms`` (an operation's
-    deadline with its retries; 0: 5000).  See docs/redis.md.
+    deadline with its retries; 0: 5000), ``redis_local_dir`` (the nearest
+    tier: a root whose namespace of the same name holds local copies,
+    ``pull()``; a table is served from its copy when it has the cluster's
+    rows).  See docs/redis.md.
     """
 
     def __init__(self, tables: Mapping[str, TableSpecArg] | None = None,

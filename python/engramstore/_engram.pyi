@@ -124,6 +124,7 @@ class Store:
         numa_interleave: bool | str | None = None,
         numa_local: bool = False,
         cache_keep_all: bool = False,
+        redis_local_dir: str | os.PathLike[str] | None = None,
     ) -> None: ...
     @property
     def closed(self) -> bool: ...

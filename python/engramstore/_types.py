@@ -56,6 +56,7 @@ class StoreOptions(TypedDict, total=False):
     redis_tagged: bool
     redis_chunk_bytes: int
     redis_timeout_ms: int
+    redis_local_dir: str | os.PathLike[str] | None
     numa_node: int | None
     numa_gpu: str | None
     numa_interleave: bool | str | None

@@ -215,10 +215,11 @@ static int Store_init(StoreObject *s, PyObject *args, PyObject *kw)
                              "file_cache", "cache_bytes", "queue_depth", "redis", "redis_user",
                              "redis_password", "redis_tagged", "redis_chunk_bytes",
                              "redis_timeout_ms", "numa_node", "numa_gpu", "numa_interleave",
-                             "numa_local", "cache_keep_all", NULL};
+                             "numa_local", "cache_keep_all", "redis_local_dir", NULL};
     PyObject *ns = Py_None, *dir = NULL, *dirb = NULL, *cb = NULL, *qd = NULL;
     PyObject *redis = Py_None, *ruser = Py_None, *rpass = Py_None, *rchunk = NULL, *rto = NULL;
-    PyObject *nnode = Py_None, *ngpu = Py_None, *nil = Py_None;
+    PyObject *nnode = Py_None, *ngpu = Py_None, *nil = Py_None, *rlocal = Py_None,
+             *rlocalb = NULL;
     int create = 1, prefault = 0, rnd = 0, huge = 0, mlck = 0, verify = 0, timing = 0,
         group = 0, threads = 0, fcache = 0, rtagged = 0, nlocal = 0, keepall = 0, rc;
     unsigned long long cache_bytes = 0, queue_depth = 0, chunk_bytes = 0, timeout_ms = 0;
@@ -226,11 +227,11 @@ static int Store_init(StoreObject *s, PyObject *args, PyObject *kw)
     engram_store *st = NULL;
     const char *cns = NULL, *cdir = NULL;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OO$ppppppppipOOOOOpOOOOOpp:EngramStore", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OO$ppppppppipOOOOOpOOOOOppO:EngramStore", kwlist,
                                      &ns, &dir, &create, &prefault, &rnd, &huge, &mlck, &verify,
                                      &timing, &group, &threads, &fcache, &cb, &qd, &redis, &ruser,
                                      &rpass, &rtagged, &rchunk, &rto, &nnode, &ngpu, &nil,
-                                     &nlocal, &keepall))
+                                     &nlocal, &keepall, &rlocal))
         return -1;
     if (numa_args(nnode, ngpu, nil, &o) < 0)
         return -1;
@@ -283,17 +284,25 @@ static int Store_init(StoreObject *s, PyObject *args, PyObject *kw)
         ro.flags = rtagged ? ENGRAM_REDIS_TAGGED : 0;
         ro.chunk_bytes = chunk_bytes;
         ro.timeout_ms = (uint32_t)timeout_ms;
+        if (rlocal != Py_None) {
+            if (ext_path_arg(rlocal, "redis_local_dir", &rlocalb) < 0)
+                return -1;
+            ro.local_root = PyBytes_AS_STRING(rlocalb);
+        }
         Py_BEGIN_ALLOW_THREADS
         rc = engram_store_open_redis(cnodes, cns, &o, &ro, &st);
         Py_END_ALLOW_THREADS
+        Py_XDECREF(rlocalb);
         if (rc < 0) {
             ext_raise(rc, "open");
             return -1;
         }
         Py_SETREF(s->path, PyUnicode_FromFormat("redis://%s/%s", cnodes, cns));
-    } else if (rtagged || rchunk || rto || ruser != Py_None || rpass != Py_None) {
+    } else if (rtagged || rchunk || rto || ruser != Py_None || rpass != Py_None ||
+               rlocal != Py_None) {
         PyErr_SetString(PyExc_TypeError, "redis_user, redis_password, redis_tagged, "
-                                         "redis_chunk_bytes, redis_timeout_ms: only with redis=");
+                                         "redis_chunk_bytes, redis_timeout_ms, redis_local_dir: "
+                                         "only with redis=");
         return -1;
     } else if (dir == Py_None) {
         if (ns != Py_None) {
@@ -439,7 +448,7 @@ PyDoc_STRVAR(Store_doc,
 "file_cache=False, cache_bytes=0, queue_depth=0, redis=None, redis_user=None, "
 "redis_password=None, redis_tagged=False, redis_chunk_bytes=0, redis_timeout_ms=0, "
 "numa_node=None, numa_gpu=None, numa_interleave=None, numa_local=False, "
-"cache_keep_all=False)\n--\n\n"
+"cache_keep_all=False, redis_local_dir=None)\n--\n\n"
 "One namespace of tables: the directory local_dir/namespace (local_dir None with\n"
 "a namespace: the default root), or, with local_dir=None and namespace=None, a\n"
 "memory-only store that serves bound arrays, or, with redis='host:port,...',\n"

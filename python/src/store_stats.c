@@ -29,7 +29,8 @@ const char ext_store_stats_doc[] = PyDoc_STR(
 "copy_huge, plans, lookups, host_gathers.  Under 'redis', None unless the\n"
 "store is a namespace of a Redis Cluster, then its client's counters: nodes,\n"
 "batches, gets, commands, moved, ask, retries, connects, conn_errors,\n"
-"map_refreshes, timeouts.");
+"map_refreshes, timeouts, local_tables (tables opened from their local copy:\n"
+"redis_local_dir).");
 
 const char ext_store_usage_doc[] = PyDoc_STR(
 "usage($self, name, /)\n--\n\n"
@@ -227,7 +228,7 @@ PyObject *ext_store_stats(StoreObject *s, PyObject *unused)
         ext_store_leave(s);
         /* Not a Redis store (or no Redis support): None. */
         redis = rc < 0 ? Py_NewRef(Py_None)
-                       : Py_BuildValue("{s:I,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "nodes",
+                       : Py_BuildValue("{s:I,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "nodes",
                                        rs.nodes, "batches", (unsigned long long)rs.batches,
                                        "gets", (unsigned long long)rs.gets, "commands",
                                        (unsigned long long)rs.commands, "moved",
@@ -237,7 +238,8 @@ PyObject *ext_store_stats(StoreObject *s, PyObject *unused)
                                        (unsigned long long)rs.connects, "conn_errors",
                                        (unsigned long long)rs.conn_errors, "map_refreshes",
                                        (unsigned long long)rs.map_refreshes, "timeouts",
-                                       (unsigned long long)rs.timeouts);
+                                       (unsigned long long)rs.timeouts, "local_tables",
+                                       (unsigned long long)rs.local_tables);
         if (!redis)
             goto fail;
     }

@@ -117,6 +117,26 @@ def test_pull(cluster, ns, local_dir):
             local.pull(closed, "t")
 
 
+def test_redis_local_dir(cluster, ns, local_dir):
+    """The nearest tier: with redis_local_dir, a table pulled there is
+    served from its copy; one without a copy from the cluster."""
+    a, b = make_rows(200, R, seed=31), make_rows(50, R, seed=32)
+    with open_store(cluster, ns) as remote, \
+            engramstore.EngramStore(namespace=ns, local_dir=local_dir) as local:
+        remote.populate("a", a)
+        remote.populate("b", b)
+        assert local.pull(remote, "a") is True
+    with open_store(cluster, ns, redis_local_dir=local_dir) as st:
+        ids = np.array([[0, 1], [199, 49], [-1, 0]], np.int64)
+        out = sentinel((3, 2, R))
+        st.lookup(["a", "b"], ids, out)
+        np.testing.assert_array_equal(out, expected({"a": a, "b": b}, ["a", "b"], ids))
+        assert st.stats()["redis"]["local_tables"] == 1
+        assert st.get_table_spec("a")["kind"] == "redis"
+    with pytest.raises(TypeError, match="redis_local_dir: .*only with redis="):
+        engramstore.EngramStore(namespace=ns, local_dir=local_dir, redis_local_dir=local_dir)
+
+
 def test_bad_ids_leave_the_output(cluster, ns):
     with open_store(cluster, ns) as st:
         st.populate("t", make_rows(10, R, seed=4))

@@ -183,7 +183,7 @@ def test_every_public_method_has_a_signature(local_dir):
         "file_cache=False, cache_bytes=0, queue_depth=0, redis=None, redis_user=None, "
         "redis_password=None, redis_tagged=False, redis_chunk_bytes=0, redis_timeout_ms=0, "
         "numa_node=None, numa_gpu=None, numa_interleave=None, numa_local=False, "
-        "cache_keep_all=False)")
+        "cache_keep_all=False, redis_local_dir=None)")
     assert str(inspect.signature(engramstore.strerror)) == "(errno, /)"
     assert str(inspect.signature(engramstore.default_root)) == "()"
     assert str(inspect.signature(engramstore._engram.check_capacity)) == "(dir, specs, /)"
