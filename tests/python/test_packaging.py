@@ -3,6 +3,7 @@ file in the wheel), and the release notes of its version."""
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import pathlib
 import re
 
@@ -41,6 +42,38 @@ def test_license_metadata():
     licenses = [f for f in dist.files or [] if f.name == "LICENSE"]
     assert len(licenses) == 1, f"LICENSE files in the distribution: {licenses}"
     assert licenses[0].read_text() == (ROOT / "LICENSE").read_text()
+
+
+def test_engram_command():
+    """The package carries the CLI: pip writes the console script `engram`
+    into the environment's scripts directory, and it runs the binary the
+    wheel holds (engramstore/_bin/engram) with the arguments as given, its
+    output and exit status passed through."""
+    import subprocess
+    import sys
+    import sysconfig
+    dist = _installed_dist()
+    scripts = [(e.name, e.value) for e in dist.entry_points if e.group == "console_scripts"]
+    assert scripts == [("engram", "engramstore._cli:main")]
+    binary = pathlib.Path(engramstore.__file__).parent / "_bin" / "engram"
+    assert binary.is_file() and os.access(binary, os.X_OK), binary
+    # The installer's scripts directory: where the interpreter running the
+    # tests has its bin/ (pip installs into that environment).
+    command = pathlib.Path(sysconfig.get_path("scripts")) / "engram"
+    assert command.is_file(), f"no console script {command}"
+    proc = subprocess.run([str(command), "--version"], capture_output=True, text=True,
+                          timeout=60)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (
+        0, f"engram {engramstore.library_version}\n", "")
+    proc = subprocess.run([str(command), "no-such-command", "x"], capture_output=True,
+                          text=True, timeout=60)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == "engram: unknown command 'no-such-command'\nTry 'engram --help'.\n"
+    # The same through the module the script imports, from any interpreter
+    # of that environment.
+    proc = subprocess.run([sys.executable, "-c", "import engramstore._cli as c; c.main()",
+                           "--version"], capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout) == (0, f"engram {engramstore.library_version}\n")
 
 
 def test_license_file():
