@@ -44,6 +44,36 @@ def test_license_metadata():
     assert licenses[0].read_text() == (ROOT / "LICENSE").read_text()
 
 
+def test_index_metadata():
+    """What an index shows of the package: the summary, the README as its
+    description, the keywords, the classifiers (the Python versions from
+    Requires-Python's minimum on, Linux, C), and no project URL, since
+    the project has no public address."""
+    dist = _installed_dist()
+    meta = dist.metadata
+    assert meta["Summary"] and "\n" not in meta["Summary"]
+    assert meta["Requires-Python"] == ">=3.10"
+    assert meta["Description-Content-Type"] == "text/markdown"
+    assert meta.get_payload().strip() == (ROOT / "README.md").read_text().strip()
+    keywords = (meta["Keywords"] or "").split(",")
+    assert "engram" in keywords and "embedding" in keywords, keywords
+    classifiers = meta.get_all("Classifier", [])
+    for c in ("Operating System :: POSIX :: Linux", "Programming Language :: C",
+              "Programming Language :: Python :: 3 :: Only", "Typing :: Typed"):
+        assert c in classifiers, (c, classifiers)
+    versions = [tuple(map(int, c.rsplit(" ", 1)[1].split(".")))
+                for c in classifiers if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)]
+    assert versions == [(3, minor) for minor in range(10, 10 + len(versions))], versions
+    assert any(c.startswith("Topic :: ") for c in classifiers), classifiers
+    assert meta.get_all("Project-URL") is None and meta["Home-page"] is None
+    try:
+        from trove_classifiers import classifiers as known
+    except ImportError:
+        known = None
+    if known is not None:
+        assert [c for c in classifiers if c not in known] == []
+
+
 def test_engram_command():
     """The package carries the CLI: pip writes the console script `engram`
     into the environment's scripts directory, and it runs the binary the
