@@ -24,14 +24,18 @@ def _header_version() -> str:
 def _installed_dist():
     """The distribution engramstore was imported from; skips where the
     package comes from a build directory (scripts/test.sh's runs against
-    the sanitizer build), which has no metadata of its own."""
+    the sanitizer build), which has no metadata of its own.  With
+    ENGRAM_REQUIRE_INSTALLED=1 (scripts/test.sh's runs against `pip
+    install .` and the wheel) that is a failure: those runs must test the
+    installed package, not a copy found on the path."""
+    skip = pytest.fail if os.environ.get("ENGRAM_REQUIRE_INSTALLED") == "1" else pytest.skip
     try:
         dist = importlib.metadata.distribution("engramstore")
     except importlib.metadata.PackageNotFoundError:
-        pytest.skip("engramstore is not installed: imported from a build directory")
+        skip("engramstore is not installed: imported from a build directory")
     imported = pathlib.Path(engramstore.__file__).resolve()
     if pathlib.Path(dist.locate_file("engramstore/__init__.py")).resolve() != imported:
-        pytest.skip(f"the installed engramstore is not the one imported ({imported})")
+        skip(f"the installed engramstore is not the one imported ({imported})")
     return dist
 
 
