@@ -7,7 +7,9 @@
 # emulated CUDA runtime), then against the package installed with
 # `pip install .` into the virtual environment build/venv (with Mooncake's
 # wheel, for the Store-backed tests on a Mooncake Store started on
-# 127.0.0.1); pytest's summary line ends the run.
+# 127.0.0.1), then against the manylinux wheel of scripts/wheel.sh
+# installed into a fresh one (build/wheel-test-venv); pytest's summary
+# line ends the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -84,8 +86,43 @@ fi
 
 # Then the package as users get it: pip install . (with CUDA where nvcc is).
 build/venv/bin/python -m pip install -q --disable-pip-version-check . -C cmake.define.ENGRAM_WERROR=ON
-# Run from outside the source tree, so `import engramstore` is the installed package.
-(cd tests/python && ../../build/venv/bin/python -m pytest -q -p no:cacheprovider .)
+# Run from tests/python, where no engramstore is on the path, so `import
+# engramstore` is the installed package (ENGRAM_REQUIRE_INSTALLED: or
+# test_packaging.py fails).
+(cd tests/python && ENGRAM_REQUIRE_INSTALLED=1 ../../build/venv/bin/python -m pytest -q \
+   -p no:cacheprovider .)
+
+# And the wheel a bare Python installs: scripts/wheel.sh builds the sdist,
+# the wheel from it (no CUDA) and has auditwheel graft the libraries into
+# it; it goes into a virtual environment made afresh, with nothing of this
+# tree, the tests' own packages and Mooncake's wheel where build/venv has
+# it.  pytest runs from a scratch directory outside the tree (the tests
+# themselves stay in tests/python, which read files of the tree), and the
+# checkpoint tests drive the `engram` console script of that environment.
+echo "== python wheel"
+wheel_t0=$SECONDS
+scripts/wheel.sh -C cmake.define.ENGRAM_WERROR=ON >build/wheel.log 2>&1 \
+  || { cat build/wheel.log; echo "test.sh: scripts/wheel.sh failed" >&2; exit 1; }
+# auditwheel's verdict: the repaired wheel conforms to a manylinux policy.
+shown=$(build/wheel-venv/bin/auditwheel show dist/engramstore-*.whl | tr '\n' ' ')
+if ! grep -Eq 'platform tag: *"manylinux_[0-9]+_[0-9]+_[a-z0-9_]+"' <<<"$shown"; then
+  echo "test.sh: auditwheel show reports no manylinux tag: $shown" >&2
+  exit 1
+fi
+ls dist/engramstore-*
+wvenv=build/wheel-test-venv
+rm -rf "$wvenv" && python3 -m venv "$wvenv"
+wpkgs=(numpy pytest mypy tokenizers)
+[ "${ENGRAM_REQUIRE_MOONCAKE:-}" = 1 ] && wpkgs+=(mooncake-transfer-engine-non-cuda)
+"$wvenv/bin/python" -m pip install -q --disable-pip-version-check dist/engramstore-*.whl "${wpkgs[@]}"
+"$wvenv/bin/engram" --version
+top=$PWD
+wtmp=$(mktemp -d)
+(cd "$wtmp" && ENGRAM_REQUIRE_INSTALLED=1 ENGRAM_BIN="$top/$wvenv/bin/engram" \
+   "$top/$wvenv/bin/python" -m pytest -q -p no:cacheprovider --rootdir="$wtmp" \
+   "$top/tests/python")
+rm -rf "$wtmp"
+echo "test.sh: the wheel's build and tests took $((SECONDS - wheel_t0)) s"
 # The tests stop the Mooncake servers they started (each one's PID is in
 # $ENGRAM_MOONCAKE_PIDFILE): fail if one of them is still running.
 left=""

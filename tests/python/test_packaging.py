@@ -3,6 +3,7 @@ file in the wheel), and the release notes of its version."""
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import pathlib
 import re
 
@@ -23,14 +24,18 @@ def _header_version() -> str:
 def _installed_dist():
     """The distribution engramstore was imported from; skips where the
     package comes from a build directory (scripts/test.sh's runs against
-    the sanitizer build), which has no metadata of its own."""
+    the sanitizer build), which has no metadata of its own.  With
+    ENGRAM_REQUIRE_INSTALLED=1 (scripts/test.sh's runs against `pip
+    install .` and the wheel) that is a failure: those runs must test the
+    installed package, not a copy found on the path."""
+    skip = pytest.fail if os.environ.get("ENGRAM_REQUIRE_INSTALLED") == "1" else pytest.skip
     try:
         dist = importlib.metadata.distribution("engramstore")
     except importlib.metadata.PackageNotFoundError:
-        pytest.skip("engramstore is not installed: imported from a build directory")
+        skip("engramstore is not installed: imported from a build directory")
     imported = pathlib.Path(engramstore.__file__).resolve()
     if pathlib.Path(dist.locate_file("engramstore/__init__.py")).resolve() != imported:
-        pytest.skip(f"the installed engramstore is not the one imported ({imported})")
+        skip(f"the installed engramstore is not the one imported ({imported})")
     return dist
 
 
@@ -41,6 +46,68 @@ def test_license_metadata():
     licenses = [f for f in dist.files or [] if f.name == "LICENSE"]
     assert len(licenses) == 1, f"LICENSE files in the distribution: {licenses}"
     assert licenses[0].read_text() == (ROOT / "LICENSE").read_text()
+
+
+def test_index_metadata():
+    """What an index shows of the package: the summary, the README as its
+    description, the keywords, the classifiers (the Python versions from
+    Requires-Python's minimum on, Linux, C), and no project URL, since
+    the project has no public address."""
+    dist = _installed_dist()
+    meta = dist.metadata
+    assert meta["Summary"] and "\n" not in meta["Summary"]
+    assert meta["Requires-Python"] == ">=3.10"
+    assert meta["Description-Content-Type"] == "text/markdown"
+    assert meta.get_payload().strip() == (ROOT / "README.md").read_text().strip()
+    keywords = (meta["Keywords"] or "").split(",")
+    assert "engram" in keywords and "embedding" in keywords, keywords
+    classifiers = meta.get_all("Classifier", [])
+    for c in ("Operating System :: POSIX :: Linux", "Programming Language :: C",
+              "Programming Language :: Python :: 3 :: Only", "Typing :: Typed"):
+        assert c in classifiers, (c, classifiers)
+    versions = [tuple(map(int, c.rsplit(" ", 1)[1].split(".")))
+                for c in classifiers if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)]
+    assert versions == [(3, minor) for minor in range(10, 10 + len(versions))], versions
+    assert any(c.startswith("Topic :: ") for c in classifiers), classifiers
+    assert meta.get_all("Project-URL") is None and meta["Home-page"] is None
+    try:
+        from trove_classifiers import classifiers as known
+    except ImportError:
+        known = None
+    if known is not None:
+        assert [c for c in classifiers if c not in known] == []
+
+
+def test_engram_command():
+    """The package carries the CLI: pip writes the console script `engram`
+    into the environment's scripts directory, and it runs the binary the
+    wheel holds (engramstore/_bin/engram) with the arguments as given, its
+    output and exit status passed through."""
+    import subprocess
+    import sys
+    import sysconfig
+    dist = _installed_dist()
+    scripts = [(e.name, e.value) for e in dist.entry_points if e.group == "console_scripts"]
+    assert scripts == [("engram", "engramstore._cli:main")]
+    binary = pathlib.Path(engramstore.__file__).parent / "_bin" / "engram"
+    assert binary.is_file() and os.access(binary, os.X_OK), binary
+    # The installer's scripts directory: where the interpreter running the
+    # tests has its bin/ (pip installs into that environment).
+    command = pathlib.Path(sysconfig.get_path("scripts")) / "engram"
+    assert command.is_file(), f"no console script {command}"
+    proc = subprocess.run([str(command), "--version"], capture_output=True, text=True,
+                          timeout=60)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (
+        0, f"engram {engramstore.library_version}\n", "")
+    proc = subprocess.run([str(command), "no-such-command", "x"], capture_output=True,
+                          text=True, timeout=60)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == "engram: unknown command 'no-such-command'\nTry 'engram --help'.\n"
+    # The same through the module the script imports, from any interpreter
+    # of that environment.
+    proc = subprocess.run([sys.executable, "-c", "import engramstore._cli as c; c.main()",
+                           "--version"], capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout) == (0, f"engram {engramstore.library_version}\n")
 
 
 def test_license_file():
