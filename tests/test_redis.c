@@ -424,6 +424,14 @@ static int cancel_at_half(void *ud, uint64_t done, uint64_t total)
     return done * 2 >= total;
 }
 
+/* Cancels at the first call, counting the calls in *ud. */
+static int cancel_first(void *ud, uint64_t done, uint64_t total)
+{
+    (void)done;
+    (void)total;
+    return ++*(int *)ud;
+}
+
 /* Each local entry of namespace `ns` but the lease: the tables listed,
  * and no temporary file left. */
 static void assert_no_strays(const char *ns, engram_store *st)
@@ -544,6 +552,33 @@ static void test_pull(void)
     assert_no_strays("pull", loc);
     ASSERT_OK(engram_pull(loc, rs, "c", NULL, NULL, &written));
     ASSERT_EQ(written, 1);
+
+    /* A table of three batches (chunks just above 16 MiB go one to a
+     * batch, the last of one row): both buffers are used in turn, and a
+     * failure of the first batch's writing, which the reader learns while
+     * it waits for that buffer, keeps its own message. */
+    {
+        engram_redis_options bo = ENGRAM_REDIS_OPTIONS_INIT;
+        engram_store *brs;
+        const uint64_t crows = ((uint64_t)16 << 20) / R + 1;
+        int calls = 0;
+        bo.chunk_bytes = crows * R;
+        brs = open_redis(&C, "pl", 0, &bo);
+        tu_populate(brs, "big", 14, 2 * crows + 1, R, 0);
+        ASSERT_ERR(engram_pull(loc, brs, "big", cancel_first, &calls, NULL), -ECANCELED);
+        ASSERT_CONTAINS(engram_errmsg(), "pull of table 'big' cancelled");
+        ASSERT_EQ(calls, 1);
+        ASSERT_ERR(engram_get_table_info(loc, "big", &info), -ENOENT);
+        assert_no_strays("pull", loc);
+        calls = 0;
+        ASSERT_ERR(engram_verify(brs, "big", cancel_first, &calls), -ECANCELED);
+        ASSERT_CONTAINS(engram_errmsg(), "verify of table 'big' cancelled");
+        ASSERT_OK(engram_pull(loc, brs, "big", NULL, NULL, &written));
+        ASSERT_EQ(written, 1);
+        tu_check_named(loc, "big", 14, 2 * crows + 1, R);
+        ASSERT_OK(engram_remove(brs, "big"));
+        engram_store_close(brs);
+    }
 
     /* Bad arguments. */
     ASSERT_ERR(engram_pull(loc, rs, "nosuch", NULL, NULL, NULL), -ENOENT);
