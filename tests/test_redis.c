@@ -453,6 +453,7 @@ static void test_pull(void)
     pull_arg pa[2];
     pthread_t th[2];
     char key[200], epoch[17];
+    unsigned char *bound;
     int written = -1, owner;
 
     ro.chunk_bytes = 8 * R;
@@ -492,6 +493,15 @@ static void test_pull(void)
     ASSERT_CONTAINS(engram_errmsg(), "holds other rows");
     ASSERT_EQ(written, 0);
     tu_check_named(loc, "r", 9, 41, R);
+    /* Nor a table bound in the store to pull to, which no removal of a
+     * namespace's table could make room for: the error says so. */
+    bound = tu_make_rows(15, 5, R, 0, 0);
+    tu_populate(rs, "m", 15, 5, R, 0);
+    ASSERT_OK(engram_bind(loc, "m", &(engram_table_spec){5, R, 0}, bound));
+    ASSERT_ERR(engram_pull(loc, rs, "m", NULL, NULL, &written), ENGRAM_EMISMATCH);
+    ASSERT_CONTAINS(engram_errmsg(), "'m' is bound to caller memory in");
+    ASSERT(strstr(engram_errmsg(), "remove it") == NULL);
+    ASSERT_EQ(written, 0);
 
     /* A chunk with a wrong byte: refused, nothing published or left. */
     tu_populate(rs, "bad", 11, 100, R, 0);
@@ -594,12 +604,13 @@ static void test_pull(void)
     ASSERT_ERR(engram_pull(mem, rs, "p", NULL, NULL, NULL), -EINVAL);
     engram_store_close(mem);
 
-    for (const char *const *n = (const char *const[]){"p", "q", "r", "bad", "c", "w", NULL}; *n;
-         n++)
+    for (const char *const *n = (const char *const[]){"p", "q", "r", "m", "bad", "c", "w", NULL};
+         *n; n++)
         ASSERT_OK(engram_remove(rs, *n));
     engram_store_close(loc2);
     engram_store_close(loc);
     engram_store_close(rs);
+    free(bound);
 }
 
 typedef struct race_arg {
