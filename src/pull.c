@@ -173,6 +173,11 @@ int engram_pull(engram_store *to, engram_store *from, const char *name,
         return engram__err(-EINVAL, "pull '%s': it is bound or served in the store to pull "
                                     "from, not a table of its namespace",
                            name);
+    /* A table open in `from` is described as it was when it was opened;
+     * the local table is compared with the remote's as it is now (it may
+     * have been removed and pushed again since). */
+    if ((err = from->remote->info(from->remote_state, name, &ri)) != 0)
+        return err;
     for (;;) {
         reading r = {.name = name, .verb = "pull", .progress = progress, .ud = ud, .to = to,
                      .want = {ri.spec.num_rows, ri.spec.row_bytes, 0}, .want_sum = ri.checksum};

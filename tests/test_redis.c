@@ -503,6 +503,31 @@ static void test_pull(void)
     ASSERT(strstr(engram_errmsg(), "remove it") == NULL);
     ASSERT_EQ(written, 0);
 
+    /* A table open in the store pulled from, pushed again with other rows
+     * by another process: that store's info is of the rows it opened, and
+     * the pull compares with the cluster's now (the old copy here is
+     * other rows; without it, the new rows are copied). */
+    {
+        engram_store *other = open_redis(&C, "pl", 0, &ro);
+        engram_table_id tid;
+        tu_populate(rs, "n", 16, 30, R, 0);
+        ASSERT_OK(engram_table_open(rs, "n", &tid));
+        ASSERT_OK(engram_pull(loc, rs, "n", NULL, NULL, &written));
+        ASSERT_EQ(written, 1);
+        ASSERT_OK(engram_remove(other, "n"));
+        tu_populate(other, "n", 17, 30, R, 0);
+        written = -1;
+        ASSERT_ERR(engram_pull(loc, rs, "n", NULL, NULL, &written), ENGRAM_EMISMATCH);
+        ASSERT_CONTAINS(engram_errmsg(), "holds other rows");
+        ASSERT_EQ(written, 0);
+        ASSERT_OK(engram_remove(loc, "n"));
+        ASSERT_OK(engram_pull(loc, rs, "n", NULL, NULL, &written));
+        ASSERT_EQ(written, 1);
+        tu_check_named(loc, "n", 17, 30, R);
+        ASSERT_OK(engram_remove(other, "n"));
+        engram_store_close(other);
+    }
+
     /* A chunk with a wrong byte: refused, nothing published or left. */
     tu_populate(rs, "bad", 11, 100, R, 0);
     manifest_epoch(&C, "pl", "bad", epoch);
