@@ -128,9 +128,14 @@ static int pulled_as(engram_store *to, const char *name, const engram_table_spec
     int err;
     if ((err = engram_get_table_info(to, name, &li)) != 0)
         return err;
-    if (li.kind != ENGRAM_TABLE_FILE || li.spec.num_rows != want->num_rows ||
-        li.spec.row_bytes != want->row_bytes || li.spec.row_pitch != want->row_bytes ||
-        li.checksum != sum)
+    /* Not a file of the namespace: no removal there makes room. */
+    if (li.kind != ENGRAM_TABLE_FILE)
+        return engram__err(ENGRAM_EMISMATCH,
+                           "table '%s' is %s in %s, not a table of its namespace: it cannot be "
+                           "pulled into this store",
+                           name, engram__bound_kind(li.kind), to->path);
+    if (li.spec.num_rows != want->num_rows || li.spec.row_bytes != want->row_bytes ||
+        li.spec.row_pitch != want->row_bytes || li.checksum != sum)
         return engram__err(ENGRAM_EMISMATCH,
                            "table '%s' of %s holds other rows than %s's (%" PRIu64 " rows of %"
                            PRIu32 " bytes, checksum %016" PRIx64 "; the remote's: %" PRIu64
@@ -168,6 +173,11 @@ int engram_pull(engram_store *to, engram_store *from, const char *name,
         return engram__err(-EINVAL, "pull '%s': it is bound or served in the store to pull "
                                     "from, not a table of its namespace",
                            name);
+    /* A table open in `from` is described as it was when it was opened;
+     * the local table is compared with the remote's as it is now (it may
+     * have been removed and pushed again since). */
+    if ((err = from->remote->info(from->remote_state, name, &ri)) != 0)
+        return err;
     for (;;) {
         reading r = {.name = name, .verb = "pull", .progress = progress, .ud = ud, .to = to,
                      .want = {ri.spec.num_rows, ri.spec.row_bytes, 0}, .want_sum = ri.checksum};

@@ -733,7 +733,9 @@ static int redis_read_all(void *state, const char *name, const engram__remote_si
         pthread_mutex_lock(&x.mu);
         while (x.full[b] && !x.err)
             pthread_cond_wait(&x.cv, &x.mu);
-        err = x.err;
+        /* The consumer's message is in its own thread's errmsg: copied
+         * here, as after the join below. */
+        err = x.err ? engram__err(x.err, "%s", x.msg) : 0;
         pthread_mutex_unlock(&x.mu);
         if (err)
             break;

@@ -1243,8 +1243,8 @@ static void release_removed(engram_store *st, uint64_t wait_ns)
     }
 }
 
-/* Why a table that is not a table file cannot be removed. */
-static const char *not_removable(uint32_t kind)
+/* store.h */
+const char *engram__bound_kind(uint32_t kind)
 {
     switch (kind) {
     case ENGRAM_TABLE_SAFETENSORS:
@@ -1283,7 +1283,7 @@ static int remote_remove(engram_store *st, const char *name)
     if (t && t->src.kind != st->remote->kind)
         return engram__err(ENGRAM_EBOUND, "table '%s' is %s, not a table of %s; close the "
                                           "store to release it",
-                           name, not_removable(t->src.kind), st->path);
+                           name, engram__bound_kind(t->src.kind), st->path);
     err = st->remote->remove(st->remote_state, name, &unpublished);
     if (err == -ENOENT && t)
         err = 0; /* removed by someone else already: forget our copy too */
@@ -1334,7 +1334,7 @@ int engram_remove(engram_store *st, const char *name)
     if (t && t->src.kind != ENGRAM_TABLE_FILE) {
         err = engram__err(ENGRAM_EBOUND, "table '%s' is %s, not a table file; close the store "
                                          "to release it",
-                          name, not_removable(t->src.kind));
+                          name, engram__bound_kind(t->src.kind));
         goto out;
     }
     if (st->dirfd < 0) {
@@ -1385,7 +1385,7 @@ int engram_verify(engram_store *st, const char *name, engram_progress_fn progres
         return engram__remote_verify(st, name, progress, ud);
     if (t && t->src.kind != ENGRAM_TABLE_FILE)
         return engram__err(ENGRAM_EBOUND, "table '%s' is %s: no checksum to verify", name,
-                           not_removable(t->src.kind));
+                           engram__bound_kind(t->src.kind));
     if (st->dirfd < 0)
         return engram__err(-ENOENT, "table '%s' not found in this memory store", name);
     if ((fd = engram__open_table_file(st->dirfd, st->path, st->uid, name, &sb, &h)) < 0)

@@ -111,6 +111,11 @@ static inline uint32_t engram__table_count(engram_store *st)
     return atomic_load_explicit(&st->ntables, memory_order_acquire);
 }
 
+/* What a table of `kind` that is not a table file is, in words
+ * ("bound to caller memory"): why it cannot be removed, verified or
+ * written over. */
+const char *engram__bound_kind(uint32_t kind);
+
 /* Finds a live (not removed) table by name; call with st->lock held. */
 engram__table *engram__find_locked(engram_store *st, const char *name, engram_table_id *id);
 

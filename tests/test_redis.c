@@ -424,6 +424,14 @@ static int cancel_at_half(void *ud, uint64_t done, uint64_t total)
     return done * 2 >= total;
 }
 
+/* Cancels at the first call, counting the calls in *ud. */
+static int cancel_first(void *ud, uint64_t done, uint64_t total)
+{
+    (void)done;
+    (void)total;
+    return ++*(int *)ud;
+}
+
 /* Each local entry of namespace `ns` but the lease: the tables listed,
  * and no temporary file left. */
 static void assert_no_strays(const char *ns, engram_store *st)
@@ -445,6 +453,7 @@ static void test_pull(void)
     pull_arg pa[2];
     pthread_t th[2];
     char key[200], epoch[17];
+    unsigned char *bound;
     int written = -1, owner;
 
     ro.chunk_bytes = 8 * R;
@@ -484,6 +493,40 @@ static void test_pull(void)
     ASSERT_CONTAINS(engram_errmsg(), "holds other rows");
     ASSERT_EQ(written, 0);
     tu_check_named(loc, "r", 9, 41, R);
+    /* Nor a table bound in the store to pull to, which no removal of a
+     * namespace's table could make room for: the error says so. */
+    bound = tu_make_rows(15, 5, R, 0, 0);
+    tu_populate(rs, "m", 15, 5, R, 0);
+    ASSERT_OK(engram_bind(loc, "m", &(engram_table_spec){5, R, 0}, bound));
+    ASSERT_ERR(engram_pull(loc, rs, "m", NULL, NULL, &written), ENGRAM_EMISMATCH);
+    ASSERT_CONTAINS(engram_errmsg(), "'m' is bound to caller memory in");
+    ASSERT(strstr(engram_errmsg(), "remove it") == NULL);
+    ASSERT_EQ(written, 0);
+
+    /* A table open in the store pulled from, pushed again with other rows
+     * by another process: that store's info is of the rows it opened, and
+     * the pull compares with the cluster's now (the old copy here is
+     * other rows; without it, the new rows are copied). */
+    {
+        engram_store *other = open_redis(&C, "pl", 0, &ro);
+        engram_table_id tid;
+        tu_populate(rs, "n", 16, 30, R, 0);
+        ASSERT_OK(engram_table_open(rs, "n", &tid));
+        ASSERT_OK(engram_pull(loc, rs, "n", NULL, NULL, &written));
+        ASSERT_EQ(written, 1);
+        ASSERT_OK(engram_remove(other, "n"));
+        tu_populate(other, "n", 17, 30, R, 0);
+        written = -1;
+        ASSERT_ERR(engram_pull(loc, rs, "n", NULL, NULL, &written), ENGRAM_EMISMATCH);
+        ASSERT_CONTAINS(engram_errmsg(), "holds other rows");
+        ASSERT_EQ(written, 0);
+        ASSERT_OK(engram_remove(loc, "n"));
+        ASSERT_OK(engram_pull(loc, rs, "n", NULL, NULL, &written));
+        ASSERT_EQ(written, 1);
+        tu_check_named(loc, "n", 17, 30, R);
+        ASSERT_OK(engram_remove(other, "n"));
+        engram_store_close(other);
+    }
 
     /* A chunk with a wrong byte: refused, nothing published or left. */
     tu_populate(rs, "bad", 11, 100, R, 0);
@@ -545,6 +588,33 @@ static void test_pull(void)
     ASSERT_OK(engram_pull(loc, rs, "c", NULL, NULL, &written));
     ASSERT_EQ(written, 1);
 
+    /* A table of three batches (chunks just above 16 MiB go one to a
+     * batch, the last of one row): both buffers are used in turn, and a
+     * failure of the first batch's writing, which the reader learns while
+     * it waits for that buffer, keeps its own message. */
+    {
+        engram_redis_options bo = ENGRAM_REDIS_OPTIONS_INIT;
+        engram_store *brs;
+        const uint64_t crows = ((uint64_t)16 << 20) / R + 1;
+        int calls = 0;
+        bo.chunk_bytes = crows * R;
+        brs = open_redis(&C, "pl", 0, &bo);
+        tu_populate(brs, "big", 14, 2 * crows + 1, R, 0);
+        ASSERT_ERR(engram_pull(loc, brs, "big", cancel_first, &calls, NULL), -ECANCELED);
+        ASSERT_CONTAINS(engram_errmsg(), "pull of table 'big' cancelled");
+        ASSERT_EQ(calls, 1);
+        ASSERT_ERR(engram_get_table_info(loc, "big", &info), -ENOENT);
+        assert_no_strays("pull", loc);
+        calls = 0;
+        ASSERT_ERR(engram_verify(brs, "big", cancel_first, &calls), -ECANCELED);
+        ASSERT_CONTAINS(engram_errmsg(), "verify of table 'big' cancelled");
+        ASSERT_OK(engram_pull(loc, brs, "big", NULL, NULL, &written));
+        ASSERT_EQ(written, 1);
+        tu_check_named(loc, "big", 14, 2 * crows + 1, R);
+        ASSERT_OK(engram_remove(brs, "big"));
+        engram_store_close(brs);
+    }
+
     /* Bad arguments. */
     ASSERT_ERR(engram_pull(loc, rs, "nosuch", NULL, NULL, NULL), -ENOENT);
     ASSERT_ERR(engram_pull(NULL, rs, "p", NULL, NULL, NULL), -EINVAL);
@@ -559,12 +629,13 @@ static void test_pull(void)
     ASSERT_ERR(engram_pull(mem, rs, "p", NULL, NULL, NULL), -EINVAL);
     engram_store_close(mem);
 
-    for (const char *const *n = (const char *const[]){"p", "q", "r", "bad", "c", "w", NULL}; *n;
-         n++)
+    for (const char *const *n = (const char *const[]){"p", "q", "r", "m", "bad", "c", "w", NULL};
+         *n; n++)
         ASSERT_OK(engram_remove(rs, *n));
     engram_store_close(loc2);
     engram_store_close(loc);
     engram_store_close(rs);
+    free(bound);
 }
 
 /* The nearest tier: a store opened on the cluster with local_root serves
