@@ -810,8 +810,10 @@ ENGRAM_API int engram_remove(engram_store *st, const char *name);
 typedef int (*engram_progress_fn)(void *ud, uint64_t done, uint64_t total);
 
 /*! engram_verify() :
- * Re-reads table `name`'s file and checks its header and data checksum.
- * `progress` may be NULL.  Thread-safe.
+ * Re-reads table `name`'s file and checks its header and data checksum
+ * (a table of a Redis Cluster: its chunks against the manifest's
+ * checksums, read in pipelined batches).  `progress` may be NULL; it is
+ * called on the calling thread.  Thread-safe.
  * @return : 0, ENGRAM_ECHECKSUM, ENGRAM_ECORRUPT, -ENOENT, ... */
 ENGRAM_API int engram_verify(engram_store *st, const char *name, engram_progress_fn progress,
                              void *ud);
@@ -827,11 +829,13 @@ ENGRAM_API int engram_verify(engram_store *st, const char *name, engram_progress
  * capacity checked before the first byte, create-only and atomic, so a
  * reader never sees a half-pulled table and a killed pull leaves nothing
  * visible (run it again).  The ranks of a node may all pull the same
- * table without a leader: as with engram_populate_shared(), one pulls,
- * the others wait for it (at most ENGRAM_SHARED_WAIT_MS) and reuse its
- * table, and a table already there with the remote's spec and checksum
- * is reused without reading the remote's rows.  `progress` (may be NULL)
- * gets the bytes read and the table's bytes; nonzero cancels.
+ * table without a leader: one reads the remote's rows, the others wait
+ * for it (for as long as its temporary file is being written, giving up
+ * with -ETIMEDOUT after ENGRAM_SHARED_WAIT_MS without a write) and reuse
+ * its table, and a table already there with the remote's spec and
+ * checksum is reused without reading the remote's rows.  `progress` (may
+ * be NULL) gets the bytes read and the table's bytes, on the calling
+ * thread; nonzero cancels.
  * *written (may be NULL) is 1 when this call wrote the table, 0 when it
  * reused it.  Thread-safe.
  * @return : 0; ENGRAM_EMISMATCH (`to` holds another table of that name);

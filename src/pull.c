@@ -17,6 +17,9 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <xxhash.h>
@@ -60,8 +63,10 @@ static int reading_whole(const reading *r, const char *where, uint64_t got)
     return 0;
 }
 
-static int reading_step(reading *r, uint64_t n)
+/* The sinks' read(): progress, on the caller's thread. */
+static int reading_read(void *ud, uint64_t n)
 {
+    reading *r = ud;
     r->done += n * r->row_bytes;
     if (r->progress && r->progress(r->ud, r->done, r->total) != 0)
         return engram__err(-ECANCELED, "%s of table '%s' cancelled", r->verb, r->name);
@@ -77,14 +82,14 @@ static int verify_rows(void *ud, const void *rows, uint64_t n)
 {
     reading *r = ud;
     XXH3_64bits_update(r->xs, rows, n * r->row_bytes);
-    return reading_step(r, n);
+    return 0;
 }
 
 int engram__remote_verify(engram_store *st, const char *name, engram_progress_fn progress,
                           void *ud)
 {
     reading r = {.name = name, .verb = "verify", .progress = progress, .ud = ud};
-    engram__remote_sink k = {verify_begin, verify_rows, &r};
+    engram__remote_sink k = {verify_begin, verify_rows, reading_read, &r};
     int err;
     if (!(r.xs = XXH3_createState()))
         return engram__err(-ENOMEM, "out of memory");
@@ -106,17 +111,13 @@ static int pull_begin(void *ud, const engram_table_spec *spec, uint64_t sum)
         return engram__err(-EAGAIN, "pull '%s': the remote table changed while the pull began; "
                                     "pull it again",
                            r->name);
-    reading_begin(r, spec, sum);
-    return engram_writer_begin(r->to, r->name, spec, &r->w);
+    return reading_begin(r, spec, sum);
 }
 
 static int pull_rows(void *ud, const void *rows, uint64_t n)
 {
     reading *r = ud;
-    int err;
-    if ((err = engram_writer_append(r->w, rows, n, 0)) != 0)
-        return err;
-    return reading_step(r, n);
+    return engram_writer_append(r->w, rows, n, 0);
 }
 
 /* Whether `to` holds `name` as the remote describes it: 0 (reuse it),
@@ -146,11 +147,59 @@ static int pulled_as(engram_store *to, const char *name, const engram_table_spec
     return 0;
 }
 
+/* Up to 20 ms, drawn at random: ranks that gave way to each other do
+ * not start again at the same instant. */
+static void pause_a_little(void)
+{
+    uint32_t r = 0;
+    struct timespec ts;
+    if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r)
+        r = (uint32_t)engram__now_ns();
+    ts.tv_sec = 0;
+    ts.tv_nsec = (long)(r % 20000000u);
+    nanosleep(&ts, NULL);
+}
+
+/* How long a rank waits for another's pull (or write) of the table that
+ * shows no progress: its temporary file not written for this long.  A
+ * pull that moves, however long it takes, is waited for. */
+#define PULL_STALL_MS ENGRAM_SHARED_WAIT_MS
+
+/* Waits until the writer whose temporary file `ent` is open at fd ends
+ * (committed, aborted or dead), while it shows progress; closes fd.  0,
+ * or -ETIMEDOUT naming it. */
+static int wait_for_writer(engram_store *to, const char *name, int fd, const char *ent)
+{
+    struct timespec last = {0, 0};
+    uint64_t moved = engram__now_ns();
+    for (;;) {
+        struct stat sb;
+        uint64_t now;
+        if (engram__wait_writer(fd, engram__now_ns() + 1000000000u) == 0)
+            break;
+        now = engram__now_ns();
+        if (fstat(fd, &sb) == 0 && (sb.st_mtim.tv_sec != last.tv_sec ||
+                                    sb.st_mtim.tv_nsec != last.tv_nsec)) {
+            last = sb.st_mtim;
+            moved = now;
+        } else if (now - moved >= (uint64_t)PULL_STALL_MS * 1000000u) {
+            char who[160];
+            engram__temp_holder(fd, ent, who, sizeof who);
+            close(fd);
+            return engram__err(-ETIMEDOUT, "table '%s' is being written in %s %s (temporary "
+                                           "file %s), which has written nothing for %d ms; gave "
+                                           "up waiting for it",
+                               name, to->path, who, ent, PULL_STALL_MS);
+        }
+    }
+    close(fd);
+    return 0;
+}
+
 int engram_pull(engram_store *to, engram_store *from, const char *name,
                 engram_progress_fn progress, void *ud, int *written)
 {
     engram_table_info ri = ENGRAM_TABLE_INFO_INIT;
-    uint64_t deadline = 0; /* set when the first wait starts */
     int err;
 
     if (written)
@@ -181,26 +230,40 @@ int engram_pull(engram_store *to, engram_store *from, const char *name,
     for (;;) {
         reading r = {.name = name, .verb = "pull", .progress = progress, .ud = ud, .to = to,
                      .want = {ri.spec.num_rows, ri.spec.row_bytes, 0}, .want_sum = ri.checksum};
-        engram__remote_sink k = {pull_begin, pull_rows, &r};
+        engram__remote_sink k = {pull_begin, pull_rows, reading_read, &r};
         char ent[ENGRAM_NAME_MAX + 64];
         int fd;
         if ((err = pulled_as(to, name, &r.want, r.want_sum, from->path)) != -ENOENT)
             return err;
         if ((fd = engram__live_writer(to, name, ent, sizeof ent)) >= 0) {
             /* Another rank pulls (or writes) it: look again when it ends. */
-            if (!deadline)
-                deadline = engram__now_ns() + (uint64_t)ENGRAM_SHARED_WAIT_MS * 1000000u;
-            if (engram__wait_writer(fd, deadline) != 0) {
-                char who[160];
-                engram__temp_holder(fd, ent, who, sizeof who);
-                close(fd);
-                return engram__err(-ETIMEDOUT, "table '%s' is still being written in %s %s "
-                                               "(temporary file %s); gave up waiting for it "
-                                               "after %d ms",
-                                   name, to->path, who, ent, ENGRAM_SHARED_WAIT_MS);
-            }
-            close(fd);
+            if ((err = wait_for_writer(to, name, fd, ent)) != 0)
+                return err;
             continue;
+        }
+        /* Our writer first (capacity checked, space reserved): from now on
+         * the others see a writer of the name and wait for it.  One that
+         * then finds another writer of the name gives way before reading
+         * anything: whoever checked first saw no other, and ranks that
+         * began at the same instant both give way, then start again after
+         * a pause of their own (random), so one of them goes first. */
+        if ((err = engram_writer_begin(to, name, &r.want, &r.w)) == -EEXIST)
+            continue; /* published meanwhile: compare with it */
+        if (err)
+            return err;
+        if ((fd = engram__live_writer_other(to, name, engram__writer_temp(r.w), ent,
+                                            sizeof ent)) >= 0) {
+            engram_writer_abort(r.w);
+            if ((err = wait_for_writer(to, name, fd, ent)) != 0)
+                return err;
+            pause_a_little();
+            continue;
+        }
+        /* The writer that was there may have published just before our
+         * look: then there is nothing to read. */
+        if ((err = pulled_as(to, name, &r.want, r.want_sum, from->path)) != -ENOENT) {
+            engram_writer_abort(r.w);
+            return err;
         }
         err = from->remote->read_all(from->remote_state, name, &k);
         /* The whole, as the file holds it (the writer's own checksum of

@@ -603,8 +603,11 @@ static int redis_list(void *state, int (*add)(void *ud, const char *name), void 
 }
 
 /* Whole chunks read in one pipelined batch by redis_read_all(): about
- * 32 MiB, so every master has many in flight at once. */
+ * 32 MiB, so every master has many in flight at once, and at most 4096
+ * chunks (tables of tiny chunks: bounded requests).  A batch of larger
+ * chunks (one chunk of up to 512 MiB) gets a deadline as much longer. */
 #define STREAM_BATCH_BYTES ((uint64_t)32 << 20)
+#define STREAM_BATCH_CHUNKS 4096u
 
 /* redis_read_all()'s two buffers: while the reader fills one from the
  * cluster, a thread of its own checks the other's chunks and hands them
@@ -704,6 +707,8 @@ static int redis_read_all(void *state, const char *name, const engram__remote_si
     }
     chunk_bytes = m.chunk_rows * m.row_bytes;
     per = STREAM_BATCH_BYTES / chunk_bytes ? STREAM_BATCH_BYTES / chunk_bytes : 1;
+    if (per > STREAM_BATCH_CHUNKS)
+        per = STREAM_BATCH_CHUNKS;
     if (per > m.nchunks)
         per = m.nchunks ? m.nchunks : 1;
     x.rs = rs;
@@ -756,7 +761,15 @@ static int redis_read_all(void *state, const char *name, const engram__remote_si
                                      .whole = 1};
             rows += r;
         }
-        if ((err = engram__rcl_read(s, g, n, engram__rcl_deadline(rs->cl))) != 0) {
+        {
+            /* One operation's time per 32 MiB of the batch. */
+            uint64_t now = engram__now_ns(), dl = engram__rcl_deadline(rs->cl);
+            uint64_t scale = (rows * m.row_bytes + STREAM_BATCH_BYTES - 1) / STREAM_BATCH_BYTES;
+            if (scale > 1)
+                dl += (dl - now) * (scale - 1);
+            err = engram__rcl_read(s, g, n, dl);
+        }
+        if (err != 0) {
             /* A chunk missing or of the wrong length (-ENODATA) is data
              * lost; anything else (the network, rights) says nothing of
              * the data. */
@@ -774,6 +787,9 @@ static int redis_read_all(void *state, const char *name, const engram__remote_si
         x.full[b] = 1;
         pthread_cond_broadcast(&x.cv);
         pthread_mutex_unlock(&x.mu);
+        /* Progress (and a cancel) on the caller's thread. */
+        if (k->read && (err = k->read(k->ud, rows)) != 0)
+            break;
     }
     /* The consumer hands on what is full, then ends; a failure of the
      * reader's own stops it after the batch it holds. */

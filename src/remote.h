@@ -30,6 +30,9 @@
 typedef struct engram__remote_sink {
     int (*begin)(void *ud, const engram_table_spec *spec, uint64_t checksum);
     int (*rows)(void *ud, const void *rows, uint64_t n);
+    /* May be NULL: after each piece of n rows is read, on the thread that
+     * called read_all() (where a caller's progress callback runs). */
+    int (*read)(void *ud, uint64_t n);
     void *ud;
 } engram__remote_sink;
 

@@ -431,6 +431,11 @@ fail:
     return err;
 }
 
+const char *engram__writer_temp(const engram_writer *w)
+{
+    return w->tmp;
+}
+
 uint64_t engram__writer_sum(const engram_writer *w)
 {
     return XXH3_64bits_digest(w->xs);
@@ -633,6 +638,12 @@ int engram__temp_state(int dirfd, uid_t uid, const char *ent, char *who, size_t 
 
 int engram__live_writer(engram_store *st, const char *name, char *ent, size_t cap)
 {
+    return engram__live_writer_other(st, name, NULL, ent, cap);
+}
+
+int engram__live_writer_other(engram_store *st, const char *name, const char *mine, char *ent,
+                              size_t cap)
+{
     struct dirent *de;
     DIR *d;
     int fd, live = -1;
@@ -643,7 +654,7 @@ int engram__live_writer(engram_store *st, const char *name, char *ent, size_t ca
         return -1;
     }
     while (live < 0 && (de = readdir(d)) != NULL) {
-        if (!temp_of(de->d_name, name) ||
+        if (!temp_of(de->d_name, name) || (mine && strcmp(de->d_name, mine) == 0) ||
             engram__temp_state(st->dirfd, st->uid, de->d_name, NULL, 0, &live) !=
                 ENGRAM__TEMP_LIVE)
             continue;

@@ -43,6 +43,15 @@ void engram__temp_holder(int fd, const char *ent, char *who, size_t cap);
  * message). */
 int engram__wait_writer(int fd, uint64_t deadline);
 
+/* engram__live_writer() of a writer other than the one whose temporary
+ * file's entry is `mine` (NULL: any). */
+int engram__live_writer_other(engram_store *st, const char *name, const char *mine, char *ent,
+                              size_t cap);
+
+/* The entry name of w's temporary file in its namespace (a local
+ * writer's). */
+const char *engram__writer_temp(const engram_writer *w);
+
 /* XXH3-64 of the rows appended to w so far, as they are in the file
  * (the data checksum its commit will record, once all rows are in). */
 uint64_t engram__writer_sum(const engram_writer *w);

@@ -463,16 +463,30 @@ static void test_pull(void)
     loc = tu_open("pull", 0, 1);
     loc2 = tu_open("pull", 0, 1);
 
-    /* Two ranks pull the same table at once: one copies it. */
-    pa[0] = (pull_arg){loc, rs, -1, -1};
-    pa[1] = (pull_arg){loc2, rs, -1, -1};
-    for (int i = 0; i < 2; i++)
-        ASSERT_EQ(pthread_create(&th[i], NULL, pull_thread, &pa[i]), 0);
-    for (int i = 0; i < 2; i++)
-        pthread_join(th[i], NULL);
-    ASSERT_OK(pa[0].rc);
-    ASSERT_OK(pa[1].rc);
-    ASSERT_EQ(pa[0].written + pa[1].written, 1);
+    /* Ranks pull the same table at once, each through a store of its
+     * own: one copies it, and only that one reads the cluster's rows
+     * (the others wait for it, or give way before reading). */
+    for (int round = 0; round < 4; round++) {
+        engram_redis_stats st0 = ENGRAM_REDIS_STATS_INIT, st1 = ENGRAM_REDIS_STATS_INIT;
+        engram_store *ra = open_redis(&C, "pl", 0, &ro), *rb = open_redis(&C, "pl", 0, &ro);
+        pa[0] = (pull_arg){loc, ra, -1, -1};
+        pa[1] = (pull_arg){loc2, rb, -1, -1};
+        for (int i = 0; i < 2; i++)
+            ASSERT_EQ(pthread_create(&th[i], NULL, pull_thread, &pa[i]), 0);
+        for (int i = 0; i < 2; i++)
+            pthread_join(th[i], NULL);
+        ASSERT_OK(pa[0].rc);
+        ASSERT_OK(pa[1].rc);
+        ASSERT_EQ(pa[0].written + pa[1].written, 1);
+        ASSERT_OK(engram_get_redis_stats(ra, &st0));
+        ASSERT_OK(engram_get_redis_stats(rb, &st1));
+        ASSERT_EQ(st0.gets > 0, pa[0].written == 1);
+        ASSERT_EQ(st1.gets > 0, pa[1].written == 1);
+        engram_store_close(ra);
+        engram_store_close(rb);
+        if (round < 3)
+            ASSERT_OK(engram_remove(loc, "p"));
+    }
     ASSERT_OK(engram_get_table_info(loc, "p", &info));
     ASSERT_EQ(info.kind, ENGRAM_TABLE_FILE);
     ASSERT_EQ(info.spec.num_rows, 1000);
