@@ -256,7 +256,7 @@ int cli_cmd_pull(struct cli *cli)
     engram_store *local = NULL, *remote = NULL;
     char **names = NULL, **list;
     size_t count;
-    int status = 0, failed = 0, rc;
+    int status = 0, failed = 0, made = 0, rc;
 
     if (!cli->opt[OPT_REDIS])
         return cli_usage_error(cli, "--redis HOST:PORT[,...] is required");
@@ -293,8 +293,14 @@ int cli_cmd_pull(struct cli *cli)
             goto out;
         }
     }
-    o.flags = ENGRAM_OPEN_CREATE;
+    /* A probe without ENGRAM_OPEN_CREATE: whether the namespace is made
+     * here (and so goes again if no table could be pulled into it). */
     o.threads = 1;
+    if ((rc = engram_store_open(cli->root, ns, &o, &local)) == 0)
+        engram_store_close(local);
+    made = rc == -ENOENT;
+    local = NULL;
+    o.flags = ENGRAM_OPEN_CREATE;
     if ((rc = engram_store_open(cli->root, ns, &o, &local)) != 0) {
         status = cli_lib_fail(rc, "open namespace '%s' under '%s'", ns, cli_root(cli));
         goto out;
@@ -302,10 +308,14 @@ int cli_cmd_pull(struct cli *cli)
     for (size_t i = 0; i < count && !cli_interrupted; i++)
         if (pull_one(cli, local, remote, ns, list[i]) != 0)
             failed++;
-    status = failed ? EXIT_FAIL : 0;
+    status = failed || cli_interrupted ? EXIT_FAIL : 0;
 out:
     engram_free(names);
     engram_store_close(local);
     engram_store_close(remote);
+    /* Still empty (every pull failed): engram_namespace_remove() without
+     * flags refuses a namespace with a table or another user. */
+    if (made && status != 0)
+        (void)engram_namespace_remove(cli->root, ns, 0);
     return status;
 }

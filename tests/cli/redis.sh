@@ -222,6 +222,21 @@ run pull other nosuch --redis "$NODES"
 check "pull of a missing table" status_is 1
 check "pull of a missing table: why" err_has "nosuch"
 check "pull of a missing table: no namespace made" [ ! -e "$SCRATCH/pulled/other" ]
+# A table of the cluster that lost a chunk: the pull fails, says why, and
+# the namespace it made goes again.
+run --redis "$NODES" --ns dmg create z --rows 20000 --row-bytes 264
+check "create a table to damage" ok
+for a in $(echo "$NODES" | tr , ' '); do
+    k=$(redis-cli -h 127.0.0.1 -p "${a#*:}" --scan --pattern 'engram/dmg/z/*' | head -n 1)
+    if [ -n "$k" ]; then
+        redis-cli -h 127.0.0.1 -p "${a#*:}" del "$k" >/dev/null
+        break
+    fi
+done
+run pull dmg --redis "$NODES"
+check "pull of a damaged table" status_is 1
+check "pull of a damaged table: why" err_has "not whole"
+check "pull of a damaged table: no namespace left" [ ! -e "$SCRATCH/pulled/dmg" ]
 run pull m
 check "pull without --redis" status_is 2
 run --ns m pull m --redis "$NODES"
