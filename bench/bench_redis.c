@@ -55,10 +55,13 @@
  * configurations' repetitions are interleaved, so a noisy neighbour slows
  * them alike, and each repetition starts one configuration further on, so
  * none always runs first.  The load average is printed at the start, with
- * each result and at the end.  Every output row of each configuration's
- * first lookup is checked against the rows pushed.  Ratios are of this
- * run's medians, between the configurations this run measured: no figure
- * of another system is printed (Mooncake's EngramStore is measured by
+ * each result and at the end.  Beside each figure: the client's CPU time
+ * per row (user and system, of all its threads, the checks of the first
+ * lookup's rows included), what it costs the cores it shares with the
+ * servers.  Every output row of each configuration's first lookup is
+ * checked against the rows pushed.  Ratios are of this run's medians,
+ * between the configurations this run measured: no figure of another
+ * system is printed (Mooncake's EngramStore is measured by
  * bench/bench_mooncake.py, in its own run).
  *
  * --quick: 16 MiB, 2 tables, 20 lookups, 2 repetitions (the CTest smoke
@@ -641,6 +644,14 @@ static void check_out(worker *w, const int64_t *ids)
             w->bad++;
 }
 
+/* The CPU time (user + system) of every thread of this process so far. */
+static uint64_t process_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 static void *run_worker(void *p)
 {
     worker *w = p;
@@ -884,6 +895,7 @@ int main(int argc, char **argv)
             worker *w = calloc((size_t)nt, sizeof *w);
             int64_t **ids = calloc((size_t)nt, sizeof *ids);
             uint64_t seed = 42, distinct = 0, total = 0, hits[NCONF] = {0}, misses[NCONF] = {0};
+            double cpu[NCONF] = {0}; /* the lookup threads' CPU ns, counted reps */
             if (reps > 64)
                 reps = 64;
             for (int i = 0; i < nt; i++) {
@@ -932,7 +944,7 @@ int main(int argc, char **argv)
                 for (int j = 0; j < NCONF; j++) {
                     int c = (j + rep + 1) % NCONF;
                     engram_store *st = c == C_CACHE ? st_cache : c == C_KEEPALL ? st_keep : st_plain;
-                    uint64_t start, bad = 0;
+                    uint64_t start, cpu0, bad = 0;
                     for (int i = 0; i < nt; i++) {
                         w[i].conf = c;
                         w[i].idx = i;
@@ -952,12 +964,15 @@ int main(int argc, char **argv)
                     if (st != st_plain)
                         engram_get_cache_stats(st, NULL, &before);
                     start = now_ns();
+                    cpu0 = process_cpu_ns();
                     for (int i = 0; i < nt; i++)
                         pthread_create(&w[i].th, NULL, run_worker, &w[i]);
                     for (int i = 0; i < nt; i++) {
                         pthread_join(w[i].th, NULL);
                         bad += w[i].bad;
                     }
+                    if (rep >= 0)
+                        cpu[c] += (double)(process_cpu_ns() - cpu0);
                     if (st != st_plain && rep >= 0) {
                         engram_get_cache_stats(st, NULL, &after);
                         hits[c] += after.hits - before.hits;
@@ -985,8 +1000,9 @@ int main(int argc, char **argv)
                        d ? "zipf" : "uniform", nt, 100.0 * (double)distinct / (double)total, reps,
                        loadavg_text());
                 for (int c = 0; c < NCONF; c++) {
-                    printf("  %-13s %7.3f [%.3f, %.3f]", conf_name[c], med[c] / 1e6, lo[c] / 1e6,
-                           hi[c] / 1e6);
+                    printf("  %-13s %7.3f [%.3f, %.3f] %5.0f ns CPU/row", conf_name[c],
+                           med[c] / 1e6, lo[c] / 1e6, hi[c] / 1e6,
+                           cpu[c] / ((double)reps * (double)nt * (double)lookups * (double)K));
                     if (c == C_BARE)
                         printf("  %5.2fx naive", med[c] / med[C_NAIVE]);
                     if (c > C_BARE)
