@@ -5,6 +5,7 @@
  *
  *   bench_filecache [--dir DIR] [--size-mib N] [--cache-mib N] [--qd N]
  *                   [--reps N] [--cold-rows N] [--slow-rows N] [--k N]
+ *                   [--pread-threads LIST] [--quick]
  *
  * A table of 264-byte rows (--size-mib, default 2048) is written under
  * DIR (default /var/tmp, which should be a disk file system) and removed
@@ -17,18 +18,36 @@
  *   uring    a bare io_uring reader at the same queue depth: O_DIRECT
  *            reads of the aligned blocks around each row, the queue kept
  *            full (the ceiling for the cache)
- *   pread    one pread() of the row per id, buffered
+ *   pread    one pread() of the row per id, buffered, one thread
+ *            (--slow-rows ids)
+ *   pread xT T threads (each count of --pread-threads, default 16 and
+ *            the queue depth) started before the clock, each doing a
+ *            buffered pread() per row of its share of every K-id lookup,
+ *            the lookups one after another (a barrier between them, as
+ *            synchronous lookups are): what a user would write to keep T
+ *            reads in flight without io_uring
  *   mmap     a read-only mapping with MADV_RANDOM, one row copy per id
+ *            (--slow-rows ids)
+ * Each repetition runs the variants in turn, starting one variant further
+ * on than the last, so that none always goes first.
  * Warm: a working set of rows that fits the cache is read once, then
  * lookups of K random ids from it (all hits) are timed against the same
- * lookups on a store that maps the table (ENGRAM_OPEN_PREFAULT).
- * Every figure is the median of --reps repetitions; ratios are taken
- * between medians of this run.  Rows returned by the cache are checked
+ * lookups on a store that maps the table (ENGRAM_OPEN_PREFAULT), the two
+ * taking turns going first.
+ * Every figure is the median of --reps repetitions, printed with the
+ * minimum and maximum; ratios are taken between medians of this run.  The
+ * load average is printed at the start, with each repetition and at the
+ * end.  Rows returned by the cache and by the threaded pread are checked
  * against the mapped table.
+ *
+ * --quick: a 64 MiB table (in --dir), 8 MiB of cache, 2 repetitions of
+ * 8192 cold rows and 1000 slow ones, 4 and 16 pread threads: the CTest
+ * smoke run.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +62,7 @@
 
 #define R 264
 #define MAXREP 31
+#define MAXPT 8 /* thread counts of --pread-threads */
 
 static uint64_t now_ns(void)
 {
@@ -71,13 +91,24 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+/* The 1, 5 and 15-minute load averages, as text (a static buffer). */
+static const char *loadavg_text(void)
+{
+    static char b[64];
+    double l[3];
+    if (getloadavg(l, 3) != 3)
+        return "unknown";
+    snprintf(b, sizeof b, "%.2f %.2f %.2f", l[0], l[1], l[2]);
+    return b;
+}
+
 static void die(const char *what)
 {
     fprintf(stderr, "bench_filecache: %s: %s\n", what, engram_errmsg());
     exit(1);
 }
 
-static char path[4096];
+static char path[4096], root[2048];
 static uint64_t data_off, nrows;
 
 static void drop_cache(void)
@@ -98,6 +129,15 @@ static void drop_cache(void)
     }
 }
 
+/* The table's directory goes at any exit, a failed check's included. */
+static void remove_table(void)
+{
+    char cmd[2100];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    if (system(cmd) != 0)
+        fprintf(stderr, "bench_filecache: could not remove %s\n", root);
+}
+
 static void rand_ids(int64_t *ids, size_t n, uint64_t seed, uint64_t range)
 {
     for (size_t i = 0; i < n; i++)
@@ -105,8 +145,9 @@ static void rand_ids(int64_t *ids, size_t n, uint64_t seed, uint64_t range)
 }
 
 /* Rows/s of cold lookups through a fresh cache store. */
-static double run_cache(const char *root, uint64_t cache_mib, unsigned qd, const int64_t *ids,
-                        size_t n, size_t k, unsigned char *out, engram_cache_stats *cs)
+static double run_cache(const char *store_root, uint64_t cache_mib, unsigned qd,
+                        const int64_t *ids, size_t n, size_t k, unsigned char *out,
+                        engram_cache_stats *cs)
 {
     engram_store_options o = ENGRAM_STORE_OPTIONS_INIT;
     engram_store *st;
@@ -118,7 +159,8 @@ static double run_cache(const char *root, uint64_t cache_mib, unsigned qd, const
     o.cache_bytes = cache_mib << 20;
     o.queue_depth = qd;
     o.threads = 1;
-    if (engram_store_open(root, "bench", &o, &st) != 0 || engram_table_open(st, "t", &tid) != 0)
+    if (engram_store_open(store_root, "bench", &o, &st) != 0 ||
+        engram_table_open(st, "t", &tid) != 0)
         die("open cache store");
     t0 = now_ns();
     for (size_t i = 0; i < n; i += k) {
@@ -147,10 +189,16 @@ static double run_uring(unsigned qd, const int64_t *ids, size_t n, unsigned alig
     size_t slot = ((R + align - 1) / align + 1) * align, next = 0, done = 0;
     unsigned inflight = 0;
     uint64_t t0;
-    int fd = open(path, O_RDONLY | O_DIRECT);
-    if (fd < 0 || io_uring_queue_init(qd, &ring, 0) != 0 ||
+    int fd = open(path, O_RDONLY | O_DIRECT), err = 0;
+    if (fd < 0 || (err = io_uring_queue_init(qd, &ring, 0)) != 0 ||
         posix_memalign((void **)&buf, 4096, slot * qd) != 0) {
-        fprintf(stderr, "bench_filecache: io_uring O_DIRECT reader: %s\n", strerror(errno));
+        if (err == -ENOSYS || err == -EPERM) {
+            /* A sandbox that refuses io_uring: nothing to compare. */
+            fprintf(stderr, "bench_filecache: skipped: io_uring refused (%s)\n", strerror(-err));
+            exit(77);
+        }
+        fprintf(stderr, "bench_filecache: io_uring O_DIRECT reader: %s\n",
+                strerror(err ? -err : errno));
         exit(1);
     }
     /* Completions arrive in any order: free buffer slots are a stack. */
@@ -204,6 +252,68 @@ static double run_pread(const int64_t *ids, size_t n, unsigned char *out)
     return (double)n * 1e9 / (double)t0;
 }
 
+/* The threaded pread: T workers, each its share of every K-id lookup,
+ * a barrier after each lookup. */
+typedef struct pread_job {
+    pthread_t th;
+    pthread_barrier_t *start, *step;
+    int fd;
+    unsigned w, nw;
+    const int64_t *ids;
+    size_t n, k;
+    unsigned char *out;
+} pread_job;
+
+static void *pread_worker(void *p)
+{
+    pread_job *j = p;
+    pthread_barrier_wait(j->start);
+    for (size_t lo = 0; lo < j->n; lo += j->k) {
+        size_t len = j->n - lo < j->k ? j->n - lo : j->k;
+        size_t a = lo + len * j->w / j->nw, b = lo + len * (j->w + 1) / j->nw;
+        for (size_t i = a; i < b; i++)
+            if (pread(j->fd, j->out + i * R, R, (off_t)(data_off + (uint64_t)j->ids[i] * R)) != R) {
+                fprintf(stderr, "bench_filecache: pread: %s\n", strerror(errno));
+                exit(1);
+            }
+        /* The next lookup starts when every share of this one is in. */
+        pthread_barrier_wait(j->step);
+    }
+    return NULL;
+}
+
+static double run_pread_mt(unsigned nt, const int64_t *ids, size_t n, size_t k, unsigned char *out)
+{
+    pthread_barrier_t start, step;
+    pread_job *j = calloc(nt, sizeof *j);
+    int fd = open(path, O_RDONLY);
+    uint64_t t0;
+    if (!j || fd < 0 || pthread_barrier_init(&start, NULL, nt + 1) != 0 ||
+        pthread_barrier_init(&step, NULL, nt) != 0) {
+        fprintf(stderr, "bench_filecache: threaded pread: %s\n", strerror(errno));
+        exit(1);
+    }
+    for (unsigned w = 0; w < nt; w++) {
+        j[w] = (pread_job){.start = &start, .step = &step, .fd = fd, .w = w, .nw = nt,
+                           .ids = ids, .n = n, .k = k, .out = out};
+        if (pthread_create(&j[w].th, NULL, pread_worker, &j[w]) != 0) {
+            fprintf(stderr, "bench_filecache: pthread_create failed\n");
+            exit(1);
+        }
+    }
+    /* The clock starts when every worker is up and waiting. */
+    pthread_barrier_wait(&start);
+    t0 = now_ns();
+    for (unsigned w = 0; w < nt; w++)
+        pthread_join(j[w].th, NULL);
+    t0 = now_ns() - t0;
+    pthread_barrier_destroy(&start);
+    pthread_barrier_destroy(&step);
+    close(fd);
+    free(j);
+    return (double)n * 1e9 / (double)t0;
+}
+
 static double run_mmap(const int64_t *ids, size_t n, unsigned char *out, uint64_t file_size)
 {
     int fd = open(path, O_RDONLY);
@@ -249,22 +359,31 @@ int main(int argc, char **argv)
     unsigned qd = 128;
     int reps = 5;
     size_t cold = 20000, slow = 4000, k = 4096;
-    char root[2048];
     engram_store_options o = ENGRAM_STORE_OPTIONS_INIT;
     engram_store *wst, *mst, *cst;
+    engram_table_id mt;
     engram_table_info info = ENGRAM_TABLE_INFO_INIT;
     engram_table_spec spec;
     engram_writer *w;
     engram_cache_stats cs = ENGRAM_CACHE_STATS_INIT;
     unsigned char *buf, *out, *out2;
     int64_t *ids;
-    double v_cache[MAXREP], v_uring[MAXREP], v_pread[MAXREP], v_mmap[MAXREP];
-    double v_hit[MAXREP], v_mem[MAXREP];
+    /* The cold variants: cache, uring, pread, then one per pread thread
+     * count, then mmap. */
+    enum { V_CACHE, V_URING, V_PREAD, V_PTHR, NV_MAX = V_PTHR + MAXPT + 1 };
+    double vr[NV_MAX][MAXREP], v_hit[MAXREP], v_mem[MAXREP];
+    char vname[NV_MAX][32];
+    unsigned pthreads[MAXPT] = {16, 0}; /* 0: the queue depth */
+    int npt = 2, nv, v_mmap, quick = 0;
     unsigned align = 512;
     struct stat sb;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--quick")) {
+            quick = 1;
+            continue;
+        }
         if (!v) {
             fprintf(stderr, "usage: see the comment at the top of bench/bench_filecache.c\n");
             return 2;
@@ -285,20 +404,49 @@ int main(int argc, char **argv)
             slow = strtoull(v, NULL, 10);
         else if (!strcmp(a, "--k"))
             k = strtoull(v, NULL, 10);
-        else {
+        else if (!strcmp(a, "--pread-threads")) {
+            npt = 0;
+            for (const char *c = v; *c && npt < MAXPT; c = strchr(c, ',') ? strchr(c, ',') + 1 : "")
+                pthreads[npt++] = (unsigned)strtoul(c, NULL, 10);
+        } else {
             fprintf(stderr, "bench_filecache: unknown option %s\n", a);
             return 2;
         }
         i++;
     }
-    if (reps < 1 || reps > MAXREP || k < 1 || cold < k || size_mib < 1 || qd < 1) {
+    if (quick) {
+        size_mib = 64;
+        cache_mib = 8;
+        reps = 2;
+        cold = 8192;
+        slow = 1000;
+        npt = 2;
+        pthreads[0] = 4;
+        pthreads[1] = 16;
+    }
+    for (int i = 0; i < npt; i++) {
+        if (pthreads[i] == 0)
+            pthreads[i] = qd;
+        if (pthreads[i] > 1024)
+            npt = 0;
+    }
+    if (reps < 1 || reps > MAXREP || k < 1 || cold < k || size_mib < 1 || qd < 1 || npt < 1) {
         fprintf(stderr, "bench_filecache: bad parameters\n");
         return 2;
     }
+    nv = V_PTHR + npt + 1;
+    v_mmap = nv - 1;
+    snprintf(vname[V_CACHE], sizeof vname[0], "cache");
+    snprintf(vname[V_URING], sizeof vname[0], "uring");
+    snprintf(vname[V_PREAD], sizeof vname[0], "pread");
+    for (int i = 0; i < npt; i++)
+        snprintf(vname[V_PTHR + i], sizeof vname[0], "pread x%u", pthreads[i]);
+    snprintf(vname[v_mmap], sizeof vname[0], "mmap");
 
     /* The table, streamed in 8 MiB chunks of pattern rows. */
     snprintf(root, sizeof root, "%s/engram-bench-fc.%d", dir, (int)getpid());
     o.flags = ENGRAM_OPEN_CREATE;
+    atexit(remove_table);
     if (engram_store_open(root, "bench", &o, &wst) != 0)
         die("open store");
     spec.num_rows = (size_mib << 20) / R;
@@ -342,6 +490,8 @@ int main(int argc, char **argv)
            (double)sb.st_size / (double)(cache_mib << 20), qd, k, reps,
            geteuid() == 0 ? "page cache dropped (fadvise + drop_caches)"
                           : "page cache dropped (fadvise only: not root)");
+    printf("load average at start: %s (%ld CPUs online)\n", loadavg_text(),
+           sysconf(_SC_NPROCESSORS_ONLN));
 
     ids = malloc(sizeof *ids * (cold > 65536 ? cold : 65536));
     out = malloc(R * (cold > 65536 ? cold : 65536));
@@ -352,57 +502,58 @@ int main(int argc, char **argv)
         die("open mapped store");
 
     /* Rep -1 is a warm-up, not counted: the first cold reads after the
-     * file was written run slower here, whichever reader goes first.  The
-     * cache and the bare reader then take turns going first. */
+     * file was written run slower here, whichever reader goes first.  Each
+     * repetition starts one variant further on, so that none always goes
+     * first; every variant reads fresh ids with the page cache dropped. */
+    if (engram_table_open(mst, "t", &mt) != 0)
+        die("open");
     for (int rep = -1; rep < reps; rep++) {
         uint64_t seed = 1000 + (uint64_t)(rep + 1) * 7;
-        engram_table_id mt;
-        double vc, vu = 0;
-        if (rep % 2 != 0) {
+        double got[NV_MAX];
+        for (int j = 0; j < nv; j++) {
+            int x = (j + rep + 1) % nv;
+            size_t n = x == V_PREAD || x == v_mmap ? slow : cold;
             drop_cache();
-            rand_ids(ids, cold, seed + 1, nrows);
-            vu = run_uring(qd, ids, cold, align);
-        }
-        drop_cache();
-        rand_ids(ids, cold, seed, nrows);
-        vc = run_cache(root, cache_mib, qd, ids, cold, k, out, &cs);
-        /* Check the cache's rows against the file through the mapping. */
-        if (engram_table_open(mst, "t", &mt) != 0)
-            die("open");
-        {
-            engram_lookup_args a = ENGRAM_LOOKUP_ARGS_INIT;
-            a.num_tokens = 2000;
-            a.num_cols = 1;
-            a.tables = &mt;
-            a.ids = ids;
-            a.id_type = ENGRAM_ID_INT64;
-            a.out = out2;
-            if (engram_lookup(mst, &a) != 0 || memcmp(out, out2, 2000 * R) != 0) {
-                fprintf(stderr, "bench_filecache: the cache returned wrong rows\n");
-                return 1;
+            rand_ids(ids, n, seed + (uint64_t)x, nrows);
+            if (x == V_CACHE)
+                got[x] = run_cache(root, cache_mib, qd, ids, n, k, out, &cs);
+            else if (x == V_URING)
+                got[x] = run_uring(qd, ids, n, align);
+            else if (x == V_PREAD)
+                got[x] = run_pread(ids, n, out);
+            else if (x == v_mmap)
+                got[x] = run_mmap(ids, n, out, (uint64_t)sb.st_size);
+            else
+                got[x] = run_pread_mt(pthreads[x - V_PTHR], ids, n, k, out);
+            /* Check the rows of the cache and of the threaded pread
+             * against the file through the mapping. */
+            if (x == V_CACHE || (x >= V_PTHR && x < v_mmap)) {
+                engram_lookup_args a = ENGRAM_LOOKUP_ARGS_INIT;
+                a.num_tokens = n < 2000 ? n : 2000;
+                a.num_cols = 1;
+                a.tables = &mt;
+                a.ids = ids;
+                a.id_type = ENGRAM_ID_INT64;
+                a.out = out2;
+                if (engram_lookup(mst, &a) != 0 || memcmp(out, out2, a.num_tokens * R) != 0) {
+                    fprintf(stderr, "bench_filecache: %s returned wrong rows\n", vname[x]);
+                    return 1;
+                }
             }
         }
-        if (rep % 2 == 0) {
-            drop_cache();
-            rand_ids(ids, cold, seed + 1, nrows);
-            vu = run_uring(qd, ids, cold, align);
+        if (rep < 0)
+            printf("  warm-up (not counted):");
+        else
+            printf("  cold rep %d:", rep);
+        for (int x = 0; x < nv; x++) {
+            printf(" %s %.0f", vname[x], got[x]);
+            if (rep >= 0)
+                vr[x][rep] = got[x];
         }
-        if (rep < 0) {
-            printf("  warm-up: cache %.0f  uring %.0f rows/s (not counted)\n", vc, vu);
-            continue;
-        }
-        v_cache[rep] = vc;
-        v_uring[rep] = vu;
-        drop_cache();
-        rand_ids(ids, slow, seed + 2, nrows);
-        v_pread[rep] = run_pread(ids, slow, out);
-        drop_cache();
-        rand_ids(ids, slow, seed + 3, nrows);
-        v_mmap[rep] = run_mmap(ids, slow, out, (uint64_t)sb.st_size);
-        printf("  cold rep %d: cache %.0f  uring %.0f  pread %.0f  mmap %.0f rows/s"
-               " (cache: %" PRIu64 " misses, %" PRIu64 " reads, O_DIRECT %s)\n",
-               rep, v_cache[rep], v_uring[rep], v_pread[rep], v_mmap[rep], cs.misses, cs.reads,
-               cs.direct_tables ? "on" : "off");
+        printf(" rows/s (first: %s; cache: %" PRIu64 " misses, %" PRIu64
+               " reads, O_DIRECT %s; load %s)\n",
+               vname[(rep + 1) % nv], cs.misses, cs.reads, cs.direct_tables ? "on" : "off",
+               loadavg_text());
         fflush(stdout);
     }
     engram_store_close(mst);
@@ -410,7 +561,7 @@ int main(int argc, char **argv)
     /* Warm: a working set of half the cache's slots, all hits. */
     {
         uint64_t ws = ((cache_mib << 20) / 272) / 2;
-        engram_table_id ct, mt;
+        engram_table_id ct;
         int iters;
         o = (engram_store_options)ENGRAM_STORE_OPTIONS_INIT;
         o.flags = ENGRAM_OPEN_FILE_CACHE | ENGRAM_OPEN_PREFAULT;
@@ -433,10 +584,13 @@ int main(int argc, char **argv)
         iters = (int)(2000000 / k) + 1;
         for (int rep = 0; rep < reps; rep++) {
             engram_cache_stats c0 = ENGRAM_CACHE_STATS_INIT, c1 = ENGRAM_CACHE_STATS_INIT;
+            if (rep % 2)
+                v_mem[rep] = time_lookups(mst, mt, ids, 65536, k, iters, out2);
             engram_get_cache_stats(cst, NULL, &c0);
             v_hit[rep] = time_lookups(cst, ct, ids, 65536, k, iters, out);
             engram_get_cache_stats(cst, NULL, &c1);
-            v_mem[rep] = time_lookups(mst, mt, ids, 65536, k, iters, out2);
+            if (rep % 2 == 0)
+                v_mem[rep] = time_lookups(mst, mt, ids, 65536, k, iters, out2);
             printf("  warm rep %d: cache %.1f ns/row (hit rate %.4f)  mapped %.1f ns/row\n", rep,
                    v_hit[rep],
                    (double)(c1.hits - c0.hits) /
@@ -452,23 +606,30 @@ int main(int argc, char **argv)
     }
 
     {
-        double c = median(v_cache, reps), u = median(v_uring, reps), p = median(v_pread, reps),
-               m = median(v_mmap, reps), h = median(v_hit, reps), mm = median(v_mem, reps);
-        printf("\ncold random rows (medians of %d, rows/s):\n", reps);
-        printf("  cache %.0f  io_uring O_DIRECT %.0f  pread %.0f  mmap+MADV_RANDOM %.0f\n", c, u,
-               p, m);
-        printf("  cache/io_uring %.2fx (target >= 0.9x)  cache/pread %.2fx (target >= 4x)  "
-               "cache/mmap %.2fx\n",
-               c / u, c / p, c / m);
-        printf("warm all-hit lookups, K=%zu (medians, ns/row): cache %.1f  mapped %.1f  "
-               "-> %.2fx the mapped time (target <= 1.5x)\n",
-               k, h, mm, h / mm);
-    }
-    {
-        char cmd[8300];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
-        if (system(cmd) != 0)
-            fprintf(stderr, "bench_filecache: could not remove %s\n", root);
+        double med[NV_MAX], lo[NV_MAX], hi[NV_MAX], h, mm;
+        for (int x = 0; x < nv; x++) {
+            med[x] = median(vr[x], reps); /* sorts vr[x] */
+            lo[x] = vr[x][0];
+            hi[x] = vr[x][reps - 1];
+        }
+        printf("\ncold random rows (rows/s, median [min, max] of %d; load %s):\n", reps,
+               loadavg_text());
+        for (int x = 0; x < nv; x++) {
+            printf("  %-11s %8.0f [%.0f, %.0f]", vname[x], med[x], lo[x], hi[x]);
+            if (x != V_CACHE)
+                printf("  cache/%s %.2fx", vname[x], med[V_CACHE] / med[x]);
+            if (x == V_URING)
+                printf(" (target >= 0.9x)");
+            if (x == V_PREAD)
+                printf(" (target >= 4x)");
+            printf("\n");
+        }
+        h = median(v_hit, reps); /* sorts v_hit, so [0] is the least */
+        mm = median(v_mem, reps);
+        printf("warm all-hit lookups, K=%zu (ns/row, median [min, max]): cache %.1f [%.1f, %.1f]  "
+               "mapped %.1f [%.1f, %.1f] -> %.2fx the mapped time (target <= 1.5x)\n",
+               k, h, v_hit[0], v_hit[reps - 1], mm, v_mem[0], v_mem[reps - 1], h / mm);
+        printf("load average at end: %s\n", loadavg_text());
     }
     free(buf);
     free(ids);

@@ -21,13 +21,22 @@
  * rows by a fixed permutation, so hot rows are not neighbours), from
  * each of --threads threads (1,2) at once:
  *
- *   bare          a hiredis client written here: per node a connection
- *                 of each thread, every id's GETRANGE appended to its
- *                 node's connection (redisAppendCommandArgv), all nodes'
- *                 commands written, then the replies read node by node
- *                 (redisGetReply) and copied to the output.  No cluster
- *                 handling (a map read once), no deduplication, no
- *                 validation: the floor of a client.
+ *   bare-naive    a hiredis client as a first try would write it: per
+ *                 node a connection of each thread, every id's GETRANGE
+ *                 appended to its node's connection (redisAppendCommandArgv,
+ *                 offsets formatted with snprintf), all nodes' commands
+ *                 written, then the replies read node by node with
+ *                 blocking calls (redisGetReply, a reply object per row)
+ *                 and copied to the output.
+ *   bare          a client as a careful user would write it: per node a
+ *                 non-blocking socket of each thread, the commands built
+ *                 from per-chunk heads formatted once and a digit-pair
+ *                 integer formatter, all nodes written and read at once
+ *                 in one poll() loop, each "$264\r\n<row>\r\n" reply
+ *                 parsed straight into its output row (no allocation, no
+ *                 reply object).  Neither bare client handles the
+ *                 cluster (a map read once), deduplicates or validates:
+ *                 they are the floor of a client.
  *   engram        engram_lookup() on a store of the namespace with no
  *                 row cache.
  *   engram+cache  the same with a row cache of --cache-pct percent (5)
@@ -42,25 +51,38 @@
  *                 alike: what the admission filter is worth.
  *
  * Each figure is the median of --reps repetitions (5) of --lookups
- * lookups per thread (100); the configurations' repetitions are
- * interleaved, so a noisy neighbour slows them alike.  Every output row
- * of each configuration's first lookup is checked against the rows
- * pushed.  Ratios are of this run's medians, between the configurations
- * this run measured: no figure of another system is printed (Mooncake's
- * EngramStore is measured by bench/bench_mooncake.py, in its own run).
+ * lookups per thread (100), printed with the minimum and maximum; the
+ * configurations' repetitions are interleaved, so a noisy neighbour slows
+ * them alike, and each repetition starts one configuration further on, so
+ * none always runs first.  The load average is printed at the start, with
+ * each result and at the end.  Beside each figure: the client's CPU time
+ * per row (user and system, of all its threads, the checks of the first
+ * lookup's rows included), what it costs the cores it shares with the
+ * servers.  Every output row of each configuration's first lookup is
+ * checked against the rows pushed.  Ratios are of this run's medians,
+ * between the configurations this run measured: no figure of another
+ * system is printed (Mooncake's EngramStore is measured by
+ * bench/bench_mooncake.py, in its own run).
  *
  * --quick: 16 MiB, 2 tables, 20 lookups, 2 repetitions (the CTest smoke
  * run, which checks every output of every lookup).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <hiredis/hiredis.h>
 
@@ -129,6 +151,17 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+/* The 1, 5 and 15-minute load averages, as text (a static buffer). */
+static const char *loadavg_text(void)
+{
+    static char b[64];
+    double l[3];
+    if (getloadavg(l, 3) != 3)
+        return "unknown";
+    snprintf(b, sizeof b, "%.2f %.2f %.2f", l[0], l[1], l[2]);
+    return b;
+}
+
 /* ------------------------------------------------------------------------
  * Ids.
  */
@@ -192,7 +225,8 @@ static uint64_t draw(uint64_t *s, int zipf)
 }
 
 /* ------------------------------------------------------------------------
- * The bare client.
+ * The bare clients: the slot map and the tables' keys, read once, and the
+ * naive client (bare-naive).
  */
 
 typedef struct bare_table {
@@ -200,12 +234,18 @@ typedef struct bare_table {
     size_t kpre_len;
     uint64_t chunk_rows;
     uint16_t *slots; /* per chunk */
+    /* The fast client's command head of each chunk, "*4\r\n$8\r\nGETRANGE
+     * \r\n$<key length>\r\n<key>\r\n", formatted once: chunk i's is
+     * heads[head_off[i] .. head_off[i + 1]). */
+    char *heads;
+    uint32_t *head_off;
 } bare_table;
 
 static bare_table btab[MAX_TABLES];
 static char node_host[MAX_NODES][64];
 static int node_port[MAX_NODES], nnodes;
 static uint8_t slot_node[16384];
+static size_t max_head; /* the longest command head of any chunk */
 
 static redisContext *bare_connect(int n)
 {
@@ -269,10 +309,22 @@ static void bare_init(const char *seed_host, int seed_port)
         freeReplyObject(r);
         nch = (rows_per_table + btab[t].chunk_rows - 1) / btab[t].chunk_rows;
         btab[t].slots = malloc(nch * sizeof *btab[t].slots);
+        btab[t].heads = malloc(nch * (btab[t].kpre_len + 48));
+        btab[t].head_off = malloc((nch + 1) * sizeof *btab[t].head_off);
+        if (!btab[t].slots || !btab[t].heads || !btab[t].head_off) {
+            fprintf(stderr, "bench_redis: out of memory\n");
+            exit(1);
+        }
+        btab[t].head_off[0] = 0;
         for (uint64_t i = 0; i < nch; i++) {
             char key[700];
             int n = snprintf(key, sizeof key, "%s%" PRIu64, btab[t].kpre, i);
+            int h = sprintf(btab[t].heads + btab[t].head_off[i],
+                            "*4\r\n$8\r\nGETRANGE\r\n$%d\r\n%s\r\n", n, key);
             btab[t].slots[i] = engram__rcl_keyslot(key, (size_t)n);
+            btab[t].head_off[i + 1] = btab[t].head_off[i] + (uint32_t)h;
+            if ((size_t)h > max_head)
+                max_head = (size_t)h;
         }
     }
     redisFree(c);
@@ -333,11 +385,243 @@ static void bare_lookup(bare_client *b, const int64_t *ids, size_t n, unsigned c
 }
 
 /* ------------------------------------------------------------------------
+ * The fast bare client: what a careful user would write without a
+ * library.  Per node one non-blocking socket of each thread; a lookup
+ * formats every id's GETRANGE into its node's buffer (the chunk's command
+ * head copied from a table formatted once, the two offsets by a digit-pair
+ * formatter), then one poll() loop writes all nodes' buffers and reads all
+ * nodes' replies as they come, parsing each "$264\r\n<row>\r\n" straight
+ * into its output row: no allocation, no reply object, no hiredis.
+ */
+
+enum { RBUF = 256 << 10, REPLY = ROW + 8 }; /* "$264\r\n" + row + "\r\n" */
+static const char reply_head[] = "$264\r\n";
+_Static_assert(ROW == 264, "reply_head spells the row size");
+
+typedef struct fast_conn {
+    int fd;
+    char *wbuf;
+    size_t wlen, woff;
+    uint32_t *rows; /* the output row of each command, in order */
+    size_t nrows, got;
+    /* The parser's state when a reply is split across reads: the header
+     * bytes seen so far, or how many bytes of the body and its CRLF are
+     * left and where the row goes. */
+    char hdr[32];
+    size_t hlen, body_left;
+    unsigned char *dst;
+} fast_conn;
+
+typedef struct fast_client {
+    fast_conn c[MAX_NODES];
+    unsigned char *rbuf;
+} fast_client;
+
+static void fast_connect(fast_conn *c, int n, size_t k)
+{
+    struct addrinfo hints = {0}, *ai = NULL;
+    char port[16];
+    int one = 1;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    snprintf(port, sizeof port, "%d", node_port[n]);
+    memset(c, 0, sizeof *c);
+    if (getaddrinfo(node_host[n], port, &hints, &ai) != 0 ||
+        (c->fd = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol)) < 0 ||
+        connect(c->fd, ai->ai_addr, ai->ai_addrlen) != 0 ||
+        setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0 ||
+        fcntl(c->fd, F_SETFL, fcntl(c->fd, F_GETFL) | O_NONBLOCK) != 0) {
+        fprintf(stderr, "bench_redis: connect %s:%d: %s\n", node_host[n], node_port[n],
+                strerror(errno));
+        exit(1);
+    }
+    freeaddrinfo(ai);
+    /* Room for every id of a lookup on this node. */
+    c->wbuf = malloc(k * (max_head + 2 * 27));
+    c->rows = malloc(k * sizeof *c->rows);
+    if (!c->wbuf || !c->rows) {
+        fprintf(stderr, "bench_redis: out of memory\n");
+        exit(1);
+    }
+}
+
+static void fast_close(fast_conn *c)
+{
+    close(c->fd);
+    free(c->wbuf);
+    free(c->rows);
+}
+
+/* Appends "$<digits>\r\n<v>\r\n" at p; returns the end. */
+static char *put_bulk_u64(char *p, uint64_t v)
+{
+    static const char pairs[] = "00010203040506070809101112131415161718192021222324"
+                                "25262728293031323334353637383940414243444546474849"
+                                "50515253545556575859606162636465666768697071727374"
+                                "75767778798081828384858687888990919293949596979899";
+    char t[20], *e = t + sizeof t, *d = e;
+    size_t nd;
+    while (v >= 100) {
+        d -= 2;
+        memcpy(d, pairs + v % 100 * 2, 2);
+        v /= 100;
+    }
+    if (v >= 10) {
+        d -= 2;
+        memcpy(d, pairs + v * 2, 2);
+    } else {
+        *--d = (char)('0' + v);
+    }
+    nd = (size_t)(e - d);
+    *p++ = '$';
+    if (nd >= 10)
+        *p++ = (char)('0' + nd / 10);
+    *p++ = (char)('0' + nd % 10);
+    *p++ = '\r';
+    *p++ = '\n';
+    memcpy(p, d, nd);
+    p += nd;
+    *p++ = '\r';
+    *p++ = '\n';
+    return p;
+}
+
+static void fast_bad(const fast_conn *c, const char *why)
+{
+    fprintf(stderr, "bench_redis: fast client: %s (reply %zu of %zu)\n", why, c->got, c->nrows);
+    exit(1);
+}
+
+/* Parses n bytes of c's replies, copying each row to its place in out. */
+static void fast_feed(fast_conn *c, const unsigned char *b, size_t n, unsigned char *out)
+{
+    size_t i = 0;
+    while (i < n) {
+        if (c->body_left == 0) {
+            unsigned char ch;
+            /* The common case: a whole reply in the buffer. */
+            if (c->hlen == 0 && n - i >= REPLY && memcmp(b + i, reply_head, 6) == 0 &&
+                b[i + REPLY - 2] == '\r' && b[i + REPLY - 1] == '\n') {
+                if (c->got == c->nrows)
+                    fast_bad(c, "a reply nobody asked for");
+                memcpy(out + (size_t)c->rows[c->got++] * ROW, b + i + 6, ROW);
+                i += REPLY;
+                continue;
+            }
+            /* A reply split across reads, or not a row: byte by byte. */
+            ch = b[i++];
+            if (c->hlen == sizeof c->hdr - 1)
+                fast_bad(c, "a reply header too long");
+            c->hdr[c->hlen++] = (char)ch;
+            if (ch != '\n')
+                continue;
+            c->hdr[c->hlen] = '\0';
+            if (c->hlen != 6 || memcmp(c->hdr, reply_head, 6) != 0) {
+                fprintf(stderr, "bench_redis: fast client: a GETRANGE failed: %s", c->hdr);
+                exit(1);
+            }
+            if (c->got == c->nrows)
+                fast_bad(c, "a reply nobody asked for");
+            c->hlen = 0;
+            c->dst = out + (size_t)c->rows[c->got] * ROW;
+            c->body_left = ROW + 2;
+        } else {
+            size_t m = n - i < c->body_left ? n - i : c->body_left;
+            size_t pos = ROW + 2 - c->body_left;
+            if (pos < ROW)
+                memcpy(c->dst + pos, b + i, m < ROW - pos ? m : ROW - pos);
+            for (size_t q = pos < ROW ? ROW : pos; q < pos + m; q++)
+                if (b[i + q - pos] != (q == ROW ? '\r' : '\n'))
+                    fast_bad(c, "a row without its CRLF");
+            i += m;
+            if ((c->body_left -= m) == 0)
+                c->got++;
+        }
+    }
+}
+
+static void fast_send(fast_conn *c)
+{
+    ssize_t w = send(c->fd, c->wbuf + c->woff, c->wlen - c->woff, MSG_NOSIGNAL);
+    if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        fprintf(stderr, "bench_redis: fast client: send: %s\n", strerror(errno));
+        exit(1);
+    }
+    if (w > 0)
+        c->woff += (size_t)w;
+}
+
+/* One lookup of T x ntables ids into out. */
+static void fast_lookup(fast_client *b, const int64_t *ids, size_t n, unsigned char *out)
+{
+    struct pollfd pfd[MAX_NODES];
+    int at[MAX_NODES];
+    for (int k = 0; k < nnodes; k++)
+        b->c[k].wlen = b->c[k].woff = b->c[k].nrows = b->c[k].got = 0;
+    for (size_t i = 0; i < n; i++) {
+        const bare_table *t = &btab[i % ntables];
+        uint64_t row = (uint64_t)ids[i], chunk = row / t->chunk_rows;
+        uint64_t start = (row - chunk * t->chunk_rows) * ROW;
+        fast_conn *c = &b->c[slot_node[t->slots[chunk]]];
+        char *p = c->wbuf + c->wlen;
+        size_t hl = t->head_off[chunk + 1] - t->head_off[chunk];
+        memcpy(p, t->heads + t->head_off[chunk], hl);
+        p = put_bulk_u64(p + hl, start);
+        p = put_bulk_u64(p, start + ROW - 1);
+        c->wlen = (size_t)(p - c->wbuf);
+        c->rows[c->nrows++] = (uint32_t)i;
+    }
+    /* Every node's commands go out at once; then one poll() over all
+     * nodes writes what is left and reads what arrives. */
+    for (int k = 0; k < nnodes; k++)
+        if (b->c[k].wlen)
+            fast_send(&b->c[k]);
+    for (;;) {
+        int np = 0, r;
+        for (int k = 0; k < nnodes; k++) {
+            fast_conn *c = &b->c[k];
+            if (c->got == c->nrows)
+                continue;
+            pfd[np].fd = c->fd;
+            pfd[np].events = (short)(POLLIN | (c->woff < c->wlen ? POLLOUT : 0));
+            pfd[np].revents = 0;
+            at[np++] = k;
+        }
+        if (np == 0)
+            break;
+        if ((r = poll(pfd, (nfds_t)np, 30000)) <= 0) {
+            if (r < 0 && errno == EINTR)
+                continue;
+            fprintf(stderr, "bench_redis: fast client: %s\n",
+                    r ? strerror(errno) : "no reply in 30 s");
+            exit(1);
+        }
+        for (int j = 0; j < np; j++) {
+            fast_conn *c = &b->c[at[j]];
+            if (pfd[j].revents & POLLOUT)
+                fast_send(c);
+            if (pfd[j].revents & (POLLIN | POLLHUP | POLLERR)) {
+                ssize_t got = recv(c->fd, b->rbuf, RBUF, 0);
+                if (got == 0)
+                    fast_bad(c, "the connection closed");
+                if (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+                    fprintf(stderr, "bench_redis: fast client: recv: %s\n", strerror(errno));
+                    exit(1);
+                }
+                if (got > 0)
+                    fast_feed(c, b->rbuf, (size_t)got, out);
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------
  * The runs.
  */
 
-enum { C_BARE, C_ENGRAM, C_CACHE, C_KEEPALL, NCONF };
-static const char *const conf_name[NCONF] = {"bare", "engram", "engram+cache", "keep-all"};
+enum { C_NAIVE, C_BARE, C_ENGRAM, C_CACHE, C_KEEPALL, NCONF };
+static const char *const conf_name[NCONF] = {"bare-naive", "bare", "engram", "engram+cache",
+                                             "keep-all"};
 
 typedef struct worker {
     pthread_t th;
@@ -347,7 +631,8 @@ typedef struct worker {
     unsigned char *out;
     engram_store *st;
     engram_table_id tids[MAX_TABLES];
-    bare_client bare;
+    bare_client naive;
+    fast_client fast;
     int check; /* check every output row (else only the first lookup's) */
     uint64_t bad;
 } worker;
@@ -359,13 +644,23 @@ static void check_out(worker *w, const int64_t *ids)
             w->bad++;
 }
 
+/* The CPU time (user + system) of every thread of this process so far. */
+static uint64_t process_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 static void *run_worker(void *p)
 {
     worker *w = p;
     for (size_t l = 0; l < lookups; l++) {
         const int64_t *ids = w->ids + l * K;
-        if (w->conf == C_BARE) {
-            bare_lookup(&w->bare, ids, K, w->out);
+        if (w->conf == C_NAIVE) {
+            bare_lookup(&w->naive, ids, K, w->out);
+        } else if (w->conf == C_BARE) {
+            fast_lookup(&w->fast, ids, K, w->out);
         } else {
             engram_lookup_args a = ENGRAM_LOOKUP_ARGS_INIT;
             a.num_tokens = K / ntables;
@@ -543,6 +838,8 @@ int main(int argc, char **argv)
            engram_version_string(), nodes, ntables, rows_per_table, ROW,
            (double)rows_per_table * ntables * ROW / 1048576.0, tagged ? "tagged" : "spread",
            chunk_kib, K, lookups, reps);
+    printf("load average at start: %s (%ld CPUs online)\n", loadavg_text(),
+           sysconf(_SC_NPROCESSORS_ONLN));
 
     /* The push. */
     ro.chunk_bytes = (uint64_t)chunk_kib << 10;
@@ -598,6 +895,7 @@ int main(int argc, char **argv)
             worker *w = calloc((size_t)nt, sizeof *w);
             int64_t **ids = calloc((size_t)nt, sizeof *ids);
             uint64_t seed = 42, distinct = 0, total = 0, hits[NCONF] = {0}, misses[NCONF] = {0};
+            double cpu[NCONF] = {0}; /* the lookup threads' CPU ns, counted reps */
             if (reps > 64)
                 reps = 64;
             for (int i = 0; i < nt; i++) {
@@ -605,9 +903,12 @@ int main(int argc, char **argv)
                 for (size_t j = 0; j < lookups * K; j++)
                     ids[i][j] = (int64_t)draw(&seed, d);
                 w[i].out = malloc(K * ROW);
-                w[i].bare.by_node = malloc(K * sizeof *w[i].bare.by_node);
-                for (int n = 0; n < nnodes; n++)
-                    w[i].bare.c[n] = bare_connect(n);
+                w[i].naive.by_node = malloc(K * sizeof *w[i].naive.by_node);
+                w[i].fast.rbuf = malloc(RBUF);
+                for (int n = 0; n < nnodes; n++) {
+                    w[i].naive.c[n] = bare_connect(n);
+                    fast_connect(&w[i].fast.c[n], n, K);
+                }
             }
             /* Distinct ids per lookup (what deduplication saves). */
             {
@@ -637,9 +938,13 @@ int main(int argc, char **argv)
                     for (int i = 0; i < nt; i++)
                         for (size_t j = 0; j < lookups * K; j++)
                             ids[i][j] = (int64_t)draw(&seed, d);
-                for (int c = 0; c < NCONF; c++) {
+                /* Each repetition starts with the next configuration, so
+                 * that none always runs first (after the new ids) or
+                 * right after the same neighbour. */
+                for (int j = 0; j < NCONF; j++) {
+                    int c = (j + rep + 1) % NCONF;
                     engram_store *st = c == C_CACHE ? st_cache : c == C_KEEPALL ? st_keep : st_plain;
-                    uint64_t start, bad = 0;
+                    uint64_t start, cpu0, bad = 0;
                     for (int i = 0; i < nt; i++) {
                         w[i].conf = c;
                         w[i].idx = i;
@@ -650,7 +955,7 @@ int main(int argc, char **argv)
                         for (size_t t = 0; t < ntables; t++) {
                             char name[32];
                             snprintf(name, sizeof name, "t%zu", t);
-                            if (c != C_BARE && engram_table_open(st, name, &w[i].tids[t]) != 0)
+                            if (c > C_BARE && engram_table_open(st, name, &w[i].tids[t]) != 0)
                                 die("engram_table_open");
                         }
                     }
@@ -659,12 +964,15 @@ int main(int argc, char **argv)
                     if (st != st_plain)
                         engram_get_cache_stats(st, NULL, &before);
                     start = now_ns();
+                    cpu0 = process_cpu_ns();
                     for (int i = 0; i < nt; i++)
                         pthread_create(&w[i].th, NULL, run_worker, &w[i]);
                     for (int i = 0; i < nt; i++) {
                         pthread_join(w[i].th, NULL);
                         bad += w[i].bad;
                     }
+                    if (rep >= 0)
+                        cpu[c] += (double)(process_cpu_ns() - cpu0);
                     if (st != st_plain && rep >= 0) {
                         engram_get_cache_stats(st, NULL, &after);
                         hits[c] += after.hits - before.hits;
@@ -688,13 +996,18 @@ int main(int argc, char **argv)
                     hi[c] = res[c][reps - 1];
                 }
                 printf("%-7s threads %d: %.0f%% of the ids of a lookup distinct; M rows/s, median "
-                       "[min, max] of %d:\n",
-                       d ? "zipf" : "uniform", nt, 100.0 * (double)distinct / (double)total, reps);
+                       "[min, max] of %d; load %s:\n",
+                       d ? "zipf" : "uniform", nt, 100.0 * (double)distinct / (double)total, reps,
+                       loadavg_text());
                 for (int c = 0; c < NCONF; c++) {
-                    printf("  %-13s %7.3f [%.3f, %.3f]", conf_name[c], med[c] / 1e6, lo[c] / 1e6,
-                           hi[c] / 1e6);
-                    if (c != C_BARE)
-                        printf("  %5.2fx bare", med[c] / med[C_BARE]);
+                    printf("  %-13s %7.3f [%.3f, %.3f] %5.0f ns CPU/row", conf_name[c],
+                           med[c] / 1e6, lo[c] / 1e6, hi[c] / 1e6,
+                           cpu[c] / ((double)reps * (double)nt * (double)lookups * (double)K));
+                    if (c == C_BARE)
+                        printf("  %5.2fx naive", med[c] / med[C_NAIVE]);
+                    if (c > C_BARE)
+                        printf("  %5.2fx bare  %5.2fx naive", med[c] / med[C_BARE],
+                               med[c] / med[C_NAIVE]);
                     if (c == C_CACHE || c == C_KEEPALL)
                         printf("  hit rate %.1f%%",
                                hits[c] + misses[c]
@@ -707,9 +1020,12 @@ int main(int argc, char **argv)
                 fflush(stdout);
             }
             for (int i = 0; i < nt; i++) {
-                for (int n = 0; n < nnodes; n++)
-                    redisFree(w[i].bare.c[n]);
-                free(w[i].bare.by_node);
+                for (int n = 0; n < nnodes; n++) {
+                    redisFree(w[i].naive.c[n]);
+                    fast_close(&w[i].fast.c[n]);
+                }
+                free(w[i].naive.by_node);
+                free(w[i].fast.rbuf);
                 free(w[i].out);
                 free(ids[i]);
             }
@@ -725,6 +1041,7 @@ int main(int argc, char **argv)
                100.0 * (double)s.slots / (double)(rows_per_table * ntables),
                (double)s.budget_bytes / 1048576.0);
     }
+    printf("load average at end: %s\n", loadavg_text());
     engram_store_close(st_plain);
     engram_store_close(st_cache);
     engram_store_close(st_keep);

@@ -2,7 +2,8 @@
 # run_filecache.sh - builds bench_filecache (optimised, in build/release of
 # this checkout, unless BENCH_FILECACHE names a binary) and runs it:
 # cold random rows through the row cache against a bare io_uring O_DIRECT
-# reader, pread and mmap, then all-hit lookups against the mapped table.
+# reader, pread (one thread, and threads keeping as many reads in flight)
+# and mmap, then all-hit lookups against the mapped table.
 #
 #   bench/run_filecache.sh [bench_filecache options, e.g. --size-mib 2048
 #                           --cache-mib 64 --qd 128 --reps 7 --dir /var/tmp]
