@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Builds engram and runs every test: a release build with warnings as
-# errors (the Python extension included), then an ASan+UBSan build, then a
-# ThreadSanitizer build of the threaded tests, each ending with CTest's
-# summary line; then the Python tests, first against the extension of the
+# Builds engram and runs every test: first the virtual environment
+# build/venv of the Python tests (numpy, pytest, Mooncake's wheel; the
+# release build's docs_shell_blocks uses it too), then a release build
+# with warnings as errors (the Python extension included), then an
+# ASan+UBSan build, then a ThreadSanitizer build of the threaded tests,
+# each ending with CTest's summary line; then the Python tests, first against the extension of the
 # ASan+UBSan build (and its GPU tests against that extension over the
 # emulated CUDA runtime), then against the package installed with
 # `pip install .` into the virtual environment build/venv (with Mooncake's
@@ -36,11 +38,10 @@ run_build() { # name, cmake options..., then -- ctest options...
   (cd "build/$name" && ctest --output-on-failure -j"$jobs" "${topts[@]}")
 }
 
-run_build release -DCMAKE_BUILD_TYPE=RelWithDebInfo -DENGRAM_PYTHON=ON
-run_build asan -DENGRAM_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug -DENGRAM_PYTHON=ON
-run_build tsan -DENGRAM_TSAN=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -- -R 'test_(lookup|concurrency|filecache|source|pool|reclaim|shared|log|redis|async|ngram)'
-
-echo "== python package"
+# The virtual environment of the Python tests, made before the builds: the
+# release build's docs_shell_blocks runs the documents' blocks that use
+# numpy and Mooncake's wheel from it.
+echo "== python environment"
 [ -x build/venv/bin/python ] || python3 -m venv build/venv
 # mypy: tests/python/test_typing.py checks the package and the README's and
 # docs' examples with it.  tokenizers: engramstore.build_token_map() (its
@@ -59,6 +60,12 @@ if build/venv/bin/python -m pip install -q --disable-pip-version-check \
 else
   echo "test.sh: mooncake-transfer-engine-non-cuda could not be installed: the Store-backed tests will skip"
 fi
+
+run_build release -DCMAKE_BUILD_TYPE=RelWithDebInfo -DENGRAM_PYTHON=ON
+run_build asan -DENGRAM_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug -DENGRAM_PYTHON=ON
+run_build tsan -DENGRAM_TSAN=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -- -R 'test_(lookup|concurrency|filecache|source|pool|reclaim|shared|log|redis|async|ngram)'
+
+echo "== python package"
 
 # Runs pytest in tests/python against an extension of the ASan+UBSan build,
 # with the sanitizer runtimes preloaded into the interpreter: asan_pytest

@@ -1,10 +1,14 @@
 #!/bin/sh
 # Runs the shell blocks of docs/redis.md that a reader runs as written:
 # the cluster setup of "Setup" (six servers, three masters with a replica
-# each) and the CLI block of "From the CLI and Python", on free loopback
-# ports of 127.0.0.1 instead of 7000-7005 (the ports are the only change,
-# with the setup's data directory moved into a scratch directory and the
-# CLI given a scratch --root), and checks what the CLI block prints.
+# each), the CLI block of "From the CLI and Python", and the pull blocks
+# of "Pulling a namespace to local memory" (both of its sections), on free
+# loopback ports of 127.0.0.1 instead of 7000-7005 (the ports are the only
+# change, with the setup's data directory moved into a scratch directory
+# and the CLI given a scratch --root), and checks what they print.  The
+# pull blocks run on a second root, another node's, after the CLI block's
+# namespace is pushed again (its block ends by removing the table from the
+# cluster).
 # Every server the block starts is stopped by the PID in its pidfile at
 # exit, however the script ends; the scratch directory, with the servers'
 # logs, is kept when the script fails.  Skips (77) without redis-server,
@@ -40,8 +44,12 @@ block() {
 }
 block "## Setup" "redis-server --port" >"$SCRATCH/setup.sh"
 block "## From the CLI and Python" "engram push" >"$SCRATCH/cli.sh"
+block "## Pulling a namespace to local memory" "engram pull model-x t " >"$SCRATCH/pull.sh"
+block "## Pulling a namespace to local memory" "copies to /dev/shm" >"$SCRATCH/tier.sh"
 [ -s "$SCRATCH/setup.sh" ] || { echo "no cluster setup block in $doc"; exit 1; }
 [ -s "$SCRATCH/cli.sh" ] || { echo "no CLI block in $doc"; exit 1; }
+[ -s "$SCRATCH/pull.sh" ] || { echo "no pull block in $doc"; exit 1; }
+[ -s "$SCRATCH/tier.sh" ] || { echo "no pull block of the nearest tier in $doc"; exit 1; }
 
 # Six free ports (each with its bus port + 10000 free), for 7000..7005.
 ports=""
@@ -96,4 +104,40 @@ for want in "^created t: 1000 rows of 264 bytes" "^t: pushed 1000 rows of 264 by
     fi
 done
 [ $fail = 0 ] || exit 1
-echo "docs redis.md setup and CLI blocks: 2 passed, 0 failed"
+
+# The pull blocks, on the root of another node: the namespace pushed
+# again from the CLI block's root first.
+if ! "$ENGRAM_BIN" --root "$SCRATCH/root" push model-x --redis "127.0.0.1:$first" >"$SCRATCH/push.out" 2>&1; then
+    cat "$SCRATCH/push.out"
+    echo "pushing model-x again for the pull blocks failed"
+    exit 1
+fi
+# run_pull NAME: runs $SCRATCH/NAME.sh with the ports and the root of the
+# second node, its output in $SCRATCH/NAME.out.
+run_pull() {
+    # shellcheck disable=SC2086
+    sed $map -e "s|^engram |\"$ENGRAM_BIN\" --root $SCRATCH/node2 |" "$SCRATCH/$1.sh" >"$SCRATCH/$1.run.sh"
+    if ! (cd "$SCRATCH" && sh -e "$1.run.sh") >"$SCRATCH/$1.out" 2>&1; then
+        cat "$SCRATCH/$1.out"
+        echo "docs/redis.md's $1 block failed as written (run: $SCRATCH/$1.run.sh)"
+        exit 1
+    fi
+}
+# expect NAME PATTERN...: every pattern matches a line of $SCRATCH/NAME.out.
+expect() {
+    name=$1
+    shift
+    for want in "$@"; do
+        if ! grep -q -e "$want" "$SCRATCH/$name.out"; then
+            echo "docs/redis.md's $name block: no line matching '$want' in its output:"
+            cat "$SCRATCH/$name.out"
+            fail=1
+        fi
+    done
+}
+run_pull pull
+expect pull "^t: pulled (" "^t: already here with the same rows (" "^0: " "^999: "
+run_pull tier
+expect tier "^t: already here with the same rows ("
+[ $fail = 0 ] || exit 1
+echo "docs redis.md setup, CLI and pull blocks: 4 passed, 0 failed"
