@@ -653,7 +653,9 @@ typedef struct engram_table_usage {
     uint32_t unreadable;      /* processes whose maps this one may not read (not counted) */
     uint32_t sampled_pages;   /* resident pages sampled for the cgroup (0: unknown) */
     uint32_t cgroup_pages;    /* of which charged to `cgroup` */
-    uint32_t reserved;
+    uint32_t unreadable_may_map; /* 1: the `unreadable` processes may map resident pages of
+                                  * the file (their shares are missing from the PSS below);
+                                  * 0: there are none, or they were shown to map none */
     uint64_t file_bytes;      /* bytes the file holds in its file system (its blocks) */
     uint64_t rss_bytes;       /* this process: bytes of the file resident in its mappings */
     uint64_t pss_bytes;       /* this process: its proportional share of them (PSS) */
@@ -669,14 +671,27 @@ typedef struct engram_table_usage {
  * Fills *u with who holds the memory of table file `name` (it need not
  * be open): the processes that map it and their shares (from
  * /proc/<pid>/maps and smaps; other users' processes are counted in
- * `unreadable` unless this process may read them), and the memory cgroup
- * its pages are charged to.  The kernel charges a tmpfs page to the
+ * `unreadable` unless this process may read them, and so are some a
+ * container keeps from its own root, such as its PID 1), and the memory
+ * cgroup its pages are charged to.  When some process could not be read,
+ * a second pass tells whether it may map the file (`unreadable_may_map`):
+ * this process maps the file's resident pages (only those; none is
+ * faulted in) and reads the PSS of that mapping and of the readable
+ * processes' mappings again.  PSS splits each page among the mappings
+ * that map it, so when these add up to the resident bytes (within
+ * smaps' rounding, a kB per mapping) the unreadable processes map none
+ * of them: `unreadable_may_map` is 0.  It is 1 when they fall short, and
+ * when the check cannot tell (a process mapped or faulted in pages of the
+ * file meanwhile, or a tmpfs with huge pages splits them otherwise).  The
+ * pass costs a page-table entry per resident page here and a walk of
+ * each mapper's mapping: some 0.2 s for each GiB resident; none when
+ * every process could be read.  The kernel charges a tmpfs page to the
  * cgroup of the process that first wrote or read it, for as long as the
  * file exists, whoever maps it later; the cgroup is found from a sample
  * of resident pages (/proc/self/pagemap and /proc/kpagecgroup, which need
  * CAP_SYS_ADMIN: without it, or when no page is resident, `cgroup` is ""
- * and sampled_pages 0).  Walks /proc: milliseconds, not for a hot path.
- * u->size must be set.  Thread-safe.
+ * and sampled_pages 0).  Walks /proc: milliseconds (plus the pass above),
+ * not for a hot path.  u->size must be set.  Thread-safe.
  * @return : 0, -ENOENT, -EINVAL, ENGRAM_EUNSAFE, ... */
 ENGRAM_API int engram_get_table_usage(engram_store *st, const char *name,
                                       engram_table_usage *u);
