@@ -306,15 +306,23 @@ static int unreadable_may_map(int fd, const struct stat *sb, const engram_table_
     snprintf(self, sizeof self, "%ld", (long)getpid());
     if (smaps_share(self, maj, min, ino, &s) != 0 || !s.found)
         goto out; /* the probe merged with a neighbouring entry: no Rss of its own */
+    /* The others' entries are summed without [lo, hi): a process forked
+     * from this one may well have mapped the file at the probe's address. */
     for (size_t i = 0; i < mappers->n; i++) {
+        file_share o = {0};
         char pid[32];
         if (mappers->pids[i] == getpid())
             continue;
         snprintf(pid, sizeof pid, "%ld", (long)mappers->pids[i]);
         /* One that exited since maps nothing now: its pages' shares went
          * to the others. */
-        if (smaps_share(pid, maj, min, ino, &s) != 0 && still_there(pid))
-            goto out;
+        if (smaps_share(pid, maj, min, ino, &o) != 0) {
+            if (still_there(pid))
+                goto out;
+            continue;
+        }
+        s.pss += o.pss;
+        s.entries += o.entries;
     }
     /* The probe maps every page counted: its Rss is them all. */
     if (s.entry_rss == (uint64_t)resident * pg)

@@ -275,8 +275,11 @@ static engram_table_usage usage_of(engram_store *st, const char *name)
  * `why`. */
 static void unreadable_runner(int why)
 {
+    /* "part" first: forked from this process, the mapper is likely to map
+     * it where this process maps its probe (the same size, the same next
+     * hole), which the check must not take for the probe. */
     const struct map_req seen_maps[] = {
-        {"alone", 0}, {"part", 1024}, {"shared", 0}, {NULL, 0}};
+        {"part", 1024}, {"alone", 0}, {"shared", 0}, {NULL, 0}};
     const struct map_req hidden_maps[] = {{"shared", 32}, {NULL, 0}};
     int ready[2], quit[2], status;
     pid_t seen, hidden;
