@@ -674,18 +674,22 @@ typedef struct engram_table_usage {
  * `unreadable` unless this process may read them, and so are some a
  * container keeps from its own root, such as its PID 1), and the memory
  * cgroup its pages are charged to.  When some process could not be read,
- * a second pass tells whether it may map the file (`unreadable_may_map`):
- * this process maps the file's resident pages (only those; none is
- * faulted in) and reads the PSS of that mapping and of the readable
- * processes' mappings again.  PSS splits each page among the mappings
- * that map it, so when these add up to the resident bytes (within
- * smaps' rounding, a kB per mapping) the unreadable processes map none
- * of them: `unreadable_may_map` is 0.  It is 1 when they fall short, and
- * when the check cannot tell (a process mapped or faulted in pages of the
- * file meanwhile, or a tmpfs with huge pages splits them otherwise).  The
- * pass costs a page-table entry per resident page here and a walk of
- * each mapper's mapping: some 0.2 s for each GiB resident; none when
- * every process could be read.  The kernel charges a tmpfs page to the
+ * a second pass tells whether it may map the file (`unreadable_may_map`).
+ * PSS splits each resident page among the mappings that map it, so when
+ * the readable processes' PSS adds up to the file's resident bytes
+ * (mincore(); within smaps' rounding, a kB per mapping) the unreadable
+ * ones map none of them: `unreadable_may_map` is 0.  Failing that, this
+ * process maps the file's resident pages for a moment (only those; none
+ * is faulted in), so that each is mapped by someone, and reads the PSS
+ * of that mapping and of the readable processes' again: if they add up
+ * to the resident bytes, 0.  It is 1 when they fall short, and when the
+ * check cannot tell (a process mapped the file or read new pages of it
+ * meanwhile; a tmpfs with huge pages).  A process that maps the file
+ * without having read any of it holds none of its memory and is not told
+ * apart.  The pass costs a mincore() over the file (some 20-40 ms a GiB)
+ * and, when that is not enough, a page-table entry per resident page
+ * here and a walk of each mapper's mapping (some 0.2-0.3 s a GiB); none
+ * when every process could be read.  The kernel charges a tmpfs page to the
  * cgroup of the process that first wrote or read it, for as long as the
  * file exists, whoever maps it later; the cgroup is found from a sample
  * of resident pages (/proc/self/pagemap and /proc/kpagecgroup, which need
