@@ -653,7 +653,9 @@ typedef struct engram_table_usage {
     uint32_t unreadable;      /* processes whose maps this one may not read (not counted) */
     uint32_t sampled_pages;   /* resident pages sampled for the cgroup (0: unknown) */
     uint32_t cgroup_pages;    /* of which charged to `cgroup` */
-    uint32_t reserved;
+    uint32_t unreadable_may_map; /* 1: the `unreadable` processes may map resident pages of
+                                  * the file (their shares are missing from the PSS below);
+                                  * 0: there are none, or they were shown to map none */
     uint64_t file_bytes;      /* bytes the file holds in its file system (its blocks) */
     uint64_t rss_bytes;       /* this process: bytes of the file resident in its mappings */
     uint64_t pss_bytes;       /* this process: its proportional share of them (PSS) */
@@ -669,14 +671,31 @@ typedef struct engram_table_usage {
  * Fills *u with who holds the memory of table file `name` (it need not
  * be open): the processes that map it and their shares (from
  * /proc/<pid>/maps and smaps; other users' processes are counted in
- * `unreadable` unless this process may read them), and the memory cgroup
- * its pages are charged to.  The kernel charges a tmpfs page to the
+ * `unreadable` unless this process may read them, and so are some a
+ * container keeps from its own root, such as its PID 1), and the memory
+ * cgroup its pages are charged to.  When some process could not be read,
+ * a second pass tells whether it may map the file (`unreadable_may_map`).
+ * PSS splits each resident page among the mappings that map it, so when
+ * the readable processes' PSS adds up to the file's resident bytes
+ * (mincore(); within smaps' rounding, a kB per mapping) the unreadable
+ * ones map none of them: `unreadable_may_map` is 0.  Failing that, this
+ * process maps the file's resident pages for a moment (only those; none
+ * is faulted in), so that each is mapped by someone, and reads the PSS
+ * of that mapping and of the readable processes' again: if they add up
+ * to the resident bytes, 0.  It is 1 when they fall short, and when the
+ * check cannot tell (a process mapped the file or read new pages of it
+ * meanwhile; a tmpfs with huge pages).  A process that maps the file
+ * without having read any of it holds none of its memory and is not told
+ * apart.  The pass costs a mincore() over the file (some 20-40 ms a GiB)
+ * and, when that is not enough, a page-table entry per resident page
+ * here and a walk of each mapper's mapping (some 0.2-0.3 s a GiB); none
+ * when every process could be read.  The kernel charges a tmpfs page to the
  * cgroup of the process that first wrote or read it, for as long as the
  * file exists, whoever maps it later; the cgroup is found from a sample
  * of resident pages (/proc/self/pagemap and /proc/kpagecgroup, which need
  * CAP_SYS_ADMIN: without it, or when no page is resident, `cgroup` is ""
- * and sampled_pages 0).  Walks /proc: milliseconds, not for a hot path.
- * u->size must be set.  Thread-safe.
+ * and sampled_pages 0).  Walks /proc: milliseconds (plus the pass above),
+ * not for a hot path.  u->size must be set.  Thread-safe.
  * @return : 0, -ENOENT, -EINVAL, ENGRAM_EUNSAFE, ... */
 ENGRAM_API int engram_get_table_usage(engram_store *st, const char *name,
                                       engram_table_usage *u);

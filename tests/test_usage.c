@@ -8,8 +8,21 @@
  * touched by 4 processes: the usage counts the 4, their PSS adds up to the
  * table's size and each has a quarter of it (within 5%), and the pages are
  * charged to the writer's cgroup, not to the processes that map them.
+ *
+ * Processes whose maps cannot be read: a process that is not dumpable
+ * (prctl(PR_SET_DUMPABLE, 0)) may be read only with CAP_SYS_PTRACE, so
+ * that case runs as an unprivileged user (uid and gid 65534 when the test
+ * runs as root, itself otherwise), where such a process's maps cannot be
+ * read.  With it mapping none of them, a table nobody maps and tables
+ * that readable processes (the measuring one among them) map, all of or
+ * half, are shown to be none of its business (unreadable_may_map 0); a
+ * table it maps a 64th of is flagged (1), until it exits.
  */
 #include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 
 #include "capacity.h"
@@ -125,6 +138,9 @@ static void test_four_mappers(void)
            u.processes, (unsigned long long)u.total_pss_bytes, (unsigned long long)size,
            (unsigned long long)u.file_bytes, u.cgroup, u.cgroup_pages, u.sampled_pages);
     ASSERT_EQ(u.processes, 4);
+    /* Whatever this process may not read here (a container's PID 1) maps
+     * none of the table. */
+    ASSERT_EQ(u.unreadable_may_map, 0);
     ASSERT_EQ_U64(u.rss_bytes, 0);
     ASSERT_EQ_U64(u.pss_bytes, 0);
     ASSERT_GE(u.total_pss_bytes, size * 95 / 100);
@@ -186,10 +202,180 @@ static void test_bad_args(void)
     tu_check_named(st, "t", 3, 1000, RB);
     ASSERT_OK(engram_get_table_usage(st, "t", &u));
     ASSERT_EQ(u.processes, 1);
+    ASSERT_EQ(u.unreadable_may_map, 0);
     ASSERT_GE(u.rss_bytes, 1000 * RB);
     ASSERT_EQ_U64(u.pss_bytes, u.total_pss_bytes);
     engram_store_close(mem);
     engram_store_close(st);
+}
+
+/* Maps table file `name` of namespace "unread" and reads its first
+ * `pages` pages (0: all of them), as any process may without the library;
+ * the mapping stays until the process exits. */
+static void map_pages(const char *name, size_t pages)
+{
+    char path[600];
+    struct stat sb;
+    volatile unsigned char sink = 0;
+    unsigned char *m;
+    size_t len, pg = (size_t)sysconf(_SC_PAGESIZE);
+    int fd;
+    snprintf(path, sizeof path, "%s/unread/%s", tu_scratch_root(), name);
+    ASSERT((fd = open(path, O_RDONLY | O_CLOEXEC)) >= 0);
+    ASSERT_EQ(fstat(fd, &sb), 0);
+    len = (size_t)sb.st_size;
+    m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+    ASSERT(m != MAP_FAILED);
+    close(fd);
+    if (pages == 0 || pages * pg > len)
+        pages = (len + pg - 1) / pg;
+    for (size_t p = 0; p < pages; p++)
+        sink ^= m[p * pg];
+}
+
+/* What a mapper maps: the first `pages` pages (0: all) of table `name`. */
+struct map_req {
+    const char *name;
+    size_t pages;
+};
+
+/* Forks a process that maps maps[] (up to one without a name), is not
+ * dumpable if `hidden`, writes a byte to `ready` and exits on a byte from
+ * `quit`, or when its parent dies (a failed assertion there). */
+static pid_t mapper(const struct map_req *maps, int hidden, int ready, int quit)
+{
+    pid_t parent = getpid(), pid = fork();
+    char c;
+    ASSERT(pid >= 0);
+    if (pid > 0)
+        return pid;
+    ASSERT_EQ(prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0), 0);
+    if (getppid() != parent)
+        _exit(1);
+    if (hidden)
+        ASSERT_EQ(prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), 0);
+    for (; maps->name; maps++)
+        map_pages(maps->name, maps->pages);
+    ASSERT_EQ(write(ready, "r", 1), 1);
+    ASSERT_EQ(read(quit, &c, 1), 1);
+    _exit(0);
+}
+
+static engram_table_usage usage_of(engram_store *st, const char *name)
+{
+    engram_table_usage u = ENGRAM_TABLE_USAGE_INIT;
+    ASSERT_OK(engram_get_table_usage(st, name, &u));
+    printf("  %-6s: %u processes, %u unreadable, unreadable_may_map %u\n", name, u.processes,
+           u.unreadable, u.unreadable_may_map);
+    return u;
+}
+
+/* test_unreadable in a process of its own (see the top of the file):
+ * exits 0, 1 (a failure) or TU_SKIP_CODE with the reason written to
+ * `why`. */
+static void unreadable_runner(int why)
+{
+    /* "part" first: forked from this process, the mapper is likely to map
+     * it where this process maps its probe (the same size, the same next
+     * hole), which the check must not take for the probe. */
+    const struct map_req seen_maps[] = {
+        {"part", 1024}, {"alone", 0}, {"shared", 0}, {NULL, 0}};
+    const struct map_req hidden_maps[] = {{"shared", 32}, {NULL, 0}};
+    int ready[2], quit[2], status;
+    pid_t seen, hidden;
+    engram_store *st;
+    engram_table_usage u;
+    char path[64], c;
+    FILE *f;
+    if (geteuid() == 0 && (setgroups(0, NULL) != 0 || setresgid(65534, 65534, 65534) != 0 ||
+                           setresuid(65534, 65534, 65534) != 0)) {
+        dprintf(why, "cannot become uid 65534 (%s)", strerror(errno));
+        _exit(TU_SKIP_CODE);
+    }
+    /* A change of uid leaves a process not dumpable; this one's children
+     * other than the hidden one must be readable. */
+    ASSERT_EQ(prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), 0);
+    tu_scratch_path[0] = '\0'; /* a scratch root of this user's */
+    st = tu_open("unread", 0, 1);
+    tu_populate(st, "idle", 1, ROWS, RB, 0);
+    tu_populate(st, "alone", 2, ROWS, RB, 0);
+    tu_populate(st, "part", 3, ROWS, RB, 0);
+    tu_populate(st, "shared", 4, ROWS, RB, 0);
+    tu_check_named(st, "alone", 2, ROWS, RB); /* this process maps it too */
+    ASSERT_EQ(pipe(ready), 0);
+    ASSERT_EQ(pipe(quit), 0);
+    /* "alone": the readable processes' PSS is every resident page (the
+     * check's first step); "part": they map half of them (the probe);
+     * "shared": the readable one maps all of it, the hidden one 32 pages,
+     * a 64th. */
+    seen = mapper(seen_maps, 0, ready[1], quit[0]);
+    hidden = mapper(hidden_maps, 1, ready[1], quit[0]);
+    ASSERT_EQ(read(ready[0], &c, 1), 1);
+    ASSERT_EQ(read(ready[0], &c, 1), 1);
+    snprintf(path, sizeof path, "/proc/%ld/maps", (long)hidden);
+    if ((f = fopen(path, "re")) != NULL) {
+        fclose(f);
+        dprintf(why, "this process reads the maps of a process that is not dumpable "
+                     "(CAP_SYS_PTRACE?)");
+        _exit(TU_SKIP_CODE);
+    }
+    u = usage_of(st, "idle");
+    ASSERT_EQ(u.processes, 0);
+    ASSERT_GE(u.unreadable, 1);
+    ASSERT_EQ(u.unreadable_may_map, 0);
+    u = usage_of(st, "alone");
+    ASSERT_EQ(u.processes, 2);
+    ASSERT_GE(u.unreadable, 1);
+    ASSERT_EQ(u.unreadable_may_map, 0);
+    u = usage_of(st, "part");
+    ASSERT_EQ(u.processes, 1);
+    ASSERT_GE(u.unreadable, 1);
+    ASSERT_EQ(u.unreadable_may_map, 0);
+    u = usage_of(st, "shared");
+    ASSERT_EQ(u.processes, 1);
+    ASSERT_GE(u.unreadable, 1);
+    ASSERT_EQ(u.unreadable_may_map, 1);
+    /* The hidden process gone, nobody unread maps "shared". */
+    ASSERT_EQ(write(quit[1], "qq", 2), 2);
+    ASSERT_EQ(waitpid(hidden, &status, 0), hidden);
+    ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    ASSERT_EQ(waitpid(seen, &status, 0), seen);
+    ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    u = usage_of(st, "shared");
+    ASSERT_EQ(u.processes, 0);
+    ASSERT_EQ(u.unreadable_may_map, 0);
+    engram_store_close(st);
+    exit(0); /* removes this user's scratch root */
+}
+
+static void test_unreadable(void)
+{
+    int why[2], status;
+    char reason[256] = "";
+    ssize_t n;
+    pid_t runner;
+    tu_current_case = "processes whose maps cannot be read, mapping a table or not";
+    ASSERT_EQ(pipe(why), 0);
+    fflush(stdout);
+    runner = fork();
+    ASSERT(runner >= 0);
+    if (runner == 0) {
+        close(why[0]);
+        unreadable_runner(why[1]);
+    }
+    close(why[1]);
+    ASSERT_EQ(waitpid(runner, &status, 0), runner);
+    /* Read once the runner is gone (the reason, if any, is written): its
+     * mappers may outlive it by a moment, holding the pipe open. */
+    ASSERT_EQ(fcntl(why[0], F_SETFL, O_NONBLOCK), 0);
+    n = read(why[0], reason, sizeof reason - 1);
+    close(why[0]);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == TU_SKIP_CODE) {
+        reason[n > 0 ? n : 0] = '\0';
+        tu_skip_case("%s", reason);
+        return;
+    }
+    ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
 int main(void)
@@ -197,5 +383,6 @@ int main(void)
     tu_watchdog(120);
     RUN_TEST(test_four_mappers);
     RUN_TEST(test_bad_args);
+    RUN_TEST(test_unreadable);
     return tu_done("test_usage");
 }

@@ -320,9 +320,10 @@ int cli_cmd_mem(struct cli *cli)
             printf("%s\n    {\"name\": ", first ? "" : ",");
             cli_json_str(stdout, list[i]);
             printf(", \"file_bytes\": %" PRIu64 ", \"processes\": %" PRIu32
-                   ", \"unreadable\": %" PRIu32 ", \"total_pss_bytes\": %" PRIu64
-                   ", \"cgroup\": ",
-                   u.file_bytes, u.processes, u.unreadable, u.total_pss_bytes);
+                   ", \"unreadable\": %" PRIu32 ", \"unreadable_may_map\": %s"
+                   ", \"total_pss_bytes\": %" PRIu64 ", \"cgroup\": ",
+                   u.file_bytes, u.processes, u.unreadable,
+                   u.unreadable_may_map ? "true" : "false", u.total_pss_bytes);
             if (u.cgroup[0])
                 cli_json_str(stdout, u.cgroup);
             else
@@ -335,9 +336,12 @@ int cli_cmd_mem(struct cli *cli)
                    cli_fmt_bytes(u.file_bytes, a, sizeof a), u.processes,
                    cli_fmt_bytes(u.total_pss_bytes, b, sizeof b),
                    u.cgroup[0] ? u.cgroup : "unknown (needs CAP_SYS_ADMIN, or no page resident)");
-            if (u.unreadable)
-                cli_warn("mem %s: %" PRIu32 " processes could not be read (other users): not "
-                         "counted", list[i], u.unreadable);
+            /* Processes that could not be read but were shown to map none
+             * of the table (a container's PID 1, other users' unrelated
+             * processes) change none of its figures: no warning. */
+            if (u.unreadable_may_map)
+                cli_warn("mem %s: %" PRIu32 " processes could not be read (other users) and "
+                         "may map it: their shares are not counted", list[i], u.unreadable);
         }
     }
     if (cli->opt[OPT_JSON])

@@ -384,10 +384,13 @@ static const struct command commands[] = {
      "to: the cgroup of the process that wrote them, for as long as the file exists,\n"
      "not of the processes that map it later.  The cgroup needs CAP_SYS_ADMIN to\n"
      "read (/proc/kpagecgroup); processes of other users are counted only where\n"
-     "their maps may be read.\n"
+     "their maps may be read.  When some cannot be read, their share is checked by\n"
+     "PSS (this process maps the table's resident pages for a moment: some 0.2 s a\n"
+     "GiB), and a warning says so only if they may map the table.\n"
      "\n"
      "  --json            {schema, tables: [{name, file_bytes, processes, unreadable,\n"
-     "                    total_pss_bytes, cgroup, cgroup_pages, sampled_pages}]}\n"},
+     "                    unreadable_may_map, total_pss_bytes, cgroup, cgroup_pages,\n"
+     "                    sampled_pages}]}\n"},
     {"numa-copy", cli_cmd_numa_copy, O(NUMA_NODE), 1, -1, "numa-copy NAME... --numa-node N",
      "Writes NAME.numaN, a copy of each named table whose pages are on NUMA node N,\n"
      "in the same namespace (a tmpfs), with the table's rows and row range.  Every\n"

@@ -36,12 +36,15 @@ const char ext_store_usage_doc[] = PyDoc_STR(
 "usage($self, name, /)\n--\n\n"
 "A dict: who holds the memory of table file `name` (open or not): processes (that\n"
 "map it, this one included), unreadable (processes whose maps this one may\n"
-"not read), rss_bytes and pss_bytes (this process's), total_pss_bytes (the\n"
+"not read: not counted) and unreadable_may_map (True if they may map some of\n"
+"it, told from the PSS of its resident pages; False if none, or shown to map\n"
+"none), rss_bytes and pss_bytes (this process's), total_pss_bytes (the\n"
 "resident bytes all of them map, each page once), file_bytes (its blocks),\n"
 "and cgroup: the memory cgroup its pages are charged to (the one of the\n"
 "process that wrote them), None where it cannot be told (it needs\n"
-"CAP_SYS_ADMIN), with cgroup_pages of sampled_pages.  Walks /proc: not for a\n"
-"hot path.");
+"CAP_SYS_ADMIN), with cgroup_pages of sampled_pages.  Walks /proc, and when\n"
+"some process cannot be read may map the table's resident pages here (some\n"
+"tenths of a second a GiB): not for a hot path.");
 
 PyObject *ext_store_usage(StoreObject *s, PyObject *name)
 {
@@ -58,8 +61,9 @@ PyObject *ext_store_usage(StoreObject *s, PyObject *name)
     Py_END_ALLOW_THREADS
     if (rc < 0)
         return ext_raise(rc, NULL);
-    return Py_BuildValue("{s:I,s:I,s:K,s:K,s:K,s:K,s:N,s:I,s:I}", "processes", u.processes,
-                         "unreadable", u.unreadable, "rss_bytes",
+    return Py_BuildValue("{s:I,s:I,s:N,s:K,s:K,s:K,s:K,s:N,s:I,s:I}", "processes", u.processes,
+                         "unreadable", u.unreadable, "unreadable_may_map",
+                         PyBool_FromLong(u.unreadable_may_map), "rss_bytes",
                          (unsigned long long)u.rss_bytes, "pss_bytes",
                          (unsigned long long)u.pss_bytes, "total_pss_bytes",
                          (unsigned long long)u.total_pss_bytes, "file_bytes",

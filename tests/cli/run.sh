@@ -1091,6 +1091,9 @@ check "wait without a name -> usage" eval 'usage_fails'
 
 run mem waited
 check "mem shows a table" eval 'rc_is 0 && out_has "^NAME " && out_has "^waited "'
+# Whatever this user may not read here (other users' processes, a
+# container's PID 1) maps none of it: no warning.
+check "mem: no warning of processes that map none of the table" eval 'rc_is 0 && err_empty'
 if [ "$HAVE_PY" -eq 1 ]; then
     run mem --json
     check "mem --json" eval 'rc_is 0 && pycheck "
@@ -1098,11 +1101,82 @@ import json; p = json.load(open(\"out\"))
 assert p[\"schema\"] == 1
 t = {x[\"name\"]: x for x in p[\"tables\"]}
 assert t[\"waited\"][\"processes\"] == 0 and t[\"waited\"][\"file_bytes\"] > 0, t
+assert t[\"waited\"][\"unreadable_may_map\"] is False, t
 "'
 fi
 run mem missing-table
 check "mem of a missing table -> 1" eval 'fails_with 1 "missing-table"'
 run rm waited late
+
+# mem and a process whose maps cannot be read: a mapper that is not
+# dumpable may be read by a process of its own user only with
+# CAP_SYS_PTRACE.  As root, the mapper and engram run as uid 65534
+# (setpriv), in a root of theirs.
+hidden_mem() {
+    LAST="engram mem $*"
+    $AS "$ENGRAM_BIN" --root "$HROOT" mem "$@" >out 2>err
+    rc=$?
+}
+AS= HPY= HROOT=
+if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null 2>&1; then
+    AS="setpriv --reuid=65534 --regid=65534 --clear-groups"
+fi
+if [ "$(id -u)" -ne 0 ] || [ -n "$AS" ]; then
+    for _py in "$PY" /usr/bin/python3; do
+        if $AS "$_py" -c 'import ctypes, mmap' >/dev/null 2>&1; then
+            HPY=$_py
+            break
+        fi
+    done
+fi
+if [ -z "$HPY" ]; then
+    skip_part "mem with a process that cannot be read: no python3 (or, as root, setpriv) to run it"
+else
+    HROOT=$(mktemp -d "${TMPDIR:-/tmp}/engram-cli-hidden.XXXXXX")
+    [ -z "$AS" ] || chown 65534:65534 "$HROOT"
+    $AS "$ENGRAM_BIN" --root "$HROOT" create hidden --rows 4096 --row-bytes 256 >/dev/null 2>&1
+    $AS "$ENGRAM_BIN" --root "$HROOT" create other --rows 4096 --row-bytes 256 >/dev/null 2>&1
+    $AS mkfifo "$HROOT/go"
+    # PR_SET_DUMPABLE is 4; the mapper reads every page of the table.
+    $AS "$HPY" -c '
+import ctypes, mmap, os, sys
+assert ctypes.CDLL(None).prctl(4, 0, 0, 0, 0) == 0
+f = open(sys.argv[1], "rb")
+m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+sum(m[i] for i in range(0, len(m), 4096))
+print(os.getpid(), flush=True)
+sys.stdin.readline()
+' "$HROOT/default/hidden" <"$HROOT/go" >"$HROOT/pid" 2>/dev/null &
+    exec 9>"$HROOT/go"
+    for _i in $(seq 100); do
+        [ -s "$HROOT/pid" ] && break
+        sleep 0.1
+    done
+    HPID=$(cat "$HROOT/pid")
+    if [ -z "$HPID" ]; then
+        FAIL=$((FAIL + 1))
+        echo "FAIL: mem: the mapper that cannot be read did not start"
+    elif $AS cat "/proc/$HPID/maps" >/dev/null 2>&1; then
+        skip_part "mem with a process that cannot be read: this user reads a process that is not dumpable"
+    else
+        hidden_mem hidden
+        check "mem: a warning when a process that cannot be read maps the table" \
+            eval 'rc_is 0 && out_has "^hidden " && err_has "processes could not be read .* and may map it"'
+        hidden_mem other
+        check "mem: no warning for a table it does not map" eval 'rc_is 0 && err_empty'
+        if [ "$HAVE_PY" -eq 1 ]; then
+            hidden_mem --json
+            check "mem --json: unreadable_may_map" eval 'rc_is 0 && pycheck "
+import json; t = {x[\"name\"]: x for x in json.load(open(\"out\"))[\"tables\"]}
+assert t[\"hidden\"][\"unreadable\"] >= 1 and t[\"hidden\"][\"unreadable_may_map\"] is True, t
+assert t[\"other\"][\"unreadable\"] >= 1 and t[\"other\"][\"unreadable_may_map\"] is False, t
+"'
+        fi
+    fi
+    exec 9>&-
+    wait
+    rm -rf "$HROOT"
+fi
 
 # ---------------------------------------------------------------------------
 # NUMA placement: create/import on a node, of a GPU's node, interleaved;
