@@ -59,6 +59,7 @@
 #include <liburing.h>
 
 #include "engram.h"
+#include "bench_util.h"
 
 #define R 264
 #define MAXREP 31
@@ -89,17 +90,6 @@ static double median(double *v, int n)
 {
     qsort(v, (size_t)n, sizeof *v, cmp_d);
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-/* The 1, 5 and 15-minute load averages, as text (a static buffer). */
-static const char *loadavg_text(void)
-{
-    static char b[64];
-    double l[3];
-    if (getloadavg(l, 3) != 3)
-        return "unknown";
-    snprintf(b, sizeof b, "%.2f %.2f %.2f", l[0], l[1], l[2]);
-    return b;
 }
 
 static void die(const char *what)
@@ -490,7 +480,7 @@ int main(int argc, char **argv)
            (double)sb.st_size / (double)(cache_mib << 20), qd, k, reps,
            geteuid() == 0 ? "page cache dropped (fadvise + drop_caches)"
                           : "page cache dropped (fadvise only: not root)");
-    printf("load average at start: %s (%ld CPUs online)\n", loadavg_text(),
+    printf("load average at start: %s (%ld CPUs online)\n", bench_loadavg_text(),
            sysconf(_SC_NPROCESSORS_ONLN));
 
     ids = malloc(sizeof *ids * (cold > 65536 ? cold : 65536));
@@ -553,7 +543,7 @@ int main(int argc, char **argv)
         printf(" rows/s (first: %s; cache: %" PRIu64 " misses, %" PRIu64
                " reads, O_DIRECT %s; load %s)\n",
                vname[(rep + 1) % nv], cs.misses, cs.reads, cs.direct_tables ? "on" : "off",
-               loadavg_text());
+               bench_loadavg_text());
         fflush(stdout);
     }
     engram_store_close(mst);
@@ -613,7 +603,7 @@ int main(int argc, char **argv)
             hi[x] = vr[x][reps - 1];
         }
         printf("\ncold random rows (rows/s, median [min, max] of %d; load %s):\n", reps,
-               loadavg_text());
+               bench_loadavg_text());
         for (int x = 0; x < nv; x++) {
             printf("  %-11s %8.0f [%.0f, %.0f]", vname[x], med[x], lo[x], hi[x]);
             if (x != V_CACHE)
@@ -629,7 +619,7 @@ int main(int argc, char **argv)
         printf("warm all-hit lookups, K=%zu (ns/row, median [min, max]): cache %.1f [%.1f, %.1f]  "
                "mapped %.1f [%.1f, %.1f] -> %.2fx the mapped time (target <= 1.5x)\n",
                k, h, v_hit[0], v_hit[reps - 1], mm, v_mem[0], v_mem[reps - 1], h / mm);
-        printf("load average at end: %s\n", loadavg_text());
+        printf("load average at end: %s\n", bench_loadavg_text());
     }
     free(buf);
     free(ids);

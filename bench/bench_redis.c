@@ -89,6 +89,7 @@
 #include "engram.h"
 #include "rcluster.h"
 #include "redis_util.h"
+#include "bench_util.h"
 
 enum { ROW = 264, MAX_TABLES = 64, MAX_NODES = 64 };
 
@@ -149,17 +150,6 @@ static double median(double *v, int n)
             v[j - 1] = x;
         }
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-/* The 1, 5 and 15-minute load averages, as text (a static buffer). */
-static const char *loadavg_text(void)
-{
-    static char b[64];
-    double l[3];
-    if (getloadavg(l, 3) != 3)
-        return "unknown";
-    snprintf(b, sizeof b, "%.2f %.2f %.2f", l[0], l[1], l[2]);
-    return b;
 }
 
 /* ------------------------------------------------------------------------
@@ -838,7 +828,7 @@ int main(int argc, char **argv)
            engram_version_string(), nodes, ntables, rows_per_table, ROW,
            (double)rows_per_table * ntables * ROW / 1048576.0, tagged ? "tagged" : "spread",
            chunk_kib, K, lookups, reps);
-    printf("load average at start: %s (%ld CPUs online)\n", loadavg_text(),
+    printf("load average at start: %s (%ld CPUs online)\n", bench_loadavg_text(),
            sysconf(_SC_NPROCESSORS_ONLN));
 
     /* The push. */
@@ -998,7 +988,7 @@ int main(int argc, char **argv)
                 printf("%-7s threads %d: %.0f%% of the ids of a lookup distinct; M rows/s, median "
                        "[min, max] of %d; load %s:\n",
                        d ? "zipf" : "uniform", nt, 100.0 * (double)distinct / (double)total, reps,
-                       loadavg_text());
+                       bench_loadavg_text());
                 for (int c = 0; c < NCONF; c++) {
                     printf("  %-13s %7.3f [%.3f, %.3f] %5.0f ns CPU/row", conf_name[c],
                            med[c] / 1e6, lo[c] / 1e6, hi[c] / 1e6,
@@ -1041,7 +1031,7 @@ int main(int argc, char **argv)
                100.0 * (double)s.slots / (double)(rows_per_table * ntables),
                (double)s.budget_bytes / 1048576.0);
     }
-    printf("load average at end: %s\n", loadavg_text());
+    printf("load average at end: %s\n", bench_loadavg_text());
     engram_store_close(st_plain);
     engram_store_close(st_cache);
     engram_store_close(st_keep);

@@ -1,8 +1,8 @@
 /*
  * bench_util.h - what the C benchmarks share: a monotonic clock in ns, a
  * small reproducible generator (xorshift64*), a comparison for qsort of
- * timings, and the exit on a library failure.  Header-only, for the
- * benchmark programs (not part of libengram).
+ * timings, the load average as text, and the exit on a library failure.
+ * Header-only, for the benchmark programs (not part of libengram).
  */
 #ifndef ENGRAM_BENCH_UTIL_H
 #define ENGRAM_BENCH_UTIL_H
@@ -43,6 +43,17 @@ static inline void bench_die(const char *prog, const char *what)
 {
     fprintf(stderr, "%s: %s: %s\n", prog, what, engram_errmsg());
     exit(1);
+}
+
+/* The 1, 5 and 15-minute load averages, as text (a static buffer). */
+static inline const char *bench_loadavg_text(void)
+{
+    static char b[64];
+    double l[3];
+    if (getloadavg(l, 3) != 3)
+        return "unknown";
+    snprintf(b, sizeof b, "%.2f %.2f %.2f", l[0], l[1], l[2]);
+    return b;
 }
 
 #endif
