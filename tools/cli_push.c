@@ -120,6 +120,25 @@ static int push_one(const struct cli *cli, engram_store *local, engram_store *re
     return 0;
 }
 
+/* The arguments push and pull share: --redis, the namespace as the first
+ * argument (not --ns), table names after it.  0, or the exit status
+ * after reporting. */
+static int sync_args(const struct cli *cli, const char *verb)
+{
+    const char *ns = cli->args[0];
+    int rc, status;
+    if (!cli->opt[OPT_REDIS])
+        return cli_usage_error(cli, "--redis HOST:PORT[,...] is required");
+    if (cli->opt[OPT_NS])
+        return cli_usage_error(cli, "the namespace is %s's first argument, not --ns", verb);
+    if ((rc = engram_name_check(ns)) != 0)
+        return cli_usage_error(cli, "invalid namespace name '%s': %s", ns, cli_lib_detail(rc));
+    for (int i = 1; i < cli->nargs; i++)
+        if ((status = cli_check_name(cli, cli->args[i])) != 0)
+            return status;
+    return 0;
+}
+
 int cli_cmd_push(struct cli *cli)
 {
     const char *ns = cli->args[0];
@@ -129,15 +148,8 @@ int cli_cmd_push(struct cli *cli)
     size_t count;
     int status = 0, failed = 0, rc;
 
-    if (!cli->opt[OPT_REDIS])
-        return cli_usage_error(cli, "--redis HOST:PORT[,...] is required");
-    if (cli->opt[OPT_NS])
-        return cli_usage_error(cli, "the namespace is push's first argument, not --ns");
-    if ((rc = engram_name_check(ns)) != 0)
-        return cli_usage_error(cli, "invalid namespace name '%s': %s", ns, cli_lib_detail(rc));
-    for (int i = 1; i < cli->nargs; i++)
-        if ((status = cli_check_name(cli, cli->args[i])) != 0)
-            return status;
+    if ((status = sync_args(cli, "push")) != 0)
+        return status;
     o.threads = 1;
     if ((rc = engram_store_open(cli->root, ns, &o, &local)) != 0)
         return cli_lib_fail(rc, "open namespace '%s' under '%s'", ns, cli_root(cli));
@@ -258,15 +270,8 @@ int cli_cmd_pull(struct cli *cli)
     size_t count;
     int status = 0, failed = 0, made = 0, rc;
 
-    if (!cli->opt[OPT_REDIS])
-        return cli_usage_error(cli, "--redis HOST:PORT[,...] is required");
-    if (cli->opt[OPT_NS])
-        return cli_usage_error(cli, "the namespace is pull's first argument, not --ns");
-    if ((rc = engram_name_check(ns)) != 0)
-        return cli_usage_error(cli, "invalid namespace name '%s': %s", ns, cli_lib_detail(rc));
-    for (int i = 1; i < cli->nargs; i++)
-        if ((status = cli_check_name(cli, cli->args[i])) != 0)
-            return status;
+    if ((status = sync_args(cli, "pull")) != 0)
+        return status;
     /* The cluster's side first: nothing is made here for a pull that
      * cannot start. */
     if (cli_open_redis(cli, ns, 0, &remote, &status) != 0)
