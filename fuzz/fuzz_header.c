@@ -20,7 +20,8 @@
  * Every accepted header must satisfy the invariants below and survive an
  * encode/parse round trip unchanged; any violation aborts.  Version-2
  * headers with a row range (ENGRAM__FLAG_ROW_RANGE) must describe rows
- * within the full tensor's total_rows.
+ * within the full tensor's total_rows; version-3 headers with an origin
+ * (ENGRAM__FLAG_ORIGIN) a valid one, and no header without the flag any.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,10 +101,31 @@ static void check_accepted(const uint8_t *buf, size_t len, uint64_t file_size,
         fail("accepted fewer bytes than a header", h);
     if (h->version < 1 || h->version > ENGRAM__FORMAT_VERSION)
         fail("accepted an unsupported version", h);
-    if (h->flags & ~(uint32_t)ENGRAM__FLAG_ROW_RANGE)
+    if (h->flags & ~(uint32_t)(ENGRAM__FLAG_ROW_RANGE | ENGRAM__FLAG_ORIGIN))
         fail("accepted an unknown flag", h);
     if (h->flags && h->version < 2)
         fail("accepted a flag in a version-1 header", h);
+    if ((h->flags & ENGRAM__FLAG_ORIGIN) && h->version < 3)
+        fail("accepted an origin in a version-2 header", h);
+    if (h->flags & ENGRAM__FLAG_ORIGIN) {
+        if (h->origin.kind != ENGRAM_ORIGIN_REDIS && h->origin.kind != ENGRAM_ORIGIN_MOONCAKE)
+            fail("accepted an unknown origin kind", h);
+        if (h->origin.epoch == 0)
+            fail("accepted origin epoch 0", h);
+        if (memchr(h->origin.ns, '\0', sizeof h->origin.ns) == NULL ||
+            engram_name_check(h->origin.ns) != 0)
+            fail("accepted an invalid origin namespace", h);
+        if (memchr(h->origin.where, '\0', sizeof h->origin.where) == NULL)
+            fail("origin address is not NUL-terminated", h);
+        for (const char *c = h->origin.where; *c; c++)
+            if (*c < 0x21 || *c > 0x7e)
+                fail("accepted a blank or unprintable origin address byte", h);
+    } else {
+        engram_origin z;
+        memset(&z, 0, sizeof z);
+        if (memcmp(&h->origin, &z, sizeof z) != 0)
+            fail("origin fields set without the flag", h);
+    }
     if (h->flags & ENGRAM__FLAG_ROW_RANGE) {
         /* Every global id of the table is an int64 below total_rows. */
         if (h->total_rows < 1 || h->total_rows > ((uint64_t)1 << 62))

@@ -44,6 +44,7 @@
 #define OFF_ROW_START (OFF_NAME + NAME_FIELD)
 #define OFF_RESERVED_V2 (OFF_ROW_START + 16) /* reserved when a row range is set */
 #define OFF_RESERVED OFF_ROW_START
+#define OFF_ORIGIN OFF_RESERVED_V2 /* the origin fields (version 3) */
 #define OFF_HSUM (ENGRAM__HEADER_SIZE - 8)
 
 #define MIB ((uint64_t)1 << 20)
@@ -83,6 +84,20 @@ static engram__header ranged(engram__header h, uint64_t row_start, uint64_t tota
     h.flags = ENGRAM__FLAG_ROW_RANGE;
     h.row_start = row_start;
     h.total_rows = total_rows;
+    return h;
+}
+
+/* Version 3 with an origin (and the range flags of h kept). */
+static engram__header origin(engram__header h, uint32_t kind, uint64_t epoch, const char *ns,
+                             const char *where)
+{
+    h.version = 3;
+    h.flags |= ENGRAM__FLAG_ORIGIN;
+    memset(&h.origin, 0, sizeof h.origin);
+    h.origin.kind = kind;
+    h.origin.epoch = epoch;
+    snprintf(h.origin.ns, sizeof h.origin.ns, "%s", ns);
+    snprintf(h.origin.where, sizeof h.origin.where, "%s", where);
     return h;
 }
 
@@ -189,6 +204,27 @@ static void valid_seeds(void)
         h.version = 2;
         seed_from(&s, &h);
         emit(&s, 0, "version 2 without a range");
+        /* Origins (version 3): with a range and without, either kind, the
+         * longest address, the version-3 form without flags. */
+        h = origin(ranged(g, 5000, 9000), ENGRAM_ORIGIN_REDIS, 0x1122334455667788ull, "prod",
+                   "10.0.0.1:7000,10.0.0.2:7000");
+        seed_from(&s, &h);
+        emit(&s, 0, "origin redis with a range");
+        h = origin(g, ENGRAM_ORIGIN_MOONCAKE, 1, "mc", "");
+        seed_from(&s, &h);
+        emit(&s, 0, "origin mooncake without an address");
+        {
+            char where[ENGRAM_ORIGIN_WHERE_MAX + 1];
+            memset(where, '~', ENGRAM_ORIGIN_WHERE_MAX);
+            where[ENGRAM_ORIGIN_WHERE_MAX] = '\0';
+            h = origin(g, ENGRAM_ORIGIN_REDIS, UINT64_MAX, "n", where);
+            seed_from(&s, &h);
+            emit(&s, 0, "origin with the longest address");
+        }
+        h = g;
+        h.version = 3;
+        seed_from(&s, &h);
+        emit(&s, 0, "version 3 without flags");
     }
     /* A valid header followed by the rest of a 4 KiB read. */
     {
@@ -313,6 +349,40 @@ static void broken_seeds(void)
     s.b[8 + OFF_RESERVED_V2] = 1;
     reseal(&s);
     emit(&s, ENGRAM_ECORRUPT, "reserved byte after the range");
+
+    /* Origins. */
+    h = origin(good, ENGRAM_ORIGIN_REDIS, 5, "ns", "h:1");
+    h.version = 2;
+    seed_from(&s, &h);
+    emit(&s, ENGRAM_EVERSION, "origin in version 2");
+    h = origin(good, 3, 5, "ns", "h:1");
+    seed_from(&s, &h);
+    emit(&s, ENGRAM_ECORRUPT, "unknown origin kind");
+    h = origin(good, ENGRAM_ORIGIN_REDIS, 0, "ns", "h:1");
+    seed_from(&s, &h);
+    emit(&s, ENGRAM_ECORRUPT, "origin epoch 0");
+    h = origin(good, ENGRAM_ORIGIN_REDIS, 5, ".ns", "h:1");
+    seed_from(&s, &h);
+    emit(&s, ENGRAM_ECORRUPT, "origin namespace not a name");
+    h = origin(good, ENGRAM_ORIGIN_REDIS, 5, "ns", "h:1 h:2");
+    seed_from(&s, &h);
+    emit(&s, ENGRAM_ECORRUPT, "origin address with a space");
+    h = origin(good, ENGRAM_ORIGIN_REDIS, 5, "ns", "h:1");
+    seed_from(&s, &h);
+    s.b[8 + OFF_ORIGIN + 4] = 1;
+    reseal(&s);
+    emit(&s, ENGRAM_ECORRUPT, "origin padding");
+    h = origin(good, ENGRAM_ORIGIN_REDIS, 5, "ns", "h:1");
+    seed_from(&s, &h);
+    s.b[8 + OFF_ORIGIN + 16 + 5] = 'x';
+    reseal(&s);
+    emit(&s, ENGRAM_ECORRUPT, "origin namespace padding");
+    h = good;
+    h.version = 3;
+    seed_from(&s, &h);
+    s.b[8 + OFF_ORIGIN + 8] = 1;
+    reseal(&s);
+    emit(&s, ENGRAM_ECORRUPT, "origin bytes without the flag");
 
     /* Spec fields. */
     h = good;

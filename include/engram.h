@@ -461,6 +461,42 @@ ENGRAM_API int engram_writer_begin(engram_store *st, const char *name,
  *           within it), -EINVAL (w NULL), ENGRAM_ESTATE (a failed writer). */
 ENGRAM_API int engram_writer_set_range(engram_writer *w, uint64_t row_start, uint64_t total_rows);
 
+/* engram_origin.kind */
+#define ENGRAM_ORIGIN_NONE 0     /* not pulled from a remote namespace */
+#define ENGRAM_ORIGIN_REDIS 1    /* a namespace of a Redis Cluster */
+#define ENGRAM_ORIGIN_MOONCAKE 2 /* a namespace of a Mooncake Store (the Python tier) */
+#define ENGRAM_ORIGIN_WHERE_MAX 127 /* bytes of engram_origin.where at most */
+
+/* Where a table's rows were published: the remote store, its namespace
+ * and the publication.  Recorded in a table file by engram_pull() (and
+ * engram_writer_set_origin()), and reported for a table of a remote
+ * namespace as its own, so that the two compare (engram_check_origin()). */
+typedef struct engram_origin {
+    uint32_t kind;   /* ENGRAM_ORIGIN_*; the rest is zero for ENGRAM_ORIGIN_NONE */
+    uint64_t epoch;  /* the publication's epoch in its namespace (never 0) */
+    char ns[ENGRAM_NAME_MAX + 1]; /* the remote namespace */
+    /* How the store was reached, printable without spaces, "" if unknown:
+     * for a Redis Cluster the nodes given (host:port[,host:port...], as
+     * many whole ones as fit), for a Mooncake Store its master. */
+    char where[ENGRAM_ORIGIN_WHERE_MAX + 1];
+} engram_origin;
+
+/*! engram_writer_set_origin() :
+ * Records in the table being written where its rows were published
+ * (engram_origin: kind, epoch, namespace, address), reported in
+ * engram_table_info.origin and compared by engram_check_origin().
+ * engram_pull() sets it; a caller that copies a remote table by other
+ * means (the Python package's Mooncake pull) sets it here.  A table with
+ * an origin is written in format version 3 (docs/format.md), which older
+ * libraries refuse (ENGRAM_EVERSION).  May be called any time before
+ * engram_writer_commit(); a later call replaces an earlier one.
+ * @return : 0, ENGRAM_ESPEC (a kind other than ENGRAM_ORIGIN_REDIS or
+ *           _MOONCAKE, epoch 0, a namespace that is not a valid name, an
+ *           address longer than ENGRAM_ORIGIN_WHERE_MAX or with a byte
+ *           that is not printable or is a space), -EINVAL (w or o NULL),
+ *           ENGRAM_ESTATE (a failed writer). */
+ENGRAM_API int engram_writer_set_origin(engram_writer *w, const engram_origin *o);
+
 /*! engram_writer_append() :
  * Appends `nrows` rows read from `rows`, `src_stride` bytes apart
  * (0 = row_bytes; only the first row_bytes of each are used).  Appending
@@ -634,9 +670,15 @@ typedef struct engram_table_info {
      * [row_start, row_end) and the tensor's N. */
     uint64_t row_start;      /* global row of the table's row 0 */
     uint64_t total_rows;     /* rows of the full tensor; 0 = no range known */
+    /* Came with origins.  A table pulled from a remote namespace
+     * (engram_pull()) records where from: its store, namespace and the
+     * publication's epoch.  A table of a remote namespace reports its
+     * own, so the two compare (engram_check_origin()).  Kind
+     * ENGRAM_ORIGIN_NONE otherwise. */
+    engram_origin origin;
 } engram_table_info;
 
-#define ENGRAM_TABLE_INFO_INIT {sizeof(engram_table_info), 0u, {0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+#define ENGRAM_TABLE_INFO_INIT {sizeof(engram_table_info), 0u, {0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, {0u, 0u, {0}, {0}}}
 
 /*! engram_get_table_info() :
  * Fills *info about table `name` (stored or bound) without mapping it.
@@ -866,6 +908,27 @@ ENGRAM_API int engram_verify(engram_store *st, const char *name, engram_progress
  *           fail. */
 ENGRAM_API int engram_pull(engram_store *to, engram_store *from, const char *name,
                            engram_progress_fn progress, void *ud, int *written);
+
+/* engram_check_origin()'s *state */
+#define ENGRAM_ORIGIN_CURRENT 0     /* the remote still publishes the same publication */
+#define ENGRAM_ORIGIN_REPUBLISHED 1 /* published again since, with the same rows */
+#define ENGRAM_ORIGIN_CHANGED 2     /* published again since, with other rows */
+#define ENGRAM_ORIGIN_GONE 3        /* no longer in the remote namespace */
+
+/*! engram_check_origin() :
+ * Compares table `name` of `local` (a table pulled from a remote
+ * namespace, which records its origin) with the table of that name in
+ * `remote`, a store opened on the namespace it came from, and sets
+ * *state to one of ENGRAM_ORIGIN_CURRENT, _REPUBLISHED, _CHANGED or
+ * _GONE.  It reads the remote's manifest only, not its rows, and does not
+ * check the local rows either: engram_verify() does that.  Thread-safe.
+ * @return : 0 and *state; -EINVAL (a NULL argument, `remote` not a store
+ *           of a remote namespace, or not the kind and namespace the
+ *           table came from, or the local table records no origin);
+ *           -ENOENT (no local table `name`); ENGRAM_ESPEC (a bad name); or
+ *           as the remote's reads fail. */
+ENGRAM_API int engram_check_origin(engram_store *local, const char *name, engram_store *remote,
+                                   int *state);
 
 /* ------------------------------------------------------------------------
  * Lookup.

@@ -10,7 +10,11 @@
  *  72  name, NUL-padded to 136 bytes
  * 208  u64 row_start            216  u64 total_rows  (version 2, with
  *      ENGRAM__FLAG_ROW_RANGE; else zero like the rest of the reserved bytes)
- * 224  reserved, zero           504  u64 XXH3-64 of bytes [0, 504)
+ * 224  u32 origin kind          228  u32 zero         232  u64 origin epoch
+ * 240  origin namespace, NUL-padded to 136 bytes
+ * 376  origin address, NUL-padded to 128 bytes  (version 3, with
+ *      ENGRAM__FLAG_ORIGIN; else zero)
+ * 504  u64 XXH3-64 of bytes [0, 504)
  */
 #include <stdio.h>
 #include <string.h>
@@ -36,8 +40,16 @@
 #define NAME_FIELD 136
 #define OFF_ROW_START (OFF_NAME + NAME_FIELD)
 #define OFF_TOTAL_ROWS (OFF_ROW_START + 8)
-#define OFF_RESERVED (OFF_TOTAL_ROWS + 8) /* reserved when the range fields are used */
+#define OFF_ORIGIN (OFF_TOTAL_ROWS + 8) /* the origin fields, zero without the flag */
+#define OFF_ORIGIN_KIND OFF_ORIGIN
+#define OFF_ORIGIN_PAD (OFF_ORIGIN + 4)
+#define OFF_ORIGIN_EPOCH (OFF_ORIGIN + 8)
+#define OFF_ORIGIN_NS (OFF_ORIGIN + 16)
+#define OFF_ORIGIN_WHERE (OFF_ORIGIN_NS + NAME_FIELD)
+#define WHERE_FIELD (ENGRAM_ORIGIN_WHERE_MAX + 1)
 #define OFF_HSUM 504
+
+_Static_assert(OFF_ORIGIN_WHERE + WHERE_FIELD == OFF_HSUM, "the origin fills the header");
 
 static void put32(unsigned char *p, uint32_t v)
 {
@@ -64,6 +76,47 @@ static uint64_t get64(const unsigned char *p)
     return v;
 }
 
+/* A NUL-terminated string field of `size` bytes, zero after its NUL, into
+ * out[outsize] (outsize >= size).  0, or 1 (not terminated or padding
+ * not zero). */
+static int get_field(const unsigned char *p, size_t size, char *out, size_t outsize)
+{
+    size_t n = strnlen((const char *)p, size);
+    if (n == size || n >= outsize)
+        return 1;
+    for (size_t i = n; i < size; i++)
+        if (p[i] != 0)
+            return 1;
+    memcpy(out, p, n);
+    out[n] = '\0';
+    return 0;
+}
+
+int engram__origin_check(const engram_origin *o)
+{
+    size_t n;
+    if (o->kind != ENGRAM_ORIGIN_REDIS && o->kind != ENGRAM_ORIGIN_MOONCAKE)
+        return engram__err(ENGRAM_ESPEC, "origin kind %u is not ENGRAM_ORIGIN_REDIS (%d) or "
+                                         "ENGRAM_ORIGIN_MOONCAKE (%d)",
+                           o->kind, ENGRAM_ORIGIN_REDIS, ENGRAM_ORIGIN_MOONCAKE);
+    if (o->epoch == 0)
+        return engram__err(ENGRAM_ESPEC, "origin epoch is 0 (a publication's epoch is never 0)");
+    if (memchr(o->ns, '\0', sizeof o->ns) == NULL || engram_name_check(o->ns) != 0)
+        return engram__err(ENGRAM_ESPEC, "origin namespace: %s",
+                           memchr(o->ns, '\0', sizeof o->ns) ? engram_errmsg()
+                                                             : "not NUL-terminated");
+    n = strnlen(o->where, sizeof o->where);
+    if (n == sizeof o->where)
+        return engram__err(ENGRAM_ESPEC, "origin address is longer than %d bytes",
+                           ENGRAM_ORIGIN_WHERE_MAX);
+    for (size_t i = 0; i < n; i++)
+        if (o->where[i] < 0x21 || o->where[i] > 0x7e)
+            return engram__err(ENGRAM_ESPEC, "origin address: byte %zu (0x%02x) is not a "
+                                             "printable character other than a space",
+                               i, (unsigned char)o->where[i]);
+    return 0;
+}
+
 void engram__header_encode(const engram__header *h, unsigned char buf[ENGRAM__HEADER_SIZE])
 {
     memset(buf, 0, ENGRAM__HEADER_SIZE);
@@ -83,6 +136,13 @@ void engram__header_encode(const engram__header *h, unsigned char buf[ENGRAM__HE
     if (h->flags & ENGRAM__FLAG_ROW_RANGE) {
         put64(buf + OFF_ROW_START, h->row_start);
         put64(buf + OFF_TOTAL_ROWS, h->total_rows);
+    }
+    if (h->flags & ENGRAM__FLAG_ORIGIN) {
+        put32(buf + OFF_ORIGIN_KIND, h->origin.kind);
+        put64(buf + OFF_ORIGIN_EPOCH, h->origin.epoch);
+        memcpy(buf + OFF_ORIGIN_NS, h->origin.ns, strnlen(h->origin.ns, ENGRAM_NAME_MAX));
+        memcpy(buf + OFF_ORIGIN_WHERE, h->origin.where,
+               strnlen(h->origin.where, ENGRAM_ORIGIN_WHERE_MAX));
     }
     put64(buf + OFF_HSUM, XXH3_64bits(buf, OFF_HSUM));
 }
@@ -117,12 +177,17 @@ int engram__header_parse(const unsigned char *buf, size_t len, uint64_t file_siz
         return engram__err(ENGRAM_ECORRUPT, "%s: header checksum mismatch (header is corrupt)",
                            what);
     h->flags = get32(buf + OFF_FLAGS);
-    /* The range fields are reserved bytes unless the flag says otherwise
-     * (the flag itself is checked below, with the version). */
-    for (size_t i = (h->flags & ENGRAM__FLAG_ROW_RANGE) ? OFF_RESERVED : OFF_ROW_START;
-         i < OFF_HSUM; i++)
+    /* The range and origin fields are reserved bytes unless their flags
+     * say otherwise (the flags themselves are checked below, with the
+     * version); the origin's own padding is checked with its fields. */
+    for (size_t i = OFF_ROW_START; i < OFF_HSUM; i++) {
+        if ((h->flags & ENGRAM__FLAG_ROW_RANGE) && i < OFF_ORIGIN)
+            continue;
+        if ((h->flags & ENGRAM__FLAG_ORIGIN) && i >= OFF_ORIGIN)
+            break;
         if (buf[i] != 0)
             return engram__err(ENGRAM_ECORRUPT, "%s: reserved header byte %zu is not zero", what, i);
+    }
 
     h->num_rows = get64(buf + OFF_ROWS);
     h->row_bytes = get32(buf + OFF_RBYTES);
@@ -136,8 +201,9 @@ int engram__header_parse(const unsigned char *buf, size_t len, uint64_t file_siz
     if (h->checksum_algo != ENGRAM__CHECKSUM_XXH3_64)
         return engram__err(ENGRAM_EVERSION, "%s: unknown checksum algorithm %u", what,
                            h->checksum_algo);
-    /* Version 1 defines no flag; version 2 the row range. */
-    if (h->flags & ~(h->version >= 2 ? ENGRAM__FLAG_ROW_RANGE : 0u))
+    /* Version 1 defines no flag; version 2 the row range; 3 the origin. */
+    if (h->flags & ~((h->version >= 2 ? ENGRAM__FLAG_ROW_RANGE : 0u) |
+                     (h->version >= 3 ? ENGRAM__FLAG_ORIGIN : 0u)))
         return engram__err(ENGRAM_EVERSION, "%s: unknown header flags 0x%x for format version %u",
                            what, h->flags, h->version);
     if (h->row_pitch == 0)
@@ -167,6 +233,24 @@ int engram__header_parse(const unsigned char *buf, size_t len, uint64_t file_siz
         h->total_rows = get64(buf + OFF_TOTAL_ROWS);
         if (engram__range_check(h->row_start, h->num_rows, h->total_rows) != 0)
             return engram__err(ENGRAM_ECORRUPT, "%s: invalid row range in header: %s", what,
+                               engram_errmsg());
+    }
+    if (h->flags & ENGRAM__FLAG_ORIGIN) {
+        h->origin.kind = get32(buf + OFF_ORIGIN_KIND);
+        h->origin.epoch = get64(buf + OFF_ORIGIN_EPOCH);
+        if (get32(buf + OFF_ORIGIN_PAD) != 0)
+            return engram__err(ENGRAM_ECORRUPT, "%s: origin padding is not zero", what);
+        if (get_field(buf + OFF_ORIGIN_NS, NAME_FIELD, h->origin.ns, sizeof h->origin.ns))
+            return engram__err(ENGRAM_ECORRUPT, "%s: origin namespace is not terminated or not "
+                                                "zero-padded",
+                               what);
+        if (get_field(buf + OFF_ORIGIN_WHERE, WHERE_FIELD, h->origin.where,
+                      sizeof h->origin.where))
+            return engram__err(ENGRAM_ECORRUPT, "%s: origin address is not terminated or not "
+                                                "zero-padded",
+                               what);
+        if (engram__origin_check(&h->origin) != 0)
+            return engram__err(ENGRAM_ECORRUPT, "%s: invalid origin in header: %s", what,
                                engram_errmsg());
     }
     namelen = strnlen((const char *)buf + OFF_NAME, NAME_FIELD);

@@ -19,7 +19,11 @@
  * lowest version that holds its table (engram__header_version()), so a
  * table without a range is the same bytes as before version 2 existed,
  * and one with a range is refused by a version-1 reader as a later
- * format (ENGRAM_EVERSION), never misread.
+ * format (ENGRAM_EVERSION), never misread.  3 adds ENGRAM__FLAG_ORIGIN:
+ * the table was pulled from a remote namespace, whose kind, publication
+ * epoch, namespace and address fill the last 280 bytes version 2 reserves
+ * (engram_origin); the same rule keeps a table without an origin in the
+ * lower versions.
  */
 #ifndef ENGRAM_FORMAT_H
 #define ENGRAM_FORMAT_H
@@ -30,11 +34,12 @@
 #include "engram.h"
 
 #define ENGRAM__MAGIC "ENGRAMTB"     /* 8 bytes, no NUL */
-#define ENGRAM__FORMAT_VERSION 2u     /* the newest version read and written */
+#define ENGRAM__FORMAT_VERSION 3u     /* the newest version read and written */
 #define ENGRAM__HEADER_SIZE 512u     /* bytes covered by the header checksum (+8) */
 #define ENGRAM__DATA_ALIGN (2u << 20) /* 2 MiB */
 #define ENGRAM__CHECKSUM_XXH3_64 1u
 #define ENGRAM__FLAG_ROW_RANGE 0x1u  /* (version 2) row_start and total_rows are set */
+#define ENGRAM__FLAG_ORIGIN 0x2u     /* (version 3) the origin fields are set */
 
 typedef struct engram__header {
     uint32_t version;
@@ -50,14 +55,22 @@ typedef struct engram__header {
     uint64_t row_start;  /* with ENGRAM__FLAG_ROW_RANGE: the first row's global row */
     uint64_t total_rows; /* with ENGRAM__FLAG_ROW_RANGE: rows of the full tensor; else 0 */
     char name[ENGRAM_NAME_MAX + 1];
+    engram_origin origin; /* with ENGRAM__FLAG_ORIGIN; else zero */
 } engram__header;
 
 /* The lowest format version that can hold a header with `flags`: 1 without
- * flags, so tables without a row range stay readable by every reader. */
+ * flags, so tables without a row range or origin stay readable by every
+ * reader. */
 static inline uint32_t engram__header_version(uint32_t flags)
 {
-    return flags ? 2u : 1u;
+    return (flags & ENGRAM__FLAG_ORIGIN) ? 3u : flags ? 2u : 1u;
 }
+
+/* Checks an origin as engram_writer_set_origin() takes it and the header
+ * parser reads it: a known kind, a nonzero epoch, a valid namespace name
+ * and an address of at most ENGRAM_ORIGIN_WHERE_MAX printable bytes
+ * without spaces.  0, or ENGRAM_ESPEC naming the field. */
+int engram__origin_check(const engram_origin *o);
 
 /* Serialises `h` into exactly ENGRAM__HEADER_SIZE bytes (with the header
  * checksum in its last 8 bytes). */
@@ -85,6 +98,8 @@ static inline void engram__header_info(const engram__header *h, engram_table_inf
         info->row_start = h->row_start;
         info->total_rows = h->total_rows;
     }
+    if (h->flags & ENGRAM__FLAG_ORIGIN)
+        info->origin = h->origin;
 }
 
 #endif

@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -251,6 +252,12 @@ int engram_pull(engram_store *to, engram_store *from, const char *name,
             continue; /* published meanwhile: compare with it */
         if (err)
             return err;
+        /* Where it comes from, as described: the publication whose spec
+         * and checksum pull_begin() holds the read to. */
+        if ((err = engram_writer_set_origin(r.w, &ri.origin)) != 0) {
+            engram_writer_abort(r.w);
+            return err;
+        }
         if ((fd = engram__live_writer_other(to, name, engram__writer_temp(r.w), ent,
                                             sizeof ent)) >= 0) {
             engram_writer_abort(r.w);
@@ -281,4 +288,49 @@ int engram_pull(engram_store *to, engram_store *from, const char *name,
         }
         /* Published meanwhile by another rank: compare with it. */
     }
+}
+
+int engram_check_origin(engram_store *local, const char *name, engram_store *remote, int *state)
+{
+    engram_table_info li = ENGRAM_TABLE_INFO_INIT, ri = ENGRAM_TABLE_INFO_INIT;
+    const engram_origin *o = &li.origin;
+    engram_origin from;
+    int err;
+
+    if (!local || !remote || !state)
+        return engram__err(-EINVAL, "the local store, the remote store and state are required");
+    if ((err = engram_name_check(name)) != 0)
+        return err;
+    if (!remote->remote)
+        return engram__err(-EINVAL, "check the origin of '%s': the remote store (%s) is not a "
+                                    "remote namespace (engram_store_open_redis())",
+                           name, remote->path ? remote->path : "a memory store");
+    if ((err = engram_get_table_info(local, name, &li)) != 0)
+        return err;
+    if (o->kind == ENGRAM_ORIGIN_NONE)
+        return engram__err(-EINVAL, "table '%s' of %s records no origin: it was not pulled from "
+                                    "a remote namespace",
+                           name, local->path ? local->path : "a memory store");
+    remote->remote->origin(remote->remote_state, &from);
+    if (o->kind != from.kind || strcmp(o->ns, from.ns) != 0)
+        return engram__err(-EINVAL, "table '%s' of %s came from namespace '%s' of a %s (%s), "
+                                    "not from %s",
+                           name, local->path, o->ns,
+                           o->kind == ENGRAM_ORIGIN_REDIS ? "Redis Cluster" : "Mooncake Store",
+                           o->where[0] ? o->where : "address not recorded", remote->path);
+    err = remote->remote->info(remote->remote_state, name, &ri);
+    if (err == -ENOENT) {
+        *state = ENGRAM_ORIGIN_GONE;
+        return 0;
+    }
+    if (err)
+        return err;
+    if (ri.spec.num_rows != li.spec.num_rows || ri.spec.row_bytes != li.spec.row_bytes ||
+        ri.checksum != li.checksum)
+        *state = ENGRAM_ORIGIN_CHANGED;
+    else if (ri.origin.epoch != o->epoch)
+        *state = ENGRAM_ORIGIN_REPUBLISHED;
+    else
+        *state = ENGRAM_ORIGIN_CURRENT;
+    return 0;
 }

@@ -74,6 +74,7 @@ typedef struct rstore {
     uint64_t ns_bytes; /* bytes of the namespace's tables, for the cache's share rule */
     engram_store *near;    /* the local copies' namespace (local_root), or NULL */
     uint64_t local_tables; /* tables opened from their copy there (lock) */
+    engram_origin origin;  /* what its tables report as their origin, less the epoch */
 } rstore;
 
 /* A table open for lookups: the table_ud of its requests. */
@@ -258,8 +259,10 @@ static void rtable_release(void *state)
     rtable_free(state);
 }
 
-static void manifest_info(const engram__rmanifest *m, engram_table_info *info)
+static void manifest_info(const rstore *rs, const engram__rmanifest *m, engram_table_info *info)
 {
+    info->origin = rs->origin;
+    info->origin.epoch = m->epoch;
     info->kind = ENGRAM_TABLE_REDIS;
     info->spec = (engram_table_spec){m->num_rows, m->row_bytes, m->row_bytes};
     info->data_offset = 0;
@@ -270,7 +273,8 @@ static void manifest_info(const engram__rmanifest *m, engram_table_info *info)
 
 static void rtable_info(void *state, engram_table_info *info)
 {
-    manifest_info(&((const rtable *)state)->m, info);
+    const rtable *t = state;
+    manifest_info(t->rs, &t->m, info);
 }
 
 static const engram__source_vt rtable_vt = {rtable_release, rtable_info, NULL};
@@ -572,7 +576,7 @@ static int redis_info(void *state, const char *name, engram_table_info *info)
     engram__rcl_sess_put(s);
     if (err)
         return err;
-    manifest_info(&m, info);
+    manifest_info(rs, &m, info);
     engram__rmanifest_free(&m);
     return 0;
 }
@@ -1560,11 +1564,38 @@ static void redis_close(void *state)
     rstore_free(state);
 }
 
+static void redis_origin(void *state, engram_origin *o)
+{
+    *o = ((const rstore *)state)->origin;
+}
+
 static const engram__remote_vt redis_vt = {
     ENGRAM_TABLE_REDIS,  redis_close,         redis_open,         redis_info,
     redis_list,          redis_read_all,      redis_remove,       redis_writer_begin,
     redis_writer_append, redis_writer_commit, redis_writer_abort, redis_gc,
+    redis_origin,
 };
+
+/* The origin of the namespace's tables (engram_origin): its name and as
+ * many whole nodes of `nodes` (host:port, checked when the cluster was
+ * made) as fit in `where`. */
+static void origin_init(engram_origin *o, const char *ns, const char *nodes)
+{
+    size_t len = 0;
+    memset(o, 0, sizeof *o);
+    o->kind = ENGRAM_ORIGIN_REDIS;
+    memcpy(o->ns, ns, strlen(ns));
+    while (nodes && *nodes) {
+        size_t n = strcspn(nodes, ",");
+        if (n > 0 && len + (len > 0) + n <= ENGRAM_ORIGIN_WHERE_MAX) {
+            if (len > 0)
+                o->where[len++] = ',';
+            memcpy(o->where + len, nodes, n);
+            len += n;
+        }
+        nodes += n + (nodes[n] == ',');
+    }
+}
 
 int engram_store_open_redis(const char *nodes, const char *ns, const engram_store_options *opts,
                             const engram_redis_options *ropts, engram_store **out)
@@ -1612,6 +1643,7 @@ int engram_store_open_redis(const char *nodes, const char *ns, const engram_stor
         return engram__err(-ENOMEM, "out of memory");
     }
     snprintf(rs->where, wl, "redis://%s/%s", nodes ? nodes : "", ns);
+    origin_init(&rs->origin, ns, nodes);
     co.user = ro.user;
     co.password = ro.password;
     co.timeout_ms = ro.timeout_ms ? ro.timeout_ms : DEFAULT_TIMEOUT_MS;

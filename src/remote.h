@@ -65,6 +65,9 @@ typedef struct engram__remote_vt {
     void (*writer_abort)(void *w);
     /* engram_store_gc() of the namespace (idle_ms: its idle_s in ms). */
     int (*gc)(void *rs, uint64_t idle_ms, uint32_t flags, engram_gc_report_fn report, void *ud);
+    /* The origin its tables report (engram_table_info.origin), epoch 0:
+     * the kind, the namespace and the address. */
+    void (*origin)(void *rs, engram_origin *o);
 } engram__remote_vt;
 
 /* Makes a store with no directory whose namespace is the remote's;

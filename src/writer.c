@@ -355,6 +355,28 @@ int engram_writer_set_range(engram_writer *w, uint64_t row_start, uint64_t total
     return 0;
 }
 
+int engram_writer_set_origin(engram_writer *w, const engram_origin *o)
+{
+    int err;
+    if (!w || !o)
+        return engram__err(-EINVAL, "writer and origin are required");
+    if (w->failed)
+        return engram__err(ENGRAM_ESTATE, "writer of '%s' failed earlier; abort it", w->name);
+    /* As with a range, a bad origin leaves the writer usable. */
+    if ((err = engram__origin_check(o)) != 0)
+        return engram__err(err, "table '%s': %s", w->name, engram_errmsg());
+    w->h.flags |= ENGRAM__FLAG_ORIGIN;
+    w->h.version = engram__header_version(w->h.flags);
+    /* Copied field by field: the bytes after each string's NUL stay zero,
+     * as the header's encoding wants. */
+    memset(&w->h.origin, 0, sizeof w->h.origin);
+    w->h.origin.kind = o->kind;
+    w->h.origin.epoch = o->epoch;
+    memcpy(w->h.origin.ns, o->ns, strlen(o->ns));
+    memcpy(w->h.origin.where, o->where, strlen(o->where));
+    return 0;
+}
+
 int engram_writer_append(engram_writer *w, const void *rows, uint64_t nrows, size_t src_stride)
 {
     const unsigned char *src = rows;

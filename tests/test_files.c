@@ -424,7 +424,7 @@ static void test_row_range(void)
             {"beyond", ENGRAM_ECORRUPT},  {"total0", ENGRAM_ECORRUPT},
             {"wraps", ENGRAM_ECORRUPT},   {"huge", ENGRAM_ECORRUPT},
             {"v1flag", ENGRAM_EVERSION},  {"noflag", ENGRAM_ECORRUPT},
-            {"flag2", ENGRAM_EVERSION},   {"v3", ENGRAM_EVERSION},
+            {"flag4", ENGRAM_EVERSION},   {"v4", ENGRAM_EVERSION},
         };
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
             unsigned char buf[ENGRAM__HEADER_SIZE];
@@ -443,8 +443,8 @@ static void test_row_range(void)
             case 3: h.total_rows = ((uint64_t)1 << 62) + 1; break;
             case 4: h.version = 1; break;
             case 5: break; /* the fields below, without the flag */
-            case 6: h.flags |= 2; break;
-            case 7: h.version = 3; break;
+            case 6: h.flags |= 4; break;
+            case 7: h.version = 4; break;
             }
             write_header(p, &h);
             if (i == 5) {
@@ -461,6 +461,214 @@ static void test_row_range(void)
                 patch_file(p, 0, hb, sizeof hb);
             }
             EXPECT_ALL_FAIL("range-bad", cases[i].name, cases[i].code);
+        }
+    }
+}
+
+/* A header with `origin` encoded raw: the fields written as given, the
+ * flag set, the header checksum right, so that only the origin is wrong. */
+static void write_origin_raw(const char *path, engram__header *h, uint32_t kind, uint32_t pad,
+                             uint64_t epoch, const char *ns, size_t nslen, const char *where,
+                             size_t wlen)
+{
+    unsigned char hb[ENGRAM__HEADER_SIZE];
+    uint64_t sum;
+    h->origin = (engram_origin){0};
+    engram__header_encode(h, hb);
+    for (int b = 0; b < 4; b++) {
+        hb[224 + b] = (unsigned char)(kind >> (8 * b));
+        hb[228 + b] = (unsigned char)(pad >> (8 * b));
+    }
+    for (int b = 0; b < 8; b++)
+        hb[232 + b] = (unsigned char)(epoch >> (8 * b));
+    memset(hb + 240, 0, 264);
+    memcpy(hb + 240, ns, nslen);
+    memcpy(hb + 376, where, wlen);
+    sum = XXH3_64bits(hb, 504);
+    for (int b = 0; b < 8; b++)
+        hb[504 + b] = (unsigned char)(sum >> (8 * b));
+    patch_file(path, 0, hb, sizeof hb);
+}
+
+static void test_origin(void)
+{
+    char p[512], longs[200];
+    engram_table_spec spec = {NROWS, RB, 0};
+    unsigned char *rows = tu_make_rows(71, NROWS, RB, RB, 0);
+    engram_store *st = tu_open("origin", 0, 1);
+    engram_origin o = {ENGRAM_ORIGIN_REDIS, 0x1234567890abcdefull, "remote-ns",
+                       "127.0.0.1:7000,127.0.0.1:7001"};
+    engram_origin bad;
+    engram_writer *w;
+
+    /* Bad origins are refused and leave the writer usable. */
+    ASSERT_OK(engram_writer_begin(st, "pulled", &spec, &w));
+    ASSERT_ERR(engram_writer_set_origin(NULL, &o), -EINVAL);
+    ASSERT_ERR(engram_writer_set_origin(w, NULL), -EINVAL);
+    bad = o;
+    bad.kind = ENGRAM_ORIGIN_NONE;
+    ASSERT_ERR(engram_writer_set_origin(w, &bad), ENGRAM_ESPEC);
+    ASSERT_CONTAINS(engram_errmsg(), "pulled");
+    bad.kind = 3;
+    ASSERT_ERR(engram_writer_set_origin(w, &bad), ENGRAM_ESPEC);
+    bad = o;
+    bad.epoch = 0;
+    ASSERT_ERR(engram_writer_set_origin(w, &bad), ENGRAM_ESPEC);
+    bad = o;
+    bad.ns[0] = '\0';
+    ASSERT_ERR(engram_writer_set_origin(w, &bad), ENGRAM_ESPEC);
+    snprintf(bad.ns, sizeof bad.ns, ".hidden");
+    ASSERT_ERR(engram_writer_set_origin(w, &bad), ENGRAM_ESPEC);
+    memset(bad.ns, 'a', sizeof bad.ns); /* not terminated */
+    ASSERT_ERR(engram_writer_set_origin(w, &bad), ENGRAM_ESPEC);
+    bad = o;
+    snprintf(bad.where, sizeof bad.where, "127.0.0.1:7000, 127.0.0.1:7001");
+    ASSERT_ERR(engram_writer_set_origin(w, &bad), ENGRAM_ESPEC);
+    ASSERT_CONTAINS(engram_errmsg(), "space");
+    bad.where[3] = '\n';
+    ASSERT_ERR(engram_writer_set_origin(w, &bad), ENGRAM_ESPEC);
+    memset(bad.where, 'h', sizeof bad.where); /* 128 bytes: no room for the NUL */
+    ASSERT_ERR(engram_writer_set_origin(w, &bad), ENGRAM_ESPEC);
+    /* The longest: 127 bytes, and a 128-byte namespace. */
+    bad = o;
+    memset(bad.where, 'h', ENGRAM_ORIGIN_WHERE_MAX);
+    bad.where[ENGRAM_ORIGIN_WHERE_MAX] = '\0';
+    memset(bad.ns, 'n', ENGRAM_NAME_MAX);
+    bad.ns[ENGRAM_NAME_MAX] = '\0';
+    ASSERT_OK(engram_writer_set_origin(w, &bad));
+    /* A later call replaces an earlier one, shorter strings included. */
+    ASSERT_OK(engram_writer_set_origin(w, &o));
+    ASSERT_OK(engram_writer_set_range(w, 5, 5 + NROWS));
+    ASSERT_OK(engram_writer_append(w, rows, NROWS, 0));
+    ASSERT_OK(engram_writer_commit(w));
+    /* An origin without a range; a Mooncake origin without an address. */
+    ASSERT_OK(engram_writer_begin(st, "mc", &spec, &w));
+    bad = (engram_origin){ENGRAM_ORIGIN_MOONCAKE, 7, "mc-ns", ""};
+    ASSERT_OK(engram_writer_set_origin(w, &bad));
+    ASSERT_OK(engram_writer_append(w, rows, NROWS, 0));
+    ASSERT_OK(engram_writer_commit(w));
+    tu_populate(st, "plain", 71, NROWS, RB, 0);
+    engram_store_close(st);
+
+    /* The bytes: version 3, flags 3, the origin at 224, zero padded. */
+    {
+        unsigned char hb[ENGRAM__HEADER_SIZE];
+        tbl_path(p, sizeof p, "origin", "pulled");
+        int fd = open(p, O_RDONLY);
+        ASSERT(fd >= 0);
+        ASSERT_EQ(pread(fd, hb, sizeof hb, 0), (ssize_t)sizeof hb);
+        close(fd);
+        ASSERT_EQ_U64(le_at(hb + 8, 4), 3);
+        ASSERT_EQ_U64(le_at(hb + 60, 4), 3);
+        ASSERT_EQ_U64(le_at(hb + 208, 8), 5);
+        ASSERT_EQ_U64(le_at(hb + 224, 4), ENGRAM_ORIGIN_REDIS);
+        ASSERT_EQ_U64(le_at(hb + 228, 4), 0);
+        ASSERT_EQ_U64(le_at(hb + 232, 8), 0x1234567890abcdefull);
+        ASSERT(memcmp(hb + 240, "remote-ns", 10) == 0);
+        ASSERT_ALL_BYTES(hb + 250, 0, 376 - 250);
+        ASSERT(memcmp(hb + 376, o.where, strlen(o.where) + 1) == 0);
+        ASSERT_ALL_BYTES(hb + 376 + strlen(o.where), 0, 504 - 376 - strlen(o.where));
+        ASSERT_EQ_U64(le_at(hb + 504, 8), XXH3_64bits(hb, 504));
+    }
+
+    /* Readers report it, from the header and from an opened table. */
+    for (int cache = 0; cache < 2; cache++) {
+        engram_table_info info = ENGRAM_TABLE_INFO_INIT;
+        engram_table_id tid;
+        st = open_ns("origin", cache ? ENGRAM_OPEN_FILE_CACHE : 0);
+        for (int opened = 0; opened < 2; opened++) {
+            if (opened)
+                ASSERT_OK(engram_table_open(st, "pulled", &tid));
+            ASSERT_OK(engram_get_table_info(st, "pulled", &info));
+            ASSERT_EQ_U64(info.origin.kind, ENGRAM_ORIGIN_REDIS);
+            ASSERT_EQ_U64(info.origin.epoch, o.epoch);
+            ASSERT_STR_EQ(info.origin.ns, "remote-ns");
+            ASSERT_STR_EQ(info.origin.where, o.where);
+            ASSERT_EQ_U64(info.row_start, 5);
+        }
+        ASSERT_OK(engram_get_table_info(st, "mc", &info));
+        ASSERT_EQ_U64(info.origin.kind, ENGRAM_ORIGIN_MOONCAKE);
+        ASSERT_EQ_U64(info.origin.epoch, 7);
+        ASSERT_STR_EQ(info.origin.ns, "mc-ns");
+        ASSERT_STR_EQ(info.origin.where, "");
+        ASSERT_EQ_U64(info.total_rows, 0);
+        ASSERT_OK(engram_get_table_info(st, "plain", &info));
+        ASSERT_EQ_U64(info.origin.kind, ENGRAM_ORIGIN_NONE);
+        ASSERT_EQ_U64(info.origin.epoch, 0);
+        ASSERT_STR_EQ(info.origin.ns, "");
+        ASSERT_OK(engram_verify(st, "pulled", NULL, NULL));
+        engram_store_close(st);
+    }
+    check_named("origin", "pulled", 71, NROWS, RB);
+    check_named("origin", "mc", 71, NROWS, RB);
+    free(rows);
+
+    /* Every single-byte change of a version-3 header is detected. */
+    {
+        unsigned char orig[ENGRAM__HEADER_SIZE];
+        engram__header h;
+        tbl_path(p, sizeof p, "origin", "pulled");
+        read_header(p, orig, &h);
+        for (unsigned off = 0; off < ENGRAM__HEADER_SIZE; off++) {
+            flip_byte(p, off);
+            expect_open_fails_2("origin", "pulled", ENGRAM_ECORRUPT, ENGRAM_EVERSION, __LINE__);
+            patch_file(p, off, orig + off, 1);
+        }
+        check_named("origin", "pulled", 71, NROWS, RB);
+    }
+
+    /* Headers with a valid checksum whose origin is not. */
+    memset(longs, 'x', sizeof longs);
+    {
+        static const struct {
+            const char *name;
+            int code;
+        } cases[] = {
+            {"v2flag", ENGRAM_EVERSION}, {"kind0", ENGRAM_ECORRUPT}, {"kind9", ENGRAM_ECORRUPT},
+            {"pad", ENGRAM_ECORRUPT},    {"epoch0", ENGRAM_ECORRUPT}, {"nsempty", ENGRAM_ECORRUPT},
+            {"nsbad", ENGRAM_ECORRUPT},  {"nslong", ENGRAM_ECORRUPT}, {"nspad", ENGRAM_ECORRUPT},
+            {"wspace", ENGRAM_ECORRUPT}, {"wlong", ENGRAM_ECORRUPT},  {"wpad", ENGRAM_ECORRUPT},
+            {"noflag", ENGRAM_ECORRUPT}, {"good", 0},
+        };
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            unsigned char buf[ENGRAM__HEADER_SIZE];
+            engram__header h;
+            const char *ns = "ns", *where = "h:1";
+            size_t nslen = 2, wlen = 3;
+            uint32_t kind = ENGRAM_ORIGIN_REDIS, pad = 0;
+            uint64_t epoch = 9;
+            make_table("origin-bad", cases[i].name, 90 + (uint32_t)i, NROWS, RB, 0);
+            tbl_path(p, sizeof p, "origin-bad", cases[i].name);
+            read_header(p, buf, &h);
+            h.version = 3;
+            h.flags = ENGRAM__FLAG_ORIGIN;
+            switch (i) {
+            case 0: h.version = 2; break;
+            case 1: kind = 0; break;
+            case 2: kind = 9; break;
+            case 3: pad = 1; break;
+            case 4: epoch = 0; break;
+            case 5: ns = ""; nslen = 0; break;
+            case 6: ns = "a/b"; nslen = 3; break;
+            case 7: ns = longs; nslen = 136; break;      /* fills the field: no NUL */
+            case 8: ns = "ns\0x"; nslen = 4; break;     /* a byte after the NUL */
+            case 9: where = "h:1 h:2"; wlen = 7; break;
+            case 10: where = longs; wlen = 128; break;   /* fills the field: no NUL */
+            case 11: where = "h:1\0y"; wlen = 5; break;
+            case 12: h.flags = 0; break;                 /* the fields, without the flag */
+            default: break;
+            }
+            write_origin_raw(p, &h, kind, pad, epoch, ns, nslen, where, wlen);
+            if (cases[i].code) {
+                EXPECT_ALL_FAIL("origin-bad", cases[i].name, cases[i].code);
+            } else {
+                engram_table_info info = ENGRAM_TABLE_INFO_INIT;
+                st = open_ns("origin-bad", 0);
+                ASSERT_OK(engram_get_table_info(st, cases[i].name, &info));
+                ASSERT_EQ_U64(info.origin.epoch, 9);
+                ASSERT_STR_EQ(info.origin.where, "h:1");
+                engram_store_close(st);
+            }
         }
     }
 }
@@ -1376,6 +1584,7 @@ int main(int argc, char **argv)
     tu_watchdog(120);
     RUN_TEST(test_good_file);
     RUN_TEST(test_row_range);
+    RUN_TEST(test_origin);
     RUN_TEST(test_truncated_and_extended);
     RUN_TEST(test_header_bytes);
     RUN_TEST(test_header_fields);

@@ -444,6 +444,110 @@ static void assert_no_strays(const char *ns, engram_store *st)
  * namespace, reused when there, refused when the cluster's data is
  * damaged (nothing published, nothing left), cancelled, raced by two
  * ranks (one copies, the other reuses), and its bad arguments. */
+/* A pulled table records where it came from, and engram_check_origin()
+ * compares it with the cluster as it is now. */
+static void test_origin(void)
+{
+    engram_redis_options ro = ENGRAM_REDIS_OPTIONS_INIT;
+    engram_store *rs, *loc, *other;
+    engram_table_info li = ENGRAM_TABLE_INFO_INIT, ri = ENGRAM_TABLE_INFO_INIT;
+    engram_origin want;
+    char spaced[sizeof C.nodes * 2 + 8];
+    int state = -1, written = -1;
+
+    ro.chunk_bytes = 8 * R;
+    rs = open_redis(&C, "org", 0, &ro);
+    tu_populate(rs, "t", 21, 100, R, 0);
+    loc = tu_open("origin", 0, 1);
+    ASSERT_OK(engram_pull(loc, rs, "t", NULL, NULL, &written));
+    ASSERT_EQ(written, 1);
+
+    /* The cluster's table reports itself as the origin; the copy records
+     * the same. */
+    ASSERT_OK(engram_get_table_info(rs, "t", &ri));
+    ASSERT_EQ(ri.origin.kind, ENGRAM_ORIGIN_REDIS);
+    ASSERT(ri.origin.epoch != 0);
+    ASSERT_STR_EQ(ri.origin.ns, "org");
+    ASSERT_STR_EQ(ri.origin.where, C.nodes);
+    ASSERT_OK(engram_get_table_info(loc, "t", &li));
+    ASSERT_EQ(li.kind, ENGRAM_TABLE_FILE);
+    ASSERT_EQ(li.origin.kind, ENGRAM_ORIGIN_REDIS);
+    ASSERT_EQ_U64(li.origin.epoch, ri.origin.epoch);
+    ASSERT_STR_EQ(li.origin.ns, "org");
+    ASSERT_STR_EQ(li.origin.where, C.nodes);
+    ASSERT_OK(engram_verify(loc, "t", NULL, NULL));
+    tu_check_named(loc, "t", 21, 100, R);
+    want = li.origin;
+
+    ASSERT_OK(engram_check_origin(loc, "t", rs, &state));
+    ASSERT_EQ(state, ENGRAM_ORIGIN_CURRENT);
+    /* Removed: gone; pushed again with the same rows: republished; with
+     * other rows: changed.  The copy is never touched. */
+    ASSERT_OK(engram_remove(rs, "t"));
+    ASSERT_OK(engram_check_origin(loc, "t", rs, &state));
+    ASSERT_EQ(state, ENGRAM_ORIGIN_GONE);
+    tu_populate(rs, "t", 21, 100, R, 0);
+    ASSERT_OK(engram_check_origin(loc, "t", rs, &state));
+    ASSERT_EQ(state, ENGRAM_ORIGIN_REPUBLISHED);
+    ASSERT_OK(engram_remove(rs, "t"));
+    tu_populate(rs, "t", 22, 100, R, 0);
+    ASSERT_OK(engram_check_origin(loc, "t", rs, &state));
+    ASSERT_EQ(state, ENGRAM_ORIGIN_CHANGED);
+    ASSERT_OK(engram_remove(rs, "t"));
+    tu_populate(rs, "t", 21, 101, R, 0);
+    ASSERT_OK(engram_check_origin(loc, "t", rs, &state));
+    ASSERT_EQ(state, ENGRAM_ORIGIN_CHANGED);
+    ASSERT_OK(engram_get_table_info(loc, "t", &li));
+    ASSERT_EQ_U64(li.origin.epoch, want.epoch);
+    tu_check_named(loc, "t", 21, 100, R);
+
+    /* Bad inputs. */
+    state = 77;
+    ASSERT_ERR(engram_check_origin(NULL, "t", rs, &state), -EINVAL);
+    ASSERT_ERR(engram_check_origin(loc, "t", NULL, &state), -EINVAL);
+    ASSERT_ERR(engram_check_origin(loc, "t", rs, NULL), -EINVAL);
+    ASSERT_ERR(engram_check_origin(loc, ".t", rs, &state), ENGRAM_ESPEC);
+    ASSERT_ERR(engram_check_origin(loc, NULL, rs, &state), ENGRAM_ESPEC);
+    ASSERT_ERR(engram_check_origin(loc, "none", rs, &state), -ENOENT);
+    tu_populate(loc, "plain", 23, 10, R, 0);
+    ASSERT_ERR(engram_check_origin(loc, "plain", rs, &state), -EINVAL);
+    ASSERT_CONTAINS(engram_errmsg(), "records no origin");
+    ASSERT_ERR(engram_check_origin(loc, "t", loc, &state), -EINVAL);
+    ASSERT_CONTAINS(engram_errmsg(), "not a remote namespace");
+    other = open_redis(&C, "org2", 0, &ro);
+    ASSERT_ERR(engram_check_origin(loc, "t", other, &state), -EINVAL);
+    ASSERT_CONTAINS(engram_errmsg(), "came from namespace 'org'");
+    ASSERT_EQ(state, 77);
+    engram_store_close(other);
+
+    /* The recorded address keeps as many whole nodes as fit. */
+    snprintf(spaced, sizeof spaced, "%s,%s", C.nodes, C.nodes);
+    {
+        char expect[ENGRAM_ORIGIN_WHERE_MAX + 1] = "";
+        const char *c = spaced;
+        size_t len = 0;
+        while (*c) {
+            size_t n = strcspn(c, ",");
+            if (len + (len > 0) + n <= ENGRAM_ORIGIN_WHERE_MAX) {
+                len += (size_t)snprintf(expect + len, sizeof expect - len, "%s%.*s",
+                                        len ? "," : "", (int)n, c);
+            }
+            c += n + (c[n] == ',');
+        }
+        ASSERT_OK(engram_store_open_redis(spaced, "org", NULL, &ro, &other));
+        ASSERT_OK(engram_get_table_info(other, "t", &ri));
+        ASSERT_STR_EQ(ri.origin.where, expect);
+        ASSERT(strlen(ri.origin.where) <= ENGRAM_ORIGIN_WHERE_MAX);
+        ASSERT(strlen(spaced) <= ENGRAM_ORIGIN_WHERE_MAX ||
+               strlen(ri.origin.where) < strlen(spaced));
+        engram_store_close(other);
+    }
+
+    ASSERT_OK(engram_remove(rs, "t"));
+    engram_store_close(loc);
+    engram_store_close(rs);
+}
+
 static void test_pull(void)
 {
     engram_redis_options ro = ENGRAM_REDIS_OPTIONS_INIT;
@@ -2225,6 +2329,7 @@ int main(void)
     RUN_TEST(test_corrupt_chunk);
     RUN_TEST(test_create_only);
     RUN_TEST(test_pull);
+    RUN_TEST(test_origin);
     RUN_TEST(test_local_root);
     RUN_TEST(test_shared);
     RUN_TEST(test_writer_states);

@@ -117,6 +117,7 @@ enum {
     OPT_LAYER,
     OPT_LOCAL,
     OPT_BY_ROWS,
+    OPT_ORIGIN,
     OPT_COUNT
 };
 /* A command's accepted options are bits of a uint64_t. */

@@ -50,7 +50,7 @@ static const struct opt_def {
     [OPT_PAD_ID] = {"pad-id", 1},  [OPT_CONFIG] = {"config", 1},
     [OPT_TOKEN_MAP] = {"token-map", 1}, [OPT_HISTORY] = {"history", 1},
     [OPT_LAYER] = {"layer", 1},    [OPT_LOCAL] = {"local", 0},
-    [OPT_BY_ROWS] = {"by-rows", 0},
+    [OPT_BY_ROWS] = {"by-rows", 0}, [OPT_ORIGIN] = {"origin", 0},
 };
 
 #define O(x) (UINT64_C(1) << OPT_##x)
@@ -249,12 +249,19 @@ static const struct command commands[] = {
      "  --json            print one JSON object, {schema, name, path, kind, num_rows,\n"
      "                    row_bytes, ...} (the checksum as a hex string; docs/cli.md)\n"
      "  --map             map the table first, to report resident and huge-page bytes\n"},
-    {"verify", cli_cmd_verify, O(ALL) | O(REDIS), 0, -1, "verify NAME... | verify --all",
+    {"verify", cli_cmd_verify, O(ALL) | O(REDIS) | O(ORIGIN), 0, -1,
+     "verify NAME... | verify --all [--origin [--redis NODES]]",
      "Re-reads each table and checks its header and data checksum; prints\n"
      "'NAME: OK' or 'NAME: FAILED' per table (and the reason on stderr).  A progress\n"
      "bar is drawn on stderr when it is a terminal.  Exits 1 if any table failed.\n"
      "\n"
-     "  --all             verify every table of the namespace\n"},
+     "  --all             verify every table of the namespace\n"
+     "  --origin          also compare each local table with the remote namespace it\n"
+     "                    was pulled from (engram pull): OK while the remote still\n"
+     "                    publishes it, or publishes the same rows again; FAILED when\n"
+     "                    the remote holds other rows or no such table (pull again),\n"
+     "                    or the table records no origin.  The cluster is reached at\n"
+     "                    the nodes recorded at the pull, or at --redis NODES\n"},
     {"lookup", cli_cmd_lookup, O(OFFSET) | O(ZERO_DEAD) | O(REDIS), 2, -1,
      "lookup NAME ID [ID...] [--offset O] [--zero-dead]",
      "Gathers the rows of the given ids with engram_lookup and prints one line per\n"

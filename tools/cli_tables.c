@@ -305,6 +305,12 @@ static void print_placement(int rc, const engram_table_placement *p, int json)
                p->private_copy ? " (this process's private copy)" : "");
 }
 
+static const char *origin_kind_name(uint32_t kind)
+{
+    return kind == ENGRAM_ORIGIN_REDIS ? "redis" : kind == ENGRAM_ORIGIN_MOONCAKE ? "mooncake"
+                                                                                  : "?";
+}
+
 int cli_cmd_info(struct cli *cli)
 {
     const char *name = cli->args[0];
@@ -354,6 +360,18 @@ int cli_cmd_info(struct cli *cli)
         printf("  \"checksum\": \"%016" PRIx64 "\",\n", t.checksum);
         printf("  \"created_ns\": %" PRIu64 ",\n", t.created_ns);
         printf("  \"created\": \"%s\",\n", created);
+        /* Where the rows were published (a pulled table, a cluster's
+         * table), or null. */
+        printf("  \"origin\": ");
+        if (t.origin.kind == ENGRAM_ORIGIN_NONE) {
+            printf("null,\n");
+        } else {
+            printf("{\"store\": \"%s\", \"namespace\": ", origin_kind_name(t.origin.kind));
+            cli_json_str(stdout, t.origin.ns);
+            printf(", \"epoch\": \"%016" PRIx64 "\", \"where\": ", t.origin.epoch);
+            cli_json_str(stdout, t.origin.where);
+            printf("},\n");
+        }
         if (remote) {
             /* A cluster's table is never mapped here: no value, not 0. */
             printf("  \"mapped\": null,\n  \"private_copy\": null,\n"
@@ -394,6 +412,12 @@ int cli_cmd_info(struct cli *cli)
         printf("checksum          xxh3-64:%016" PRIx64 "\n", t.checksum);
         printf("created           %s (%" PRIu64 " ns)\n", created[0] ? created : "-",
                t.created_ns);
+        if (t.origin.kind != ENGRAM_ORIGIN_NONE)
+            printf("origin            %s namespace '%s' at %s, epoch %016" PRIx64 "\n",
+                   origin_kind_name(t.origin.kind), t.origin.ns,
+                   t.origin.where[0] ? t.origin.where : "-", t.origin.epoch);
+        else
+            printf("origin            - (not pulled from a remote namespace)\n");
         /* What this process's mapping holds, and where its pages are,
          * mean nothing for a table read from a cluster: left out. */
         if (!remote) {
@@ -422,6 +446,58 @@ out:
 /* ------------------------------------------------------------------------
  * verify, rm
  */
+
+/* verify --origin: compares local table `name` with the remote namespace
+ * it records as its origin.  0 (OK, printed), or nonzero after saying
+ * why. */
+static int compare_origin(const struct cli *cli, engram_store *st, const char *name)
+{
+    engram_table_info li = ENGRAM_TABLE_INFO_INIT;
+    struct cli at = *cli;
+    engram_store *remote = NULL;
+    int rc, state = 0, status;
+
+    if ((rc = engram_get_table_info(st, name, &li)) != 0)
+        return cli_lib_fail(rc, "verify '%s': read its origin", name);
+    if (li.origin.kind == ENGRAM_ORIGIN_NONE)
+        return cli_fail("verify '%s': the table records no origin (it was not pulled from a "
+                        "remote namespace)",
+                        name);
+    if (li.origin.kind != ENGRAM_ORIGIN_REDIS)
+        return cli_fail("verify '%s': it was pulled from namespace '%s' of a Mooncake Store "
+                        "(%s); compare it from Python: EngramStore.check_origin()",
+                        name, li.origin.ns, li.origin.where[0] ? li.origin.where : "-");
+    if (!at.opt[OPT_REDIS]) {
+        if (!li.origin.where[0])
+            return cli_fail("verify '%s': its origin records no nodes; give --redis NODES", name);
+        at.opt[OPT_REDIS] = li.origin.where;
+    }
+    if (cli_open_redis(&at, li.origin.ns, 0, &remote, &status) != 0)
+        return status;
+    rc = engram_check_origin(st, name, remote, &state);
+    engram_store_close(remote);
+    if (rc != 0)
+        return cli_lib_fail(rc, "verify '%s': compare with namespace '%s' of %s", name,
+                            li.origin.ns, at.opt[OPT_REDIS]);
+    switch (state) {
+    case ENGRAM_ORIGIN_CURRENT:
+        printf("%s: OK, as namespace '%s' of %s publishes it (epoch %016" PRIx64 ")\n", name,
+               li.origin.ns, at.opt[OPT_REDIS], li.origin.epoch);
+        return 0;
+    case ENGRAM_ORIGIN_REPUBLISHED:
+        printf("%s: OK, namespace '%s' of %s published it again with the same rows\n", name,
+               li.origin.ns, at.opt[OPT_REDIS]);
+        return 0;
+    case ENGRAM_ORIGIN_CHANGED:
+        return cli_fail("verify '%s': namespace '%s' of %s now holds other rows under this "
+                        "name; remove the local table and pull it again",
+                        name, li.origin.ns, at.opt[OPT_REDIS]);
+    default:
+        return cli_fail("verify '%s': namespace '%s' of %s no longer has this table", name,
+                        li.origin.ns, at.opt[OPT_REDIS]);
+    }
+}
+
 int cli_cmd_verify(struct cli *cli)
 {
     engram_store *st = NULL;
@@ -436,8 +512,15 @@ int cli_cmd_verify(struct cli *cli)
     for (int i = 0; i < cli->nargs; i++)
         if ((status = cli_check_name(cli, cli->args[i])) != 0)
             return status;
-    if (cli_open_store(cli, 0, 1, &st, 0, &status) != 0)
+    if (cli->opt[OPT_ORIGIN]) {
+        /* The tables are local; --redis names where their origin is. */
+        struct cli here = *cli;
+        here.opt[OPT_REDIS] = NULL;
+        if (cli_open_store(&here, 0, 1, &st, 0, &status) != 0)
+            return status;
+    } else if (cli_open_store(cli, 0, 1, &st, 0, &status) != 0) {
         return status;
+    }
     if (cli->opt[OPT_ALL]) {
         rc = engram_list(st, &names, &count);
         if (rc != 0) {
@@ -461,7 +544,12 @@ int cli_cmd_verify(struct cli *cli)
         cli_progress_init(&pr, label);
         rc = engram_verify(st, list[i], cli_progress_cb, &pr);
         cli_progress_end(&pr);
-        if (rc == 0) {
+        if (rc == 0 && cli->opt[OPT_ORIGIN]) {
+            if (compare_origin(cli, st, list[i]) != 0) {
+                printf("%s: FAILED\n", list[i]);
+                failed++;
+            }
+        } else if (rc == 0) {
             printf("%s: OK\n", list[i]);
         } else {
             printf("%s: FAILED\n", list[i]);

@@ -128,7 +128,8 @@ class EngramStore:
     ``PendingLookup`` to ``wait()`` for), ``cuda_check``, ``get_table_spec``,
     ``list_tables``, ``remove``, ``verify``, ``stats``, ``usage``,
     ``placement``, ``numa_copy``, ``pull`` (TableStore: a Redis Cluster's
-    table into this directory), ``close``; ``closed`` and ``path``.
+    table into this directory), ``check_origin`` (a pulled table against
+    the cluster it came from), ``close``; ``closed`` and ``path``.
 
     LayerStore: ``populate``, ``bind_local``, ``lookup_into``,
     ``remove_from_store``, ``get_layer_ids``, ``get_table_vocab_sizes``,

@@ -79,6 +79,12 @@ class PendingLookup:
     def cancel(self) -> bool: ...
     def done(self) -> bool: ...
 
+class Origin(TypedDict):
+    store: Literal["redis", "mooncake"]
+    namespace: str
+    epoch: int
+    where: str  # how the store was reached ("" if not recorded)
+
 class TableSpec(TypedDict, total=False):
     num_rows: int
     row_bytes: int
@@ -91,6 +97,7 @@ class TableSpec(TypedDict, total=False):
     row_start: int   # the global row of row 0 (0 when no range was recorded)
     total_rows: int  # rows of the full tensor (0: no range recorded)
     numa_nodes: dict[int, int] | None  # pages per NUMA node (None: not memory, or no libnuma)
+    origin: Origin | None  # where a pulled table (or a cluster's) was published
     key: str  # a Mooncake table's object
     crc32: int  # a Mooncake table's checksum
     epoch: int | None  # a Mooncake table's populate, numbered in its namespace's index
@@ -207,6 +214,9 @@ class Store:
     def placement(self, name: str) -> dict[str, Any]: ...
     def numa_copy(self, name: str, node: int) -> bool: ...
     def pull(self, source: Store, name: str) -> bool: ...
+    def check_origin(
+        self, source: Store, name: str
+    ) -> Literal["current", "republished", "changed", "gone"]: ...
     def close(self) -> None: ...
     def __enter__(self) -> Self: ...
     def __exit__(self, *exc: object) -> None: ...

@@ -196,6 +196,8 @@ PyObject *ext_store_wait_for(StoreObject *s, PyObject *const *args, Py_ssize_t n
 PyObject *ext_store_list_tables(StoreObject *s, PyObject *unused);
 PyObject *ext_store_remove(StoreObject *s, PyObject *name);
 PyObject *ext_store_verify(StoreObject *s, PyObject *name);
+PyObject *ext_store_check_origin(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
+                                 PyObject *kwnames);
 PyObject *ext_store_pull(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
                          PyObject *kwnames);
 extern const char ext_store_populate_doc[];
@@ -207,6 +209,7 @@ extern const char ext_store_list_tables_doc[];
 extern const char ext_store_remove_doc[];
 extern const char ext_store_verify_doc[];
 extern const char ext_store_pull_doc[];
+extern const char ext_store_check_origin_doc[];
 
 /* ---- store_stats.c ------------------------------------------------------ */
 

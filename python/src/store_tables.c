@@ -460,6 +460,58 @@ PyObject *ext_store_pull(StoreObject *s, PyObject *const *args, Py_ssize_t nargs
     return PyBool_FromLong(written);
 }
 
+const char ext_store_check_origin_doc[] = PyDoc_STR(
+"check_origin($self, source, name)\n--\n\n"
+"Compares table `name` of this store, pulled with pull(), with the table of\n"
+"that name in `source`, a store opened on the Redis Cluster namespace it came\n"
+"from (engram_check_origin()).  Reads the cluster's manifest, not its rows\n"
+"(verify() checks the local rows).  Returns 'current' (the same publication),\n"
+"'republished' (published again with the same rows), 'changed' (other rows\n"
+"under that name now: pull it again) or 'gone' (no such table there now).\n"
+"Raises EngramError with errno EINVAL when the table records no origin or\n"
+"`source` is not the namespace it came from, TableNotFoundError when there is\n"
+"no such local table.  The GIL is released while reading.");
+
+PyObject *ext_store_check_origin(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
+                                 PyObject *kwnames)
+{
+    static const char *const names[] = {"source", "name"};
+    static const char *const states[] = {"current", "republished", "changed", "gone"};
+    PyObject *v[2];
+    StoreObject *src;
+    const char *cname;
+    int rc, state = 0;
+    if (ext_store_parse_args("check_origin", args, nargs, kwnames, names, 2, 2, 2, v) < 0 ||
+        !(cname = name_arg(v[1], "name")))
+        return NULL;
+    if (!PyObject_TypeCheck(v[0], ext_store_type)) {
+        PyErr_Format(PyExc_TypeError, "source: expected a store opened on a Redis Cluster, "
+                                      "got %.100s",
+                     Py_TYPE(v[0])->tp_name);
+        return NULL;
+    }
+    src = (StoreObject *)v[0];
+    if (ext_store_enter(s) < 0)
+        return NULL;
+    if (src != s && ext_store_enter(src) < 0) {
+        ext_store_leave(s);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = engram_check_origin(s->st, cname, src->st, &state);
+    if (src != s)
+        ext_store_leave(src);
+    ext_store_leave(s);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        return ext_raise(rc, NULL);
+    if (state < 0 || state > 3) {
+        PyErr_Format(PyExc_SystemError, "engram_check_origin() gave state %d", state);
+        return NULL;
+    }
+    return PyUnicode_FromString(states[state]);
+}
+
 const char ext_store_wait_for_doc[] = PyDoc_STR(
 "wait_for($self, name, timeout=None)\n--\n\n"
 "Waits until table `name` is published in the namespace (by any process),\n"
@@ -741,16 +793,30 @@ const char ext_store_get_table_spec_doc[] = PyDoc_STR(
 "(XXH3-64), created_ns, and the global row range the table holds: row i is\n"
 "row row_start + i of a tensor of total_rows rows (a TP shard, a layer's head;\n"
 "look it up with offsets=[row_start] to use global ids), or 0 and 0 when no\n"
-"range was recorded.  numa_nodes is {node: pages} of the table's memory as\n"
+"range was recorded.  origin is where the rows were published, for a table\n"
+"pulled from a remote namespace (pull()) and a table of one: a dict of store\n"
+"('redis' or 'mooncake'), namespace, epoch and where (how the store was\n"
+"reached), or None.  numa_nodes is {node: pages} of the table's memory as\n"
 "placement() counts it (sampled above 65536 pages), or None where that cannot\n"
 "be told (rows read on demand, no libnuma; placement() says why).\n"
 "Raises TableNotFoundError for a name neither stored nor declared.");
+
+/* engram_table_info.origin as get_table_spec() gives it: None, or a dict
+ * of store, namespace, epoch and where.  New reference, NULL on error. */
+static PyObject *origin_dict(const engram_origin *o)
+{
+    if (o->kind == ENGRAM_ORIGIN_NONE)
+        Py_RETURN_NONE;
+    return Py_BuildValue("{s:s,s:s,s:K,s:s}", "store",
+                         o->kind == ENGRAM_ORIGIN_REDIS ? "redis" : "mooncake", "namespace",
+                         o->ns, "epoch", (unsigned long long)o->epoch, "where", o->where);
+}
 
 PyObject *ext_store_get_table_spec(StoreObject *s, PyObject *name)
 {
     engram_table_info info;
     engram_table_spec decl;
-    PyObject *nodes = NULL;
+    PyObject *nodes = NULL, *origin = NULL;
     const char *cname;
     int rc, d;
     if (!(cname = name_arg(name, "name")))
@@ -761,8 +827,12 @@ PyObject *ext_store_get_table_spec(StoreObject *s, PyObject *name)
     ext_store_leave(s);
     if (rc == 0 && !(nodes = ext_store_numa_nodes(s, cname)))
         return NULL;
+    if (rc == 0 && !(origin = origin_dict(&info.origin))) {
+        Py_DECREF(nodes);
+        return NULL;
+    }
     if (rc == 0)
-        return Py_BuildValue("{s:K,s:I,s:I,s:O,s:s,s:K,s:K,s:K,s:K,s:K,s:N}", "num_rows",
+        return Py_BuildValue("{s:K,s:I,s:I,s:O,s:s,s:K,s:K,s:K,s:K,s:K,s:N,s:N}", "num_rows",
                              (unsigned long long)info.spec.num_rows, "row_bytes",
                              info.spec.row_bytes, "row_pitch", info.spec.row_pitch, "stored",
                              Py_True, "kind", kind_name(info.kind), "data_size",
@@ -770,7 +840,8 @@ PyObject *ext_store_get_table_spec(StoreObject *s, PyObject *name)
                              (unsigned long long)info.checksum, "created_ns",
                              (unsigned long long)info.created_ns, "row_start",
                              (unsigned long long)info.row_start, "total_rows",
-                             (unsigned long long)info.total_rows, "numa_nodes", nodes);
+                             (unsigned long long)info.total_rows, "numa_nodes", nodes,
+                             "origin", origin);
     if (rc == -ENOENT) {
         if ((d = declared_spec(s, name, &decl)) < 0)
             return NULL;

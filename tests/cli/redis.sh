@@ -210,6 +210,17 @@ run --ns m verify --all
 check "pull m: verify" ok
 run --ns m info b --json
 check "pull m: b packed" out_has '"row_pitch": 16'
+check "pull m: b's origin" out_has '"origin": {"store": "redis", "namespace": "m", "epoch": "[0-9a-f]*", "where": "'"$NODES"'"}'
+run --ns m info a
+check "pull m: a's origin" out_has "^origin  *redis namespace 'm' at $NODES, epoch [0-9a-f]*$"
+run --redis "$NODES" --ns m info a --json
+check "the cluster's table: its origin" out_has '"origin": {"store": "redis", "namespace": "m"'
+run --ns m verify a b --origin
+check "verify --origin" ok
+check "verify --origin: a current" out_has "^a: OK, as namespace 'm' of $NODES publishes it"
+run --ns m verify --all --origin --redis "${NODES%%,*}"
+check "verify --origin at other nodes" ok
+check "verify --origin at other nodes: where" out_has "^b: OK, as namespace 'm' of ${NODES%%,*} "
 run pull m --redis "$NODES"
 check "pull m again" ok
 check "pull m again: kept" out_has "^a: already here with the same rows ("
@@ -218,6 +229,21 @@ run --ns m create b --rows 5 --row-bytes 16
 run pull m b --redis "$NODES"
 check "pull over other rows" status_is 1
 check "pull over other rows: why" err_has "holds other rows"
+run --ns m verify b --origin
+check "verify --origin of a table not pulled" status_is 1
+check "verify --origin of a table not pulled: FAILED" out_has "^b: FAILED$"
+check "verify --origin of a table not pulled: why" err_has "records no origin"
+# The cluster's copy of a pulled table removed, then pushed again with
+# the same rows: gone, then republished (OK).
+run --redis "$NODES" --ns m rm a
+run --ns m verify a --origin
+check "verify --origin, removed" status_is 1
+check "verify --origin, removed: why" err_has "no longer has this table"
+run push m a --redis "$NODES"
+check "push it again" ok
+run --ns m verify a --origin
+check "verify --origin, republished" ok
+check "verify --origin, republished: says so" out_has "^a: OK, namespace 'm' of .* published it again with the same rows$"
 run pull other nosuch --redis "$NODES"
 check "pull of a missing table" status_is 1
 check "pull of a missing table: why" err_has "nosuch"

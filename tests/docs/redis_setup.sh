@@ -2,7 +2,8 @@
 # Runs the shell blocks of docs/redis.md that a reader runs as written:
 # the cluster setup of "Setup" (six servers, three masters with a replica
 # each), the CLI block of "From the CLI and Python", and the pull blocks
-# of "Pulling a namespace to local memory" (both of its sections), on free
+# of "Pulling a namespace to local memory" (pull, verify --origin and the
+# nearest tier), on free
 # loopback ports of 127.0.0.1 instead of 7000-7005 (the ports are the only
 # change, with the setup's data directory moved into a scratch directory
 # and the CLI given a scratch --root), and checks what they print.  The
@@ -46,10 +47,12 @@ block "## Setup" "redis-server --port" >"$SCRATCH/setup.sh"
 block "## From the CLI and Python" "engram push" >"$SCRATCH/cli.sh"
 block "## Pulling a namespace to local memory" "engram pull model-x t " >"$SCRATCH/pull.sh"
 block "## Pulling a namespace to local memory" "copies to /dev/shm" >"$SCRATCH/tier.sh"
+block "## Pulling a namespace to local memory" "verify --all --origin" >"$SCRATCH/origin.sh"
 [ -s "$SCRATCH/setup.sh" ] || { echo "no cluster setup block in $doc"; exit 1; }
 [ -s "$SCRATCH/cli.sh" ] || { echo "no CLI block in $doc"; exit 1; }
 [ -s "$SCRATCH/pull.sh" ] || { echo "no pull block in $doc"; exit 1; }
 [ -s "$SCRATCH/tier.sh" ] || { echo "no pull block of the nearest tier in $doc"; exit 1; }
+[ -s "$SCRATCH/origin.sh" ] || { echo "no verify --origin block in $doc"; exit 1; }
 
 # Six free ports (each with its bus port + 10000 free), for 7000..7005.
 ports=""
@@ -137,7 +140,9 @@ expect() {
 }
 run_pull pull
 expect pull "^t: pulled (" "^t: already here with the same rows (" "^0: " "^999: "
+run_pull origin
+expect origin "^t: OK, as namespace 'model-x' of 127.0.0.1:$first publishes it"
 run_pull tier
 expect tier "^t: already here with the same rows ("
 [ $fail = 0 ] || exit 1
-echo "docs redis.md setup, CLI and pull blocks: 4 passed, 0 failed"
+echo "docs redis.md setup, CLI and pull blocks: 5 passed, 0 failed"

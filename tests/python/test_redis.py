@@ -117,6 +117,50 @@ def test_pull(cluster, ns, local_dir):
             local.pull(closed, "t")
 
 
+def test_origin(cluster, ns, local_dir):
+    """A pulled table records where it came from; check_origin() compares
+    it with the cluster as it is now; its bad arguments."""
+    rows = make_rows(100, R, seed=41)
+    with open_store(cluster, ns, redis_chunk_bytes=8 * R) as remote, \
+            engramstore.EngramStore(namespace=ns, local_dir=local_dir) as local:
+        remote.populate("t", rows)
+        assert local.pull(remote, "t") is True
+        theirs = remote.get_table_spec("t")["origin"]
+        ours = local.get_table_spec("t")["origin"]
+        assert ours == theirs
+        assert ours is not None
+        assert ours["store"] == "redis" and ours["namespace"] == ns
+        assert ours["epoch"] > 0 and ours["where"]
+        assert local.check_origin(remote, "t") == "current"
+        remote.remove("t")
+        assert local.check_origin(remote, name="t") == "gone"
+        remote.populate("t", rows)
+        assert local.check_origin(remote, "t") == "republished"
+        remote.remove("t")
+        remote.populate("t", make_rows(100, R, seed=42))
+        assert local.check_origin(remote, "t") == "changed"
+        assert local.get_table_spec("t")["origin"] == ours
+        local.populate("plain", make_rows(5, R, seed=43))
+        assert local.get_table_spec("plain")["origin"] is None
+        with pytest.raises(engramstore.EngramError, match="records no origin") as e:
+            local.check_origin(remote, "plain")
+        assert e.value.errno == errno.EINVAL
+        with pytest.raises(engramstore.EngramError, match="not a remote namespace"):
+            local.check_origin(local, "t")
+        with pytest.raises(engramstore.TableNotFoundError):
+            local.check_origin(remote, "nosuch")
+        with pytest.raises(engramstore.SpecError):
+            local.check_origin(remote, "../t")
+        with pytest.raises(TypeError, match="source"):
+            local.check_origin("redis://x", "t")
+        with pytest.raises(TypeError):
+            local.check_origin(remote)  # type: ignore[call-arg]
+        with open_store(cluster, ns + "x") as other:
+            with pytest.raises(engramstore.EngramError, match="came from namespace"):
+                local.check_origin(other, "t")
+        remote.remove("t")
+
+
 def test_redis_local_dir(cluster, ns, local_dir):
     """The nearest tier: with redis_local_dir, a table pulled there is
     served from its copy; one without a copy from the cluster."""

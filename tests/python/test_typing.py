@@ -149,6 +149,7 @@ TABLE_SIGNATURES = {
     "placement": "(name, /)",
     "numa_copy": "(name, node)",
     "pull": "(source, name)",
+    "check_origin": "(source, name)",
     "bind": "(name, rows)",
     "open_safetensors": "(name, path, weight, scale=None, row_start=0, row_end=0)",
     "add_source": "(name: 'str', spec: 'TableSpecArg', read_rows: 'Callable[..., object]', *, "
