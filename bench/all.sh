@@ -14,19 +14,19 @@
 # (numpy; Mooncake's wheel where it installs: without it the Mooncake row
 # says why it was skipped).  Then the benchmarks, never two at once:
 #
-#   gather     bench/run.sh (bench_gather and bench/bench_numpy.py): 1 GiB
+#   gather     bench/run.sh (bench_gather and bench/bench_numpy.py): a 1 GiB
 #              table, 264-byte rows, K = 1 and 4096, 1 and 2 threads
-#   filecache  bench_filecache: 1 GiB table file on /var/tmp, 64 MiB cache,
-#              qd 128, against 1 and 128 pread threads and io_uring
+#   filecache  bench_filecache: a 2 GiB table file on /var/tmp, 64 MiB cache,
+#              qd 128, against io_uring and 1, 16 and 128 pread threads
 #   source     bench_source: Zipf ids, a store of 20 us + 100 ns a row
-#   decode     bench_decode: 1 GiB of huge-page tables, T = 1, 16, 256
+#   decode     bench_decode: 1 GiB of huge-page tables, T = 1 to 256, 1 thread
 #   callcost   bench_callcost under callgrind (where valgrind is installed)
 #   python     bench/bench_python.py and bench/bench_pycall.py
-#   ngram      bench_ngram --quick and bench/bench_ngram.py (16 Ki, 1 Mi tokens)
-#   prefetch   bench_prefetch: the file and Redis tiers, 20 steps
-#   redis      bench_redis: 256 MiB in a 3-master loopback cluster that this
+#   ngram      bench_ngram (1 GiB) and bench/bench_ngram.py (16 Ki, 1 Mi tokens)
+#   prefetch   bench_prefetch: the file and Redis tiers, 50 steps
+#   redis      bench_redis: 1 GiB in a 3-master loopback cluster that this
 #              script starts (tests/redis_cluster.sh) and stops by PID
-#   pull       bench_pull: 256 MiB (it starts its own cluster)
+#   pull       bench_pull: 1 GiB (it starts its own cluster)
 #   mooncake   bench/bench_mooncake.py: 24 heads of 20,000 rows, a loopback
 #              Mooncake master and metadata server (it starts them)
 #
@@ -81,6 +81,10 @@ out=${BENCH_OUT:-$(mktemp -d /tmp/engram-bench-all.XXXXXX)}
 mkdir -p "$out" || exit 2
 out=$(cd "$out" && pwd)
 : >"$out/runs.jsonl"
+# The commit whose code runs, "+dirty" where tracked files differ from it.
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+[ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ] && commit="$commit+dirty"
+echo "$commit" >"$out/commit"
 
 # ---- build -----------------------------------------------------------------
 echo "== build (scripts/setup.sh, build/release, build/venv)"
@@ -191,15 +195,15 @@ start=$(date +%s)
 if wanted gather; then
     mkdir -p "$out/gather"
     run gather env BENCH_GATHER="$B/bench_gather" BENCH_OUT="$out/gather" bench/run.sh \
-        --sizes 1G --rows 264 --k 1,4096 --threads 1,2 --variants private-huge --repeats 5
+        --sizes 1G --rows 264 --k 1,4096 --threads 1,2 --variants private-huge --repeats 7
 fi
 wanted filecache &&
-    run filecache "$B/bench_filecache" --size-mib 1024 --cache-mib 64 --qd 128 --reps 3 \
+    run filecache "$B/bench_filecache" --size-mib 2048 --cache-mib 64 --qd 128 --reps 5 \
         --pread-threads 16,128
-wanted source && run source "$B/bench_source" --reps 5
+wanted source && run source "$B/bench_source" --reps 7
 wanted decode &&
     run decode "$B/bench_decode" --sizes 1G --variants thp --threads 1 --load idle \
-        --tokens 1,16,256 --calls 2000
+        --tokens 1,4,16,64,256 --calls 2000
 if wanted callcost; then
     if command -v valgrind >/dev/null 2>&1; then
         cc() { valgrind --tool=callgrind --callgrind-out-file=/dev/null "$B/bench_callcost" "$@"; }
@@ -215,15 +219,15 @@ if wanted callcost; then
     fi
 fi
 if wanted python; then
-    run python "$py" bench/bench_python.py --reps 5 --json "$out/python.json"
-    run pycall "$py" bench/bench_pycall.py --tokens 1,16,64 --rounds 60 --json "$out/pycall.json"
+    run python "$py" bench/bench_python.py --reps 9 --json "$out/python.json"
+    run pycall "$py" bench/bench_pycall.py --tokens 1,16,64 --rounds 100 --json "$out/pycall.json"
 fi
 if wanted ngram; then
-    run ngram "$B/bench_ngram" --quick --tokens 1,4,64
+    run ngram "$B/bench_ngram" --tokens 1,4,64
     run ngram_py_16k "$py" bench/bench_ngram.py --tokens 16384 --repeats 7 --json "$out/ngram_py_16k.json"
-    run ngram_py_1m "$py" bench/bench_ngram.py --tokens 1048576 --repeats 3 --json "$out/ngram_py_1m.json"
+    run ngram_py_1m "$py" bench/bench_ngram.py --tokens 1048576 --repeats 5 --json "$out/ngram_py_1m.json"
 fi
-wanted prefetch && run prefetch "$B/bench_prefetch" --steps 20
+wanted prefetch && run prefetch "$B/bench_prefetch" --steps 50
 if wanted redis; then
     # The cluster as the shell tests start theirs (tests/redis_cluster.sh:
     # three masters on free loopback ports), its servers stopped by PID
@@ -232,7 +236,7 @@ if wanted redis; then
     # shellcheck source=../tests/redis_cluster.sh
     . tests/redis_cluster.sh
     if redis_up; then
-        run redis "$B/bench_redis" --nodes "$NODES" --mib 256 --reps 3
+        run redis "$B/bench_redis" --nodes "$NODES" --mib 1024 --reps 5
     else
         echo "all.sh: redis: the Redis Cluster did not come up: $REDIS_WHY" >&2
         printf '{"bench":"redis","phase":"end","rc":1,"error":"%s"}\n' \
@@ -241,12 +245,12 @@ if wanted redis; then
     fi
     redis_cluster_stop
 fi
-wanted pull && run pull "$B/bench_pull" --mib 256 --reps 3
+wanted pull && run pull "$B/bench_pull" --mib 1024 --reps 5
 if wanted mooncake; then
     if [ -n "$mooncake_why" ]; then
         skipped mooncake "$mooncake_why"
     else
-        run mooncake "$py" bench/bench_mooncake.py --rows 20000 --repeats 3 --read-calls auto \
+        run mooncake "$py" bench/bench_mooncake.py --rows 20000 --repeats 5 --read-calls auto \
             --warmup 1000 --json "$out/mooncake.json"
     fi
 fi
