@@ -358,6 +358,11 @@ PARSERS = [("gather", _gather), ("filecache", _filecache), ("source", _source), 
            ("callcost", _callcost), ("python", _python), ("pycall", None), ("ngram", _ngram),
            ("ngram_py_16k", None), ("ngram_py_1m", None), ("prefetch", _prefetch),
            ("redis", _redis), ("pull", _pull), ("mooncake", _mooncake)]
+BENCH_TIER = {"gather": "memory", "decode": "memory", "callcost": "memory", "filecache": "file",
+              "source": "source", "prefetch": "file", "redis": "Redis Cluster",
+              "pull": "Redis Cluster", "mooncake": "Mooncake Store", "ngram": "tokens to rows",
+              "ngram_py_16k": "tokens to rows", "ngram_py_1m": "tokens to rows", "python": "Python",
+              "pycall": "Python"}
 TIERS = ["memory", "file", "source", "Redis Cluster", "Mooncake Store", "tokens to rows", "Python"]
 
 
@@ -398,16 +403,19 @@ def report_all(d, seconds=None):
         r = runs.get(name)
         if not r:
             continue
+        tier = BENCH_TIER.get(name, "memory")
         if "skipped" in r:
-            t.add(name, "Mooncake Store" if name == "mooncake" else "memory", name, "-", "-", "-", None,
-                  "skipped: " + r["skipped"]["reason"])
+            t.add(name, tier, f"`{name}`", "-", "-", "-", None, "skipped: " + r["skipped"]["reason"])
             continue
         end = r.get("end")
         if end is None:
             problems.append(f"{name}: did not finish (no end recorded)")
+            t.add(name, tier, f"`{name}`", "-", "-", "-", None, "**did not finish**")
             continue
         if end.get("rc", 1) != 0:
-            problems.append(f"{name}: failed (exit {end.get('rc', '?')}{': ' + end['error'] if 'error' in end else ''})")
+            why = f"exit {end.get('rc', '?')}{': ' + end['error'] if 'error' in end else ''}"
+            problems.append(f"{name}: failed ({why}; its output: {name}.txt)")
+            t.add(name, tier, f"`{name}`", "-", "-", "-", None, f"**FAILED** ({why})")
             continue
         if fn is None:
             continue
@@ -417,6 +425,7 @@ def report_all(d, seconds=None):
         except (Missing, OSError, KeyError, ValueError) as e:
             del t.rows[n0:]
             problems.append(f"{name}: its output has no result this report can read: {e}")
+            t.add(name, tier, f"`{name}`", "-", "-", "-", None, "**no result read** (see below the table)")
 
     cpath = os.path.join(d, "commit")  # written by bench/all.sh when it starts
     if os.path.exists(cpath):
