@@ -42,7 +42,7 @@
 
 #include "engram.h"
 #include "bench_util.h"
-#include "rcluster.h"
+#include "redis/cluster.h"
 #include "redis_util.h"
 
 enum { ROW = 264, MASTERS = 3 };

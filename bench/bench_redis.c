@@ -87,7 +87,7 @@
 #include <hiredis/hiredis.h>
 
 #include "engram.h"
-#include "rcluster.h"
+#include "redis/cluster.h"
 #include "redis_util.h"
 #include "bench_util.h"
 

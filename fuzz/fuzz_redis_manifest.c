@@ -1,6 +1,6 @@
 /*
  * fuzz_redis_manifest.c - fuzz target for the manifest of a Redis table
- * (src/rmanifest.c).
+ * (src/redis/manifest.c).
  *
  * A manifest is read from a Redis Cluster that anyone with write access
  * to it controls, so engram__rmanifest_parse() must reject every
@@ -11,7 +11,7 @@
  *
  * Each input is parsed twice: without an expected name, and expecting
  * table "a" (accepted only if it is "a").  It is also parsed as a pending
- * record (rmanifest.h), the other text of the same hash: an accepted
+ * record (manifest.h), the other text of the same hash: an accepted
  * record must have a valid name, a non-zero epoch and TTL, 1 .. 2^22
  * chunks, and be exactly its body (engram__rpending_body()) followed by
  * its stamp line.  An accepted manifest must
@@ -26,7 +26,7 @@
 
 #include "common.h"
 #include "fuzz.h"
-#include "rmanifest.h"
+#include "redis/manifest.h"
 
 #define WHAT "fuzz-input-0123456789"
 

@@ -1,5 +1,6 @@
 /*
- * fuzz_safetensors.c - fuzz target for the safetensors header parser.
+ * fuzz_safetensors.c - fuzz target for the safetensors header parser
+ * (src/safetensors_parse.c).
  *
  * engram__st_parse() reads bytes that whoever wrote a checkpoint controls,
  * so it must reject every malformed header cleanly, with a message that

@@ -46,7 +46,7 @@
 #include "fetch.h"
 #include "ids.h"
 #include "pool.h"
-#include "rsec.h"
+#include "readsection.h"
 #include "store.h"
 
 #define STACK_COLS 64
@@ -705,7 +705,7 @@ int engram_lookup(engram_store *st, const engram_lookup_args *a)
         goto fail;
     }
     /* From resolving the tables to the last copy: a table removed
-     * meanwhile keeps its source until the section ends (rsec.h). */
+     * meanwhile keeps its source until the section ends (readsection.h). */
     if ((err = engram__rsec_enter()) != 0)
         goto fail;
     in = 1;

@@ -1,5 +1,6 @@
 /*
- * safetensors.h - the safetensors header parser (internal).
+ * safetensors.h - the safetensors header parser (internal;
+ * safetensors_parse.c).  Its input is untrusted.
  *
  * A safetensors file is an 8-byte little-endian header length N, N bytes
  * of JSON (an object: tensor name -> {"dtype", "shape", "data_offsets":
@@ -68,5 +69,13 @@ void engram__st_free(engram__st_header *h);
 /* An upper bound of the number of JSON values in s[0, n): one, plus one
  * per ',', '[' and '{' outside strings. */
 size_t engram__json_values_bound(const char *s, size_t n);
+
+/* cJSON_ParseWithLengthOpts() of s[0, n), one thread at a time (cJSON
+ * writes a process-wide error position on every parse).  The index files
+ * of safetensors.c are parsed here too. */
+struct cJSON *engram__json_parse(const char *s, size_t n, const char **end);
+
+/* Reads exactly len bytes at off (0 or -errno; -ENODATA at end of file). */
+int engram__st_read_at(int fd, void *buf, size_t len, uint64_t off);
 
 #endif

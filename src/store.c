@@ -32,7 +32,7 @@
 #include "reader.h"
 #include "async.h"
 #include "remote.h"
-#include "rsec.h"
+#include "readsection.h"
 #include "rowcache.h"
 #include "store.h"
 #include "writer.h"

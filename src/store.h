@@ -8,7 +8,7 @@
  * writers of the registry hold store->lock.  Table objects are freed only
  * at close, which is why engram_remove() never invalidates memory a
  * concurrent lookup may be reading; what a removed table's source holds
- * is released once no read section (rsec.h) can reach it.
+ * is released once no read section (readsection.h) can reach it.
  *
  * store->lock guards the registry and the namespace bookkeeping only.  No
  * slow work runs under it: mapping, prefaulting and checksumming a table,

@@ -5,7 +5,7 @@
  * lookup may hold a table pointer for its whole length, even while the
  * table is being removed.  A removed table's source (its mapping, file
  * and row cache) is released earlier, once no read section can reach it
- * (rsec.h), unless engram_table_memory() lent its memory out.  What a
+ * (readsection.h), unless engram_table_memory() lent its memory out.  What a
  * lookup reads of a table comes first; the per-thread-shard counters come
  * last, one cache line per shard.
  */

@@ -26,7 +26,7 @@
 #include <sys/wait.h>
 #include <time.h>
 
-#include "rsec.h"
+#include "readsection.h"
 #include "testutil.h"
 
 #define RB 64 /* row bytes of every table here */
@@ -472,7 +472,7 @@ int main(void)
 {
     tu_watchdog(240);
     RUN_TEST(test_cycles_mapped);
-    /* Which entry the read sections use here (rsec.h). */
+    /* Which entry the read sections use here (readsection.h). */
     printf("  read sections: %s\n", engram__rsec_fence ? "locked exchange on entry"
                                                         : "membarrier on removal");
     RUN_TEST(test_cycles_file_cache);

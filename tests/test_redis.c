@@ -49,9 +49,9 @@ int main(void)
 
 #include <xxhash.h>
 
-#include "rcluster.h"
+#include "redis/cluster.h"
 #include "redis_util.h"
-#include "rmanifest.h"
+#include "redis/manifest.h"
 
 enum { R = 264 };
 

@@ -6,8 +6,9 @@
 #   <!-- run by tests/docs/shell_blocks.sh -->   this script runs it, below
 #   <!-- run by tests/PATH -->                   that script runs it; it must
 #                                                exist, name the document
-#                                                and be registered in
-#                                                CMakeLists.txt
+#                                                and be registered in a
+#                                                CMakeLists.txt or
+#                                                cmake/*.cmake of the build
 #   <!-- not run by the tests: REASON -->
 #
 # and a block with none of them fails the test, so a new block cannot go
@@ -115,8 +116,10 @@ while read -r i doc line mark; do
             fail "$doc:$line: the block says it is run by $script, which does not exist"
         elif ! grep -qF "$doc" "$ENGRAM_SRC/$script"; then
             fail "$doc:$line: the block says it is run by $script, which does not name $doc"
-        elif ! grep -qF "$script" "$ENGRAM_SRC/CMakeLists.txt"; then
-            fail "$doc:$line: the block says it is run by $script, which CMakeLists.txt does not register"
+        elif ! (cd "$ENGRAM_SRC" && find . -path './build*' -prune -o \( -name CMakeLists.txt \
+                -o -path './cmake/*.cmake' \) -type f -print | xargs grep -lF "$script" |
+                grep -q .); then
+            fail "$doc:$line: the block says it is run by $script, which no CMakeLists.txt registers"
         fi ;;
     "<!-- not run by the tests: "?*" -->") ;;
     *)

@@ -23,13 +23,16 @@ cd "$ENGRAM_SRC"
 "${CMAKE:-cmake}" $args -DENGRAM_CUDA=OFF >"$scratch/configure.log" 2>&1 ||
     { cat "$scratch/configure.log"; echo "libs_only: configure failed"; exit 1; }
 # Every target has its directory CMakeFiles/<target>.dir, whatever the
-# generator.
-targets=$(cd "$scratch/build/CMakeFiles" && ls -d -- *.dir | sed 's/\.dir$//' | sort | tr '\n' ' ')
+# generator, under the build directory of the part that defines it
+# (src/, tools/, ...).
+targets=$(cd "$scratch/build" && find . -path '*/CMakeFiles/*.dir' -prune -type d |
+    sed 's|.*/||; s/\.dir$//' | sort | tr '\n' ' ')
 if [ "$targets" != "engram engram_cli engram_static " ]; then
     echo "libs_only: the build has targets besides the libraries and the CLI: $targets"
     exit 1
 fi
-if grep -q add_test "$scratch/build/CTestTestfile.cmake" 2>/dev/null; then
+if find "$scratch/build" -name CTestTestfile.cmake -exec grep -l add_test {} + 2>/dev/null |
+    grep -q .; then
     echo "libs_only: the build has CTest entries"
     exit 1
 fi

@@ -1,5 +1,5 @@
 /*
- * rsec.c - read sections (see rsec.h).
+ * readsection.c - read sections (see readsection.h).
  */
 #include <errno.h>
 #include <linux/membarrier.h>
@@ -10,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "rsec.h"
+#include "readsection.h"
 
 #if defined(__SANITIZE_THREAD__)
 #define RSEC_TSAN 1

@@ -1,6 +1,6 @@
 /*
- * rmanifest.c - the manifest of a Redis table: its parser and its encoder
- * (see rmanifest.h).
+ * manifest.c - the manifest of a Redis table: its parser and its encoder
+ * (see manifest.h).
  *
  * The parser walks the bytes once with a cursor, field by field in the
  * fixed order; every number is checked for its form and bounds before it
@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "common.h"
-#include "rmanifest.h"
+#include "manifest.h"
 
 typedef struct cursor {
     const char *p, *end;

@@ -1,5 +1,5 @@
 /*
- * redis_none.c - the Redis Cluster calls of a library built without
+ * none.c - the Redis Cluster calls of a library built without
  * hiredis (ENGRAM_REDIS=OFF, or AUTO where hiredis was not found): they
  * exist, so that programs link the same way, and say why they fail.
  */

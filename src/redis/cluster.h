@@ -1,5 +1,5 @@
 /*
- * rcluster.h - a client of a Redis Cluster: slot routing, connections,
+ * cluster.h - a client of a Redis Cluster: slot routing, connections,
  * single commands and pipelined batches of ranged reads, with the
  * cluster's redirections and failures handled (internal; needs hiredis).
  *
@@ -38,9 +38,14 @@
  *
  * After fork() the child's first session drops the connections it
  * inherited (closing its copies only) and opens its own.
+ *
+ * The client is four files, over one inside (cluster_int.h): slots.c
+ * (key slots, nodes, the slot map, retries), conn.c (connections and
+ * sessions), cluster.c (creation, single commands, WAIT) and read.c
+ * (batches of ranged reads).
  */
-#ifndef ENGRAM_RCLUSTER_H
-#define ENGRAM_RCLUSTER_H
+#ifndef ENGRAM_REDIS_CLUSTER_H
+#define ENGRAM_REDIS_CLUSTER_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,6 +1,7 @@
 /*
- * rsec.h - read sections: when nothing can still be reading a removed
- * table (internal).
+ * readsection.h - read sections: when nothing can still be reading a
+ * removed table (internal).  Its functions go by engram__rsec_ (read
+ * section); it has nothing to do with Redis.
  *
  * engram_remove() unpublishes a table at once, but a lookup that started
  * before may still be copying its rows, and the stats, info and
@@ -27,8 +28,8 @@
  * list without a lock.  After fork() the child's other threads are gone:
  * their records are closed and freed.
  */
-#ifndef ENGRAM_RSEC_H
-#define ENGRAM_RSEC_H
+#ifndef ENGRAM_READSECTION_H
+#define ENGRAM_READSECTION_H
 
 #include <errno.h>
 #include <stdatomic.h>

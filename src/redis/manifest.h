@@ -1,5 +1,5 @@
 /*
- * rmanifest.h - the manifest of a table kept in a Redis Cluster
+ * manifest.h - the manifest of a table kept in a Redis Cluster
  * (internal).
  *
  * A Redis table is its rows cut into chunk keys of chunk_rows rows each
@@ -27,8 +27,8 @@
  * the rows and chunk size imply, the checksum list's length) and accepts
  * nothing else, in no other order, with no extra bytes.
  */
-#ifndef ENGRAM_RMANIFEST_H
-#define ENGRAM_RMANIFEST_H
+#ifndef ENGRAM_REDIS_MANIFEST_H
+#define ENGRAM_REDIS_MANIFEST_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -88,7 +88,7 @@ void engram__rmanifest_free(engram__rmanifest *m);
  *
  * "open": a push that may still publish; "closed": chunks to delete,
  * which nothing will ever publish.  The stamp is set by the server (the
- * scripts in redis.c) when the record is written or its writer shows
+ * scripts in protocol.c) when the record is written or its writer shows
  * life, so every client measures a record's age on one clock.
  */
 #define ENGRAM__RP_MAGIC "engram-pending 1"

@@ -1,0 +1,194 @@
+/*
+ * redis.c - namespaces kept in a Redis Cluster: the remote functions of
+ * a store opened with engram_store_open_redis() (remote.h), and the row
+ * source of its tables (source.h).  The cluster client is cluster.h's,
+ * the manifest manifest.c's; docs/redis.md describes the layout and the
+ * rules.  This file opens the store; rstore.h says which file of
+ * src/redis/ does the rest.
+ *
+ * A push (the writer) runs in numbered steps, each with its failure path
+ * (docs/redis.md, "The publication protocol", says what every party can
+ * observe at each step):
+ *  1. begin: in one atomic step (a script), the name must not be
+ *     published, and an open pending record of the push is written; a
+ *     random epoch names its chunk keys, so no other push (of this name,
+ *     now or later) can ever write one of them;
+ *  2. append: each full chunk goes up with SET ... PX <ttl>, and its
+ *     XXH3-64 is kept; the TTLs and the record's stamp are renewed while
+ *     the push runs, so the chunks of a push that dies expire on their
+ *     own, and its record shows a gc that it is dead;
+ *  3. commit: PERSIST every chunk (one that expired fails the push), WAIT
+ *     until the replicas of every master written to have the chunks,
+ *  4. then publish: one atomic step that writes the manifest only if the
+ *     name is free and the record still open, and drops the record.  A
+ *     loser deletes its chunks.  A publication whose answer is lost is
+ *     resolved before anything is deleted: closing the record settles
+ *     it (a copy of the publication still in flight can no longer land),
+ *     and the manifest then says whether it landed first.  When even
+ *     that cannot be asked, the push fails with ENGRAM_EINDOUBT and keeps
+ *     everything: the table may yet appear, whole.
+ * Remove is compare-and-delete: the manifest read is unpublished only if
+ * it is still the one published, in one step with a closed record that
+ * takes over its chunks; the chunks go, then the record.  gc settles the
+ * records that dead pushes and removals left (engram_store_gc()).
+ *
+ * A lookup's rows of this store's tables come to read_rows together, and
+ * go out as one batch per node (source.c, read.c).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "rstore.h"
+
+#define DEFAULT_TIMEOUT_MS 5000u
+#define DEFAULT_CONNECT_MS 1000u
+#define DEFAULT_CHUNK ((uint64_t)1 << 20)
+#define DEFAULT_TTL_MS 3600000u
+
+/* ------------------------------------------------------------------------
+ * The store.
+ */
+
+static void rstore_free(rstore *rs)
+{
+    if (!rs)
+        return;
+    engram__rcl_destroy(rs->cl);
+    engram_store_close(rs->near);
+    pthread_mutex_destroy(&rs->lock);
+    free(rs->where);
+    free(rs);
+}
+
+static void redis_close(void *state)
+{
+    rstore_free(state);
+}
+
+static void redis_origin(void *state, engram_origin *o)
+{
+    *o = ((const rstore *)state)->origin;
+}
+
+static const engram__remote_vt redis_vt = {
+    ENGRAM_TABLE_REDIS,  redis_close,         redis_open,         redis_info,
+    redis_list,          redis_read_all,      redis_remove,       redis_writer_begin,
+    redis_writer_append, redis_writer_commit, redis_writer_abort, redis_gc,
+    redis_origin,
+};
+
+/* The origin of the namespace's tables (engram_origin): its name and as
+ * many whole nodes of `nodes` (host:port, checked when the cluster was
+ * made) as fit in `where`. */
+static void origin_init(engram_origin *o, const char *ns, const char *nodes)
+{
+    size_t len = 0;
+    memset(o, 0, sizeof *o);
+    o->kind = ENGRAM_ORIGIN_REDIS;
+    memcpy(o->ns, ns, strlen(ns));
+    while (nodes && *nodes) {
+        size_t n = strcspn(nodes, ",");
+        if (n > 0 && len + (len > 0) + n <= ENGRAM_ORIGIN_WHERE_MAX) {
+            if (len > 0)
+                o->where[len++] = ',';
+            memcpy(o->where + len, nodes, n);
+            len += n;
+        }
+        nodes += n + (nodes[n] == ',');
+    }
+}
+
+int engram_store_open_redis(const char *nodes, const char *ns, const engram_store_options *opts,
+                            const engram_redis_options *ropts, engram_store **out)
+{
+    engram_redis_options ro = ENGRAM_REDIS_OPTIONS_INIT;
+    engram__rcl_opts co;
+    rstore *rs;
+    size_t wl;
+    int err;
+
+    if (!out)
+        return engram__err(-EINVAL, "out is NULL");
+    *out = NULL;
+    if (engram_name_check(ns) != 0)
+        return engram__err(ENGRAM_ESPEC, "namespace: %s", engram_errmsg());
+    if (ropts) {
+        if (ropts->size != sizeof ro)
+            return engram__err(-EINVAL, "engram_redis_options.size is %u, expected %zu",
+                               ropts->size, sizeof ro);
+        ro = *ropts;
+    }
+    if (ro.flags & ~ENGRAM_REDIS_TAGGED)
+        return engram__err(-EINVAL, "unknown engram_redis_options.flags 0x%x",
+                           ro.flags & ~ENGRAM_REDIS_TAGGED);
+    if (ro.reserved != 0)
+        return engram__err(-EINVAL, "engram_redis_options.reserved must be 0");
+    if (ro.prefix && engram_name_check(ro.prefix) != 0)
+        return engram__err(ENGRAM_ESPEC, "key prefix: %s", engram_errmsg());
+    if (ro.chunk_bytes > ENGRAM__RM_CHUNK_MAX)
+        return engram__err(-EINVAL, "chunk_bytes %" PRIu64 " is above 512 MiB", ro.chunk_bytes);
+    if (!(rs = calloc(1, sizeof *rs)))
+        return engram__err(-ENOMEM, "out of memory");
+    pthread_mutex_init(&rs->lock, NULL);
+    snprintf(rs->ns, sizeof rs->ns, "%s", ns);
+    snprintf(rs->prefix, sizeof rs->prefix, "%s", ro.prefix ? ro.prefix : "engram");
+    rs->mkey_len = (size_t)snprintf(rs->mkey, sizeof rs->mkey, "%s/%s/.manifests", rs->prefix,
+                                    rs->ns);
+    rs->mslot = engram__rcl_keyslot(rs->mkey, rs->mkey_len);
+    rs->chunk_bytes = ro.chunk_bytes ? ro.chunk_bytes : DEFAULT_CHUNK;
+    rs->ttl_ms = ro.chunk_ttl_ms ? ro.chunk_ttl_ms : DEFAULT_TTL_MS;
+    rs->tagged = (ro.flags & ENGRAM_REDIS_TAGGED) != 0;
+    wl = strlen(nodes ? nodes : "") + strlen(ns) + 16;
+    if (!(rs->where = malloc(wl))) {
+        rstore_free(rs);
+        return engram__err(-ENOMEM, "out of memory");
+    }
+    snprintf(rs->where, wl, "redis://%s/%s", nodes ? nodes : "", ns);
+    origin_init(&rs->origin, ns, nodes);
+    co.user = ro.user;
+    co.password = ro.password;
+    co.timeout_ms = ro.timeout_ms ? ro.timeout_ms : DEFAULT_TIMEOUT_MS;
+    co.connect_timeout_ms = ro.connect_timeout_ms ? ro.connect_timeout_ms : DEFAULT_CONNECT_MS;
+    if ((err = engram__rcl_create(nodes, &co, &rs->cl)) != 0) {
+        rstore_free(rs);
+        return err;
+    }
+    if (ro.local_root) {
+        /* The local copies' namespace, with the store's options (made if
+         * missing: where engram_pull() puts them). */
+        engram_store_options lo = ENGRAM_STORE_OPTIONS_INIT;
+        if (opts)
+            lo = *opts;
+        lo.flags |= ENGRAM_OPEN_CREATE;
+        if ((err = engram_store_open(ro.local_root, ns, &lo, &rs->near)) != 0) {
+            err = engram__err(err, "local_root: %s", engram_errmsg());
+            rstore_free(rs);
+            return err;
+        }
+    }
+    if ((err = engram__store_open_remote(opts, rs->where, &redis_vt, rs, out)) != 0)
+        rstore_free(rs);
+    return err;
+}
+
+int engram_get_redis_stats(engram_store *st, engram_redis_stats *s)
+{
+    rstore *rs = engram__store_remote(st, &redis_vt);
+    uint32_t size;
+    if (!rs || !s || s->size != sizeof *s)
+        return engram__err(-EINVAL, "a store opened with engram_store_open_redis() and stats with "
+                                    "size = sizeof(engram_redis_stats) are required");
+    size = s->size;
+    memset(s, 0, sizeof *s);
+    s->size = size;
+    engram__rcl_stats(rs->cl, s);
+    pthread_mutex_lock(&rs->lock);
+    s->local_tables = rs->local_tables;
+    pthread_mutex_unlock(&rs->lock);
+    return 0;
+}
