@@ -34,6 +34,7 @@
 #include "remote.h"
 #include "rsec.h"
 #include "rowcache.h"
+#include "stats.h"
 #include "store.h"
 #include "writer.h"
 
@@ -49,22 +50,6 @@ const char *engram_default_root(void)
     if (stat("/dev/shm", &sb) == 0 && S_ISDIR(sb.st_mode))
         return "/dev/shm/engram";
     return "/tmp/engram";
-}
-
-unsigned engram__shard(int *exclusive)
-{
-    static _Atomic unsigned next;
-    /* initial-exec: a plain %fs-relative load even in the shared library,
-     * instead of a __tls_get_addr call on every lookup. */
-    static _Thread_local int mine __attribute__((tls_model("initial-exec"))) = -1;
-    if (ENGRAM__UNLIKELY(mine < 0))
-        mine = (int)atomic_fetch_add_explicit(&next, 1, memory_order_relaxed);
-    if (mine < ENGRAM__SHARDS - 1) {
-        *exclusive = 1;
-        return (unsigned)mine;
-    }
-    *exclusive = 0;
-    return ENGRAM__SHARDS - 1;
 }
 
 /* 1 if gid is our effective group or one of our supplementary groups. */
@@ -402,20 +387,6 @@ engram__table *engram__find_locked(engram_store *st, const char *name, engram_ta
     return NULL;
 }
 
-/* Finds a live table by name without the lock: for readers of tables,
- * which stay valid until close whatever happens meanwhile. */
-static engram__table *find_unlocked(engram_store *st, const char *name)
-{
-    uint32_t n = engram__table_count(st);
-    for (uint32_t i = 0; i < n; i++) {
-        engram__table *t = engram__table_get(st, i);
-        if (!atomic_load_explicit(&t->removed, memory_order_acquire) &&
-            strcmp(t->name, name) == 0)
-            return t;
-    }
-    return NULL;
-}
-
 /* Appends t to the registry (st->lock held). */
 static int registry_append_locked(engram_store *st, engram__table *t, engram_table_id *id)
 {
@@ -599,6 +570,10 @@ int engram__store_ctx_get(engram_store *st, engram__store_ctx *ctx)
         if ((err = engram__reader_create(st->opts.queue_depth, (unsigned)st->threads + 2, b,
                                          &rd)) != 0)
             goto out;
+        /* Before the reader's release store: a reader of the pointer
+         * sees its queue depth. */
+        atomic_store_explicit(&st->queue_depth, engram__reader_queue_depth(rd),
+                              memory_order_relaxed);
         atomic_store_explicit(&st->reader, rd, memory_order_release);
     }
     ctx->budget = b;
@@ -1033,7 +1008,7 @@ static int table_info(engram_store *st, const char *name, engram_table_info *inf
      * from being released meanwhile (a removal then waits for it). */
     if ((err = engram__rsec_enter()) != 0)
         return err;
-    if ((t = find_unlocked(st, name)) != NULL) {
+    if ((t = engram__table_find(st, name)) != NULL) {
         info->kind = t->src.kind;
         info->spec = t->spec;
         info->data_size = t->data_size;
@@ -1119,7 +1094,7 @@ int engram_get_table_placement(engram_store *st, const char *name, engram_table_
     /* A read section keeps an open table's memory mapped meanwhile. */
     if ((err = engram__rsec_enter()) != 0)
         return err;
-    if ((t = find_unlocked(st, name)) != NULL) {
+    if ((t = engram__table_find(st, name)) != NULL) {
         done = 1;
         if (t->src.base) {
             /* This process's memory of the table: its private copy, the
@@ -1380,7 +1355,7 @@ int engram_verify(engram_store *st, const char *name, engram_progress_fn progres
         return engram__err(-EINVAL, "store is NULL");
     if ((err = engram_name_check(name)) != 0)
         return err;
-    t = find_unlocked(st, name);
+    t = engram__table_find(st, name);
     if (st->remote && (!t || t->src.kind == st->remote->kind))
         return engram__remote_verify(st, name, progress, ud);
     if (t && t->src.kind != ENGRAM_TABLE_FILE)
@@ -1401,150 +1376,14 @@ out:
     return err;
 }
 
-/* sizeof(engram_stats) before removed_tables was added. */
-#define STATS_V1_SIZE offsetof(engram_stats, removed_tables)
-
 int engram_store_stats(engram_store *st, engram_stats *out)
 {
-    engram_stats all, *s = &all;
-    uint32_t size;
-    if (!st || !out || (out->size != sizeof(engram_stats) && out->size != STATS_V1_SIZE))
+    if (!st || !out || (out->size != sizeof(engram_stats) && out->size != ENGRAM__STATS_V1_SIZE))
         return engram__err(-EINVAL, "store and stats (with size = sizeof(engram_stats)) are "
                                     "required");
     /* What removed tables still hold, released first where it can be
      * without waiting. */
     release_removed(st, 0);
-    size = out->size;
-    memset(s, 0, sizeof *s);
-    s->size = size;
-    s->threads = (uint32_t)st->threads;
-    for (int i = 0; i < ENGRAM__SHARDS; i++) {
-        const engram__store_counters *c = &st->ctr[i];
-        s->lookups += atomic_load_explicit(&c->lookups, memory_order_relaxed);
-        s->failed += atomic_load_explicit(&c->failed, memory_order_relaxed);
-        s->rows += atomic_load_explicit(&c->rows, memory_order_relaxed);
-        s->dead_rows += atomic_load_explicit(&c->dead, memory_order_relaxed);
-        s->bytes += atomic_load_explicit(&c->bytes, memory_order_relaxed);
-        s->parallel += atomic_load_explicit(&c->parallel, memory_order_relaxed);
-        s->time_ns += atomic_load_explicit(&c->time_ns, memory_order_relaxed);
-    }
-    for (uint32_t i = 0; i < engram__table_count(st); i++) {
-        engram__table *t = engram__table_get(st, i);
-        if (!atomic_load_explicit(&t->removed, memory_order_relaxed)) {
-            if (t->src.base) {
-                s->tables_open++;
-                s->mapped_bytes += t->data_size;
-            }
-        } else if (!atomic_load_explicit(&t->released, memory_order_relaxed)) {
-            s->removed_tables++;
-            s->removed_bytes += t->data_size;
-        }
-    }
-    memcpy(out, s, size);
+    engram__stats_sum(st, out);
     return 0;
-}
-
-/* ------------------------------------------------------------------------
- * Row cache stats: the counters of tables with a row source.
- */
-
-static void add_cache_stats(const engram__table *t, engram_cache_stats *s)
-{
-    s->tables++;
-    for (int i = 0; i < ENGRAM__SHARDS; i++) {
-        const engram__table_counters *c = &t->ctr[i];
-        s->hits += atomic_load_explicit(&c->hits, memory_order_relaxed);
-        s->misses += atomic_load_explicit(&c->misses, memory_order_relaxed);
-        s->dedup += atomic_load_explicit(&c->dedup, memory_order_relaxed);
-        s->not_kept += atomic_load_explicit(&c->not_kept, memory_order_relaxed);
-        s->reads += atomic_load_explicit(&c->reads, memory_order_relaxed);
-        s->bytes_read += atomic_load_explicit(&c->bytes, memory_order_relaxed);
-        s->read_errors += atomic_load_explicit(&c->errors, memory_order_relaxed);
-    }
-    if (t->src.vt && t->src.vt->cache_stats)
-        t->src.vt->cache_stats(t->src.state, s);
-    if (t->src.cache)
-        engram__rcache_stats(t->src.cache, s);
-}
-
-/* sizeof(engram_cache_stats) before staging_bytes, and before not_kept,
- * were added. */
-#define CACHE_STATS_V1_SIZE offsetof(engram_cache_stats, staging_bytes)
-#define CACHE_STATS_V2_SIZE offsetof(engram_cache_stats, not_kept)
-
-int engram_get_cache_stats(engram_store *st, const char *name, engram_cache_stats *s)
-{
-    engram_cache_stats all;
-    engram__cbudget *b;
-    engram__reader *rd;
-    uint32_t size;
-    int err = 0;
-    if (!st || !s || (s->size != sizeof(engram_cache_stats) && s->size != CACHE_STATS_V1_SIZE &&
-                      s->size != CACHE_STATS_V2_SIZE))
-        return engram__err(-EINVAL, "store and stats (with size = sizeof(engram_cache_stats)) "
-                                    "are required");
-    if (name && (err = engram_name_check(name)) != 0)
-        return err;
-    size = s->size;
-    memset(&all, 0, sizeof all);
-    all.size = size;
-    all.ways = ENGRAM_CACHE_WAYS;
-    /* A read section keeps the caches read here from being released. */
-    if ((err = engram__rsec_enter()) != 0)
-        return err;
-    /* Acquire pairs with the release stores that published them. */
-    b = atomic_load_explicit(&st->budget, memory_order_acquire);
-    rd = atomic_load_explicit(&st->reader, memory_order_acquire);
-    all.budget_bytes = b ? engram__cbudget_total(b)
-                     : st->opts.cache_bytes ? st->opts.cache_bytes
-                                            : ENGRAM__CACHE_DEFAULT_BUDGET;
-    all.queue_depth = rd ? engram__reader_queue_depth(rd)
-                      : st->opts.queue_depth ? st->opts.queue_depth
-                                             : ENGRAM__RD_DEFAULT_QD;
-    all.staging_bytes = b ? engram__cbudget_staging(b) : 0;
-    if (name) {
-        engram__table *t = find_unlocked(st, name);
-        if (!t || !t->src.ops.read_rows)
-            err = engram__err(-ENOENT, "table '%s' is not an open table read through a source",
-                              name);
-        else
-            add_cache_stats(t, &all);
-    } else {
-        for (uint32_t i = 0; i < engram__table_count(st); i++) {
-            engram__table *t = engram__table_get(st, i);
-            if (t->src.ops.read_rows && !atomic_load_explicit(&t->removed, memory_order_relaxed))
-                add_cache_stats(t, &all);
-        }
-    }
-    engram__rsec_exit();
-    memcpy(s, &all, size);
-    return err;
-}
-
-void engram__store_maybe_log(engram_store *st)
-{
-    engram_cache_stats s = ENGRAM_CACHE_STATS_INIT;
-    uint64_t now = engram__now_ns(), due;
-    due = atomic_load_explicit(&st->next_log_ns, memory_order_relaxed);
-    /* The CAS makes exactly one of the lookups that notice the interval
-     * has passed print. */
-    if (now < due || !atomic_compare_exchange_strong_explicit(&st->next_log_ns, &due,
-                                                              now + st->log_ns,
-                                                              memory_order_relaxed,
-                                                              memory_order_relaxed))
-        return;
-    if (engram_get_cache_stats(st, NULL, &s) != 0)
-        return;
-    /* Asked for by the store (its interval), so it reaches stderr even
-     * without a log function. */
-    engram__log(ENGRAM_LOG_INFO, ENGRAM__LOG_ASKED,
-                "cache %s: hit rate %.1f%% (%" PRIu64 " hits, %" PRIu64 " misses, %" PRIu64
-                " deduplicated, %" PRIu64 " not kept), %" PRIu64 " reads, %.1f MiB read, %" PRIu64 " errors, %.1f MiB in %"
-                PRIu64 " slots (%u ways), %.1f MiB staging, %" PRIu64 "/%" PRIu64
-                " tables O_DIRECT",
-                st->path,
-                s.hits + s.misses ? 100.0 * (double)s.hits / (double)(s.hits + s.misses) : 0.0,
-                s.hits, s.misses, s.dedup, s.not_kept, s.reads, (double)s.bytes_read / 1048576.0,
-                s.read_errors, (double)s.cache_bytes / 1048576.0, s.slots, s.ways,
-                (double)s.staging_bytes / 1048576.0, s.direct_tables, s.tables);
 }

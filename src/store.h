@@ -23,6 +23,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <string.h>
 #include <sys/types.h>
 
 #include "common.h"
@@ -81,6 +82,7 @@ struct engram_store {
      * table that needs them (under lock), then read without it. */
     struct engram__cbudget *_Atomic budget;
     struct engram__reader *_Atomic reader;
+    _Atomic uint32_t queue_depth; /* the reader's, set before it is published (stats.c) */
     int threads;
     size_t parallel_min_rows;
     uint64_t log_ns;                 /* the cache stats line's interval; 0: none */
@@ -109,6 +111,20 @@ static inline uint32_t engram__table_count(engram_store *st)
     /* Acquire pairs with the release store of the append: the tables below
      * the count are visible. */
     return atomic_load_explicit(&st->ntables, memory_order_acquire);
+}
+
+/* Finds a live (not removed) table by name without the lock: for readers
+ * of tables, which stay valid until close whatever happens meanwhile. */
+static inline engram__table *engram__table_find(engram_store *st, const char *name)
+{
+    uint32_t n = engram__table_count(st);
+    for (uint32_t i = 0; i < n; i++) {
+        engram__table *t = engram__table_get(st, i);
+        if (!atomic_load_explicit(&t->removed, memory_order_acquire) &&
+            strcmp(t->name, name) == 0)
+            return t;
+    }
+    return NULL;
 }
 
 /* What a table of `kind` that is not a table file is, in words
@@ -141,10 +157,6 @@ void engram__source_release(const engram__source *src);
  * and changes nothing). */
 int engram__store_open_dir(const char *root, const char *ns, const engram_store_options *opts,
                            int clean, engram_store **out);
-
-/* Prints the cache stats line on stderr if its interval has passed (a
- * lookup that read rows through a source calls it; log_ns != 0). */
-void engram__store_maybe_log(engram_store *st);
 
 /* Adds a table made by a source module under `name`, which must be free
  * in the store and its namespace (-EEXIST), and returns its id.  On
