@@ -24,6 +24,7 @@
 
 #include <xxhash.h>
 
+#include "lease.h"
 #include "remote.h"
 #include "store.h"
 #include "writer.h"

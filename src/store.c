@@ -36,7 +36,6 @@
 #include "rowcache.h"
 #include "stats.h"
 #include "store.h"
-#include "writer.h"
 
 
 const char *engram_default_root(void)

@@ -1,14 +1,12 @@
 /*
- * writer.c - create-only, atomic, streaming table writes, and the cleanup
- * of temporary files left by writers that died.
+ * writer.c - create-only, atomic, streaming table writes.
  *
- * Protocol (docs/format.md):
- *  1. Take a shared flock on a fresh descriptor of the namespace directory
- *     if it is free, create ".tmp.<name>.<pid>.<nonce>" with O_EXCL, take
- *     an exclusive flock on it, check that the name is still that file,
- *     and drop the directory lock.  A live writer therefore always holds
- *     its temp file's lock; the kernel drops it when the writer dies,
- *     however it dies.
+ * In a directory namespace (docs/format.md, section 5):
+ *  1. Make a temporary file for the table and take its lock
+ *     (engram__temp_create(): the temporary-file and lease protocol is
+ *     lease.c's, described there once).  A live writer therefore always
+ *     holds its temporary file's lock; the kernel drops it when the
+ *     writer dies, however it dies.
  *  2. With a NUMA placement (a tmpfs namespace only), give the file its
  *     memory policy (numa.h) before any of its pages exists; then reserve
  *     the header and the data region (fallocate) so a full disk fails at
@@ -16,16 +14,9 @@
  *  3. Stream rows at their pitch, hashing them (XXH3-64) as they go.
  *  4. Commit: write the header, fsync, make the file read-only, link(2) it
  *     to the table name (fails with EEXIST: create-only, exactly one of
- *     racing writers wins), unlink the temp name, fsync the directory.
- * Cleanup takes the directory lock exclusively (so no writer is between
- * create and lock) and removes every temp whose lock it can take.
- *
- * Nobody waits for the directory lock: anyone who can read the directory
- * (a member of a group namespace's group, say) can flock it and keep it.
- * A cleanup that cannot have it is skipped (the next open runs it), and a
- * writer that cannot have it goes on without it: a cleanup that removed
- * its temp between the create and the lock is then caught by the check
- * that the name still is the file locked, and the writer tries a new name.
+ *     racing writers wins), unlink the temporary name, fsync the
+ *     directory.
+ * A remote namespace's tables are written by the remote (remote.h).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -50,7 +41,6 @@
 #include "store.h"
 #include "writer.h"
 
-#define TMP_PREFIX ENGRAM__TMP_PREFIX
 #define BUF_SIZE ((size_t)4 << 20)
 
 struct engram_writer {
@@ -81,26 +71,6 @@ static int write_full(int fd, const void *buf, size_t len, uint64_t off, const c
     return 0;
 }
 
-/* A new descriptor of the namespace directory (flock() locks belong to
- * the open file description, so each user needs its own), locked with
- * `op` if that can be had without waiting.  Returns the descriptor,
- * -EWOULDBLOCK (no message) when another open file description holds a
- * conflicting lock, or another negative code with the reason. */
-static int dir_trylock(engram_store *st, int op)
-{
-    int fd = openat(st->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return engram__errno(errno, "open %s", st->path);
-    while (flock(fd, op | LOCK_NB) != 0) {
-        int e = errno;
-        if (e == EINTR)
-            continue;
-        close(fd);
-        return e == EWOULDBLOCK ? -EWOULDBLOCK : engram__errno(e, "lock %s", st->path);
-    }
-    return fd;
-}
-
 static void writer_free(engram_writer *w)
 {
     if (w->remote)
@@ -123,60 +93,6 @@ static int reserve(engram_writer *w, uint64_t off, uint64_t len)
         return 0;
     return engram__errno(err, "reserve %llu bytes at offset %llu of table '%s' in %s",
                          (unsigned long long)len, (unsigned long long)off, w->name, w->st->path);
-}
-
-/* Attempts at a temporary file that a cleanup keeps taking away. */
-#define TMP_TRIES 8
-
-/* Creates w's temporary file and takes its lock (step 1 of the protocol):
- * 0 with w->fd and w->tmp, or a negative code with the reason. */
-static int temp_create(engram_writer *w)
-{
-    static _Atomic unsigned nonce;
-    engram_store *st = w->st;
-    int lockfd, err = 0;
-
-    /* Held, the directory's shared lock keeps cleanups out until our file
-     * is locked; not to be had, it is not waited for (see the top). */
-    if ((lockfd = dir_trylock(st, LOCK_SH)) < 0 && lockfd != -EWOULDBLOCK)
-        return lockfd;
-    for (int tries = 1;; tries++) {
-        struct stat a, b;
-        int locked;
-        snprintf(w->tmp, sizeof w->tmp, TMP_PREFIX "%s.%ld.%x", w->name, (long)getpid(),
-                 atomic_fetch_add(&nonce, 1) ^ (unsigned)engram__now_ns());
-        w->fd = openat(st->dirfd, w->tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                       0600);
-        if (w->fd < 0) {
-            err = engram__errno(errno, "create %s/%s", st->path, w->tmp);
-            break;
-        }
-        /* The file is ours and 0600: only a cleanup that took it for a
-         * dead writer's may hold its lock, and only to remove it. */
-        locked = flock(w->fd, LOCK_EX | LOCK_NB) == 0;
-        if (!locked && errno != EWOULDBLOCK) {
-            err = engram__errno(errno, "lock %s/%s", st->path, w->tmp);
-            break;
-        }
-        /* Locked, and still under its name: no cleanup can remove it now
-         * (one removes only what it locked, after checking the name). */
-        if (locked && fstat(w->fd, &a) == 0 &&
-            fstatat(st->dirfd, w->tmp, &b, AT_SYMLINK_NOFOLLOW) == 0 && a.st_ino == b.st_ino &&
-            a.st_dev == b.st_dev)
-            break;
-        unlinkat(st->dirfd, w->tmp, 0);
-        close(w->fd);
-        w->fd = -1;
-        if (tries == TMP_TRIES) {
-            err = engram__err(-EAGAIN, "create a temporary file in %s: a cleanup of stale "
-                                       "temporary files removed it %d times in a row",
-                              st->path, TMP_TRIES);
-            break;
-        }
-    }
-    if (lockfd >= 0)
-        close(lockfd);
-    return err;
 }
 
 /* A writer of a table of the store's remote namespace: the remote
@@ -308,7 +224,8 @@ static int writer_begin_placed(engram_store *st, const char *name, const engram_
                                           engram__table_file_bytes(spec, 0), what, 0)) != 0)
             goto fail;
     }
-    if ((err = temp_create(w)) != 0 || (err = place_file(w, pl)) != 0)
+    if ((err = engram__temp_create(st, name, w->tmp, sizeof w->tmp, &w->fd)) != 0 ||
+        (err = place_file(w, pl)) != 0)
         goto fail;
     /* Reserve the header and the data region now: a full disk (or a 64 MiB
      * /dev/shm in a container) fails here, before any row is written, and
@@ -541,129 +458,6 @@ int engram_populate(engram_store *st, const char *name, const engram_table_spec 
  * Populating without a leader: engram_populate_shared().
  */
 
-/* 1 if directory entry `ent` is a temporary file of table `name`:
- * ".tmp.<name>.<pid>.<hex nonce>" exactly (a name may hold dots, so the
- * pid and nonce are taken from the end). */
-static int temp_of(const char *ent, const char *name)
-{
-    size_t pl = strlen(TMP_PREFIX), nl = strlen(name);
-    const char *p;
-    if (strncmp(ent, TMP_PREFIX, pl) != 0 || strncmp(ent + pl, name, nl) != 0 ||
-        ent[pl + nl] != '.')
-        return 0;
-    p = ent + pl + nl + 1;
-    if (!*p || !strchr("0123456789", *p))
-        return 0;
-    while (*p >= '0' && *p <= '9')
-        p++;
-    if (*p++ != '.' || !*p)
-        return 0;
-    for (; *p; p++)
-        if (!strchr("0123456789abcdef", *p))
-            return 0;
-    return 1;
-}
-
-/* The pid a temporary file's name ".tmp.<name>.<pid>.<nonce>" holds
- * (taken from the end: a table name may hold dots), or -1. */
-static long temp_pid(const char *ent)
-{
-    const char *end = strrchr(ent, '.'), *p = end;
-    long pid = 0;
-    if (!end || end == ent)
-        return -1;
-    while (p > ent && p[-1] >= '0' && p[-1] <= '9')
-        p--;
-    if (p == end || p == ent || p[-1] != '.' || end - p > 9)
-        return -1;
-    for (; p < end; p++)
-        pid = pid * 10 + (*p - '0');
-    return pid;
-}
-
-void engram__temp_holder(int fd, const char *ent, char *who, size_t cap)
-{
-    struct statx sx;
-    struct stat sb;
-    uint64_t now = engram__wall_ns(), since = now;
-    long pid = temp_pid(ent);
-    char by[64];
-    int exact = 0;
-    /* How long it has held the name: since its file was made (its birth
-     * time, where the file system keeps one; else its last change, which
-     * is later, so the time is then a lower bound). */
-    if (statx(fd, "", AT_EMPTY_PATH, STATX_BTIME, &sx) == 0 && (sx.stx_mask & STATX_BTIME)) {
-        since = (uint64_t)sx.stx_btime.tv_sec * 1000000000u + sx.stx_btime.tv_nsec;
-        exact = 1;
-    } else if (fstat(fd, &sb) == 0) {
-        since = (uint64_t)sb.st_ctim.tv_sec * 1000000000u + (uint64_t)sb.st_ctim.tv_nsec;
-    }
-    if (pid > 0)
-        snprintf(by, sizeof by, "pid %ld", pid);
-    else
-        snprintf(by, sizeof by, "a process (its file's name gives no pid)");
-    snprintf(who, cap, "by %s, which has held it for %s%llu s now", by, exact ? "" : "at least ",
-             (unsigned long long)((now > since ? now - since : 0) / 1000000000u));
-}
-
-int engram__temp_state(int dirfd, uid_t uid, const char *ent, char *who, size_t cap, int *fdp)
-{
-    struct stat sb;
-    int fd;
-    if (fdp)
-        *fdp = -1;
-    /* No link is followed, and a FIFO is opened without waiting for a
-     * writer of it. */
-    fd = openat(dirfd, ent, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0)
-        return errno == ENOENT ? ENGRAM__TEMP_GONE : ENGRAM__TEMP_STRAY;
-    /* Writers make regular files of the namespace's owner; anything else
-     * under such a name is not theirs, whatever its lock says. */
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_uid != uid) {
-        close(fd);
-        return ENGRAM__TEMP_STRAY;
-    }
-    if (flock(fd, LOCK_SH | LOCK_NB) == 0 || errno != EWOULDBLOCK) {
-        close(fd); /* a dead writer's (closing drops our lock) */
-        return ENGRAM__TEMP_DEAD;
-    }
-    if (who && cap)
-        engram__temp_holder(fd, ent, who, cap);
-    if (fdp)
-        *fdp = fd;
-    else
-        close(fd);
-    return ENGRAM__TEMP_LIVE;
-}
-
-int engram__live_writer(engram_store *st, const char *name, char *ent, size_t cap)
-{
-    return engram__live_writer_other(st, name, NULL, ent, cap);
-}
-
-int engram__live_writer_other(engram_store *st, const char *name, const char *mine, char *ent,
-                              size_t cap)
-{
-    struct dirent *de;
-    DIR *d;
-    int fd, live = -1;
-    if ((fd = openat(st->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
-        return -1;
-    if (!(d = fdopendir(fd))) {
-        close(fd);
-        return -1;
-    }
-    while (live < 0 && (de = readdir(d)) != NULL) {
-        if (!temp_of(de->d_name, name) || (mine && strcmp(de->d_name, mine) == 0) ||
-            engram__temp_state(st->dirfd, st->uid, de->d_name, NULL, 0, &live) !=
-                ENGRAM__TEMP_LIVE)
-            continue;
-        snprintf(ent, cap, "%s", de->d_name);
-    }
-    closedir(d);
-    return live;
-}
-
 /* XXH3-64 of `rows` as a table file of `spec` holds them (each row padded
  * with zeros to the pitch): what the published table's checksum must be.
  * 0, or -ENOMEM. */
@@ -761,35 +555,6 @@ static int remote_populate_shared(engram_store *st, const char *name,
         return err;
     /* Another writer won the race (or a name was bound here meanwhile). */
     return published_as(st, name, spec, rows, src_stride);
-}
-
-/* How often, at most, a wait with a time limit looks at a writer's lock
- * (flock() has no timeout): from 1 ms, doubling. */
-#define WRITER_POLL_MAX_NS 50000000u
-
-/* writer.h */
-int engram__wait_writer(int fd, uint64_t deadline)
-{
-    uint64_t pause = 1000000u;
-    if (deadline == UINT64_MAX) {
-        while (flock(fd, LOCK_SH) != 0 && errno == EINTR)
-            ;
-        return 0;
-    }
-    for (;;) {
-        uint64_t now, ns;
-        struct timespec ts;
-        if (flock(fd, LOCK_SH | LOCK_NB) == 0 || (errno != EWOULDBLOCK && errno != EINTR))
-            return 0;
-        if ((now = engram__now_ns()) >= deadline)
-            return -ETIMEDOUT;
-        ns = deadline - now < pause ? deadline - now : pause;
-        ts.tv_sec = (time_t)(ns / 1000000000u);
-        ts.tv_nsec = (long)(ns % 1000000000u);
-        nanosleep(&ts, NULL);
-        if (pause < WRITER_POLL_MAX_NS)
-            pause = pause * 2 < WRITER_POLL_MAX_NS ? pause * 2 : WRITER_POLL_MAX_NS;
-    }
 }
 
 /* engram_populate_shared() in a directory namespace, with placement `pl`
@@ -924,54 +689,3 @@ out:
     return err;
 }
 
-void engram__clean_temps(engram_store *st)
-{
-    struct stat before;
-    int lockfd, fd, removed = 0, have_before;
-    DIR *d;
-    struct dirent *de;
-
-    /* Held by another process: a cleanup running now, or someone who
-     * merely can read the directory.  Stale files wait for a later open. */
-    if ((lockfd = dir_trylock(st, LOCK_EX)) < 0)
-        return;
-    have_before = fstat(st->dirfd, &before) == 0;
-    fd = openat(st->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0 || !(d = fdopendir(fd))) {
-        if (fd >= 0)
-            close(fd);
-        close(lockfd);
-        return;
-    }
-    while ((de = readdir(d)) != NULL) {
-        struct stat a, b;
-        int tfd, lease = strncmp(de->d_name, ENGRAM__LEASE_PREFIX,
-                                 strlen(ENGRAM__LEASE_PREFIX)) == 0;
-        if (!lease && strncmp(de->d_name, TMP_PREFIX, strlen(TMP_PREFIX)) != 0)
-            continue;
-        tfd = openat(st->dirfd, de->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
-        if (tfd < 0)
-            continue;
-        /* Only our own regular files; the lock tells whether the writer is
-         * alive; the inode check makes sure we unlink what we locked. */
-        if (fstat(tfd, &a) == 0 && S_ISREG(a.st_mode) && a.st_uid == st->uid &&
-            flock(tfd, LOCK_EX | LOCK_NB) == 0 &&
-            fstatat(st->dirfd, de->d_name, &b, AT_SYMLINK_NOFOLLOW) == 0 &&
-            a.st_ino == b.st_ino && a.st_dev == b.st_dev &&
-            unlinkat(st->dirfd, de->d_name, 0) == 0) {
-            engram__log(ENGRAM_LOG_INFO, 0, "removed %s/%s, the %s that died", st->path,
-                        de->d_name,
-                        lease ? "namespace lease of a process" : "temporary file of a writer");
-            removed = 1;
-        }
-        close(tfd);
-    }
-    closedir(d);
-    /* Removing what the dead left is no use of the namespace: its
-     * modification time (the last use engram gc goes by) stays. */
-    if (removed && have_before) {
-        struct timespec ts[2] = {{0, UTIME_OMIT}, before.st_mtim};
-        utimensat(st->dirfd, ".", ts, 0);
-    }
-    close(lockfd);
-}
