@@ -295,7 +295,7 @@ def main():
                     if b in c:
                         print("  %s -> %s (%s)" % (shown[a], shown[b], why[(a, b)]))
         if not circles:
-            print("no circle among the %d modules of %s" % (len(modules),
+            print("no circle among the %d files of %s" % (len(modules),
                                                            os.path.normpath(args.src)))
     return 1 if circles else 0
 

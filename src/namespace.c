@@ -22,6 +22,7 @@
 #include "common.h"
 #include "fsutil.h"
 #include "lease.h"
+#include "nsdir.h"
 #include "store.h"
 
 #define TMP_PREFIX ENGRAM__TMP_PREFIX

@@ -49,10 +49,11 @@ struct engram__remote_vt;
 #define ENGRAM__STORE_OPTIONS_V2_SIZE offsetof(engram_store_options, numa_policy)
 
 struct engram_store {
-    int dirfd;                    /* namespace directory, or -1 for a memory or remote store */
-    /* A remote namespace (remote.h): its functions and state, or NULL. */
-    const struct engram__remote_vt *remote;
-    void *remote_state;
+    /* The namespace (remote.h): its functions and state; NULL for a
+     * memory store. */
+    const struct engram__remote_vt *ns;
+    void *ns_state;
+    int dirfd;                    /* a directory namespace's (nsdir.c), or -1 */
     char *path;                   /* root/ns, for messages */
     engram_store_options opts;     /* numa_gpu and numa_nodes are NULL here: see numa */
     engram__numa numa;            /* the placement of what the store writes or copies */
@@ -152,11 +153,13 @@ void engram__store_unclaim(engram_store *st, const char *name);
  * table took, and at close. */
 void engram__source_release(const engram__source *src);
 
-/* engram_store_open(), with `clean` 0: the stale leases and dead
- * writers' temporary files are left where they are (a gc dry run looks
- * and changes nothing). */
-int engram__store_open_dir(const char *root, const char *ns, const engram_store_options *opts,
-                           int clean, engram_store **out);
+/* Makes a store of options `opts` with no namespace yet (its opener sets
+ * ns, ns_state and path). */
+int engram__store_alloc(const engram_store_options *opts, engram_store **out);
+
+/* Releases the sources of the removed tables once no read section can
+ * reach them any more, waiting at most wait_ns for the open ones. */
+void engram__store_release_removed(engram_store *st, uint64_t wait_ns);
 
 /* Adds a table made by a source module under `name`, which must be free
  * in the store and its namespace (-EEXIST), and returns its id.  On

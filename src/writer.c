@@ -37,6 +37,7 @@
 #include "fsutil.h"
 #include "format.h"
 #include "lease.h"
+#include "nsdir.h"
 #include "remote.h"
 #include "store.h"
 #include "writer.h"
@@ -74,7 +75,7 @@ static int write_full(int fd, const void *buf, size_t len, uint64_t off, const c
 static void writer_free(engram_writer *w)
 {
     if (w->remote)
-        w->st->remote->writer_abort(w->remote);
+        w->st->ns->writer_abort(w->remote);
     if (w->fd >= 0) {
         unlinkat(w->st->dirfd, w->tmp, 0);
         close(w->fd);
@@ -115,7 +116,7 @@ static int remote_begin(engram_store *st, const char *name, const engram_table_s
     w->st = st;
     w->fd = -1;
     snprintf(w->name, sizeof w->name, "%s", name);
-    if ((err = st->remote->writer_begin(st->remote_state, name, spec, &w->remote)) != 0) {
+    if ((err = st->ns->writer_begin(st->ns_state, name, spec, &w->remote)) != 0) {
         free(w);
         return err;
     }
@@ -180,7 +181,7 @@ static int writer_begin_placed(engram_store *st, const char *name, const engram_
     *out = NULL;
     if ((err = engram_name_check(name)) != 0)
         return err;
-    if (st->remote)
+    if (st->ns && st->ns->writer_begin)
         return remote_begin(st, name, spec, out);
     if (st->dirfd < 0)
         return engram__err(ENGRAM_ESTATE, "a memory store has no directory to write '%s' to; "
@@ -283,7 +284,7 @@ int engram_writer_append(engram_writer *w, const void *rows, uint64_t nrows, siz
     if (w->failed)
         return engram__err(ENGRAM_ESTATE, "writer of '%s' failed earlier; abort it", w->name);
     if (w->remote) {
-        if ((err = w->st->remote->writer_append(w->remote, rows, nrows, src_stride)) != 0)
+        if ((err = w->st->ns->writer_append(w->remote, rows, nrows, src_stride)) != 0)
             w->failed = 1;
         return err;
     }
@@ -376,7 +377,7 @@ int engram_writer_commit(engram_writer *w)
         /* Commit frees the remote writer, whatever happens. */
         void *rw = w->remote;
         w->remote = NULL;
-        err = st->remote->writer_commit(rw);
+        err = st->ns->writer_commit(rw);
         goto out;
     }
     if (w->rows_done != w->h.num_rows) {
@@ -520,11 +521,11 @@ static int published_as(engram_store *st, const char *name, const engram_table_s
     engram_table_info info = ENGRAM_TABLE_INFO_INIT;
     /* A remote keeps rows packed: its checksum is of the rows without
      * any pitch. */
-    engram_table_spec want = {spec->num_rows, spec->row_bytes, st->remote ? 0 : spec->row_pitch};
+    engram_table_spec want = {spec->num_rows, spec->row_bytes, st->ns && st->ns->writer_begin ? 0 : spec->row_pitch};
     int err;
     if ((err = engram_get_table_info(st, name, &info)) != 0)
         return err;
-    if (info.kind != (st->remote ? st->remote->kind : ENGRAM_TABLE_FILE))
+    if (info.kind != (st->ns ? st->ns->kind : ENGRAM_TABLE_FILE))
         return engram__err(-EEXIST, "table '%s' is bound in this store, not published", name);
     if (info.spec.num_rows != want.num_rows || info.spec.row_bytes != want.row_bytes ||
         info.spec.row_pitch != engram__spec_pitch(&want))
@@ -616,7 +617,7 @@ int engram_populate_shared_wait(engram_store *st, const char *name,
     if (src_stride && src_stride < spec->row_bytes)
         return engram__err(-EINVAL, "populate '%s': stride %zu < row_bytes %u", name, src_stride,
                            spec->row_bytes);
-    if (st->remote)
+    if (st->ns && st->ns->writer_begin)
         return remote_populate_shared(st, name, spec, rows, src_stride, written);
     if (st->dirfd < 0)
         return engram__err(ENGRAM_ESTATE, "a memory store has no directory to write '%s' to; "
@@ -657,7 +658,7 @@ int engram_numa_copy(engram_store *st, const char *name, int node, int *written)
         return engram__err(ENGRAM_ESPEC, "node copy of '%s': its name '%s' is longer than %d "
                                          "bytes",
                            name, copy, ENGRAM_NAME_MAX);
-    if (st->remote || st->dirfd < 0)
+    if (!engram__store_remote(st, &engram__nsdir_vt))
         return engram__err(-ENOTSUP, "node copy of '%s': %s is not a namespace directory", name,
                            st->path);
     /* The node is checked as a store's numa_node is. */
