@@ -7,9 +7,10 @@
  * the directory under the trust rules, make a table file's source (mapped,
  * or read on demand behind the row cache), describe, list, verify and
  * remove table files, wait for one to be published (inotify), say where
- * a file's pages are, and clean up what dead processes left
- * (engram__clean_temps(): the temporary-file and lease protocol is
- * lease.c's).  The state of the namespace is the store itself: its
+ * a file's pages are, write a table file (create-only and atomic: the
+ * steps of writer.c's top comment) and copy one for a NUMA node, and
+ * clean up what dead processes left (engram__clean_temps(): the
+ * temporary-file and lease protocol is lease.c's).  The state of the namespace is the store itself: its
  * directory descriptor (dirfd), its owner (uid), its path and options.
  */
 #include <errno.h>
@@ -23,16 +24,23 @@
 #include <sys/inotify.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <xxhash.h>
+
+#include "capacity.h"
 #include "filesrc.h"
+#include "format.h"
 #include "fsutil.h"
 #include "lease.h"
 #include "mapfile.h"
 #include "nsdir.h"
+#include "numa.h"
 #include "remote.h"
 #include "store.h"
+#include "writer.h"
 
 /* 1 if gid is our effective group or one of our supplementary groups. */
 static int in_our_groups(gid_t gid)
@@ -547,6 +555,408 @@ out:
     return err;
 }
 
+/* ------------------------------------------------------------------------
+ * Writing a table file (writer.c's steps, docs/format.md section 5): the
+ * namespace interface's writer of a directory.  writer.c checks the name
+ * against the store and keeps the writer's failure.
+ */
+
+#define BUF_SIZE ((size_t)4 << 20)
+
+typedef struct fwriter {
+    engram_store *st;
+    int fd;
+    char name[ENGRAM_NAME_MAX + 1];
+    char tmp[ENGRAM_NAME_MAX + 64];
+    engram__header h;
+    uint64_t rows_done;
+    XXH3_state_t *xs;
+    unsigned char *buf; /* rows formatted at their pitch, BUF_SIZE bytes */
+} fwriter;
+
+static int write_full(int fd, const void *buf, size_t len, uint64_t off, const char *what)
+{
+    size_t done = 0;
+    while (done < len) {
+        ssize_t n = pwrite(fd, (const char *)buf + done, len - done, (off_t)(off + done));
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return engram__errno(errno, "write %s", what);
+        }
+        done += (size_t)n;
+    }
+    return 0;
+}
+
+static void fw_free(fwriter *w)
+{
+    if (w->fd >= 0) {
+        unlinkat(w->st->dirfd, w->tmp, 0);
+        close(w->fd);
+    }
+    XXH3_freeState(w->xs);
+    free(w->buf);
+    free(w);
+}
+
+/* Allocates bytes [off, off + len) of w's file.  File systems without
+ * fallocate (EOPNOTSUPP, EINVAL) are tolerated: they get no reservation. */
+static int reserve(fwriter *w, uint64_t off, uint64_t len)
+{
+    int err = posix_fallocate(w->fd, (off_t)off, (off_t)len);
+    if (err == 0 || err == EOPNOTSUPP || err == EINVAL)
+        return 0;
+    return engram__errno(err, "reserve %llu bytes at offset %llu of table '%s' in %s",
+                         (unsigned long long)len, (unsigned long long)off, w->name, w->st->path);
+}
+
+#ifndef TMPFS_MAGIC
+#define TMPFS_MAGIC 0x01021994
+#endif
+
+/* Refuses a placement in a namespace whose pages a policy on the file
+ * would not place (anything but a tmpfs). */
+static int placement_fits(engram_store *st, const engram__numa *pl, const char *name)
+{
+    struct statfs fs;
+    if (pl->policy == ENGRAM_NUMA_DEFAULT)
+        return 0;
+    if (fstatfs(st->dirfd, &fs) != 0)
+        return engram__errno(errno, "statfs %s", st->path);
+    if (fs.f_type != TMPFS_MAGIC)
+        return engram__err(-ENOTSUP, "table '%s': NUMA placement (%s) of a written table needs "
+                                     "a tmpfs namespace (/dev/shm); %s is on another file "
+                                     "system, whose cached pages go wherever the process that "
+                                     "reads them runs (place private copies at open instead)",
+                           name, pl->desc, st->path);
+    return 0;
+}
+
+/* Gives w's file the placement `pl` (step 2): a policy set with mbind() on
+ * a shared mapping of a tmpfs file is the file's own (the inode's), and
+ * every page allocated for the range afterwards follows it, by whatever
+ * call (fallocate, write, a fault) and whoever makes it.  The mapping is
+ * only the handle; it goes at once. */
+static int place_file(fwriter *w, const engram__numa *pl)
+{
+    char what[ENGRAM_NAME_MAX + 16];
+    void *addr;
+    int err;
+    if (pl->policy == ENGRAM_NUMA_DEFAULT)
+        return 0;
+    addr = mmap(NULL, (size_t)w->h.data_size, PROT_READ, MAP_SHARED, w->fd,
+                (off_t)w->h.data_offset);
+    if (addr == MAP_FAILED)
+        return engram__errno(errno, "map table '%s' to place it", w->name);
+    snprintf(what, sizeof what, "table '%s'", w->name);
+    err = engram__numa_apply(addr, (size_t)w->h.data_size, pl, what);
+    munmap(addr, (size_t)w->h.data_size);
+    return err;
+}
+
+/* A writer of table `name` with placement `pl` (the store's, or a node
+ * copy's): steps 1 and 2. */
+static int nsdir_writer_begin_placed(void *rs, const char *name, const engram_table_spec *spec,
+                                     const engram__numa *pl, void **out)
+{
+    engram_store *st = rs;
+    fwriter *w = NULL;
+    int err;
+
+    if ((err = placement_fits(st, pl, name)) != 0)
+        return err;
+    if (!(w = calloc(1, sizeof *w)))
+        return engram__err(-ENOMEM, "out of memory");
+    w->st = st;
+    w->fd = -1;
+    if ((err = engram__spec_size(spec, &w->h.data_size)) != 0)
+        goto fail;
+    snprintf(w->name, sizeof w->name, "%s", name);
+    w->h.version = engram__header_version(0); /* until a range is set */
+    w->h.checksum_algo = ENGRAM__CHECKSUM_XXH3_64;
+    w->h.num_rows = spec->num_rows;
+    w->h.row_bytes = spec->row_bytes;
+    w->h.row_pitch = engram__spec_pitch(spec);
+    w->h.data_offset = engram__align_up(ENGRAM__HEADER_SIZE, ENGRAM__DATA_ALIGN);
+    snprintf(w->h.name, sizeof w->h.name, "%s", name);
+    if (!(w->xs = XXH3_createState()) || !(w->buf = malloc(BUF_SIZE))) {
+        err = engram__err(-ENOMEM, "out of memory for a writer");
+        goto fail;
+    }
+    XXH3_64bits_reset(w->xs);
+    {
+        /* Room for the file (and, on a tmpfs, under this process's memory
+         * cgroup), before anything is written: a clear refusal instead of
+         * a kill or a full disk part way. */
+        char what[ENGRAM_NAME_MAX + 16];
+        snprintf(what, sizeof what, "table '%s'", name);
+        if ((err = engram__capacity_check(st->dirfd, st->path,
+                                          engram__table_file_bytes(spec, 0), what, 0)) != 0)
+            goto fail;
+    }
+    if ((err = engram__temp_create(st, name, w->tmp, sizeof w->tmp, &w->fd)) != 0 ||
+        (err = place_file(w, pl)) != 0)
+        goto fail;
+    /* Reserve the header and the data region now: a full disk (or a 64 MiB
+     * /dev/shm in a container) fails here, before any row is written, and
+     * not at commit, whose header write would otherwise be the first to
+     * need a new block where the data fit exactly.  The padding between
+     * the header and the data offset stays a hole. */
+    if ((err = reserve(w, 0, ENGRAM__HEADER_SIZE)) != 0 ||
+        (err = reserve(w, w->h.data_offset, w->h.data_size)) != 0)
+        goto fail;
+    if (ftruncate(w->fd, (off_t)(w->h.data_offset + w->h.data_size)) != 0) {
+        err = engram__errno(errno, "size table '%s' in %s", name, st->path);
+        goto fail;
+    }
+    *out = w;
+    return 0;
+fail:
+    fw_free(w);
+    return err;
+}
+
+static int nsdir_writer_begin(void *rs, const char *name, const engram_table_spec *spec,
+                              void **out)
+{
+    engram_store *st = rs;
+    return nsdir_writer_begin_placed(st, name, spec, &st->numa, out);
+}
+
+
+static int nsdir_writer_range(void *fw, uint64_t row_start, uint64_t total_rows)
+{
+    fwriter *w = fw;
+    int err;
+    /* A bad range is the caller's argument, not a failure of the writer:
+     * it stays usable. */
+    if ((err = engram__range_check(row_start, w->h.num_rows, total_rows)) != 0)
+        return engram__err(err, "table '%s': %s", w->name, engram_errmsg());
+    w->h.flags |= ENGRAM__FLAG_ROW_RANGE;
+    w->h.version = engram__header_version(w->h.flags);
+    w->h.row_start = row_start;
+    w->h.total_rows = total_rows;
+    return 0;
+}
+
+/* Step 3.  An error fails the writer (writer.c keeps that). */
+static int nsdir_writer_append(void *fw, const void *rows, uint64_t nrows, size_t src_stride)
+{
+    fwriter *w = fw;
+    const unsigned char *src = rows;
+    size_t rb, pitch, per_buf;
+    int err;
+
+    if (nrows == 0)
+        return 0;
+    rb = w->h.row_bytes;
+    pitch = w->h.row_pitch;
+    if (!src_stride)
+        src_stride = rb;
+    if (!rows || src_stride < rb)
+        return engram__err(-EINVAL, "append to '%s': rows NULL or stride %zu < row_bytes %zu",
+                           w->name, src_stride, rb);
+    if (nrows > w->h.num_rows - w->rows_done)
+        return engram__err(ENGRAM_ESTATE, "append of %llu rows to '%s' goes beyond its %llu rows",
+                           (unsigned long long)nrows, w->name,
+                           (unsigned long long)w->h.num_rows);
+    per_buf = BUF_SIZE / pitch;
+    if (per_buf == 0)
+        per_buf = 1;
+    while (nrows > 0) {
+        uint64_t off = w->h.data_offset + w->rows_done * pitch;
+        size_t n = nrows < per_buf ? (size_t)nrows : per_buf, len = n * pitch;
+        const unsigned char *out;
+        if (pitch == rb && src_stride == rb) {
+            out = src; /* already in file layout: write straight from the caller */
+        } else if (len <= BUF_SIZE) {
+            unsigned char *b = w->buf;
+            for (size_t i = 0; i < n; i++) {
+                memcpy(b + i * pitch, src + i * src_stride, rb);
+                memset(b + i * pitch + rb, 0, pitch - rb);
+            }
+            out = b;
+        } else {
+            /* One row larger than the buffer (huge pitch): write it in two. */
+            static const unsigned char zeros[4096];
+            if ((err = write_full(w->fd, src, rb, off, w->tmp)) != 0)
+                goto fail;
+            XXH3_64bits_update(w->xs, src, rb);
+            for (size_t z = rb; z < pitch; z += sizeof zeros) {
+                size_t zn = pitch - z < sizeof zeros ? pitch - z : sizeof zeros;
+                if ((err = write_full(w->fd, zeros, zn, off + z, w->tmp)) != 0)
+                    goto fail;
+                XXH3_64bits_update(w->xs, zeros, zn);
+            }
+            goto next;
+        }
+        if ((err = write_full(w->fd, out, len, off, w->tmp)) != 0)
+            goto fail;
+        XXH3_64bits_update(w->xs, out, len);
+    next:
+        w->rows_done += n;
+        nrows -= n;
+        src += n * src_stride;
+    }
+    return 0;
+fail:
+    return err;
+}
+
+/* Step 4, and the writer freed, whatever happens. */
+static int nsdir_writer_commit(void *fw)
+{
+    unsigned char hdr[ENGRAM__HEADER_SIZE];
+    fwriter *w = fw;
+    engram_store *st = w->st;
+    int err;
+
+    if (w->rows_done != w->h.num_rows) {
+        err = engram__err(ENGRAM_ESTATE, "table '%s': only %llu of %llu rows were written",
+                          w->name, (unsigned long long)w->rows_done,
+                          (unsigned long long)w->h.num_rows);
+        goto out;
+    }
+    w->h.data_checksum = XXH3_64bits_digest(w->xs);
+    w->h.created_ns = engram__wall_ns();
+    engram__header_encode(&w->h, hdr);
+    if ((err = write_full(w->fd, hdr, sizeof hdr, 0, w->tmp)) != 0)
+        goto out;
+    if (fsync(w->fd) != 0) {
+        err = engram__errno(errno, "fsync %s/%s", st->path, w->tmp);
+        goto out;
+    }
+    if (fchmod(w->fd, (st->opts.flags & ENGRAM_OPEN_GROUP) ? 0440 : 0400) != 0) {
+        err = engram__errno(errno, "chmod %s/%s", st->path, w->tmp);
+        goto out;
+    }
+    /* Publication and the bound-name check happen under the store lock so
+     * a concurrent engram_bind() of the same name cannot also succeed. */
+    pthread_mutex_lock(&st->lock);
+    if (engram__find_locked(st, w->name, NULL))
+        err = engram__err(-EEXIST, "table '%s' already exists in %s", w->name, st->path);
+    else if (linkat(st->dirfd, w->tmp, st->dirfd, w->name, 0) != 0)
+        err = errno == EEXIST
+                  ? engram__err(-EEXIST, "table '%s' already exists in %s", w->name, st->path)
+                  : engram__errno(errno, "publish %s/%s", st->path, w->name);
+    pthread_mutex_unlock(&st->lock);
+    if (err)
+        goto out;
+    unlinkat(st->dirfd, w->tmp, 0);
+    close(w->fd);
+    w->fd = -1;
+    if (fsync(st->dirfd) != 0)
+        err = engram__errno(errno, "fsync %s (table '%s' is published but may not survive a "
+                                   "crash)",
+                            st->path, w->name);
+out:
+    fw_free(w);
+    return err;
+}
+
+static void nsdir_writer_abort(void *fw)
+{
+    fw_free(fw);
+}
+
+/* nsdir.h */
+const char *engram__writer_temp(const engram_writer *w)
+{
+    return ((const fwriter *)engram__writer_impl(w))->tmp;
+}
+
+uint64_t engram__writer_sum(const engram_writer *w)
+{
+    return XXH3_64bits_digest(((const fwriter *)engram__writer_impl(w))->xs);
+}
+
+/* engram_populate_shared(): waits for a running writer of `name` (1:
+ * it ended, look again), or says there is none (0), or that it still
+ * writes at the deadline (-ETIMEDOUT, naming it: one that hangs holds the
+ * name until it ends). */
+static int nsdir_writer_wait(void *rs, const char *name, int timeout_ms, uint64_t *deadline)
+{
+    engram_store *st = rs;
+    char ent[ENGRAM_NAME_MAX + 64];
+    int fd;
+    if ((fd = engram__live_writer(st, name, ent, sizeof ent)) < 0)
+        return 0;
+    /* Its lock goes when it commits, aborts or dies. */
+    if (!*deadline)
+        *deadline = timeout_ms < 0 ? UINT64_MAX
+                                   : engram__now_ns() + (uint64_t)timeout_ms * 1000000u;
+    if (engram__wait_writer(fd, *deadline) != 0) {
+        char who[160];
+        engram__temp_holder(fd, ent, who, sizeof who);
+        close(fd);
+        return engram__err(-ETIMEDOUT, "table '%s' is still being written in %s %s "
+                                       "(temporary file %s); gave up waiting for it "
+                                       "after %d ms (a writer that hangs holds the "
+                                       "name until it ends)",
+                           name, st->path, who, ent, timeout_ms);
+    }
+    close(fd);
+    return 1;
+}
+
+
+int engram_numa_copy(engram_store *st, const char *name, int node, int *written)
+{
+    engram_store_options o = ENGRAM_STORE_OPTIONS_INIT;
+    engram__numa pl;
+    engram__header h;
+    engram_table_spec spec;
+    char copy[ENGRAM_NAME_MAX + 32];
+    struct stat sb;
+    void *rows = MAP_FAILED;
+    int fd = -1, err;
+
+    if (written)
+        *written = 0;
+    if (!st || !name)
+        return engram__err(-EINVAL, "store and name are required");
+    if ((err = engram_name_check(name)) != 0)
+        return err;
+    if (node < 0)
+        return engram__err(-EINVAL, "node copy of '%s': node %d is not a node", name, node);
+    engram__numa_copy_name(copy, sizeof copy, name, node);
+    if (strlen(copy) > ENGRAM_NAME_MAX)
+        return engram__err(ENGRAM_ESPEC, "node copy of '%s': its name '%s' is longer than %d "
+                                         "bytes",
+                           name, copy, ENGRAM_NAME_MAX);
+    if (!engram__store_remote(st, &engram__nsdir_vt))
+        return engram__err(-ENOTSUP, "node copy of '%s': %s is not a namespace directory", name,
+                           st->path);
+    /* The node is checked as a store's numa_node is. */
+    o.numa_policy = ENGRAM_NUMA_NODE;
+    o.numa_node = node;
+    if ((err = engram__numa_resolve(&o, &pl)) != 0 || (err = placement_fits(st, &pl, copy)) != 0)
+        return err;
+    /* The rows come from a read-only mapping of the table's file. */
+    if ((fd = engram__open_table_file(st->dirfd, st->path, st->uid, name, &sb, &h)) < 0)
+        return fd;
+    if ((err = engram__check_holes(fd, &h, name)) != 0)
+        goto out;
+    rows = mmap(NULL, (size_t)h.data_size, PROT_READ, MAP_SHARED, fd, (off_t)h.data_offset);
+    if (rows == MAP_FAILED) {
+        err = engram__errno(errno, "map table '%s' to copy it", name);
+        goto out;
+    }
+    spec.num_rows = h.num_rows;
+    spec.row_bytes = h.row_bytes;
+    spec.row_pitch = h.row_pitch;
+    err = engram__populate_shared(st, copy, &spec, rows, h.row_pitch,
+                                  (h.flags & ENGRAM__FLAG_ROW_RANGE) ? h.row_start : 0,
+                                  (h.flags & ENGRAM__FLAG_ROW_RANGE) ? h.total_rows : 0, &pl,
+                                  ENGRAM_SHARED_WAIT_MS, written);
+out:
+    if (rows != MAP_FAILED)
+        munmap(rows, (size_t)h.data_size);
+    close(fd);
+    return err;
+}
+
 const engram__remote_vt engram__nsdir_vt = {
     .kind = ENGRAM_TABLE_FILE,
     .close = nsdir_close,
@@ -563,4 +973,11 @@ const engram__remote_vt engram__nsdir_vt = {
     .use = nsdir_use,
     .wait = nsdir_wait,
     .placement = nsdir_placement,
+    .writer_begin = nsdir_writer_begin,
+    .writer_append = nsdir_writer_append,
+    .writer_commit = nsdir_writer_commit,
+    .writer_abort = nsdir_writer_abort,
+    .writer_begin_placed = nsdir_writer_begin_placed,
+    .writer_range = nsdir_writer_range,
+    .writer_wait = nsdir_writer_wait,
 };

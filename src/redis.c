@@ -1567,7 +1567,7 @@ static const engram__remote_vt redis_vt = {
     .remove = redis_remove,             .writer_begin = redis_writer_begin,
     .writer_append = redis_writer_append, .writer_commit = redis_writer_commit,
     .writer_abort = redis_writer_abort, .gc = redis_gc,
-    .verify = engram__remote_verify,
+    .verify = engram__remote_verify,   .packed = 1,
 };
 
 int engram_store_open_redis(const char *nodes, const char *ns, const engram_store_options *opts,

@@ -22,6 +22,8 @@
 #include "engram.h"
 #include "source.h"
 
+struct engram__numa;
+
 /* Where a remote's read_all() hands a table's rows: begin() once with
  * the table's spec (rows packed: no pitch) and the XXH3-64 of its rows,
  * before anything is read; then rows() with the next n rows, in order,
@@ -89,6 +91,23 @@ typedef struct engram__remote_vt {
     /* The store uses the namespace: it opened a table or waits for one
      * (a directory's lease: gc leaves it alone while the store lives). */
     void (*use)(void *rs);
+    /* 1: the namespace keeps a table's rows packed (no pitch), and its
+     * checksum is of the rows so. */
+    int packed;
+    /* writer_begin() with the NUMA placement `pl` for the table's memory
+     * (a node copy: engram_numa_copy()). */
+    int (*writer_begin_placed)(void *rs, const char *name, const engram_table_spec *spec,
+                               const struct engram__numa *pl, void **w);
+    /* engram_writer_set_range(): the table is rows [row_start, row_start +
+     * num_rows) of total_rows; a bad range fails with its message and
+     * leaves the writer usable.  NULL: the namespace keeps no range. */
+    int (*writer_range)(void *w, uint64_t row_start, uint64_t total_rows);
+    /* engram_populate_shared(): waits for a running writer of `name` until
+     * *deadline (set at the first wait, from timeout_ms: < 0 none): 1 if
+     * one ended (look again), 0 if none runs, or the failure (-ETIMEDOUT
+     * naming it).  NULL: racing writers are not waited for; the
+     * create-only publication picks one. */
+    int (*writer_wait)(void *rs, const char *name, int timeout_ms, uint64_t *deadline);
     /* engram_table_open_wait() after a first try found no table `name`:
      * waits for its publication until `deadline` (CLOCK_MONOTONIC ns;
      * UINT64_MAX: none; timeout_ms for messages) and opens it.  NULL: the
