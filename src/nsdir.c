@@ -42,6 +42,19 @@
 #include "store.h"
 #include "writer.h"
 
+const char *engram_default_root(void)
+{
+    const char *env = getenv("ENGRAM_ROOT");
+    struct stat sb;
+    /* The environment's choice first, so that every program on the node
+     * (CLI, Python, an engine) agrees on the root without a flag each. */
+    if (env && env[0])
+        return env;
+    if (stat("/dev/shm", &sb) == 0 && S_ISDIR(sb.st_mode))
+        return "/dev/shm/engram";
+    return "/tmp/engram";
+}
+
 /* 1 if gid is our effective group or one of our supplementary groups. */
 static int in_our_groups(gid_t gid)
 {

@@ -1,55 +1,35 @@
 /*
- * store.c - stores: namespaces, the table registry, bind, sources, open,
- * info, list, remove, verify and stats.
+ * store.c - the store's life and its registry of tables: making a store
+ * (a memory store here; a directory's in nsdir.c, a Redis Cluster's in
+ * redis.c) and closing it; adding tables (bind, engram_add_source, a
+ * table of the namespace opened); removing them and releasing what they
+ * held; the context source modules get (the reader and the cache budget).
  *
  * Everything here runs off the lookup path.  store->lock is held only for
  * the registry and namespace bookkeeping, never across slow work: a table
  * is opened, mapped, prefaulted and checked first, and only its
  * publication in the registry takes the lock.  The one contract with
  * gather.c is the registry layout of store.h: tables are appended and
- * published with release stores, and freed only at close.
+ * published with release stores, and freed only at close.  What a store
+ * does in its namespace goes through the namespace interface (remote.h,
+ * st->ns) with no branch on the namespace's kind; what it tells of its
+ * tables is tableinfo.c's, its counters stats.c's.
  */
-#include <dirent.h>
-#include <inttypes.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <limits.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/inotify.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "filesrc.h"
-#include "fsutil.h"
-#include "lease.h"
-#include "mapfile.h"
+#include "async.h"
 #include "pool.h"
 #include "reader.h"
-#include "async.h"
 #include "remote.h"
-#include "rsec.h"
 #include "rowcache.h"
+#include "rsec.h"
 #include "stats.h"
 #include "store.h"
-
-
-const char *engram_default_root(void)
-{
-    const char *env = getenv("ENGRAM_ROOT");
-    struct stat sb;
-    /* The environment's choice first, so that every program on the node
-     * (CLI, Python, an engine) agrees on the root without a flag each. */
-    if (env && env[0])
-        return env;
-    if (stat("/dev/shm", &sb) == 0 && S_ISDIR(sb.st_mode))
-        return "/dev/shm/engram";
-    return "/tmp/engram";
-}
 
 int engram__store_alloc(const engram_store_options *opts, engram_store **out)
 {
@@ -449,7 +429,6 @@ int engram_add_source(engram_store *st, const char *name, const engram_table_spe
 }
 
 
-
 /* With ENGRAM_OPEN_NUMA_LOCAL: the name of the copy of `name` on the
  * calling thread's node, into buf, if the store or its namespace has that
  * table; else `name`. */
@@ -534,7 +513,6 @@ int engram_table_open(engram_store *st, const char *name, engram_table_id *id)
     return err;
 }
 
-
 /* engram_table_open_wait() where the namespace has no way to be woken:
  * it looks again, every 10 ms at first, doubling to 200 ms. */
 static int poll_open_wait(engram_store *st, const char *name, int timeout_ms,
@@ -573,183 +551,6 @@ int engram_table_open_wait(engram_store *st, const char *name, int timeout_ms,
     if (st->ns->wait)
         return st->ns->wait(st->ns_state, name, timeout_ms, deadline, id);
     return poll_open_wait(st, name, timeout_ms, deadline, id);
-}
-
-int engram_table_memory(engram_store *st, engram_table_id id, const void **base,
-                        engram_table_spec *spec)
-{
-    engram__table *t;
-    int err = 0;
-    if (base)
-        *base = NULL;
-    if (!st || !(t = engram__table_get(st, id)))
-        return engram__err(-EINVAL, "table id %u is not a table id of this store", (unsigned)id);
-    /* In a read section: a removal that releases the table waits for it,
-     * and then sees it lent. */
-    if ((err = engram__rsec_enter()) != 0)
-        return err;
-    if (atomic_load_explicit(&t->removed, memory_order_acquire)) {
-        err = engram__err(ENGRAM_EREMOVED, "table '%s' was removed", t->name);
-    } else {
-        if (spec)
-            *spec = t->spec;
-        if (!t->src.base) {
-            err = engram__err(-ENOTSUP, "table '%s' has no base address: its rows are read on "
-                                        "demand from its source",
-                              t->name);
-        } else if (base) {
-            atomic_store_explicit(&t->lent, 1, memory_order_relaxed);
-            *base = t->src.base;
-        }
-    }
-    engram__rsec_exit();
-    return err;
-}
-
-static void counters_sum(const engram__table *t, uint64_t *lookups, uint64_t *rows)
-{
-    *lookups = *rows = 0;
-    for (int s = 0; s < ENGRAM__SHARDS; s++) {
-        *lookups += atomic_load_explicit(&t->ctr[s].lookups, memory_order_relaxed);
-        *rows += atomic_load_explicit(&t->ctr[s].rows, memory_order_relaxed);
-    }
-}
-
-/* sizeof(engram_table_info) before row_start and total_rows were added. */
-#define TABLE_INFO_V1_SIZE offsetof(engram_table_info, row_start)
-
-/* Fills *info (a whole current struct) about table `name`. */
-static int table_info(engram_store *st, const char *name, engram_table_info *info)
-{
-    engram__table *t;
-    int err = 0;
-
-    /* No lock: a table found stays valid until close, and reading
-     * /proc/self/smaps takes a while.  A read section keeps its source
-     * from being released meanwhile (a removal then waits for it). */
-    if ((err = engram__rsec_enter()) != 0)
-        return err;
-    if ((t = engram__table_find(st, name)) != NULL) {
-        info->kind = t->src.kind;
-        info->spec = t->spec;
-        info->data_size = t->data_size;
-        if (t->src.vt && t->src.vt->info)
-            t->src.vt->info(t->src.state, info);
-        info->mapped = t->src.base != NULL;
-        counters_sum(t, &info->lookups, &info->rows);
-        info->bytes = info->rows * t->spec.row_bytes;
-        if (t->src.base)
-            err = engram__smaps_coverage(t->src.base, (size_t)t->data_size,
-                                         &info->resident_bytes, &info->huge_bytes);
-        engram__rsec_exit();
-        return err;
-    }
-    engram__rsec_exit();
-    if (!st->ns)
-        return engram__err(-ENOENT, "table '%s' is not bound in this memory store", name);
-    return st->ns->info(st->ns_state, name, info);
-}
-
-int engram_get_table_info(engram_store *st, const char *name, engram_table_info *info)
-{
-    engram_table_info all;
-    uint32_t size;
-    int err;
-
-    if (!st || !info || (info->size != sizeof(engram_table_info) &&
-                         info->size != TABLE_INFO_V1_SIZE))
-        return engram__err(-EINVAL, "store and info (with size = sizeof(engram_table_info)) are "
-                                    "required");
-    if ((err = engram_name_check(name)) != 0)
-        return err;
-    /* Filled whole here, copied out as far as the caller's struct goes. */
-    size = info->size;
-    memset(&all, 0, sizeof all);
-    err = table_info(st, name, &all);
-    all.size = size;
-    memcpy(info, &all, size);
-    return err;
-}
-
-int engram_get_table_placement(engram_store *st, const char *name, engram_table_placement *p)
-{
-    engram__table *t;
-    int err = 0, done = 0;
-
-    if (!st || !p || p->size != sizeof *p)
-        return engram__err(-EINVAL, "store and p (with size = sizeof(engram_table_placement)) "
-                                    "are required");
-    if ((err = engram_name_check(name)) != 0)
-        return err;
-    memset((char *)p + sizeof p->size, 0, sizeof *p - sizeof p->size);
-    p->max_node = -1;
-    /* A read section keeps an open table's memory mapped meanwhile. */
-    if ((err = engram__rsec_enter()) != 0)
-        return err;
-    if ((t = engram__table_find(st, name)) != NULL) {
-        done = 1;
-        if (t->src.base) {
-            /* This process's memory of the table: its private copy, the
-             * caller's bound memory (not touched), or its shared mapping
-             * of the file (pages in memory touched, to be found). */
-            p->private_copy = (uint32_t)engram__mapfile_is_private(&t->src);
-            err = engram__numa_query(t->src.base, (size_t)t->data_size,
-                                     t->src.kind == ENGRAM_TABLE_FILE && !p->private_copy, p);
-        } else if (st->ns && t->src.kind == st->ns->kind && st->ns->placement) {
-            done = 0; /* read through the row cache: the namespace's pages are queried */
-        } else {
-            err = engram__err(-ENOTSUP, "table '%s' is not memory of this process: its rows "
-                                        "are read on demand from its source",
-                              name);
-        }
-    }
-    engram__rsec_exit();
-    if (done)
-        return err;
-    if (!st->ns)
-        return engram__err(-ENOENT, "table '%s' is not bound in this memory store", name);
-    if (!st->ns->placement)
-        return engram__err(-ENOTSUP, "table '%s' of %s is %s, not in memory of this machine",
-                           name, st->path, engram__bound_kind(st->ns->kind));
-    return st->ns->placement(st->ns_state, name, p);
-}
-
-/* Adds a name of the namespace to engram_list()'s list. */
-static int namelist_add_cb(void *l, const char *name)
-{
-    return engram__namelist_add(l, name) == 0 ? 0 : engram__err(-ENOMEM, "out of memory");
-}
-
-int engram_list(engram_store *st, char ***names, size_t *count)
-{
-    engram__namelist l = {0};
-    int err = 0;
-
-    if (!st || !names || !count)
-        return engram__err(-EINVAL, "store, names and count are required");
-    *names = NULL;
-    *count = 0;
-    /* Without the lock: the registry is walked as lookups walk it. */
-    for (uint32_t i = 0; i < engram__table_count(st) && !err; i++) {
-        engram__table *t = engram__table_get(st, i);
-        if (!atomic_load_explicit(&t->removed, memory_order_acquire))
-            err = engram__namelist_add(&l, t->name);
-    }
-    /* The namespace's own message stands (it may be a network
-     * failure), but for a lack of memory. */
-    if (!err && st->ns)
-        err = st->ns->list(st->ns_state, namelist_add_cb, &l);
-    if (err == -ENOMEM)
-        err = engram__err(-ENOMEM, "out of memory listing %s", st->path);
-    if (!err)
-        err = engram__namelist_pack(&l, st->path, names, count);
-    engram__namelist_free(&l);
-    return err;
-}
-
-void engram_free(void *p)
-{
-    free(p);
 }
 
 /* How long engram_remove() waits for the lookups that were running to
@@ -872,24 +673,6 @@ int engram_remove(engram_store *st, const char *name)
     if (t)
         engram__store_release_removed(st, RELEASE_WAIT_NS);
     return err;
-}
-
-int engram_verify(engram_store *st, const char *name, engram_progress_fn progress, void *ud)
-{
-    engram__table *t;
-    int err;
-
-    if (!st)
-        return engram__err(-EINVAL, "store is NULL");
-    if ((err = engram_name_check(name)) != 0)
-        return err;
-    t = engram__table_find(st, name);
-    if (t && (!st->ns || t->src.kind != st->ns->kind))
-        return engram__err(ENGRAM_EBOUND, "table '%s' is %s: no checksum to verify", name,
-                           engram__bound_kind(t->src.kind));
-    if (!st->ns)
-        return engram__err(-ENOENT, "table '%s' not found in this memory store", name);
-    return st->ns->verify(st, name, progress, ud);
 }
 
 int engram_store_stats(engram_store *st, engram_stats *out)
