@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""include_graph.py - the dependency graph of the library's modules, and its circles.
+"""include_graph.py - the dependency graph of the files of src/, and its circles.
 
 Nodes are the .c and .h files of src/ and of the folders under it.  File
 A depends on file B (an edge A -> B) when A
@@ -17,7 +17,7 @@ and character literals removed: enough for this tree's style, not a C
 parser.  A call through a function pointer is no edge (an interface's
 implementation is reached through its table, which is the point).
 
-Prints the strongly connected components of more than one module (the
+Prints the strongly connected components of more than one file (the
 circles) and exits 1 if there is one, 0 otherwise.  --dot prints the
 graph in Graphviz's language instead (exit status as above).
 
@@ -177,7 +177,7 @@ def scan(src):
     modules = {}
     for rel in files:
         modules.setdefault(module_of(rel), []).append(rel)
-    # The name shown for a module: its .c file if it has one.
+    # The name shown for a node (a node is one file: module_of() is the identity).
     shown = {}
     for mod, members in modules.items():
         cs = [m for m in members if m.endswith(".c")]

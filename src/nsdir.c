@@ -10,8 +10,9 @@
  * a file's pages are, write a table file (create-only and atomic: the
  * steps of writer.c's top comment) and copy one for a NUMA node, and
  * clean up what dead processes left (engram__clean_temps(): the
- * temporary-file and lease protocol is lease.c's).  The state of the namespace is the store itself: its
- * directory descriptor (dirfd), its owner (uid), its path and options.
+ * temporary-file and lease protocol is lease.c's).  The state of the
+ * namespace is the store itself: its directory descriptor (dirfd), its
+ * owner (uid), its path and options.
  */
 #include <errno.h>
 #include <dirent.h>
