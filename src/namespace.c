@@ -22,8 +22,8 @@
 #include "common.h"
 #include "fsutil.h"
 #include "lease.h"
+#include "nsdir.h"
 #include "store.h"
-#include "writer.h"
 
 #define TMP_PREFIX ENGRAM__TMP_PREFIX
 
@@ -65,15 +65,12 @@ int engram_namespace_list(const char *root, char ***names, size_t *count)
     return err;
 }
 
-/* The table a writer's temporary file ".tmp.NAME.PID.NONCE" is for, into
- * buf. */
+/* The table a writer's temporary file is for, into buf (the part after
+ * the prefix, for a name that is not one a writer makes). */
 static const char *temp_table(const char *entry, char *buf, size_t cap)
 {
-    const char *name = entry + strlen(TMP_PREFIX), *end = name + strlen(name);
-    for (int dots = 0; end > name && dots < 2; end--)
-        if (end[-1] == '.')
-            dots++;
-    snprintf(buf, cap, "%.*s", (int)(end - name), name);
+    if (!engram__temp_parse(entry, buf, cap, NULL))
+        snprintf(buf, cap, "%s", entry + strlen(TMP_PREFIX));
     return buf;
 }
 

@@ -25,6 +25,8 @@
 
 #include <xxhash.h>
 
+#include "lease.h"
+#include "nsdir.h"
 #include "remote.h"
 #include "store.h"
 #include "writer.h"
@@ -95,7 +97,7 @@ int engram__remote_verify(engram_store *st, const char *name, engram_progress_fn
     if (!(r.xs = XXH3_createState()))
         return engram__err(-ENOMEM, "out of memory");
     XXH3_64bits_reset(r.xs);
-    err = st->remote->read_all(st->remote_state, name, &k);
+    err = st->ns->read_all(st->ns_state, name, &k);
     if (err == 0)
         err = reading_whole(&r, st->path, XXH3_64bits_digest(r.xs));
     XXH3_freeState(r.xs);
@@ -209,24 +211,24 @@ int engram_pull(engram_store *to, engram_store *from, const char *name,
         return engram__err(-EINVAL, "the stores to pull to and from are required");
     if ((err = engram_name_check(name)) != 0)
         return err;
-    if (!from->remote)
+    if (!from->ns || !from->ns->read_all)
         return engram__err(-EINVAL, "pull '%s': the store to pull from (%s) is not a remote "
                                     "namespace (engram_store_open_redis())",
                            name, from->path ? from->path : "a memory store");
-    if (to->remote || to->dirfd < 0)
+    if (!engram__store_remote(to, &engram__nsdir_vt))
         return engram__err(-EINVAL, "pull '%s': the store to pull to is not a directory "
                                     "namespace (engram_store_open())",
                            name);
     if ((err = engram_get_table_info(from, name, &ri)) != 0)
         return err;
-    if (ri.kind != from->remote->kind)
+    if (ri.kind != from->ns->kind)
         return engram__err(-EINVAL, "pull '%s': it is bound or served in the store to pull "
                                     "from, not a table of its namespace",
                            name);
     /* A table open in `from` is described as it was when it was opened;
      * the local table is compared with the remote's as it is now (it may
      * have been removed and pushed again since). */
-    if ((err = from->remote->info(from->remote_state, name, &ri)) != 0)
+    if ((err = from->ns->info(from->ns_state, name, &ri)) != 0)
         return err;
     for (;;) {
         reading r = {.name = name, .verb = "pull", .progress = progress, .ud = ud, .to = to,
@@ -272,7 +274,7 @@ int engram_pull(engram_store *to, engram_store *from, const char *name,
             engram_writer_abort(r.w);
             return err;
         }
-        err = from->remote->read_all(from->remote_state, name, &k);
+        err = from->ns->read_all(from->ns_state, name, &k);
         /* The whole, as the file holds it (the writer's own checksum of
          * what it wrote), before anything is published. */
         if (err == 0)
@@ -301,7 +303,7 @@ int engram_check_origin(engram_store *local, const char *name, engram_store *rem
         return engram__err(-EINVAL, "the local store, the remote store and state are required");
     if ((err = engram_name_check(name)) != 0)
         return err;
-    if (!remote->remote)
+    if (!remote->ns || !remote->ns->origin)
         return engram__err(-EINVAL, "check the origin of '%s': the remote store (%s) is not a "
                                     "remote namespace (engram_store_open_redis())",
                            name, remote->path ? remote->path : "a memory store");
@@ -311,14 +313,14 @@ int engram_check_origin(engram_store *local, const char *name, engram_store *rem
         return engram__err(-EINVAL, "table '%s' of %s records no origin: it was not pulled from "
                                     "a remote namespace",
                            name, local->path ? local->path : "a memory store");
-    remote->remote->origin(remote->remote_state, &from);
+    remote->ns->origin(remote->ns_state, &from);
     if (o->kind != from.kind || strcmp(o->ns, from.ns) != 0)
         return engram__err(-EINVAL, "table '%s' of %s came from namespace '%s' of a %s (%s), "
                                     "not from %s",
                            name, local->path, o->ns,
                            o->kind == ENGRAM_ORIGIN_REDIS ? "Redis Cluster" : "Mooncake Store",
                            o->where[0] ? o->where : "address not recorded", remote->path);
-    err = remote->remote->info(remote->remote_state, name, &ri);
+    err = remote->ns->info(remote->ns_state, name, &ri);
     if (err == -ENOENT) {
         *state = ENGRAM_ORIGIN_GONE;
         return 0;

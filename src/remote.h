@@ -1,15 +1,18 @@
 /*
- * remote.h - the seam between a store and a namespace that lives in a
- * remote system instead of a directory (internal).
+ * remote.h - the namespace interface: what a store hands to the
+ * namespace its tables live in (internal).
  *
- * A store opened on a remote namespace (engram_store_open_redis) has no
- * directory; store.c and writer.c hand what they would do in the
- * directory to the remote's functions below: open a table (which makes a
- * row source for it, as source.h describes), describe, list, verify and
- * remove tables, and write one.  Everything else (the registry, the
- * lookup, the row cache, bound and source tables) is the store's as for
- * any other store.  The functions run without the store's lock (they do
- * network I/O) and must be thread-safe.
+ * A store opened on a namespace has its functions below (st->ns) and its
+ * state (st->ns_state).  Two namespaces implement it: a directory
+ * (nsdir.c: engram_store_open(); tables are files) and a Redis Cluster
+ * (redis.c: engram_store_open_redis()).  store.c and writer.c hand what a
+ * store does in its namespace to these functions: open a table (which
+ * makes a row source or a memory source for it, as source.h describes),
+ * describe, list, verify and remove tables, and write one.  Everything
+ * else (the registry, the lookup, the row cache, bound and source tables)
+ * is the store's as for any other store; a memory store has no
+ * namespace (st->ns is NULL).  The functions run without the store's lock
+ * (they do I/O) unless they say otherwise, and must be thread-safe.
  */
 #ifndef ENGRAM_REMOTE_H
 #define ENGRAM_REMOTE_H
@@ -18,6 +21,8 @@
 
 #include "engram.h"
 #include "source.h"
+
+struct engram__numa;
 
 /* Where a remote's read_all() hands a table's rows: begin() once with
  * the table's spec (rows packed: no pitch) and the XXH3-64 of its rows,
@@ -37,7 +42,7 @@ typedef struct engram__remote_sink {
 } engram__remote_sink;
 
 typedef struct engram__remote_vt {
-    uint32_t kind; /* engram_table_info.kind of the remote's tables */
+    uint32_t kind; /* engram_table_info.kind of the namespace's tables */
     /* Frees the remote state at engram_store_close(), after every table's
      * source was released. */
     void (*close)(void *rs);
@@ -65,18 +70,69 @@ typedef struct engram__remote_vt {
     void (*writer_abort)(void *w);
     /* engram_store_gc() of the namespace (idle_ms: its idle_s in ms). */
     int (*gc)(void *rs, uint64_t idle_ms, uint32_t flags, engram_gc_report_fn report, void *ud);
+    /* engram_verify() of table `name` of st, the store whose namespace it
+     * is (ENGRAM_ECHECKSUM for corrupt data). */
+    int (*verify)(engram_store *st, const char *name, engram_progress_fn progress, void *ud);
+
+    /* What only some namespaces have: NULL (or 0) where one has none. */
+    /* 1: open() gets a NULL ctx and makes the store's context itself
+     * (engram__store_ctx_get()) only where it needs one, which sets up the
+     * reader and reads the namespace's size; 0: it gets the context. */
+    int lazy_ctx;
+    /* Under the store's lock, just before the table that open() made is
+     * added: 0 if `name` is still what open() opened (src->ident, which
+     * open() set), else the failure with its message. */
+    int (*current_locked)(void *rs, const char *name, const engram__source *src);
+    /* 1 if the namespace has an entry `name`, a table or not (a name a
+     * table of the store cannot take); called under the store's lock. */
+    int (*has)(void *rs, const char *name);
+    /* Bytes of the namespace's tables (the row cache's share rule). */
+    uint64_t (*bytes)(void *rs);
+    /* The store uses the namespace: it opened a table or waits for one
+     * (a directory's lease: gc leaves it alone while the store lives). */
+    void (*use)(void *rs);
+    /* 1: the namespace keeps a table's rows packed (no pitch), and its
+     * checksum is of the rows so. */
+    int packed;
+    /* writer_begin() with the NUMA placement `pl` for the table's memory
+     * (a node copy: engram_numa_copy()). */
+    int (*writer_begin_placed)(void *rs, const char *name, const engram_table_spec *spec,
+                               const struct engram__numa *pl, void **w);
+    /* engram_writer_set_range(): the table is rows [row_start, row_start +
+     * num_rows) of total_rows; a bad range fails with its message and
+     * leaves the writer usable.  NULL: the namespace keeps no range. */
+    int (*writer_range)(void *w, uint64_t row_start, uint64_t total_rows);
+    /* engram_writer_set_origin() of an origin already checked
+     * (engram__origin_check()).  NULL: the namespace keeps no origin. */
+    int (*writer_origin)(void *w, const engram_origin *o);
+    /* engram_populate_shared(): waits for a running writer of `name` until
+     * *deadline (set at the first wait, from timeout_ms: < 0 none): 1 if
+     * one ended (look again), 0 if none runs, or the failure (-ETIMEDOUT
+     * naming it).  NULL: racing writers are not waited for; the
+     * create-only publication picks one. */
+    int (*writer_wait)(void *rs, const char *name, int timeout_ms, uint64_t *deadline);
+    /* engram_table_open_wait() after a first try found no table `name`:
+     * waits for its publication until `deadline` (CLOCK_MONOTONIC ns;
+     * UINT64_MAX: none; timeout_ms for messages) and opens it.  NULL: the
+     * store looks again from time to time. */
+    int (*wait)(void *rs, const char *name, int timeout_ms, uint64_t deadline,
+                engram_table_id *id);
+    /* engram_get_table_placement() of table `name`, not open in the store
+     * or read through the row cache: where its pages are. */
+    int (*placement)(void *rs, const char *name, engram_table_placement *p);
     /* The origin its tables report (engram_table_info.origin), epoch 0:
-     * the kind, the namespace and the address. */
+     * the kind, the namespace and the address.  NULL: a namespace whose
+     * tables are not pulled from (a directory). */
     void (*origin)(void *rs, engram_origin *o);
 } engram__remote_vt;
 
-/* Makes a store with no directory whose namespace is the remote's;
+/* Makes a store whose namespace is vt's (a remote's: no NUMA placement);
  * `path` names it in messages.  On success the store owns rs (close
  * frees it); on failure the caller still does. */
 int engram__store_open_remote(const engram_store_options *opts, const char *path,
                               const engram__remote_vt *vt, void *rs, engram_store **out);
 
-/* The remote state of a store opened on `vt`, or NULL. */
+/* The namespace state of a store opened on `vt`, or NULL. */
 void *engram__store_remote(engram_store *st, const engram__remote_vt *vt);
 
 /* The nearest tier: a memory source of table `name` of `local` (a store
@@ -88,7 +144,8 @@ int engram__store_local_copy(engram_store *local, const char *name,
                              const engram_table_spec *want, uint64_t sum, uint32_t flags,
                              engram__source *src);
 
-/* engram_verify() of remote table `name` of st (pull.c). */
+/* engram_verify() of remote table `name` of st (pull.c): the verify()
+ * of a namespace that has read_all(). */
 int engram__remote_verify(engram_store *st, const char *name, engram_progress_fn progress,
                           void *ud);
 

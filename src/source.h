@@ -61,6 +61,9 @@ typedef struct engram__source {
     struct engram__rcache *cache; /* row sources: the row cache, or NULL (owned) */
     const engram__source_vt *vt;  /* may be NULL */
     void *state;                  /* the module's own, for vt */
+    uint64_t ident[2];            /* what it was made from, as its namespace knows it
+                                   * (a file's device and inode), for the namespace's
+                                   * current_locked() (remote.h); else 0 */
 } engram__source;
 
 /* What a source module gets of the store to make a source. */

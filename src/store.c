@@ -1,141 +1,37 @@
 /*
- * store.c - stores: namespaces, the table registry, bind, sources, open,
- * info, list, remove, verify and stats.
+ * store.c - the store's life and its registry of tables: making a store
+ * (a memory store here; a directory's in nsdir.c, a Redis Cluster's in
+ * redis.c) and closing it; adding tables (bind, engram_add_source, a
+ * table of the namespace opened); removing them and releasing what they
+ * held; the context source modules get (the reader and the cache budget).
  *
  * Everything here runs off the lookup path.  store->lock is held only for
  * the registry and namespace bookkeeping, never across slow work: a table
  * is opened, mapped, prefaulted and checked first, and only its
  * publication in the registry takes the lock.  The one contract with
  * gather.c is the registry layout of store.h: tables are appended and
- * published with release stores, and freed only at close.
+ * published with release stores, and freed only at close.  What a store
+ * does in its namespace goes through the namespace interface (remote.h,
+ * st->ns) with no branch on the namespace's kind; what it tells of its
+ * tables is tableinfo.c's, its counters stats.c's.
  */
-#include <dirent.h>
-#include <inttypes.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <limits.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/inotify.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "filesrc.h"
-#include "fsutil.h"
-#include "lease.h"
-#include "mapfile.h"
+#include "async.h"
 #include "pool.h"
 #include "reader.h"
-#include "async.h"
 #include "remote.h"
 #include "readsection.h"
 #include "rowcache.h"
+#include "stats.h"
 #include "store.h"
-#include "writer.h"
 
-
-const char *engram_default_root(void)
-{
-    const char *env = getenv("ENGRAM_ROOT");
-    struct stat sb;
-    /* The environment's choice first, so that every program on the node
-     * (CLI, Python, an engine) agrees on the root without a flag each. */
-    if (env && env[0])
-        return env;
-    if (stat("/dev/shm", &sb) == 0 && S_ISDIR(sb.st_mode))
-        return "/dev/shm/engram";
-    return "/tmp/engram";
-}
-
-unsigned engram__shard(int *exclusive)
-{
-    static _Atomic unsigned next;
-    /* initial-exec: a plain %fs-relative load even in the shared library,
-     * instead of a __tls_get_addr call on every lookup. */
-    static _Thread_local int mine __attribute__((tls_model("initial-exec"))) = -1;
-    if (ENGRAM__UNLIKELY(mine < 0))
-        mine = (int)atomic_fetch_add_explicit(&next, 1, memory_order_relaxed);
-    if (mine < ENGRAM__SHARDS - 1) {
-        *exclusive = 1;
-        return (unsigned)mine;
-    }
-    *exclusive = 0;
-    return ENGRAM__SHARDS - 1;
-}
-
-/* 1 if gid is our effective group or one of our supplementary groups. */
-static int in_our_groups(gid_t gid)
-{
-    gid_t *list;
-    int n, found = 0;
-    if (gid == getegid())
-        return 1;
-    if ((n = getgroups(0, NULL)) <= 0 || !(list = malloc((size_t)n * sizeof *list)))
-        return 0;
-    n = getgroups(n, list);
-    for (int i = 0; i < n && !found; i++)
-        found = list[i] == gid;
-    free(list);
-    return found;
-}
-
-/* Who may change a directory: nobody but its owner, or, for the root, also
- * anyone if it is sticky (like /dev/shm: then only an entry's owner, the
- * root's owner and root can rename or remove the entry). */
-static int check_dir_mode(const struct stat *sb, const char *what, int is_root)
-{
-    if ((sb->st_mode & (S_IWGRP | S_IWOTH)) && !(is_root && (sb->st_mode & S_ISVTX)))
-        return engram__err(ENGRAM_EUNSAFE, "%s is writable by group or others (mode %04o)",
-                           what, (unsigned)(sb->st_mode & 07777));
-    return 0;
-}
-
-/* The trust rule for a namespace directory `ns` (fstat nsb) under the
- * root `root` (fstat rsb): its owner is the only uid whose files the
- * store will read, so who may own, replace or change either directory
- * decides whose tables we read.
- *  - The namespace is ours, or, with ENGRAM_OPEN_GROUP, another user's
- *    who shares it with us: its group is one of our groups (only the
- *    group's members and root can give a directory their group, so a
- *    stranger's directory never passes), and not writable by group or
- *    others.
- *  - The root is ours or root's, or, with ENGRAM_OPEN_GROUP, the
- *    namespace owner's (whom we trust already): anyone else owning it
- *    could rename the namespace away and put their own in its place,
- *    sticky bit or not.  Others may write it only if it is sticky.
- * Both are checked on the open descriptors the store keeps using, so the
- * directories cannot be swapped between the checks and their use. */
-static int check_trust(const struct stat *rsb, const char *root, const struct stat *nsb,
-                       const char *ns, int group)
-{
-    uid_t me = geteuid();
-    int err;
-    if ((err = check_dir_mode(nsb, ns, 0)) != 0)
-        return err;
-    if (nsb->st_uid != me && !group)
-        return engram__err(ENGRAM_EUNSAFE, "%s is owned by uid %u, not by us (uid %u)", ns,
-                           (unsigned)nsb->st_uid, (unsigned)me);
-    if (nsb->st_uid != me && !in_our_groups(nsb->st_gid))
-        return engram__err(ENGRAM_EUNSAFE,
-                           "%s is owned by uid %u with group %u, which is not one of our "
-                           "groups: with ENGRAM_OPEN_GROUP another user's namespace is trusted "
-                           "only when it is shared with a group we are in",
-                           ns, (unsigned)nsb->st_uid, (unsigned)nsb->st_gid);
-    if (rsb->st_uid != me && rsb->st_uid != 0 && rsb->st_uid != nsb->st_uid)
-        return engram__err(ENGRAM_EUNSAFE,
-                           "%s is owned by uid %u, who is neither us (uid %u), root nor the "
-                           "owner of namespace %s (uid %u): that user could replace the "
-                           "namespace",
-                           root, (unsigned)rsb->st_uid, (unsigned)me, ns,
-                           (unsigned)nsb->st_uid);
-    return 0;
-}
-
-static int store_alloc(const engram_store_options *opts, engram_store **out)
+int engram__store_alloc(const engram_store_options *opts, engram_store **out)
 {
     engram_store *st;
     long ncpu;
@@ -227,7 +123,7 @@ int engram_store_open_memory(const engram_store_options *opts, engram_store **ou
     int err;
     if (!out)
         return engram__err(-EINVAL, "out is NULL");
-    if ((err = store_alloc(opts, out)) != 0)
+    if ((err = engram__store_alloc(opts, out)) != 0)
         return err;
     if ((err = no_placement(out, "a memory store")) != 0)
         return err;
@@ -240,110 +136,27 @@ int engram_store_open_memory(const engram_store_options *opts, engram_store **ou
     return 0;
 }
 
-int engram_store_open(const char *root, const char *ns, const engram_store_options *opts,
-                      engram_store **out)
-{
-    return engram__store_open_dir(root, ns, opts, 1, out);
-}
-
-int engram__store_open_dir(const char *root, const char *ns, const engram_store_options *opts,
-                           int clean, engram_store **out)
-{
-    engram_store *st = NULL;
-    int rootfd = -1, err, group, foreign_root;
-    struct stat rsb, nsb;
-    size_t plen;
-    mode_t mode;
-
-    if (!out)
-        return engram__err(-EINVAL, "out is NULL");
-    *out = NULL;
-    if (!root)
-        root = engram_default_root();
-    if (engram_name_check(ns) != 0)
-        return engram__err(ENGRAM_ESPEC, "namespace: %s", engram_errmsg());
-    if ((err = store_alloc(opts, &st)) != 0)
-        return err;
-    plen = strlen(root) + strlen(ns) + 2;
-    if (!(st->path = malloc(plen))) {
-        err = engram__err(-ENOMEM, "out of memory");
-        goto fail;
-    }
-    snprintf(st->path, plen, "%s/%s", root, ns);
-    mode = (st->opts.flags & ENGRAM_OPEN_GROUP) ? 0750 : 0700;
-    if ((st->opts.flags & ENGRAM_OPEN_CREATE) && mkdir(root, mode) != 0 && errno != EEXIST) {
-        err = engram__errno(errno, "create root directory %s", root);
-        goto fail;
-    }
-    group = (st->opts.flags & ENGRAM_OPEN_GROUP) != 0;
-    if ((rootfd = engram__open_dir(AT_FDCWD, root, root, &rsb)) < 0) {
-        err = rootfd;
-        goto fail;
-    }
-    if ((err = check_dir_mode(&rsb, root, 1)) != 0)
-        goto fail;
-    /* A root of another user: only with GROUP (if that user owns the
-     * namespace too, checked below), and never to create a namespace in,
-     * which that user could replace. */
-    foreign_root = rsb.st_uid != geteuid() && rsb.st_uid != 0;
-    if (foreign_root && !group) {
-        err = engram__err(ENGRAM_EUNSAFE, "%s is owned by uid %u, not by us (uid %u) or root",
-                          root, (unsigned)rsb.st_uid, (unsigned)geteuid());
-        goto fail;
-    }
-    if ((st->opts.flags & ENGRAM_OPEN_CREATE) && !foreign_root && mkdirat(rootfd, ns, mode) != 0 &&
-        errno != EEXIST) {
-        err = engram__errno(errno, "create namespace directory %s", st->path);
-        goto fail;
-    }
-    if ((st->dirfd = engram__open_dir(rootfd, ns, st->path, &nsb)) < 0) {
-        err = st->dirfd;
-        st->dirfd = -1;
-        if (err == -ENOENT && foreign_root && (st->opts.flags & ENGRAM_OPEN_CREATE))
-            err = engram__err(ENGRAM_EUNSAFE, "%s is owned by uid %u, not by us (uid %u) or "
-                                              "root: namespace %s is not created in it",
-                              root, (unsigned)rsb.st_uid, (unsigned)geteuid(), st->path);
-        else if (err == -ENOENT)
-            engram__err(err, "namespace %s does not exist (open with ENGRAM_OPEN_CREATE)",
-                        st->path);
-        goto fail;
-    }
-    if ((err = check_trust(&rsb, root, &nsb, st->path, group)) != 0)
-        goto fail;
-    st->uid = nsb.st_uid;
-    close(rootfd);
-    if (clean)
-        engram__clean_temps(st);
-    *out = st;
-    return 0;
-fail:
-    if (rootfd >= 0)
-        close(rootfd);
-    engram_store_close(st);
-    return err;
-}
-
 int engram__store_open_remote(const engram_store_options *opts, const char *path,
                               const engram__remote_vt *vt, void *rs, engram_store **out)
 {
     engram_store *st;
     int err;
-    if ((err = store_alloc(opts, &st)) != 0 ||
+    if ((err = engram__store_alloc(opts, &st)) != 0 ||
         (err = no_placement(&st, "a store of a Redis Cluster")) != 0)
         return err;
     if (!(st->path = strdup(path))) {
         engram_store_close(st);
         return engram__err(-ENOMEM, "out of memory");
     }
-    st->remote = vt;
-    st->remote_state = rs;
+    st->ns = vt;
+    st->ns_state = rs;
     *out = st;
     return 0;
 }
 
 void *engram__store_remote(engram_store *st, const engram__remote_vt *vt)
 {
-    return st && st->remote == vt ? st->remote_state : NULL;
+    return st && st->ns == vt ? st->ns_state : NULL;
 }
 
 /* Releases what a source holds: the module's state, the caller's
@@ -363,7 +176,6 @@ void engram_store_close(engram_store *st)
         return;
     /* First: submitted lookups may still read the tables. */
     engram__async_stop(st);
-    engram__lease_drop(st);
     engram__pool_destroy(st->pool);
     for (uint32_t i = 0; i < engram__table_count(st); i++) {
         engram__table *t = engram__table_get(st, i);
@@ -371,16 +183,14 @@ void engram_store_close(engram_store *st)
             engram__source_release(&t->src);
         free(t);
     }
-    /* After the tables: their sources may use the remote's state. */
-    if (st->remote)
-        st->remote->close(st->remote_state);
+    /* After the tables: their sources may use the namespace's state. */
+    if (st->ns)
+        st->ns->close(st->ns_state);
     engram__reader_destroy(atomic_load_explicit(&st->reader, memory_order_relaxed));
     engram__cbudget_destroy(atomic_load_explicit(&st->budget, memory_order_relaxed));
     for (int c = 0; c < ENGRAM__MAX_CHUNKS; c++)
         /* The chunk's elements are atomic, the allocation is not. */
         free((void *)(uintptr_t)atomic_load_explicit(&st->chunks[c], memory_order_relaxed));
-    if (st->dirfd >= 0)
-        close(st->dirfd);
     free(st->path);
     pthread_cond_destroy(&st->opened_cv);
     pthread_mutex_destroy(&st->lock);
@@ -398,20 +208,6 @@ engram__table *engram__find_locked(engram_store *st, const char *name, engram_ta
                 *id = i;
             return t;
         }
-    }
-    return NULL;
-}
-
-/* Finds a live table by name without the lock: for readers of tables,
- * which stay valid until close whatever happens meanwhile. */
-static engram__table *find_unlocked(engram_store *st, const char *name)
-{
-    uint32_t n = engram__table_count(st);
-    for (uint32_t i = 0; i < n; i++) {
-        engram__table *t = engram__table_get(st, i);
-        if (!atomic_load_explicit(&t->removed, memory_order_acquire) &&
-            strcmp(t->name, name) == 0)
-            return t;
     }
     return NULL;
 }
@@ -457,15 +253,10 @@ static engram__table *table_new(const char *name, const engram_table_spec *spec,
     return t;
 }
 
-static int dir_has(engram_store *st, const char *name)
-{
-    struct stat sb;
-    return st->dirfd >= 0 && fstatat(st->dirfd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0;
-}
-
 int engram__name_taken_locked(engram_store *st, const char *name)
 {
-    return engram__find_locked(st, name, NULL) != NULL || dir_has(st, name);
+    return engram__find_locked(st, name, NULL) != NULL ||
+           (st->ns && st->ns->has && st->ns->has(st->ns_state, name));
 }
 
 struct engram__claim {
@@ -553,31 +344,6 @@ int engram__store_add_table(engram_store *st, const char *name, const engram_tab
     return err;
 }
 
-/* Bytes of the namespace's table files (the cache budget rule's measure). */
-static uint64_t namespace_bytes(engram_store *st)
-{
-    uint64_t sum = 0;
-    struct dirent *de;
-    DIR *d;
-    int fd;
-    if (st->dirfd < 0)
-        return 0;
-    if ((fd = openat(st->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
-        return 0;
-    if (!(d = fdopendir(fd))) {
-        close(fd);
-        return 0;
-    }
-    while ((de = readdir(d)) != NULL) {
-        struct stat sb;
-        if (engram__name_valid(de->d_name) &&
-            fstatat(st->dirfd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode))
-            sum += (uint64_t)sb.st_size;
-    }
-    closedir(d);
-    return sum;
-}
-
 int engram__store_ctx_get(engram_store *st, engram__store_ctx *ctx)
 {
     engram__cbudget *b;
@@ -599,6 +365,10 @@ int engram__store_ctx_get(engram_store *st, engram__store_ctx *ctx)
         if ((err = engram__reader_create(st->opts.queue_depth, (unsigned)st->threads + 2, b,
                                          &rd)) != 0)
             goto out;
+        /* Before the reader's release store: a reader of the pointer
+         * sees its queue depth. */
+        atomic_store_explicit(&st->queue_depth, engram__reader_queue_depth(rd),
+                              memory_order_relaxed);
         atomic_store_explicit(&st->reader, rd, memory_order_release);
     }
     ctx->budget = b;
@@ -607,7 +377,7 @@ int engram__store_ctx_get(engram_store *st, engram__store_ctx *ctx)
 out:
     pthread_mutex_unlock(&st->lock);
     if (err == 0)
-        ctx->namespace_bytes = namespace_bytes(st);
+        ctx->namespace_bytes = st->ns && st->ns->bytes ? st->ns->bytes(st->ns_state) : 0;
     return err;
 }
 
@@ -658,106 +428,6 @@ int engram_add_source(engram_store *st, const char *name, const engram_table_spe
     return err;
 }
 
-/* Makes the source of the open table file fd, per the store's flags:
- * mapped, or read on demand behind the row cache. */
-static int file_source(engram_store *st, int fd, const engram__header *h, const char *name,
-                       engram__source *src)
-{
-    engram__store_ctx ctx;
-    engram__fseg seg;
-    uint64_t sum;
-    int err;
-    if (!(st->opts.flags & ENGRAM_OPEN_FILE_CACHE)) {
-        /* A mapped hole could cost a SIGBUS at lookup (see fsutil.h). */
-        if ((err = engram__check_holes(fd, h, name)) != 0)
-            return err;
-        return engram__mapfile_make(fd, h, st->opts.flags, &st->numa, name, src);
-    }
-    if (st->opts.flags & ENGRAM_OPEN_VERIFY) {
-        /* Rows are read on demand: verify the file now, once. */
-        if ((err = engram__checksum_fd(fd, h, name, NULL, NULL, &sum)) != 0)
-            return err;
-        if (sum != h->data_checksum)
-            return engram__err(ENGRAM_ECHECKSUM,
-                               "table '%s': data checksum %016llx != %016llx in the header",
-                               name, (unsigned long long)sum,
-                               (unsigned long long)h->data_checksum);
-    }
-    if ((err = engram__store_ctx_get(st, &ctx)) != 0)
-        return err;
-    if ((seg.fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0)
-        return engram__errno(errno, "dup descriptor of table '%s'", name);
-    seg.base = h->data_offset;
-    seg.stride = h->row_pitch;
-    seg.len = h->row_bytes;
-    seg.file_size = h->data_offset + h->data_size;
-    return engram__filesrc_make(&ctx, ENGRAM_TABLE_FILE, name, &seg, 1, h->num_rows,
-                                seg.file_size, 1, h, src);
-}
-
-int engram__store_local_copy(engram_store *local, const char *name,
-                             const engram_table_spec *want, uint64_t sum, uint32_t flags,
-                             engram__source *src)
-{
-    engram__header h;
-    struct stat sb;
-    int fd, err;
-    if ((fd = engram__open_table_file(local->dirfd, local->path, local->uid, name, &sb, &h)) < 0)
-        return -ENOENT;
-    if (h.num_rows != want->num_rows || h.row_bytes != want->row_bytes ||
-        h.row_pitch != want->row_bytes || h.data_checksum != sum) {
-        close(fd);
-        return -ESTALE;
-    }
-    /* A mapped hole could cost a SIGBUS at lookup (see fsutil.h). */
-    if ((err = engram__check_holes(fd, &h, name)) == 0)
-        err = engram__mapfile_make(fd, &h, flags, &local->numa, name, src);
-    close(fd);
-    if (err)
-        return -ENOENT;
-    /* A store reading tables of the namespace holds its lease (gc leaves
-     * the namespace alone while it lives). */
-    engram__lease_take(local);
-    return 0;
-}
-
-static void release_removed(engram_store *st, uint64_t wait_ns);
-
-/* engram_table_open() of a table of the store's remote namespace, with
- * the claim on its name held (and given back here). */
-static int remote_table_open(engram_store *st, const char *name, engram_table_id *id)
-{
-    engram__store_ctx ctx;
-    engram__source src;
-    engram_table_spec spec;
-    engram__table *t = NULL;
-    uint64_t size;
-    int err;
-
-    release_removed(st, 0);
-    if ((err = engram__store_ctx_get(st, &ctx)) != 0 ||
-        (err = st->remote->open(st->remote_state, &ctx, name, &spec, &size, &src)) != 0) {
-        engram__store_unclaim(st, name);
-        return err;
-    }
-    if (!(t = table_new(name, &spec, size, &src))) {
-        engram__source_release(&src);
-        engram__store_unclaim(st, name);
-        return engram__err(-ENOMEM, "out of memory");
-    }
-    pthread_mutex_lock(&st->lock);
-    /* Another table of the name (a bind while we read the manifest) is
-     * the table; nobody else opened this one: they wait for our claim. */
-    if (!engram__find_locked(st, name, id) && (err = registry_append_locked(st, t, id)) == 0)
-        t = NULL;
-    unclaim_locked(st, name);
-    pthread_mutex_unlock(&st->lock);
-    if (t) {
-        engram__source_release(&src);
-        free(t);
-    }
-    return err;
-}
 
 /* With ENGRAM_OPEN_NUMA_LOCAL: the name of the copy of `name` on the
  * calling thread's node, into buf, if the store or its namespace has that
@@ -779,11 +449,12 @@ static const char *local_copy(engram_store *st, const char *name, char *buf, siz
 int engram_table_open(engram_store *st, const char *name, engram_table_id *id)
 {
     engram__table *t = NULL, *have;
-    engram__header h;
+    engram__store_ctx ctx;
     engram__source src;
-    struct stat sb, now;
+    engram_table_spec spec;
     char copy[ENGRAM_NAME_MAX + 1];
-    int fd = -1, err = 0, made = 0, claimed = 1;
+    uint64_t size;
+    int err = 0;
 
     if (!st || !id)
         return engram__err(-EINVAL, "store and id are required");
@@ -791,7 +462,7 @@ int engram_table_open(engram_store *st, const char *name, engram_table_id *id)
         return err;
     name = local_copy(st, name, copy, sizeof copy);
     pthread_mutex_lock(&st->lock);
-    if (!(have = engram__find_locked(st, name, id)) && (st->dirfd >= 0 || st->remote)) {
+    if (!(have = engram__find_locked(st, name, id)) && st->ns) {
         /* A second opener of the name waits for the first and then finds
          * its table (or tries again if it failed). */
         err = claim_locked(st, name);
@@ -801,88 +472,51 @@ int engram_table_open(engram_store *st, const char *name, engram_table_id *id)
     pthread_mutex_unlock(&st->lock);
     if (have || err)
         return err;
-    if (st->remote)
-        return remote_table_open(st, name, id);
-    if (st->dirfd < 0)
+    if (!st->ns)
         return engram__err(-ENOENT, "table '%s' is not bound in this memory store", name);
     /* What removed tables hold goes first (a row cache's share of the
      * budget, a mapping), where no running lookup can still read it. */
-    release_removed(st, 0);
-    /* The slow part (reading the header, mapping, prefaulting, verifying)
-     * runs without the store's lock: lookups and other opens go on. */
-    if ((fd = engram__open_table_file(st->dirfd, st->path, st->uid, name, &sb, &h)) < 0) {
+    engram__store_release_removed(st, 0);
+    /* The slow part (reading the table's description, mapping,
+     * prefaulting, verifying) runs without the store's lock: lookups and
+     * other opens go on. */
+    memset(&src, 0, sizeof src);
+    if ((!st->ns->lazy_ctx && (err = engram__store_ctx_get(st, &ctx)) != 0) ||
+        (err = st->ns->open(st->ns_state, st->ns->lazy_ctx ? NULL : &ctx, name, &spec, &size,
+                            &src)) != 0) {
         engram__store_unclaim(st, name);
-        return fd;
+        return err;
     }
-    if ((err = file_source(st, fd, &h, name, &src)) != 0)
-        goto out;
-    made = 1;
-    if (!(t = table_new(name, &(engram_table_spec){h.num_rows, h.row_bytes, h.row_pitch},
-                        h.data_size, &src))) {
-        err = engram__err(-ENOMEM, "out of memory");
-        goto out;
+    if (!(t = table_new(name, &spec, size, &src))) {
+        engram__source_release(&src);
+        engram__store_unclaim(st, name);
+        return engram__err(-ENOMEM, "out of memory");
     }
     pthread_mutex_lock(&st->lock);
-    if ((have = engram__find_locked(st, name, id)) != NULL) {
-        /* Not another opener (they wait for our claim): a table of the
-         * name appeared otherwise.  Theirs is the table. */
-        err = 0;
-    } else if (fstatat(st->dirfd, name, &now, AT_SYMLINK_NOFOLLOW) != 0 ||
-               now.st_dev != sb.st_dev || now.st_ino != sb.st_ino) {
-        /* Removed (or removed and written again) while we opened it: what
-         * we read is no longer the table of that name. */
-        err = engram__err(-ENOENT, "table '%s' was removed from %s while it was being opened",
-                          name, st->path);
-    } else if ((err = registry_append_locked(st, t, id)) == 0) {
+    /* Another table of the name (a bind while we opened it) is the table:
+     * nobody else opened this one, they wait for our claim.  The
+     * namespace checks, under the lock a removal takes, that what it
+     * opened is still the table of that name. */
+    if (!engram__find_locked(st, name, id) &&
+        (!st->ns->current_locked ||
+         (err = st->ns->current_locked(st->ns_state, name, &src)) == 0) &&
+        (err = registry_append_locked(st, t, id)) == 0)
         t = NULL;
-        made = 0;
-    }
     unclaim_locked(st, name);
     pthread_mutex_unlock(&st->lock);
-    claimed = 0;
-out:
-    if (claimed)
-        engram__store_unclaim(st, name);
-    if (made)
+    if (t) {
         engram__source_release(&src);
-    free(t);
-    close(fd);
-    /* A store that reads tables of the namespace holds its lease (gc
-     * leaves the namespace alone while it lives). */
-    if (err == 0)
-        engram__lease_take(st);
+        free(t);
+    }
+    if (err == 0 && st->ns->use)
+        st->ns->use(st->ns_state);
     return err;
 }
 
-/* How often a wait re-checks where inotify cannot be had (no /proc, or
- * out of inotify instances). */
-#define WAIT_POLL_MS 50
-/* How often a wait checks that the namespace directory still exists: its
- * removal sends no event while the store holds it open. */
-#define WAIT_ALIVE_MS 1000
-
-/* Reads the inotify events that are there; 1 if one says the watched
- * directory itself went away (removed, or renamed elsewhere). */
-static int drain_events(int ifd)
-{
-    char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
-    int gone = 0;
-    for (;;) {
-        ssize_t n = read(ifd, buf, sizeof buf);
-        if (n <= 0)
-            return gone;
-        for (char *p = buf; p < buf + n;) {
-            const struct inotify_event *ev = (const struct inotify_event *)(void *)p;
-            gone |= (ev->mask & (IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED)) != 0;
-            p += sizeof *ev + ev->len;
-        }
-    }
-}
-
-/* engram_table_open_wait() in a remote namespace: nothing to watch, so
+/* engram_table_open_wait() where the namespace has no way to be woken:
  * it looks again, every 10 ms at first, doubling to 200 ms. */
-static int remote_open_wait(engram_store *st, const char *name, int timeout_ms,
-                            uint64_t deadline, engram_table_id *id)
+static int poll_open_wait(engram_store *st, const char *name, int timeout_ms,
+                          uint64_t deadline, engram_table_id *id)
 {
     uint64_t pause = 10000000u;
     for (;;) {
@@ -906,301 +540,17 @@ static int remote_open_wait(engram_store *st, const char *name, int timeout_ms,
 int engram_table_open_wait(engram_store *st, const char *name, int timeout_ms,
                            engram_table_id *id)
 {
-    char path[64];
     uint64_t deadline;
-    int err, ifd;
-    err = engram_table_open(st, name, id);
-    if (err != -ENOENT || timeout_ms == 0 || (st->dirfd < 0 && !st->remote))
+    int err = engram_table_open(st, name, id);
+    if (err != -ENOENT || timeout_ms == 0 || !st->ns)
         return err;
     deadline = timeout_ms < 0 ? UINT64_MAX : engram__now_ns() + (uint64_t)timeout_ms * 1000000u;
-    /* A store waiting on the namespace uses it (gc leaves it alone). */
-    engram__lease_take(st);
-    if (st->remote)
-        return remote_open_wait(st, name, timeout_ms, deadline, id);
-    /* The watch is on the directory the store holds (through its
-     * descriptor), whatever its path names now; set before the next try,
-     * so that a publication between the two is not missed. */
-    snprintf(path, sizeof path, "/proc/self/fd/%d", st->dirfd);
-    if ((ifd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC)) >= 0 &&
-        inotify_add_watch(ifd, path, IN_CREATE | IN_MOVED_TO | IN_ONLYDIR | IN_DELETE_SELF |
-                                         IN_MOVE_SELF) < 0) {
-        close(ifd);
-        ifd = -1;
-    }
-    for (;;) {
-        struct pollfd pfd;
-        struct stat sb;
-        uint64_t now, left;
-        int ms;
-        if ((err = engram_table_open(st, name, id)) != -ENOENT)
-            break;
-        if (fstat(st->dirfd, &sb) == 0 && sb.st_nlink == 0) {
-            err = engram__err(-ENOENT, "namespace %s was removed while waiting for table '%s'",
-                              st->path, name);
-            break;
-        }
-        now = engram__now_ns();
-        if (now >= deadline) {
-            char ent[ENGRAM_NAME_MAX + 64], who[160];
-            int wfd = engram__live_writer(st, name, ent, sizeof ent);
-            if (wfd < 0) {
-                err = engram__err(-ETIMEDOUT, "table '%s' was not published in %s within %d ms",
-                                  name, st->path, timeout_ms);
-                break;
-            }
-            /* A writer holds the name: say which, it may be the one that
-             * hangs. */
-            engram__temp_holder(wfd, ent, who, sizeof who);
-            close(wfd);
-            err = engram__err(-ETIMEDOUT, "table '%s' was not published in %s within %d ms: "
-                                          "it is being written %s (temporary file %s)",
-                              name, st->path, timeout_ms, who, ent);
-            break;
-        }
-        left = (deadline - now + 999999u) / 1000000u;
-        ms = left > INT_MAX ? INT_MAX : (int)left;
-        if (ifd < 0) {
-            struct timespec ts = {0, (long)(ms < WAIT_POLL_MS ? ms : WAIT_POLL_MS) * 1000000L};
-            nanosleep(&ts, NULL);
-            continue;
-        }
-        pfd.fd = ifd;
-        pfd.events = POLLIN;
-        if (poll(&pfd, 1, ms < WAIT_ALIVE_MS ? ms : WAIT_ALIVE_MS) > 0 && drain_events(ifd)) {
-            err = engram__err(-ENOENT, "namespace %s was removed while waiting for table '%s'",
-                              st->path, name);
-            break;
-        }
-    }
-    if (ifd >= 0)
-        close(ifd);
-    return err;
-}
-
-int engram_table_memory(engram_store *st, engram_table_id id, const void **base,
-                        engram_table_spec *spec)
-{
-    engram__table *t;
-    int err = 0;
-    if (base)
-        *base = NULL;
-    if (!st || !(t = engram__table_get(st, id)))
-        return engram__err(-EINVAL, "table id %u is not a table id of this store", (unsigned)id);
-    /* In a read section: a removal that releases the table waits for it,
-     * and then sees it lent. */
-    if ((err = engram__rsec_enter()) != 0)
-        return err;
-    if (atomic_load_explicit(&t->removed, memory_order_acquire)) {
-        err = engram__err(ENGRAM_EREMOVED, "table '%s' was removed", t->name);
-    } else {
-        if (spec)
-            *spec = t->spec;
-        if (!t->src.base) {
-            err = engram__err(-ENOTSUP, "table '%s' has no base address: its rows are read on "
-                                        "demand from its source",
-                              t->name);
-        } else if (base) {
-            atomic_store_explicit(&t->lent, 1, memory_order_relaxed);
-            *base = t->src.base;
-        }
-    }
-    engram__rsec_exit();
-    return err;
-}
-
-static void counters_sum(const engram__table *t, uint64_t *lookups, uint64_t *rows)
-{
-    *lookups = *rows = 0;
-    for (int s = 0; s < ENGRAM__SHARDS; s++) {
-        *lookups += atomic_load_explicit(&t->ctr[s].lookups, memory_order_relaxed);
-        *rows += atomic_load_explicit(&t->ctr[s].rows, memory_order_relaxed);
-    }
-}
-
-/* sizeof(engram_table_info) before row_start and total_rows were added. */
-#define TABLE_INFO_V1_SIZE offsetof(engram_table_info, row_start)
-
-/* Fills *info (a whole current struct) about table `name`. */
-static int table_info(engram_store *st, const char *name, engram_table_info *info)
-{
-    engram__table *t;
-    engram__header h;
-    struct stat sb;
-    int fd, err = 0;
-
-    /* No lock: a table found stays valid until close, and reading
-     * /proc/self/smaps takes a while.  A read section keeps its source
-     * from being released meanwhile (a removal then waits for it). */
-    if ((err = engram__rsec_enter()) != 0)
-        return err;
-    if ((t = find_unlocked(st, name)) != NULL) {
-        info->kind = t->src.kind;
-        info->spec = t->spec;
-        info->data_size = t->data_size;
-        if (t->src.vt && t->src.vt->info)
-            t->src.vt->info(t->src.state, info);
-        info->mapped = t->src.base != NULL;
-        counters_sum(t, &info->lookups, &info->rows);
-        info->bytes = info->rows * t->spec.row_bytes;
-        if (t->src.base)
-            err = engram__smaps_coverage(t->src.base, (size_t)t->data_size,
-                                         &info->resident_bytes, &info->huge_bytes);
-        engram__rsec_exit();
-        return err;
-    }
-    engram__rsec_exit();
-    if (st->remote)
-        return st->remote->info(st->remote_state, name, info);
-    if (st->dirfd < 0)
-        return engram__err(-ENOENT, "table '%s' is not bound in this memory store", name);
-    if ((fd = engram__open_table_file(st->dirfd, st->path, st->uid, name, &sb, &h)) < 0)
-        return fd;
-    close(fd);
-    info->kind = ENGRAM_TABLE_FILE;
-    engram__header_info(&h, info);
-    return 0;
-}
-
-int engram_get_table_info(engram_store *st, const char *name, engram_table_info *info)
-{
-    engram_table_info all;
-    uint32_t size;
-    int err;
-
-    if (!st || !info || (info->size != sizeof(engram_table_info) &&
-                         info->size != TABLE_INFO_V1_SIZE))
-        return engram__err(-EINVAL, "store and info (with size = sizeof(engram_table_info)) are "
-                                    "required");
-    if ((err = engram_name_check(name)) != 0)
-        return err;
-    /* Filled whole here, copied out as far as the caller's struct goes. */
-    size = info->size;
-    memset(&all, 0, sizeof all);
-    err = table_info(st, name, &all);
-    all.size = size;
-    memcpy(info, &all, size);
-    return err;
-}
-
-/* The placement of a table file of the namespace, from a mapping of its
- * data made for the query. */
-static int file_placement(engram_store *st, const char *name, engram_table_placement *p)
-{
-    engram__header h;
-    struct stat sb;
-    void *addr;
-    int fd, err;
-    if ((fd = engram__open_table_file(st->dirfd, st->path, st->uid, name, &sb, &h)) < 0)
-        return fd;
-    addr = mmap(NULL, (size_t)h.data_size, PROT_READ, MAP_SHARED, fd, (off_t)h.data_offset);
-    if (addr == MAP_FAILED) {
-        err = engram__errno(errno, "mmap table '%s' to query its placement", name);
-        goto out;
-    }
-    err = engram__numa_query(addr, (size_t)h.data_size, 1, p);
-    munmap(addr, (size_t)h.data_size);
-out:
-    close(fd);
-    return err;
-}
-
-int engram_get_table_placement(engram_store *st, const char *name, engram_table_placement *p)
-{
-    engram__table *t;
-    int err = 0, done = 0;
-
-    if (!st || !p || p->size != sizeof *p)
-        return engram__err(-EINVAL, "store and p (with size = sizeof(engram_table_placement)) "
-                                    "are required");
-    if ((err = engram_name_check(name)) != 0)
-        return err;
-    memset((char *)p + sizeof p->size, 0, sizeof *p - sizeof p->size);
-    p->max_node = -1;
-    /* A read section keeps an open table's memory mapped meanwhile. */
-    if ((err = engram__rsec_enter()) != 0)
-        return err;
-    if ((t = find_unlocked(st, name)) != NULL) {
-        done = 1;
-        if (t->src.base) {
-            /* This process's memory of the table: its private copy, the
-             * caller's bound memory (not touched), or its shared mapping
-             * of the file (pages in memory touched, to be found). */
-            p->private_copy = (uint32_t)engram__mapfile_is_private(&t->src);
-            err = engram__numa_query(t->src.base, (size_t)t->data_size,
-                                     t->src.kind == ENGRAM_TABLE_FILE && !p->private_copy, p);
-        } else if (t->src.kind == ENGRAM_TABLE_FILE && st->dirfd >= 0) {
-            done = 0; /* read through the row cache: the file's pages are queried */
-        } else {
-            err = engram__err(-ENOTSUP, "table '%s' is not memory of this process: its rows "
-                                        "are read on demand from its source",
-                              name);
-        }
-    }
-    engram__rsec_exit();
-    if (done)
-        return err;
-    if (st->remote)
-        return engram__err(-ENOTSUP, "table '%s' of %s is in a Redis Cluster, not in memory "
-                                     "of this machine",
-                           name, st->path);
-    if (st->dirfd < 0)
-        return engram__err(-ENOENT, "table '%s' is not bound in this memory store", name);
-    return file_placement(st, name, p);
-}
-
-/* Adds a remote's table name to engram_list()'s list. */
-static int namelist_add_cb(void *l, const char *name)
-{
-    return engram__namelist_add(l, name) == 0 ? 0 : engram__err(-ENOMEM, "out of memory");
-}
-
-int engram_list(engram_store *st, char ***names, size_t *count)
-{
-    engram__namelist l = {0};
-    DIR *d = NULL;
-    struct dirent *de;
-    int err = 0, fd;
-
-    if (!st || !names || !count)
-        return engram__err(-EINVAL, "store, names and count are required");
-    *names = NULL;
-    *count = 0;
-    /* Without the lock: the registry is walked as lookups walk it, and the
-     * directory is read on a descriptor of our own. */
-    for (uint32_t i = 0; i < engram__table_count(st) && !err; i++) {
-        engram__table *t = engram__table_get(st, i);
-        if (!atomic_load_explicit(&t->removed, memory_order_acquire))
-            err = engram__namelist_add(&l, t->name);
-    }
-    if (!err && st->dirfd >= 0) {
-        /* A fresh descriptor: readdir moves the offset of the one it uses. */
-        fd = openat(st->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (fd < 0 || !(d = fdopendir(fd))) {
-            err = engram__errno(errno, "read directory %s", st->path);
-            if (fd >= 0)
-                close(fd);
-        }
-        while (!err && d && (de = readdir(d)) != NULL)
-            if ((de->d_type == DT_REG || de->d_type == DT_UNKNOWN) &&
-                engram__name_valid(de->d_name))
-                err = engram__namelist_add(&l, de->d_name);
-        if (d)
-            closedir(d);
-    }
-    if (err == -ENOMEM)
-        err = engram__err(-ENOMEM, "out of memory listing %s", st->path);
-    /* The remote's own message stands (it may be a network failure). */
-    if (!err && st->remote)
-        err = st->remote->list(st->remote_state, namelist_add_cb, &l);
-    if (!err)
-        err = engram__namelist_pack(&l, st->path, names, count);
-    engram__namelist_free(&l);
-    return err;
-}
-
-void engram_free(void *p)
-{
-    free(p);
+    /* A store waiting on the namespace uses it. */
+    if (st->ns->use)
+        st->ns->use(st->ns_state);
+    if (st->ns->wait)
+        return st->ns->wait(st->ns_state, name, timeout_ms, deadline, id);
+    return poll_open_wait(st, name, timeout_ms, deadline, id);
 }
 
 /* How long engram_remove() waits for the lookups that were running to
@@ -1214,7 +564,7 @@ void engram_free(void *p)
  * close.  A table whose memory engram_table_memory() lent out stays
  * mapped until close (its contract).  Not under st->lock: waiting for a
  * lookup under it could wait for a source that takes it. */
-static void release_removed(engram_store *st, uint64_t wait_ns)
+void engram__store_release_removed(engram_store *st, uint64_t wait_ns)
 {
     engram__table *list, *t, *next, **tail;
     pthread_mutex_lock(&st->lock);
@@ -1270,36 +620,6 @@ static void retire_locked(engram_store *st, engram__table *t)
     st->retired = t;
 }
 
-/* engram_remove() in a store of a remote namespace: the remote table is
- * unpublished first (without the lock: it is network I/O), then the
- * store's own copy is retired. */
-static int remote_remove(engram_store *st, const char *name)
-{
-    engram__table *t;
-    int err, unpublished = 0;
-    pthread_mutex_lock(&st->lock);
-    t = engram__find_locked(st, name, NULL);
-    pthread_mutex_unlock(&st->lock);
-    if (t && t->src.kind != st->remote->kind)
-        return engram__err(ENGRAM_EBOUND, "table '%s' is %s, not a table of %s; close the "
-                                          "store to release it",
-                           name, engram__bound_kind(t->src.kind), st->path);
-    err = st->remote->remove(st->remote_state, name, &unpublished);
-    if (err == -ENOENT && t)
-        err = 0; /* removed by someone else already: forget our copy too */
-    else if (!unpublished)
-        return err;
-    pthread_mutex_lock(&st->lock);
-    if ((t = engram__find_locked(st, name, NULL)) != NULL && t->src.kind == st->remote->kind)
-        retire_locked(st, t);
-    else
-        t = NULL;
-    pthread_mutex_unlock(&st->lock);
-    if (t)
-        release_removed(st, RELEASE_WAIT_NS);
-    return err;
-}
-
 int engram_store_gc(engram_store *st, uint64_t idle_s, uint32_t flags,
                     engram_gc_report_fn report, void *ud)
 {
@@ -1307,244 +627,62 @@ int engram_store_gc(engram_store *st, uint64_t idle_s, uint32_t flags,
         return engram__err(-EINVAL, "store is NULL");
     if (flags & ~ENGRAM_GC_DRY_RUN)
         return engram__err(-EINVAL, "unknown flags 0x%x", flags & ~ENGRAM_GC_DRY_RUN);
-    if (st->remote)
-        return st->remote->gc(st->remote_state, idle_s > UINT64_MAX / 1000u ? UINT64_MAX
-                                                                             : idle_s * 1000u,
-                              flags, report, ud);
-    /* A directory's leftovers are dead writers' temporary files, which
-     * are always safe to remove (the dry run only looks). */
-    if (st->dirfd >= 0 && !(flags & ENGRAM_GC_DRY_RUN))
-        engram__clean_temps(st);
-    return 0;
+    if (!st->ns)
+        return 0;
+    return st->ns->gc(st->ns_state, idle_s > UINT64_MAX / 1000u ? UINT64_MAX : idle_s * 1000u,
+                      flags, report, ud);
 }
 
+/* engram_remove(): the namespace unpublishes the table first (without
+ * the lock: it may be network I/O), then the store's copy is retired.
+ * An open that added the table meanwhile had found it published, so it
+ * is retired too; one that had not yet is told by the namespace's
+ * current_locked() that it is gone. */
 int engram_remove(engram_store *st, const char *name)
 {
     engram__table *t;
-    struct stat sb;
-    int err = 0;
+    int err, unpublished = 0;
     if (!st)
         return engram__err(-EINVAL, "store is NULL");
     if ((err = engram_name_check(name)) != 0)
         return err;
-    if (st->remote)
-        return remote_remove(st, name);
     pthread_mutex_lock(&st->lock);
     t = engram__find_locked(st, name, NULL);
-    if (t && t->src.kind != ENGRAM_TABLE_FILE) {
-        err = engram__err(ENGRAM_EBOUND, "table '%s' is %s, not a table file; close the store "
-                                         "to release it",
-                          name, engram__bound_kind(t->src.kind));
-        goto out;
-    }
-    if (st->dirfd < 0) {
-        err = engram__err(-ENOENT, "table '%s' not found in this memory store", name);
-        goto out;
-    }
-    /* Only what open would accept is ours to remove: a link or a
-     * directory planted under a table name is refused, not unlinked. */
-    if (fstatat(st->dirfd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(sb.st_mode)) {
-        err = engram__err(ENGRAM_EUNSAFE, "%s/%s is not a regular file; not removing it",
-                          st->path, name);
-        goto out;
-    }
-    if (unlinkat(st->dirfd, name, 0) != 0) {
-        if (errno != ENOENT || !t) {
-            err = errno == ENOENT ? engram__err(-ENOENT, "table '%s' not found in %s", name,
-                                                st->path)
-                                  : engram__errno(errno, "remove %s/%s", st->path, name);
-            goto out;
-        }
-        /* Another process removed the file already; forget our copy too. */
-    } else if (fsync(st->dirfd) != 0) {
-        err = engram__errno(errno, "fsync %s", st->path);
-    }
-    if (t)
-        retire_locked(st, t);
-out:
     pthread_mutex_unlock(&st->lock);
-    if (t && err == 0)
-        release_removed(st, RELEASE_WAIT_NS);
-    return err;
-}
-
-int engram_verify(engram_store *st, const char *name, engram_progress_fn progress, void *ud)
-{
-    engram__table *t;
-    engram__header h;
-    struct stat sb;
-    uint64_t sum;
-    int fd, err;
-
-    if (!st)
-        return engram__err(-EINVAL, "store is NULL");
-    if ((err = engram_name_check(name)) != 0)
-        return err;
-    t = find_unlocked(st, name);
-    if (st->remote && (!t || t->src.kind == st->remote->kind))
-        return engram__remote_verify(st, name, progress, ud);
-    if (t && t->src.kind != ENGRAM_TABLE_FILE)
-        return engram__err(ENGRAM_EBOUND, "table '%s' is %s: no checksum to verify", name,
-                           engram__bound_kind(t->src.kind));
-    if (st->dirfd < 0)
+    if (t && !st->ns)
+        return engram__err(ENGRAM_EBOUND, "table '%s' is %s, not a table file; close the store "
+                                          "to release it",
+                           name, engram__bound_kind(t->src.kind));
+    if (!st->ns)
         return engram__err(-ENOENT, "table '%s' not found in this memory store", name);
-    if ((fd = engram__open_table_file(st->dirfd, st->path, st->uid, name, &sb, &h)) < 0)
-        return fd;
-    if ((err = engram__checksum_fd(fd, &h, name, progress, ud, &sum)) != 0)
-        goto out;
-    if (sum != h.data_checksum)
-        err = engram__err(ENGRAM_ECHECKSUM, "table '%s': data checksum %016llx != %016llx in the "
-                                            "header (data corrupt)",
-                          name, (unsigned long long)sum, (unsigned long long)h.data_checksum);
-out:
-    close(fd);
+    if (t && t->src.kind != st->ns->kind)
+        return engram__err(ENGRAM_EBOUND, "table '%s' is %s, not a table of %s; close the "
+                                          "store to release it",
+                           name, engram__bound_kind(t->src.kind), st->path);
+    err = st->ns->remove(st->ns_state, name, &unpublished);
+    if (err == -ENOENT && t)
+        err = 0; /* removed by someone else already: forget our copy too */
+    else if (!unpublished)
+        return err;
+    pthread_mutex_lock(&st->lock);
+    if ((t = engram__find_locked(st, name, NULL)) != NULL && t->src.kind == st->ns->kind)
+        retire_locked(st, t);
+    else
+        t = NULL;
+    pthread_mutex_unlock(&st->lock);
+    if (t)
+        engram__store_release_removed(st, RELEASE_WAIT_NS);
     return err;
 }
-
-/* sizeof(engram_stats) before removed_tables was added. */
-#define STATS_V1_SIZE offsetof(engram_stats, removed_tables)
 
 int engram_store_stats(engram_store *st, engram_stats *out)
 {
-    engram_stats all, *s = &all;
-    uint32_t size;
-    if (!st || !out || (out->size != sizeof(engram_stats) && out->size != STATS_V1_SIZE))
+    if (!st || !out || (out->size != sizeof(engram_stats) && out->size != ENGRAM__STATS_V1_SIZE))
         return engram__err(-EINVAL, "store and stats (with size = sizeof(engram_stats)) are "
                                     "required");
     /* What removed tables still hold, released first where it can be
      * without waiting. */
-    release_removed(st, 0);
-    size = out->size;
-    memset(s, 0, sizeof *s);
-    s->size = size;
-    s->threads = (uint32_t)st->threads;
-    for (int i = 0; i < ENGRAM__SHARDS; i++) {
-        const engram__store_counters *c = &st->ctr[i];
-        s->lookups += atomic_load_explicit(&c->lookups, memory_order_relaxed);
-        s->failed += atomic_load_explicit(&c->failed, memory_order_relaxed);
-        s->rows += atomic_load_explicit(&c->rows, memory_order_relaxed);
-        s->dead_rows += atomic_load_explicit(&c->dead, memory_order_relaxed);
-        s->bytes += atomic_load_explicit(&c->bytes, memory_order_relaxed);
-        s->parallel += atomic_load_explicit(&c->parallel, memory_order_relaxed);
-        s->time_ns += atomic_load_explicit(&c->time_ns, memory_order_relaxed);
-    }
-    for (uint32_t i = 0; i < engram__table_count(st); i++) {
-        engram__table *t = engram__table_get(st, i);
-        if (!atomic_load_explicit(&t->removed, memory_order_relaxed)) {
-            if (t->src.base) {
-                s->tables_open++;
-                s->mapped_bytes += t->data_size;
-            }
-        } else if (!atomic_load_explicit(&t->released, memory_order_relaxed)) {
-            s->removed_tables++;
-            s->removed_bytes += t->data_size;
-        }
-    }
-    memcpy(out, s, size);
+    engram__store_release_removed(st, 0);
+    engram__stats_sum(st, out);
     return 0;
-}
-
-/* ------------------------------------------------------------------------
- * Row cache stats: the counters of tables with a row source.
- */
-
-static void add_cache_stats(const engram__table *t, engram_cache_stats *s)
-{
-    s->tables++;
-    for (int i = 0; i < ENGRAM__SHARDS; i++) {
-        const engram__table_counters *c = &t->ctr[i];
-        s->hits += atomic_load_explicit(&c->hits, memory_order_relaxed);
-        s->misses += atomic_load_explicit(&c->misses, memory_order_relaxed);
-        s->dedup += atomic_load_explicit(&c->dedup, memory_order_relaxed);
-        s->not_kept += atomic_load_explicit(&c->not_kept, memory_order_relaxed);
-        s->reads += atomic_load_explicit(&c->reads, memory_order_relaxed);
-        s->bytes_read += atomic_load_explicit(&c->bytes, memory_order_relaxed);
-        s->read_errors += atomic_load_explicit(&c->errors, memory_order_relaxed);
-    }
-    if (t->src.vt && t->src.vt->cache_stats)
-        t->src.vt->cache_stats(t->src.state, s);
-    if (t->src.cache)
-        engram__rcache_stats(t->src.cache, s);
-}
-
-/* sizeof(engram_cache_stats) before staging_bytes, and before not_kept,
- * were added. */
-#define CACHE_STATS_V1_SIZE offsetof(engram_cache_stats, staging_bytes)
-#define CACHE_STATS_V2_SIZE offsetof(engram_cache_stats, not_kept)
-
-int engram_get_cache_stats(engram_store *st, const char *name, engram_cache_stats *s)
-{
-    engram_cache_stats all;
-    engram__cbudget *b;
-    engram__reader *rd;
-    uint32_t size;
-    int err = 0;
-    if (!st || !s || (s->size != sizeof(engram_cache_stats) && s->size != CACHE_STATS_V1_SIZE &&
-                      s->size != CACHE_STATS_V2_SIZE))
-        return engram__err(-EINVAL, "store and stats (with size = sizeof(engram_cache_stats)) "
-                                    "are required");
-    if (name && (err = engram_name_check(name)) != 0)
-        return err;
-    size = s->size;
-    memset(&all, 0, sizeof all);
-    all.size = size;
-    all.ways = ENGRAM_CACHE_WAYS;
-    /* A read section keeps the caches read here from being released. */
-    if ((err = engram__rsec_enter()) != 0)
-        return err;
-    /* Acquire pairs with the release stores that published them. */
-    b = atomic_load_explicit(&st->budget, memory_order_acquire);
-    rd = atomic_load_explicit(&st->reader, memory_order_acquire);
-    all.budget_bytes = b ? engram__cbudget_total(b)
-                     : st->opts.cache_bytes ? st->opts.cache_bytes
-                                            : ENGRAM__CACHE_DEFAULT_BUDGET;
-    all.queue_depth = rd ? engram__reader_queue_depth(rd)
-                      : st->opts.queue_depth ? st->opts.queue_depth
-                                             : ENGRAM__RD_DEFAULT_QD;
-    all.staging_bytes = b ? engram__cbudget_staging(b) : 0;
-    if (name) {
-        engram__table *t = find_unlocked(st, name);
-        if (!t || !t->src.ops.read_rows)
-            err = engram__err(-ENOENT, "table '%s' is not an open table read through a source",
-                              name);
-        else
-            add_cache_stats(t, &all);
-    } else {
-        for (uint32_t i = 0; i < engram__table_count(st); i++) {
-            engram__table *t = engram__table_get(st, i);
-            if (t->src.ops.read_rows && !atomic_load_explicit(&t->removed, memory_order_relaxed))
-                add_cache_stats(t, &all);
-        }
-    }
-    engram__rsec_exit();
-    memcpy(s, &all, size);
-    return err;
-}
-
-void engram__store_maybe_log(engram_store *st)
-{
-    engram_cache_stats s = ENGRAM_CACHE_STATS_INIT;
-    uint64_t now = engram__now_ns(), due;
-    due = atomic_load_explicit(&st->next_log_ns, memory_order_relaxed);
-    /* The CAS makes exactly one of the lookups that notice the interval
-     * has passed print. */
-    if (now < due || !atomic_compare_exchange_strong_explicit(&st->next_log_ns, &due,
-                                                              now + st->log_ns,
-                                                              memory_order_relaxed,
-                                                              memory_order_relaxed))
-        return;
-    if (engram_get_cache_stats(st, NULL, &s) != 0)
-        return;
-    /* Asked for by the store (its interval), so it reaches stderr even
-     * without a log function. */
-    engram__log(ENGRAM_LOG_INFO, ENGRAM__LOG_ASKED,
-                "cache %s: hit rate %.1f%% (%" PRIu64 " hits, %" PRIu64 " misses, %" PRIu64
-                " deduplicated, %" PRIu64 " not kept), %" PRIu64 " reads, %.1f MiB read, %" PRIu64 " errors, %.1f MiB in %"
-                PRIu64 " slots (%u ways), %.1f MiB staging, %" PRIu64 "/%" PRIu64
-                " tables O_DIRECT",
-                st->path,
-                s.hits + s.misses ? 100.0 * (double)s.hits / (double)(s.hits + s.misses) : 0.0,
-                s.hits, s.misses, s.dedup, s.not_kept, s.reads, (double)s.bytes_read / 1048576.0,
-                s.read_errors, (double)s.cache_bytes / 1048576.0, s.slots, s.ways,
-                (double)s.staging_bytes / 1048576.0, s.direct_tables, s.tables);
 }

@@ -23,6 +23,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <string.h>
 #include <sys/types.h>
 
 #include "common.h"
@@ -48,10 +49,11 @@ struct engram__remote_vt;
 #define ENGRAM__STORE_OPTIONS_V2_SIZE offsetof(engram_store_options, numa_policy)
 
 struct engram_store {
-    int dirfd;                    /* namespace directory, or -1 for a memory or remote store */
-    /* A remote namespace (remote.h): its functions and state, or NULL. */
-    const struct engram__remote_vt *remote;
-    void *remote_state;
+    /* The namespace (remote.h): its functions and state; NULL for a
+     * memory store. */
+    const struct engram__remote_vt *ns;
+    void *ns_state;
+    int dirfd;                    /* a directory namespace's (nsdir.c), or -1 */
     char *path;                   /* root/ns, for messages */
     engram_store_options opts;     /* numa_gpu and numa_nodes are NULL here: see numa */
     engram__numa numa;            /* the placement of what the store writes or copies */
@@ -81,6 +83,7 @@ struct engram_store {
      * table that needs them (under lock), then read without it. */
     struct engram__cbudget *_Atomic budget;
     struct engram__reader *_Atomic reader;
+    _Atomic uint32_t queue_depth; /* the reader's, set before it is published (stats.c) */
     int threads;
     size_t parallel_min_rows;
     uint64_t log_ns;                 /* the cache stats line's interval; 0: none */
@@ -111,6 +114,20 @@ static inline uint32_t engram__table_count(engram_store *st)
     return atomic_load_explicit(&st->ntables, memory_order_acquire);
 }
 
+/* Finds a live (not removed) table by name without the lock: for readers
+ * of tables, which stay valid until close whatever happens meanwhile. */
+static inline engram__table *engram__table_find(engram_store *st, const char *name)
+{
+    uint32_t n = engram__table_count(st);
+    for (uint32_t i = 0; i < n; i++) {
+        engram__table *t = engram__table_get(st, i);
+        if (!atomic_load_explicit(&t->removed, memory_order_acquire) &&
+            strcmp(t->name, name) == 0)
+            return t;
+    }
+    return NULL;
+}
+
 /* What a table of `kind` that is not a table file is, in words
  * ("bound to caller memory"): why it cannot be removed, verified or
  * written over. */
@@ -136,15 +153,13 @@ void engram__store_unclaim(engram_store *st, const char *name);
  * table took, and at close. */
 void engram__source_release(const engram__source *src);
 
-/* engram_store_open(), with `clean` 0: the stale leases and dead
- * writers' temporary files are left where they are (a gc dry run looks
- * and changes nothing). */
-int engram__store_open_dir(const char *root, const char *ns, const engram_store_options *opts,
-                           int clean, engram_store **out);
+/* Makes a store of options `opts` with no namespace yet (its opener sets
+ * ns, ns_state and path). */
+int engram__store_alloc(const engram_store_options *opts, engram_store **out);
 
-/* Prints the cache stats line on stderr if its interval has passed (a
- * lookup that read rows through a source calls it; log_ns != 0). */
-void engram__store_maybe_log(engram_store *st);
+/* Releases the sources of the removed tables once no read section can
+ * reach them any more, waiting at most wait_ns for the open ones. */
+void engram__store_release_removed(engram_store *st, uint64_t wait_ns);
 
 /* Adds a table made by a source module under `name`, which must be free
  * in the store and its namespace (-EEXIST), and returns its id.  On

@@ -17,6 +17,7 @@
 
 #include "common.h"
 #include "source.h"
+#include "stats.h" /* engram__shard(): the slot a lookup counts in */
 
 #define ENGRAM__SHARDS 16 /* stats shards; one per thread index */
 
@@ -41,10 +42,6 @@ typedef struct engram__table {
     char name[ENGRAM_NAME_MAX + 1];
     engram__table_counters ctr[ENGRAM__SHARDS];
 } engram__table;
-
-/* This thread's stats shard index (< ENGRAM__SHARDS); *exclusive says
- * whether no other thread uses it. */
-unsigned engram__shard(int *exclusive);
 
 /* Adds v to a shard counter: plain RMW when the shard is exclusive. */
 static inline void engram__ctr_add(_Atomic uint64_t *c, uint64_t v, int exclusive)

@@ -76,10 +76,14 @@ static void redis_origin(void *state, engram_origin *o)
 }
 
 static const engram__remote_vt redis_vt = {
-    ENGRAM_TABLE_REDIS,  redis_close,         redis_open,         redis_info,
-    redis_list,          redis_read_all,      redis_remove,       redis_writer_begin,
-    redis_writer_append, redis_writer_commit, redis_writer_abort, redis_gc,
-    redis_origin,
+    .kind = ENGRAM_TABLE_REDIS,         .close = redis_close,
+    .open = redis_open,                 .info = redis_info,
+    .list = redis_list,                 .read_all = redis_read_all,
+    .remove = redis_remove,             .writer_begin = redis_writer_begin,
+    .writer_append = redis_writer_append, .writer_commit = redis_writer_commit,
+    .writer_abort = redis_writer_abort, .gc = redis_gc,
+    .verify = engram__remote_verify,   .packed = 1,
+    .origin = redis_origin,
 };
 
 /* The origin of the namespace's tables (engram_origin): its name and as
