@@ -140,16 +140,9 @@ static int store_alloc(const engram_store_options *opts, engram_store **out)
     engram_store *st;
     long ncpu;
     *out = NULL;
-    /* The options grew at their end: a caller built against the older,
-     * shorter struct passes its size and gets the new fields' defaults. */
-    if (opts && opts->size != sizeof(engram_store_options) &&
-        opts->size != ENGRAM__STORE_OPTIONS_V2_SIZE &&
-        opts->size != ENGRAM__STORE_OPTIONS_V1_SIZE)
-        return engram__err(-EINVAL, "engram_store_options.size is %u, expected %zu (or %zu "
-                                    "or %zu)",
-                           opts->size, sizeof(engram_store_options),
-                           (size_t)ENGRAM__STORE_OPTIONS_V2_SIZE,
-                           (size_t)ENGRAM__STORE_OPTIONS_V1_SIZE);
+    if (opts && opts->size != sizeof(engram_store_options))
+        return engram__err(-EINVAL, "engram_store_options.size is %u, expected %zu",
+                           opts->size, sizeof(engram_store_options));
     if (opts && opts->threads < 0)
         return engram__err(-EINVAL, "threads is %d (must be >= 0)", opts->threads);
     if (opts && (opts->flags & ENGRAM_OPEN_FILE_CACHE) && (opts->flags & ENGRAM_OPEN_PRIVATE_HUGE))
@@ -1017,9 +1010,6 @@ static void counters_sum(const engram__table *t, uint64_t *lookups, uint64_t *ro
     }
 }
 
-/* sizeof(engram_table_info) before row_start and total_rows were added. */
-#define TABLE_INFO_V1_SIZE offsetof(engram_table_info, row_start)
-
 /* Fills *info (a whole current struct) about table `name`. */
 static int table_info(engram_store *st, const char *name, engram_table_info *info)
 {
@@ -1067,8 +1057,7 @@ int engram_get_table_info(engram_store *st, const char *name, engram_table_info 
     uint32_t size;
     int err;
 
-    if (!st || !info || (info->size != sizeof(engram_table_info) &&
-                         info->size != TABLE_INFO_V1_SIZE))
+    if (!st || !info || info->size != sizeof(engram_table_info))
         return engram__err(-EINVAL, "store and info (with size = sizeof(engram_table_info)) are "
                                     "required");
     if ((err = engram_name_check(name)) != 0)
@@ -1401,14 +1390,11 @@ out:
     return err;
 }
 
-/* sizeof(engram_stats) before removed_tables was added. */
-#define STATS_V1_SIZE offsetof(engram_stats, removed_tables)
-
 int engram_store_stats(engram_store *st, engram_stats *out)
 {
     engram_stats all, *s = &all;
     uint32_t size;
-    if (!st || !out || (out->size != sizeof(engram_stats) && out->size != STATS_V1_SIZE))
+    if (!st || !out || out->size != sizeof(engram_stats))
         return engram__err(-EINVAL, "store and stats (with size = sizeof(engram_stats)) are "
                                     "required");
     /* What removed tables still hold, released first where it can be
@@ -1467,11 +1453,6 @@ static void add_cache_stats(const engram__table *t, engram_cache_stats *s)
         engram__rcache_stats(t->src.cache, s);
 }
 
-/* sizeof(engram_cache_stats) before staging_bytes, and before not_kept,
- * were added. */
-#define CACHE_STATS_V1_SIZE offsetof(engram_cache_stats, staging_bytes)
-#define CACHE_STATS_V2_SIZE offsetof(engram_cache_stats, not_kept)
-
 int engram_get_cache_stats(engram_store *st, const char *name, engram_cache_stats *s)
 {
     engram_cache_stats all;
@@ -1479,8 +1460,7 @@ int engram_get_cache_stats(engram_store *st, const char *name, engram_cache_stat
     engram__reader *rd;
     uint32_t size;
     int err = 0;
-    if (!st || !s || (s->size != sizeof(engram_cache_stats) && s->size != CACHE_STATS_V1_SIZE &&
-                      s->size != CACHE_STATS_V2_SIZE))
+    if (!st || !s || s->size != sizeof(engram_cache_stats))
         return engram__err(-EINVAL, "store and stats (with size = sizeof(engram_cache_stats)) "
                                     "are required");
     if (name && (err = engram_name_check(name)) != 0)
