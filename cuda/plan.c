@@ -24,6 +24,7 @@
 
 #include "ctx.h"
 #include "ids.h"
+#include "outlayout.h"
 
 typedef struct host_slot {
     struct engram_cuda_plan *p;
@@ -455,6 +456,7 @@ int engram__cuda_lookup_current(engram_cuda_plan *p, const engram_cuda_lookup_ar
                                 cudaStream_t stream)
 {
     engram__cuda_launch L;
+    engram__out_layout ol;
     engram_cuda_ctx *c = p->ctx;
     uint64_t rows;
     uint32_t out_align;
@@ -495,17 +497,14 @@ int engram__cuda_lookup_current(engram_cuda_plan *p, const engram_cuda_lookup_ar
         L.ist = (ptrdiff_t)p->K;
         L.isk = 1;
     }
-    L.ost = a->out_stride_t;
-    L.osk = a->out_stride_k;
-    if (L.ost == 0 && L.osk == 0) {
-        L.osk = (ptrdiff_t)p->out_R;
-        L.ost = (ptrdiff_t)p->K * L.osk;
-    }
     if ((uintptr_t)a->ids % (L.id64 ? 8u : 4u) != 0)
         return engram__err(ENGRAM_ELAYOUT, "ids at %p are not aligned to their type",
                            a->ids);
-    if ((err = engram__check_out_layout(p->out_R, L.T, L.K, L.ost, L.osk)) != 0)
+    if ((err = engram__out_layout_resolve(p->out_R, a->num_tokens, p->K, a->out_stride_t,
+                                          a->out_stride_k, &ol)) != 0)
         return err;
+    L.ost = ol.ost;
+    L.osk = ol.osk;
     out_align = align_of((uintptr_t)a->out);
     if (L.T > 1 && align_of((uint64_t)L.ost) < out_align)
         out_align = align_of((uint64_t)L.ost);

@@ -71,13 +71,6 @@ enum {
 };
 void *engram__scratch(int which, size_t size);
 
-/* Checks that T x K output rows of R bytes at byte strides (ost, osk) never
- * overlap: the inner dimension's stride must cover a row and the outer
- * one the whole inner extent.  0 or ENGRAM_ELAYOUT with the reason.
- * Exported like engram__err: the CUDA lookup applies the same rule. */
-ENGRAM_API int engram__check_out_layout(size_t R, size_t T, size_t K, ptrdiff_t ost,
-                                        ptrdiff_t osk);
-
 /* Overflow-checked size arithmetic: return 0 on success, -1 on overflow. */
 /* A spin-wait hint (x86 pause); nothing elsewhere. */
 static inline void engram__cpu_relax(void)

@@ -45,6 +45,7 @@
 
 #include "fetch.h"
 #include "ids.h"
+#include "outlayout.h"
 #include "pool.h"
 #include "rsec.h"
 #include "store.h"
@@ -628,6 +629,8 @@ static int get_cols(engram_store *st, const engram_lookup_args *a, col *cols, co
 static int plan_layout(const engram_lookup_args *a, plan *p)
 {
     size_t T = a->num_tokens, K = a->num_cols;
+    engram__out_layout ol;
+    int err;
     if (ENGRAM__UNLIKELY(a->row_bytes && a->row_bytes != p->cols[0].t->spec.row_bytes))
         return engram__err(ENGRAM_ELAYOUT, "output rows are %zu bytes but table '%s' has "
                            "row_bytes %u", a->row_bytes, p->cols[0].t->name,
@@ -644,14 +647,12 @@ static int plan_layout(const engram_lookup_args *a, plan *p)
         p->isk = 1;
     }
     p->out = a->out;
-    p->ost = a->out_stride_t;
-    p->osk = a->out_stride_k;
-    if (p->ost == 0 && p->osk == 0) {
-        p->osk = (ptrdiff_t)p->R;
-        p->ost = (ptrdiff_t)(K * p->R);
-    }
     p->zero_dead = (a->flags & ENGRAM_LOOKUP_ZERO_DEAD) != 0;
-    return engram__check_out_layout(p->R, T, K, p->ost, p->osk);
+    if ((err = engram__out_layout_resolve(p->R, T, K, a->out_stride_t, a->out_stride_k, &ol)) != 0)
+        return err;
+    p->ost = ol.ost;
+    p->osk = ol.osk;
+    return 0;
 }
 
 int engram_lookup(engram_store *st, const engram_lookup_args *a)

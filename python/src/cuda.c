@@ -40,7 +40,8 @@
 
 #include <engram_cuda.h>
 
-#include "common.h" /* engram__err, engram__check_out_layout: defined below */
+#include "common.h"    /* engram__err: defined below */
+#include "outlayout.h" /* engram__out_layout_resolve: defined below */
 
 struct ext_cuda {
     engram_cuda_ctx *ctx;
@@ -304,9 +305,10 @@ const char *engram_errmsg(void)
     return core->errmsg();
 }
 
-int engram__check_out_layout(size_t R, size_t T, size_t K, ptrdiff_t ost, ptrdiff_t osk)
+int engram__out_layout_resolve(size_t R, size_t T, size_t K, ptrdiff_t ost, ptrdiff_t osk,
+                               engram__out_layout *res)
 {
-    return core->check_out_layout(R, T, K, ost, osk);
+    return core->out_layout(R, T, K, ost, osk, res);
 }
 
 int engram__err(int code, const char *fmt, ...)

@@ -31,7 +31,8 @@
 #include <dlfcn.h>
 #endif
 
-#include "common.h" /* engram__err, engram__check_out_layout */
+#include "common.h"    /* engram__err */
+#include "outlayout.h" /* engram__out_layout_resolve */
 
 /* A stream argument: None (the legacy default stream), an int handle, an
  * object with `cuda_stream` (torch.cuda.Stream) or __cuda_stream__()
@@ -107,7 +108,7 @@ static const ext_core_api core = {
     .table_memory = engram_table_memory,
     .err = engram__err,
     .errmsg = engram_errmsg,
-    .check_out_layout = engram__check_out_layout,
+    .out_layout = engram__out_layout_resolve,
 };
 
 /* Raises ImportError with the message `fmt` (PyUnicode_FromFormat) and the

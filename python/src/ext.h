@@ -213,6 +213,7 @@ extern const char ext_source_group_doc[];
  * and report through the same per-thread message). */
 
 typedef struct ext_cuda ext_cuda;
+typedef struct engram__out_layout engram__out_layout;
 struct engram_cuda_report;
 struct engram_cuda_stats;
 
@@ -283,7 +284,8 @@ typedef struct ext_core_api {
                         engram_table_spec *spec);
     int (*err)(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
     const char *(*errmsg)(void);
-    int (*check_out_layout)(size_t R, size_t T, size_t K, ptrdiff_t ost, ptrdiff_t osk);
+    int (*out_layout)(size_t R, size_t T, size_t K, ptrdiff_t ost, ptrdiff_t osk,
+                      engram__out_layout *res);
 } ext_core_api;
 
 /* The GPU module's functions: ext_cuda_lookup() and the others above call
