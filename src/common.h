@@ -9,6 +9,7 @@
 #ifndef ENGRAM_COMMON_H
 #define ENGRAM_COMMON_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -27,17 +28,17 @@
 
 /* Records a formatted detail message for `code` on this thread and returns
  * `code`, so a failure site reads `return engram__err(ENGRAM_ESPEC, ...)`.
- * These two are exported from the shared library (but are not public API)
- * so that libengram_cuda reports through the same per-thread message that
- * engram_errmsg() reads. */
-ENGRAM_API int engram__err(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+ * libengram_cuda reports through the same per-thread message with
+ * engram__verr(), which it reaches through internal.h. */
+int engram__err(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int engram__verr(int code, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 
 /* The longest message engram_errmsg() holds, its terminating NUL
  * included: a buffer of this size keeps a message whole. */
 #define ENGRAM__ERRMSG_MAX 1024
 
 /* Records errno-style failure `-errno_value` of `what` (e.g. "open 'x'"). */
-ENGRAM_API int engram__errno(int errno_value, const char *fmt, ...)
+int engram__errno(int errno_value, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 /* Sends a log message (one line, no newline) of `level` (ENGRAM_LOG_*)

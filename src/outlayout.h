@@ -20,8 +20,6 @@
 
 #include <stddef.h>
 
-#include "engram.h"
-
 /* A resolved output layout. */
 typedef struct engram__out_layout {
     ptrdiff_t ost; /* bytes from token t to token t + 1 */
@@ -33,7 +31,7 @@ typedef struct engram__out_layout {
  * (the inner dimension's stride covers a row, the outer one the whole
  * inner extent, and the extent fits in a ptrdiff_t).  0, or
  * ENGRAM_ELAYOUT with the reason (*res is then meaningless). */
-ENGRAM_API int engram__out_layout_resolve(size_t R, size_t T, size_t K, ptrdiff_t ost,
-                                          ptrdiff_t osk, engram__out_layout *res);
+int engram__out_layout_resolve(size_t R, size_t T, size_t K, ptrdiff_t ost, ptrdiff_t osk,
+                               engram__out_layout *res);
 
 #endif
