@@ -126,10 +126,11 @@ static int streams_full(const engram__cuda_cache *k, const engram_cuda_plan_args
 
 static int streams_full_err(void)
 {
-    return engram__err(ENGRAM_ESTATE, "these tables (without a base address: gathered on the "
-                                      "CPU) already have plans for %u streams, each with its own "
-                                      "staging: look them up on fewer streams",
-                       ENGRAM_CUDA_HOST_STREAMS);
+    return engram__cuda_fail(ENGRAM_ESTATE,
+                             "these tables (without a base address: gathered on the "
+                             "CPU) already have plans for %u streams, each with its own "
+                             "staging: look them up on fewer streams",
+                             ENGRAM_CUDA_HOST_STREAMS);
 }
 
 /* Adds an entry for a's columns served by `plan`; under k->lock.  0 or
@@ -211,21 +212,23 @@ static int plan_make(engram_cuda_ctx *c, const engram_cuda_plan_args *a, uint64_
 
     if (capturing(stream)) {
         if (had)
-            return engram__err(ENGRAM_ESTATE,
-                               "a GPU lookup of %zu tokens on tables without a base address "
-                               "(gathered on the CPU) grows its staging, made for %zu, which "
-                               "allocates: a capture forbids it (do a lookup of as many tokens "
-                               "on this stream before capturing, or give a larger max_tokens)",
-                               T, had);
-        return engram__err(ENGRAM_ESTATE, "the first GPU lookup of these tables and offsets %s",
-                           warm_up);
+            return engram__cuda_fail(
+                ENGRAM_ESTATE,
+                "a GPU lookup of %zu tokens on tables without a base address "
+                "(gathered on the CPU) grows its staging, made for %zu, which "
+                "allocates: a capture forbids it (do a lookup of as many tokens "
+                "on this stream before capturing, or give a larger max_tokens)",
+                T, had);
+        return engram__cuda_fail(ENGRAM_ESTATE,
+                                 "the first GPU lookup of these tables and offsets %s", warm_up);
     }
     for (size_t i = 0; i < a->num_cols && !host; i++)
-        host = engram_table_memory(c->st, a->tables[i], NULL, NULL) == -ENOTSUP;
+        host = engram_internal_v1()->table_memory(c->st, a->tables[i], NULL, NULL) == -ENOTSUP;
     if (host && stream == cudaStreamPerThread)
-        return engram__err(-EINVAL, "stream: tables without a base address are gathered on the "
-                                    "CPU into staging kept per stream, and cudaStreamPerThread "
-                                    "is another stream in each thread: pass an explicit stream");
+        return engram__cuda_fail(-EINVAL,
+                                 "stream: tables without a base address are gathered on the "
+                                 "CPU into staging kept per stream, and cudaStreamPerThread "
+                                 "is another stream in each thread: pass an explicit stream");
     if (host && !had) {
         pthread_mutex_lock(&k->lock);
         full = streams_full(k, a, h);
@@ -264,7 +267,8 @@ static int plan_make(engram_cuda_ctx *c, const engram_cuda_plan_args *a, uint64_
     pthread_mutex_unlock(&k->lock);
     if (full || err) {
         engram_cuda_plan_destroy(plan);
-        return full ? streams_full_err() : engram__err(-ENOMEM, "out of memory for a plan entry");
+        return full ? streams_full_err()
+                    : engram__cuda_fail(-ENOMEM, "out of memory for a plan entry");
     }
     *out = plan;
     return 0;
@@ -281,8 +285,8 @@ int engram_cuda_lookup_tables(engram_cuda_ctx *c, const engram_cuda_plan_args *c
     cudaError_t ce;
 
     if (ENGRAM__UNLIKELY(!c || !a || a->size != sizeof *a))
-        return engram__err(-EINVAL, "engram_cuda_lookup_tables: ctx and args (with size = "
-                                    "sizeof(engram_cuda_lookup_args)) are required");
+        return engram__cuda_fail(-EINVAL, "engram_cuda_lookup_tables: ctx and args (with size = "
+                                          "sizeof(engram_cuda_lookup_args)) are required");
     if (ENGRAM__UNLIKELY((err = engram__cuda_plan_args_check(cols, "engram_cuda_lookup_tables"))))
         return err;
     h = key_hash(cols);
@@ -327,7 +331,7 @@ int engram_cuda_order_after(engram_cuda_ctx *c, cudaStream_t stream, cudaStream_
     int err;
 
     if (!c)
-        return engram__err(-EINVAL, "engram_cuda_order_after: ctx is NULL");
+        return engram__cuda_fail(-EINVAL, "engram_cuda_order_after: ctx is NULL");
     stream = stream ? stream : cudaStreamLegacy;
     producer = producer ? producer : cudaStreamLegacy;
     if (stream == producer)
@@ -341,9 +345,10 @@ int engram_cuda_order_after(engram_cuda_ctx *c, cudaStream_t stream, cudaStream_
     if ((e = cudaStreamIsCapturing(producer, &cp)) == cudaErrorStreamCaptureImplicit) {
         (void)cudaGetLastError();
         if (!capturing(stream))
-            err = engram__err(ENGRAM_ESTATE, "the producer stream is the legacy default stream, "
-                                             "which cannot be waited for while a blocking stream "
-                                             "is being captured");
+            err = engram__cuda_fail(ENGRAM_ESTATE,
+                                    "the producer stream is the legacy default stream, "
+                                    "which cannot be waited for while a blocking stream "
+                                    "is being captured");
         goto out;
     }
     if (e != cudaSuccess || (e = cudaStreamIsCapturing(stream, &cs)) != cudaSuccess)
@@ -353,10 +358,11 @@ int engram_cuda_order_after(engram_cuda_ctx *c, cudaStream_t stream, cudaStream_
     if (cs != cudaStreamCaptureStatusNone && cp == cudaStreamCaptureStatusNone)
         goto out;
     if (cs == cudaStreamCaptureStatusNone && cp != cudaStreamCaptureStatusNone) {
-        err = engram__err(ENGRAM_ESTATE, "the producer stream is being captured into a graph but "
-                                         "the stream to order after it is not: waiting would "
-                                         "pull that stream into the graph (look up on the "
-                                         "captured stream)");
+        err = engram__cuda_fail(ENGRAM_ESTATE,
+                                "the producer stream is being captured into a graph but "
+                                "the stream to order after it is not: waiting would "
+                                "pull that stream into the graph (look up on the "
+                                "captured stream)");
         goto out;
     }
     pthread_mutex_lock(&k->wait_lock);

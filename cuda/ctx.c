@@ -34,6 +34,15 @@ struct engram__cuda_reg {
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static engram__cuda_reg *regs; /* under reg_lock */
 
+int engram__cuda_fail(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    code = engram_internal_v1()->verr(code, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
 int engram__cuda_err(cudaError_t e, const char *fmt, ...)
 {
     char what[256];
@@ -58,7 +67,7 @@ int engram__cuda_err(cudaError_t e, const char *fmt, ...)
         code = -EIO;
         break;
     }
-    return engram__err(code, "%s: %s (%s)", what, cudaGetErrorName(e), cudaGetErrorString(e));
+    return engram__cuda_fail(code, "%s: %s (%s)", what, cudaGetErrorName(e), cudaGetErrorString(e));
 }
 
 int engram__cuda_enter(const engram_cuda_ctx *c, engram__cuda_scope *s)
@@ -110,7 +119,7 @@ int engram_cuda_warmup(engram_cuda_ctx *c)
     int err;
     cudaError_t e;
     if (!c)
-        return engram__err(-EINVAL, "engram_cuda_warmup: ctx is NULL");
+        return engram__cuda_fail(-EINVAL, "engram_cuda_warmup: ctx is NULL");
     if (atomic_load_explicit(&c->warm, memory_order_acquire))
         return 0; /* loaded kernels stay loaded */
     if ((err = engram__cuda_enter(c, &prev)) != 0)
@@ -133,26 +142,35 @@ int engram_cuda_open(engram_store *st, const engram_cuda_options *opts, engram_c
     cudaError_t e;
 
     if (!st || !out)
-        return engram__err(-EINVAL, "engram_cuda_open: store and out are required");
+        return engram__cuda_fail(-EINVAL, "engram_cuda_open: store and out are required");
     *out = NULL;
+    /* Every later call reaches libengram through this table (its error
+     * function is in every version of it: fields are only appended). */
+    if (!engram__internal_ok(engram_internal_v1()))
+        return engram__cuda_fail(-ENOTSUP, "this libengram_cuda needs libengram's internal "
+                                           "interface of %zu bytes, but the libengram loaded has "
+                                           "%u: use the two libraries of one build",
+                                 sizeof(engram__internal), engram_internal_v1()->size);
     if (opts) {
         if (opts->size != sizeof o)
-            return engram__err(-EINVAL, "engram_cuda_options.size is %u, expected %zu",
-                               opts->size, sizeof o);
+            return engram__cuda_fail(-EINVAL, "engram_cuda_options.size is %u, expected %zu",
+                                     opts->size, sizeof o);
         o = *opts;
     }
     if ((e = cudaGetDeviceCount(&n)) != cudaSuccess || n == 0) {
         (void)cudaGetLastError();
-        return engram__err(-ENODEV, "no CUDA device: %s",
-                           e != cudaSuccess ? cudaGetErrorString(e) : "the driver reports none");
+        return engram__cuda_fail(-ENODEV, "no CUDA device: %s",
+                                 e != cudaSuccess ? cudaGetErrorString(e)
+                                                  : "the driver reports none");
     }
     if (o.device < -1)
-        return engram__err(-EINVAL, "engram_cuda_options.device is %d (-1 = the current device)",
-                           o.device);
+        return engram__cuda_fail(
+            -EINVAL, "engram_cuda_options.device is %d (-1 = the current device)", o.device);
     if (o.device >= n)
-        return engram__err(-ENODEV, "CUDA device %d does not exist (%d devices)", o.device, n);
+        return engram__cuda_fail(-ENODEV, "CUDA device %d does not exist (%d devices)", o.device,
+                                 n);
     if (!(c = calloc(1, sizeof *c)))
-        return engram__err(-ENOMEM, "out of memory");
+        return engram__cuda_fail(-ENOMEM, "out of memory");
     pthread_mutex_init(&c->lock, NULL);
     pthread_mutex_init(&c->err_lock, NULL);
     pthread_mutex_init(&c->check_lock, NULL);
@@ -310,12 +328,12 @@ static int make_copy(engram__cuda_table *t, engram_table_id id, cudaError_t why)
     cudaError_t e;
 
     if (avail && t->bytes > avail / 2)
-        return engram__err(-ENOMEM,
-                           "table %u: registering its %zu bytes in place failed (%s; is the "
-                           "memlock limit too low? see ulimit -l), and a pinned copy would take "
-                           "more than half of the %llu bytes available: refused",
-                           (unsigned)id, t->bytes, cudaGetErrorName(why),
-                           (unsigned long long)avail);
+        return engram__cuda_fail(
+            -ENOMEM,
+            "table %u: registering its %zu bytes in place failed (%s; is the "
+            "memlock limit too low? see ulimit -l), and a pinned copy would take "
+            "more than half of the %llu bytes available: refused",
+            (unsigned)id, t->bytes, cudaGetErrorName(why), (unsigned long long)avail);
 
     raw = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (raw != MAP_FAILED) {
@@ -372,7 +390,7 @@ int engram__cuda_register_locked(engram_cuda_ctx *c, engram_table_id id, engram_
     int err;
 
     /* Ask the store first: an id it never issued must not grow the array. */
-    err = engram_table_memory(c->st, id, &base, &spec);
+    err = engram_internal_v1()->table_memory(c->st, id, &base, &spec);
     if (err && err != -ENOTSUP)
         return err;
     if (id >= c->ntables) {
@@ -381,7 +399,7 @@ int engram__cuda_register_locked(engram_cuda_ctx *c, engram_table_id id, engram_
         while (n <= id)
             n *= 2;
         if (!(v = realloc(c->tables, n * sizeof *v)))
-            return engram__err(-ENOMEM, "out of memory");
+            return engram__cuda_fail(-ENOMEM, "out of memory");
         memset(v + c->ntables, 0, (n - c->ntables) * sizeof *v);
         c->tables = v;
         c->ntables = n;
@@ -435,7 +453,7 @@ int engram_cuda_register(engram_cuda_ctx *c, engram_table_id id)
     engram__cuda_scope prev;
     int err;
     if (!c)
-        return engram__err(-EINVAL, "engram_cuda_register: ctx is NULL");
+        return engram__cuda_fail(-EINVAL, "engram_cuda_register: ctx is NULL");
     if ((err = engram__cuda_enter(c, &prev)) != 0)
         return err;
     pthread_mutex_lock(&c->lock);
@@ -451,17 +469,17 @@ int engram_cuda_unregister(engram_cuda_ctx *c, engram_table_id id)
     int err = 0;
     engram__cuda_table *t;
     if (!c)
-        return engram__err(-EINVAL, "engram_cuda_unregister: ctx is NULL");
+        return engram__cuda_fail(-EINVAL, "engram_cuda_unregister: ctx is NULL");
     if ((err = engram__cuda_enter(c, &prev)) != 0)
         return err;
     pthread_mutex_lock(&c->lock);
     t = id < c->ntables ? &c->tables[id] : NULL;
     if (!t || t->mode == ENGRAM_CUDA_TABLE_NONE)
-        err = engram__err(-ENOENT, "table %u is not registered with this CUDA context",
-                          (unsigned)id);
+        err = engram__cuda_fail(-ENOENT, "table %u is not registered with this CUDA context",
+                                (unsigned)id);
     else if (t->plans)
-        err = engram__err(ENGRAM_ESTATE, "table %u is read by %u plan column(s): destroy the "
-                                         "plans first", (unsigned)id, t->plans);
+        err = engram__cuda_fail(ENGRAM_ESTATE, "table %u is read by %u plan column(s): destroy the "
+                                               "plans first", (unsigned)id, t->plans);
     else
         table_release(t);
     pthread_mutex_unlock(&c->lock);
@@ -473,7 +491,7 @@ int engram_cuda_table_mode(engram_cuda_ctx *c, engram_table_id id)
 {
     int mode;
     if (!c)
-        return engram__err(-EINVAL, "engram_cuda_table_mode: ctx is NULL");
+        return engram__cuda_fail(-EINVAL, "engram_cuda_table_mode: ctx is NULL");
     pthread_mutex_lock(&c->lock);
     mode = id < c->ntables ? c->tables[id].mode : ENGRAM_CUDA_TABLE_NONE;
     pthread_mutex_unlock(&c->lock);
@@ -518,8 +536,8 @@ int engram_cuda_check(engram_cuda_ctx *c, engram_cuda_report *r)
     char host_msg[sizeof c->host_msg];
 
     if (!c || (r && r->size != sizeof *r))
-        return engram__err(-EINVAL, "engram_cuda_check: ctx (and report->size = "
-                                    "sizeof(engram_cuda_report)) required");
+        return engram__cuda_fail(-EINVAL, "engram_cuda_check: ctx (and report->size = "
+                                          "sizeof(engram_cuda_report)) required");
     if ((err = engram__cuda_enter(c, &prev)) != 0)
         return err;
     /* One check at a time: the take and the copy of bad_snap must not
@@ -561,8 +579,8 @@ int engram_cuda_check(engram_cuda_ctx *c, engram_cuda_report *r)
     if (snap.count && snap.key == ENGRAM__CUDA_NO_BAD) {
         if (r)
             r->first_col = ENGRAM_CUDA_NO_FIRST;
-        return engram__err(ENGRAM_EBADID, "%llu bad id(s) skipped by GPU lookups (the first "
-                                          "is reported by the next check)", snap.count);
+        return engram__cuda_fail(ENGRAM_EBADID, "%llu bad id(s) skipped by GPU lookups (the first "
+                                                "is reported by the next check)", snap.count);
     }
     if (snap.key != ENGRAM__CUDA_NO_BAD) {
         unsigned long long nrows = 0;
@@ -570,23 +588,24 @@ int engram_cuda_check(engram_cuda_ctx *c, engram_cuda_report *r)
         if (snap.table < c->ntables)
             nrows = (unsigned long long)c->tables[snap.table].spec.num_rows;
         pthread_mutex_unlock(&c->lock);
-        return engram__err(ENGRAM_EBADID,
-                           "%llu bad id(s) skipped by GPU lookups; the first: ids[%llu][%u] = %lld "
-                           "is outside table %u (%llu rows) after its column's offset",
-                           snap.count, snap.key >> ENGRAM__CUDA_COL_BITS,
-                           (unsigned)(snap.key & ((1u << ENGRAM__CUDA_COL_BITS) - 1)), snap.value,
-                           snap.table, nrows);
+        return engram__cuda_fail(
+            ENGRAM_EBADID,
+            "%llu bad id(s) skipped by GPU lookups; the first: ids[%llu][%u] = %lld "
+            "is outside table %u (%llu rows) after its column's offset",
+            snap.count, snap.key >> ENGRAM__CUDA_COL_BITS,
+            (unsigned)(snap.key & ((1u << ENGRAM__CUDA_COL_BITS) - 1)), snap.value, snap.table,
+            nrows);
     }
     if (host_err)
-        return engram__err(host_err, "a host-path gather failed: %s", host_msg);
+        return engram__cuda_fail(host_err, "a host-path gather failed: %s", host_msg);
     return 0;
 }
 
 int engram_cuda_get_stats(engram_cuda_ctx *c, engram_cuda_stats *s)
 {
     if (!c || !s || s->size != sizeof *s)
-        return engram__err(-EINVAL, "engram_cuda_get_stats: ctx and stats (with size = "
-                                    "sizeof(engram_cuda_stats)) are required");
+        return engram__cuda_fail(-EINVAL, "engram_cuda_get_stats: ctx and stats (with size = "
+                                          "sizeof(engram_cuda_stats)) are required");
     memset(s, 0, sizeof *s);
     s->size = sizeof *s;
     s->device = c->device;

@@ -20,6 +20,7 @@
 #include "cache.h"
 #include "cuda_internal.h"
 #include "engram_cuda.h"
+#include "internal.h"
 
 typedef struct engram__cuda_reg engram__cuda_reg;
 
@@ -65,7 +66,13 @@ struct engram_cuda_ctx {
     engram__cuda_cache cache; /* engram_cuda_lookup_tables()'s plans (cache.c) */
 };
 
-/* Records a CUDA failure like engram__err(): -ENOMEM, -ENODEV or -EIO with
+/* Records failure `code` with a formatted message and returns `code`, as
+ * engram__err() does inside libengram: the message is libengram's
+ * per-thread one (engram_errmsg()), reached, as everything of libengram
+ * is from here, through its internal interface (internal.h). */
+int engram__cuda_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Records a CUDA failure like engram__cuda_fail(): -ENOMEM, -ENODEV or -EIO with
  * "<what>: <cuda error name> (<text>)"; clears the runtime's last error. */
 int engram__cuda_err(cudaError_t e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

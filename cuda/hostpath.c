@@ -1,6 +1,7 @@
 /*
  * hostpath.c - the CPU half of the host path: gathers staged ids into
- * staged rows with the core library, inside a cudaLaunchHostFunc node.
+ * staged rows with the core library (engram_lookup() through its internal
+ * interface, internal.h), inside a cudaLaunchHostFunc node.
  *
  * It runs on a CUDA driver thread, between a device-to-host copy of the
  * ids and a host-to-device copy of the rows on the lookup's stream.  It
@@ -10,9 +11,11 @@
 #include "common.h"
 #include "cuda_internal.h"
 #include "ids.h"
+#include "internal.h"
 
 int engram__cuda_host_gather(const engram__cuda_host *h, size_t T)
 {
+    const engram__internal *core = engram_internal_v1(); /* libengram (internal.h) */
     engram_lookup_args a = ENGRAM_LOOKUP_ARGS_INIT;
     int err;
 
@@ -35,10 +38,10 @@ int engram__cuda_host_gather(const engram__cuda_host *h, size_t T)
     a.ids = h->ids;
     a.id_type = ENGRAM_ID_INT64;
     a.out = h->rows;
-    err = engram_lookup(h->store, &a);
+    err = core->lookup(h->store, &a);
     /* engram_errmsg() is this thread's: read it here, before returning to
      * the driver. */
     if (err && h->on_error)
-        h->on_error(h->ud, err, engram_errmsg());
+        h->on_error(h->ud, err, core->errmsg());
     return err;
 }

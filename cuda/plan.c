@@ -142,42 +142,44 @@ static int plan_shape(engram_cuda_plan *p, engram__cuda_table **tab, engram__cud
     p->R = tab[0]->spec.row_bytes;
     for (uint32_t k = 1; k < p->K; k++)
         if (tab[k]->spec.row_bytes != p->R)
-            return engram__err(ENGRAM_ELAYOUT,
-                               "tables[%u] = %u has row_bytes %u but tables[0] = %u has %u", k,
-                               (unsigned)p->tables[k], tab[k]->spec.row_bytes,
-                               (unsigned)p->tables[0], p->R);
+            return engram__cuda_fail(
+                ENGRAM_ELAYOUT, "tables[%u] = %u has row_bytes %u but tables[0] = %u has %u", k,
+                (unsigned)p->tables[k], tab[k]->spec.row_bytes, (unsigned)p->tables[0], p->R);
     if (p->op == ENGRAM_CUDA_OP_GATHER) {
         p->out_R = p->R;
         return 0;
     }
     if (!p->planar) {
         if (p->R % 33 != 0)
-            return engram__err(ENGRAM_ELAYOUT,
-                               "packed FP8 rows hold N values and N/32 scales (33 * N / 32 "
-                               "bytes, N a multiple of 32); row_bytes %u is not", p->R);
+            return engram__cuda_fail(ENGRAM_ELAYOUT,
+                                     "packed FP8 rows hold N values and N/32 scales (33 * N / 32 "
+                                     "bytes, N a multiple of 32); row_bytes %u is not", p->R);
         p->N = p->R / 33 * 32;
     } else {
         p->N = p->R;
         if (p->N % 32 != 0)
-            return engram__err(ENGRAM_ELAYOUT,
-                               "planar FP8 weight rows must hold a multiple of 32 values, not %u",
-                               p->N);
+            return engram__cuda_fail(
+                ENGRAM_ELAYOUT, "planar FP8 weight rows must hold a multiple of 32 values, not %u",
+                p->N);
         for (uint32_t k = 0; k < p->K; k++) {
             if (sc[k]->spec.row_bytes != p->N / 32)
-                return engram__err(ENGRAM_ELAYOUT,
-                                   "scale_tables[%u] = %u has row_bytes %u, expected %u (one per "
-                                   "32 values)", k, (unsigned)p->scales[k],
-                                   sc[k]->spec.row_bytes, p->N / 32);
+                return engram__cuda_fail(
+                    ENGRAM_ELAYOUT,
+                    "scale_tables[%u] = %u has row_bytes %u, expected %u (one per "
+                    "32 values)",
+                    k, (unsigned)p->scales[k], sc[k]->spec.row_bytes, p->N / 32);
             if (sc[k]->spec.num_rows < tab[k]->spec.num_rows)
-                return engram__err(ENGRAM_ELAYOUT,
-                                   "scale_tables[%u] = %u has %llu rows, fewer than tables[%u] "
-                                   "(%llu)", k, (unsigned)p->scales[k],
-                                   (unsigned long long)sc[k]->spec.num_rows, k,
-                                   (unsigned long long)tab[k]->spec.num_rows);
+                return engram__cuda_fail(
+                    ENGRAM_ELAYOUT,
+                    "scale_tables[%u] = %u has %llu rows, fewer than tables[%u] "
+                    "(%llu)",
+                    k, (unsigned)p->scales[k], (unsigned long long)sc[k]->spec.num_rows, k,
+                    (unsigned long long)tab[k]->spec.num_rows);
             if (tab[k]->mode == ENGRAM_CUDA_TABLE_HOST || sc[k]->mode == ENGRAM_CUDA_TABLE_HOST)
-                return engram__err(-ENOTSUP, "column %u: planar dequant needs memory-resident "
-                                             "tables; table %u or %u has no base address",
-                                   k, (unsigned)p->tables[k], (unsigned)p->scales[k]);
+                return engram__cuda_fail(-ENOTSUP,
+                                         "column %u: planar dequant needs memory-resident "
+                                         "tables; table %u or %u has no base address",
+                                         k, (unsigned)p->tables[k], (unsigned)p->scales[k]);
         }
     }
     p->out_R = 2 * p->N;
@@ -194,11 +196,11 @@ static int host_alloc(engram_cuda_plan *p, engram__cuda_table **tab, const int64
     uint32_t j = 0;
 
     if (p->max_T == 0)
-        return engram__err(-EINVAL, "a table of this plan has no base address: the host path "
-                                    "needs plan max_tokens > 0");
+        return engram__cuda_fail(-EINVAL, "a table of this plan has no base address: the host path "
+                                          "needs plan max_tokens > 0");
     if (engram__mul_u64(p->max_T, p->Kh, &nids) || engram__mul_u64(nids, p->R, &nbytes) ||
         engram__mul_u64(nids, sizeof(int64_t), &(uint64_t){0}) || nbytes > SIZE_MAX / 2)
-        return engram__err(-EINVAL, "host-path staging of %zu tokens overflows", p->max_T);
+        return engram__cuda_fail(-EINVAL, "host-path staging of %zu tokens overflows", p->max_T);
     p->h_tables = calloc(p->Kh, sizeof *p->h_tables);
     p->h_offsets = calloc(p->Kh, sizeof *p->h_offsets);
     p->h_spans = calloc(p->Kh, sizeof *p->h_spans);
@@ -206,7 +208,7 @@ static int host_alloc(engram_cuda_plan *p, engram__cuda_table **tab, const int64
     p->slots = calloc(p->max_T + 1, sizeof *p->slots);
     if (!p->h_tables || !p->h_offsets || !p->h_spans || !hcols || !p->slots) {
         free(hcols);
-        return engram__err(-ENOMEM, "out of memory for the host path");
+        return engram__cuda_fail(-ENOMEM, "out of memory for the host path");
     }
     for (uint32_t k = 0; k < p->K; k++) {
         if (tab[k]->mode != ENGRAM_CUDA_TABLE_HOST)
@@ -263,7 +265,7 @@ static int plan_build_locked(engram_cuda_plan *p, const engram_cuda_plan_args *a
     sc = calloc(p->K, sizeof *sc);
     cols = calloc(p->K, sizeof *cols);
     if (!tab || !sc || !cols) {
-        err = engram__err(-ENOMEM, "out of memory for a plan of %u columns", p->K);
+        err = engram__cuda_fail(-ENOMEM, "out of memory for a plan of %u columns", p->K);
         goto out;
     }
     /* Register everything first: the table array may move while growing,
@@ -334,15 +336,17 @@ out:
 int engram__cuda_plan_args_check(const engram_cuda_plan_args *a, const char *fn)
 {
     if (!a || a->size != sizeof *a)
-        return engram__err(-EINVAL, "%s: args (with size = sizeof(engram_cuda_plan_args)) are "
-                                    "required", fn);
+        return engram__cuda_fail(-EINVAL,
+                                 "%s: args (with size = sizeof(engram_cuda_plan_args)) are "
+                                 "required",
+                                 fn);
     if (a->num_cols == 0 || a->num_cols > ENGRAM_CUDA_MAX_COLS || !a->tables)
-        return engram__err(-EINVAL, "a plan needs 1 to %u columns and their tables (got %zu)",
-                           ENGRAM_CUDA_MAX_COLS, a->num_cols);
+        return engram__cuda_fail(-EINVAL, "a plan needs 1 to %u columns and their tables (got %zu)",
+                                 ENGRAM_CUDA_MAX_COLS, a->num_cols);
     if (a->op != ENGRAM_CUDA_OP_GATHER && a->op != ENGRAM_CUDA_OP_DEQUANT_FP8)
-        return engram__err(-EINVAL, "unknown plan op %u", a->op);
+        return engram__cuda_fail(-EINVAL, "unknown plan op %u", a->op);
     if (a->scale_tables && a->op != ENGRAM_CUDA_OP_DEQUANT_FP8)
-        return engram__err(-EINVAL, "scale_tables are only for ENGRAM_CUDA_OP_DEQUANT_FP8");
+        return engram__cuda_fail(-EINVAL, "scale_tables are only for ENGRAM_CUDA_OP_DEQUANT_FP8");
     return 0;
 }
 
@@ -354,14 +358,15 @@ int engram_cuda_plan_create(engram_cuda_ctx *c, const engram_cuda_plan_args *a,
     int err;
 
     if (!c || !out)
-        return engram__err(-EINVAL, "engram_cuda_plan_create: ctx, args and out are required");
+        return engram__cuda_fail(-EINVAL,
+                                 "engram_cuda_plan_create: ctx, args and out are required");
     *out = NULL;
     if ((err = engram__cuda_plan_args_check(a, "engram_cuda_plan_create")) != 0)
         return err;
     if ((p = calloc(1, sizeof *p)) != NULL)
         pthread_mutex_init(&p->host_lock, NULL);
     if (!p)
-        return engram__err(-ENOMEM, "out of memory");
+        return engram__cuda_fail(-ENOMEM, "out of memory");
     p->ctx = c;
     p->op = a->op;
     p->K = (uint32_t)a->num_cols;
@@ -373,7 +378,7 @@ int engram_cuda_plan_create(engram_cuda_ctx *c, const engram_cuda_plan_args *a,
         free(p->tables);
         free(p->scales);
         free(p);
-        return engram__err(-ENOMEM, "out of memory");
+        return engram__cuda_fail(-ENOMEM, "out of memory");
     }
     memcpy(p->tables, a->tables, p->K * sizeof *p->tables);
     if (p->planar)
@@ -435,8 +440,9 @@ int engram_cuda_lookup(engram_cuda_plan *p, const engram_cuda_lookup_args *a, cu
     int cur = -1;
 
     if (ENGRAM__UNLIKELY(!p || !a || a->size != sizeof *a))
-        return engram__err(-EINVAL, "plan and args (with size = sizeof(engram_cuda_lookup_args)) "
-                                    "are required");
+        return engram__cuda_fail(-EINVAL,
+                                 "plan and args (with size = sizeof(engram_cuda_lookup_args)) "
+                                 "are required");
     if (a->num_tokens == 0)
         return 0;
     /* A kernel launched on another device would read this context's
@@ -445,9 +451,9 @@ int engram_cuda_lookup(engram_cuda_plan *p, const engram_cuda_lookup_args *a, cu
     if (ENGRAM__UNLIKELY((e = cudaGetDevice(&cur)) != cudaSuccess))
         return engram__cuda_err(e, "cudaGetDevice"); /* clears it */
     if (ENGRAM__UNLIKELY(cur != p->ctx->device))
-        return engram__err(-EINVAL, "the current CUDA device is %d but the context is on "
-                                    "device %d: make it current first (cudaSetDevice)",
-                           cur, p->ctx->device);
+        return engram__cuda_fail(-EINVAL, "the current CUDA device is %d but the context is on "
+                                          "device %d: make it current first (cudaSetDevice)",
+                                 cur, p->ctx->device);
     return engram__cuda_lookup_current(p, a, stream);
 }
 
@@ -455,6 +461,7 @@ int engram__cuda_lookup_current(engram_cuda_plan *p, const engram_cuda_lookup_ar
                                 cudaStream_t stream)
 {
     engram__cuda_launch L;
+    engram__out_layout ol;
     engram_cuda_ctx *c = p->ctx;
     uint64_t rows;
     uint32_t out_align;
@@ -464,20 +471,22 @@ int engram__cuda_lookup_current(engram_cuda_plan *p, const engram_cuda_lookup_ar
     if (a->num_tokens == 0)
         return 0;
     if (ENGRAM__UNLIKELY(!a->ids || !a->out))
-        return engram__err(-EINVAL, "ids and out are required for a %zu x %u lookup",
-                           a->num_tokens, p->K);
+        return engram__cuda_fail(-EINVAL, "ids and out are required for a %zu x %u lookup",
+                                 a->num_tokens, p->K);
     if (ENGRAM__UNLIKELY(a->id_type != ENGRAM_ID_INT32 && a->id_type != ENGRAM_ID_INT64))
-        return engram__err(ENGRAM_ELAYOUT, "id_type %d is neither ENGRAM_ID_INT32 nor "
-                                           "ENGRAM_ID_INT64", a->id_type);
+        return engram__cuda_fail(ENGRAM_ELAYOUT, "id_type %d is neither ENGRAM_ID_INT32 nor "
+                                                 "ENGRAM_ID_INT64", a->id_type);
     if (ENGRAM__UNLIKELY(a->flags & ~(uint32_t)(ENGRAM_LOOKUP_ZERO_DEAD |
                                                 ENGRAM_CUDA_LOOKUP_BACKGROUND)))
-        return engram__err(-EINVAL, "unknown lookup flags 0x%x", a->flags);
+        return engram__cuda_fail(-EINVAL, "unknown lookup flags 0x%x", a->flags);
     if (ENGRAM__UNLIKELY(engram__mul_u64(a->num_tokens, p->K, &rows) ||
                          a->num_tokens >= (1ull << (64 - ENGRAM__CUDA_COL_BITS))))
-        return engram__err(ENGRAM_ELAYOUT, "%zu x %u ids is too many", a->num_tokens, p->K);
+        return engram__cuda_fail(ENGRAM_ELAYOUT, "%zu x %u ids is too many", a->num_tokens, p->K);
     if (ENGRAM__UNLIKELY(p->Kh && a->num_tokens > p->max_T))
-        return engram__err(-EINVAL, "%zu tokens exceed the plan's max_tokens (%zu) of its host "
-                                    "path", a->num_tokens, p->max_T);
+        return engram__cuda_fail(-EINVAL,
+                                 "%zu tokens exceed the plan's max_tokens (%zu) of its host "
+                                 "path",
+                                 a->num_tokens, p->max_T);
 
     memset(&L, 0, sizeof L);
     L.cols = p->d_cols;
@@ -495,17 +504,14 @@ int engram__cuda_lookup_current(engram_cuda_plan *p, const engram_cuda_lookup_ar
         L.ist = (ptrdiff_t)p->K;
         L.isk = 1;
     }
-    L.ost = a->out_stride_t;
-    L.osk = a->out_stride_k;
-    if (L.ost == 0 && L.osk == 0) {
-        L.osk = (ptrdiff_t)p->out_R;
-        L.ost = (ptrdiff_t)p->K * L.osk;
-    }
     if ((uintptr_t)a->ids % (L.id64 ? 8u : 4u) != 0)
-        return engram__err(ENGRAM_ELAYOUT, "ids at %p are not aligned to their type",
-                           a->ids);
-    if ((err = engram__check_out_layout(p->out_R, L.T, L.K, L.ost, L.osk)) != 0)
+        return engram__cuda_fail(ENGRAM_ELAYOUT, "ids at %p are not aligned to their type",
+                                 a->ids);
+    if ((err = engram_internal_v1()->out_layout(p->out_R, a->num_tokens, p->K, a->out_stride_t,
+                                                a->out_stride_k, &ol)) != 0)
         return err;
+    L.ost = ol.ost;
+    L.osk = ol.osk;
     out_align = align_of((uintptr_t)a->out);
     if (L.T > 1 && align_of((uint64_t)L.ost) < out_align)
         out_align = align_of((uint64_t)L.ost);
@@ -525,8 +531,9 @@ int engram__cuda_lookup_current(engram_cuda_plan *p, const engram_cuda_lookup_ar
         L.lanes = lanes_for(L.R / L.load_w);
     } else {
         if (out_align < 2)
-            return engram__err(ENGRAM_ELAYOUT, "BF16 output (address and strides) must be 2-byte "
-                                               "aligned");
+            return engram__cuda_fail(ENGRAM_ELAYOUT,
+                                     "BF16 output (address and strides) must be 2-byte "
+                                     "aligned");
         L.R = p->N;
         /* Vector variant: 8 values per 8-byte load, 8 BF16 per 16-byte store. */
         int vec = p->in_align >= 8 && out_align >= 16;

@@ -214,9 +214,7 @@ typedef struct engram_store_options {
                         * 1 = the calling thread only */
     size_t parallel_min_rows; /* split a lookup across threads from this many rows up;
                                * 0 = the measured default */
-    /* Fields below came with the row cache.  A caller built against an
-     * older header passes the old size (offsetof(engram_store_options,
-     * cache_bytes)) and gets their defaults. */
+    /* The row cache. */
     uint64_t cache_bytes;  /* memory budget of the whole store's row cache (its slots and
                             * its reads' staging: file-cache, safetensors and source
                             * tables): 0 = 256 MiB.  See engram_get_cache_stats(). */
@@ -225,11 +223,8 @@ typedef struct engram_store_options {
     uint32_t cache_log_ms; /* log a cache stats line at most every this many ms of
                             * lookups (to stderr, or to the function of engram_set_log());
                             * 0 = the ENGRAM_CACHE_LOG_MS environment variable, or never */
-    /* Fields below came with NUMA placement.  A caller built against an
-     * older header passes the old size (offsetof(engram_store_options,
-     * numa_policy), or the row cache's older one) and gets no placement.
-     * The placement applies to the table files this store writes in a
-     * tmpfs namespace and to the private copies it makes at open
+    /* NUMA placement: of the table files this store writes in a tmpfs
+     * namespace and of the private copies it makes at open
      * (ENGRAM_OPEN_PRIVATE_HUGE); see "NUMA placement" below. */
     uint32_t numa_policy;   /* ENGRAM_NUMA_*; ENGRAM_NUMA_DEFAULT = no placement */
     int32_t numa_node;      /* ENGRAM_NUMA_NODE: the node, or -1 to take numa_gpu's */
@@ -656,14 +651,10 @@ typedef struct engram_table_info {
                               * k columns of one lookup counts k) */
     uint64_t rows;           /* rows copied from this table (dead ids excluded) */
     uint64_t bytes;          /* bytes copied from this table */
-    /* Came with row ranges.  A caller built against an older header passes
-     * the old size (offsetof(engram_table_info, row_start)) and does not
-     * get them.
-     *
-     * A table that holds a range of a larger tensor (a TP rank's shard of
-     * a checkpoint tensor, one head of a layer's concatenated heads) says
-     * so here: its row i is global row row_start + i of a tensor of
-     * total_rows rows.  Look it up with offsets[k] = row_start to use
+    /* Row ranges.  A table that holds a range of a larger tensor (a TP
+     * rank's shard of a checkpoint tensor, one head of a layer's
+     * concatenated heads) says so here: its row i is global row
+     * row_start + i of a tensor of total_rows rows.  Look it up with offsets[k] = row_start to use
      * global ids.  total_rows is 0 when no range is known (the table was
      * written without one; row_start is then 0 too).  Recorded in the file
      * by engram_writer_set_range(); set for safetensors tables from their
@@ -682,9 +673,7 @@ typedef struct engram_table_info {
 
 /*! engram_get_table_info() :
  * Fills *info about table `name` (stored or bound) without mapping it.
- * info->size must be set: sizeof(engram_table_info), or the size of an
- * older header's struct (offsetof(engram_table_info, row_start)), of
- * which only that many bytes are written.  Thread-safe.
+ * info->size must be sizeof(engram_table_info).  Thread-safe.
  * @return : 0, -ENOENT, ENGRAM_ECORRUPT, ... */
 ENGRAM_API int engram_get_table_info(engram_store *st, const char *name, engram_table_info *info);
 
@@ -1364,12 +1353,11 @@ typedef struct engram_stats {
 #define ENGRAM_STATS_INIT {sizeof(engram_stats), 0u, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 
 /*! engram_store_stats() :
- * Fills *stats (stats->size must be set; the size of the struct before
- * removed_tables was added is accepted too, and only that much is
- * written).  Counters are summed from per-thread shards without stopping
- * lookups, so a snapshot taken during lookups may be slightly behind.
- * First releases what removed tables hold where no running lookup can
- * still read it.  Thread-safe.
+ * Fills *stats (stats->size must be sizeof(engram_stats)).  Counters
+ * are summed from per-thread shards without stopping lookups, so a
+ * snapshot taken during lookups may be slightly behind.  First releases
+ * what removed tables hold where no running lookup can still read it.
+ * Thread-safe.
  * @return : 0 or -EINVAL. */
 ENGRAM_API int engram_store_stats(engram_store *st, engram_stats *stats);
 
@@ -1491,11 +1479,8 @@ typedef struct engram_cache_stats {
     uint64_t budget_bytes;  /* the store's cache_bytes */
     uint32_t queue_depth;   /* reads in flight per lookup at most */
     uint32_t reserved;      /* 0 */
-    /* Came with source tables; a caller built against an older header
-     * passes the old size and does not get it. */
     uint64_t staging_bytes; /* the reader's staging reserved from budget_bytes (store-wide:
                              * the same for every table) */
-    /* Came with the cache's admission filter (older sizes are accepted). */
     uint64_t not_kept;      /* rows read but not kept: their set was full and they had
                              * not been asked for often enough lately to evict a row */
 } engram_cache_stats;

@@ -9,6 +9,7 @@
 #ifndef ENGRAM_COMMON_H
 #define ENGRAM_COMMON_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -27,17 +28,17 @@
 
 /* Records a formatted detail message for `code` on this thread and returns
  * `code`, so a failure site reads `return engram__err(ENGRAM_ESPEC, ...)`.
- * These two are exported from the shared library (but are not public API)
- * so that libengram_cuda reports through the same per-thread message that
- * engram_errmsg() reads. */
-ENGRAM_API int engram__err(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+ * libengram_cuda reports through the same per-thread message with
+ * engram__verr(), which it reaches through internal.h. */
+int engram__err(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int engram__verr(int code, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 
 /* The longest message engram_errmsg() holds, its terminating NUL
  * included: a buffer of this size keeps a message whole. */
 #define ENGRAM__ERRMSG_MAX 1024
 
 /* Records errno-style failure `-errno_value` of `what` (e.g. "open 'x'"). */
-ENGRAM_API int engram__errno(int errno_value, const char *fmt, ...)
+int engram__errno(int errno_value, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 /* Sends a log message (one line, no newline) of `level` (ENGRAM_LOG_*)
@@ -70,13 +71,6 @@ enum {
     ENGRAM__SCRATCH_KINDS
 };
 void *engram__scratch(int which, size_t size);
-
-/* Checks that T x K output rows of R bytes at byte strides (ost, osk) never
- * overlap: the inner dimension's stride must cover a row and the outer
- * one the whole inner extent.  0 or ENGRAM_ELAYOUT with the reason.
- * Exported like engram__err: the CUDA lookup applies the same rule. */
-ENGRAM_API int engram__check_out_layout(size_t R, size_t T, size_t K, ptrdiff_t ost,
-                                        ptrdiff_t osk);
 
 /* Overflow-checked size arithmetic: return 0 on success, -1 on overflow. */
 /* A spin-wait hint (x86 pause); nothing elsewhere. */

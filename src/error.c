@@ -86,6 +86,11 @@ int engram_last_bad_id(engram_bad_id *bad)
     return 0;
 }
 
+int engram__verr(int code, const char *fmt, va_list ap)
+{
+    return verr(code, fmt, ap);
+}
+
 int engram__err(int code, const char *fmt, ...)
 {
     va_list ap;

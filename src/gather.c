@@ -45,6 +45,7 @@
 
 #include "fetch.h"
 #include "ids.h"
+#include "outlayout.h"
 #include "pool.h"
 #include "readsection.h"
 #include "store.h"
@@ -628,6 +629,8 @@ static int get_cols(engram_store *st, const engram_lookup_args *a, col *cols, co
 static int plan_layout(const engram_lookup_args *a, plan *p)
 {
     size_t T = a->num_tokens, K = a->num_cols;
+    engram__out_layout ol;
+    int err;
     if (ENGRAM__UNLIKELY(a->row_bytes && a->row_bytes != p->cols[0].t->spec.row_bytes))
         return engram__err(ENGRAM_ELAYOUT, "output rows are %zu bytes but table '%s' has "
                            "row_bytes %u", a->row_bytes, p->cols[0].t->name,
@@ -644,28 +647,184 @@ static int plan_layout(const engram_lookup_args *a, plan *p)
         p->isk = 1;
     }
     p->out = a->out;
-    p->ost = a->out_stride_t;
-    p->osk = a->out_stride_k;
-    if (p->ost == 0 && p->osk == 0) {
-        p->osk = (ptrdiff_t)p->R;
-        p->ost = (ptrdiff_t)(K * p->R);
-    }
     p->zero_dead = (a->flags & ENGRAM_LOOKUP_ZERO_DEAD) != 0;
-    return engram__check_out_layout(p->R, T, K, p->ost, p->osk);
+    if ((err = engram__out_layout_resolve(p->R, T, K, a->out_stride_t, a->out_stride_k, &ol)) != 0)
+        return err;
+    p->ost = ol.ost;
+    p->osk = ol.osk;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * engram_lookup() in its three steps: validate the arguments, plan (resolve
+ * the tables and the layout, check every id), run (copy the memory rows,
+ * then fetch the rest); then the counters.  Each is called once, so the
+ * compiler keeps them in the one function a lookup runs.
+ */
+
+/* The caller's storage for a lookup that fits on the stack. */
+typedef struct lookup_stack {
+    col cols[STACK_COLS];
+    const unsigned char *src[STACK_ROWS];
+    uint64_t rows[STACK_ROWS];
+    engram__fetch_req reqs[STACK_ROWS];
+} lookup_stack;
+
+/* What the plan leaves for the run and the counters. */
+typedef struct lookup_state {
+    plan p;
+    colmemo *memo;  /* the thread's memo entry of the columns, or NULL */
+    size_t rows;    /* T x K */
+    uint64_t dead;  /* dead ids */
+    size_t parts;   /* parts of a split lookup; 0: on this thread */
+} lookup_state;
+
+/* The checks of `a` that need no table: 0, or the error. */
+static int lookup_validate(const engram_lookup_args *a)
+{
+    if (ENGRAM__UNLIKELY(!a->tables || !a->ids || !a->out))
+        return engram__err(-EINVAL, "tables, ids and out are required for a %zu x %zu lookup",
+                           a->num_tokens, a->num_cols);
+    if (ENGRAM__UNLIKELY(a->id_type != ENGRAM_ID_INT32 && a->id_type != ENGRAM_ID_INT64))
+        return engram__err(ENGRAM_ELAYOUT,
+                           "id_type %d is neither ENGRAM_ID_INT32 nor ENGRAM_ID_INT64",
+                           a->id_type);
+    if (ENGRAM__UNLIKELY(engram__mul_u64(a->num_tokens, a->num_cols, &(uint64_t){0})))
+        return engram__err(ENGRAM_ELAYOUT, "%zu x %zu ids overflow", a->num_tokens, a->num_cols);
+    return 0;
+}
+
+/* Plans lookup `a` into *ls (pass one): resolves its columns and its
+ * layout, takes the plan's memory and checks every id, recording each
+ * row's source.  Nothing is written to the output.  Runs inside the
+ * caller's read section. */
+static int lookup_plan(engram_store *st, const engram_lookup_args *a, lookup_stack *stk,
+                       lookup_state *ls)
+{
+    plan *p = &ls->p;
+    col *cols;
+    int err;
+
+    ls->rows = a->num_tokens * a->num_cols;
+    ls->dead = 0;
+    ls->parts = 0;
+    if (ENGRAM__LIKELY(a->num_cols <= STACK_COLS)) {
+        cols = stk->cols;
+    } else if (engram__mul_u64(a->num_cols, sizeof(col), &(uint64_t){0}) ||
+               !(cols = engram__scratch(ENGRAM__SCRATCH_COLS, a->num_cols * sizeof(col)))) {
+        return engram__err(-ENOMEM, "out of memory for the plan of %zu columns", a->num_cols);
+    }
+    if ((err = get_cols(st, a, cols, &p->cols, &p->indirect, &ls->memo)) != 0 ||
+        (err = plan_layout(a, p)) != 0)
+        return err;
+    p->hot = ls->memo ? ls->memo->hot : 0;
+    if (ENGRAM__LIKELY(ls->rows <= STACK_ROWS)) {
+        p->src = stk->src;
+        p->rows = stk->rows;
+    } else {
+        /* The row sources, then (with row sources) the rows.  Ids may be
+         * broadcast (stride 0), so T x K is not bounded by memory: the
+         * size is checked like any other. */
+        uint64_t per = sizeof *p->src + (p->indirect ? sizeof *p->rows : 0), size;
+        if (ENGRAM__UNLIKELY(engram__mul_u64(ls->rows, per, &size) || size > SIZE_MAX))
+            return engram__err(ENGRAM_ELAYOUT, "a plan of %zu x %zu rows does not fit in memory",
+                               a->num_tokens, a->num_cols);
+        if (ENGRAM__UNLIKELY(!(p->src = engram__scratch(ENGRAM__SCRATCH_PLAN, (size_t)size))))
+            return engram__err(-ENOMEM, "out of memory for the plan of %zu x %zu rows",
+                               a->num_tokens, a->num_cols);
+        p->rows = (uint64_t *)(void *)(p->src + ls->rows);
+    }
+
+    if (st->pool && ls->rows >= st->parallel_min_rows) {
+        /* Parts of ~PART_ROWS rows: small enough that the caller can take
+         * over the share of a worker that is late, large enough that the
+         * claim per part is noise.  Planning and copying are two jobs: no
+         * row is copied before every id has been checked. */
+        plan_job pj = {p, SIZE_MAX, 0};
+        ls->parts = ls->rows / PART_ROWS < 2 ? 2 : ls->rows / PART_ROWS;
+        if (engram__pool_run(st->pool, plan_part, &pj, ls->parts) != 0)
+            plan_part(&pj, 0, 1); /* pool busy: plan on this thread */
+        if (ENGRAM__UNLIKELY(atomic_load_explicit(&pj.first_bad, memory_order_relaxed) !=
+                             SIZE_MAX))
+            return bad_id(p, a, atomic_load_explicit(&pj.first_bad, memory_order_relaxed));
+        ls->dead = atomic_load_explicit(&pj.dead, memory_order_relaxed);
+    } else {
+        size_t bad = plan_dispatch(p, 0, ls->rows, &ls->dead);
+        if (ENGRAM__UNLIKELY(bad != SIZE_MAX))
+            return bad_id(p, a, bad);
+    }
+    return 0;
+}
+
+/* Runs a planned lookup (pass two): the memory rows are copied (split
+ * across the pool where the plan was), then the rows of row sources are
+ * fetched.  *par is set if the copy ran on the pool. */
+static int lookup_run(engram_store *st, lookup_state *ls, lookup_stack *stk, int *par)
+{
+    plan *p = &ls->p;
+    engram__fetch_req *reqs = NULL;
+    int err;
+
+    *par = 0;
+    if (p->indirect && (err = fetch_prepare(p, stk->reqs, &reqs)) != 0)
+        return err;
+    if (ls->parts)
+        *par = engram__pool_run(st->pool, copy_part, p, ls->parts) == 0;
+    if (!*par)
+        copy_dispatch(p, 0, ls->rows);
+    if (p->indirect)
+        return fetch_pass(p, reqs);
+    return 0;
+}
+
+/* The counters of a lookup that succeeded: its tables' (each column's
+ * lookups and live rows) and the store's (with its time from t0 where the
+ * store counts time). */
+static void lookup_count(engram_store *st, const lookup_state *ls, unsigned shard, int excl,
+                         int par, int timing, uint64_t t0)
+{
+    const plan *p = &ls->p;
+    const colmemo *memo = ls->memo;
+    uint64_t dead = ls->dead, live = ls->rows - dead;
+    if (ENGRAM__LIKELY(memo && memo->excl && !dead)) {
+        /* The common case in one loop of plain adds: the thread's own
+         * shards, known from the memo, and every row live. */
+        for (size_t k = 0; k < p->K; k++) {
+            engram__table_counters *tc = memo->ctr[k];
+            atomic_store_explicit(&tc->lookups,
+                                  atomic_load_explicit(&tc->lookups, memory_order_relaxed) + 1,
+                                  memory_order_relaxed);
+            atomic_store_explicit(&tc->rows,
+                                  atomic_load_explicit(&tc->rows, memory_order_relaxed) + p->T,
+                                  memory_order_relaxed);
+        }
+    } else {
+        for (size_t k = 0; k < p->K; k++) {
+            engram__table_counters *tc = &p->cols[k].t->ctr[shard];
+            engram__ctr_add(&tc->lookups, 1, excl);
+            engram__ctr_add(&tc->rows, p->T - (dead ? col_dead(p, k) : 0), excl);
+        }
+    }
+    {
+        engram__store_counters *c = &st->ctr[shard];
+        engram__ctr_add(&c->lookups, 1, excl);
+        engram__ctr_add(&c->rows, live, excl);
+        engram__ctr_add(&c->dead, dead, excl);
+        engram__ctr_add(&c->bytes, live * p->R, excl);
+        if (par)
+            engram__ctr_add(&c->parallel, 1, excl);
+        if (timing)
+            engram__ctr_add(&c->time_ns, engram__now_ns() - t0, excl);
+    }
 }
 
 int engram_lookup(engram_store *st, const engram_lookup_args *a)
 {
-    col stack_cols[STACK_COLS], *cols;
-    const unsigned char *stack_src[STACK_ROWS];
-    uint64_t stack_rows[STACK_ROWS];
-    engram__fetch_req stack_reqs[STACK_ROWS], *reqs = NULL;
-    colmemo *memo;
-    plan p;
-    size_t rows, live, dead = 0, parts = 0;
+    lookup_stack stk;
+    lookup_state ls;
     uint64_t t0 = 0;
     unsigned shard;
-    int excl, err, timing, par = 0, in = 0;
+    int excl, err, timing, par = 0;
 
     if (ENGRAM__UNLIKELY(!st || !a || a->size != sizeof(engram_lookup_args)))
         return engram__err(-EINVAL, "store and args (with size = sizeof(engram_lookup_args)) are "
@@ -682,130 +841,25 @@ int engram_lookup(engram_store *st, const engram_lookup_args *a)
     if (timing)
         t0 = engram__now_ns();
     shard = engram__shard(&excl);
-    if (ENGRAM__UNLIKELY(!a->tables || !a->ids || !a->out)) {
-        err = engram__err(-EINVAL, "tables, ids and out are required for a %zu x %zu lookup",
-                          a->num_tokens, a->num_cols);
+    if ((err = lookup_validate(a)) != 0)
         goto fail;
-    }
-    if (ENGRAM__UNLIKELY(a->id_type != ENGRAM_ID_INT32 && a->id_type != ENGRAM_ID_INT64)) {
-        err = engram__err(ENGRAM_ELAYOUT, "id_type %d is neither ENGRAM_ID_INT32 nor ENGRAM_ID_INT64",
-                          a->id_type);
-        goto fail;
-    }
-    if (ENGRAM__UNLIKELY(engram__mul_u64(a->num_tokens, a->num_cols, &(uint64_t){0}))) {
-        err = engram__err(ENGRAM_ELAYOUT, "%zu x %zu ids overflow", a->num_tokens, a->num_cols);
-        goto fail;
-    }
-    rows = a->num_tokens * a->num_cols;
-    if (ENGRAM__LIKELY(a->num_cols <= STACK_COLS)) {
-        cols = stack_cols;
-    } else if (engram__mul_u64(a->num_cols, sizeof(col), &(uint64_t){0}) ||
-               !(cols = engram__scratch(ENGRAM__SCRATCH_COLS, a->num_cols * sizeof(col)))) {
-        err = engram__err(-ENOMEM, "out of memory for the plan of %zu columns", a->num_cols);
-        goto fail;
-    }
     /* From resolving the tables to the last copy: a table removed
      * meanwhile keeps its source until the section ends (readsection.h). */
     if ((err = engram__rsec_enter()) != 0)
         goto fail;
-    in = 1;
-    if ((err = get_cols(st, a, cols, &p.cols, &p.indirect, &memo)) != 0 ||
-        (err = plan_layout(a, &p)) != 0)
-        goto fail;
-    p.hot = memo ? memo->hot : 0;
-    if (ENGRAM__LIKELY(rows <= STACK_ROWS)) {
-        p.src = stack_src;
-        p.rows = stack_rows;
-    } else {
-        /* The row sources, then (with row sources) the rows.  Ids may be
-         * broadcast (stride 0), so T x K is not bounded by memory: the
-         * size is checked like any other. */
-        uint64_t per = sizeof *p.src + (p.indirect ? sizeof *p.rows : 0), size;
-        if (ENGRAM__UNLIKELY(engram__mul_u64(rows, per, &size) || size > SIZE_MAX)) {
-            err = engram__err(ENGRAM_ELAYOUT, "a plan of %zu x %zu rows does not fit in memory",
-                              a->num_tokens, a->num_cols);
-            goto fail;
-        }
-        if (ENGRAM__UNLIKELY(!(p.src = engram__scratch(ENGRAM__SCRATCH_PLAN, (size_t)size)))) {
-            err = engram__err(-ENOMEM, "out of memory for the plan of %zu x %zu rows",
-                              a->num_tokens, a->num_cols);
-            goto fail;
-        }
-        p.rows = (uint64_t *)(void *)(p.src + rows);
-    }
-
-    if (st->pool && rows >= st->parallel_min_rows) {
-        /* Parts of ~PART_ROWS rows: small enough that the caller can take
-         * over the share of a worker that is late, large enough that the
-         * claim per part is noise.  Planning and copying are two jobs: no
-         * row is copied before every id has been checked. */
-        plan_job pj = {&p, SIZE_MAX, 0};
-        parts = rows / PART_ROWS < 2 ? 2 : rows / PART_ROWS;
-        if (engram__pool_run(st->pool, plan_part, &pj, parts) != 0)
-            plan_part(&pj, 0, 1); /* pool busy: plan on this thread */
-        if (ENGRAM__UNLIKELY(atomic_load_explicit(&pj.first_bad, memory_order_relaxed) !=
-                             SIZE_MAX)) {
-            err = bad_id(&p, a, atomic_load_explicit(&pj.first_bad, memory_order_relaxed));
-            goto fail;
-        }
-        dead = atomic_load_explicit(&pj.dead, memory_order_relaxed);
-    } else {
-        size_t bad = plan_dispatch(&p, 0, rows, &dead);
-        if (ENGRAM__UNLIKELY(bad != SIZE_MAX)) {
-            err = bad_id(&p, a, bad);
-            goto fail;
-        }
-    }
-    if (p.indirect && (err = fetch_prepare(&p, stack_reqs, &reqs)) != 0)
-        goto fail;
-    if (parts)
-        par = engram__pool_run(st->pool, copy_part, &p, parts) == 0;
-    if (!par)
-        copy_dispatch(&p, 0, rows);
-    if (p.indirect) {
-        if ((err = fetch_pass(&p, reqs)) != 0)
-            goto fail;
-    }
+    err = lookup_plan(st, a, &stk, &ls);
+    if (err == 0)
+        err = lookup_run(st, &ls, &stk, &par);
     engram__rsec_exit();
-    live = rows - dead;
-    if (ENGRAM__LIKELY(memo && memo->excl && !dead)) {
-        /* The common case in one loop of plain adds: the thread's own
-         * shards, known from the memo, and every row live. */
-        for (size_t k = 0; k < p.K; k++) {
-            engram__table_counters *tc = memo->ctr[k];
-            atomic_store_explicit(&tc->lookups,
-                                  atomic_load_explicit(&tc->lookups, memory_order_relaxed) + 1,
-                                  memory_order_relaxed);
-            atomic_store_explicit(&tc->rows,
-                                  atomic_load_explicit(&tc->rows, memory_order_relaxed) + p.T,
-                                  memory_order_relaxed);
-        }
-    } else {
-        for (size_t k = 0; k < p.K; k++) {
-            engram__table_counters *tc = &p.cols[k].t->ctr[shard];
-            engram__ctr_add(&tc->lookups, 1, excl);
-            engram__ctr_add(&tc->rows, p.T - (dead ? col_dead(&p, k) : 0), excl);
-        }
-    }
-    {
-        engram__store_counters *c = &st->ctr[shard];
-        engram__ctr_add(&c->lookups, 1, excl);
-        engram__ctr_add(&c->rows, live, excl);
-        engram__ctr_add(&c->dead, dead, excl);
-        engram__ctr_add(&c->bytes, live * p.R, excl);
-        if (par)
-            engram__ctr_add(&c->parallel, 1, excl);
-        if (timing)
-            engram__ctr_add(&c->time_ns, engram__now_ns() - t0, excl);
-    }
+    if (err)
+        goto fail;
+    lookup_count(st, &ls, shard, excl, par, timing, t0);
     /* Last, once this lookup is done with the thread's plan and memo: the
      * log function it may call can look up on this thread itself. */
-    if (p.indirect && st->log_ns)
+    if (ls.p.indirect && st->log_ns)
         engram__store_maybe_log(st);
     return 0;
 fail:
-    if (in)
-        engram__rsec_exit();
     engram__ctr_add(&st->ctr[shard].failed, 1, excl);
     return err;
 }

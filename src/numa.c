@@ -56,9 +56,6 @@ int engram__numa_is_copy_name(const char *name)
     return 1;
 }
 
-/* sizeof(engram_store_options) before the numa_* fields. */
-#define OPTS_V2_SIZE offsetof(engram_store_options, numa_policy)
-
 #if !ENGRAM_HAVE_NUMA
 
 #define NO_LIBNUMA "this libengram was built without libnuma (install libnuma-dev and rebuild)"
@@ -71,7 +68,7 @@ int engram__numa_built(void)
 int engram__numa_resolve(const engram_store_options *opts, engram__numa *out)
 {
     memset(out, 0, sizeof *out);
-    if (opts->size <= OPTS_V2_SIZE || opts->numa_policy == ENGRAM_NUMA_DEFAULT)
+    if (opts->numa_policy == ENGRAM_NUMA_DEFAULT)
         return 0;
     if (opts->numa_policy > ENGRAM_NUMA_INTERLEAVE)
         return engram__err(-EINVAL, "numa_policy is %u (ENGRAM_NUMA_DEFAULT, _NODE or "
@@ -361,7 +358,7 @@ int engram__numa_resolve(const engram_store_options *opts, engram__numa *out)
     char list[200];
     int err;
     memset(out, 0, sizeof *out);
-    if (opts->size <= OPTS_V2_SIZE || opts->numa_policy == ENGRAM_NUMA_DEFAULT)
+    if (opts->numa_policy == ENGRAM_NUMA_DEFAULT)
         return 0;
     switch (opts->numa_policy) {
     case ENGRAM_NUMA_NODE: {

@@ -40,8 +40,7 @@ typedef struct engram__numa {
 /* 1 if the library was built with libnuma. */
 int engram__numa_built(void);
 
-/* Checks the placement asked for in `opts` (its numa_* fields; a struct
- * of an older size has none: *out is then ENGRAM_NUMA_DEFAULT) and fills
+/* Checks the placement asked for in `opts` (its numa_* fields) and fills
  * *out.  0, or -EINVAL / -ENODEV / -ENOTSUP with the reason. */
 int engram__numa_resolve(const engram_store_options *opts, engram__numa *out);
 

@@ -93,11 +93,6 @@ static void add_cache_stats(const engram__table *t, engram_cache_stats *s)
         engram__rcache_stats(t->src.cache, s);
 }
 
-/* sizeof(engram_cache_stats) before staging_bytes, and before not_kept,
- * were added. */
-#define CACHE_STATS_V1_SIZE offsetof(engram_cache_stats, staging_bytes)
-#define CACHE_STATS_V2_SIZE offsetof(engram_cache_stats, not_kept)
-
 int engram_get_cache_stats(engram_store *st, const char *name, engram_cache_stats *s)
 {
     engram_cache_stats all;
@@ -105,8 +100,7 @@ int engram_get_cache_stats(engram_store *st, const char *name, engram_cache_stat
     engram__reader *rd;
     uint32_t size;
     int err = 0;
-    if (!st || !s || (s->size != sizeof(engram_cache_stats) && s->size != CACHE_STATS_V1_SIZE &&
-                      s->size != CACHE_STATS_V2_SIZE))
+    if (!st || !s || s->size != sizeof(engram_cache_stats))
         return engram__err(-EINVAL, "store and stats (with size = sizeof(engram_cache_stats)) "
                                     "are required");
     if (name && (err = engram_name_check(name)) != 0)

@@ -15,15 +15,12 @@
 
 #include "engram.h"
 
-/* sizeof(engram_stats) before removed_tables was added. */
-#define ENGRAM__STATS_V1_SIZE offsetof(engram_stats, removed_tables)
-
 /* This thread's stats shard index (< ENGRAM__SHARDS); *exclusive says
  * whether no other thread uses it. */
 unsigned engram__shard(int *exclusive);
 
-/* Fills *out (its size checked by the caller: sizeof(engram_stats) or
- * ENGRAM__STATS_V1_SIZE) with the sums of st's counters and tables. */
+/* Fills *out (its size checked by the caller: sizeof(engram_stats)) with
+ * the sums of st's counters and tables. */
 void engram__stats_sum(engram_store *st, engram_stats *out);
 
 /* Prints the cache stats line on stderr if its interval has passed (a

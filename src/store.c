@@ -36,16 +36,9 @@ int engram__store_alloc(const engram_store_options *opts, engram_store **out)
     engram_store *st;
     long ncpu;
     *out = NULL;
-    /* The options grew at their end: a caller built against the older,
-     * shorter struct passes its size and gets the new fields' defaults. */
-    if (opts && opts->size != sizeof(engram_store_options) &&
-        opts->size != ENGRAM__STORE_OPTIONS_V2_SIZE &&
-        opts->size != ENGRAM__STORE_OPTIONS_V1_SIZE)
-        return engram__err(-EINVAL, "engram_store_options.size is %u, expected %zu (or %zu "
-                                    "or %zu)",
-                           opts->size, sizeof(engram_store_options),
-                           (size_t)ENGRAM__STORE_OPTIONS_V2_SIZE,
-                           (size_t)ENGRAM__STORE_OPTIONS_V1_SIZE);
+    if (opts && opts->size != sizeof(engram_store_options))
+        return engram__err(-EINVAL, "engram_store_options.size is %u, expected %zu",
+                           opts->size, sizeof(engram_store_options));
     if (opts && opts->threads < 0)
         return engram__err(-EINVAL, "threads is %d (must be >= 0)", opts->threads);
     if (opts && (opts->flags & ENGRAM_OPEN_FILE_CACHE) && (opts->flags & ENGRAM_OPEN_PRIVATE_HUGE))
@@ -677,7 +670,7 @@ int engram_remove(engram_store *st, const char *name)
 
 int engram_store_stats(engram_store *st, engram_stats *out)
 {
-    if (!st || !out || (out->size != sizeof(engram_stats) && out->size != ENGRAM__STATS_V1_SIZE))
+    if (!st || !out || out->size != sizeof(engram_stats))
         return engram__err(-EINVAL, "store and stats (with size = sizeof(engram_stats)) are "
                                     "required");
     /* What removed tables still hold, released first where it can be

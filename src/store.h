@@ -43,11 +43,6 @@ struct engram__reader;
 struct engram__cbudget;
 struct engram__remote_vt;
 
-/* sizeof(engram_store_options) before the row cache fields were added,
- * and before the NUMA fields were. */
-#define ENGRAM__STORE_OPTIONS_V1_SIZE offsetof(engram_store_options, cache_bytes)
-#define ENGRAM__STORE_OPTIONS_V2_SIZE offsetof(engram_store_options, numa_policy)
-
 struct engram_store {
     /* The namespace (remote.h): its functions and state; NULL for a
      * memory store. */

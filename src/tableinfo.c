@@ -59,9 +59,6 @@ static void counters_sum(const engram__table *t, uint64_t *lookups, uint64_t *ro
     }
 }
 
-/* sizeof(engram_table_info) before row_start and total_rows were added. */
-#define TABLE_INFO_V1_SIZE offsetof(engram_table_info, row_start)
-
 /* Fills *info (a whole current struct) about table `name`. */
 static int table_info(engram_store *st, const char *name, engram_table_info *info)
 {
@@ -100,8 +97,7 @@ int engram_get_table_info(engram_store *st, const char *name, engram_table_info 
     uint32_t size;
     int err;
 
-    if (!st || !info || (info->size != sizeof(engram_table_info) &&
-                         info->size != TABLE_INFO_V1_SIZE))
+    if (!st || !info || info->size != sizeof(engram_table_info))
         return engram__err(-EINVAL, "store and info (with size = sizeof(engram_table_info)) are "
                                     "required");
     if ((err = engram_name_check(name)) != 0)

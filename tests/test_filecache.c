@@ -1016,9 +1016,14 @@ static void test_options_and_log(void)
     ssize_t n;
     tu_populate(mem, "t", 61, 500, R, 0);
 
-    /* A caller built against the older, shorter options struct. */
+    /* Only the current size of the options is taken (the shorter one
+     * before the row cache fields was never released). */
     o.flags = ENGRAM_OPEN_FILE_CACHE;
     o.size = (uint32_t)offsetof(engram_store_options, cache_bytes);
+    ASSERT_ERR(engram_store_open(tu_scratch_root(), "opt", &o, &st), -EINVAL);
+    ASSERT_CONTAINS(engram_errmsg(), "engram_store_options.size");
+    /* The cache fields left 0: their defaults. */
+    o.size = sizeof o;
     ASSERT_OK(engram_store_open(tu_scratch_root(), "opt", &o, &st));
     ASSERT_OK(engram_table_open(st, "t", &tid));
     s = cstats(st, NULL);

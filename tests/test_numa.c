@@ -419,21 +419,23 @@ static void test_refusals(void)
         ASSERT_EQ(rc, -ENOTSUP);
 #endif
     }
-    /* Callers built against older headers pass older sizes: no placement
-     * is read from beyond them. */
+    /* Only the current size of the options is taken: the shorter ones
+     * before the NUMA and the row cache fields were never released, and
+     * are refused before any field is read. */
     {
         engram_store_options o = ENGRAM_STORE_OPTIONS_INIT;
         engram_store *st;
         o.flags = ENGRAM_OPEN_CREATE;
-        o.numa_policy = 7; /* beyond the older struct: never read */
+        o.numa_policy = 7; /* would be refused as a policy if it were read */
         o.size = (uint32_t)offsetof(engram_store_options, numa_policy);
-        ASSERT_OK(engram_store_open(tu_scratch_root(), "old", &o, &st));
-        engram_store_close(st);
+        ASSERT_ERR(engram_store_open(tu_scratch_root(), "old", &o, &st), -EINVAL);
+        ASSERT_CONTAINS(engram_errmsg(), "engram_store_options.size");
         o.size = (uint32_t)offsetof(engram_store_options, cache_bytes);
-        ASSERT_OK(engram_store_open(tu_scratch_root(), "old", &o, &st));
-        engram_store_close(st);
+        ASSERT_ERR(engram_store_open(tu_scratch_root(), "old", &o, &st), -EINVAL);
+        ASSERT_CONTAINS(engram_errmsg(), "engram_store_options.size");
         o.size = (uint32_t)offsetof(engram_store_options, numa_node);
         ASSERT_ERR(engram_store_open(tu_scratch_root(), "old", &o, &st), -EINVAL);
+        ASSERT_CONTAINS(engram_errmsg(), "engram_store_options.size");
     }
 }
 

@@ -5,9 +5,10 @@
  * A module of its own because it links the CUDA runtime: engramstore._engram
  * imports it at the first lookup into GPU memory, once the runtime is
  * loaded (cuda_load.c), and calls it through ext_cuda_api, the capsule
- * `_api`.  libengram_cuda calls five functions of libengram; this module
- * has no copy of the library, and defines them at the end of this file
- * over the table of the one in _engram (ext_core_api), which attach()
+ * `_api`.  libengram_cuda calls libengram only through its internal
+ * interface, engram_internal_v1() (src/internal.h); this module has no
+ * copy of the library, and defines that one function at the end of this
+ * file: it returns the interface of the copy in _engram, which attach()
  * receives before any other call.
  *
  * A store gets a CUDA context (engram_cuda_open) on the GPU of the arrays
@@ -40,7 +41,7 @@
 
 #include <engram_cuda.h>
 
-#include "common.h" /* engram__err, engram__check_out_layout: defined below */
+#include "internal.h" /* engram_internal_v1: defined below */
 
 struct ext_cuda {
     engram_cuda_ctx *ctx;
@@ -235,13 +236,13 @@ static void gpu_close(ext_cuda *c)
 
 /* ---- the module ------------------------------------------------------------------ */
 
-/* libengram's functions in _engram (set by attach(), before any other call;
- * the same table every time). */
-static const ext_core_api *core;
+/* The internal interface of the libengram in _engram (set by attach(),
+ * before any other call; the same table every time). */
+static const engram__internal *core;
 
-static int gpu_attach(const ext_core_api *c)
+static int gpu_attach(const engram__internal *c)
 {
-    if (!c || c->abi != EXT_CUDA_ABI || c->size != sizeof *c)
+    if (!engram__internal_ok(c))
         return -1;
     core = c;
     return 0;
@@ -285,38 +286,12 @@ PyMODINIT_FUNC PyInit__engram_cuda(void)
 }
 
 /* ---- libengram, through _engram ---------------------------------------------------
- * The five functions libengram_cuda calls, over the table attach() was
- * given (hidden: nothing outside this module binds to them). */
+ * The one function of libengram that libengram_cuda calls (hidden:
+ * nothing outside this module binds to it). */
 
-int engram_lookup(engram_store *st, const engram_lookup_args *args)
+const engram__internal *engram_internal_v1(void)
 {
-    return core->lookup(st, args);
-}
-
-int engram_table_memory(engram_store *st, engram_table_id id, const void **base,
-                        engram_table_spec *spec)
-{
-    return core->table_memory(st, id, base, spec);
-}
-
-const char *engram_errmsg(void)
-{
-    return core->errmsg();
-}
-
-int engram__check_out_layout(size_t R, size_t T, size_t K, ptrdiff_t ost, ptrdiff_t osk)
-{
-    return core->check_out_layout(R, T, K, ost, osk);
-}
-
-int engram__err(int code, const char *fmt, ...)
-{
-    char msg[512]; /* the size of the library's own message */
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    return core->err(code, "%s", msg);
+    return core;
 }
 
 #endif /* ENGRAMSTORE_HAVE_CUDA */

@@ -13,9 +13,10 @@
  * library, where it was searched and how to get it; nothing is cached on
  * failure, so a later lookup tries again.
  *
- * The GPU module calls libengram through ext_core_api (ext.h), filled here
- * from the copy linked into this module: one library, one set of stores,
- * one per-thread error message.  Everything here runs with the GIL held.
+ * The GPU module calls libengram through its internal interface
+ * (src/internal.h), which it gets from here: that of the copy linked into
+ * this module, so one library, one set of stores, one per-thread error
+ * message.  Everything here runs with the GIL held.
  */
 #include "ext.h"
 
@@ -31,7 +32,7 @@
 #include <dlfcn.h>
 #endif
 
-#include "common.h" /* engram__err, engram__check_out_layout */
+#include "internal.h" /* engram_internal_v1 */
 
 /* A stream argument: None (the legacy default stream), an int handle, an
  * object with `cuda_stream` (torch.cuda.Stream) or __cuda_stream__()
@@ -99,16 +100,6 @@ PyObject *ext_cuda_raise(int rc, const ext_cuda_error *err)
 
 /* The GPU module's functions once loaded (set once, with the GIL held). */
 static const ext_cuda_api *gpu;
-
-static const ext_core_api core = {
-    .abi = EXT_CUDA_ABI,
-    .size = sizeof(ext_core_api),
-    .lookup = engram_lookup,
-    .table_memory = engram_table_memory,
-    .err = engram__err,
-    .errmsg = engram_errmsg,
-    .check_out_layout = engram__check_out_layout,
-};
 
 /* Raises ImportError with the message `fmt` (PyUnicode_FromFormat) and the
  * exception being raised, if any, as its cause. */
@@ -232,7 +223,7 @@ int ext_cuda_load(void)
                      sizeof(ext_cuda_api));
         return -1;
     }
-    if (api->attach(&core) < 0) {
+    if (api->attach(engram_internal_v1()) < 0) {
         import_error("GPU lookups: " EXT_CUDA_MODULE " refused this module's library "
                      "interface: reinstall the package");
         return -1;

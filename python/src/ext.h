@@ -207,12 +207,14 @@ extern const char ext_source_group_doc[];
  * module at the first lookup into GPU memory, and raises ImportError
  * saying what is missing if it cannot.  The two modules meet through two
  * tables of functions, exchanged once: ext_cuda_api (the GPU module's
- * functions, in its capsule `_api`) and ext_core_api (the functions of
- * libengram that libengram_cuda calls, from the one copy of the library
- * linked into this module, so that both modules work on the same stores
- * and report through the same per-thread message). */
+ * functions, in its capsule `_api`) and libengram's internal interface
+ * (src/internal.h: what libengram_cuda calls of libengram), that of the
+ * one copy of the library linked into this module, so that both modules
+ * work on the same stores and report through the same per-thread
+ * message. */
 
 typedef struct ext_cuda ext_cuda;
+struct engram__internal;
 struct engram_cuda_report;
 struct engram_cuda_stats;
 
@@ -269,30 +271,19 @@ int ext_cuda_stats(const ext_cuda *c, struct engram_cuda_stats *out);
  * NULL (no GPU lookup yet) does nothing. */
 void ext_cuda_close(ext_cuda *c);
 
-/* The seam between the two modules.  Both tables start with the ABI
- * number and their size: a GPU module of another build is refused. */
-#define EXT_CUDA_ABI 1
-
-/* The functions of libengram that libengram_cuda calls (cuda.c defines
- * them over this table). */
-typedef struct ext_core_api {
-    unsigned abi;
-    size_t size;
-    int (*lookup)(engram_store *st, const engram_lookup_args *args);
-    int (*table_memory)(engram_store *st, engram_table_id id, const void **base,
-                        engram_table_spec *spec);
-    int (*err)(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-    const char *(*errmsg)(void);
-    int (*check_out_layout)(size_t R, size_t T, size_t K, ptrdiff_t ost, ptrdiff_t osk);
-} ext_core_api;
+/* The seam between the two modules.  ext_cuda_api starts with the ABI
+ * number and its size: a GPU module of another build is refused. */
+#define EXT_CUDA_ABI 2
 
 /* The GPU module's functions: ext_cuda_lookup() and the others above call
- * these.  attach() hands it the core table; 0, or -1 if it is not one the
- * module can use. */
+ * these.  attach() hands it libengram's internal interface
+ * (engram_internal_v1() of this module's copy), which the GPU module's
+ * engram_internal_v1() returns from then on; 0, or -1 if it is not one
+ * the module can use. */
 typedef struct ext_cuda_api {
     unsigned abi;
     size_t size;
-    int (*attach)(const ext_core_api *core);
+    int (*attach)(const struct engram__internal *core);
     int (*lookup)(ext_cuda **slot, engram_store *st, const engram_lookup_args *a,
                   const ext_cuda_call *call, ext_cuda_error *err);
     int (*check)(ext_cuda *c, struct engram_cuda_report *rep);
