@@ -1506,7 +1506,7 @@ def pull(local: TableStore, source: object, name: str, *, namespace: str | None 
                           f"(nothing was published); pull it again")
 
         def same(view: Any) -> bool:
-            return _parallel_crc(view, pool, slots) == crc_want
+            return bool(_parallel_crc(view, pool, slots) == crc_want)
 
         def fill(append: Callable[[Any], None]) -> None:
             with c.lock:
