@@ -242,3 +242,21 @@ def test_pull_by_every_rank_copies_once(remote, local_dir, mc_client):
         t.join()
     assert not errs, errs
     assert sorted(got) == [False, False, False, True]
+
+
+def test_the_pull_crc_is_zlibs():
+    """The pull's CRC-32 (blocks folded with PCLMULQDQ where the CPU has
+    it, the rest by zlib) and its combination of chunks' CRCs are zlib's,
+    whatever the length, start and alignment.  Needs no Mooncake."""
+    import zlib
+    mc = engramstore._mooncake
+    rng = np.random.default_rng(12)
+    buf = rng.integers(0, 256, (1 << 20) + 300, dtype=np.uint8)
+    for n in list(range(0, 200)) + [1 << 20, (1 << 20) + 7, 264017]:
+        for start in (0, 1, 0xDEADBEEF, 0xFFFFFFFF):
+            for off in (0, 5):
+                b = buf[off:off + n]
+                assert mc.crc32(b, start) == zlib.crc32(b, start), (n, start, off)
+    for a, b in ((0, 0), (0, 17), (17, 0), (1000, 264017), (3, 1 << 20)):
+        x, y = buf[:a], buf[a:a + b]
+        assert mc.crc32_combine(zlib.crc32(x), zlib.crc32(y), b) == zlib.crc32(buf[:a + b])
