@@ -46,7 +46,6 @@ typedef struct reading {
     uint64_t sum;   /* the remote's checksum of the rows */
     XXH3_state_t *xs; /* verify: the rows' XXH3 so far */
     /* pull only */
-    engram_store *to;
     engram_writer *w;
     engram_table_spec want; /* the remote's table as described before the read */
     uint64_t want_sum;

@@ -582,24 +582,25 @@ static int pull_same(void *ud, const void *rows, const engram_table_spec *spec)
     PyObject *mv = PyMemoryView_FromMemory((char *)(uintptr_t)rows,
                                            (Py_ssize_t)(spec->num_rows * spec->row_bytes),
                                            PyBUF_READ),
-             *res = NULL, *done;
-    int rc = -1;
-    if (mv) {
-        res = PyObject_CallOneArg(pr->same, mv);
-        if (res && (rc = PyObject_IsTrue(res)) < 0)
-            Py_CLEAR(res);
-        done = PyObject_CallMethod(mv, "release", NULL);
-        if (!done && res) {
-            /* A view of the rows outlives the call: refuse rather than
-             * keep an answer that may have been made from them later. */
-            Py_CLEAR(res);
-        }
-        Py_XDECREF(done);
-    }
-    if (!res)
+             *res, *done;
+    int rc;
+    if (!mv) {
         rc = pull_raised(pr);
+        PyGILState_Release(g);
+        return rc;
+    }
+    res = PyObject_CallOneArg(pr->same, mv);
+    rc = res ? PyObject_IsTrue(res) : -1;
     Py_XDECREF(res);
-    Py_XDECREF(mv);
+    if (rc < 0)
+        rc = pull_raised(pr); /* taken before release() runs */
+    /* A view of the rows that outlives the call (release() refuses) fails
+     * the pull: the rows are unmapped once same() returns. */
+    done = PyObject_CallMethod(mv, "release", NULL);
+    if (!done)
+        rc = pull_raised(pr);
+    Py_XDECREF(done);
+    Py_DECREF(mv);
     PyGILState_Release(g);
     return rc;
 }
