@@ -919,6 +919,33 @@ ENGRAM_API int engram_pull(engram_store *to, engram_store *from, const char *nam
 ENGRAM_API int engram_check_origin(engram_store *local, const char *name, engram_store *remote,
                                    int *state);
 
+/*! engram_pull_rows() :
+ * engram_pull() from a store engram has no module for: the caller's code
+ * reads the rows (engramstore pulls a Mooncake Store's tables with it).
+ * Table `name` of `spec` (packed: row_pitch 0 or row_bytes) is written
+ * into the namespace of `to` exactly as engram_pull() writes it, with the
+ * same meeting of the ranks of a node: if the name is published there,
+ * ops->same(ud, rows, spec) is asked whether it holds the source's rows
+ * (`rows`: its spec->num_rows rows, mapped read-only for the call only):
+ * 1 keeps it, 0 fails with ENGRAM_EMISMATCH; if another process is
+ * writing it, it is waited for and then compared; otherwise a writer is
+ * begun (capacity checked before the first byte) and ops->fill(ud, w)
+ * appends every row with engram_writer_append(w, ...) (never committing
+ * or aborting w), checking them against the source's own checks before
+ * it returns 0; any other answer aborts the writer and is returned, with
+ * nothing published.  `from` (may be NULL) names the source in messages.
+ * Both functions run on the calling thread.  *written as engram_pull().
+ * @return : 0; ENGRAM_EMISMATCH; ENGRAM_ESPEC; -EINVAL (no directory
+ *           namespace, or a NULL function); the answer of fill or same;
+ *           or as engram_writer_begin()/engram_writer_commit() fail. */
+typedef struct engram_pull_ops {
+    int (*fill)(void *ud, engram_writer *w);
+    int (*same)(void *ud, const void *rows, const engram_table_spec *spec);
+} engram_pull_ops;
+ENGRAM_API int engram_pull_rows(engram_store *to, const char *name, const engram_table_spec *spec,
+                                const char *from, const engram_pull_ops *ops, void *ud,
+                                int *written);
+
 /* ------------------------------------------------------------------------
  * Lookup.
  *

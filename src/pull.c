@@ -1,7 +1,9 @@
 /*
  * pull.c - tables of a remote namespace read whole: engram_verify() of a
  * remote table, and engram_pull(), which copies one into a directory
- * namespace.
+ * namespace; engram_pull_rows(), the same copy from rows the caller's code
+ * reads (a store engram has no module for: engramstore's Mooncake Store);
+ * engram_check_origin(), a pulled table against the namespace it came from.
  *
  * Both read through the remote's read_all() (remote.h), which checks
  * every piece against the remote's checksums as it comes; the whole is
@@ -13,11 +15,15 @@
  * Ranks of a node pulling the same table meet as engram_populate_shared()'s
  * writers do: the one whose temporary file exists is waited for, and a
  * published table with the remote's spec and checksum is reused.
+ * pull_loop() is that meeting, for both: what differs is only how the
+ * rows are read and checked (fill) and how a published table is compared
+ * with the source's (same).
  */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -25,6 +31,8 @@
 
 #include <xxhash.h>
 
+#include "format.h"
+#include "fsutil.h"
 #include "lease.h"
 #include "nsdir.h"
 #include "remote.h"
@@ -42,7 +50,6 @@ typedef struct reading {
     uint64_t sum;   /* the remote's checksum of the rows */
     XXH3_state_t *xs; /* verify: the rows' XXH3 so far */
     /* pull only */
-    engram_store *to;
     engram_writer *w;
     engram_table_spec want; /* the remote's table as described before the read */
     uint64_t want_sum;
@@ -104,6 +111,62 @@ int engram__remote_verify(engram_store *st, const char *name, engram_progress_fn
     return err;
 }
 
+/* What a pull copies from, for pull_loop(): the source's table (its
+ * spec, packed), how a table published in the namespace is compared with
+ * it, and how its rows are read into a writer and checked. */
+typedef struct pull_from pull_from;
+struct pull_from {
+    const char *desc;       /* the source, for messages */
+    engram_table_spec want; /* the source's table as described before the read */
+    /* Where the rows were published, recorded in the table
+     * (engram_writer_set_origin()); kind ENGRAM_ORIGIN_NONE: not here. */
+    engram_origin origin;
+    /* Table file `name` of `to`, whose info li has want's spec: 0 if it
+     * holds the source's rows, ENGRAM_EMISMATCH (with the message) if not,
+     * or another error. */
+    int (*same)(pull_from *pf, engram_store *to, const char *name, const engram_table_info *li);
+    /* Appends every row of the source to w, checked: 0, or the error
+     * (w is aborted by the caller). */
+    int (*fill)(pull_from *pf, engram_writer *w);
+};
+
+/* Whether `to` holds `name` as the source describes it: 0 (reuse it),
+ * -ENOENT (not there), ENGRAM_EMISMATCH, or another error. */
+static int pulled_as(engram_store *to, const char *name, pull_from *pf)
+{
+    engram_table_info li = ENGRAM_TABLE_INFO_INIT;
+    const engram_table_spec *want = &pf->want;
+    int err;
+    if ((err = engram_get_table_info(to, name, &li)) != 0)
+        return err;
+    /* Not a file of the namespace: no removal there makes room. */
+    if (li.kind != ENGRAM_TABLE_FILE)
+        return engram__err(ENGRAM_EMISMATCH,
+                           "table '%s' is %s in %s, not a table of its namespace: it cannot be "
+                           "pulled into this store",
+                           name, engram__bound_kind(li.kind), to->path);
+    if (li.spec.num_rows != want->num_rows || li.spec.row_bytes != want->row_bytes ||
+        li.spec.row_pitch != want->row_bytes)
+        return engram__err(ENGRAM_EMISMATCH,
+                           "table '%s' of %s holds other rows than %s's (%" PRIu64 " rows of %"
+                           PRIu32 " bytes, pitch %" PRIu32 "; the source's: %" PRIu64
+                           " rows of %" PRIu32 " bytes); remove it first to pull",
+                           name, to->path, pf->desc, li.spec.num_rows, li.spec.row_bytes,
+                           li.spec.row_pitch, want->num_rows, want->row_bytes);
+    return pf->same(pf, to, name, &li);
+}
+
+/* engram_pull()'s source: a remote namespace's table. */
+typedef struct remote_from {
+    pull_from pf;
+    engram_store *from;
+    const char *name;
+    engram_progress_fn progress;
+    void *ud;
+    uint64_t want_sum; /* the remote's checksum, as described before the read */
+    reading r;
+} remote_from;
+
 static int pull_begin(void *ud, const engram_table_spec *spec, uint64_t sum)
 {
     reading *r = ud;
@@ -123,31 +186,31 @@ static int pull_rows(void *ud, const void *rows, uint64_t n)
     return engram_writer_append(r->w, rows, n, 0);
 }
 
-/* Whether `to` holds `name` as the remote describes it: 0 (reuse it),
- * -ENOENT (not there), ENGRAM_EMISMATCH, or another error. */
-static int pulled_as(engram_store *to, const char *name, const engram_table_spec *want,
-                     uint64_t sum, const char *from)
+static int remote_same(pull_from *pf, engram_store *to, const char *name,
+                       const engram_table_info *li)
 {
-    engram_table_info li = ENGRAM_TABLE_INFO_INIT;
-    int err;
-    if ((err = engram_get_table_info(to, name, &li)) != 0)
-        return err;
-    /* Not a file of the namespace: no removal there makes room. */
-    if (li.kind != ENGRAM_TABLE_FILE)
+    const remote_from *rf = (const remote_from *)pf;
+    if (li->checksum != rf->want_sum)
         return engram__err(ENGRAM_EMISMATCH,
-                           "table '%s' is %s in %s, not a table of its namespace: it cannot be "
-                           "pulled into this store",
-                           name, engram__bound_kind(li.kind), to->path);
-    if (li.spec.num_rows != want->num_rows || li.spec.row_bytes != want->row_bytes ||
-        li.spec.row_pitch != want->row_bytes || li.checksum != sum)
-        return engram__err(ENGRAM_EMISMATCH,
-                           "table '%s' of %s holds other rows than %s's (%" PRIu64 " rows of %"
-                           PRIu32 " bytes, checksum %016" PRIx64 "; the remote's: %" PRIu64
-                           " rows of %" PRIu32 " bytes, checksum %016" PRIx64 "); remove it "
-                           "first to pull",
-                           name, to->path, from, li.spec.num_rows, li.spec.row_bytes, li.checksum,
-                           want->num_rows, want->row_bytes, sum);
+                           "table '%s' of %s holds other rows than %s's (checksum %016" PRIx64
+                           "; the remote's: %016" PRIx64 "); remove it first to pull",
+                           name, to->path, pf->desc, li->checksum, rf->want_sum);
     return 0;
+}
+
+static int remote_fill(pull_from *pf, engram_writer *w)
+{
+    remote_from *rf = (remote_from *)pf;
+    engram__remote_sink k = {pull_begin, pull_rows, reading_read, &rf->r};
+    int err;
+    rf->r = (reading){.name = rf->name, .verb = "pull", .progress = rf->progress, .ud = rf->ud,
+                      .w = w, .want = pf->want, .want_sum = rf->want_sum};
+    err = rf->from->ns->read_all(rf->from->ns_state, rf->name, &k);
+    /* The whole, as the file holds it (the writer's own checksum of
+     * what it wrote), before anything is published. */
+    if (err == 0)
+        err = reading_whole(&rf->r, pf->desc, engram__writer_sum(w));
+    return err;
 }
 
 /* Up to 20 ms, drawn at random: ranks that gave way to each other do
@@ -199,44 +262,15 @@ static int wait_for_writer(engram_store *to, const char *name, int fd, const cha
     return 0;
 }
 
-int engram_pull(engram_store *to, engram_store *from, const char *name,
-                engram_progress_fn progress, void *ud, int *written)
+/* The pull of table `name` into `to` from pf, with the ranks of a node
+ * meeting at the namespace (see engram_pull()). */
+static int pull_loop(engram_store *to, const char *name, pull_from *pf, int *written)
 {
-    engram_table_info ri = ENGRAM_TABLE_INFO_INIT;
-    int err;
-
-    if (written)
-        *written = 0;
-    if (!to || !from)
-        return engram__err(-EINVAL, "the stores to pull to and from are required");
-    if ((err = engram_name_check(name)) != 0)
-        return err;
-    if (!from->ns || !from->ns->read_all)
-        return engram__err(-EINVAL, "pull '%s': the store to pull from (%s) is not a remote "
-                                    "namespace (engram_store_open_redis())",
-                           name, from->path ? from->path : "a memory store");
-    if (!engram__store_remote(to, &engram__nsdir_vt))
-        return engram__err(-EINVAL, "pull '%s': the store to pull to is not a directory "
-                                    "namespace (engram_store_open())",
-                           name);
-    if ((err = engram_get_table_info(from, name, &ri)) != 0)
-        return err;
-    if (ri.kind != from->ns->kind)
-        return engram__err(-EINVAL, "pull '%s': it is bound or served in the store to pull "
-                                    "from, not a table of its namespace",
-                           name);
-    /* A table open in `from` is described as it was when it was opened;
-     * the local table is compared with the remote's as it is now (it may
-     * have been removed and pushed again since). */
-    if ((err = from->ns->info(from->ns_state, name, &ri)) != 0)
-        return err;
     for (;;) {
-        reading r = {.name = name, .verb = "pull", .progress = progress, .ud = ud, .to = to,
-                     .want = {ri.spec.num_rows, ri.spec.row_bytes, 0}, .want_sum = ri.checksum};
-        engram__remote_sink k = {pull_begin, pull_rows, reading_read, &r};
+        engram_writer *w;
         char ent[ENGRAM_NAME_MAX + 64];
-        int fd;
-        if ((err = pulled_as(to, name, &r.want, r.want_sum, from->path)) != -ENOENT)
+        int fd, err;
+        if ((err = pulled_as(to, name, pf)) != -ENOENT)
             return err;
         if ((fd = engram__live_writer(to, name, ent, sizeof ent)) >= 0) {
             /* Another rank pulls (or writes) it: look again when it ends. */
@@ -250,19 +284,18 @@ int engram_pull(engram_store *to, engram_store *from, const char *name,
          * anything: whoever checked first saw no other, and ranks that
          * began at the same instant both give way, then start again after
          * a pause of their own (random), so one of them goes first. */
-        if ((err = engram_writer_begin(to, name, &r.want, &r.w)) == -EEXIST)
+        if ((err = engram_writer_begin(to, name, &pf->want, &w)) == -EEXIST)
             continue; /* published meanwhile: compare with it */
         if (err)
             return err;
-        /* Where it comes from, as described: the publication whose spec
-         * and checksum pull_begin() holds the read to. */
-        if ((err = engram_writer_set_origin(r.w, &ri.origin)) != 0) {
-            engram_writer_abort(r.w);
+        if (pf->origin.kind != ENGRAM_ORIGIN_NONE &&
+            (err = engram_writer_set_origin(w, &pf->origin)) != 0) {
+            engram_writer_abort(w);
             return err;
         }
-        if ((fd = engram__live_writer_other(to, name, engram__writer_temp(r.w), ent,
+        if ((fd = engram__live_writer_other(to, name, engram__writer_temp(w), ent,
                                             sizeof ent)) >= 0) {
-            engram_writer_abort(r.w);
+            engram_writer_abort(w);
             if ((err = wait_for_writer(to, name, fd, ent)) != 0)
                 return err;
             pause_a_little();
@@ -270,19 +303,15 @@ int engram_pull(engram_store *to, engram_store *from, const char *name,
         }
         /* The writer that was there may have published just before our
          * look: then there is nothing to read. */
-        if ((err = pulled_as(to, name, &r.want, r.want_sum, from->path)) != -ENOENT) {
-            engram_writer_abort(r.w);
+        if ((err = pulled_as(to, name, pf)) != -ENOENT) {
+            engram_writer_abort(w);
             return err;
         }
-        err = from->ns->read_all(from->ns_state, name, &k);
-        /* The whole, as the file holds it (the writer's own checksum of
-         * what it wrote), before anything is published. */
-        if (err == 0)
-            err = reading_whole(&r, from->path, engram__writer_sum(r.w));
-        if (err == 0)
-            err = engram_writer_commit(r.w); /* frees it */
+        /* Every row read and checked before anything is published. */
+        if ((err = pf->fill(pf, w)) == 0)
+            err = engram_writer_commit(w); /* frees it */
         else
-            engram_writer_abort(r.w);
+            engram_writer_abort(w);
         if (err != -EEXIST) {
             if (err == 0 && written)
                 *written = 1;
@@ -290,6 +319,153 @@ int engram_pull(engram_store *to, engram_store *from, const char *name,
         }
         /* Published meanwhile by another rank: compare with it. */
     }
+}
+
+/* The pull's arguments both forms check: 0 or the error. */
+static int pull_args(engram_store *to, const char *name, int *written)
+{
+    int err;
+    if (written)
+        *written = 0;
+    if (!to)
+        return engram__err(-EINVAL, "the store to pull to is required");
+    if ((err = engram_name_check(name)) != 0)
+        return err;
+    if (!engram__store_remote(to, &engram__nsdir_vt))
+        return engram__err(-EINVAL, "pull '%s': the store to pull to is not a directory "
+                                    "namespace (engram_store_open())",
+                           name);
+    return 0;
+}
+
+int engram_pull(engram_store *to, engram_store *from, const char *name,
+                engram_progress_fn progress, void *ud, int *written)
+{
+    engram_table_info ri = ENGRAM_TABLE_INFO_INIT;
+    remote_from rf;
+    int err;
+
+    if (written)
+        *written = 0;
+    if (!to || !from)
+        return engram__err(-EINVAL, "the stores to pull to and from are required");
+    if ((err = engram_name_check(name)) != 0)
+        return err;
+    if (!from->ns || !from->ns->read_all)
+        return engram__err(-EINVAL, "pull '%s': the store to pull from (%s) is not a remote "
+                                    "namespace (engram_store_open_redis())",
+                           name, from->path ? from->path : "a memory store");
+    if ((err = pull_args(to, name, written)) != 0)
+        return err;
+    if ((err = engram_get_table_info(from, name, &ri)) != 0)
+        return err;
+    if (ri.kind != from->ns->kind)
+        return engram__err(-EINVAL, "pull '%s': it is bound or served in the store to pull "
+                                    "from, not a table of its namespace",
+                           name);
+    /* A table open in `from` is described as it was when it was opened;
+     * the local table is compared with the remote's as it is now (it may
+     * have been removed and pushed again since). */
+    if ((err = from->ns->info(from->ns_state, name, &ri)) != 0)
+        return err;
+    /* Where it comes from, as described: the publication whose spec and
+     * checksum pull_begin() holds the read to. */
+    rf = (remote_from){.pf = {.desc = from->path, .want = {ri.spec.num_rows, ri.spec.row_bytes, 0},
+                              .origin = ri.origin, .same = remote_same, .fill = remote_fill},
+                       .from = from, .name = name, .progress = progress, .ud = ud,
+                       .want_sum = ri.checksum};
+    return pull_loop(to, name, &rf.pf, written);
+}
+
+/* engram_pull_rows()'s source: the caller's functions. */
+typedef struct ops_from {
+    pull_from pf;
+    const engram_pull_ops *ops;
+    void *ud;
+} ops_from;
+
+/* The caller's same() over the published table file's rows, mapped
+ * read-only for the call. */
+static int ops_same(pull_from *pf, engram_store *to, const char *name,
+                    const engram_table_info *li)
+{
+    const ops_from *of = (const ops_from *)pf;
+    engram__header h;
+    engram_table_spec spec;
+    struct stat sb;
+    void *rows;
+    int fd, err;
+    (void)li;
+    if ((fd = engram__open_table_file(to->dirfd, to->path, to->uid, name, &sb, &h)) < 0)
+        return fd;
+    /* Replaced since its info was read: compared as it is now. */
+    if (h.num_rows != pf->want.num_rows || h.row_bytes != pf->want.row_bytes ||
+        h.row_pitch != pf->want.row_bytes) {
+        close(fd);
+        return engram__err(ENGRAM_EMISMATCH,
+                           "table '%s' of %s holds other rows than %s's (%" PRIu64 " rows of %"
+                           PRIu32 " bytes; the source's: %" PRIu64 " rows of %" PRIu32
+                           " bytes); remove it first to pull",
+                           name, to->path, pf->desc, h.num_rows, h.row_bytes,
+                           pf->want.num_rows, pf->want.row_bytes);
+    }
+    /* Reading a hole of a mapping could cost a SIGBUS (see fsutil.h). */
+    if ((err = engram__check_holes(fd, &h, name)) != 0) {
+        close(fd);
+        return err;
+    }
+    rows = mmap(NULL, (size_t)h.data_size, PROT_READ, MAP_SHARED, fd, (off_t)h.data_offset);
+    close(fd);
+    if (rows == MAP_FAILED)
+        return engram__errno(errno, "map table '%s' of %s to compare it", name, to->path);
+    spec = (engram_table_spec){h.num_rows, h.row_bytes, h.row_pitch};
+    err = of->ops->same(of->ud, rows, &spec);
+    munmap(rows, (size_t)h.data_size);
+    if (err == 1)
+        return 0;
+    if (err == 0)
+        return engram__err(ENGRAM_EMISMATCH,
+                           "table '%s' of %s holds other rows than %s's (the same shape, "
+                           "other bytes); remove it first to pull",
+                           name, to->path, pf->desc);
+    return err < 0 ? err : engram__err(-EINVAL, "pull '%s': same() answered %d, not 1, 0 or a "
+                                                "negative code",
+                                       name, err);
+}
+
+static int ops_fill(pull_from *pf, engram_writer *w)
+{
+    const ops_from *of = (const ops_from *)pf;
+    int err = of->ops->fill(of->ud, w);
+    if (err > 0)
+        return engram__err(-EINVAL, "pull from %s: fill() answered %d, not 0 or a negative "
+                                    "code",
+                           pf->desc, err);
+    return err;
+}
+
+int engram_pull_rows(engram_store *to, const char *name, const engram_table_spec *spec,
+                     const char *from, const engram_pull_ops *ops, void *ud, int *written)
+{
+    ops_from of;
+    int err;
+    if ((err = pull_args(to, name, written)) != 0)
+        return err;
+    if (!spec || !ops || !ops->fill || !ops->same)
+        return engram__err(-EINVAL, "pull '%s': the spec and the functions fill and same are "
+                                    "required",
+                           name);
+    if ((err = engram_spec_check(spec)) != 0)
+        return err;
+    if (spec->row_pitch != 0 && spec->row_pitch != spec->row_bytes)
+        return engram__err(ENGRAM_ESPEC, "pull '%s': the rows are pulled packed (row_pitch 0 "
+                                         "or %" PRIu32 ", not %" PRIu32 ")",
+                           name, spec->row_bytes, spec->row_pitch);
+    of = (ops_from){.pf = {.desc = from && *from ? from : "the source",
+                           .want = {spec->num_rows, spec->row_bytes, 0},
+                           .same = ops_same, .fill = ops_fill},
+                    .ops = ops, .ud = ud};
+    return pull_loop(to, name, &of.pf, written);
 }
 
 int engram_check_origin(engram_store *local, const char *name, engram_store *remote, int *state)

@@ -396,6 +396,40 @@ class TableStore(_engram.Store, EngramStore):
         return self._add_source(name, kw["num_rows"], kw["row_bytes"], groups[key][0],
                                 cache_bytes)
 
+    def pull(self, source: Any, name: str, *, namespace: str | None = None,
+             progress: Callable[[int, int], object] | None = None) -> bool:
+        """Copies table ``name`` of a remote tier into this store's
+        namespace directory, to be served from local memory from then on;
+        create-only and atomic (capacity checked before the first byte, the
+        whole table checked before it is published: a failed or killed pull
+        leaves nothing), and every process of a node may call it: one
+        copies, the others wait for it and find its table.  Returns True if
+        this call copied it, False if it was here with the source's rows
+        (``LayoutMismatchError`` if another table of the name is here).
+
+        ``source``: a store opened on a Redis Cluster (engram_pull(), see
+        docs/redis.md), or a Mooncake Store's table, given as a
+        :class:`MooncakeTableStore` or as its client
+        (``mooncake.store.MooncakeDistributedStore``) with
+        ``namespace=``: read in large ranged reads, several in flight, and
+        checked against its manifest's CRC-32 (``CorruptTableError``) and
+        against the manifest as it is at the end (EngramError, errno
+        EAGAIN, if the table was removed or replaced meanwhile);
+        ``progress(done_bytes, total_bytes)`` is called after each read,
+        on this thread, and raising from it cancels the pull (the
+        exception is raised here).  See docs/mooncake.md."""
+        from . import _mooncake
+        if isinstance(source, _mooncake.MooncakeTableStore) or \
+                _mooncake.is_mooncake_client(source):
+            return _mooncake.pull(self, source, name, namespace=namespace, progress=progress)
+        if not isinstance(source, _engram.Store):
+            raise TypeError(f"source: expected a store opened on a Redis Cluster, a "
+                            f"MooncakeTableStore or a mooncake.store.MooncakeDistributedStore, "
+                            f"got {type(source).__name__}")
+        if namespace is not None or progress is not None:
+            raise TypeError("namespace and progress: only to pull from a Mooncake Store")
+        return bool(super().pull(source, name))
+
     def __repr__(self) -> str:
         state = " (closed)" if self.closed else ""
         return f"<engramstore.{type(self).__name__} {self.path!r}{state}>"

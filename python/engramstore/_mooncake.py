@@ -748,12 +748,21 @@ def cache_shares(cache_bytes: int, sizes: list[int]) -> tuple[int, list[int]]:
     return cache_bytes + cache_bytes // 7 + (64 << 10), shares
 
 
+def crc32(buf: Any, crc: int = 0) -> int:
+    """zlib.crc32(buf, crc) of a contiguous buffer: its 16-byte blocks
+    folded with PCLMULQDQ where the CPU has it (_engram._crc32, several
+    times zlib's speed), the rest by zlib.  Releases the GIL."""
+    crc, done = _engram._crc32(buf, crc)
+    mv = memoryview(buf).cast("B")
+    return zlib.crc32(mv[done:], crc) if done < len(mv) else crc
+
+
 def checksum(arr: Any) -> int:
     """CRC-32 of a C-contiguous array's bytes, in 64 MiB steps."""
     mv = memoryview(arr).cast("B")
     crc, step = 0, 64 << 20
     for i in range(0, len(mv), step):
-        crc = zlib.crc32(mv[i:i + step], crc)
+        crc = crc32(mv[i:i + step], crc)
     return crc
 
 
@@ -1360,3 +1369,204 @@ def _rows_array(np: Any, rows: ArrayArg) -> Any:
     if arr.shape[1] > 1 and arr.strides[1] != 1 or arr.strides[0] < arr.shape[1]:
         raise ValueError("rows: each row's bytes must be contiguous (row stride >= row_bytes)")
     return arr
+
+
+# ---- pulling a table into a local namespace --------------------------------
+#
+# TableStore.pull(MooncakeTableStore or client, name) copies a published
+# table into the local store's namespace directory through the library's
+# engram_pull_rows(): the same create-only atomic writer as populate()
+# (capacity checked before the first byte, a temporary file published
+# only at commit), and the same meeting of the ranks of a node as
+# engram_pull() (one copies, the others wait for its temporary file and
+# then compare).  This side only reads: the table's rows in large ranged
+# reads, PULL_CALLS of them in flight at once, each into its slot of a
+# registered staging buffer, CRC-32'd by the thread that read it (crc32(),
+# the GIL released), appended in order by the pulling thread; the chunks'
+# CRCs are combined into the table's and checked against the manifest's
+# before fill() returns, so nothing is published otherwise.
+
+PULL_CHUNK_BYTES = 16 << 20  # bytes per ranged read of a pull
+PULL_CALLS = 4               # ranged reads of a pull in flight at once
+
+
+def _gf2_times(mat: list[int], vec: int) -> int:
+    s, i = 0, 0
+    while vec:
+        if vec & 1:
+            s ^= mat[i]
+        vec >>= 1
+        i += 1
+    return s
+
+
+def _gf2_square(mat: list[int]) -> list[int]:
+    return [_gf2_times(mat, m) for m in mat]
+
+
+_shift_cache: dict[int, list[int]] = {}
+
+
+def _crc_shift(nbytes: int) -> list[int]:
+    """The GF(2) matrix that advances a CRC-32 register over nbytes zero
+    bytes (zlib's crc32_combine operator, applied to every basis vector)."""
+    cols = _shift_cache.get(nbytes)
+    if cols is not None:
+        return cols
+    cols = [1 << i for i in range(32)]
+    odd = [0xEDB88320] + [1 << n for n in range(31)]  # one zero bit
+    even = _gf2_square(odd)  # two
+    odd = _gf2_square(even)  # four
+    n = nbytes
+    while n:
+        even = _gf2_square(odd)
+        if n & 1:
+            cols = [_gf2_times(even, c) for c in cols]
+        n >>= 1
+        if not n:
+            break
+        odd = _gf2_square(even)
+        if n & 1:
+            cols = [_gf2_times(odd, c) for c in cols]
+        n >>= 1
+    if len(_shift_cache) < 16:
+        _shift_cache[nbytes] = cols
+    return cols
+
+
+def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
+    """zlib.crc32(a + b) from crc1 = zlib.crc32(a), crc2 = zlib.crc32(b) and
+    len2 = len(b): CRCs of chunks computed apart (on other threads) joined
+    in order."""
+    return _gf2_times(_crc_shift(len2), crc1) ^ crc2
+
+
+def _parallel_crc(view: Any, pool: ThreadPoolExecutor, parts: int) -> int:
+    """CRC-32 of a bytes view, in `parts` pieces on the pool, combined."""
+    n = len(view)
+    step = max(1, -(-n // parts))
+    pieces = [(i, min(step, n - i)) for i in range(0, n, step)]
+    crcs = list(pool.map(lambda p: crc32(view[p[0]:p[0] + p[1]]), pieces))
+    crc = 0
+    for (_, m), c in zip(pieces, crcs):
+        crc = crc32_combine(crc, c, m)
+    return crc
+
+
+def _pull_source(source: object, namespace: str | None) -> tuple[Any, str, MooncakeTableStore | None]:
+    """(the Mooncake client, the namespace, the MooncakeTableStore if one
+    was given) of a pull's source."""
+    if isinstance(source, MooncakeTableStore):
+        if namespace is not None:
+            raise TypeError("namespace: a MooncakeTableStore pulls from its own namespace "
+                            f"({source.namespace!r}); give namespace= only with a client")
+        if source.closed:
+            raise _error(_engram.StoreClosedError, _engram.ESTATE, "source: the store is closed")
+        return source.store_client, source.namespace, source
+    if is_mooncake_client(source):
+        if namespace is None:
+            raise TypeError("namespace: required to pull from a Mooncake client (the prefix of "
+                            "the tables' keys)")
+        return source, check_name(namespace, "namespace"), None
+    raise TypeError(f"source: expected a store opened on a Redis Cluster, a MooncakeTableStore "
+                    f"or a mooncake.store.MooncakeDistributedStore, got {type(source).__name__}")
+
+
+def pull(local: TableStore, source: object, name: str, *, namespace: str | None = None,
+         progress: Callable[[int, int], object] | None = None,
+         chunk_bytes: int | None = None, calls: int | None = None) -> bool:
+    """TableStore.pull() from a Mooncake Store: see there.  chunk_bytes and
+    calls (default PULL_CHUNK_BYTES, PULL_CALLS): the bytes of a ranged
+    read and how many are in flight at once."""
+    check_name(name)
+    chunk_bytes = PULL_CHUNK_BYTES if chunk_bytes is None else chunk_bytes
+    calls = PULL_CALLS if calls is None else calls
+    if progress is not None and not callable(progress):
+        raise TypeError(f"progress: expected a callable, got {type(progress).__name__}")
+    _positive("chunk_bytes", chunk_bytes)
+    _positive("calls", calls)
+    mc, ns, _ = _pull_source(source, namespace)
+    where = f"the Mooncake namespace '{ns}'"
+    c = _Client(mc)
+    w = TableWriter(c, ns)
+    try:
+        m = w.read_manifest(name)
+        if m is None:
+            raise _error(TableNotFoundError, _errno.ENOENT, f"table '{name}' is not in {where}")
+        n, r, key, crc_want = m["num_rows"], m["row_bytes"], m["key"], m["crc32"]
+        total = n * r
+        try:
+            c.check_size(key, total)
+        except TableNotFoundError:
+            raise _error(TableNotFoundError, _errno.ENOENT,
+                         f"table '{name}': its manifest is in {where}, its rows ({key}) are "
+                         f"not: removed (by any process), or lost with the memory segment "
+                         f"that held them{_SEGMENTS}") from None
+        rows_per = max(1, min(n, chunk_bytes // r))
+        chunk = rows_per * r
+        nchunks = -(-n // rows_per)
+        slots = min(calls, nchunks)
+        c.stage_bytes = slots * chunk
+        pool = ThreadPoolExecutor(slots, thread_name_prefix="engram-mooncake-pull")
+
+        def changed(why: str) -> EngramError:
+            return _error(EngramError, _errno.EAGAIN,
+                          f"pull '{name}': the table {why} in {where} while it was pulled "
+                          f"(nothing was published); pull it again")
+
+        def same(view: Any) -> bool:
+            return bool(_parallel_crc(view, pool, slots) == crc_want)
+
+        def fill(append: Callable[[Any], None]) -> None:
+            with c.lock:
+                stage = c._staging(slots * chunk)
+                ptr = stage.ctypes.data
+
+                def read(i: int) -> int:
+                    off, at = i * chunk, (i % slots) * chunk
+                    size = min(chunk, total - off)
+                    c._read_chunk([key], size, ptr, [[at]], [[off]],
+                                  time.monotonic() + c.read_deadline)
+                    return crc32(stage[at:at + size])
+
+                futs = {i: pool.submit(read, i) for i in range(slots)}
+                crc = done = 0
+                try:
+                    for i in range(nchunks):
+                        part = futs.pop(i).result()
+                        at, size = (i % slots) * chunk, min(chunk, total - i * chunk)
+                        append(stage[at:at + size].reshape(-1, r))
+                        crc = crc32_combine(crc, part, size)
+                        done += size
+                        if i + slots < nchunks:  # its slot is free again
+                            futs[i + slots] = pool.submit(read, i + slots)
+                        if progress is not None:
+                            progress(done, total)
+                except MooncakeError as e:
+                    if e.code == OBJECT_NOT_FOUND:
+                        raise changed("was removed") from e
+                    raise
+                finally:
+                    # No read may write the staging buffer once it is handed back.
+                    for f in futs.values():
+                        f.cancel()
+                    for f in futs.values():
+                        if not f.cancelled():
+                            f.exception()
+            if crc != crc_want:
+                raise _error(_engram.CorruptTableError, _engram.ECHECKSUM,
+                             f"table '{name}' in {where}: its rows ({key}) do not match its "
+                             f"manifest's CRC-32 ({crc:08x}, the manifest's {crc_want:08x}); "
+                             "nothing was published")
+            now = w.read_manifest(name)
+            if now is None:
+                raise changed("was removed")
+            if now["key"] != key or now["crc32"] != crc_want:
+                raise changed("was replaced")
+
+        try:
+            return bool(local._pull_rows(name, n, r, fill, same, where))
+        finally:
+            pool.shutdown(wait=True)
+    finally:
+        c.close()

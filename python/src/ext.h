@@ -296,4 +296,8 @@ typedef struct ext_cuda_api {
 #define EXT_CUDA_CAPSULE EXT_CUDA_MODULE "._api"
 #endif
 
+/* crc32.c: _engram._crc32(buf, crc), the Mooncake pull's CRC-32. */
+extern const char ext_crc32_doc[];
+PyObject *ext_crc32(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
+
 #endif

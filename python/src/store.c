@@ -425,6 +425,8 @@ static PyMethodDef Store_methods[] = {
      ext_store_pull_doc},
     {"check_origin", (PyCFunction)(void (*)(void))ext_store_check_origin,
      METH_FASTCALL | METH_KEYWORDS, ext_store_check_origin_doc},
+    {"_pull_rows", (PyCFunction)(void (*)(void))ext_store_pull_rows,
+     METH_FASTCALL | METH_KEYWORDS, ext_store_pull_rows_doc},
     {"stats", (PyCFunction)ext_store_stats, METH_NOARGS, ext_store_stats_doc},
     {"usage", (PyCFunction)ext_store_usage, METH_O, ext_store_usage_doc},
     {"placement", (PyCFunction)ext_store_placement, METH_O, ext_store_placement_doc},

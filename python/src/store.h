@@ -210,6 +210,9 @@ extern const char ext_store_remove_doc[];
 extern const char ext_store_verify_doc[];
 extern const char ext_store_pull_doc[];
 extern const char ext_store_check_origin_doc[];
+PyObject *ext_store_pull_rows(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
+                              PyObject *kwnames);
+extern const char ext_store_pull_rows_doc[];
 
 /* ---- store_stats.c ------------------------------------------------------ */
 

@@ -3,7 +3,8 @@
  * lookups, declaring (define), storing (populate), binding caller memory
  * (bind) and safetensors checkpoints (open_safetensors), sharing tables
  * between processes (populate_shared, wait_for), and the queries
- * get_table_spec, list_tables, remove and verify.
+ * get_table_spec, list_tables, remove and verify; pull (a Redis Cluster's
+ * table) and _pull_rows (a table Python code reads: a Mooncake Store's).
  */
 #include "store.h"
 
@@ -510,6 +511,214 @@ PyObject *ext_store_check_origin(StoreObject *s, PyObject *const *args, Py_ssize
         return NULL;
     }
     return PyUnicode_FromString(states[state]);
+}
+
+/* ---- _pull_rows: engram_pull_rows() from Python functions --------------- */
+
+/* One _pull_rows() call: the caller's fill and same, and what they raised. */
+typedef struct pullrows {
+    PyObject *fill, *same;
+    PyObject *exc;     /* what fill or same raised (re-raised by _pull_rows) */
+    uint32_t row_bytes;
+    engram_writer *w;  /* while fill runs */
+    int busy;          /* an append is writing (the GIL released) */
+} pullrows;
+
+#define PULL_CAPSULE "engramstore._engram.pull_append"
+
+/* The exception being raised (new reference, its traceback set); clears it. */
+static PyObject *take_exception(void)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    return PyErr_GetRaisedException();
+#else
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    PyErr_NormalizeException(&t, &v, &tb);
+    if (v && tb)
+        PyException_SetTraceback(v, tb);
+    Py_XDECREF(t);
+    Py_XDECREF(tb);
+    return v;
+#endif
+}
+
+static void raise_exception(PyObject *exc)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    PyErr_SetRaisedException(exc);
+#else
+    PyErr_Restore(Py_NewRef((PyObject *)Py_TYPE(exc)), exc, PyException_GetTraceback(exc));
+#endif
+}
+
+/* append(rows): the rows (uint8 [n, row_bytes], rows one after another)
+ * appended to the table being pulled, the GIL released. */
+static PyObject *pull_append(PyObject *cap, PyObject *rows)
+{
+    pullrows *pr = PyCapsule_GetPointer(cap, PULL_CAPSULE);
+    engram_table_spec sp;
+    ext_array a;
+    int rc;
+    if (!pr)
+        return NULL;
+    if (!pr->w)
+        return ext_raise_cls(ext_exc_for(ENGRAM_ESTATE), ENGRAM_ESTATE,
+                             "append: the pull's fill() has returned; nothing more is written");
+    if (pr->busy)
+        return ext_raise_cls(ext_exc_for(ENGRAM_ESTATE), ENGRAM_ESTATE,
+                             "append: called again while an append runs (one thread appends)");
+    if (ext_array_get(rows, "rows", 0, &a) < 0)
+        return NULL;
+    if (rows_layout(&a, "rows", &sp) < 0) {
+        ext_array_release(&a);
+        return NULL;
+    }
+    if (sp.row_bytes != pr->row_bytes) {
+        ext_array_release(&a);
+        PyErr_Format(PyExc_ValueError, "rows: expected rows of %u bytes, got %u",
+                     (unsigned)pr->row_bytes, (unsigned)sp.row_bytes);
+        return NULL;
+    }
+    pr->busy = 1;
+    Py_BEGIN_ALLOW_THREADS
+    rc = engram_writer_append(pr->w, a.data, sp.num_rows, sp.row_pitch);
+    Py_END_ALLOW_THREADS
+    pr->busy = 0;
+    ext_array_release(&a);
+    if (rc < 0)
+        return ext_raise(rc, NULL);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef pull_append_def = {"append", pull_append, METH_O,
+                                      "append(rows): rows appended to the table being pulled."};
+
+/* What fill or same raised, kept for _pull_rows (the first one). */
+static int pull_raised(pullrows *pr)
+{
+    PyObject *exc = take_exception();
+    if (!pr->exc)
+        pr->exc = exc;
+    else
+        Py_XDECREF(exc);
+    return -ECANCELED;
+}
+
+static int pull_fill(void *ud, engram_writer *w)
+{
+    pullrows *pr = ud;
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *cap = PyCapsule_New(pr, PULL_CAPSULE, NULL), *fn = NULL, *res = NULL;
+    int rc = 0;
+    if (cap && (fn = PyCFunction_New(&pull_append_def, cap))) {
+        pr->w = w;
+        res = PyObject_CallOneArg(pr->fill, fn);
+        pr->w = NULL; /* an append kept by fill now raises */
+    }
+    if (!res)
+        rc = pull_raised(pr);
+    Py_XDECREF(res);
+    Py_XDECREF(fn);
+    Py_XDECREF(cap);
+    PyGILState_Release(g);
+    return rc;
+}
+
+/* same(rows): a read-only memoryview of the published table's rows,
+ * released when same() returns (the rows are unmapped then). */
+static int pull_same(void *ud, const void *rows, const engram_table_spec *spec)
+{
+    pullrows *pr = ud;
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *mv = PyMemoryView_FromMemory((char *)(uintptr_t)rows,
+                                           (Py_ssize_t)(spec->num_rows * spec->row_bytes),
+                                           PyBUF_READ),
+             *res, *done;
+    int rc;
+    if (!mv) {
+        rc = pull_raised(pr);
+        PyGILState_Release(g);
+        return rc;
+    }
+    res = PyObject_CallOneArg(pr->same, mv);
+    rc = res ? PyObject_IsTrue(res) : -1;
+    Py_XDECREF(res);
+    if (rc < 0)
+        rc = pull_raised(pr); /* taken before release() runs */
+    /* A view of the rows that outlives the call (release() refuses) fails
+     * the pull: the rows are unmapped once same() returns. */
+    done = PyObject_CallMethod(mv, "release", NULL);
+    if (!done)
+        rc = pull_raised(pr);
+    Py_XDECREF(done);
+    Py_DECREF(mv);
+    PyGILState_Release(g);
+    return rc;
+}
+
+const char ext_store_pull_rows_doc[] = PyDoc_STR(
+"_pull_rows($self, name, num_rows, row_bytes, fill, same, source)\n--\n\n"
+"engram_pull_rows(): copies a table of `num_rows` rows of `row_bytes`\n"
+"bytes that Python code reads into this store's namespace directory, as\n"
+"pull() copies a Redis Cluster's (create-only and atomic, capacity first,\n"
+"the ranks of a node meeting at the namespace).  fill(append) calls\n"
+"append(rows) (uint8 [n, row_bytes]) for every row in order, checks them,\n"
+"and returns; anything it raises aborts the pull (nothing is published)\n"
+"and is raised here.  same(view) is given a read-only memoryview of a\n"
+"table published under the name (valid during the call only) and answers\n"
+"whether it holds the source's rows: True keeps it, False raises\n"
+"LayoutMismatchError.  `source` names the source in messages.  Returns\n"
+"True if this call copied it, False if it was there.");
+
+PyObject *ext_store_pull_rows(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
+                              PyObject *kwnames)
+{
+    static const char *const names[] = {"name", "num_rows", "row_bytes", "fill", "same",
+                                        "source"};
+    PyObject *v[6];
+    pullrows pr = {0};
+    engram_pull_ops ops = {pull_fill, pull_same};
+    engram_table_spec sp = {0, 0, 0};
+    const char *cname, *csource;
+    unsigned long long n;
+    unsigned long r;
+    int rc, written = 0;
+    if (ext_store_parse_args("_pull_rows", args, nargs, kwnames, names, 6, 6, 6, v) < 0 ||
+        !(cname = name_arg(v[0], "name")) || !(csource = ext_utf8_arg(v[5], "source")))
+        return NULL;
+    n = PyLong_AsUnsignedLongLong(v[1]);
+    if (n == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    r = PyLong_AsUnsignedLong(v[2]);
+    if (r == (unsigned long)-1 && PyErr_Occurred())
+        return NULL;
+    if (r > UINT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "row_bytes: %lu is too large", r);
+        return NULL;
+    }
+    if (!PyCallable_Check(v[3]) || !PyCallable_Check(v[4])) {
+        PyErr_SetString(PyExc_TypeError, "fill and same: expected callables");
+        return NULL;
+    }
+    sp.num_rows = n;
+    sp.row_bytes = (uint32_t)r;
+    pr.fill = v[3];
+    pr.same = v[4];
+    pr.row_bytes = sp.row_bytes;
+    if (ext_store_enter(s) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = engram_pull_rows(s->st, cname, &sp, csource, &ops, &pr, &written);
+    ext_store_leave(s);
+    Py_END_ALLOW_THREADS
+    if (pr.exc) {
+        raise_exception(pr.exc);
+        return NULL;
+    }
+    if (rc < 0)
+        return ext_raise(rc, NULL);
+    return PyBool_FromLong(written);
 }
 
 const char ext_store_wait_for_doc[] = PyDoc_STR(

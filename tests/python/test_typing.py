@@ -148,7 +148,8 @@ TABLE_SIGNATURES = {
     "usage": "(name, /)",
     "placement": "(name, /)",
     "numa_copy": "(name, node)",
-    "pull": "(source, name)",
+    "pull": "(source: 'Any', name: 'str', *, namespace: 'str | None' = None, "
+            "progress: 'Callable[[int, int], object] | None' = None) -> 'bool'",
     "check_origin": "(source, name)",
     "bind": "(name, rows)",
     "open_safetensors": "(name, path, weight, scale=None, row_start=0, row_end=0)",

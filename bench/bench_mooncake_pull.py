@@ -1,0 +1,272 @@
+#!/usr/bin/env python3
+"""Pulling a table from a Mooncake Store into local memory, and lookups after.
+
+    bench/bench_mooncake_pull.py [--quick] [--table-bytes 1073741824] [--row-bytes 264]
+                                 [--reps 5] [--ids 4096] [--lookups 20] [--json FILE]
+
+This process starts Mooncake's metadata server and master on free
+127.0.0.1 ports (tests/python/mcserver.py), joins the store with a segment
+that holds the objects, and publishes one table of --table-bytes (rows of
+--row-bytes, their bytes known without the table, as bench_mooncake.py
+makes them) twice: through engramstore's table API (what a pull copies)
+and as head 0 of a layer of Mooncake's own EngramStore (the same rows).  A
+second process (this script with --reader) joins the store without a
+segment, so every byte it reads crosses the transfer engine's TCP path, and
+times, in the same run:
+
+  (a) pull      local.pull(MooncakeTableStore, name) into a namespace on
+                /dev/shm (a new table every repetition, removed after it),
+                against
+      bulk      the same bytes read by one get_into() call of the Mooncake
+                client into a buffer registered (and touched) once;
+                --reps repetitions after one untimed run of each,
+                alternating which goes first; the median, min and max of
+                each, and pull / bulk of the medians;
+  (b) lookups   of [ids, 1] uniform ids from the pulled table against
+                Mooncake's EngramStore (mooncake.store.EngramStore, its
+                float32 API, embedding_dim = row_bytes / 4) on the same rows:
+                --lookups lookups per run, --reps runs alternating which
+                goes first, the median rate in ids/s.
+
+Every pulled table and every lookup's rows are checked against the rows'
+known contents.  --quick: a 64 MiB table, 3 repetitions, for a smoke run.
+The last line is JSON.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
+
+from bench_mooncake import expected_words, fill_head  # noqa: E402
+
+NAME = "t"
+NAMESPACE = "bench-pull"
+
+
+def check_words(got, ids, row_bytes):
+    """Rows of head 0 for ids [T]: wrong rows counted."""
+    w = np.ascontiguousarray(got).view(np.uint32).reshape(len(ids), row_bytes // 4)
+    want = expected_words(ids.reshape(1, -1, 1), row_bytes).reshape(len(ids), row_bytes // 4)
+    return int((w != want).any(-1).sum())
+
+
+def summary(ts):
+    return {"median_s": statistics.median(ts), "min_s": min(ts), "max_s": max(ts), "runs": ts}
+
+
+def reader(args):
+    import engramstore
+    from mooncake.store import EngramStore as MooncakeEngramStore
+    from mooncake.store import EngramStoreConfig as MooncakeConfig
+    from mooncake.store import MooncakeDistributedStore
+
+    os.environ.setdefault("MC_TCP_BIND_ADDRESS", "127.0.0.1")
+    mc = MooncakeDistributedStore()
+    if mc.setup("127.0.0.1", args.metadata, 0, 64 << 20, "tcp", "", args.master) != 0:
+        raise SystemExit("reader: setup failed")
+    N, R = args.rows, args.row_bytes
+    size = N * R
+    remote = engramstore.EngramStore(namespace=NAMESPACE, store_client=mc)
+    key = remote.get_table_spec(NAME)["key"]
+    bulk = np.ones(size, np.uint8)  # touched: the timing is the read's alone
+    assert mc.register_buffer(bulk.ctypes.data, bulk.nbytes) == 0
+    root = tempfile.mkdtemp(prefix="bench-mooncake-pull-", dir=args.local_root)
+
+    def run_bulk():
+        t0 = time.perf_counter()
+        rc = mc.get_into(key, bulk.ctypes.data, size)
+        dt = time.perf_counter() - t0
+        if rc != size:
+            raise SystemExit(f"bulk: get_into answered {rc}, not {size}")
+        return dt
+
+    def run_pull():
+        with engramstore.EngramStore(namespace="p", local_dir=root) as local:
+            t0 = time.perf_counter()
+            if local.pull(remote, NAME) is not True:
+                raise SystemExit("pull: the table was not copied")
+            return time.perf_counter() - t0
+
+    def drop_local():
+        engramstore.remove_namespace("p", root, tables=True)
+
+    # One untimed run of each first: the connections, the staging buffer's
+    # registration and the threads are set up once per process.
+    run_bulk()
+    run_pull()
+    drop_local()
+    load = [os.getloadavg()[0]]  # other work on the machine skews every figure
+    pull_t, bulk_t = [], []
+    wrong = {"bulk": 0, "pull": 0}
+    for rep in range(args.reps):
+        order = ("pull", "bulk") if rep % 2 == 0 else ("bulk", "pull")
+        for what in order:
+            if what == "bulk":
+                bulk_t.append(run_bulk())
+                if rep == 0:
+                    wrong["bulk"] = check_words(bulk.reshape(N, R), np.arange(N), R)
+            else:
+                pull_t.append(run_pull())
+                if rep < args.reps - 1:
+                    drop_local()
+        print(f"rep {rep}: pull {pull_t[-1]:.3f} s, bulk {bulk_t[-1]:.3f} s",
+              file=sys.stderr, flush=True)
+    mc.unregister_buffer(bulk.ctypes.data)
+    del bulk
+
+    # (b) lookups from the pulled table against Mooncake's EngramStore.
+    local = engramstore.EngramStore(namespace="p", local_dir=root)
+    with engramstore.EngramStore(namespace="p", local_dir=root) as check:
+        check.verify(NAME)
+    wrong["pull"] = check_words(
+        local.lookup([NAME], np.arange(N, dtype=np.int64)[:, None]), np.arange(N), R)
+    mcfg = MooncakeConfig()
+    mcfg.table_vocab_sizes = [N]
+    mcfg.embedding_dim = R // 4
+    theirs = MooncakeEngramStore(args.layer, mcfg, mc)
+    out = np.zeros((args.ids, 1, R), np.uint8)
+    rng = np.random.default_rng(5)
+    look_t = {"engram": [], "mooncake": []}
+    for rep in range(args.reps):
+        pool = [rng.integers(0, N, args.ids, dtype=np.int64) for _ in range(args.lookups)]
+        order = ("engram", "mooncake") if rep % 2 == 0 else ("mooncake", "engram")
+        for what in order:
+            t0 = time.perf_counter()
+            for ids in pool:
+                if what == "engram":
+                    local.lookup([NAME], ids[:, None], out)
+                    res = out
+                else:
+                    res = theirs.lookup(ids.reshape(1, -1, 1))
+            look_t[what].append(time.perf_counter() - t0)
+            bad = check_words(res.view(np.uint8) if what == "mooncake" else res, pool[-1], R)
+            wrong[f"lookup {what}"] = wrong.get(f"lookup {what}", 0) + bad
+    local.close()
+    remote.close()
+    theirs = None
+    mc.close()
+    shutil.rmtree(root, ignore_errors=True)
+    ids_per_run = args.ids * args.lookups
+    load.append(os.getloadavg()[0])
+    res = {"bytes": size, "loadavg_1min": load, "pull": summary(pull_t), "bulk": summary(bulk_t),
+           "lookup_ids_per_s": {k: ids_per_run / statistics.median(v) for k, v in look_t.items()},
+           "lookup_runs_s": look_t, "wrong_rows": wrong}
+    print("RESULT " + json.dumps(res), flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="a 64 MiB table, 3 repetitions")
+    ap.add_argument("--table-bytes", type=int, default=1 << 30)
+    ap.add_argument("--row-bytes", type=int, default=264)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--ids", type=int, default=4096, help="ids per lookup")
+    ap.add_argument("--lookups", type=int, default=20, help="lookups per timed run")
+    ap.add_argument("--layer", type=int, default=62)
+    ap.add_argument("--local-root", default="/dev/shm" if os.path.isdir("/dev/shm") else None,
+                    help="where the pulled namespace is made (default /dev/shm)")
+    ap.add_argument("--json", help="also write the results to this file")
+    ap.add_argument("--metadata", help=argparse.SUPPRESS)
+    ap.add_argument("--master", help=argparse.SUPPRESS)
+    ap.add_argument("--rows", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--reader", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.quick:
+        args.table_bytes, args.reps = 64 << 20, 3
+    if args.row_bytes % 4 or args.row_bytes <= 0:
+        ap.error("--row-bytes must be a positive multiple of 4 (Mooncake's EngramStore reads "
+                 "float32)")
+    if args.reps < 1 or args.lookups < 1 or args.ids < 1:
+        ap.error("--reps, --lookups and --ids must be positive")
+    args.rows = args.rows or args.table_bytes // args.row_bytes
+    if args.reader:
+        return reader(args)
+
+    import engramstore
+    import mcserver
+    os.environ.setdefault("MC_TCP_BIND_ADDRESS", "127.0.0.1")
+    why = mcserver.mooncake_missing()
+    if why:
+        raise SystemExit(f"bench_mooncake_pull: {why}")
+    srv = mcserver.MooncakeServers(tempfile.mkdtemp(prefix="bench-mooncake-pull-"))
+    srv.start()
+    size = args.rows * args.row_bytes
+    mc = None
+    try:
+        from mooncake.store import MooncakeDistributedStore
+        mc = MooncakeDistributedStore()
+        seg = 2 * size + size // 8 + (256 << 20)
+        if mc.setup("127.0.0.1", srv.metadata_url, seg, 64 << 20, "tcp", "", srv.master_addr) != 0:
+            raise SystemExit("bench_mooncake_pull: setup failed")
+        rows = fill_head(args.rows, args.row_bytes, 0)
+        cfg = engramstore.EngramStoreConfig([args.rows], args.row_bytes)
+        with engramstore.EngramStore(namespace=NAMESPACE, store_client=mc) as tables, \
+                engramstore.EngramStore({args.layer: cfg}, mc) as layer:
+            t0 = time.perf_counter()
+            tables.populate(NAME, rows)
+            layer.populate(args.layer, [rows])
+            del rows
+            print(f"published {args.rows} rows of {args.row_bytes} bytes ({size / 2**30:.3f} "
+                  f"GiB) twice in {time.perf_counter() - t0:.1f} s", flush=True)
+            argv = [sys.executable, os.path.abspath(__file__), "--reader",
+                    "--metadata", srv.metadata_url, "--master", srv.master_addr,
+                    "--rows", str(args.rows)]
+            for k in ("row_bytes", "reps", "ids", "lookups", "layer"):
+                argv += [f"--{k.replace('_', '-')}", str(getattr(args, k))]
+            if args.local_root:
+                argv += ["--local-root", args.local_root]
+            r = subprocess.run(argv, capture_output=True, text=True, timeout=3000)
+            lines = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
+            if r.returncode != 0 or not lines:
+                sys.stderr.write(r.stderr[-5000:])
+                raise SystemExit(f"bench_mooncake_pull: the reader failed ({r.returncode})")
+            for ln in r.stderr.splitlines():
+                if ln.startswith("rep "):
+                    print(ln)
+            res = json.loads(lines[-1][len("RESULT "):])
+            tables.remove(NAME, force=True)
+            layer.remove_from_store(args.layer, force=True)
+    finally:
+        if mc is not None:
+            mc.close()
+        srv.stop()
+    gib = res["bytes"] / 2**30
+    p, b = res["pull"], res["bulk"]
+    print(f"\n(a) {gib:.3f} GiB, {args.reps} repetitions, order alternating")
+    for what, s in (("pull", p), ("bulk get_into", b)):
+        print(f"  {what:14} median {s['median_s']:.3f} s ({gib / s['median_s']:.2f} GiB/s), "
+              f"min {s['min_s']:.3f} s, max {s['max_s']:.3f} s")
+    print(f"  pull / bulk (rate, medians): {b['median_s'] / p['median_s']:.2f}x")
+    lk = res["lookup_ids_per_s"]
+    print(f"(b) lookups of [{args.ids}, 1] uniform ids, {args.lookups} per run, median of "
+          f"{args.reps} runs")
+    print(f"  engram (pulled) {lk['engram']:14.0f} ids/s")
+    print(f"  mooncake        {lk['mooncake']:14.0f} ids/s")
+    print(f"  engram / mooncake: {lk['engram'] / lk['mooncake']:.0f}x")
+    print(f"  wrong rows: {res['wrong_rows']}")
+    print(f"load average (1 min) when the timing began and ended: "
+          f"{res['loadavg_1min'][0]:.2f}, {res['loadavg_1min'][1]:.2f} ({os.cpu_count()} CPUs)")
+    out = {"args": vars(args), "results": res}
+    print(json.dumps(out))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+    if any(res["wrong_rows"].values()):
+        raise SystemExit("bench_mooncake_pull: wrong rows")
+
+
+if __name__ == "__main__":
+    main()
