@@ -300,4 +300,33 @@ typedef struct ext_cuda_api {
 extern const char ext_crc32_doc[];
 PyObject *ext_crc32(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
 
+/* The exception being raised, normalised, with its traceback (new
+ * reference); clears it.  ext_raise_taken() raises it again (stealing
+ * the reference).  For an exception raised in a callback, kept across
+ * library code and raised again by the call that ran it. */
+static inline PyObject *ext_take_raised(void)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    return PyErr_GetRaisedException();
+#else
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    PyErr_NormalizeException(&t, &v, &tb);
+    if (v && tb)
+        PyException_SetTraceback(v, tb);
+    Py_XDECREF(t);
+    Py_XDECREF(tb);
+    return v;
+#endif
+}
+
+static inline void ext_raise_taken(PyObject *exc)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    PyErr_SetRaisedException(exc);
+#else
+    PyErr_Restore(Py_NewRef((PyObject *)Py_TYPE(exc)), exc, PyException_GetTraceback(exc));
+#endif
+}
+
 #endif

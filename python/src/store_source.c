@@ -271,24 +271,6 @@ out:
     return rc;
 }
 
-/* The exception being raised, normalised, with its traceback (new
- * reference); clears it. */
-static PyObject *raised_exception(void)
-{
-#if PY_VERSION_HEX >= 0x030C0000
-    return PyErr_GetRaisedException();
-#else
-    PyObject *t, *v, *tb;
-    PyErr_Fetch(&t, &v, &tb);
-    PyErr_NormalizeException(&t, &v, &tb);
-    if (v && tb)
-        PyException_SetTraceback(v, tb);
-    Py_XDECREF(t);
-    Py_XDECREF(tb);
-    return v;
-#endif
-}
-
 static int read_rows(void *ctx, engram_source_req *reqs, size_t n)
 {
     const pysource *ps = ctx;
@@ -296,7 +278,7 @@ static int read_rows(void *ctx, engram_source_req *reqs, size_t n)
     int rc = 0;
     depth++;
     if (call_fn(ps, reqs, n) < 0) {
-        PyObject *exc = raised_exception(), *text = exc ? PyObject_Str(exc) : NULL;
+        PyObject *exc = ext_take_raised(), *text = exc ? PyObject_Str(exc) : NULL;
         const char *ctext = text ? PyUnicode_AsUTF8(text) : NULL;
         if (!ctext)
             PyErr_Clear();

@@ -426,35 +426,53 @@ const char ext_store_pull_doc[] = PyDoc_STR(
 "with errno EINVAL (`source` is not a cluster's store, or this store has no\n"
 "directory).  The GIL is released while copying.");
 
-PyObject *ext_store_pull(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
-                         PyObject *kwnames)
+/* pull() and check_origin(): (source, name) of a store opened on a Redis
+ * Cluster, both stores entered (ext_store_enter()).  0, or -1 with the
+ * exception set and neither entered. */
+static int enter_with_source(StoreObject *s, const char *fn, PyObject *const *args,
+                             Py_ssize_t nargs, PyObject *kwnames, StoreObject **src,
+                             const char **cname)
 {
     static const char *const names[] = {"source", "name"};
     PyObject *v[2];
-    StoreObject *src;
-    const char *cname;
-    int rc, written = 0;
-    if (ext_store_parse_args("pull", args, nargs, kwnames, names, 2, 2, 2, v) < 0 ||
-        !(cname = name_arg(v[1], "name")))
-        return NULL;
+    if (ext_store_parse_args(fn, args, nargs, kwnames, names, 2, 2, 2, v) < 0 ||
+        !(*cname = name_arg(v[1], "name")))
+        return -1;
     if (!PyObject_TypeCheck(v[0], ext_store_type)) {
         PyErr_Format(PyExc_TypeError, "source: expected a store opened on a Redis Cluster, "
                                       "got %.100s",
                      Py_TYPE(v[0])->tp_name);
-        return NULL;
+        return -1;
     }
-    src = (StoreObject *)v[0];
+    *src = (StoreObject *)v[0];
     if (ext_store_enter(s) < 0)
-        return NULL;
-    if (src != s && ext_store_enter(src) < 0) {
+        return -1;
+    if (*src != s && ext_store_enter(*src) < 0) {
         ext_store_leave(s);
-        return NULL;
+        return -1;
     }
-    Py_BEGIN_ALLOW_THREADS
-    rc = engram_pull(s->st, src->st, cname, NULL, NULL, &written);
+    return 0;
+}
+
+/* Leaves what enter_with_source() entered (without the GIL too). */
+static void leave_with_source(StoreObject *s, StoreObject *src)
+{
     if (src != s)
         ext_store_leave(src);
     ext_store_leave(s);
+}
+
+PyObject *ext_store_pull(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
+                         PyObject *kwnames)
+{
+    StoreObject *src;
+    const char *cname;
+    int rc, written = 0;
+    if (enter_with_source(s, "pull", args, nargs, kwnames, &src, &cname) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = engram_pull(s->st, src->st, cname, NULL, NULL, &written);
+    leave_with_source(s, src);
     Py_END_ALLOW_THREADS
     if (rc < 0)
         return ext_raise(rc, NULL);
@@ -476,33 +494,15 @@ const char ext_store_check_origin_doc[] = PyDoc_STR(
 PyObject *ext_store_check_origin(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
                                  PyObject *kwnames)
 {
-    static const char *const names[] = {"source", "name"};
     static const char *const states[] = {"current", "republished", "changed", "gone"};
-    PyObject *v[2];
     StoreObject *src;
     const char *cname;
     int rc, state = 0;
-    if (ext_store_parse_args("check_origin", args, nargs, kwnames, names, 2, 2, 2, v) < 0 ||
-        !(cname = name_arg(v[1], "name")))
+    if (enter_with_source(s, "check_origin", args, nargs, kwnames, &src, &cname) < 0)
         return NULL;
-    if (!PyObject_TypeCheck(v[0], ext_store_type)) {
-        PyErr_Format(PyExc_TypeError, "source: expected a store opened on a Redis Cluster, "
-                                      "got %.100s",
-                     Py_TYPE(v[0])->tp_name);
-        return NULL;
-    }
-    src = (StoreObject *)v[0];
-    if (ext_store_enter(s) < 0)
-        return NULL;
-    if (src != s && ext_store_enter(src) < 0) {
-        ext_store_leave(s);
-        return NULL;
-    }
     Py_BEGIN_ALLOW_THREADS
     rc = engram_check_origin(s->st, cname, src->st, &state);
-    if (src != s)
-        ext_store_leave(src);
-    ext_store_leave(s);
+    leave_with_source(s, src);
     Py_END_ALLOW_THREADS
     if (rc < 0)
         return ext_raise(rc, NULL);
@@ -525,32 +525,6 @@ typedef struct pullrows {
 } pullrows;
 
 #define PULL_CAPSULE "engramstore._engram.pull_append"
-
-/* The exception being raised (new reference, its traceback set); clears it. */
-static PyObject *take_exception(void)
-{
-#if PY_VERSION_HEX >= 0x030C0000
-    return PyErr_GetRaisedException();
-#else
-    PyObject *t, *v, *tb;
-    PyErr_Fetch(&t, &v, &tb);
-    PyErr_NormalizeException(&t, &v, &tb);
-    if (v && tb)
-        PyException_SetTraceback(v, tb);
-    Py_XDECREF(t);
-    Py_XDECREF(tb);
-    return v;
-#endif
-}
-
-static void raise_exception(PyObject *exc)
-{
-#if PY_VERSION_HEX >= 0x030C0000
-    PyErr_SetRaisedException(exc);
-#else
-    PyErr_Restore(Py_NewRef((PyObject *)Py_TYPE(exc)), exc, PyException_GetTraceback(exc));
-#endif
-}
 
 /* append(rows): the rows (uint8 [n, row_bytes], rows one after another)
  * appended to the table being pulled, the GIL released. */
@@ -597,7 +571,7 @@ static PyMethodDef pull_append_def = {"append", pull_append, METH_O,
 /* What fill or same raised, kept for _pull_rows (the first one). */
 static int pull_raised(pullrows *pr)
 {
-    PyObject *exc = take_exception();
+    PyObject *exc = ext_take_raised();
     if (!pr->exc)
         pr->exc = exc;
     else
@@ -713,7 +687,7 @@ PyObject *ext_store_pull_rows(StoreObject *s, PyObject *const *args, Py_ssize_t 
     ext_store_leave(s);
     Py_END_ALLOW_THREADS
     if (pr.exc) {
-        raise_exception(pr.exc);
+        ext_raise_taken(pr.exc);
         return NULL;
     }
     if (rc < 0)
