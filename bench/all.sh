@@ -131,28 +131,6 @@ cleanup() {
     sampler=""
     [ -n "$REDIS_PIDS" ] && redis_cluster_stop
 }
-# redis_cluster_start of tests/redis_cluster.sh exits when the cluster
-# does not come up; here that is one row's failure, so the same tries
-# without the exit: 0 when the cluster is up ($NODES), else $REDIS_WHY.
-redis_up() {
-    local rebinds=0 tries=0 rc
-    if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
-        REDIS_WHY="redis-server or redis-cli not found (scripts/setup.sh installs them)"
-        return 1
-    fi
-    while :; do
-        redis_cluster_try
-        rc=$?
-        [ $rc = 0 ] && return 0
-        redis_cluster_stop
-        if [ $rc = 2 ] && [ $rebinds -lt 20 ]; then
-            rebinds=$((rebinds + 1))
-            continue
-        fi
-        tries=$((tries + 1))
-        [ $tries -ge 3 ] && return 1
-    done
-}
 trap 'cleanup' EXIT
 trap 'exit 130' INT TERM
 (while :; do
@@ -235,12 +213,12 @@ if wanted redis; then
     SCRATCH=$out/redis-cluster
     # shellcheck source=../tests/redis_cluster.sh
     . tests/redis_cluster.sh
-    if redis_up; then
+    if redis_cluster_up; then
         run redis "$B/bench_redis" --nodes "$NODES" --mib 1024 --reps 5
     else
-        echo "all.sh: redis: the Redis Cluster did not come up: $REDIS_WHY" >&2
+        echo "all.sh: redis: $REDIS_WHY" >&2
         printf '{"bench":"redis","phase":"end","rc":1,"error":"%s"}\n' \
-            "$(json_str "the Redis Cluster did not come up: $REDIS_WHY")" >>"$out/runs.jsonl"
+            "$(json_str "$REDIS_WHY")" >>"$out/runs.jsonl"
         failed="$failed redis"
     fi
     redis_cluster_stop

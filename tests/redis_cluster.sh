@@ -158,9 +158,14 @@ redis_cluster_try() {
     return 0
 }
 
-redis_cluster_start() {
-    command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1 ||
-        redis_skip "redis-server or redis-cli not found (scripts/setup.sh installs them)"
+# redis_cluster_up: starts the cluster, trying again on new ports; 0 when
+# it is up ($NODES), else 1 with the reason in $REDIS_WHY (no exit: a
+# caller that has other work, a benchmark run, goes on without it).
+redis_cluster_up() {
+    if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
+        REDIS_WHY="redis-server or redis-cli not found (scripts/setup.sh installs them)"
+        return 1
+    fi
     tries=0
     rebinds=0
     while :; do
@@ -174,6 +179,14 @@ redis_cluster_start() {
             continue
         fi
         tries=$((tries + 1))
-        [ $tries -ge 3 ] && redis_skip "the cluster did not come up: $REDIS_WHY (logs kept in $SCRATCH/redis)"
+        if [ $tries -ge 3 ]; then
+            REDIS_WHY="the cluster did not come up: $REDIS_WHY (logs kept in $SCRATCH/redis)"
+            return 1
+        fi
     done
+}
+
+# redis_cluster_start: redis_cluster_up, or the test skips with the reason.
+redis_cluster_start() {
+    redis_cluster_up || redis_skip "$REDIS_WHY"
 }
