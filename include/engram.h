@@ -468,11 +468,15 @@ ENGRAM_API int engram_writer_set_range(engram_writer *w, uint64_t row_start, uin
  * namespace as its own, so that the two compare (engram_check_origin()). */
 typedef struct engram_origin {
     uint32_t kind;   /* ENGRAM_ORIGIN_*; the rest is zero for ENGRAM_ORIGIN_NONE */
-    uint64_t epoch;  /* the publication's epoch in its namespace (never 0) */
+    /* The publication in its namespace, never 0: a Redis Cluster
+     * manifest's epoch; for a Mooncake Store a 64-bit digest of the
+     * publication's rows key, which every populate makes new. */
+    uint64_t epoch;
     char ns[ENGRAM_NAME_MAX + 1]; /* the remote namespace */
     /* How the store was reached, printable without spaces, "" if unknown:
      * for a Redis Cluster the nodes given (host:port[,host:port...], as
-     * many whole ones as fit), for a Mooncake Store its master. */
+     * many whole ones as fit); "" for a Mooncake Store (its client is
+     * given to every call that reads it). */
     char where[ENGRAM_ORIGIN_WHERE_MAX + 1];
 } engram_origin;
 

@@ -24,7 +24,7 @@ import errno as _errno
 import inspect as _inspect
 import os
 from collections.abc import Callable, Hashable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, NamedTuple, overload
 
 from . import _engram
 from ._engram import (  # noqa: F401  (re-exported)
@@ -429,6 +429,31 @@ class TableStore(_engram.Store, EngramStore):
         if namespace is not None or progress is not None:
             raise TypeError("namespace and progress: only to pull from a Mooncake Store")
         return bool(super().pull(source, name))
+
+    def check_origin(self, source: Any, name: str, *, namespace: str | None = None
+                     ) -> Literal["current", "republished", "changed", "gone"]:
+        """Compares table ``name``, pulled with :meth:`pull`, with what the
+        store it came from publishes under that name now, and returns
+        ``"current"`` (the same publication), ``"republished"`` (published
+        again with the same rows), ``"changed"`` (other rows now: pull it
+        again) or ``"gone"``.  ``source`` as for :meth:`pull`: a store
+        opened on a Redis Cluster (its manifest is read, not its rows), or
+        a Mooncake Store's :class:`MooncakeTableStore` or client with
+        ``namespace=`` (its manifest is read; a table published again is
+        told apart from one with other rows by the local rows' CRC-32).
+        ``EngramError`` (errno EINVAL) when the table records no origin or
+        came from elsewhere.  See docs/redis.md and docs/mooncake.md."""
+        from . import _mooncake
+        if isinstance(source, _mooncake.MooncakeTableStore) or \
+                _mooncake.is_mooncake_client(source):
+            return _mooncake.check_origin(self, source, name, namespace=namespace)
+        if not isinstance(source, _engram.Store):
+            raise TypeError(f"source: expected a store opened on a Redis Cluster, a "
+                            f"MooncakeTableStore or a mooncake.store.MooncakeDistributedStore, "
+                            f"got {type(source).__name__}")
+        if namespace is not None:
+            raise TypeError("namespace: only to compare with a Mooncake Store")
+        return super().check_origin(source, name)
 
     def __repr__(self) -> str:
         state = " (closed)" if self.closed else ""

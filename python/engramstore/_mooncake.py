@@ -87,6 +87,7 @@ How a read works (``_Client.read``), and why:
 from __future__ import annotations
 
 import errno as _errno
+import hashlib
 import json
 import os
 import threading
@@ -95,7 +96,7 @@ import weakref
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from . import _engram
 from ._engram import (EngramError, LayoutMismatchError, StateError, TableExistsError,
@@ -1453,6 +1454,51 @@ def _parallel_crc(view: Any, pool: ThreadPoolExecutor, parts: int) -> int:
     return crc
 
 
+def publication_id(key: str) -> int:
+    """The 64-bit identity of a Mooncake Store table's publication, recorded
+    as a pulled table's origin epoch: a digest of its rows' key, which is
+    new with every populate (its epoch and nonce); never 0."""
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little") or 1
+
+
+def check_origin(local: TableStore, source: object, name: str, *, namespace: str | None = None
+                 ) -> Literal["current", "republished", "changed", "gone"]:
+    """TableStore.check_origin() against a Mooncake Store: see there."""
+    check_name(name)
+    mc, ns, _ = _pull_source(source, namespace)
+    spec = local.get_table_spec(name)
+    o = spec.get("origin")
+    if o is None:
+        raise _error(EngramError, _errno.EINVAL,
+                     f"table '{name}' of {local.path} records no origin: it was not pulled from "
+                     "a remote namespace")
+    if o["store"] != "mooncake" or o["namespace"] != ns:
+        raise _error(EngramError, _errno.EINVAL,
+                     f"table '{name}' of {local.path} came from namespace '{o['namespace']}' of "
+                     f"a {'Mooncake Store' if o['store'] == 'mooncake' else 'Redis Cluster'}, "
+                     f"not from the Mooncake namespace '{ns}'")
+    c = _Client(mc)
+    try:
+        m = TableWriter(c, ns).read_manifest(name)
+    finally:
+        c.close()
+    if m is None:
+        return "gone"
+    if publication_id(m["key"]) == o["epoch"]:
+        return "current"
+    if (m["num_rows"], m["row_bytes"]) != (spec["num_rows"], spec["row_bytes"]):
+        return "changed"
+    # Published again: the same rows if the local ones have its CRC-32.
+    np = _numpy()
+    n, r, crc = spec["num_rows"], spec["row_bytes"], 0
+    step = max(1, (16 << 20) // r)
+    for at in range(0, n, step):
+        k = min(step, n - at)
+        out = local.lookup([name], np.arange(at, at + k, dtype=np.int64)[:, None])
+        crc = crc32_combine(crc, crc32(np.ascontiguousarray(out).reshape(-1)), k * r)
+    return "republished" if crc == m["crc32"] else "changed"
+
+
 def _pull_source(source: object, namespace: str | None) -> tuple[Any, str, MooncakeTableStore | None]:
     """(the Mooncake client, the namespace, the MooncakeTableStore if one
     was given) of a pull's source."""
@@ -1565,7 +1611,8 @@ def pull(local: TableStore, source: object, name: str, *, namespace: str | None 
                 raise changed("was replaced")
 
         try:
-            return bool(local._pull_rows(name, n, r, fill, same, where))
+            return bool(local._pull_rows(name, n, r, fill, same, where,
+                                         (ns, publication_id(key), "")))
         finally:
             pool.shutdown(wait=True)
     finally:

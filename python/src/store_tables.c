@@ -522,6 +522,7 @@ typedef struct pullrows {
     uint32_t row_bytes;
     engram_writer *w;  /* while fill runs */
     int busy;          /* an append is writing (the GIL released) */
+    engram_origin origin; /* recorded before fill runs; kind NONE: none */
 } pullrows;
 
 #define PULL_CAPSULE "engramstore._engram.pull_append"
@@ -585,6 +586,12 @@ static int pull_fill(void *ud, engram_writer *w)
     PyGILState_STATE g = PyGILState_Ensure();
     PyObject *cap = PyCapsule_New(pr, PULL_CAPSULE, NULL), *fn = NULL, *res = NULL;
     int rc = 0;
+    if (pr->origin.kind != ENGRAM_ORIGIN_NONE &&
+        (rc = engram_writer_set_origin(w, &pr->origin)) != 0) {
+        Py_XDECREF(cap);
+        PyGILState_Release(g);
+        return rc;
+    }
     if (cap && (fn = PyCFunction_New(&pull_append_def, cap))) {
         pr->w = w;
         res = PyObject_CallOneArg(pr->fill, fn);
@@ -632,7 +639,7 @@ static int pull_same(void *ud, const void *rows, const engram_table_spec *spec)
 }
 
 const char ext_store_pull_rows_doc[] = PyDoc_STR(
-"_pull_rows($self, name, num_rows, row_bytes, fill, same, source)\n--\n\n"
+"_pull_rows($self, name, num_rows, row_bytes, fill, same, source, origin=None)\n--\n\n"
 "engram_pull_rows(): copies a table of `num_rows` rows of `row_bytes`\n"
 "bytes that Python code reads into this store's namespace directory, as\n"
 "pull() copies a Redis Cluster's (create-only and atomic, capacity first,\n"
@@ -642,15 +649,48 @@ const char ext_store_pull_rows_doc[] = PyDoc_STR(
 "and is raised here.  same(view) is given a read-only memoryview of a\n"
 "table published under the name (valid during the call only) and answers\n"
 "whether it holds the source's rows: True keeps it, False raises\n"
-"LayoutMismatchError.  `source` names the source in messages.  Returns\n"
-"True if this call copied it, False if it was there.");
+"LayoutMismatchError.  `source` names the source in messages.  `origin`,\n"
+"(namespace, epoch, where) of a Mooncake Store's publication, is recorded\n"
+"in the table (engram_writer_set_origin()).  Returns True if this call\n"
+"copied it, False if it was there.");
+
+/* _pull_rows()'s origin: None, or (namespace, epoch, where) of a Mooncake
+ * Store's publication into *o (checked by engram_writer_set_origin()).
+ * 0, or -1 with the exception set. */
+static int mooncake_origin_arg(PyObject *v, engram_origin *o)
+{
+    const char *ns, *where;
+    unsigned long long epoch;
+    memset(o, 0, sizeof *o);
+    if (!v || v == Py_None)
+        return 0;
+    if (!PyTuple_Check(v) || PyTuple_GET_SIZE(v) != 3) {
+        PyErr_SetString(PyExc_TypeError, "origin: expected (namespace, epoch, where)");
+        return -1;
+    }
+    if (!(ns = ext_utf8_arg(PyTuple_GET_ITEM(v, 0), "origin namespace")) ||
+        !(where = ext_utf8_arg(PyTuple_GET_ITEM(v, 2), "origin where")))
+        return -1;
+    epoch = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(v, 1));
+    if (epoch == (unsigned long long)-1 && PyErr_Occurred())
+        return -1;
+    if (strlen(ns) >= sizeof o->ns || strlen(where) >= sizeof o->where) {
+        PyErr_SetString(PyExc_ValueError, "origin: namespace or where too long");
+        return -1;
+    }
+    o->kind = ENGRAM_ORIGIN_MOONCAKE;
+    o->epoch = epoch;
+    memcpy(o->ns, ns, strlen(ns));
+    memcpy(o->where, where, strlen(where));
+    return 0;
+}
 
 PyObject *ext_store_pull_rows(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
                               PyObject *kwnames)
 {
     static const char *const names[] = {"name", "num_rows", "row_bytes", "fill", "same",
-                                        "source"};
-    PyObject *v[6];
+                                        "source", "origin"};
+    PyObject *v[7];
     pullrows pr = {0};
     engram_pull_ops ops = {pull_fill, pull_same};
     engram_table_spec sp = {0, 0, 0};
@@ -658,8 +698,9 @@ PyObject *ext_store_pull_rows(StoreObject *s, PyObject *const *args, Py_ssize_t 
     unsigned long long n;
     unsigned long r;
     int rc, written = 0;
-    if (ext_store_parse_args("_pull_rows", args, nargs, kwnames, names, 6, 6, 6, v) < 0 ||
-        !(cname = name_arg(v[0], "name")) || !(csource = ext_utf8_arg(v[5], "source")))
+    if (ext_store_parse_args("_pull_rows", args, nargs, kwnames, names, 7, 7, 6, v) < 0 ||
+        !(cname = name_arg(v[0], "name")) || !(csource = ext_utf8_arg(v[5], "source")) ||
+        mooncake_origin_arg(v[6], &pr.origin) < 0)
         return NULL;
     n = PyLong_AsUnsignedLongLong(v[1]);
     if (n == (unsigned long long)-1 && PyErr_Occurred())

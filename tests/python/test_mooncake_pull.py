@@ -244,6 +244,52 @@ def test_pull_by_every_rank_copies_once(remote, local_dir, mc_client):
     assert sorted(got) == [False, False, False, True]
 
 
+def test_pulled_table_records_its_origin(remote, local, mc_client):
+    """The copy records its Mooncake origin; check_origin() says current,
+    gone, republished (same rows) and changed; its bad arguments."""
+    rows = make_rows(N, R, seed=31)
+    remote.populate("t", rows)
+    assert local.pull(remote, "t") is True
+    o = local.get_table_spec("t")["origin"]
+    key = remote.get_table_spec("t")["key"]
+    assert o == {"store": "mooncake", "namespace": remote.namespace,
+                 "epoch": engramstore._mooncake.publication_id(key), "where": ""}
+    assert local.check_origin(remote, "t") == "current"
+    assert local.check_origin(mc_client, "t", namespace=remote.namespace) == "current"
+    remote.remove("t", force=True)
+    assert local.check_origin(remote, "t") == "gone"
+    remote.populate("t", rows)
+    assert local.check_origin(remote, "t") == "republished"
+    remote.remove("t", force=True)
+    other = rows.copy()
+    other[N // 2, 7] ^= 1
+    remote.populate("t", other)
+    assert local.check_origin(remote, "t") == "changed"
+    remote.remove("t", force=True)
+    remote.populate("t", make_rows(N - 1, R, seed=31))
+    assert local.check_origin(remote, "t") == "changed"
+    assert local.get_table_spec("t")["origin"] == o
+    np.testing.assert_array_equal(all_rows(local, "t", N), rows)
+    # Bad arguments and tables that did not come from here.
+    local.populate("plain", make_rows(3, R, seed=32))
+    with pytest.raises(engramstore.EngramError, match="records no origin") as e:
+        local.check_origin(remote, "plain")
+    assert e.value.errno == errno.EINVAL
+    with pytest.raises(engramstore.EngramError, match="came from namespace") as e:
+        local.check_origin(mc_client, "t", namespace=remote.namespace + "x")
+    assert e.value.errno == errno.EINVAL
+    with pytest.raises(TypeError, match="namespace"):
+        local.check_origin(mc_client, "t")
+    with pytest.raises(TypeError, match="namespace"):
+        local.check_origin(remote, "t", namespace="x")
+    with pytest.raises(TypeError, match="source"):
+        local.check_origin(object(), "t")
+    with pytest.raises(engramstore.TableNotFoundError):
+        local.check_origin(remote, "nosuch")
+    with pytest.raises(engramstore.SpecError):
+        local.check_origin(remote, "../t")
+
+
 def test_the_pull_crc_is_zlibs():
     """The pull's CRC-32 (blocks folded with PCLMULQDQ where the CPU has
     it, the rest by zlib) and its combination of chunks' CRCs are zlib's,

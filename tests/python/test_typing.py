@@ -150,7 +150,8 @@ TABLE_SIGNATURES = {
     "numa_copy": "(name, node)",
     "pull": "(source: 'Any', name: 'str', *, namespace: 'str | None' = None, "
             "progress: 'Callable[[int, int], object] | None' = None) -> 'bool'",
-    "check_origin": "(source, name)",
+    "check_origin": "(source: 'Any', name: 'str', *, namespace: 'str | None' = None) "
+                    "-> \"Literal['current', 'republished', 'changed', 'gone']\"",
     "bind": "(name, rows)",
     "open_safetensors": "(name, path, weight, scale=None, row_start=0, row_end=0)",
     "add_source": "(name: 'str', spec: 'TableSpecArg', read_rows: 'Callable[..., object]', *, "
