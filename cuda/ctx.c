@@ -174,7 +174,7 @@ int engram_cuda_open(engram_store *st, const engram_cuda_options *opts, engram_c
     pthread_mutex_init(&c->lock, NULL);
     pthread_mutex_init(&c->err_lock, NULL);
     pthread_mutex_init(&c->check_lock, NULL);
-    engram__cuda_cache_init(&c->cache);
+    engram__cuda_plancache_init(&c->plancache);
     c->st = st;
     c->flags = o.flags;
     if ((e = cudaGetDevice(&cur)) != cudaSuccess) {
@@ -220,7 +220,7 @@ fail:
     engram_cuda_close(c);
     return err;
 fail_early:
-    engram__cuda_cache_fini(&c->cache);
+    engram__cuda_plancache_fini(&c->plancache);
     pthread_mutex_destroy(&c->lock);
     pthread_mutex_destroy(&c->err_lock);
     pthread_mutex_destroy(&c->check_lock);
@@ -504,7 +504,7 @@ void engram_cuda_close(engram_cuda_ctx *c)
     if (!c)
         return;
     (void)engram__cuda_enter(c, &prev); /* close anyway: frees still free */
-    engram__cuda_cache_fini(&c->cache); /* its plans are in c->plans, freed below */
+    engram__cuda_plancache_fini(&c->plancache); /* its plans are in c->plans, freed below */
     pthread_mutex_lock(&c->lock);
     while (c->plans)
         engram__cuda_plan_free_locked(c->plans);

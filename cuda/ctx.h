@@ -1,13 +1,13 @@
 /*
  * ctx.h - the context and plan objects of libengram_cuda, shared by ctx.c
  * (contexts, registration, reports, stats), plan.c (plans, lookups) and
- * cache.c (lookups by tables: the plans a context keeps) (internal, C
+ * plancache.c (lookups by tables: the plans a context keeps) (internal, C
  * only).
  *
  * Locking: ctx->lock serialises registration, plan creation and
  * destruction and the table array.  Lookups take no lock: a plan is
- * immutable once created, and the counters are relaxed atomics.  The
- * cache has locks of its own (cache.h), never held while ctx->lock is
+ * immutable once created, and the counters are relaxed atomics.  The plan
+ * cache has locks of its own (plancache.h), never held while ctx->lock is
  * taken.
  */
 #ifndef ENGRAM_CUDA_CTX_H
@@ -17,7 +17,7 @@
 #include <stdatomic.h>
 
 #include "common.h"
-#include "cache.h"
+#include "plancache.h"
 #include "cuda_internal.h"
 #include "engram_cuda.h"
 #include "internal.h"
@@ -63,7 +63,7 @@ struct engram_cuda_ctx {
     pthread_mutex_t err_lock;
     int host_err;
     char host_msg[512];
-    engram__cuda_cache cache; /* engram_cuda_lookup_tables()'s plans (cache.c) */
+    engram__cuda_plancache plancache; /* engram_cuda_lookup_tables()'s plans (plancache.c) */
 };
 
 /* Records failure `code` with a formatted message and returns `code`, as

@@ -287,136 +287,6 @@ ENGRAM_API int engram_store_open_memory(const engram_store_options *opts, engram
  * Accepts NULL.  Must not race with any other call on the same store. */
 ENGRAM_API void engram_store_close(engram_store *st);
 
-/*! engram_namespace_list() :
- * Lists the namespaces under directory `root` (NULL: the default root):
- * its subdirectories with valid names (links and other entries are left
- * out), sorted, whoever owns them (engram_store_open() decides whether a
- * namespace is trusted).  *names is one allocation (the array, NULL
- * terminated, and the strings) to release with engram_free(); *count is
- * its length.  Thread-safe.
- * @return : 0, -ENOENT (no such root), ENGRAM_EUNSAFE (the root is a link
- *           or not a directory), -EINVAL (names or count NULL), -ENOMEM,
- *           or another negative errno. */
-ENGRAM_API int engram_namespace_list(const char *root, char ***names, size_t *count);
-
-/* engram_namespace_remove() flags */
-#define ENGRAM_NS_REMOVE_TABLES 0x0001u /* remove the namespace's tables first */
-#define ENGRAM_NS_REMOVE_IN_USE 0x0002u /* also while other processes hold leases on it */
-
-/*! engram_namespace_remove() :
- * Removes namespace `ns` under `root` (NULL: the default root).  It is
- * opened as engram_store_open() opens it (the same trust rules; stale
- * temporary files of dead writers are removed), then every entry is
- * checked before anything is removed:
- *  - a table: without ENGRAM_NS_REMOVE_TABLES the namespace is not empty
- *    (-ENOTEMPTY, naming the tables); with it, each table is removed as
- *    engram_remove() removes it;
- *  - a temporary file of a writer that is still running: -EBUSY, naming
- *    the table being written, the writer's pid (as its PID namespace
- *    numbers it) and how long it has held the name;
- *  - a live lease of another process (it has tables of the namespace
- *    open, see engram_namespace_usage()): -EBUSY naming the process,
- *    unless ENGRAM_NS_REMOVE_IN_USE is given (that process keeps reading
- *    the tables it opened, as after engram_remove(), and can open no new
- *    one); leases of this process and stale ones are removed with the
- *    tables;
- *  - anything else (a file that is not an engram table, a link, a
- *    directory, also under a name like a temporary file's: writers make
- *    only regular files of the namespace's owner): -ENOTEMPTY naming it;
- *    the library removes only what it wrote, so remove such entries
- *    yourself.
- * The directory itself is then removed with rmdir(2), which succeeds only
- * if it is empty: a table published meanwhile by another process makes
- * the call fail with -ENOTEMPTY (the tables removed before stay removed)
- * rather than be lost.  Stores open on the namespace keep the tables they
- * mapped, as after engram_remove(); they can no longer write tables.
- * Thread-safe.
- * @return : 0, -ENOENT (no such namespace), -ENOTEMPTY, -EBUSY,
- *           ENGRAM_EUNSAFE, ENGRAM_ESPEC (bad name), -EINVAL (unknown
- *           flags), or another negative errno; engram_errmsg() says which
- *           entry stopped it. */
-ENGRAM_API int engram_namespace_remove(const char *root, const char *ns, uint32_t flags);
-
-/* Who uses a namespace (engram_namespace_usage()).  A store holds a lease
- * on its namespace from its first engram_table_open() (or
- * engram_table_open_wait() that waits) until it is closed:
- * a file ".lease.<pid>.<nonce>" locked with flock(), so a lease lives
- * exactly as long as its process (however that ends), across PID
- * namespaces.  Leases of dead processes are stale; the next store open
- * removes them.  A store that cannot write the namespace (a group
- * member's) holds none. */
-typedef struct engram_namespace_use {
-    uint32_t size;          /* sizeof(engram_namespace_use) */
-    uint32_t users;         /* live leases */
-    uint32_t stale_leases;  /* leases of processes that died */
-    uint32_t reserved;
-    uint64_t last_used_ns;  /* the latest of the directory's and its leases' modification
-                             * times, ns since the Unix epoch */
-    char first_user[200];   /* what a live lease's holder wrote: "pid P start S command C" */
-} engram_namespace_use;
-
-#define ENGRAM_NAMESPACE_USE_INIT {sizeof(engram_namespace_use), 0, 0, 0, 0, ""}
-
-/*! engram_namespace_usage() :
- * Fills *u for namespace `ns` under `root` (NULL: the default root).
- * u->size must be set.  Thread-safe.
- * @return : 0, -ENOENT, ENGRAM_EUNSAFE, ENGRAM_ESPEC, -EINVAL, ... */
-ENGRAM_API int engram_namespace_usage(const char *root, const char *ns, engram_namespace_use *u);
-
-/* engram_namespace_gc() flags and report codes */
-#define ENGRAM_GC_DRY_RUN 0x0001u /* decide and report, remove nothing (not even stale leases) */
-#define ENGRAM_GC_KEPT 1          /* report code: kept (in use, or used recently) */
-
-/*! A report of engram_namespace_gc() on namespace `ns`: code 0 removed
- * (or would be, with ENGRAM_GC_DRY_RUN), ENGRAM_GC_KEPT kept, or the
- * negative error that kept it (not ours to open, an entry that is not a
- * table, a table being written); `detail` says why. */
-typedef void (*engram_gc_report_fn)(void *ud, const char *ns, int code, const char *detail);
-
-/*! engram_namespace_gc() :
- * Removes, with their tables, the namespaces under `root` (NULL: the
- * default root) that no live process holds a lease on and that were last
- * used at least `idle_s` seconds ago (see engram_namespace_use), as
- * engram_namespace_remove() removes them: so a crashed job never leaks
- * its tables for good.  Only namespaces engram_store_open() accepts are
- * considered; each one is reported through `report` (may be NULL).
- * Thread-safe.
- * @return : 0 (per-namespace failures are reported, not returned),
- *           -EINVAL (unknown flags), or the error of listing `root`. */
-ENGRAM_API int engram_namespace_gc(const char *root, uint64_t idle_s, uint32_t flags,
-                                   engram_gc_report_fn report, void *ud);
-
-/*! engram_store_gc() :
- * Deletes what unfinished writes left behind in the namespace of store
- * `st`, so that no crash, lost reply or killed process leaks storage for
- * good:
- *  - in a namespace of a Redis Cluster, the chunk keys that no manifest
- *    owns, each set recorded by a pending record (docs/redis.md, "The
- *    publication protocol"): those of pushes that died, failed, or
- *    ended with ENGRAM_EINDOUBT and never got published, and those of
- *    removals that died before their chunks were gone.  A push that may
- *    still be running is never taken: an open record goes only once its
- *    writer has shown no life for max(idle_s, its chunk TTL) (a running
- *    push shows life every half TTL, and one quiet for longer has lost
- *    its unpublished chunks anyway); a closed record once it is idle_s
- *    old.  A set's chunks go only once the replicas of the manifests'
- *    master acknowledged its record closed (else it is reported and
- *    kept for a later pass).  Each set is reported through `report`
- *    (may be NULL) with the table's name: code 0 deleted (or would be,
- *    with ENGRAM_GC_DRY_RUN), ENGRAM_GC_KEPT kept, or the negative error
- *    that stopped it.
- *    engram_populate() and engram_writer_begin() run the same pass with
- *    idle_s 0 before each push.
- *  - in a directory, the temporary files of writers that died, as
- *    engram_store_open() removes them (nothing is reported; a dry run
- *    does nothing);
- *  - in a memory store, nothing.
- * Thread-safe.
- * @return : 0 (per-set failures are reported), -EINVAL (NULL store or
- *           unknown flags), or the failure to list the records. */
-ENGRAM_API int engram_store_gc(engram_store *st, uint64_t idle_s, uint32_t flags,
-                               engram_gc_report_fn report, void *ud);
-
 /* ------------------------------------------------------------------------
  * Writing tables: create-only and atomic.
  *
@@ -735,107 +605,6 @@ typedef struct engram_table_usage {
 ENGRAM_API int engram_get_table_usage(engram_store *st, const char *name,
                                       engram_table_usage *u);
 
-/* ------------------------------------------------------------------------
- * NUMA placement.
- *
- * On a machine with several NUMA nodes (sockets), a row read from another
- * node's memory crosses the interconnect.  A store can place the memory of
- * its tables (engram_store_options.numa_policy):
- *  - ENGRAM_NUMA_NODE: on node numa_node, or on the node of the PCI device
- *    numa_gpu (a GPU's bus id; its node is read from
- *    /sys/bus/pci/devices/<id>/numa_node, no CUDA needed).  The node is
- *    preferred, not required: when it runs out of memory the kernel takes
- *    another (engram_get_table_placement() shows where pages went) rather
- *    than fail the write or call the OOM killer.
- *  - ENGRAM_NUMA_INTERLEAVE: pages spread round-robin over numa_nodes.
- * It applies to
- *  - the table files the store writes (engram_populate(), the writer,
- *    engram_populate_shared(), engram_numa_copy()) in a tmpfs namespace
- *    (/dev/shm): the policy is set on the file before its first page is
- *    allocated and stays with the file, so its pages are placed however
- *    many processes map it later.  In a namespace on another file system
- *    the pages are the page cache's, placed by whoever reads them back:
- *    writing there with a placement fails with -ENOTSUP;
- *  - the private copies the store makes at open (ENGRAM_OPEN_PRIVATE_HUGE).
- * The placement is checked at engram_store_open(): a node that does not
- * exist, is offline, has no memory or is outside this process's cpuset, a
- * device that does not exist or reports no node on a machine of several
- * nodes, or a bad node list, fails the open with -EINVAL or -ENODEV and
- * the reason.  Built without libnuma, or where the kernel refuses NUMA
- * calls (no NUMA support, or a seccomp profile that forbids mbind), a
- * placement fails the open with -ENOTSUP.
- *
- * Per-node copies: engram_numa_copy() writes NAME.numaN, a copy of table
- * NAME placed on node N, in the same namespace; a store opened with
- * ENGRAM_OPEN_NUMA_LOCAL then serves NAME from the copy on the node of
- * the thread that opens it (see engram_numa_copy()).
- */
-#define ENGRAM_NUMA_MAX_NODES 64        /* nodes engram places on and counts: 0 .. 63 */
-#define ENGRAM_PLACEMENT_SAMPLE 65536u  /* pages a placement query looks at, at most */
-
-/* Where a table's pages are (engram_get_table_placement()). */
-typedef struct engram_table_placement {
-    uint32_t size;         /* sizeof(engram_table_placement) */
-    uint32_t page_size;    /* bytes of a page as counted here (the base page size) */
-    uint64_t pages;        /* pages of the table's data */
-    uint64_t sampled;      /* pages looked at: all of them, or ENGRAM_PLACEMENT_SAMPLE
-                            * evenly spaced ones for a larger table */
-    uint64_t absent;       /* of those, not in memory (never touched, or swapped out) */
-    uint64_t other_nodes;  /* of those, on a node >= ENGRAM_NUMA_MAX_NODES */
-    int32_t max_node;      /* the highest node holding a sampled page; -1: none */
-    uint32_t private_copy; /* 1: the pages of this process's private copy; 0: the table's
-                            * shared memory (file pages, or memory bound by the caller) */
-    uint64_t node_pages[ENGRAM_NUMA_MAX_NODES]; /* sampled pages on each node */
-} engram_table_placement;
-
-#define ENGRAM_TABLE_PLACEMENT_INIT {sizeof(engram_table_placement), 0u, 0, 0, 0, 0, -1, 0u, {0}}
-
-/*! engram_get_table_placement() :
- * Fills *p with the NUMA nodes holding the pages of table `name`, as
- * move_pages(2) reports them: for a table file, its pages in memory (the
- * table need not be open: the file is mapped for the query, and a page is
- * read only when mincore() says it is in memory, so nothing is read from
- * disk); for a table this store serves from a private copy, that copy;
- * for a bound table, the caller's memory (pages never touched count as
- * absent).  Tables of up to ENGRAM_PLACEMENT_SAMPLE pages are counted
- * whole, larger ones by that many evenly spaced pages (multiply
- * node_pages by pages / sampled for an estimate).  A query costs about a
- * microsecond per page looked at.  p->size must be set.  Thread-safe.
- * @return : 0, -ENOENT, -ENOTSUP (a table whose rows are not memory:
- *           read on demand, from a source or a Redis Cluster; or built
- *           without libnuma), -EINVAL, or another negative errno. */
-ENGRAM_API int engram_get_table_placement(engram_store *st, const char *name,
-                                          engram_table_placement *p);
-
-/*! engram_numa_copy() :
- * Makes NAME.numaN ("engram:l1:h0.numa1" for node 1), a copy of table
- * file `name` whose pages are placed on node `node` (ENGRAM_NUMA_NODE
- * semantics, whatever the store's own placement), in the store's
- * namespace, which must be on a tmpfs.  The copy has the table's spec,
- * rows and row range.  Like engram_populate_shared(), every process of a
- * node can call it with no leader: exactly one writes the copy and the
- * others reuse it (a copy with other rows is ENGRAM_EMISMATCH), waiting
- * for another process that writes it for at most ENGRAM_SHARED_WAIT_MS
- * (-ETIMEDOUT, naming that process).  *written
- * (may be NULL) is set to 1 when this call wrote it.  The node is checked
- * as a store's numa_node is.  Thread-safe.
- *
- * Reading: a store opened with ENGRAM_OPEN_NUMA_LOCAL resolves
- * engram_table_open(st, NAME) (and engram_table_open_wait()) to
- * NAME.numaN when that table exists, N being the node of the CPU the
- * opening thread runs on (getcpu(2)); otherwise to NAME.  The id is then
- * the copy's, for every later lookup, from whatever thread: open tables
- * from a thread bound to the node that will look them up (numactl
- * --cpunodebind, or the engine's CPU affinity).  Names that already end in
- * ".numa<digits>" are opened as they are.  Other calls
- * (engram_get_table_info(), engram_remove(), ...) take names literally.
- * @return : 0; -EINVAL (st or name NULL, a bad node: see "NUMA placement");
- *           ENGRAM_ESPEC (NAME.numaN longer than ENGRAM_NAME_MAX);
- *           -ENOENT (no table `name`); -ENOTSUP (not a tmpfs namespace, not
- *           a table file, or built without libnuma); ENGRAM_EMISMATCH;
- *           -ETIMEDOUT; or as engram_populate(). */
-ENGRAM_API int engram_numa_copy(engram_store *st, const char *name, int node, int *written);
-
 /*! engram_list() :
  * Lists the names of the store's tables (stored and bound), sorted.
  * *names is one allocation (the array and the strings) to release with
@@ -1088,6 +857,309 @@ ENGRAM_API int engram_lookup_cancel(engram_pending *p);
  * @return : 1 if a wait on `p` would not block, 0 if it would, -EINVAL.
  *           Never blocks, frees nothing. */
 ENGRAM_API int engram_lookup_done(const engram_pending *p);
+
+/* ------------------------------------------------------------------------
+ * Tables larger than memory: the row cache.
+ *
+ * With ENGRAM_OPEN_FILE_CACHE, a store serves its table files without
+ * mapping them, and engram_open_safetensors() serves tensors of a
+ * checkpoint the same way.  A lookup first looks each row up in the
+ * store's row cache; the rows it misses are read from the file with
+ * io_uring, up to queue_depth reads in flight, each distinct row of the
+ * lookup once (of each ENGRAM_SOURCE_MAX_REQS positions: a longer lookup
+ * is served that many positions at a time, and a row asked for again in a
+ * later part is read again unless the cache kept it).  Rows read are
+ * copied to the output and offered to the
+ * cache, which keeps them while it has room.  Once full, it keeps a row
+ * only if it was asked for at least twice lately (in this lookup or
+ * earlier ones: a count of the misses of each row that decays over time),
+ * and then evicts one by CLOCK within the row's set.  Rows asked for once
+ * in a while, the long tail of Engram's Zipf-like ids, thus stop evicting
+ * the rows asked for again; a row read but not kept counts in not_kept.
+ *
+ * The cache is exact: a row is visible in it only once all its bytes have
+ * been read and checked, so a lookup never returns stale or partial bytes.
+ * It is set-associative (ENGRAM_CACHE_WAYS rows per set, CLOCK replacement
+ * within a set, a short lock per set, no global lock).  The counts of
+ * missed rows take 8 bytes a slot (a word a slot, rounded up to a
+ * 64-byte block), within the table's share.
+ *
+ * The budget, cache_bytes, bounds all the memory the row cache and its
+ * reads hold.  The reader's staging (each read in flight lands in a
+ * staging slot first, so a failed read never touches the output) has an
+ * eighth of it, and at least the slots of one row's reads: the store then
+ * reads with fewer rings or fewer reads in flight rather than exceed it.
+ * The rest is shared by the tables with a cache: each file or
+ * safetensors table gets a share proportional to its size among the
+ * namespace's table files and the safetensors tables opened so far, a
+ * source table (engram_add_source) the cache_bytes it asked for, each
+ * capped by what the tables opened before it left.  A share smaller than
+ * one set (ENGRAM_CACHE_WAYS rows) gives no slots: that table's rows are
+ * read every time.  A table one of whose rows cannot be staged within the
+ * budget is refused with -ENOBUFS.
+ *
+ * Reads use O_DIRECT where the file system reports direct I/O alignment
+ * (statx STATX_DIOALIGN; ext4, xfs, ...) and a probe read succeeds;
+ * elsewhere (tmpfs and ramfs, which have no device to bypass, or a probe
+ * that fails) plain buffered reads.  Which one a table got is in
+ * engram_get_cache_stats().direct_tables.  Where io_uring cannot be set
+ * up (disabled by sysctl or seccomp, a small RLIMIT_MEMLOCK on older
+ * kernels, ...), the same reads run one pread at a time.  With
+ * ENGRAM_OPEN_PREFAULT the cache memory is touched when a table is opened.
+ *
+ * Validation, ids, offsets, strides and errors are those of every lookup.
+ * A short read is completed by a read of the rest, and a read failing with
+ * -EAGAIN, -EINTR or -ECANCELED (io_uring's answers to a signal that
+ * interrupted the reading thread) is retried, 16 times at most.  A read
+ * that fails otherwise, or reaches the end of the file before the row's
+ * end (a file truncated under us), fails the lookup with -EIO (or the
+ * error) or ENGRAM_ECORRUPT; such a row is neither written to the output
+ * nor cached.  Rows of the lookup that were
+ * copied before the failure hold their correct bytes.
+ */
+#define ENGRAM_CACHE_WAYS 7
+
+typedef struct engram_cache_stats {
+    uint32_t size;          /* sizeof(engram_cache_stats) */
+    uint32_t ways;          /* rows per set (ENGRAM_CACHE_WAYS) */
+    uint64_t tables;        /* tables read through a source open (files, safetensors,
+                             * engram_add_source), with or without slots */
+    uint64_t direct_tables; /* of which read with O_DIRECT (all their files) */
+    uint64_t hits;          /* rows found in the cache */
+    uint64_t misses;        /* rows not found: each is read, or shares the read of a
+                             * duplicate id of the same lookup */
+    uint64_t dedup;         /* of the misses, rows served by another row's read */
+    uint64_t reads;         /* read requests issued (one per distinct missed row and
+                             * file region: two for a weight + scale row; more
+                             * where a read is retried or completed) */
+    uint64_t bytes_read;    /* bytes transferred by those reads (O_DIRECT reads whole
+                             * aligned blocks) */
+    uint64_t read_errors;   /* reads that failed or came back short */
+    uint64_t cache_bytes;   /* bytes of row slots allocated (plus their set tags and
+                             * the admission filter's counts) */
+    uint64_t slots;         /* row slots (sets x ways) */
+    uint64_t budget_bytes;  /* the store's cache_bytes */
+    uint32_t queue_depth;   /* reads in flight per lookup at most */
+    uint32_t reserved;      /* 0 */
+    uint64_t staging_bytes; /* the reader's staging reserved from budget_bytes (store-wide:
+                             * the same for every table) */
+    uint64_t not_kept;      /* rows read but not kept: their set was full and they had
+                             * not been asked for often enough lately to evict a row */
+} engram_cache_stats;
+
+#define ENGRAM_CACHE_STATS_INIT {sizeof(engram_cache_stats), 0u, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0u, 0u, 0, 0}
+
+/*! engram_get_cache_stats() :
+ * Fills *stats (stats->size must be set) with the row cache counters of
+ * table `name`, or of all the store's tables read through a source (files
+ * with ENGRAM_OPEN_FILE_CACHE, safetensors, engram_add_source) when name
+ * is NULL.  A store without any gives zeros (and budget_bytes,
+ * queue_depth, staging_bytes).  Counters are summed without stopping
+ * lookups and without taking the store's lock.  Thread-safe.
+ * @return : 0, -EINVAL, or -ENOENT / ENGRAM_ESPEC for a name that is not
+ *           an open table read through a source. */
+ENGRAM_API int engram_get_cache_stats(engram_store *st, const char *name,
+                                      engram_cache_stats *stats);
+
+/* ------------------------------------------------------------------------
+ * Tables served by your own code: sources.
+ *
+ * A source serves a table whose rows the library cannot address: a
+ * distributed key-value store, a custom file format, a remote service.
+ * engram_add_source() adds such a table to a store.  Lookups validate its
+ * ids like any other (nothing reaches the source before every id of the
+ * lookup is checked), then hand the source the rows they need:
+ *
+ *     int read_rows(void *ctx, engram_source_req *reqs, size_t n);
+ *
+ *  - One call per lookup carries every row the lookup needs from tables
+ *    added with the same read_rows function and the same ctx, whatever
+ *    their columns (a source serving several tables gets them together);
+ *    reqs[i].table and reqs[i].table_ud say which table a row is of.  A
+ *    lookup with more than ENGRAM_SOURCE_MAX_REQS positions of row-source
+ *    tables is served that many positions at a time, with a call each.
+ *  - Deduplicated: a (table, row) pair appears once per call, however
+ *    often the lookup asks for it; the library copies it to the other
+ *    positions.  Rows found in the table's row cache are not asked for.
+ *  - reqs[i].row is < the table's num_rows; reqs[i].dst is one of the
+ *    lookup's output rows, with room for row_bytes bytes.  The source may
+ *    serve the requests in any order.
+ *  - It returns 0 once it wrote every row, or a negative code (a negated
+ *    errno such as -EIO, or an ENGRAM_E* code) that fails the lookup with
+ *    that code; engram_source_error() attaches a message.  On failure, the
+ *    source sets reqs[i].done = 1 for each row it did write in full with
+ *    its correct bytes (done is 0 on entry): those rows are used (copied
+ *    to their other positions and cached).  Every other row counts as not
+ *    read: its output rows are untouched and nothing of it is cached, so a
+ *    source must write a row's dst only with the row's final bytes.
+ *  - It is called from every thread that looks up, concurrently, and from
+ *    libengram_cuda's host-function thread: it must be thread-safe.  It
+ *    must not look up in, remove from or close any engram store from
+ *    inside the call (a lookup there fails with ENGRAM_ESTATE).
+ *
+ * With cache_bytes > 0 the table gets a row cache of that many bytes, taken
+ * from the store's cache_bytes budget (less if less is left): bounded,
+ * exact (a row is cached only once read_rows wrote it), set-associative,
+ * as described above ("Tables larger than memory").  engram_get_cache_stats()
+ * counts source tables, cached or not: hits, misses and dedup as for files,
+ * reads = rows handed to read_rows, bytes_read = the bytes of those it
+ * wrote, read_errors = rows a failed call left unwritten.
+ */
+#define ENGRAM_SOURCE_MAX_REQS 65536
+
+typedef struct engram_source_req {
+    uint64_t row;          /* in: the row of the table (validated: < num_rows) */
+    void *dst;             /* in: where its row_bytes bytes go */
+    void *table_ud;        /* in: the table's table_ud from engram_add_source() */
+    engram_table_id table; /* in: the table */
+    int done;              /* out, read only after a failed call: 1 = dst holds the row */
+} engram_source_req;
+
+typedef struct engram_source_ops {
+    uint32_t size;  /* sizeof(engram_source_ops) */
+    uint32_t flags; /* 0 (reserved) */
+    void *ctx;      /* passed to every call: what the source's tables share */
+    /* Reads rows (see above).  Required. */
+    int (*read_rows)(void *ctx, engram_source_req *reqs, size_t n);
+    /* Called once per table at engram_store_close(), when no lookup can
+     * reach it any more: the table's table_ud is no longer used.  May be
+     * NULL. */
+    void (*release)(void *ctx, void *table_ud);
+} engram_source_ops;
+
+#define ENGRAM_SOURCE_OPS_INIT {sizeof(engram_source_ops), 0u, NULL, NULL, NULL}
+
+/*! engram_add_source() :
+ * Adds table `name` with `spec` to store `st`, served by `ops` (copied:
+ * the struct need not outlive the call; ctx and table_ud must stay valid
+ * until release).  `table_ud` is handed back with each of the table's
+ * requests.  `cache_bytes` > 0 puts a row cache of up to that many bytes
+ * in front of the source (see above); 0 reads every row from the source.
+ * The name must be free in the store and its namespace (-EEXIST
+ * otherwise).  The table is not stored anywhere: it lives until the store
+ * is closed (engram_remove() refuses it with ENGRAM_EBOUND).  On failure
+ * nothing is kept and release is not called.  Thread-safe.
+ * @return : 0 and *id (id may be NULL), -EEXIST, ENGRAM_ESPEC, -EINVAL (ops
+ *           NULL or without read_rows, ops->size or flags wrong; with a
+ *           cache, a store queue_depth above 4096), -ENOMEM, -ENOSPC (the
+ *           store holds 65536 tables), or with a cache and
+ *           ENGRAM_OPEN_MLOCK the error of mlock. */
+ENGRAM_API int engram_add_source(engram_store *st, const char *name,
+                                 const engram_table_spec *spec, const engram_source_ops *ops,
+                                 void *table_ud, uint64_t cache_bytes, engram_table_id *id);
+
+/*! engram_source_error() :
+ * For read_rows: records `fmt` as the detail of failure `code` on the
+ * calling thread, which the failed lookup's engram_errmsg() then reports
+ * after the table's name.  Returns `code`, so a source can
+ * `return engram_source_error(-EIO, "node %s timed out", host);`. */
+ENGRAM_API int engram_source_error(int code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* ------------------------------------------------------------------------
+ * Safetensors checkpoints: their tensors as tables, and what they hold.
+ */
+/*! engram_open_safetensors() :
+ * Serves rows of a safetensors checkpoint as table `name` of store `st`,
+ * through the store's row cache, without copying the checkpoint.
+ * `path` is a .safetensors file, or a model.safetensors.index.json whose
+ * weight_map names the shard (in the same directory) holding each tensor.
+ * `weight` names a 2-D tensor [N, A]; `scale`, if not NULL, a 2-D tensor
+ * [N, B] with the same N (e.g. [N, 256] F8_E4M3 weights and [N, 8] F8_E8M0
+ * block scales).  Row i of the table is row row_start + i of `weight`
+ * followed by the same row of `scale`, packed: row_bytes = A * size +
+ * B * size (264 for the example).  [row_start, row_end) selects a shard of
+ * the rows (a TP rank's range); row_end 0 means N.  The table's info
+ * reports the range (engram_table_info.row_start = row_start, total_rows =
+ * N): look it up with offsets[k] = row_start to use global ids.
+ *
+ * Dtypes: any of BOOL U8 I8 F8_E4M3 F8_E5M2 F8_E8M0 U16 I16 F16 BF16 U32
+ * I32 F32 U64 I64 F64; bytes are served as stored (little-endian).
+ *
+ * The header is parsed with a JSON parser and checked before use: its
+ * length (at most 100 MiB and within the file), every tensor's dtype,
+ * shape and data_offsets (size = product of the shape x dtype size, no
+ * overlap, no hole, within the file), duplicate names.  The files are
+ * opened read-only with O_NOFOLLOW (a link is refused) and must be regular
+ * files.  The checkpoint must not change while served.  A tensor name that
+ * is not found gets the closest name of the file or index suggested in
+ * engram_errmsg() ("did you mean ...?") when one is within a few edits.
+ * Thread-safe.
+ * @return : 0 and *id (may be NULL), -ENOENT (file or tensor missing),
+ *           ENGRAM_ECORRUPT (a bad header), ENGRAM_ESPEC (a bad name, shape,
+ *           dtype or row range), -EEXIST, ENGRAM_EUNSAFE (a link), -errno. */
+ENGRAM_API int engram_open_safetensors(engram_store *st, const char *name, const char *path,
+                                       const char *weight, const char *scale, uint64_t row_start,
+                                       uint64_t row_end, engram_table_id *id);
+
+/* A tensor of a safetensors file, as described by its header. */
+typedef struct engram_tensor_info {
+    uint32_t size;      /* sizeof(engram_tensor_info) */
+    uint32_t ndim;      /* 0 .. ENGRAM_TENSOR_MAX_DIMS */
+    char dtype[16];     /* "F8_E4M3", "BF16", ... */
+    uint32_t elem_size; /* bytes per element */
+    uint32_t reserved;  /* 0 */
+    uint64_t shape[8];  /* shape[0 .. ndim) */
+    uint64_t offset;    /* byte offset of the tensor's data in the file */
+    uint64_t nbytes;    /* bytes of data */
+    char shard[256];    /* with an index file: the shard holding the tensor (a file name in
+                         * the index's directory); else "" */
+} engram_tensor_info;
+
+#define ENGRAM_TENSOR_MAX_DIMS 8
+#define ENGRAM_TENSOR_INFO_INIT {sizeof(engram_tensor_info), 0u, {0}, 0u, 0u, {0}, 0, 0, {0}}
+
+/*! engram_safetensors_tensor() :
+ * Reads and validates the header of safetensors file `path` (or, for a
+ * model.safetensors.index.json, of the shard its weight_map names) and
+ * describes tensor `tensor` in *info (info->size must be set); offset is
+ * then within the shard.  Same checks as engram_open_safetensors().
+ * Thread-safe.
+ * @return : 0, -ENOENT (no such file or tensor), ENGRAM_ECORRUPT,
+ *           ENGRAM_EUNSAFE, -errno. */
+ENGRAM_API int engram_safetensors_tensor(const char *path, const char *tensor,
+                                         engram_tensor_info *info);
+
+/* Called by engram_safetensors_list() once per tensor: `name` and `info`
+ * are valid only during the call.  A nonzero return stops the listing,
+ * which then returns that value. */
+typedef int (*engram_tensor_fn)(void *ud, const char *name, const engram_tensor_info *info);
+
+/*! engram_safetensors_list() :
+ * Lists the tensors of a checkpoint: calls fn(ud, name, info) for each
+ * tensor of safetensors file `path` (in file order, info->shard ""), or,
+ * for a model.safetensors.index.json, for each tensor of its weight_map,
+ * described from its shard (shard by shard in name order, and by name
+ * within a shard; info->shard names it, info->offset is within it).  Each
+ * file's header is read once and gets the same checks as in
+ * engram_open_safetensors(); a tensor the index puts in a shard that lacks
+ * it is ENGRAM_ECORRUPT.  For tools that show a checkpoint or find the
+ * tensors of every layer.  Thread-safe.
+ * @return : 0, fn's nonzero value, -ENOENT (a file missing),
+ *           ENGRAM_ECORRUPT, ENGRAM_EUNSAFE, -EINVAL (path or fn NULL),
+ *           -errno. */
+ENGRAM_API int engram_safetensors_list(const char *path, engram_tensor_fn fn, void *ud);
+
+/*! engram_safetensors_tensor_fd() :
+ * As engram_safetensors_tensor(), for the safetensors file (not an index)
+ * open on descriptor `fd`: for a caller that reads the tensor's bytes
+ * itself, from the very file whose header was checked.  Opening the path
+ * again after engram_safetensors_tensor() could open another file (the
+ * path swapped meanwhile); open it once instead, read-only with
+ * O_NOFOLLOW | O_NONBLOCK (so that a link is refused and a FIFO cannot
+ * block the open), and pass the descriptor here.  The file must be a
+ * regular file that others cannot write (ENGRAM_EUNSAFE otherwise); its
+ * header gets the same checks as engram_open_safetensors(); info->shard is
+ * "".  The descriptor is read with pread (its offset does not move) and
+ * stays open, the caller's.  `what` names the file in messages (NULL:
+ * "descriptor N").  Thread-safe.
+ * @return : 0, -ENOENT (no such tensor), ENGRAM_ECORRUPT, ENGRAM_EUNSAFE,
+ *           -EINVAL, -errno. */
+ENGRAM_API int engram_safetensors_tensor_fd(int fd, const char *what, const char *tensor,
+                                            engram_tensor_info *info);
 
 /* ------------------------------------------------------------------------
  * Tokens to rows: the Engram n-gram hash.
@@ -1359,373 +1431,105 @@ ENGRAM_API int engram_shard_route(const engram_row_shard *shards, uint32_t count
                                   const int64_t *ids, size_t n, int32_t *shard_of);
 
 /* ------------------------------------------------------------------------
- * Statistics.
+ * NUMA placement.
+ *
+ * On a machine with several NUMA nodes (sockets), a row read from another
+ * node's memory crosses the interconnect.  A store can place the memory of
+ * its tables (engram_store_options.numa_policy):
+ *  - ENGRAM_NUMA_NODE: on node numa_node, or on the node of the PCI device
+ *    numa_gpu (a GPU's bus id; its node is read from
+ *    /sys/bus/pci/devices/<id>/numa_node, no CUDA needed).  The node is
+ *    preferred, not required: when it runs out of memory the kernel takes
+ *    another (engram_get_table_placement() shows where pages went) rather
+ *    than fail the write or call the OOM killer.
+ *  - ENGRAM_NUMA_INTERLEAVE: pages spread round-robin over numa_nodes.
+ * It applies to
+ *  - the table files the store writes (engram_populate(), the writer,
+ *    engram_populate_shared(), engram_numa_copy()) in a tmpfs namespace
+ *    (/dev/shm): the policy is set on the file before its first page is
+ *    allocated and stays with the file, so its pages are placed however
+ *    many processes map it later.  In a namespace on another file system
+ *    the pages are the page cache's, placed by whoever reads them back:
+ *    writing there with a placement fails with -ENOTSUP;
+ *  - the private copies the store makes at open (ENGRAM_OPEN_PRIVATE_HUGE).
+ * The placement is checked at engram_store_open(): a node that does not
+ * exist, is offline, has no memory or is outside this process's cpuset, a
+ * device that does not exist or reports no node on a machine of several
+ * nodes, or a bad node list, fails the open with -EINVAL or -ENODEV and
+ * the reason.  Built without libnuma, or where the kernel refuses NUMA
+ * calls (no NUMA support, or a seccomp profile that forbids mbind), a
+ * placement fails the open with -ENOTSUP.
+ *
+ * Per-node copies: engram_numa_copy() writes NAME.numaN, a copy of table
+ * NAME placed on node N, in the same namespace; a store opened with
+ * ENGRAM_OPEN_NUMA_LOCAL then serves NAME from the copy on the node of
+ * the thread that opens it (see engram_numa_copy()).
  */
-typedef struct engram_stats {
-    uint32_t size;        /* sizeof(engram_stats) */
-    uint32_t threads;     /* gather threads including the caller */
-    uint64_t lookups;     /* successful lookups */
-    uint64_t failed;      /* lookups rejected by validation */
-    uint64_t rows;        /* rows copied */
-    uint64_t dead_rows;   /* rows with ENGRAM_DEAD_ID */
-    uint64_t bytes;       /* bytes copied */
-    uint64_t parallel;    /* lookups split across threads */
-    uint64_t time_ns;     /* time inside successful lookups (ENGRAM_OPEN_TIMING only) */
-    uint64_t tables_open; /* tables mapped or bound */
-    uint64_t mapped_bytes; /* bytes of table memory mapped or bound */
-    /* Removed tables whose memory is still held: lent out by
-     * engram_table_memory() (held until close), or removed while lookups
-     * that could still read them were running (released by a later
-     * engram_remove(), engram_table_open() or engram_store_stats()). */
-    uint64_t removed_tables;
-    uint64_t removed_bytes;
-} engram_stats;
+#define ENGRAM_NUMA_MAX_NODES 64        /* nodes engram places on and counts: 0 .. 63 */
+#define ENGRAM_PLACEMENT_SAMPLE 65536u  /* pages a placement query looks at, at most */
 
-#define ENGRAM_STATS_INIT {sizeof(engram_stats), 0u, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+/* Where a table's pages are (engram_get_table_placement()). */
+typedef struct engram_table_placement {
+    uint32_t size;         /* sizeof(engram_table_placement) */
+    uint32_t page_size;    /* bytes of a page as counted here (the base page size) */
+    uint64_t pages;        /* pages of the table's data */
+    uint64_t sampled;      /* pages looked at: all of them, or ENGRAM_PLACEMENT_SAMPLE
+                            * evenly spaced ones for a larger table */
+    uint64_t absent;       /* of those, not in memory (never touched, or swapped out) */
+    uint64_t other_nodes;  /* of those, on a node >= ENGRAM_NUMA_MAX_NODES */
+    int32_t max_node;      /* the highest node holding a sampled page; -1: none */
+    uint32_t private_copy; /* 1: the pages of this process's private copy; 0: the table's
+                            * shared memory (file pages, or memory bound by the caller) */
+    uint64_t node_pages[ENGRAM_NUMA_MAX_NODES]; /* sampled pages on each node */
+} engram_table_placement;
 
-/*! engram_store_stats() :
- * Fills *stats (stats->size must be sizeof(engram_stats)).  Counters
- * are summed from per-thread shards without stopping lookups, so a
- * snapshot taken during lookups may be slightly behind.  First releases
- * what removed tables hold where no running lookup can still read it.
- * Thread-safe.
- * @return : 0 or -EINVAL. */
-ENGRAM_API int engram_store_stats(engram_store *st, engram_stats *stats);
+#define ENGRAM_TABLE_PLACEMENT_INIT {sizeof(engram_table_placement), 0u, 0, 0, 0, 0, -1, 0u, {0}}
 
-/* ------------------------------------------------------------------------
- * For GPU and other accelerator paths (libengram_cuda, engram_cuda.h).
- */
+/*! engram_get_table_placement() :
+ * Fills *p with the NUMA nodes holding the pages of table `name`, as
+ * move_pages(2) reports them: for a table file, its pages in memory (the
+ * table need not be open: the file is mapped for the query, and a page is
+ * read only when mincore() says it is in memory, so nothing is read from
+ * disk); for a table this store serves from a private copy, that copy;
+ * for a bound table, the caller's memory (pages never touched count as
+ * absent).  Tables of up to ENGRAM_PLACEMENT_SAMPLE pages are counted
+ * whole, larger ones by that many evenly spaced pages (multiply
+ * node_pages by pages / sampled for an estimate).  A query costs about a
+ * microsecond per page looked at.  p->size must be set.  Thread-safe.
+ * @return : 0, -ENOENT, -ENOTSUP (a table whose rows are not memory:
+ *           read on demand, from a source or a Redis Cluster; or built
+ *           without libnuma), -EINVAL, or another negative errno. */
+ENGRAM_API int engram_get_table_placement(engram_store *st, const char *name,
+                                          engram_table_placement *p);
 
-/*! engram_table_memory() :
- * Gives the memory of table `id` for callers that read rows themselves
- * (the CUDA library registers it with the GPU): *base receives the address
- * of row 0 of a memory-resident table (a mapped table file, its private
- * huge-page copy, or memory bound with engram_bind()), and *spec its spec
- * with row_pitch resolved (never 0).  Row i is at base + i * row_pitch.
- * The memory is read-only and stays valid until the store is closed, even
- * after engram_remove().  Tables whose rows are not addressable memory
- * (backends that read rows on demand) have no base: the call then fills
- * *spec, sets *base to NULL and returns -ENOTSUP.  `base` or `spec` may be
- * NULL when not wanted.  Thread-safe.
- * @return : 0, -ENOTSUP (no base address), ENGRAM_EREMOVED, or -EINVAL (id
- *           not issued by this store). */
-ENGRAM_API int engram_table_memory(engram_store *st, engram_table_id id, const void **base,
-                                   engram_table_spec *spec);
-
-/*! engram_dequant_fp8_e4m3_e8m0_ref() :
- * Reference dequantisation of `n` FP8 values with E8M0 block scales to
- * BF16, the exact definition the CUDA dequant kernel matches bit for bit.
- * values[i] is OCP FP8 E4M3 "fn" (bias 7, subnormals, no infinities;
- * 0x7f and 0xff are NaN); scales[i / 32] is E8M0: byte e means 2^(e-127),
- * so byte 0 is 2^-127 (not 0) and byte 255 is NaN.  out[i] receives the
- * BF16 bits of values[i] * scale rounded to nearest, ties to even (results
- * beyond the BF16 range become +-inf, tiny ones BF16 subnormals or +-0).
- * Every NaN result is 0x7fc0.  For a packed 264-byte row, values = row and
- * scales = row + 256 with n = 256.  Thread-safe; allocates nothing.
- * @return : 0, or -EINVAL if n is not a multiple of 32 or a pointer is NULL
- *           while n > 0. */
-ENGRAM_API int engram_dequant_fp8_e4m3_e8m0_ref(const void *values, const void *scales, size_t n,
-                                                uint16_t *out);
-
-/* ------------------------------------------------------------------------
- * Tables larger than memory: the row cache.
+/*! engram_numa_copy() :
+ * Makes NAME.numaN ("engram:l1:h0.numa1" for node 1), a copy of table
+ * file `name` whose pages are placed on node `node` (ENGRAM_NUMA_NODE
+ * semantics, whatever the store's own placement), in the store's
+ * namespace, which must be on a tmpfs.  The copy has the table's spec,
+ * rows and row range.  Like engram_populate_shared(), every process of a
+ * node can call it with no leader: exactly one writes the copy and the
+ * others reuse it (a copy with other rows is ENGRAM_EMISMATCH), waiting
+ * for another process that writes it for at most ENGRAM_SHARED_WAIT_MS
+ * (-ETIMEDOUT, naming that process).  *written
+ * (may be NULL) is set to 1 when this call wrote it.  The node is checked
+ * as a store's numa_node is.  Thread-safe.
  *
- * With ENGRAM_OPEN_FILE_CACHE, a store serves its table files without
- * mapping them, and engram_open_safetensors() serves tensors of a
- * checkpoint the same way.  A lookup first looks each row up in the
- * store's row cache; the rows it misses are read from the file with
- * io_uring, up to queue_depth reads in flight, each distinct row of the
- * lookup once (of each ENGRAM_SOURCE_MAX_REQS positions: a longer lookup
- * is served that many positions at a time, and a row asked for again in a
- * later part is read again unless the cache kept it).  Rows read are
- * copied to the output and offered to the
- * cache, which keeps them while it has room.  Once full, it keeps a row
- * only if it was asked for at least twice lately (in this lookup or
- * earlier ones: a count of the misses of each row that decays over time),
- * and then evicts one by CLOCK within the row's set.  Rows asked for once
- * in a while, the long tail of Engram's Zipf-like ids, thus stop evicting
- * the rows asked for again; a row read but not kept counts in not_kept.
- *
- * The cache is exact: a row is visible in it only once all its bytes have
- * been read and checked, so a lookup never returns stale or partial bytes.
- * It is set-associative (ENGRAM_CACHE_WAYS rows per set, CLOCK replacement
- * within a set, a short lock per set, no global lock).  The counts of
- * missed rows take 8 bytes a slot (a word a slot, rounded up to a
- * 64-byte block), within the table's share.
- *
- * The budget, cache_bytes, bounds all the memory the row cache and its
- * reads hold.  The reader's staging (each read in flight lands in a
- * staging slot first, so a failed read never touches the output) has an
- * eighth of it, and at least the slots of one row's reads: the store then
- * reads with fewer rings or fewer reads in flight rather than exceed it.
- * The rest is shared by the tables with a cache: each file or
- * safetensors table gets a share proportional to its size among the
- * namespace's table files and the safetensors tables opened so far, a
- * source table (engram_add_source) the cache_bytes it asked for, each
- * capped by what the tables opened before it left.  A share smaller than
- * one set (ENGRAM_CACHE_WAYS rows) gives no slots: that table's rows are
- * read every time.  A table one of whose rows cannot be staged within the
- * budget is refused with -ENOBUFS.
- *
- * Reads use O_DIRECT where the file system reports direct I/O alignment
- * (statx STATX_DIOALIGN; ext4, xfs, ...) and a probe read succeeds;
- * elsewhere (tmpfs and ramfs, which have no device to bypass, or a probe
- * that fails) plain buffered reads.  Which one a table got is in
- * engram_get_cache_stats().direct_tables.  Where io_uring cannot be set
- * up (disabled by sysctl or seccomp, a small RLIMIT_MEMLOCK on older
- * kernels, ...), the same reads run one pread at a time.  With
- * ENGRAM_OPEN_PREFAULT the cache memory is touched when a table is opened.
- *
- * Validation, ids, offsets, strides and errors are those of every lookup.
- * A short read is completed by a read of the rest, and a read failing with
- * -EAGAIN, -EINTR or -ECANCELED (io_uring's answers to a signal that
- * interrupted the reading thread) is retried, 16 times at most.  A read
- * that fails otherwise, or reaches the end of the file before the row's
- * end (a file truncated under us), fails the lookup with -EIO (or the
- * error) or ENGRAM_ECORRUPT; such a row is neither written to the output
- * nor cached.  Rows of the lookup that were
- * copied before the failure hold their correct bytes.
- */
-#define ENGRAM_CACHE_WAYS 7
-
-typedef struct engram_cache_stats {
-    uint32_t size;          /* sizeof(engram_cache_stats) */
-    uint32_t ways;          /* rows per set (ENGRAM_CACHE_WAYS) */
-    uint64_t tables;        /* tables read through a source open (files, safetensors,
-                             * engram_add_source), with or without slots */
-    uint64_t direct_tables; /* of which read with O_DIRECT (all their files) */
-    uint64_t hits;          /* rows found in the cache */
-    uint64_t misses;        /* rows not found: each is read, or shares the read of a
-                             * duplicate id of the same lookup */
-    uint64_t dedup;         /* of the misses, rows served by another row's read */
-    uint64_t reads;         /* read requests issued (one per distinct missed row and
-                             * file region: two for a weight + scale row; more
-                             * where a read is retried or completed) */
-    uint64_t bytes_read;    /* bytes transferred by those reads (O_DIRECT reads whole
-                             * aligned blocks) */
-    uint64_t read_errors;   /* reads that failed or came back short */
-    uint64_t cache_bytes;   /* bytes of row slots allocated (plus their set tags and
-                             * the admission filter's counts) */
-    uint64_t slots;         /* row slots (sets x ways) */
-    uint64_t budget_bytes;  /* the store's cache_bytes */
-    uint32_t queue_depth;   /* reads in flight per lookup at most */
-    uint32_t reserved;      /* 0 */
-    uint64_t staging_bytes; /* the reader's staging reserved from budget_bytes (store-wide:
-                             * the same for every table) */
-    uint64_t not_kept;      /* rows read but not kept: their set was full and they had
-                             * not been asked for often enough lately to evict a row */
-} engram_cache_stats;
-
-#define ENGRAM_CACHE_STATS_INIT {sizeof(engram_cache_stats), 0u, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0u, 0u, 0, 0}
-
-/*! engram_get_cache_stats() :
- * Fills *stats (stats->size must be set) with the row cache counters of
- * table `name`, or of all the store's tables read through a source (files
- * with ENGRAM_OPEN_FILE_CACHE, safetensors, engram_add_source) when name
- * is NULL.  A store without any gives zeros (and budget_bytes,
- * queue_depth, staging_bytes).  Counters are summed without stopping
- * lookups and without taking the store's lock.  Thread-safe.
- * @return : 0, -EINVAL, or -ENOENT / ENGRAM_ESPEC for a name that is not
- *           an open table read through a source. */
-ENGRAM_API int engram_get_cache_stats(engram_store *st, const char *name,
-                                      engram_cache_stats *stats);
-
-/* ------------------------------------------------------------------------
- * Tables served by your own code: sources.
- *
- * A source serves a table whose rows the library cannot address: a
- * distributed key-value store, a custom file format, a remote service.
- * engram_add_source() adds such a table to a store.  Lookups validate its
- * ids like any other (nothing reaches the source before every id of the
- * lookup is checked), then hand the source the rows they need:
- *
- *     int read_rows(void *ctx, engram_source_req *reqs, size_t n);
- *
- *  - One call per lookup carries every row the lookup needs from tables
- *    added with the same read_rows function and the same ctx, whatever
- *    their columns (a source serving several tables gets them together);
- *    reqs[i].table and reqs[i].table_ud say which table a row is of.  A
- *    lookup with more than ENGRAM_SOURCE_MAX_REQS positions of row-source
- *    tables is served that many positions at a time, with a call each.
- *  - Deduplicated: a (table, row) pair appears once per call, however
- *    often the lookup asks for it; the library copies it to the other
- *    positions.  Rows found in the table's row cache are not asked for.
- *  - reqs[i].row is < the table's num_rows; reqs[i].dst is one of the
- *    lookup's output rows, with room for row_bytes bytes.  The source may
- *    serve the requests in any order.
- *  - It returns 0 once it wrote every row, or a negative code (a negated
- *    errno such as -EIO, or an ENGRAM_E* code) that fails the lookup with
- *    that code; engram_source_error() attaches a message.  On failure, the
- *    source sets reqs[i].done = 1 for each row it did write in full with
- *    its correct bytes (done is 0 on entry): those rows are used (copied
- *    to their other positions and cached).  Every other row counts as not
- *    read: its output rows are untouched and nothing of it is cached, so a
- *    source must write a row's dst only with the row's final bytes.
- *  - It is called from every thread that looks up, concurrently, and from
- *    libengram_cuda's host-function thread: it must be thread-safe.  It
- *    must not look up in, remove from or close any engram store from
- *    inside the call (a lookup there fails with ENGRAM_ESTATE).
- *
- * With cache_bytes > 0 the table gets a row cache of that many bytes, taken
- * from the store's cache_bytes budget (less if less is left): bounded,
- * exact (a row is cached only once read_rows wrote it), set-associative,
- * as described above ("Tables larger than memory").  engram_get_cache_stats()
- * counts source tables, cached or not: hits, misses and dedup as for files,
- * reads = rows handed to read_rows, bytes_read = the bytes of those it
- * wrote, read_errors = rows a failed call left unwritten.
- */
-#define ENGRAM_SOURCE_MAX_REQS 65536
-
-typedef struct engram_source_req {
-    uint64_t row;          /* in: the row of the table (validated: < num_rows) */
-    void *dst;             /* in: where its row_bytes bytes go */
-    void *table_ud;        /* in: the table's table_ud from engram_add_source() */
-    engram_table_id table; /* in: the table */
-    int done;              /* out, read only after a failed call: 1 = dst holds the row */
-} engram_source_req;
-
-typedef struct engram_source_ops {
-    uint32_t size;  /* sizeof(engram_source_ops) */
-    uint32_t flags; /* 0 (reserved) */
-    void *ctx;      /* passed to every call: what the source's tables share */
-    /* Reads rows (see above).  Required. */
-    int (*read_rows)(void *ctx, engram_source_req *reqs, size_t n);
-    /* Called once per table at engram_store_close(), when no lookup can
-     * reach it any more: the table's table_ud is no longer used.  May be
-     * NULL. */
-    void (*release)(void *ctx, void *table_ud);
-} engram_source_ops;
-
-#define ENGRAM_SOURCE_OPS_INIT {sizeof(engram_source_ops), 0u, NULL, NULL, NULL}
-
-/*! engram_add_source() :
- * Adds table `name` with `spec` to store `st`, served by `ops` (copied:
- * the struct need not outlive the call; ctx and table_ud must stay valid
- * until release).  `table_ud` is handed back with each of the table's
- * requests.  `cache_bytes` > 0 puts a row cache of up to that many bytes
- * in front of the source (see above); 0 reads every row from the source.
- * The name must be free in the store and its namespace (-EEXIST
- * otherwise).  The table is not stored anywhere: it lives until the store
- * is closed (engram_remove() refuses it with ENGRAM_EBOUND).  On failure
- * nothing is kept and release is not called.  Thread-safe.
- * @return : 0 and *id (id may be NULL), -EEXIST, ENGRAM_ESPEC, -EINVAL (ops
- *           NULL or without read_rows, ops->size or flags wrong; with a
- *           cache, a store queue_depth above 4096), -ENOMEM, -ENOSPC (the
- *           store holds 65536 tables), or with a cache and
- *           ENGRAM_OPEN_MLOCK the error of mlock. */
-ENGRAM_API int engram_add_source(engram_store *st, const char *name,
-                                 const engram_table_spec *spec, const engram_source_ops *ops,
-                                 void *table_ud, uint64_t cache_bytes, engram_table_id *id);
-
-/*! engram_source_error() :
- * For read_rows: records `fmt` as the detail of failure `code` on the
- * calling thread, which the failed lookup's engram_errmsg() then reports
- * after the table's name.  Returns `code`, so a source can
- * `return engram_source_error(-EIO, "node %s timed out", host);`. */
-ENGRAM_API int engram_source_error(int code, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
-
-/*! engram_open_safetensors() :
- * Serves rows of a safetensors checkpoint as table `name` of store `st`,
- * through the store's row cache, without copying the checkpoint.
- * `path` is a .safetensors file, or a model.safetensors.index.json whose
- * weight_map names the shard (in the same directory) holding each tensor.
- * `weight` names a 2-D tensor [N, A]; `scale`, if not NULL, a 2-D tensor
- * [N, B] with the same N (e.g. [N, 256] F8_E4M3 weights and [N, 8] F8_E8M0
- * block scales).  Row i of the table is row row_start + i of `weight`
- * followed by the same row of `scale`, packed: row_bytes = A * size +
- * B * size (264 for the example).  [row_start, row_end) selects a shard of
- * the rows (a TP rank's range); row_end 0 means N.  The table's info
- * reports the range (engram_table_info.row_start = row_start, total_rows =
- * N): look it up with offsets[k] = row_start to use global ids.
- *
- * Dtypes: any of BOOL U8 I8 F8_E4M3 F8_E5M2 F8_E8M0 U16 I16 F16 BF16 U32
- * I32 F32 U64 I64 F64; bytes are served as stored (little-endian).
- *
- * The header is parsed with a JSON parser and checked before use: its
- * length (at most 100 MiB and within the file), every tensor's dtype,
- * shape and data_offsets (size = product of the shape x dtype size, no
- * overlap, no hole, within the file), duplicate names.  The files are
- * opened read-only with O_NOFOLLOW (a link is refused) and must be regular
- * files.  The checkpoint must not change while served.  A tensor name that
- * is not found gets the closest name of the file or index suggested in
- * engram_errmsg() ("did you mean ...?") when one is within a few edits.
- * Thread-safe.
- * @return : 0 and *id (may be NULL), -ENOENT (file or tensor missing),
- *           ENGRAM_ECORRUPT (a bad header), ENGRAM_ESPEC (a bad name, shape,
- *           dtype or row range), -EEXIST, ENGRAM_EUNSAFE (a link), -errno. */
-ENGRAM_API int engram_open_safetensors(engram_store *st, const char *name, const char *path,
-                                       const char *weight, const char *scale, uint64_t row_start,
-                                       uint64_t row_end, engram_table_id *id);
-
-/* A tensor of a safetensors file, as described by its header. */
-typedef struct engram_tensor_info {
-    uint32_t size;      /* sizeof(engram_tensor_info) */
-    uint32_t ndim;      /* 0 .. ENGRAM_TENSOR_MAX_DIMS */
-    char dtype[16];     /* "F8_E4M3", "BF16", ... */
-    uint32_t elem_size; /* bytes per element */
-    uint32_t reserved;  /* 0 */
-    uint64_t shape[8];  /* shape[0 .. ndim) */
-    uint64_t offset;    /* byte offset of the tensor's data in the file */
-    uint64_t nbytes;    /* bytes of data */
-    char shard[256];    /* with an index file: the shard holding the tensor (a file name in
-                         * the index's directory); else "" */
-} engram_tensor_info;
-
-#define ENGRAM_TENSOR_MAX_DIMS 8
-#define ENGRAM_TENSOR_INFO_INIT {sizeof(engram_tensor_info), 0u, {0}, 0u, 0u, {0}, 0, 0, {0}}
-
-/*! engram_safetensors_tensor() :
- * Reads and validates the header of safetensors file `path` (or, for a
- * model.safetensors.index.json, of the shard its weight_map names) and
- * describes tensor `tensor` in *info (info->size must be set); offset is
- * then within the shard.  Same checks as engram_open_safetensors().
- * Thread-safe.
- * @return : 0, -ENOENT (no such file or tensor), ENGRAM_ECORRUPT,
- *           ENGRAM_EUNSAFE, -errno. */
-ENGRAM_API int engram_safetensors_tensor(const char *path, const char *tensor,
-                                         engram_tensor_info *info);
-
-/* Called by engram_safetensors_list() once per tensor: `name` and `info`
- * are valid only during the call.  A nonzero return stops the listing,
- * which then returns that value. */
-typedef int (*engram_tensor_fn)(void *ud, const char *name, const engram_tensor_info *info);
-
-/*! engram_safetensors_list() :
- * Lists the tensors of a checkpoint: calls fn(ud, name, info) for each
- * tensor of safetensors file `path` (in file order, info->shard ""), or,
- * for a model.safetensors.index.json, for each tensor of its weight_map,
- * described from its shard (shard by shard in name order, and by name
- * within a shard; info->shard names it, info->offset is within it).  Each
- * file's header is read once and gets the same checks as in
- * engram_open_safetensors(); a tensor the index puts in a shard that lacks
- * it is ENGRAM_ECORRUPT.  For tools that show a checkpoint or find the
- * tensors of every layer.  Thread-safe.
- * @return : 0, fn's nonzero value, -ENOENT (a file missing),
- *           ENGRAM_ECORRUPT, ENGRAM_EUNSAFE, -EINVAL (path or fn NULL),
- *           -errno. */
-ENGRAM_API int engram_safetensors_list(const char *path, engram_tensor_fn fn, void *ud);
-
-/*! engram_safetensors_tensor_fd() :
- * As engram_safetensors_tensor(), for the safetensors file (not an index)
- * open on descriptor `fd`: for a caller that reads the tensor's bytes
- * itself, from the very file whose header was checked.  Opening the path
- * again after engram_safetensors_tensor() could open another file (the
- * path swapped meanwhile); open it once instead, read-only with
- * O_NOFOLLOW | O_NONBLOCK (so that a link is refused and a FIFO cannot
- * block the open), and pass the descriptor here.  The file must be a
- * regular file that others cannot write (ENGRAM_EUNSAFE otherwise); its
- * header gets the same checks as engram_open_safetensors(); info->shard is
- * "".  The descriptor is read with pread (its offset does not move) and
- * stays open, the caller's.  `what` names the file in messages (NULL:
- * "descriptor N").  Thread-safe.
- * @return : 0, -ENOENT (no such tensor), ENGRAM_ECORRUPT, ENGRAM_EUNSAFE,
- *           -EINVAL, -errno. */
-ENGRAM_API int engram_safetensors_tensor_fd(int fd, const char *what, const char *tensor,
-                                            engram_tensor_info *info);
+ * Reading: a store opened with ENGRAM_OPEN_NUMA_LOCAL resolves
+ * engram_table_open(st, NAME) (and engram_table_open_wait()) to
+ * NAME.numaN when that table exists, N being the node of the CPU the
+ * opening thread runs on (getcpu(2)); otherwise to NAME.  The id is then
+ * the copy's, for every later lookup, from whatever thread: open tables
+ * from a thread bound to the node that will look them up (numactl
+ * --cpunodebind, or the engine's CPU affinity).  Names that already end in
+ * ".numa<digits>" are opened as they are.  Other calls
+ * (engram_get_table_info(), engram_remove(), ...) take names literally.
+ * @return : 0; -EINVAL (st or name NULL, a bad node: see "NUMA placement");
+ *           ENGRAM_ESPEC (NAME.numaN longer than ENGRAM_NAME_MAX);
+ *           -ENOENT (no table `name`); -ENOTSUP (not a tmpfs namespace, not
+ *           a table file, or built without libnuma); ENGRAM_EMISMATCH;
+ *           -ETIMEDOUT; or as engram_populate(). */
+ENGRAM_API int engram_numa_copy(engram_store *st, const char *name, int node, int *written);
 
 /* ------------------------------------------------------------------------
  * Tables in a Redis Cluster.
@@ -1860,6 +1664,209 @@ typedef struct engram_redis_stats {
  * @return : 0, -EINVAL (not a Redis store, or a bad size), -ENOTSUP
  *           (built without hiredis). */
 ENGRAM_API int engram_get_redis_stats(engram_store *st, engram_redis_stats *stats);
+
+/* ------------------------------------------------------------------------
+ * Statistics.
+ */
+typedef struct engram_stats {
+    uint32_t size;        /* sizeof(engram_stats) */
+    uint32_t threads;     /* gather threads including the caller */
+    uint64_t lookups;     /* successful lookups */
+    uint64_t failed;      /* lookups rejected by validation */
+    uint64_t rows;        /* rows copied */
+    uint64_t dead_rows;   /* rows with ENGRAM_DEAD_ID */
+    uint64_t bytes;       /* bytes copied */
+    uint64_t parallel;    /* lookups split across threads */
+    uint64_t time_ns;     /* time inside successful lookups (ENGRAM_OPEN_TIMING only) */
+    uint64_t tables_open; /* tables mapped or bound */
+    uint64_t mapped_bytes; /* bytes of table memory mapped or bound */
+    /* Removed tables whose memory is still held: lent out by
+     * engram_table_memory() (held until close), or removed while lookups
+     * that could still read them were running (released by a later
+     * engram_remove(), engram_table_open() or engram_store_stats()). */
+    uint64_t removed_tables;
+    uint64_t removed_bytes;
+} engram_stats;
+
+#define ENGRAM_STATS_INIT {sizeof(engram_stats), 0u, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+
+/*! engram_store_stats() :
+ * Fills *stats (stats->size must be sizeof(engram_stats)).  Counters
+ * are summed from per-thread shards without stopping lookups, so a
+ * snapshot taken during lookups may be slightly behind.  First releases
+ * what removed tables hold where no running lookup can still read it.
+ * Thread-safe.
+ * @return : 0 or -EINVAL. */
+ENGRAM_API int engram_store_stats(engram_store *st, engram_stats *stats);
+
+/* ------------------------------------------------------------------------
+ * For GPU and other accelerator paths (libengram_cuda, engram_cuda.h).
+ */
+
+/*! engram_table_memory() :
+ * Gives the memory of table `id` for callers that read rows themselves
+ * (the CUDA library registers it with the GPU): *base receives the address
+ * of row 0 of a memory-resident table (a mapped table file, its private
+ * huge-page copy, or memory bound with engram_bind()), and *spec its spec
+ * with row_pitch resolved (never 0).  Row i is at base + i * row_pitch.
+ * The memory is read-only and stays valid until the store is closed, even
+ * after engram_remove().  Tables whose rows are not addressable memory
+ * (backends that read rows on demand) have no base: the call then fills
+ * *spec, sets *base to NULL and returns -ENOTSUP.  `base` or `spec` may be
+ * NULL when not wanted.  Thread-safe.
+ * @return : 0, -ENOTSUP (no base address), ENGRAM_EREMOVED, or -EINVAL (id
+ *           not issued by this store). */
+ENGRAM_API int engram_table_memory(engram_store *st, engram_table_id id, const void **base,
+                                   engram_table_spec *spec);
+
+/*! engram_dequant_fp8_e4m3_e8m0_ref() :
+ * Reference dequantisation of `n` FP8 values with E8M0 block scales to
+ * BF16, the exact definition the CUDA dequant kernel matches bit for bit.
+ * values[i] is OCP FP8 E4M3 "fn" (bias 7, subnormals, no infinities;
+ * 0x7f and 0xff are NaN); scales[i / 32] is E8M0: byte e means 2^(e-127),
+ * so byte 0 is 2^-127 (not 0) and byte 255 is NaN.  out[i] receives the
+ * BF16 bits of values[i] * scale rounded to nearest, ties to even (results
+ * beyond the BF16 range become +-inf, tiny ones BF16 subnormals or +-0).
+ * Every NaN result is 0x7fc0.  For a packed 264-byte row, values = row and
+ * scales = row + 256 with n = 256.  Thread-safe; allocates nothing.
+ * @return : 0, or -EINVAL if n is not a multiple of 32 or a pointer is NULL
+ *           while n > 0. */
+ENGRAM_API int engram_dequant_fp8_e4m3_e8m0_ref(const void *values, const void *scales, size_t n,
+                                                uint16_t *out);
+
+/* ------------------------------------------------------------------------
+ * Namespaces of a root: listing and removing them, their users, and
+ * removing the ones nobody uses (gc).
+ */
+/*! engram_namespace_list() :
+ * Lists the namespaces under directory `root` (NULL: the default root):
+ * its subdirectories with valid names (links and other entries are left
+ * out), sorted, whoever owns them (engram_store_open() decides whether a
+ * namespace is trusted).  *names is one allocation (the array, NULL
+ * terminated, and the strings) to release with engram_free(); *count is
+ * its length.  Thread-safe.
+ * @return : 0, -ENOENT (no such root), ENGRAM_EUNSAFE (the root is a link
+ *           or not a directory), -EINVAL (names or count NULL), -ENOMEM,
+ *           or another negative errno. */
+ENGRAM_API int engram_namespace_list(const char *root, char ***names, size_t *count);
+
+/* engram_namespace_remove() flags */
+#define ENGRAM_NS_REMOVE_TABLES 0x0001u /* remove the namespace's tables first */
+#define ENGRAM_NS_REMOVE_IN_USE 0x0002u /* also while other processes hold leases on it */
+
+/*! engram_namespace_remove() :
+ * Removes namespace `ns` under `root` (NULL: the default root).  It is
+ * opened as engram_store_open() opens it (the same trust rules; stale
+ * temporary files of dead writers are removed), then every entry is
+ * checked before anything is removed:
+ *  - a table: without ENGRAM_NS_REMOVE_TABLES the namespace is not empty
+ *    (-ENOTEMPTY, naming the tables); with it, each table is removed as
+ *    engram_remove() removes it;
+ *  - a temporary file of a writer that is still running: -EBUSY, naming
+ *    the table being written, the writer's pid (as its PID namespace
+ *    numbers it) and how long it has held the name;
+ *  - a live lease of another process (it has tables of the namespace
+ *    open, see engram_namespace_usage()): -EBUSY naming the process,
+ *    unless ENGRAM_NS_REMOVE_IN_USE is given (that process keeps reading
+ *    the tables it opened, as after engram_remove(), and can open no new
+ *    one); leases of this process and stale ones are removed with the
+ *    tables;
+ *  - anything else (a file that is not an engram table, a link, a
+ *    directory, also under a name like a temporary file's: writers make
+ *    only regular files of the namespace's owner): -ENOTEMPTY naming it;
+ *    the library removes only what it wrote, so remove such entries
+ *    yourself.
+ * The directory itself is then removed with rmdir(2), which succeeds only
+ * if it is empty: a table published meanwhile by another process makes
+ * the call fail with -ENOTEMPTY (the tables removed before stay removed)
+ * rather than be lost.  Stores open on the namespace keep the tables they
+ * mapped, as after engram_remove(); they can no longer write tables.
+ * Thread-safe.
+ * @return : 0, -ENOENT (no such namespace), -ENOTEMPTY, -EBUSY,
+ *           ENGRAM_EUNSAFE, ENGRAM_ESPEC (bad name), -EINVAL (unknown
+ *           flags), or another negative errno; engram_errmsg() says which
+ *           entry stopped it. */
+ENGRAM_API int engram_namespace_remove(const char *root, const char *ns, uint32_t flags);
+
+/* Who uses a namespace (engram_namespace_usage()).  A store holds a lease
+ * on its namespace from its first engram_table_open() (or
+ * engram_table_open_wait() that waits) until it is closed:
+ * a file ".lease.<pid>.<nonce>" locked with flock(), so a lease lives
+ * exactly as long as its process (however that ends), across PID
+ * namespaces.  Leases of dead processes are stale; the next store open
+ * removes them.  A store that cannot write the namespace (a group
+ * member's) holds none. */
+typedef struct engram_namespace_use {
+    uint32_t size;          /* sizeof(engram_namespace_use) */
+    uint32_t users;         /* live leases */
+    uint32_t stale_leases;  /* leases of processes that died */
+    uint32_t reserved;
+    uint64_t last_used_ns;  /* the latest of the directory's and its leases' modification
+                             * times, ns since the Unix epoch */
+    char first_user[200];   /* what a live lease's holder wrote: "pid P start S command C" */
+} engram_namespace_use;
+
+#define ENGRAM_NAMESPACE_USE_INIT {sizeof(engram_namespace_use), 0, 0, 0, 0, ""}
+
+/*! engram_namespace_usage() :
+ * Fills *u for namespace `ns` under `root` (NULL: the default root).
+ * u->size must be set.  Thread-safe.
+ * @return : 0, -ENOENT, ENGRAM_EUNSAFE, ENGRAM_ESPEC, -EINVAL, ... */
+ENGRAM_API int engram_namespace_usage(const char *root, const char *ns, engram_namespace_use *u);
+
+/* engram_namespace_gc() flags and report codes */
+#define ENGRAM_GC_DRY_RUN 0x0001u /* decide and report, remove nothing (not even stale leases) */
+#define ENGRAM_GC_KEPT 1          /* report code: kept (in use, or used recently) */
+
+/*! A report of engram_namespace_gc() on namespace `ns`: code 0 removed
+ * (or would be, with ENGRAM_GC_DRY_RUN), ENGRAM_GC_KEPT kept, or the
+ * negative error that kept it (not ours to open, an entry that is not a
+ * table, a table being written); `detail` says why. */
+typedef void (*engram_gc_report_fn)(void *ud, const char *ns, int code, const char *detail);
+
+/*! engram_namespace_gc() :
+ * Removes, with their tables, the namespaces under `root` (NULL: the
+ * default root) that no live process holds a lease on and that were last
+ * used at least `idle_s` seconds ago (see engram_namespace_use), as
+ * engram_namespace_remove() removes them: so a crashed job never leaks
+ * its tables for good.  Only namespaces engram_store_open() accepts are
+ * considered; each one is reported through `report` (may be NULL).
+ * Thread-safe.
+ * @return : 0 (per-namespace failures are reported, not returned),
+ *           -EINVAL (unknown flags), or the error of listing `root`. */
+ENGRAM_API int engram_namespace_gc(const char *root, uint64_t idle_s, uint32_t flags,
+                                   engram_gc_report_fn report, void *ud);
+
+/*! engram_store_gc() :
+ * Deletes what unfinished writes left behind in the namespace of store
+ * `st`, so that no crash, lost reply or killed process leaks storage for
+ * good:
+ *  - in a namespace of a Redis Cluster, the chunk keys that no manifest
+ *    owns, each set recorded by a pending record (docs/redis.md, "The
+ *    publication protocol"): those of pushes that died, failed, or
+ *    ended with ENGRAM_EINDOUBT and never got published, and those of
+ *    removals that died before their chunks were gone.  A push that may
+ *    still be running is never taken: an open record goes only once its
+ *    writer has shown no life for max(idle_s, its chunk TTL) (a running
+ *    push shows life every half TTL, and one quiet for longer has lost
+ *    its unpublished chunks anyway); a closed record once it is idle_s
+ *    old.  A set's chunks go only once the replicas of the manifests'
+ *    master acknowledged its record closed (else it is reported and
+ *    kept for a later pass).  Each set is reported through `report`
+ *    (may be NULL) with the table's name: code 0 deleted (or would be,
+ *    with ENGRAM_GC_DRY_RUN), ENGRAM_GC_KEPT kept, or the negative error
+ *    that stopped it.
+ *    engram_populate() and engram_writer_begin() run the same pass with
+ *    idle_s 0 before each push.
+ *  - in a directory, the temporary files of writers that died, as
+ *    engram_store_open() removes them (nothing is reported; a dry run
+ *    does nothing);
+ *  - in a memory store, nothing.
+ * Thread-safe.
+ * @return : 0 (per-set failures are reported), -EINVAL (NULL store or
+ *           unknown flags), or the failure to list the records. */
+ENGRAM_API int engram_store_gc(engram_store *st, uint64_t idle_s, uint32_t flags,
+                               engram_gc_report_fn report, void *ud);
 
 #ifdef __cplusplus
 }

@@ -101,7 +101,7 @@ static int scratch_get(size_t n, unsigned bits, scratch *s)
 
 /* Step 1: the positions the row caches hold are copied; the others are
  * listed in s->miss.  Returns how many missed. */
-static uint32_t from_cache(const engram__fetch_req *reqs, size_t n, scratch *s, unsigned shard,
+static uint32_t from_cache(const engram__fetch_req *reqs, size_t n, scratch *s, unsigned stats_slot,
                            int excl)
 {
     uint32_t nm = 0;
@@ -112,7 +112,7 @@ static uint32_t from_cache(const engram__fetch_req *reqs, size_t n, scratch *s, 
         if (i + PF_SLOT < n && reqs[i + PF_SLOT].t->src.cache)
             engram__rcache_prefetch_slot(reqs[i + PF_SLOT].t->src.cache, reqs[i + PF_SLOT].row);
         if (q->t->src.cache && engram__rcache_get(q->t->src.cache, q->row, q->dst))
-            engram__ctr_add(&q->t->ctr[shard].hits, 1, excl);
+            engram__ctr_add(&q->t->ctr[stats_slot].hits, 1, excl);
         else
             s->miss[nm++] = (uint32_t)i;
     }
@@ -122,7 +122,7 @@ static uint32_t from_cache(const engram__fetch_req *reqs, size_t n, scratch *s, 
 /* Step 2: the distinct rows of the nm missed positions; returns how
  * many. */
 static uint32_t dedupe(const engram__fetch_req *reqs, uint32_t nm, unsigned bits, scratch *s,
-                       unsigned shard, int excl)
+                       unsigned stats_slot, int excl)
 {
     uint32_t mask = ((uint32_t)1 << bits) - 1, nu = 0;
     memset(s->hash, 0xff, ((size_t)1 << bits) * sizeof *s->hash);
@@ -146,9 +146,9 @@ static uint32_t dedupe(const engram__fetch_req *reqs, uint32_t nm, unsigned bits
     }
     for (uint32_t u = 0; u < nu; u++) {
         const uniq *q = &s->uq[u];
-        engram__ctr_add(&q->t->ctr[shard].misses, q->count, excl);
+        engram__ctr_add(&q->t->ctr[stats_slot].misses, q->count, excl);
         if (q->count > 1)
-            engram__ctr_add(&q->t->ctr[shard].dedup, q->count - 1, excl);
+            engram__ctr_add(&q->t->ctr[stats_slot].dedup, q->count - 1, excl);
     }
     return nu;
 }
@@ -235,7 +235,7 @@ static int call_source(const engram_source_ops *ops, const scratch *s, uint32_t 
 
 /* Step 3: the rows of one source, those of distinct row u and every later
  * unread one with the same read_rows and ctx. */
-static int from_source(scratch *s, uint32_t u, uint32_t nu, unsigned shard, int excl)
+static int from_source(scratch *s, uint32_t u, uint32_t nu, unsigned stats_slot, int excl)
 {
     const engram_source_ops *ops = &s->uq[u].t->src.ops;
     uint32_t m = 0;
@@ -256,10 +256,10 @@ static int from_source(scratch *s, uint32_t u, uint32_t nu, unsigned shard, int 
         int ok = rc == 0 || s->req[j].done == 1;
         q->state = ok ? SERVED : FAILED;
         if (ok && q->t->src.cache && engram__rcache_put(q->t->src.cache, q->row, q->dst, q->est))
-            engram__ctr_add(&q->t->ctr[shard].not_kept, 1, excl);
+            engram__ctr_add(&q->t->ctr[stats_slot].not_kept, 1, excl);
         if (!q->t->src.vt || !q->t->src.vt->cache_stats) {
             /* A source without read counters of its own: count its rows. */
-            engram__table_counters *c = &q->t->ctr[shard];
+            engram__table_counters *c = &q->t->ctr[stats_slot];
             engram__ctr_add(&c->reads, 1, excl);
             if (ok)
                 engram__ctr_add(&c->bytes, q->t->spec.row_bytes, excl);
@@ -286,7 +286,7 @@ static void note_err(first_err *f, int rc)
     }
 }
 
-static int fetch_chunk(const engram__fetch_req *reqs, size_t n, unsigned shard, int excl,
+static int fetch_chunk(const engram__fetch_req *reqs, size_t n, unsigned stats_slot, int excl,
                        first_err *fe)
 {
     scratch s = {NULL, NULL, NULL, NULL, NULL, NULL};
@@ -299,16 +299,16 @@ static int fetch_chunk(const engram__fetch_req *reqs, size_t n, unsigned shard, 
         bits++;
     if ((rc = scratch_get(n, bits, &s)) != 0)
         return rc;
-    if ((nm = from_cache(reqs, n, &s, shard, excl)) == 0)
+    if ((nm = from_cache(reqs, n, &s, stats_slot, excl)) == 0)
         return 0;
     bits = 4;
     while (((size_t)1 << bits) < 2 * (size_t)nm)
         bits++;
-    nu = dedupe(reqs, nm, bits, &s, shard, excl);
+    nu = dedupe(reqs, nm, bits, &s, stats_slot, excl);
     count_misses(&s, nu);
     for (uint32_t u = 0; u < nu; u++)
         if (s.uq[u].state == UNREAD)
-            note_err(fe, from_source(&s, u, nu, shard, excl));
+            note_err(fe, from_source(&s, u, nu, stats_slot, excl));
     /* Step 4. */
     for (uint32_t u = 0; u < nu; u++) {
         const uniq *q = &s.uq[u];
@@ -335,11 +335,11 @@ int engram__fetch(const engram__fetch_req *reqs, size_t n)
 {
     first_err fe = {0, {0}};
     int excl;
-    unsigned shard = engram__shard(&excl);
+    unsigned stats_slot = engram__stats_slot(&excl);
     for (size_t i = 0; i < n; i += CHUNK) {
         /* Every chunk is served, even after a failure: each row that can
          * be read is written. */
-        note_err(&fe, fetch_chunk(reqs + i, n - i < CHUNK ? n - i : CHUNK, shard, excl, &fe));
+        note_err(&fe, fetch_chunk(reqs + i, n - i < CHUNK ? n - i : CHUNK, stats_slot, excl, &fe));
     }
     if (fe.code)
         return engram__err(fe.code, "%s", fe.msg);

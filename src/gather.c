@@ -85,8 +85,8 @@ typedef struct colmemo {
     engram_table_id tables[MEMO_COLS];
     int64_t offsets[MEMO_COLS];
     col cols[MEMO_COLS];
-    /* This thread's stats shard of each column's table (the thread's
-     * shard never changes) and whether it has it alone. */
+    /* This thread's stats slot of each column's table (the thread's
+     * slot never changes) and whether it has it alone. */
     engram__table_counters *ctr[MEMO_COLS];
     int excl;
     int hot; /* the distinct tables of the columns fit in half the last-level cache */
@@ -600,9 +600,9 @@ static int get_cols(engram_store *st, const engram_lookup_args *a, col *cols, co
         if ((err = resolve_cols(st, a, m->cols, &m->indirect)) != 0)
             return err;
         {
-            unsigned shard = engram__shard(&m->excl);
+            unsigned stats_slot = engram__stats_slot(&m->excl);
             for (size_t k = 0; k < K; k++)
-                m->ctr[k] = &m->cols[k].t->ctr[shard];
+                m->ctr[k] = &m->cols[k].t->ctr[stats_slot];
         }
         m->hot = cols_fit_cache(m->cols, K);
         memcpy(m->tables, a->tables, K * sizeof *a->tables);
@@ -780,7 +780,7 @@ static int lookup_run(engram_store *st, lookup_state *ls, lookup_stack *stk, int
 /* The counters of a lookup that succeeded: its tables' (each column's
  * lookups and live rows) and the store's (with its time from t0 where the
  * store counts time). */
-static void lookup_count(engram_store *st, const lookup_state *ls, unsigned shard, int excl,
+static void lookup_count(engram_store *st, const lookup_state *ls, unsigned stats_slot, int excl,
                          int par, int timing, uint64_t t0)
 {
     const plan *p = &ls->p;
@@ -788,7 +788,7 @@ static void lookup_count(engram_store *st, const lookup_state *ls, unsigned shar
     uint64_t dead = ls->dead, live = ls->rows - dead;
     if (ENGRAM__LIKELY(memo && memo->excl && !dead)) {
         /* The common case in one loop of plain adds: the thread's own
-         * shards, known from the memo, and every row live. */
+         * slots, known from the memo, and every row live. */
         for (size_t k = 0; k < p->K; k++) {
             engram__table_counters *tc = memo->ctr[k];
             atomic_store_explicit(&tc->lookups,
@@ -800,13 +800,13 @@ static void lookup_count(engram_store *st, const lookup_state *ls, unsigned shar
         }
     } else {
         for (size_t k = 0; k < p->K; k++) {
-            engram__table_counters *tc = &p->cols[k].t->ctr[shard];
+            engram__table_counters *tc = &p->cols[k].t->ctr[stats_slot];
             engram__ctr_add(&tc->lookups, 1, excl);
             engram__ctr_add(&tc->rows, p->T - (dead ? col_dead(p, k) : 0), excl);
         }
     }
     {
-        engram__store_counters *c = &st->ctr[shard];
+        engram__store_counters *c = &st->ctr[stats_slot];
         engram__ctr_add(&c->lookups, 1, excl);
         engram__ctr_add(&c->rows, live, excl);
         engram__ctr_add(&c->dead, dead, excl);
@@ -823,7 +823,7 @@ int engram_lookup(engram_store *st, const engram_lookup_args *a)
     lookup_stack stk;
     lookup_state ls;
     uint64_t t0 = 0;
-    unsigned shard;
+    unsigned stats_slot;
     int excl, err, timing, par = 0;
 
     if (ENGRAM__UNLIKELY(!st || !a || a->size != sizeof(engram_lookup_args)))
@@ -840,7 +840,7 @@ int engram_lookup(engram_store *st, const engram_lookup_args *a)
     timing = (st->opts.flags & ENGRAM_OPEN_TIMING) != 0;
     if (timing)
         t0 = engram__now_ns();
-    shard = engram__shard(&excl);
+    stats_slot = engram__stats_slot(&excl);
     if ((err = lookup_validate(a)) != 0)
         goto fail;
     /* From resolving the tables to the last copy: a table removed
@@ -853,13 +853,13 @@ int engram_lookup(engram_store *st, const engram_lookup_args *a)
     engram__rsec_exit();
     if (err)
         goto fail;
-    lookup_count(st, &ls, shard, excl, par, timing, t0);
+    lookup_count(st, &ls, stats_slot, excl, par, timing, t0);
     /* Last, once this lookup is done with the thread's plan and memo: the
      * log function it may call can look up on this thread itself. */
     if (ls.p.indirect && st->log_ns)
         engram__store_maybe_log(st);
     return 0;
 fail:
-    engram__ctr_add(&st->ctr[shard].failed, 1, excl);
+    engram__ctr_add(&st->ctr[stats_slot].failed, 1, excl);
     return err;
 }

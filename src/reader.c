@@ -270,7 +270,7 @@ static rd_set *current_set(engram__reader *rd)
 }
 
 /* Takes a free ring of the current configuration's, or waits for the one
- * this thread's shard maps to, and returns it locked with the
+ * this thread's stats slot maps to, and returns it locked with the
  * configuration in *cfg.  The configuration is read again once the ring
  * is held: an admission that shrank the rings tears the ones it left out
  * down under their locks, so a ring that is no longer in the
@@ -279,7 +279,7 @@ static rd_set *current_set(engram__reader *rd)
 static rd_ring *ring_take(engram__reader *rd, rd_set *s, uint64_t *cfg)
 {
     int excl;
-    unsigned start = engram__shard(&excl);
+    unsigned start = engram__stats_slot(&excl);
     for (;;) {
         /* Acquire pairs with the release store of the admission that made
          * the tables of a call's rows visible: the configuration covers
@@ -313,7 +313,7 @@ typedef struct fill_ctx {
     size_t n, next;    /* requests, and the next one to issue */
     uint32_t inflight, nfree;
     int err;
-    unsigned shard;
+    unsigned stats_slot;
     int excl;
 } fill_ctx;
 
@@ -415,7 +415,7 @@ static int op_complete(fill_ctx *c, uint32_t o, int res)
     const engram_source_req *q = &c->reqs[w->req];
     engram__rfile *f = q->table_ud;
     engram__rseg *g = &f->seg[op->seg];
-    engram__rfile_counters *ctr = &f->ctr[c->shard];
+    engram__rfile_counters *ctr = &f->ctr[c->stats_slot];
 
     res = apply_hook(f->name, q->row, op->seg, res, op_buf(r, o));
     if (res > 0)
@@ -522,7 +522,7 @@ static uint32_t issue(fill_ctx *c)
         for (unsigned g = 0; g < f->nseg; g++) {
             uint32_t o = r->rows[ri].slot[g];
             op_setup(c, o, ri, g);
-            engram__ctr_add(&f->ctr[c->shard].reads, 1, c->excl);
+            engram__ctr_add(&f->ctr[c->stats_slot].reads, 1, c->excl);
             if (r->state == 1)
                 queued += (uint32_t)op_queue(c, o);
             else
@@ -610,7 +610,7 @@ int engram__reader_read_rows(void *ctx, engram_source_req *reqs, size_t n)
     int err;
     if (!s)
         return engram__err(-ENOMEM, "out of memory for the file reader's rings");
-    c.shard = engram__shard(&c.excl);
+    c.stats_slot = engram__stats_slot(&c.excl);
     c.r = ring_take(rd, s, &cfg);
     if ((err = ring_ready(c.r, cfg)) == 0)
         err = fill(&c);
@@ -791,7 +791,7 @@ void engram__reader_file_stats(const engram__rfile *f, engram_cache_stats *s)
         direct &= f->seg[g].dfd >= 0 &&
                   atomic_load_explicit(&f->seg[g].direct, memory_order_relaxed);
     s->direct_tables += (uint64_t)direct;
-    for (int i = 0; i < ENGRAM__SHARDS; i++) {
+    for (int i = 0; i < ENGRAM__STATS_SLOTS; i++) {
         const engram__rfile_counters *c = &f->ctr[i];
         s->reads += atomic_load_explicit(&c->reads, memory_order_relaxed);
         s->bytes_read += atomic_load_explicit(&c->bytes, memory_order_relaxed);

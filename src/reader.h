@@ -8,7 +8,7 @@
  * `len` bytes at file offset base + row * stride of that segment's file.
  * A table file of the namespace is one segment (its data region at its
  * row pitch); a safetensors weight + scale pair is two (the two planes,
- * possibly in two shard files).
+ * possibly in two files of a sharded checkpoint).
  *
  * Every read lands in a staging slot of one of the store's rings; a row
  * is copied to its destination only once all its segments' reads came
@@ -56,7 +56,7 @@ typedef struct engram__rfile {
     engram__rseg seg[ENGRAM__RD_MAX_SEGS];
     uint32_t row_bytes;
     char name[ENGRAM_NAME_MAX + 1]; /* for messages and the test hook */
-    engram__rfile_counters ctr[ENGRAM__SHARDS];
+    engram__rfile_counters ctr[ENGRAM__STATS_SLOTS];
 } engram__rfile;
 
 /* Makes a reader with rings of `queue_depth` reads in flight (0: the

@@ -3,10 +3,10 @@
  * path, and the sums of engram_store_stats(), engram_get_cache_stats()
  * and the cache stats line.
  *
- * Lookups count in per-thread shards (table.h's counters and the store's
+ * Lookups count in per-thread stats slots (table.h's counters and the store's
  * own): a thread takes a slot of its own once, and while there are slots
- * left it is the only writer of its shard, so its counts take no locked
- * instruction.  The sums here add the shards up with relaxed loads,
+ * left it is the only writer of its slot, so its counts take no locked
+ * instruction.  The sums here add the slots up with relaxed loads,
  * walking the registry without the store's lock (store.h): figures
  * that are each exact, read while lookups go on.
  */
@@ -21,7 +21,7 @@
 #include "store.h"
 
 /* stats.h */
-unsigned engram__shard(int *exclusive)
+unsigned engram__stats_slot(int *exclusive)
 {
     static _Atomic unsigned next;
     /* initial-exec: a plain %fs-relative load even in the shared library,
@@ -29,12 +29,12 @@ unsigned engram__shard(int *exclusive)
     static _Thread_local int mine __attribute__((tls_model("initial-exec"))) = -1;
     if (ENGRAM__UNLIKELY(mine < 0))
         mine = (int)atomic_fetch_add_explicit(&next, 1, memory_order_relaxed);
-    if (mine < ENGRAM__SHARDS - 1) {
+    if (mine < ENGRAM__STATS_SLOTS - 1) {
         *exclusive = 1;
         return (unsigned)mine;
     }
     *exclusive = 0;
-    return ENGRAM__SHARDS - 1;
+    return ENGRAM__STATS_SLOTS - 1;
 }
 
 /* stats.h */
@@ -45,7 +45,7 @@ void engram__stats_sum(engram_store *st, engram_stats *out)
     memset(s, 0, sizeof *s);
     s->size = size;
     s->threads = (uint32_t)st->threads;
-    for (int i = 0; i < ENGRAM__SHARDS; i++) {
+    for (int i = 0; i < ENGRAM__STATS_SLOTS; i++) {
         const engram__store_counters *c = &st->ctr[i];
         s->lookups += atomic_load_explicit(&c->lookups, memory_order_relaxed);
         s->failed += atomic_load_explicit(&c->failed, memory_order_relaxed);
@@ -77,7 +77,7 @@ void engram__stats_sum(engram_store *st, engram_stats *out)
 static void add_cache_stats(const engram__table *t, engram_cache_stats *s)
 {
     s->tables++;
-    for (int i = 0; i < ENGRAM__SHARDS; i++) {
+    for (int i = 0; i < ENGRAM__STATS_SLOTS; i++) {
         const engram__table_counters *c = &t->ctr[i];
         s->hits += atomic_load_explicit(&c->hits, memory_order_relaxed);
         s->misses += atomic_load_explicit(&c->misses, memory_order_relaxed);

@@ -15,9 +15,9 @@
 
 #include "engram.h"
 
-/* This thread's stats shard index (< ENGRAM__SHARDS); *exclusive says
+/* This thread's stats slot index (< ENGRAM__STATS_SLOTS); *exclusive says
  * whether no other thread uses it. */
-unsigned engram__shard(int *exclusive);
+unsigned engram__stats_slot(int *exclusive);
 
 /* Fills *out (its size checked by the caller: sizeof(engram_stats)) with
  * the sums of st's counters and tables. */

@@ -83,7 +83,7 @@ struct engram_store {
     size_t parallel_min_rows;
     uint64_t log_ns;                 /* the cache stats line's interval; 0: none */
     _Atomic uint64_t next_log_ns;
-    engram__store_counters ctr[ENGRAM__SHARDS];
+    engram__store_counters ctr[ENGRAM__STATS_SLOTS];
 };
 
 /* Returns the table of `id`, or NULL if id was never issued. */

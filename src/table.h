@@ -6,8 +6,8 @@
  * table is being removed.  A removed table's source (its mapping, file
  * and row cache) is released earlier, once no read section can reach it
  * (readsection.h), unless engram_table_memory() lent its memory out.  What a
- * lookup reads of a table comes first; the per-thread-shard counters come
- * last, one cache line per shard.
+ * lookup reads of a table comes first; the per-thread-slot counters come
+ * last, one cache line per slot.
  */
 #ifndef ENGRAM_TABLE_H
 #define ENGRAM_TABLE_H
@@ -17,13 +17,13 @@
 
 #include "common.h"
 #include "source.h"
-#include "stats.h" /* engram__shard(): the slot a lookup counts in */
+#include "stats.h" /* engram__stats_slot(): the slot a lookup counts in */
 
-#define ENGRAM__SHARDS 16 /* stats shards; one per thread index */
+#define ENGRAM__STATS_SLOTS 16 /* stats slots; one per thread index */
 
-/* Per-thread-shard counters.  A thread with an exclusive shard updates it
+/* Per-thread-slot counters.  A thread with an exclusive slot updates it
  * with relaxed load + store (no locked instruction on the hot path); only
- * threads beyond ENGRAM__SHARDS share the last shard with atomic adds. */
+ * threads beyond ENGRAM__STATS_SLOTS share the last slot with atomic adds. */
 typedef struct engram__table_counters {
     _Atomic uint64_t lookups, rows; /* every table */
     _Atomic uint64_t hits, misses, dedup, not_kept; /* row sources (fetch.c) */
@@ -40,10 +40,10 @@ typedef struct engram__table {
     atomic_int released;    /* removed and its source released (store.c) */
     struct engram__table *retired_next; /* removed, source not yet released (store->lock) */
     char name[ENGRAM_NAME_MAX + 1];
-    engram__table_counters ctr[ENGRAM__SHARDS];
+    engram__table_counters ctr[ENGRAM__STATS_SLOTS];
 } engram__table;
 
-/* Adds v to a shard counter: plain RMW when the shard is exclusive. */
+/* Adds v to a slot counter: plain RMW when the slot is exclusive. */
 static inline void engram__ctr_add(_Atomic uint64_t *c, uint64_t v, int exclusive)
 {
     if (exclusive)

@@ -53,7 +53,7 @@ int engram_table_memory(engram_store *st, engram_table_id id, const void **base,
 static void counters_sum(const engram__table *t, uint64_t *lookups, uint64_t *rows)
 {
     *lookups = *rows = 0;
-    for (int s = 0; s < ENGRAM__SHARDS; s++) {
+    for (int s = 0; s < ENGRAM__STATS_SLOTS; s++) {
         *lookups += atomic_load_explicit(&t->ctr[s].lookups, memory_order_relaxed);
         *rows += atomic_load_explicit(&t->ctr[s].rows, memory_order_relaxed);
     }

@@ -579,7 +579,7 @@ def can_share(tables: Mapping[Any, object] | Iterable[object],
 
 from ._mooncake import MooncakeError, MooncakeTableStore  # noqa: E402  (needs the names above)
 from ._layer import LayerStore  # noqa: E402  (needs the names above)
-from ._plan import shard_plan, shard_route  # noqa: E402
+from ._shardplan import shard_plan, shard_route  # noqa: E402
 from ._ngram import NgramHasher, NgramLayout, build_token_map  # noqa: E402
 from ._namespaces import (GcResult, NamespaceUsage, gc, namespace_usage,  # noqa: E402
                           namespaces, remove_namespace)

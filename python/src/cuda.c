@@ -22,7 +22,7 @@
  * returns as soon as the work is enqueued; bad ids cannot raise from the
  * GPU, so they are skipped and reported by Store.cuda_check().
  *
- * These functions run with the store entered (store.c's close guard), so
+ * These functions run with the store entered (pystore.c's close guard), so
  * they create no Python object: an allocation could start the garbage
  * collector, whose finalizers may call close() on this store and wait for
  * this very call.  Errors are returned as codes for _engram to raise

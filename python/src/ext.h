@@ -4,10 +4,11 @@
  * module.c   the module: init, the exception hierarchy, error mapping
  * arrays.c   taking arrays from Python: the buffer protocol, DLPack, and
  *            the refusal of device memory (__cuda_array_interface__)
- * store.c    the Store type: the table API over one engram_store; its
- *            methods are in store_lookup.c (lookups), store_tables.c
- *            (tables: populate, bind, define, queries) and store_stats.c
- *            (stats), and store.h is what these four share
+ * pystore.c  the Store type: the table API over one engram_store; its
+ *            methods are in pystore_lookup.c (lookups), pystore_tables.c
+ *            (tables: populate, bind, define, queries), pystore_stats.c
+ *            (stats) and pystore_source.c (Python row sources), and
+ *            pystore.h is what these share
  * ngram.c    the NgramLayout and NgramHasher types: the Engram n-gram hash
  * pending.c  the PendingLookup type: lookups submitted ahead of time
  * cuda_load.c  the GPU lookups' side in this module (CUDA builds): their
@@ -173,17 +174,17 @@ int ext_ngram_init(PyObject *module);
 
 int ext_pending_init(PyObject *module);
 
-/* ---- store.c ----------------------------------------------------------- */
+/* ---- pystore.c --------------------------------------------------------- */
 
 int ext_store_init(PyObject *module);
 
-/* ---- store_tables.c ---------------------------------------------------- */
+/* ---- pystore_tables.c -------------------------------------------------- */
 
 /* _check_rows(rows, arg, num_rows, row_bytes): raises unless rows is a
  * C-contiguous uint8 [num_rows, row_bytes] array; takes nothing. */
 PyObject *ext_check_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
-/* ---- store_source.c ---------------------------------------------------- */
+/* ---- pystore_source.c -------------------------------------------------- */
 
 /* 1 while a source callable runs on this thread (inside a lookup of its
  * store: close() there would wait for its own thread). */
@@ -194,7 +195,7 @@ int ext_source_active(void);
 PyObject *ext_source_take_exception(void);
 
 /* _source_group(read_rows, row_bytes): the group of source tables that a
- * lookup reads in one call (store_source.c). */
+ * lookup reads in one call (pystore_source.c). */
 PyObject *ext_source_group(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
 extern const char ext_source_group_doc[];
 

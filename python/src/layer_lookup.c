@@ -18,7 +18,7 @@
  * arguments: it raises what it always raised, or opens a Mooncake layer
  * and looks up.
  */
-#include "store.h"
+#include "pystore.h"
 
 #include <structmember.h>
 

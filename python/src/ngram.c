@@ -23,7 +23,7 @@
  *     C names (a table per column, local ids), out writable C-contiguous
  *     uint8 (T, C, row_bytes).
  */
-#include "store.h"
+#include "pystore.h"
 
 #include <errno.h>
 #include <string.h>

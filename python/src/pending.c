@@ -10,7 +10,7 @@
  * dropped without either is cancelled, and its arrays are released only
  * once the lookup can no longer touch them.
  */
-#include "store.h"
+#include "pystore.h"
 
 #include <errno.h>
 #include <string.h>

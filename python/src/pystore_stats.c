@@ -1,8 +1,8 @@
 /*
- * store_stats.c - Store.stats(): the store's counters, those of each table
+ * pystore_stats.c - Store.stats(): the store's counters, those of each table
  * this object has looked up, of the row cache, and of the GPU context.
  */
-#include "store.h"
+#include "pystore.h"
 
 #include <errno.h>
 #include <limits.h>

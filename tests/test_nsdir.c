@@ -1,5 +1,6 @@
 /*
- * test_files.c - damaged, hostile and odd entries in a namespace.
+ * test_nsdir.c - damaged, hostile and odd entries in a namespace
+ * directory (src/nsdir.c's trust rules, format.c's header checks).
  *
  * A namespace usually lives on /dev/shm, where anyone can create files, so
  * the library must treat every table file as outside input: truncated,
@@ -16,7 +17,7 @@
  *
  * The cases of other users' files need root (to chown, and to run
  * processes as other uids), and the sparse copy needs hole punching: each
- * is a CTest entry of its own (test_files.foreign_owner, ...;
+ * is a CTest entry of its own (test_nsdir.foreign_owner, ...;
  * CMakeLists.txt), which reports a skip where it cannot run.
  */
 #include <fcntl.h>
@@ -1598,5 +1599,5 @@ int main(int argc, char **argv)
     RUN_TEST(test_group_namespace);
     RUN_TEST(test_others_cannot_truncate);
     RUN_TEST(test_group_hostile_users);
-    return tu_done("test_files");
+    return tu_done("test_nsdir");
 }

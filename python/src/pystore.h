@@ -1,18 +1,18 @@
 /*
- * store.h - what the files of the Store type (engramstore._engram.Store)
+ * pystore.h - what the files of the Store type (engramstore._engram.Store)
  * share: the object, its close guard, argument parsing, the resolution of
- * table names, and the methods that store.c's method table lists.
+ * table names, and the methods that pystore.c's method table lists.
  *
- * store.c         the type itself: new/init/dealloc/repr, the close guard,
- *                 argument parsing, close() and the method table
- * store_lookup.c  lookup(), _lookup_layer(), _bench_lookup() and
- *                 cuda_check(): the memo, layouts and bad-id errors
- * layer_lookup.c  _layer_lookup(): the type of the layer API's lookup_into
- * store_tables.c  populate(), bind(), open_safetensors(), define(),
- *                 get_table_spec(), list_tables(), remove(), verify(), and
- *                 the resolution of names to tables
- * store_stats.c   stats()
- * store_source.c  _add_source(): tables served by a Python callable
+ * pystore.c         the type itself: new/init/dealloc/repr, the close
+ *                   guard, argument parsing, close() and the method table
+ * pystore_lookup.c  lookup(), _lookup_layer(), _bench_lookup() and
+ *                   cuda_check(): the memo, layouts and bad-id errors
+ * layer_lookup.c    _layer_lookup(): the type of the layer API's lookup_into
+ * pystore_tables.c  populate(), bind(), open_safetensors(), define(),
+ *                   get_table_spec(), list_tables(), remove(), verify(), and
+ *                   the resolution of names to tables
+ * pystore_stats.c   stats()
+ * pystore_source.c  _add_source(): tables served by a Python callable
  *
  * A Store owns one engram_store (a namespace directory, or memory only)
  * and remembers:
@@ -39,8 +39,8 @@
  * (a __dlpack__, a str subclass's __hash__, a finalizer run by the GC)
  * would wait for its own thread.
  */
-#ifndef ENGRAMSTORE_STORE_H
-#define ENGRAMSTORE_STORE_H
+#ifndef ENGRAMSTORE_PYSTORE_H
+#define ENGRAMSTORE_PYSTORE_H
 
 #include "ext.h"
 
@@ -88,7 +88,7 @@ typedef struct {
     ext_cuda *cuda; /* created by the first lookup into device memory */
 } StoreObject;
 
-/* ---- store.c ------------------------------------------------------------ */
+/* ---- pystore.c ---------------------------------------------------------- */
 
 /* The close guard.  ext_store_enter(), with the GIL held: 0 if the store is
  * open (and counts the caller in), -1 with StoreClosedError if not.
@@ -105,7 +105,7 @@ int ext_store_parse_args(const char *fn, PyObject *const *args, Py_ssize_t nargs
                          PyObject *kwnames, const char *const *names, int nnames, int npos,
                          int nreq, PyObject **vals);
 
-/* ---- store_lookup.c ----------------------------------------------------- */
+/* ---- pystore_lookup.c --------------------------------------------------- */
 
 /* Empties the memo (the names are dropped last, and may run Python code). */
 void ext_store_memo_clear(StoreObject *s);
@@ -153,7 +153,7 @@ int ext_layer_lookup_module_init(PyObject *m);
 PyObject *ext_store_layer_lookup(StoreObject *s, PyObject *const *args, Py_ssize_t nargs);
 extern const char ext_store_layer_lookup_doc[];
 
-/* ---- store_tables.c ----------------------------------------------------- */
+/* ---- pystore_tables.c --------------------------------------------------- */
 
 /* Resolves table name `name` (argument tables[k]) to its id, row_bytes
  * and whether its rows are memory (*memory: no source is called to read
@@ -214,12 +214,12 @@ PyObject *ext_store_pull_rows(StoreObject *s, PyObject *const *args, Py_ssize_t 
                               PyObject *kwnames);
 extern const char ext_store_pull_rows_doc[];
 
-/* ---- store_stats.c ------------------------------------------------------ */
+/* ---- pystore_stats.c ---------------------------------------------------- */
 
 PyObject *ext_store_stats(StoreObject *s, PyObject *unused);
 extern const char ext_store_stats_doc[];
 
-/* ---- store_source.c ----------------------------------------------------- */
+/* ---- pystore_source.c --------------------------------------------------- */
 
 PyObject *ext_store_add_source(StoreObject *s, PyObject *const *args, Py_ssize_t nargs,
                                PyObject *kwnames);

@@ -1,11 +1,11 @@
 /*
- * store_lookup.c - Store.lookup() and Store._lookup_layer(): resolving the
+ * pystore_lookup.c - Store.lookup() and Store._lookup_layer(): resolving the
  * named tables (through the memo of the last lookups' name lists, else
  * ext_store_resolve()), checking the ids/out/offsets arrays and their
  * layouts, and running the lookup on the host or, for GPU arrays, through
  * cuda.c; and the bad-id errors of both paths, cuda_check() included.
  */
-#include "store.h"
+#include "pystore.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -399,7 +399,7 @@ static int lookup_prepare(StoreObject *s, const lookup_in *in, lookup_prep *p)
                      Py_TYPE(in->tables)->tp_name);
         return -1;
     }
-    /* The store is entered only around library calls (see store.h); this
+    /* The store is entered only around library calls (see pystore.h); this
      * just fails early. */
     if (!s->st || atomic_load(&s->closing)) {
         ext_raise_cls(ext_StoreClosedError, ENGRAM_ESTATE, "the store is closed");

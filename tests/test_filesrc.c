@@ -1,7 +1,8 @@
 /*
- * test_filecache.c - file-backed tables behind the row cache
- * (ENGRAM_OPEN_FILE_CACHE): exactness against the memory-mapped table,
- * budgets, concurrency, failures, O_DIRECT on and off, stats.
+ * test_filesrc.c - file-backed tables behind the row cache
+ * (ENGRAM_OPEN_FILE_CACHE; src/filesrc.c, reader.c, rowcache.c):
+ * exactness against the memory-mapped table, budgets, concurrency,
+ * failures, O_DIRECT on and off, stats.
  *
  * Every lookup through the cache is compared byte for byte with the same
  * lookup on a second store that maps the same namespace (the memory
@@ -11,7 +12,7 @@
  *
  * The cases that cannot run everywhere (seccomp filters, a disk file
  * system with O_DIRECT) are CTest entries of their own
- * (test_filecache.no_io_uring, test_filecache.slow_open; CMakeLists.txt),
+ * (test_filesrc.no_io_uring, test_filesrc.slow_open; CMakeLists.txt),
  * which report a skip where they cannot run; parts of other cases that
  * need a disk are named with the reason when they are left out.
  */
@@ -1501,5 +1502,5 @@ int main(int argc, char **argv)
     RUN_TEST(test_source_cache_leaves_staging);
     RUN_TEST(test_flags);
     RUN_TEST(test_budget_holds_memory);
-    return tu_done("test_filecache");
+    return tu_done("test_filesrc");
 }

@@ -1,13 +1,13 @@
 /*
- * cache.c - lookups by tables (engram_cuda_lookup_tables): the plans a
+ * plancache.c - lookups by tables (engram_cuda_lookup_tables): the plans a
  * context keeps per set of columns, per stream on the host path, with
  * staging that grows; and ordering a stream after a producer stream
  * (engram_cuda_order_after).
  *
  * An entry is a set of columns (op, tables, scale tables, offsets), for
  * the host path also a stream, and the plan that serves it.  A lookup
- * hashes its columns, finds the entry under the cache lock and launches
- * with its plan after releasing the lock (see cache.h for why that is
+ * hashes its columns, finds the entry under the plan cache's lock and launches
+ * with its plan after releasing the lock (see plancache.h for why that is
  * safe).  A miss creates the plan without the lock, then inserts it unless
  * another thread got there first.  A host-path plan whose staging is too
  * small is replaced in its entry by a larger one; the old one is retired:
@@ -32,14 +32,14 @@ struct engram__cuda_entry {
     engram_table_id *scales;  /* [K] or NULL */
 };
 
-void engram__cuda_cache_init(engram__cuda_cache *k)
+void engram__cuda_plancache_init(engram__cuda_plancache *k)
 {
     memset(k, 0, sizeof *k);
     pthread_mutex_init(&k->lock, NULL);
     pthread_mutex_init(&k->wait_lock, NULL);
 }
 
-void engram__cuda_cache_fini(engram__cuda_cache *k)
+void engram__cuda_plancache_fini(engram__cuda_plancache *k)
 {
     if (k->wait_ev)
         (void)cudaEventDestroy(k->wait_ev);
@@ -93,7 +93,7 @@ static int key_equal(const engram__cuda_entry *e, const engram_cuda_plan_args *a
 }
 
 /* The entry serving a's columns on stream s, or NULL; under k->lock. */
-static engram__cuda_entry *entry_find(engram__cuda_cache *k, const engram_cuda_plan_args *a,
+static engram__cuda_entry *entry_find(engram__cuda_plancache *k, const engram_cuda_plan_args *a,
                                       uint64_t h, cudaStream_t s)
 {
 #define ENTRY_SERVES(e) (key_equal((e), a, h) && (!(e)->host || (e)->stream == s))
@@ -116,7 +116,7 @@ static int entry_fits(const engram__cuda_entry *e, size_t T)
 
 /* 1 when a's columns have host-path plans for ENGRAM_CUDA_HOST_STREAMS
  * streams already; under k->lock. */
-static int streams_full(const engram__cuda_cache *k, const engram_cuda_plan_args *a, uint64_t h)
+static int streams_full(const engram__cuda_plancache *k, const engram_cuda_plan_args *a, uint64_t h)
 {
     unsigned n = 0;
     for (size_t i = 0; i < k->n; i++)
@@ -135,8 +135,8 @@ static int streams_full_err(void)
 
 /* Adds an entry for a's columns served by `plan`; under k->lock.  0 or
  * -ENOMEM (no message: the caller sets it once the lock is released). */
-static int entry_add(engram__cuda_cache *k, const engram_cuda_plan_args *a, uint64_t h, int host,
-                     cudaStream_t s, size_t max_T, engram_cuda_plan *plan)
+static int entry_add(engram__cuda_plancache *k, const engram_cuda_plan_args *a, uint64_t h,
+                     int host, cudaStream_t s, size_t max_T, engram_cuda_plan *plan)
 {
     size_t K = a->num_cols, nsc = a->scale_tables ? K : 0;
     engram__cuda_entry *e;
@@ -204,7 +204,7 @@ static const char warm_up[] =
 static int plan_make(engram_cuda_ctx *c, const engram_cuda_plan_args *a, uint64_t h, size_t T,
                      size_t had, cudaStream_t stream, engram_cuda_plan **out)
 {
-    engram__cuda_cache *k = &c->cache;
+    engram__cuda_plancache *k = &c->plancache;
     engram_cuda_plan_args pa = *a;
     engram_cuda_plan *plan = NULL;
     engram__cuda_entry *e;
@@ -253,7 +253,7 @@ static int plan_make(engram_cuda_ctx *c, const engram_cuda_plan_args *a, uint64_
         engram_cuda_plan_destroy(plan);
         return 0;
     }
-    if (e) { /* grow: the old plan is retired, not destroyed (see cache.h) */
+    if (e) { /* grow: the old plan is retired, not destroyed (see plancache.h) */
         e->plan = plan;
         e->max_T = pa.max_tokens;
         pthread_mutex_unlock(&k->lock);
@@ -290,13 +290,13 @@ int engram_cuda_lookup_tables(engram_cuda_ctx *c, const engram_cuda_plan_args *c
     if (ENGRAM__UNLIKELY((err = engram__cuda_plan_args_check(cols, "engram_cuda_lookup_tables"))))
         return err;
     h = key_hash(cols);
-    pthread_mutex_lock(&c->cache.lock);
-    e = entry_find(&c->cache, cols, h, stream);
+    pthread_mutex_lock(&c->plancache.lock);
+    e = entry_find(&c->plancache, cols, h, stream);
     if (entry_fits(e, a->num_tokens))
         plan = e->plan;
     else if (e)
         had = e->max_T;
-    pthread_mutex_unlock(&c->cache.lock);
+    pthread_mutex_unlock(&c->plancache.lock);
 
     /* The context's device, for the capture query of the legacy stream
      * (one per device), plan creation and the launch; cudaGetDevice and
@@ -323,7 +323,7 @@ int engram_cuda_lookup_tables(engram_cuda_ctx *c, const engram_cuda_plan_args *c
 
 int engram_cuda_order_after(engram_cuda_ctx *c, cudaStream_t stream, cudaStream_t producer)
 {
-    engram__cuda_cache *k;
+    engram__cuda_plancache *k;
     engram__cuda_scope prev;
     enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
     enum cudaStreamCaptureStatus cp = cudaStreamCaptureStatusNone;
@@ -338,7 +338,7 @@ int engram_cuda_order_after(engram_cuda_ctx *c, cudaStream_t stream, cudaStream_
         return 0;
     if ((err = engram__cuda_enter(c, &prev)) != 0)
         return err;
-    k = &c->cache;
+    k = &c->plancache;
     /* The legacy stream cannot be asked while a blocking stream is being
      * captured (cudaErrorStreamCaptureImplicit), and recording on it then
      * would break that capture. */

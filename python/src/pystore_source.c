@@ -1,5 +1,5 @@
 /*
- * store_source.c - Store._add_source(): a table served by a Python callable
+ * pystore_source.c - Store._add_source(): a table served by a Python callable
  * through the library's source API (engram_add_source).  The package's
  * TableStore.add_source() wraps it, handing the callable numpy arrays.
  *
@@ -33,7 +33,7 @@
  * close() there raises StateError instead of waiting for its own thread,
  * and a lookup there fails with StateError (ENGRAM_ESTATE).
  */
-#include "store.h"
+#include "pystore.h"
 
 #include <errno.h>
 #include <string.h>

@@ -1,13 +1,13 @@
 /*
- * store.c - engramstore._engram.Store, the type itself: creating, opening,
+ * pystore.c - engramstore._engram.Store, the type itself: creating, opening,
  * closing and freeing a store, the close guard every method goes through,
  * the parsing of METH_FASTCALL arguments, and the method table of the
- * methods the other store_*.c files define (store.h describes the object
+ * methods the other pystore_*.c files define (pystore.h describes the object
  * and the guard).
  */
-#include "store.h"
+#include "pystore.h"
 
-/* ---- the close guard and argument parsing (see store.h) ------------------ */
+/* ---- the close guard and argument parsing (see pystore.h) ---------------- */
 
 int ext_store_enter(StoreObject *s)
 {
@@ -389,7 +389,8 @@ static PyObject *Store_get_path(StoreObject *s, void *unused)
     return Py_NewRef(s->path);
 }
 
-/* The methods of store.c and, through store.h, of the other store_*.c files. */
+/* The methods of pystore.c and, through pystore.h, of the other pystore_*.c
+ * files. */
 static PyMethodDef Store_methods[] = {
     {"cuda_check", (PyCFunction)ext_store_cuda_check, METH_NOARGS, ext_store_cuda_check_doc},
     {"lookup_async", (PyCFunction)(void (*)(void))ext_store_lookup_async,

@@ -1,12 +1,12 @@
 /*
- * store_tables.c - the Store's tables: resolving names to table ids for
+ * pystore_tables.c - the Store's tables: resolving names to table ids for
  * lookups, declaring (define), storing (populate), binding caller memory
  * (bind) and safetensors checkpoints (open_safetensors), sharing tables
  * between processes (populate_shared, wait_for), and the queries
  * get_table_spec, list_tables, remove and verify; pull (a Redis Cluster's
  * table) and _pull_rows (a table Python code reads: a Mooncake Store's).
  */
-#include "store.h"
+#include "pystore.h"
 
 #include <errno.h>
 #include <limits.h>
