@@ -914,7 +914,9 @@ ENGRAM_API int engram_pull(engram_store *to, engram_store *from, const char *nam
  * `remote`, a store opened on the namespace it came from, and sets
  * *state to one of ENGRAM_ORIGIN_CURRENT, _REPUBLISHED, _CHANGED or
  * _GONE.  It reads the remote's manifest only, not its rows, and does not
- * check the local rows either: engram_verify() does that.  Thread-safe.
+ * check the local rows either: engram_verify() does that.  (A local table
+ * with a row pitch, which a copy made by other means may have, is read
+ * once to hash its rows packed, as the remote's checksum is.)  Thread-safe.
  * @return : 0 and *state; -EINVAL (a NULL argument, `remote` not a store
  *           of a remote namespace, or not the kind and namespace the
  *           table came from, or the local table records no origin);

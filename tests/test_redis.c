@@ -543,6 +543,30 @@ static void test_origin(void)
         engram_store_close(other);
     }
 
+    /* A copy made by other means into a table with a row pitch (its data
+     * checksum covers the padding, the cluster's does not) compares by
+     * its rows: the same rows are current, one other byte is changed. */
+    {
+        engram_store *pad = tu_open("origin-pitch", 0, 1);
+        engram_table_spec ps = {101, R, R + 8};
+        unsigned char *rows = tu_make_rows(21, 101, R, R, 0);
+        engram_writer *w;
+        ASSERT_OK(engram_get_table_info(rs, "t", &ri));
+        for (int round = 0; round < 2; round++) {
+            if (round)
+                rows[5 * R + 3] ^= 1;
+            ASSERT_OK(engram_writer_begin(pad, "t", &ps, &w));
+            ASSERT_OK(engram_writer_set_origin(w, &ri.origin));
+            ASSERT_OK(engram_writer_append(w, rows, 101, 0));
+            ASSERT_OK(engram_writer_commit(w));
+            ASSERT_OK(engram_check_origin(pad, "t", rs, &state));
+            ASSERT_EQ(state, round ? ENGRAM_ORIGIN_CHANGED : ENGRAM_ORIGIN_CURRENT);
+            ASSERT_OK(engram_remove(pad, "t"));
+        }
+        free(rows);
+        engram_store_close(pad);
+    }
+
     ASSERT_OK(engram_remove(rs, "t"));
     engram_store_close(loc);
     engram_store_close(rs);
