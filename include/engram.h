@@ -475,7 +475,8 @@ typedef struct engram_origin {
     char ns[ENGRAM_NAME_MAX + 1]; /* the remote namespace */
     /* How the store was reached, printable without spaces, "" if unknown:
      * for a Redis Cluster the nodes given (host:port[,host:port...], as
-     * many whole ones as fit); "" for a Mooncake Store (its client is
+     * many whole ones as fit, less any with a space or an unprintable
+     * byte); "" for a Mooncake Store (its client is
      * given to every call that reads it). */
     char where[ENGRAM_ORIGIN_WHERE_MAX + 1];
 } engram_origin;

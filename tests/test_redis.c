@@ -543,6 +543,25 @@ static void test_origin(void)
         engram_store_close(other);
     }
 
+    /* A node that cannot be recorded (a space after a comma: the client
+     * tries it, fails to resolve it, and goes on with the others) is left
+     * out of the address; it does not fail the pull. */
+    {
+        engram_store *sp;
+        snprintf(spaced, sizeof spaced, "%s, 127.0.0.1:1", C.nodes);
+        ASSERT_OK(engram_store_open_redis(spaced, "org", NULL, &ro, &other));
+        ASSERT_OK(engram_get_table_info(other, "t", &ri));
+        ASSERT_STR_EQ(ri.origin.where, C.nodes);
+        sp = tu_open("origin-space", 0, 1);
+        ASSERT_OK(engram_pull(sp, other, "t", NULL, NULL, &written));
+        ASSERT_EQ(written, 1);
+        ASSERT_OK(engram_get_table_info(sp, "t", &li));
+        ASSERT_STR_EQ(li.origin.where, C.nodes);
+        ASSERT_OK(engram_remove(sp, "t"));
+        engram_store_close(sp);
+        engram_store_close(other);
+    }
+
     /* A copy made by other means into a table with a row pitch (its data
      * checksum covers the padding, the cluster's does not) compares by
      * its rows: the same rows are current, one other byte is changed. */
