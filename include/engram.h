@@ -813,7 +813,9 @@ ENGRAM_API int engram_get_table_placement(engram_store *st, const char *name,
  * file `name` whose pages are placed on node `node` (ENGRAM_NUMA_NODE
  * semantics, whatever the store's own placement), in the store's
  * namespace, which must be on a tmpfs.  The copy has the table's spec,
- * rows and row range.  Like engram_populate_shared(), every process of a
+ * rows and row range, not its origin (engram_writer_set_origin()): the
+ * copy is no table of the remote namespace, whose tables have no such
+ * name; engram_check_origin() of the table itself speaks for it.  Like engram_populate_shared(), every process of a
  * node can call it with no leader: exactly one writes the copy and the
  * others reuse it (a copy with other rows is ENGRAM_EMISMATCH), waiting
  * for another process that writes it for at most ENGRAM_SHARED_WAIT_MS
