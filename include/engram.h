@@ -489,7 +489,9 @@ typedef struct engram_origin {
  * means (the Python package's Mooncake pull) sets it here.  A table with
  * an origin is written in format version 3 (docs/format.md), which older
  * libraries refuse (ENGRAM_EVERSION).  May be called any time before
- * engram_writer_commit(); a later call replaces an earlier one.
+ * engram_writer_commit(); a later call replaces an earlier one.  A writer
+ * of a Redis Cluster's namespace checks the origin and keeps none: the
+ * cluster's tables report their own namespace as their origin.
  * @return : 0, ENGRAM_ESPEC (a kind other than ENGRAM_ORIGIN_REDIS or
  *           _MOONCAKE, epoch 0, a namespace that is not a valid name, an
  *           address longer than ENGRAM_ORIGIN_WHERE_MAX or with a byte

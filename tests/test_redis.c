@@ -562,6 +562,28 @@ static void test_origin(void)
         engram_store_close(other);
     }
 
+    /* A writer of the cluster checks an origin and keeps none: its table
+     * reports its own namespace. */
+    {
+        engram_table_spec s = {3, R, 0};
+        engram_origin o = {ENGRAM_ORIGIN_MOONCAKE, 9, "elsewhere", ""};
+        unsigned char *rows = tu_make_rows(24, 3, R, R, 0);
+        engram_writer *w;
+        ASSERT_OK(engram_writer_begin(rs, "o2", &s, &w));
+        o.epoch = 0;
+        ASSERT_ERR(engram_writer_set_origin(w, &o), ENGRAM_ESPEC);
+        o.epoch = 9;
+        ASSERT_OK(engram_writer_set_origin(w, &o));
+        ASSERT_OK(engram_writer_append(w, rows, 3, 0));
+        ASSERT_OK(engram_writer_commit(w));
+        ASSERT_OK(engram_get_table_info(rs, "o2", &ri));
+        ASSERT_EQ(ri.origin.kind, ENGRAM_ORIGIN_REDIS);
+        ASSERT_STR_EQ(ri.origin.ns, "org");
+        ASSERT(ri.origin.epoch != 9);
+        ASSERT_OK(engram_remove(rs, "o2"));
+        free(rows);
+    }
+
     /* A copy made by other means into a table with a row pitch (its data
      * checksum covers the padding, the cluster's does not) compares by
      * its rows: the same rows are current, one other byte is changed. */
