@@ -918,7 +918,10 @@ ENGRAM_API int engram_pull(engram_store *to, engram_store *from, const char *nam
  * namespace, which records its origin) with the table of that name in
  * `remote`, a store opened on the namespace it came from, and sets
  * *state to one of ENGRAM_ORIGIN_CURRENT, _REPUBLISHED, _CHANGED or
- * _GONE.  It reads the remote's manifest only, not its rows, and does not
+ * _GONE.  The origin records the namespace's name, not the cluster nor
+ * the key prefix (engram_redis_options.prefix): open `remote` on the
+ * cluster, and with the prefix, the table was pulled from; another
+ * namespace of the same name is compared as if it were that one.  It reads the remote's manifest only, not its rows, and does not
  * check the local rows either: engram_verify() does that.  (A local table
  * with a row pitch, which a copy made by other means may have, is read
  * once to hash its rows packed, as the remote's checksum is.)  Thread-safe.
