@@ -345,8 +345,9 @@ typedef struct engram_origin {
     char ns[ENGRAM_NAME_MAX + 1]; /* the remote namespace */
     /* How the store was reached, printable without spaces, "" if unknown:
      * for a Redis Cluster the nodes given (host:port[,host:port...], as
-     * many whole ones as fit); "" for a Mooncake Store (its client is
-     * given to every call that reads it). */
+     * many whole ones as fit, less any with a space or an unprintable
+     * byte); "" for a Mooncake Store (its client is given to every call
+     * that reads it). */
     char where[ENGRAM_ORIGIN_WHERE_MAX + 1];
 } engram_origin;
 
@@ -358,7 +359,9 @@ typedef struct engram_origin {
  * means (the Python package's Mooncake pull) sets it here.  A table with
  * an origin is written in format version 3 (docs/format.md), which older
  * libraries refuse (ENGRAM_EVERSION).  May be called any time before
- * engram_writer_commit(); a later call replaces an earlier one.
+ * engram_writer_commit(); a later call replaces an earlier one.  A writer
+ * of a Redis Cluster's namespace checks the origin and keeps none: the
+ * cluster's tables report their own namespace as their origin.
  * @return : 0, ENGRAM_ESPEC (a kind other than ENGRAM_ORIGIN_REDIS or
  *           _MOONCAKE, epoch 0, a namespace that is not a valid name, an
  *           address longer than ENGRAM_ORIGIN_WHERE_MAX or with a byte
@@ -682,8 +685,14 @@ ENGRAM_API int engram_pull(engram_store *to, engram_store *from, const char *nam
  * namespace, which records its origin) with the table of that name in
  * `remote`, a store opened on the namespace it came from, and sets
  * *state to one of ENGRAM_ORIGIN_CURRENT, _REPUBLISHED, _CHANGED or
- * _GONE.  It reads the remote's manifest only, not its rows, and does not
- * check the local rows either: engram_verify() does that.  Thread-safe.
+ * _GONE.  The origin records the namespace's name, not the cluster nor
+ * the key prefix (engram_redis_options.prefix): open `remote` on the
+ * cluster, and with the prefix, the table was pulled from; another
+ * namespace of the same name is compared as if it were that one.  It
+ * reads the remote's manifest only, not its rows, and does not check the
+ * local rows either: engram_verify() does that.  (A local table
+ * with a row pitch, which a copy made by other means may have, is read
+ * once to hash its rows packed, as the remote's checksum is.)  Thread-safe.
  * @return : 0 and *state; -EINVAL (a NULL argument, `remote` not a store
  *           of a remote namespace, or not the kind and namespace the
  *           table came from, or the local table records no origin);
@@ -1507,8 +1516,11 @@ ENGRAM_API int engram_get_table_placement(engram_store *st, const char *name,
  * file `name` whose pages are placed on node `node` (ENGRAM_NUMA_NODE
  * semantics, whatever the store's own placement), in the store's
  * namespace, which must be on a tmpfs.  The copy has the table's spec,
- * rows and row range.  Like engram_populate_shared(), every process of a
- * node can call it with no leader: exactly one writes the copy and the
+ * rows and row range, not its origin (engram_writer_set_origin()): the
+ * copy is no table of the remote namespace, whose tables have no such
+ * name; engram_check_origin() of the table itself speaks for it.  Like
+ * engram_populate_shared(), every process of a node can call it with no
+ * leader: exactly one writes the copy and the
  * others reuse it (a copy with other rows is ENGRAM_EMISMATCH), waiting
  * for another process that writes it for at most ENGRAM_SHARED_WAIT_MS
  * (-ETIMEDOUT, naming that process).  *written

@@ -468,6 +468,44 @@ int engram_pull_rows(engram_store *to, const char *name, const engram_table_spec
     return pull_loop(to, name, &of.pf, written);
 }
 
+/* The checksum of local table file `name`'s rows packed, as a remote
+ * namespace keeps them (its data checksum covers a row pitch's padding
+ * too): 0 with *sum and its spec in *spec, or the error. */
+static int packed_sum(engram_store *local, const char *name, engram_table_spec *spec,
+                      uint64_t *sum)
+{
+    engram__header h;
+    struct stat sb;
+    XXH3_state_t *xs;
+    const unsigned char *rows;
+    void *map;
+    int fd, err;
+    if ((fd = engram__open_table_file(local->dirfd, local->path, local->uid, name, &sb, &h)) < 0)
+        return fd;
+    /* Reading a hole of a mapping could cost a SIGBUS (see fsutil.h). */
+    if ((err = engram__check_holes(fd, &h, name)) != 0) {
+        close(fd);
+        return err;
+    }
+    map = mmap(NULL, (size_t)h.data_size, PROT_READ, MAP_SHARED, fd, (off_t)h.data_offset);
+    close(fd);
+    if (map == MAP_FAILED)
+        return engram__errno(errno, "map table '%s' of %s to compare it", name, local->path);
+    if (!(xs = XXH3_createState())) {
+        munmap(map, (size_t)h.data_size);
+        return engram__err(-ENOMEM, "out of memory");
+    }
+    XXH3_64bits_reset(xs);
+    rows = map;
+    for (uint64_t i = 0; i < h.num_rows; i++)
+        XXH3_64bits_update(xs, rows + i * h.row_pitch, h.row_bytes);
+    *sum = XXH3_64bits_digest(xs);
+    XXH3_freeState(xs);
+    munmap(map, (size_t)h.data_size);
+    *spec = (engram_table_spec){h.num_rows, h.row_bytes, h.row_pitch};
+    return 0;
+}
+
 int engram_check_origin(engram_store *local, const char *name, engram_store *remote, int *state)
 {
     engram_table_info li = ENGRAM_TABLE_INFO_INIT, ri = ENGRAM_TABLE_INFO_INIT;
@@ -502,6 +540,13 @@ int engram_check_origin(engram_store *local, const char *name, engram_store *rem
         return 0;
     }
     if (err)
+        return err;
+    /* The remote's checksum is of its rows packed; a local table file
+     * with a pitch (a copy made by other means) is compared by its rows
+     * packed, not by its own checksum, which covers the padding. */
+    if (li.spec.row_pitch != li.spec.row_bytes && li.kind == ENGRAM_TABLE_FILE &&
+        engram__store_remote(local, &engram__nsdir_vt) &&
+        (err = packed_sum(local, name, &li.spec, &li.checksum)) != 0)
         return err;
     if (ri.spec.num_rows != li.spec.num_rows || ri.spec.row_bytes != li.spec.row_bytes ||
         ri.checksum != li.checksum)

@@ -539,6 +539,10 @@ static void test_node_copies(void)
     snprintf(copy, sizeof copy, "t.numa%d", node);
     ASSERT_OK(engram_writer_begin(st, "t", &spec, &w));
     ASSERT_OK(engram_writer_set_range(w, 5000, 100000));
+    {
+        engram_origin o = {ENGRAM_ORIGIN_REDIS, 42, "remote", "127.0.0.1:7000"};
+        ASSERT_OK(engram_writer_set_origin(w, &o));
+    }
     ASSERT_OK(engram_writer_append(w, rows, ROWS, 0));
     ASSERT_OK(engram_writer_commit(w));
     ASSERT_OK(engram_numa_copy(st, "t", node, &written));
@@ -552,6 +556,11 @@ static void test_node_copies(void)
     ASSERT_EQ(b.spec.row_pitch, PITCH);
     ASSERT_EQ_U64(b.row_start, 5000);
     ASSERT_EQ_U64(b.total_rows, 100000);
+    /* Not the origin: the copy is no table of the remote namespace (its
+     * name is not the remote's), and engram_check_origin() of the
+     * original speaks for it. */
+    ASSERT_EQ(a.origin.kind, ENGRAM_ORIGIN_REDIS);
+    ASSERT_EQ(b.origin.kind, ENGRAM_ORIGIN_NONE);
     ASSERT_EQ(file_policy("copies", copy, &mask), MPOL_PREFERRED);
     ASSERT_EQ_U64(mask, UINT64_C(1) << node);
     expect_all_on(st, copy, node, 0);

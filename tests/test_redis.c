@@ -543,6 +543,71 @@ static void test_origin(void)
         engram_store_close(other);
     }
 
+    /* A node that cannot be recorded (a space after a comma: the client
+     * tries it, fails to resolve it, and goes on with the others) is left
+     * out of the address; it does not fail the pull. */
+    {
+        engram_store *sp;
+        snprintf(spaced, sizeof spaced, "%s, 127.0.0.1:1", C.nodes);
+        ASSERT_OK(engram_store_open_redis(spaced, "org", NULL, &ro, &other));
+        ASSERT_OK(engram_get_table_info(other, "t", &ri));
+        ASSERT_STR_EQ(ri.origin.where, C.nodes);
+        sp = tu_open("origin-space", 0, 1);
+        ASSERT_OK(engram_pull(sp, other, "t", NULL, NULL, &written));
+        ASSERT_EQ(written, 1);
+        ASSERT_OK(engram_get_table_info(sp, "t", &li));
+        ASSERT_STR_EQ(li.origin.where, C.nodes);
+        ASSERT_OK(engram_remove(sp, "t"));
+        engram_store_close(sp);
+        engram_store_close(other);
+    }
+
+    /* A writer of the cluster checks an origin and keeps none: its table
+     * reports its own namespace. */
+    {
+        engram_table_spec s = {3, R, 0};
+        engram_origin o = {ENGRAM_ORIGIN_MOONCAKE, 9, "elsewhere", ""};
+        unsigned char *rows = tu_make_rows(24, 3, R, R, 0);
+        engram_writer *w;
+        ASSERT_OK(engram_writer_begin(rs, "o2", &s, &w));
+        o.epoch = 0;
+        ASSERT_ERR(engram_writer_set_origin(w, &o), ENGRAM_ESPEC);
+        o.epoch = 9;
+        ASSERT_OK(engram_writer_set_origin(w, &o));
+        ASSERT_OK(engram_writer_append(w, rows, 3, 0));
+        ASSERT_OK(engram_writer_commit(w));
+        ASSERT_OK(engram_get_table_info(rs, "o2", &ri));
+        ASSERT_EQ(ri.origin.kind, ENGRAM_ORIGIN_REDIS);
+        ASSERT_STR_EQ(ri.origin.ns, "org");
+        ASSERT(ri.origin.epoch != 9);
+        ASSERT_OK(engram_remove(rs, "o2"));
+        free(rows);
+    }
+
+    /* A copy made by other means into a table with a row pitch (its data
+     * checksum covers the padding, the cluster's does not) compares by
+     * its rows: the same rows are current, one other byte is changed. */
+    {
+        engram_store *pad = tu_open("origin-pitch", 0, 1);
+        engram_table_spec ps = {101, R, R + 8};
+        unsigned char *rows = tu_make_rows(21, 101, R, R, 0);
+        engram_writer *w;
+        ASSERT_OK(engram_get_table_info(rs, "t", &ri));
+        for (int round = 0; round < 2; round++) {
+            if (round)
+                rows[5 * R + 3] ^= 1;
+            ASSERT_OK(engram_writer_begin(pad, "t", &ps, &w));
+            ASSERT_OK(engram_writer_set_origin(w, &ri.origin));
+            ASSERT_OK(engram_writer_append(w, rows, 101, 0));
+            ASSERT_OK(engram_writer_commit(w));
+            ASSERT_OK(engram_check_origin(pad, "t", rs, &state));
+            ASSERT_EQ(state, round ? ENGRAM_ORIGIN_CHANGED : ENGRAM_ORIGIN_CURRENT);
+            ASSERT_OK(engram_remove(pad, "t"));
+        }
+        free(rows);
+        engram_store_close(pad);
+    }
+
     ASSERT_OK(engram_remove(rs, "t"));
     engram_store_close(loc);
     engram_store_close(rs);

@@ -86,9 +86,22 @@ static const engram__remote_vt redis_vt = {
     .origin = redis_origin,
 };
 
+/* Whether node `s` (n bytes) can be recorded in an origin's address:
+ * printable bytes other than a space (engram__origin_check()). */
+static int node_recordable(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (s[i] < 0x21 || s[i] > 0x7e)
+            return 0;
+    return 1;
+}
+
 /* The origin of the namespace's tables (engram_origin): its name and as
  * many whole nodes of `nodes` (host:port, checked when the cluster was
- * made) as fit in `where`. */
+ * made) as fit in `where`.  A node with a space or an unprintable byte
+ * (" host:port" after a comma, which the client tries and cannot
+ * resolve) is left out: recorded, it would make every pull's origin
+ * invalid. */
 static void origin_init(engram_origin *o, const char *ns, const char *nodes)
 {
     size_t len = 0;
@@ -97,7 +110,8 @@ static void origin_init(engram_origin *o, const char *ns, const char *nodes)
     memcpy(o->ns, ns, strlen(ns));
     while (nodes && *nodes) {
         size_t n = strcspn(nodes, ",");
-        if (n > 0 && len + (len > 0) + n <= ENGRAM_ORIGIN_WHERE_MAX) {
+        if (n > 0 && len + (len > 0) + n <= ENGRAM_ORIGIN_WHERE_MAX &&
+            node_recordable(nodes, n)) {
             if (len > 0)
                 o->where[len++] = ',';
             memcpy(o->where + len, nodes, n);
