@@ -77,16 +77,16 @@ static uint64_t get64(const unsigned char *p)
 }
 
 /* A NUL-terminated string field of `size` bytes, zero after its NUL, into
- * out[outsize] (outsize >= size).  0, or 1 (not terminated or padding
- * not zero). */
+ * out[outsize] (outsize <= size).  0; 1 (no NUL within outsize bytes);
+ * 2 (a byte after the NUL is not zero). */
 static int get_field(const unsigned char *p, size_t size, char *out, size_t outsize)
 {
     size_t n = strnlen((const char *)p, size);
-    if (n == size || n >= outsize)
+    if (n >= outsize)
         return 1;
     for (size_t i = n; i < size; i++)
         if (p[i] != 0)
-            return 1;
+            return 2;
     memcpy(out, p, n);
     out[n] = '\0';
     return 0;
@@ -152,7 +152,6 @@ int engram__header_parse(const unsigned char *buf, size_t len, uint64_t file_siz
 {
     engram_table_spec spec;
     uint64_t size, end;
-    size_t namelen;
 
     if (len < ENGRAM__HEADER_SIZE || file_size < ENGRAM__HEADER_SIZE)
         return engram__err(ENGRAM_ECORRUPT, "%s: file is shorter than the %u-byte header", what,
@@ -240,12 +239,12 @@ int engram__header_parse(const unsigned char *buf, size_t len, uint64_t file_siz
         h->origin.epoch = get64(buf + OFF_ORIGIN_EPOCH);
         if (get32(buf + OFF_ORIGIN_PAD) != 0)
             return engram__err(ENGRAM_ECORRUPT, "%s: origin padding is not zero", what);
-        if (get_field(buf + OFF_ORIGIN_NS, NAME_FIELD, h->origin.ns, sizeof h->origin.ns))
+        if (get_field(buf + OFF_ORIGIN_NS, NAME_FIELD, h->origin.ns, sizeof h->origin.ns) != 0)
             return engram__err(ENGRAM_ECORRUPT, "%s: origin namespace is not terminated or not "
                                                 "zero-padded",
                                what);
         if (get_field(buf + OFF_ORIGIN_WHERE, WHERE_FIELD, h->origin.where,
-                      sizeof h->origin.where))
+                      sizeof h->origin.where) != 0)
             return engram__err(ENGRAM_ECORRUPT, "%s: origin address is not terminated or not "
                                                 "zero-padded",
                                what);
@@ -253,14 +252,12 @@ int engram__header_parse(const unsigned char *buf, size_t len, uint64_t file_siz
             return engram__err(ENGRAM_ECORRUPT, "%s: invalid origin in header: %s", what,
                                engram_errmsg());
     }
-    namelen = strnlen((const char *)buf + OFF_NAME, NAME_FIELD);
-    if (namelen > ENGRAM_NAME_MAX)
+    switch (get_field(buf + OFF_NAME, NAME_FIELD, h->name, sizeof h->name)) {
+    case 1:
         return engram__err(ENGRAM_ECORRUPT, "%s: table name in header is not terminated", what);
-    for (size_t i = namelen; i < NAME_FIELD; i++)
-        if (buf[OFF_NAME + i] != 0)
-            return engram__err(ENGRAM_ECORRUPT, "%s: name padding is not zero", what);
-    memcpy(h->name, buf + OFF_NAME, namelen);
-    h->name[namelen] = '\0';
+    case 2:
+        return engram__err(ENGRAM_ECORRUPT, "%s: name padding is not zero", what);
+    }
     if (engram_name_check(h->name) != 0)
         return engram__err(ENGRAM_ECORRUPT, "%s: invalid table name in header: %s", what,
                            engram_errmsg());
