@@ -290,6 +290,38 @@ def test_pulled_table_records_its_origin(remote, local, mc_client):
         local.check_origin(remote, "../t")
 
 
+def test_pull_rows_refuses_a_bad_origin(local, local_dir):
+    """_pull_rows()'s origin (what a Mooncake pull records) is checked
+    before any row is read, and a refused one leaves nothing."""
+    called = []
+
+    def fill(append):
+        called.append(1)
+        append(np.zeros((2, R), np.uint8))
+
+    cases = [
+        (["ns", 1, ""], TypeError),                    # a list, not a tuple
+        (("ns", 1), TypeError),                        # two fields
+        ((b"ns", 1, ""), TypeError),                   # bytes
+        (("ns", "1", ""), TypeError),                  # an epoch that is no int
+        (("ns", -1, ""), OverflowError),
+        (("ns", 1 << 64, ""), OverflowError),
+        (("n" * 200, 1, ""), ValueError),
+        (("ns", 1, "w" * 200), ValueError),
+        (("ns", 0, ""), engramstore.SpecError),        # epoch 0
+        ((".ns", 1, ""), engramstore.SpecError),       # not a name
+        (("ns", 1, "a b"), engramstore.SpecError),     # a space in the address
+    ]
+    for origin, exc in cases:
+        with pytest.raises(exc):
+            local._pull_rows("o", 2, R, fill, lambda v: True, "test", origin)
+        assert visible(local, local_dir, "o") == (False, []), origin
+    assert called == []
+    assert local._pull_rows("o", 2, R, fill, lambda v: True, "test", ("ns", 1, "h:1")) is True
+    assert local.get_table_spec("o")["origin"] == {"store": "mooncake", "namespace": "ns",
+                                                   "epoch": 1, "where": "h:1"}
+
+
 def test_the_pull_crc_is_zlibs():
     """The pull's CRC-32 (blocks folded with PCLMULQDQ where the CPU has
     it, the rest by zlib) and its combination of chunks' CRCs are zlib's,
