@@ -135,7 +135,7 @@ int redis_open(void *state, const engram__store_ctx *ctx, const char *name,
         goto fail;
     }
     t->rs = rs;
-    if ((err = manifest_get(rs, s, name, deadline, &t->m, NULL)) != 0)
+    if ((err = engram__pub_manifest(&rs->pub, s, name, &t->m, NULL, NULL)) != 0)
         goto fail;
     *data_size = t->m.num_rows * t->m.row_bytes;
     *spec = (engram_table_spec){t->m.num_rows, t->m.row_bytes, 0};
