@@ -963,11 +963,17 @@ static int claim(pwriter *w)
             return engram__err(err == -ENOENT ? -EIO : err, "begin a push of '%s' in %s: %s",
                                name, p->where, engram_errmsg());
         }
-        if (n == w->rec_len && memcmp(v, w->rec, n) == 0) {
-            free(v);
-            return 0; /* ours: the reply was lost */
-        }
         kind = rec_kind(v, n);
+        if (kind == REC_PENDING && n < REC_MAX &&
+            engram__rpending_parse(v, n, "a pending record", &q) == 0 && !q.closed &&
+            q.epoch == w->m.epoch && strcmp(q.name, name) == 0) {
+            /* Ours: the reply was lost (the claim that landed may be an
+             * earlier try's, stamped otherwise). */
+            memcpy(w->rec, v, n);
+            w->rec_len = n;
+            free(v);
+            return 0;
+        }
         if (kind == REC_PENDING && n < REC_MAX && tries < 2 &&
             engram__rpending_parse(v, n, "a pending record", &q) == 0 && strcmp(q.name, name) == 0 &&
             settle(p, w->s, &q, v, n, 0, now, 0, NULL, NULL) != SETTLE_KEPT) {
