@@ -51,6 +51,7 @@ int main(void)
 
 #include "redis/cluster.h"
 #include "redis_util.h"
+#include "publish.h"
 #include "redis/manifest.h"
 
 enum { R = 264 };
@@ -1529,8 +1530,15 @@ static void stall_hook(const char *step, const char *name)
         p_cont();
 }
 
-/* The pending records of namespace `ns` (fields ".pending/..." of its
- * manifests' hash), and how many of them are closed. */
+/* Whether a record's text is a pending record (else a manifest). */
+static int is_pending(const redisReply *v)
+{
+    return v->type == REDIS_REPLY_STRING && strncmp(v->str, "engram-pending 1\n", 17) == 0;
+}
+
+/* The pending records of namespace `ns` (fields of its manifests' hash
+ * that hold a pending record, not a manifest), and how many of them are
+ * closed. */
 static size_t pending_records(const tr_cluster *c, const char *ns, size_t *closed)
 {
     char mkey[200];
@@ -1540,7 +1548,7 @@ static size_t pending_records(const tr_cluster *c, const char *ns, size_t *close
     if (closed)
         *closed = 0;
     for (size_t i = 0; i + 1 < r->elements; i += 2) {
-        if (strncmp(r->element[i]->str, ".pending/", 9) != 0)
+        if (!is_pending(r->element[i + 1]))
             continue;
         n++;
         if (closed && strstr(r->element[i + 1]->str, "\nstate closed\n"))
@@ -1550,12 +1558,13 @@ static size_t pending_records(const tr_cluster *c, const char *ns, size_t *close
     return n;
 }
 
+/* Whether table `name` is published: its field holds a manifest. */
 static int listed(const tr_cluster *c, const char *ns, const char *name)
 {
     char mkey[200];
     int owner = manifests_owner(c, ns, mkey, sizeof mkey);
-    redisReply *r = tr_must(c, owner, "HEXISTS %s %s", mkey, name);
-    int yes = r->integer == 1;
+    redisReply *r = tr_must(c, owner, "HGET %s %s", mkey, name);
+    int yes = r->type == REDIS_REPLY_STRING && !is_pending(r);
     freeReplyObject(r);
     return yes;
 }
@@ -1633,9 +1642,9 @@ static void test_publish_in_doubt(void)
     /* Stalled through the asking too: the outcome is in doubt and
      * everything is kept; the stalled master then decides. */
     p_cont_at_resolve = 0;
-    engram__redis_hook = stall_hook;
+    engram__pub_hook = stall_hook;
     rc = engram_populate(st, "x", &spec, rows, 0);
-    engram__redis_hook = NULL;
+    engram__pub_hook = NULL;
     printf("stalled through the asking: %d (%s): %s\n", rc, engram_strerror(rc),
            engram_errmsg());
     p_cont();
@@ -1649,9 +1658,9 @@ static void test_publish_in_doubt(void)
     p_cont_at_resolve = 1;
     for (int i = 0; i < 4; i++) {
         snprintf(name, sizeof name, "y%d", i);
-        engram__redis_hook = stall_hook;
+        engram__pub_hook = stall_hook;
         rc = engram_populate(st, name, &spec, rows, 0);
-        engram__redis_hook = NULL;
+        engram__pub_hook = NULL;
         p_cont();
         printf("going on when asked: %d (%s)%s%s\n", rc, engram_strerror(rc), rc ? ": " : "",
                rc ? engram_errmsg() : "");
@@ -1685,7 +1694,7 @@ static void push_and_die_in(const tr_cluster *c, const char *ns, const char *nam
         ro.chunk_ttl_ms = ttl_ms;
         if (engram_store_open_redis(c->nodes, ns, NULL, &ro, &st) != 0)
             _exit(2);
-        engram__redis_hook = die_hook;
+        engram__pub_hook = die_hook;
         tu_populate(st, name, 5, 40, R, 0);
         _exit(3); /* not reached */
     }
@@ -1747,7 +1756,7 @@ static void test_gc_pending(void)
                  "layout tagged\nttl_ms 1000\nstamp %s%03lld\n",
                  t->element[0]->str, atoll(t->element[1]->str) / 1000);
         freeReplyObject(t);
-        freeReplyObject(tr_must(&P, owner, "HSET %s .pending/00000000000000ab %s", mkey, rec));
+        freeReplyObject(tr_must(&P, owner, "HSET %s gone %s", mkey, rec));
         memset(&g, 0, sizeof g);
         ASSERT_OK(engram_store_gc(st, 3600, 0, gc_count, &g));
         ASSERT_EQ(g.kept, 2);
@@ -1786,10 +1795,10 @@ static void test_gc_pending(void)
     free(rows);
 }
 
-/* A pending record is trusted only under its own field: gc deletes the
- * chunk keys a record names, so one whose epoch is not its field's (not
- * a record this library wrote) is reported and left, with the keys it
- * names. */
+/* A pending record is trusted only under its own table's name: gc
+ * deletes the chunk keys a record names, so one that names another table
+ * than its field's (not a record this library wrote) is reported and
+ * left, with the keys it names. */
 static void test_gc_record_mismatch(void)
 {
     engram_store *st;
@@ -1800,7 +1809,7 @@ static void test_gc_record_mismatch(void)
 
     st = open_redis(&P, "pm", 0, NULL);
     owner = manifests_owner(&P, "pm", mkey, sizeof mkey);
-    freeReplyObject(tr_must(&P, owner, "HSET %s .pending/00000000000000aa %s", mkey,
+    freeReplyObject(tr_must(&P, owner, "HSET %s yy %s", mkey,
                             "engram-pending 1\nstate closed\nname zz\nepoch 00000000000000bb\n"
                             "chunks 2\nlayout tagged\nttl_ms 1000\nstamp 1\n"));
     for (int i = 0; i < 2; i++) {
@@ -1812,10 +1821,14 @@ static void test_gc_record_mismatch(void)
     ASSERT_OK(engram_store_gc(st, 0, 0, gc_count, &g));
     ASSERT_EQ(g.deleted, 0);
     ASSERT_EQ(g.failed, 1);
-    ASSERT_CONTAINS(g.last, "00000000000000bb");
+    ASSERT_CONTAINS(g.last, "names table 'zz'");
     ASSERT_EQ(count_keys(&P, "engram/pm/{zz/00000000000000bb}/*", NULL), 2);
     ASSERT_EQ(pending_records(&P, "pm", NULL), 1);
-    r = tr_must(&P, owner, "HDEL %s .pending/00000000000000aa", mkey);
+    /* A push of the name the record holds fails, and leaves it. */
+    ASSERT_ERR(engram_populate(st, "yy", &(engram_table_spec){1, R, 0},
+                               (unsigned char[R]){0}, 0), -EEXIST);
+    ASSERT_EQ(count_keys(&P, "engram/pm/{zz/00000000000000bb}/*", NULL), 2);
+    r = tr_must(&P, owner, "HDEL %s yy", mkey);
     freeReplyObject(r);
     engram_store_close(st);
 }
@@ -1828,7 +1841,7 @@ static void repush_hook(const char *step, const char *name)
 {
     if (strcmp(step, "remove") != 0 || strcmp(name, "r") != 0)
         return;
-    engram__redis_hook = NULL;
+    engram__pub_hook = NULL;
     ASSERT_OK(engram_remove(race_other, "r"));
     tu_populate(race_other, "r", 32, 50, R, 0);
 }
@@ -1845,9 +1858,9 @@ static void test_remove_race(void)
     a = open_redis(&P, "pr", 0, &ro);
     race_other = open_redis(&P, "pr", 0, &ro);
     tu_populate(a, "r", 31, 50, R, 0);
-    engram__redis_hook = repush_hook;
+    engram__pub_hook = repush_hook;
     ASSERT_FAILS(engram_remove(a, "r"), rc);
-    engram__redis_hook = NULL;
+    engram__pub_hook = NULL;
     ASSERT_EQ(rc, -ENOENT);
     ASSERT_CONTAINS(engram_errmsg(), "pushed again");
     ASSERT(listed(&P, "pr", "r"));
@@ -2011,8 +2024,8 @@ static engram_store *q_open(const char *ns)
 /* Whether table `name` of q_ns is listed, asked of its master. */
 static int q_listed(const char *name)
 {
-    redisReply *r = tr_must(&Q, q_mowner, "HEXISTS %s %s", q_mkey, name);
-    int yes = r->integer == 1;
+    redisReply *r = tr_must(&Q, q_mowner, "HGET %s %s", q_mkey, name);
+    int yes = r->type == REDIS_REPLY_STRING && !is_pending(r);
     freeReplyObject(r);
     return yes;
 }
@@ -2061,9 +2074,9 @@ static void test_resolved_publication_waits(void)
     engram_store *st = q_open("qw");
     int rc;
 
-    engram__redis_hook = q_publish_hook;
+    engram__pub_hook = q_publish_hook;
     rc = engram_populate(st, "x", &spec, rows, 0);
-    engram__redis_hook = NULL;
+    engram__pub_hook = NULL;
     printf("publication found made, replicas stopped: %d (%s)%s%s\n", rc, engram_strerror(rc),
            rc ? ": " : "", rc ? engram_errmsg() : "");
     /* No replica could acknowledge anything: 0 would be a promise the
@@ -2083,10 +2096,10 @@ static void test_resolved_publication_waits(void)
 /* The pending records of q_ns. */
 static size_t q_pending(void)
 {
-    redisReply *r = tr_must(&Q, q_mowner, "HKEYS %s", q_mkey);
+    redisReply *r = tr_must(&Q, q_mowner, "HGETALL %s", q_mkey);
     size_t n = 0;
-    for (size_t i = 0; i < r->elements; i++)
-        n += strncmp(r->element[i]->str, ".pending/", 9) == 0;
+    for (size_t i = 0; i + 1 < r->elements; i += 2)
+        n += is_pending(r->element[i + 1]);
     freeReplyObject(r);
     return n;
 }

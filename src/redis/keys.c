@@ -1,7 +1,7 @@
 /*
  * keys.c - the keys of a Redis namespace's tables, and the small commands
  * on them: chunk keys and their slots, one command on one key with its
- * reply's type checked, reading a manifest, deleting a table's chunks.
+ * reply's type checked, deleting a table's chunks.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -66,36 +66,6 @@ int key_cmd(rstore *rs, engram__rsess *s, unsigned flags, int argc, const char *
     return 0;
 }
 
-/* The manifest of table `name`: 0 and *m, -ENOENT, or another code.
- * With raw, *raw is the reply that held the manifest's text (the
- * caller frees it) whenever there was one, parsed or corrupt; else
- * NULL. */
-int manifest_get(rstore *rs, engram__rsess *s, const char *name, uint64_t deadline,
-                 engram__rmanifest *m, redisReply **raw)
-{
-    const char *argv[3] = {"HGET", rs->mkey, name};
-    char what[ENGRAM_NAME_MAX + 600];
-    redisReply *r = NULL; /* set where key_cmd() returns 0 (GCC 12 -O3 cannot tell) */
-    int err;
-    memset(m, 0, sizeof *m);
-    if (raw)
-        *raw = NULL;
-    if ((err = key_cmd(rs, s, 0, 3, argv, NULL, REDIS_REPLY_STRING, deadline, "read a manifest",
-                       &r)) != 0)
-        return err;
-    if (r->type == REDIS_REPLY_NIL) {
-        freeReplyObject(r);
-        return engram__err(-ENOENT, "table '%s' not found in %s", name, rs->where);
-    }
-    snprintf(what, sizeof what, "table '%s' in %s", name, rs->where);
-    err = engram__rmanifest_parse(r->str, r->len, name, what, m);
-    if (raw)
-        *raw = r;
-    else
-        freeReplyObject(r);
-    return err;
-}
-
 /* Deletes chunks [0, n) of a table: 0, or the first failure (the rest
  * are still tried, until the deadline). */
 int delete_chunks(rstore *rs, engram__rsess *s, const char *kpre, uint32_t kpre_len,
@@ -106,7 +76,7 @@ int delete_chunks(rstore *rs, engram__rsess *s, const char *kpre, uint32_t kpre_
     for (uint64_t i = 0; i < n; i++) {
         char key[KEY_MAX + 24];
         const char *argv[2] = {"UNLINK", key};
-        redisReply *r = NULL; /* as in manifest_get() */
+        redisReply *r = NULL; /* set where key_cmd() returns 0 (GCC 12 -O3 cannot tell) */
         int err;
         chunk_key(kpre, kpre_len, i, key);
         if ((err = key_cmd(rs, s, ENGRAM__RCL_WRITE, 2, argv, NULL, REDIS_REPLY_INTEGER, deadline,

@@ -112,12 +112,6 @@ int engram__rpending_parse(const char *buf, size_t len, const char *what, engram
  * buf[cap]; returns its length (cap 512 is always enough). */
 size_t engram__rpending_body(const engram__rpending *p, char *buf, size_t cap);
 
-/* Tests only (they link the static library): called, if set, at the
- * named steps of a push ("publish", "resolve") and a removal ("remove")
- * of table `name`, on the calling thread, so a test can stall a server
- * there. */
-extern void (*engram__redis_hook)(const char *step, const char *name);
-
 /* The chunk count of num_rows rows at chunk_rows per chunk. */
 static inline uint64_t engram__rm_nchunks(uint64_t num_rows, uint64_t chunk_rows)
 {

@@ -6,6 +6,7 @@
 #include <errno.h>
 
 #include "common.h"
+#include "publish.h"
 
 int engram_store_open_redis(const char *nodes, const char *ns, const engram_store_options *opts,
                             const engram_redis_options *ropts, engram_store **out)
@@ -25,4 +26,10 @@ int engram_get_redis_stats(engram_store *st, engram_redis_stats *stats)
     (void)st;
     (void)stats;
     return engram__err(-ENOTSUP, "this libengram was built without Redis Cluster support");
+}
+
+const engram__pub *engram__redis_pub(engram_store *st)
+{
+    (void)st;
+    return NULL;
 }

@@ -6,31 +6,8 @@
  * rules.  This file opens the store; rstore.h says which file of
  * src/redis/ does the rest.
  *
- * A push (the writer) runs in numbered steps, each with its failure path
- * (docs/redis.md, "The publication protocol", says what every party can
- * observe at each step):
- *  1. begin: in one atomic step (a script), the name must not be
- *     published, and an open pending record of the push is written; a
- *     random epoch names its chunk keys, so no other push (of this name,
- *     now or later) can ever write one of them;
- *  2. append: each full chunk goes up with SET ... PX <ttl>, and its
- *     XXH3-64 is kept; the TTLs and the record's stamp are renewed while
- *     the push runs, so the chunks of a push that dies expire on their
- *     own, and its record shows a gc that it is dead;
- *  3. commit: PERSIST every chunk (one that expired fails the push), WAIT
- *     until the replicas of every master written to have the chunks,
- *  4. then publish: one atomic step that writes the manifest only if the
- *     name is free and the record still open, and drops the record.  A
- *     loser deletes its chunks.  A publication whose answer is lost is
- *     resolved before anything is deleted: closing the record settles
- *     it (a copy of the publication still in flight can no longer land),
- *     and the manifest then says whether it landed first.  When even
- *     that cannot be asked, the push fails with ENGRAM_EINDOUBT and keeps
- *     everything: the table may yet appear, whole.
- * Remove is compare-and-delete: the manifest read is unpublished only if
- * it is still the one published, in one step with a closed record that
- * takes over its chunks; the chunks go, then the record.  gc settles the
- * records that dead pushes and removals left (engram_store_gc()).
+ * Tables are published, removed and collected by the publication
+ * protocol (publish.c, over this store as kv.c's key-value store).
  *
  * A lookup's rows of this store's tables come to read_rows together, and
  * go out as one batch per node (source.c, read.c).
@@ -70,6 +47,16 @@ static void redis_close(void *state)
     rstore_free(state);
 }
 
+/* The protocol's: after a table was published or unpublished, the
+ * namespace's size is read again. */
+static void ns_changed(void *ud)
+{
+    rstore *rs = ud;
+    pthread_mutex_lock(&rs->lock);
+    rs->have_ns_bytes = 0;
+    pthread_mutex_unlock(&rs->lock);
+}
+
 static void redis_origin(void *state, engram_origin *o)
 {
     *o = ((const rstore *)state)->origin;
@@ -80,8 +67,8 @@ static const engram__remote_vt redis_vt = {
     .open = redis_open,                 .info = redis_info,
     .list = redis_list,                 .read_all = redis_read_all,
     .remove = redis_remove,             .writer_begin = redis_writer_begin,
-    .writer_append = redis_writer_append, .writer_commit = redis_writer_commit,
-    .writer_abort = redis_writer_abort, .gc = redis_gc,
+    .writer_append = engram__pub_writer_append, .writer_commit = engram__pub_writer_commit,
+    .writer_abort = engram__pub_writer_abort, .gc = redis_gc,
     .verify = engram__remote_verify,   .packed = 1,
     .origin = redis_origin,
 };
@@ -168,6 +155,8 @@ int engram_store_open_redis(const char *nodes, const char *ns, const engram_stor
     }
     snprintf(rs->where, wl, "redis://%s/%s", nodes ? nodes : "", ns);
     origin_init(&rs->origin, ns, nodes);
+    rs->pub = (engram__pub){&engram__redis_kv_vt, rs, rs->where, rs->chunk_bytes, rs->ttl_ms,
+                            rs->tagged, ns_changed, rs};
     co.user = ro.user;
     co.password = ro.password;
     co.timeout_ms = ro.timeout_ms ? ro.timeout_ms : DEFAULT_TIMEOUT_MS;
@@ -192,6 +181,12 @@ int engram_store_open_redis(const char *nodes, const char *ns, const engram_stor
     if ((err = engram__store_open_remote(opts, rs->where, &redis_vt, rs, out)) != 0)
         rstore_free(rs);
     return err;
+}
+
+const engram__pub *engram__redis_pub(engram_store *st)
+{
+    rstore *rs = engram__store_remote(st, &redis_vt);
+    return rs ? &rs->pub : NULL;
 }
 
 int engram_get_redis_stats(engram_store *st, engram_redis_stats *s)

@@ -1,9 +1,9 @@
 /*
  * rstore.h - the inside of a store on a Redis Cluster, shared by the
  * files of src/redis/ that make it (internal): redis.c opens the store,
- * source.c its tables' row source, push.c the writer, nsops.c the other
- * namespace operations, over keys.c (keys and small commands) and
- * protocol.c (the publication protocol's atomic steps).
+ * source.c its tables' row source, kv.c the key-value store that the
+ * publication protocol (publish.c) writes, reads, removes and collects
+ * tables through, over keys.c (keys and small commands).
  */
 #ifndef ENGRAM_REDIS_RSTORE_H
 #define ENGRAM_REDIS_RSTORE_H
@@ -15,6 +15,7 @@
 #include "cluster.h"
 #include "engram.h"
 #include "manifest.h"
+#include "publish.h"
 #include "remote.h"
 
 #define KEY_MAX 600
@@ -36,6 +37,7 @@ typedef struct rstore {
     engram_store *near;    /* the local copies' namespace (local_root), or NULL */
     uint64_t local_tables; /* tables opened from their copy there (lock) */
     engram_origin origin;  /* what its tables report as their origin, less the epoch */
+    engram__pub pub;       /* the publication protocol over this store (kv.c) */
 } rstore;
 
 /* A table open for lookups: the table_ud of its requests. */
@@ -54,25 +56,15 @@ typedef struct rtable {
 #define chunk_key engram__redis_chunk_key
 #define chunk_slot engram__redis_chunk_slot
 #define key_cmd engram__redis_key_cmd
-#define manifest_get engram__redis_manifest_get
 #define delete_chunks engram__redis_delete_chunks
 #define manifest_info engram__redis_manifest_info
 #define redis_open engram__redis_open
-#define script engram__redis_script
-#define pending_field engram__redis_pending_field
-#define pending_of engram__redis_pending_of
-#define pending_finish engram__redis_pending_finish
-#define at_step engram__redis_at_step
 #define redis_info engram__redis_info
 #define redis_list engram__redis_list
 #define redis_read_all engram__redis_read_all
 #define redis_remove engram__redis_remove
-#define gc_pass engram__redis_gc_pass
 #define redis_gc engram__redis_gc
 #define redis_writer_begin engram__redis_writer_begin
-#define redis_writer_append engram__redis_writer_append
-#define redis_writer_commit engram__redis_writer_commit
-#define redis_writer_abort engram__redis_writer_abort
 
 /* ---- keys.c ---- */
 
@@ -89,37 +81,9 @@ uint16_t chunk_slot(const char *kpre, uint32_t kpre_len, uint64_t i);
 int key_cmd(rstore *rs, engram__rsess *s, unsigned flags, int argc, const char **argv,
             const size_t *lens, int type, uint64_t deadline, const char *what,
             redisReply **reply);
-/* The manifest of table `name`: 0 and *m, -ENOENT, or another code
- * (with raw: the reply that held its text, for the caller to free). */
-int manifest_get(rstore *rs, engram__rsess *s, const char *name, uint64_t deadline,
-                 engram__rmanifest *m, redisReply **raw);
 /* Deletes chunks [0, n) of a table: 0, or the first failure. */
 int delete_chunks(rstore *rs, engram__rsess *s, const char *kpre, uint32_t kpre_len, uint64_t n,
                   uint64_t deadline);
-
-/* ---- protocol.c ---- */
-
-/* Calls engram__redis_hook (manifest.h), if set, at a step. */
-void at_step(const char *step, const char *name);
-/* The scripts: what each one does is said where it is defined. */
-#define S_BEGIN engram__redis_S_BEGIN
-#define S_TOUCH engram__redis_S_TOUCH
-#define S_PUBLISH engram__redis_S_PUBLISH
-#define S_CLOSE engram__redis_S_CLOSE
-#define S_REMOVE engram__redis_S_REMOVE
-extern const char S_BEGIN[], S_TOUCH[], S_PUBLISH[], S_CLOSE[], S_REMOVE[];
-/* Runs script `body` on the manifests' hash: 0 and *v, its integer
- * answer, or a failure that says nothing of whether it ran. */
-int script(rstore *rs, engram__rsess *s, const char *body, int nargs, const char **args,
-           const size_t *lens, uint64_t deadline, const char *what, long long *v);
-/* The field of the pending record of `epoch`. */
-void pending_field(uint64_t epoch, char field[32]);
-/* The pending record (without its stamp) of chunks [0, nchunks) of *m. */
-void pending_of(const rstore *rs, const engram__rmanifest *m, uint64_t nchunks, int closed,
-                engram__rpending *p);
-/* Deletes the chunks a pending record names, then the record. */
-int pending_finish(rstore *rs, engram__rsess *s, const engram__rpending *p, const char *field,
-                   uint64_t deadline);
 
 /* ---- source.c ---- */
 
@@ -128,24 +92,16 @@ void manifest_info(const rstore *rs, const engram__rmanifest *m, engram_table_in
 int redis_open(void *state, const engram__store_ctx *ctx, const char *name,
                engram_table_spec *spec, uint64_t *data_size, engram__source *src);
 
-/* ---- nsops.c ---- */
+/* ---- kv.c ---- */
 
+extern const engram__kv_vt engram__redis_kv_vt;
 int redis_info(void *state, const char *name, engram_table_info *info);
 int redis_list(void *state, int (*add)(void *ud, const char *name), void *ud);
 int redis_read_all(void *state, const char *name, const engram__remote_sink *k);
 int redis_remove(void *state, const char *name, int *unpublished);
-/* One pass of gc over the namespace's pending records. */
-int gc_pass(rstore *rs, engram__rsess *s, uint64_t idle_ms, uint32_t flags,
-            engram_gc_report_fn report, void *ud);
 int redis_gc(void *state, uint64_t idle_ms, uint32_t flags, engram_gc_report_fn report,
              void *ud);
-
-/* ---- push.c ---- */
-
 int redis_writer_begin(void *state, const char *name, const engram_table_spec *spec,
                        void **out);
-int redis_writer_append(void *wp, const void *rows, uint64_t nrows, size_t src_stride);
-int redis_writer_commit(void *wp);
-void redis_writer_abort(void *wp);
 
 #endif

@@ -84,12 +84,16 @@ static void rtable_info(void *state, engram_table_info *info)
 
 static const engram__source_vt rtable_vt = {rtable_release, rtable_info, NULL};
 
+static int add_bytes(void *ud, const engram__rmanifest *m)
+{
+    *(uint64_t *)ud += m->num_rows * m->row_bytes;
+    return 0;
+}
+
 /* Bytes of the namespace's tables, read once per store: the row cache
  * shares the budget among tables in proportion to their size. */
-static uint64_t namespace_bytes(rstore *rs, engram__rsess *s, uint64_t deadline)
+static uint64_t namespace_bytes(rstore *rs, engram__rsess *s)
 {
-    const char *argv[2] = {"HVALS", rs->mkey};
-    redisReply *r;
     uint64_t sum = 0;
     pthread_mutex_lock(&rs->lock);
     if (rs->have_ns_bytes) {
@@ -98,19 +102,8 @@ static uint64_t namespace_bytes(rstore *rs, engram__rsess *s, uint64_t deadline)
         return sum;
     }
     pthread_mutex_unlock(&rs->lock);
-    if (key_cmd(rs, s, 0, 2, argv, NULL, REDIS_REPLY_ARRAY, deadline, "list the manifests",
-                &r) != 0)
+    if (engram__pub_manifests(&rs->pub, s, add_bytes, &sum) != 0)
         return 0; /* then each table counts as the whole namespace */
-    for (size_t i = 0; i < r->elements; i++) {
-        engram__rmanifest m;
-        if (r->element[i]->type == REDIS_REPLY_STRING &&
-            engram__rmanifest_parse(r->element[i]->str, r->element[i]->len, NULL, "a table",
-                                    &m) == 0) {
-            sum += m.num_rows * m.row_bytes;
-            engram__rmanifest_free(&m);
-        }
-    }
-    freeReplyObject(r);
     pthread_mutex_lock(&rs->lock);
     rs->ns_bytes = sum;
     rs->have_ns_bytes = 1;
@@ -125,7 +118,7 @@ int redis_open(void *state, const engram__store_ctx *ctx, const char *name,
     engram__rsess *s;
     rtable *t;
     engram__rcache *cache = NULL;
-    uint64_t deadline = engram__rcl_deadline(rs->cl), nslots;
+    uint64_t nslots;
     int err;
 
     if ((err = engram__rcl_sess_get(rs->cl, &s)) != 0)
@@ -135,7 +128,7 @@ int redis_open(void *state, const engram__store_ctx *ctx, const char *name,
         goto fail;
     }
     t->rs = rs;
-    if ((err = manifest_get(rs, s, name, deadline, &t->m, NULL)) != 0)
+    if ((err = engram__pub_manifest(&rs->pub, s, name, &t->m, NULL, NULL)) != 0)
         goto fail;
     *data_size = t->m.num_rows * t->m.row_bytes;
     *spec = (engram_table_spec){t->m.num_rows, t->m.row_bytes, 0};
@@ -162,7 +155,7 @@ int redis_open(void *state, const engram__store_ctx *ctx, const char *name,
     for (uint64_t i = 0; i < nslots; i++)
         t->slots[i] = chunk_slot(t->kpre, t->kpre_len, i);
     {
-        engram__cache_want want = {0, *data_size, namespace_bytes(rs, s, deadline), 1};
+        engram__cache_want want = {0, *data_size, namespace_bytes(rs, s), 1};
         if ((err = engram__rcache_create(ctx->budget, &want, t->m.row_bytes, t->m.num_rows,
                                          ctx->flags, name, &cache)) != 0)
             goto fail;
