@@ -29,6 +29,9 @@
  *  - sync_order: each step that must be on a store's replicas before the
  *    next is followed by a sync (what no store without replicas shows).
  *
+ * and first, what the cases rest on: kv_contract checks the store
+ * against kv.h directly, fault_harness the decorator against the store.
+ *
  * After each case, a gc leaves no pending record and no piece but those
  * of the tables listed (kv_mem also counts everything it holds).  No
  * assertion rests on timing: waits for what must happen are bounded by
@@ -408,8 +411,10 @@ static int piece_listed(void *ud, const char *name, uint64_t epoch)
     return 0;
 }
 
-/* What kv_mem holds in all, where the implementation is kv_mem. */
+/* What kv_mem holds in all, where the implementation is kv_mem, and a
+ * listing of its pieces (on stderr) for a failure to show. */
 static void (*census)(void *h, size_t *records, size_t *pieces);
+static void (*census_dump)(void *h);
 
 static void end_check(ctx *c)
 {
@@ -451,6 +456,8 @@ static void end_check(ctx *c)
     if (census) {
         size_t records, pieces;
         census(c->h, &records, &pieces);
+        if (records != t.n || pieces != t.chunks)
+            census_dump(c->h);
         ASSERT_EQ(records, t.n);
         ASSERT_EQ(pieces, t.chunks);
     }
@@ -858,6 +865,7 @@ static void push_in_doubt(ctx *c, const engram__pub *p, const char *name, int lo
     ASSERT_EQ(kvf_armed(c->f), 0);
     kvf_revive(c->f);
     check_absent(p, name);
+    ASSERT_EQ(pieces_left(c, name, 0), NCHUNKS); /* kept */
 }
 
 static void case_in_doubt(ctx *c)
@@ -1129,6 +1137,208 @@ static void case_sync_order(ctx *c)
     free(rows);
 }
 
+/* ---- kv.h itself, and the decorator ---- */
+
+/* Record `name` holds exactly val[len]. */
+static void check_rec(const engram__pub *p, void *s, const char *name, const char *val,
+                      size_t len)
+{
+    char *v = NULL;
+    size_t n = 0;
+    ASSERT_OK(p->vt->rec_get(p->kv, s, name, &v, &n));
+    ASSERT_EQ(n, len);
+    ASSERT_MEM_EQ(v, val, len);
+    ASSERT_EQ(v[n], '\0');
+    free(v);
+}
+
+static int cas(const engram__pub *p, void *s, const char *name, const char *expect,
+               const char *val)
+{
+    int res = -99;
+    ASSERT_OK(p->vt->rec_cas(p->kv, s, name, expect, expect ? strlen(expect) : 0, val,
+                             val ? strlen(val) : 0, &res));
+    return res;
+}
+
+typedef struct rec_count {
+    int n;
+    char last[32];
+} rec_count;
+
+static int count_each(void *ud, const char *name, const char *val, size_t len)
+{
+    rec_count *r = ud;
+    (void)val;
+    (void)len;
+    r->n++;
+    snprintf(r->last, sizeof r->last, "%s", name);
+    return 0;
+}
+
+/* Reads n ranges of one piece each: get_ranges's result. */
+static int ranges(const engram__pub *p, void *s, const engram__kv_piece *pc,
+                  const engram__kv_range *r, size_t n)
+{
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < n; i++)
+        bytes += r[i].len;
+    return p->vt->get_ranges(p->kv, s, pc, r, n, bytes);
+}
+
+/* What the protocol takes of a store, asked of the store directly:
+ * rec_cas's four answers (put-if-absent, swap, rewrite, delete) on
+ * binary values; ranged reads, whole or not, and -ENODATA for what is
+ * missing or of another length; expiry, made permanent, and deletion. */
+static void case_kv_contract(ctx *c)
+{
+    const engram__pub *p = &c->raw;
+    engram__kv_piece pc = {"p", 0x0123456789abcdefull, p->layout};
+    engram__kv_piece other = {"p", 0x0123456789abcdeeull, p->layout};
+    static const char bin[] = "x\0y\nz";
+    unsigned char buf[16];
+    rec_count rc = {0, ""};
+    uint64_t now, t0;
+    char *v = NULL;
+    size_t n;
+    void *s;
+    int res = -99;
+
+    ASSERT_OK(p->vt->sess_get(p->kv, &s));
+    ASSERT_ERR(p->vt->rec_get(p->kv, s, "a", &v, &n), -ENOENT);
+    ASSERT_EQ(cas(p, s, "a", NULL, "v1"), ENGRAM__KV_DONE);
+    ASSERT_EQ(cas(p, s, "a", NULL, "v9"), ENGRAM__KV_PRESENT);
+    check_rec(p, s, "a", "v1", 2);
+    ASSERT_EQ(cas(p, s, "a", "v", "v2"), ENGRAM__KV_DIFFERS);
+    ASSERT_EQ(cas(p, s, "a", "v1x", "v2"), ENGRAM__KV_DIFFERS);
+    ASSERT_EQ(cas(p, s, "a", "v1", "v2"), ENGRAM__KV_DONE);
+    ASSERT_EQ(cas(p, s, "a", "v2", "v2"), ENGRAM__KV_DONE); /* written again */
+    check_rec(p, s, "a", "v2", 2);
+    ASSERT_EQ(cas(p, s, "b", "v2", "v3"), ENGRAM__KV_ABSENT);
+    ASSERT_EQ(cas(p, s, "b", "v2", NULL), ENGRAM__KV_ABSENT);
+    /* Values are bytes: a NUL or a newline inside is kept. */
+    ASSERT_OK(p->vt->rec_cas(p->kv, s, "b", NULL, 0, bin, sizeof bin - 1, &res));
+    ASSERT_EQ(res, ENGRAM__KV_DONE);
+    check_rec(p, s, "b", bin, sizeof bin - 1);
+    ASSERT_OK(p->vt->rec_cas(p->kv, s, "b", "x", 1, "q", 1, &res));
+    ASSERT_EQ(res, ENGRAM__KV_DIFFERS);
+    ASSERT_OK(p->vt->rec_cas(p->kv, s, "b", bin, sizeof bin - 1, NULL, 0, &res));
+    ASSERT_EQ(res, ENGRAM__KV_DONE);
+    ASSERT_OK(p->vt->rec_list(p->kv, s, count_each, &rc));
+    ASSERT_EQ(rc.n, 1);
+    ASSERT_STR_EQ(rc.last, "a");
+    ASSERT_EQ(cas(p, s, "a", "v1", NULL), ENGRAM__KV_DIFFERS);
+    ASSERT_EQ(cas(p, s, "a", "v2", NULL), ENGRAM__KV_DONE);
+    ASSERT_ERR(p->vt->rec_get(p->kv, s, "a", &v, &n), -ENOENT);
+    /* The store's clock is the Unix epoch's (loosely: another host's). */
+    ASSERT_OK(p->vt->now_ms(p->kv, s, &now));
+    ASSERT_LT(llabs((long long)(now - engram__wall_ns() / 1000000u)), 600000);
+    ASSERT_OK(p->vt->sync(p->kv, s));
+
+    /* (kv.h gives a put's ttl_ms no meaning of 0: a put always expires.) */
+    ASSERT_OK(p->vt->piece_put(p->kv, s, &pc, 0, "hello", 5, 60000));
+    ASSERT_OK(p->vt->piece_put(p->kv, s, &pc, 1, "abc", 3, 60000));
+    {
+        engram__kv_range r[2] = {{0, 0, buf, 5, 1}, {1, 1, buf + 5, 2, 1}};
+        memset(buf, 0, sizeof buf);
+        ASSERT_OK(ranges(p, s, &pc, r, 2));
+        ASSERT_MEM_EQ(buf, "hellobc", 7);
+    }
+    {
+        engram__kv_range part = {0, 1, buf, 3, 0}, shorter = {0, 0, buf, 4, 1};
+        engram__kv_range past = {0, 3, buf, 4, 0}, missing = {2, 0, buf, 1, 0};
+        engram__kv_range pair[2] = {{0, 0, buf, 5, 1}, {2, 0, buf + 5, 1, 0}};
+        ASSERT_OK(ranges(p, s, &pc, &part, 1));
+        ASSERT_MEM_EQ(buf, "ell", 3);
+        ASSERT_ERR(ranges(p, s, &pc, &shorter, 1), -ENODATA); /* the piece is longer */
+        ASSERT_ERR(ranges(p, s, &pc, &past, 1), -ENODATA);
+        ASSERT_ERR(ranges(p, s, &pc, &missing, 1), -ENODATA);
+        ASSERT_ERR(ranges(p, s, &pc, pair, 2), -ENODATA);
+        ASSERT_ERR(ranges(p, s, &other, &part, 1), -ENODATA); /* another epoch's */
+    }
+    ASSERT_ERR(p->vt->piece_expire(p->kv, s, &pc, 2, 0), -ENODATA);
+    ASSERT_OK(p->vt->piece_expire(p->kv, s, &pc, 1, 0));   /* permanent */
+    ASSERT_OK(p->vt->piece_expire(p->kv, s, &pc, 0, 200)); /* expires */
+    ASSERT_OK(p->vt->piece_put(p->kv, s, &pc, 3, "q", 1, 200));
+    t0 = ms_now();
+    for (;;) {
+        engram__kv_range r0 = {0, 0, buf, 1, 0}, r3 = {3, 0, buf, 1, 0};
+        int e0 = ranges(p, s, &pc, &r0, 1), e3 = ranges(p, s, &pc, &r3, 1);
+        if (e0 == -ENODATA && e3 == -ENODATA)
+            break;
+        ASSERT(e0 == 0 || e0 == -ENODATA);
+        ASSERT(e3 == 0 || e3 == -ENODATA);
+        ASSERT_LT(ms_now() - t0, WAIT_MS);
+        sleep_ms(50);
+    }
+    ASSERT_ERR(p->vt->piece_expire(p->kv, s, &pc, 3, 0), -ENODATA);
+    {
+        engram__kv_range r1 = {1, 0, buf, 3, 1};
+        ASSERT_OK(ranges(p, s, &pc, &r1, 1)); /* the permanent one stays */
+        ASSERT_MEM_EQ(buf, "abc", 3);
+        ASSERT_OK(p->vt->piece_del(p->kv, s, &pc, 5)); /* missing ones are no failure */
+        ASSERT_ERR(ranges(p, s, &pc, &r1, 1), -ENODATA);
+    }
+    p->vt->sess_put(p->kv, s);
+}
+
+/* The decorator does what each fault says, as the store shows it: a
+ * failed write did not happen, a lost one did, a deferred one happens
+ * when released; a kill lets n operations through; faults fire in the
+ * order armed, matching their kind, prefix, delete and skip. */
+static void case_fault_harness(ctx *c)
+{
+    const engram__pub *p = &c->p;
+    kvf_match any_cas = {KVF_REC_CAS, NULL, 0, 0, 0}, del = {KVF_REC_CAS, NULL, 1, 0, 0};
+    kvf_match pfx = {KVF_REC_CAS, "keep", 0, 1, 0}, put = {KVF_PIECE_PUT, NULL, 0, 0, 0};
+    engram__kv_piece pc = {"p", 7, p->layout};
+    uint64_t ms;
+    void *s;
+    int res;
+
+    ASSERT_OK(p->vt->sess_get(p->kv, &s));
+    kvf_fail(c->f, any_cas);
+    ASSERT_ERR(p->vt->rec_cas(p->kv, s, "a", NULL, 0, "1", 1, &res), -ETIMEDOUT);
+    ASSERT_EQ(res, KVF_NO_ANSWER);
+    ASSERT_EQ(records_of(c, NULL).others, 0); /* did not happen */
+    kvf_lost(c->f, any_cas);
+    ASSERT_ERR(p->vt->rec_cas(p->kv, s, "a", NULL, 0, "1", 1, &res), -ETIMEDOUT);
+    check_rec(&c->raw, s, "a", "1", 1); /* happened */
+    kvf_defer(c->f, del);
+    ASSERT_EQ(cas(p, s, "a", "1", "2"), ENGRAM__KV_DONE); /* not a delete */
+    ASSERT_ERR(p->vt->rec_cas(p->kv, s, "a", "2", 1, NULL, 0, &res), -ETIMEDOUT);
+    check_rec(&c->raw, s, "a", "2", 1); /* not yet */
+    ASSERT_EQ(kvf_deferred(c->f), 1);
+    ASSERT_OK(kvf_release(c->f, &res));
+    ASSERT_EQ(res, ENGRAM__KV_DONE);
+    ASSERT_EQ(records_of(c, NULL).others, 0);
+    ASSERT_ERR(kvf_release(c->f, &res), -ENOENT);
+    /* A prefix, after one skipped; then a piece put, in that order. */
+    kvf_fail(c->f, pfx);
+    kvf_fail(c->f, put);
+    ASSERT_OK(p->vt->piece_put(p->kv, s, &pc, 0, "x", 1, 60000)); /* not its turn */
+    ASSERT_EQ(cas(p, s, "k", NULL, "other"), ENGRAM__KV_DONE);
+    ASSERT_EQ(cas(p, s, "k", "other", "keep1"), ENGRAM__KV_DONE); /* skipped */
+    ASSERT_ERR(p->vt->rec_cas(p->kv, s, "k", "keep1", 5, "keep2", 5, &res), -ETIMEDOUT);
+    ASSERT_ERR(p->vt->piece_put(p->kv, s, &pc, 1, "y", 1, 60000), -ETIMEDOUT);
+    ASSERT_EQ(kvf_fired(c->f), 5);
+    ASSERT_EQ(kvf_armed(c->f), 0);
+    ASSERT_EQ(kvf_pieces_left(c->f, "p", 0), 1); /* piece 1 was never sent */
+    ASSERT_EQ(kvf_pieces_left(c->f, "p", 7), 0);
+    /* A kill after two operations, until revived. */
+    kvf_kill_after(c->f, 2);
+    ASSERT_OK(p->vt->now_ms(p->kv, s, &ms));
+    ASSERT_OK(p->vt->sync(p->kv, s));
+    ASSERT_ERR(p->vt->now_ms(p->kv, s, &ms), -ECONNRESET);
+    ASSERT_ERR(p->vt->piece_del(p->kv, s, &pc, 2), -ECONNRESET);
+    ASSERT_EQ(kvf_killed(c->f), 2);
+    kvf_revive(c->f);
+    ASSERT_OK(p->vt->piece_del(p->kv, s, &pc, 2));
+    ASSERT_EQ(kvf_pieces_left(c->f, "p", 0), 0);
+    ASSERT_EQ(cas(p, s, "k", "keep1", NULL), ENGRAM__KV_DONE);
+    p->vt->sess_put(p->kv, s);
+}
+
 /* ------------------------------------------------------------------------
  * The implementations, and the runner.
  */
@@ -1142,6 +1352,7 @@ typedef struct impl {
     void *(*open)(const char *ns, engram__pub *raw);
     void (*close)(void *h);
     void (*census)(void *h, size_t *records, size_t *pieces); /* NULL: none */
+    void (*dump)(void *h);
 } impl;
 
 static int mem_start(void)
@@ -1180,6 +1391,18 @@ static void mem_census(void *hp, size_t *records, size_t *pieces)
     *pieces = kvm_pieces(h->m);
 }
 
+static void mem_dump(void *hp)
+{
+    mem_ns *h = hp;
+    kvm_piece_info v[64];
+    size_t n = kvm_list_pieces(h->m, v, 64);
+    fprintf(stderr, "%s holds %zu records and %zu live pieces:\n", h->where, kvm_records(h->m), n);
+    for (size_t i = 0; i < n && i < 64; i++)
+        fprintf(stderr, "  '%s' epoch %016" PRIx64 " layout %d piece %" PRIu64 ": %zu bytes, %s\n",
+                v[i].name, v[i].epoch, v[i].layout, v[i].index, v[i].len,
+                v[i].expires_ms ? "expiring" : "permanent");
+}
+
 #if defined(ENGRAM_TEST_REDIS)
 static tr_cluster C; /* 3 masters, no replicas */
 
@@ -1211,9 +1434,9 @@ static void redis_close(void *h)
 #endif
 
 static const impl impls[] = {
-    {"mem", mem_start, mem_open, mem_close, mem_census},
+    {"mem", mem_start, mem_open, mem_close, mem_census, mem_dump},
 #if defined(ENGRAM_TEST_REDIS)
-    {"redis", redis_start, redis_open, redis_close, NULL},
+    {"redis", redis_start, redis_open, redis_close, NULL, NULL},
 #endif
 };
 
@@ -1221,6 +1444,8 @@ static const struct {
     const char *name;
     void (*fn)(ctx *c);
 } cases[] = {
+    {"kv_contract", case_kv_contract},
+    {"fault_harness", case_fault_harness},
     {"push_read", case_push_read},
     {"racing_pushes", case_racing_pushes},
     {"remove_race", case_remove_race},
@@ -1297,6 +1522,7 @@ static void run_case(const impl *im, size_t k)
     c.raw.ttl_ms = 30000;
     ASSERT((c.f = kvf_new(&c.raw, &c.p)) != NULL);
     census = im->census;
+    census_dump = im->dump;
     cases[k].fn(&c);
     end_check(&c);
     kvf_free(c.f);
