@@ -20,7 +20,10 @@
  * the message of every failure (engram__err) and names itself in it; a
  * failure of an operation that writes says nothing of whether it took
  * effect (its reply may have been lost), which is what the protocol is
- * built for.
+ * built for; nor does an answer of a compare-and-swap other than "done"
+ * (a client that sends a write again after a lost connection gets the
+ * answer of the copy that ran second), which the protocol checks by
+ * reading the record back.
  *
  * Every operation runs on a session (sess_get), a connection of the
  * calling thread; sync waits until what that session wrote since its last
@@ -86,7 +89,7 @@ typedef struct engram__kv_vt {
 
     /* ---- pieces ---- */
 
-    /* Writes piece `index` (len bytes) to expire in ttl_ms. */
+    /* Writes piece `index` (len bytes) to expire in ttl_ms (above 0). */
     int (*piece_put)(void *kv, void *s, const engram__kv_piece *pc, uint64_t index,
                      const void *data, size_t len, uint32_t ttl_ms);
     /* Sets piece `index` to expire in ttl_ms (0: never): 0, -ENODATA if

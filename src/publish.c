@@ -121,6 +121,27 @@ static int rec_cas(const engram__pub *p, void *s, const char *name, const char *
     return p->vt->rec_cas(p->kv, s, name, expect, elen, val, vlen, res);
 }
 
+/* rec_cas() that puts `val`, sure of its answer: a store's client may
+ * send a write again after a lost connection, and the copy that ran
+ * second answers for both (differs, or present), though the first did
+ * the swap.  So an answer other than done is checked: a record that
+ * holds exactly the bytes put is taken as done. */
+static int rec_swap(const engram__pub *p, void *s, const char *name, const char *expect,
+                    size_t elen, const char *val, size_t vlen, int *res)
+{
+    char *v;
+    size_t n;
+    int err = rec_cas(p, s, name, expect, elen, val, vlen, res);
+    if (err || *res == ENGRAM__KV_DONE || *res == ENGRAM__KV_ABSENT)
+        return err;
+    if (rec_get(p, s, name, &v, &n) == 0) {
+        if (n == vlen && memcmp(v, val, n) == 0)
+            *res = ENGRAM__KV_DONE;
+        free(v);
+    }
+    return 0;
+}
+
 static int now_ms(const engram__pub *p, void *s, uint64_t *ms)
 {
     int err = p->vt->now_ms(p->kv, s, ms);
@@ -457,7 +478,8 @@ int engram__pub_remove(const engram__pub *p, const char *name, int *unpublished)
     at_step("remove", name);
     for (int tries = 0;; tries++) {
         /* The manifest, swapped for the closed record of its chunks. */
-        if ((err = rec_cas(p, s, name, raw, rawlen, parsed ? closed : NULL, clen, &res)) != 0) {
+        if ((err = parsed ? rec_swap(p, s, name, raw, rawlen, closed, clen, &res)
+                          : rec_cas(p, s, name, raw, rawlen, NULL, 0, &res)) != 0) {
             char *v;
             size_t n;
             int gerr;
@@ -573,7 +595,7 @@ static int settle(const engram__pub *p, void *s, const engram__rpending *rp, con
         engram__rpending c = *rp;
         c.closed = 1;
         clen = rec_text(&c, now, closed);
-        if ((err = rec_cas(p, s, rp->name, text, tlen, closed, clen, &res)) != 0) {
+        if ((err = rec_swap(p, s, rp->name, text, tlen, closed, clen, &res)) != 0) {
             gc_say(report, ud, rp->name, err, "close the pending record in %s: %s", p->where,
                    engram_errmsg());
             return SETTLE_FAILED;
@@ -857,7 +879,7 @@ static int discard(pwriter *w)
     if ((err = now_ms(w->p, w->s, &now)) != 0)
         return err;
     clen = rec_text(&c, now, closed);
-    if ((err = rec_cas(w->p, w->s, w->m.name, w->rec, w->rec_len, closed, clen, &res)) != 0)
+    if ((err = rec_swap(w->p, w->s, w->m.name, w->rec, w->rec_len, closed, clen, &res)) != 0)
         return err;
     if (res == ENGRAM__KV_DONE)
         return finish(w->p, w->s, &c, closed, clen);
@@ -1122,7 +1144,7 @@ static int resolve(pwriter *w, int err, const char *text, size_t tlen)
         if ((rerr = now_ms(p, w->s, &now)) != 0)
             break;
         clen = rec_text(&c, now, closed);
-        if ((rerr = rec_cas(p, w->s, w->m.name, w->rec, w->rec_len, closed, clen, &res)) != 0)
+        if ((rerr = rec_swap(p, w->s, w->m.name, w->rec, w->rec_len, closed, clen, &res)) != 0)
             break;
         if (res == ENGRAM__KV_DONE) {
             /* Closed by us: nothing can publish it now. */
@@ -1215,7 +1237,7 @@ int engram__pub_writer_commit(void *wp)
     /* Step 4: publication, the swap of the open record for the manifest. */
     at_step("publish", w->m.name);
     for (int tries = 0;; tries++) {
-        err = rec_cas(p, w->s, w->m.name, w->rec, w->rec_len, text, tlen, &res);
+        err = rec_swap(p, w->s, w->m.name, w->rec, w->rec_len, text, tlen, &res);
         if (err) {
             /* Whether it ran is unknown: find out before anything is
              * deleted. */
@@ -1241,8 +1263,11 @@ int engram__pub_writer_commit(void *wp)
     /* The table is published; a manifest not yet on the replicas may be
      * lost in a failover, which the caller should hear of. */
     if ((err = p->vt->sync(p->kv, w->s)) != 0)
-        err = engram__err(err, "table '%s' is published in %s, but: %s", w->m.name, p->where,
-                          engram_errmsg());
+        err = engram__err(ENGRAM_EINDOUBT,
+                          "table '%s' is published in %s, but its manifest may not be on the "
+                          "replicas, and a failover would lose it: %s.  If it is listed later, "
+                          "it is published and whole",
+                          w->m.name, p->where, engram_errmsg());
     free(text);
     pwriter_free(w);
     return err;

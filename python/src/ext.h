@@ -11,6 +11,8 @@
  *            pystore.h is what these share
  * ngram.c    the NgramLayout and NgramHasher types: the Engram n-gram hash
  * pending.c  the PendingLookup type: lookups submitted ahead of time
+ * publication.c  the _Publication type: the library's publication
+ *            protocol over a key-value store written in Python
  * cuda_load.c  the GPU lookups' side in this module (CUDA builds): their
  *            stream argument, their errors, and the loading of the CUDA
  *            runtime and of the GPU module at the first one
@@ -169,6 +171,10 @@ int ext_array_c_contiguous(const ext_array *a);
 /* ---- ngram.c ----------------------------------------------------------- */
 
 int ext_ngram_init(PyObject *module);
+
+/* ---- publication.c ----------------------------------------------------- */
+
+int ext_publication_init(PyObject *module);
 
 /* ---- pending.c --------------------------------------------------------- */
 

@@ -862,7 +862,7 @@ static int exec_module(PyObject *m)
     if (PyModule_AddObjectRef(m, "HAVE_CUDA", Py_False) < 0)
         return -1;
 #endif
-    if (ext_ngram_init(m) < 0 || ext_pending_init(m) < 0)
+    if (ext_ngram_init(m) < 0 || ext_pending_init(m) < 0 || ext_publication_init(m) < 0)
         return -1;
     return ext_store_init(m);
 }

@@ -232,8 +232,9 @@ int engram__rcl_sync(engram__rsess *s, uint64_t deadline)
      * something (a server replicates nothing else), so the writers here
      * follow a write whose answer was lost with one that changes data
      * when it succeeds: a chunk's PERSIST (1: it removed the TTL) after
-     * its SET, the publication script after a publication (it writes its
-     * manifest again if it finds it).  Only a node with no later write
+     * its SET (kv.c sets and removes a TTL again where PERSIST found
+     * none), a record's compare-and-swap that writes the bytes it finds
+     * again after a lost one (publish.c).  Only a node with no later write
      * is in doubt.  A node without replicas has nothing to wait for. */
     for (uint32_t i = 0; s->lost_dirty && i < ENGRAM__RCL_MAX_NODES; i++) {
         if (!s->lost[i] || (s->conns[i] && s->conns[i]->dirty) ||

@@ -191,14 +191,24 @@ static int kv_piece_expire(void *kv, void *s, const engram__kv_piece *pc, uint64
     have = r->integer == 1;
     freeReplyObject(r);
     if (!have && !ttl_ms) {
-        /* PERSIST answers 0 also for a key that has no TTL (made
-         * permanent by a copy of this command whose reply was lost). */
-        const char *ex[2] = {"EXISTS", key};
-        if ((err = key_cmd(rs, s, 0, 2, ex, NULL, REDIS_REPLY_INTEGER,
-                           engram__rcl_deadline(rs->cl), "look for a chunk", &r)) != 0)
+        /* PERSIST answers 0 also for a key that has no TTL: made permanent
+         * by a copy of this command whose connection broke.  A WAIT on
+         * this connection covers that copy's writes only after a write
+         * here that changes something (cluster.c), so the TTL is set and
+         * removed again. */
+        const char *ex[3] = {"PEXPIRE", key, "86400000"};
+        if ((err = key_cmd(rs, s, ENGRAM__RCL_WRITE, 3, ex, NULL, REDIS_REPLY_INTEGER,
+                           engram__rcl_deadline(rs->cl), "renew a chunk's TTL", &r)) != 0)
             return err;
         have = r->integer == 1;
         freeReplyObject(r);
+        if (have) {
+            if ((err = key_cmd(rs, s, ENGRAM__RCL_WRITE, 2, argv, NULL, REDIS_REPLY_INTEGER,
+                               engram__rcl_deadline(rs->cl), "keep a chunk", &r)) != 0)
+                return err;
+            have = r->integer == 1;
+            freeReplyObject(r);
+        }
     }
     return have ? 0 : engram__err(-ENODATA, "chunk '%s' of %s is gone", key, rs->where);
 }

@@ -70,12 +70,10 @@ int engram__rmanifest_encode(const engram__rmanifest *m, char **out, size_t *len
 void engram__rmanifest_free(engram__rmanifest *m);
 
 /*
- * A pending record: a field ".pending/<epoch>" of the same hash, one for
- * each set of chunk keys that no manifest owns (docs/redis.md, "The
- * publication protocol").  A push writes one (state open) before its
- * first chunk and drops it in the same atomic step that publishes its
- * manifest; a removal writes one (state closed) in the same atomic step
- * that unpublishes a table.  Text, one field per line in this order:
+ * A pending record: what a table name's record holds while no manifest
+ * does (docs/format.md, "The publication protocol"): a push that holds
+ * the name (state open), or chunks to delete that nothing can publish
+ * (state closed).  Text, one field per line in this order:
  *
  *     engram-pending 1
  *     state open|closed
@@ -84,15 +82,13 @@ void engram__rmanifest_free(engram__rmanifest *m);
  *     chunks <number of chunks>
  *     layout spread|tagged
  *     ttl_ms <the pushing store's chunk TTL>
- *     stamp <ms since the Unix epoch, the server's clock>
+ *     stamp <ms since the Unix epoch, the store's clock>
  *
- * "open": a push that may still publish; "closed": chunks to delete,
- * which nothing will ever publish.  The stamp is set by the server (the
- * scripts in protocol.c) when the record is written or its writer shows
- * life, so every client measures a record's age on one clock.
+ * The stamp is the store's clock (kv.h's now_ms) when the record was
+ * written or its push last showed life, so every party measures a
+ * record's age on one clock.
  */
 #define ENGRAM__RP_MAGIC "engram-pending 1"
-#define ENGRAM__RP_FIELD ".pending/" /* + 16 hex digits of the epoch */
 
 typedef struct engram__rpending {
     char name[ENGRAM_NAME_MAX + 1];
@@ -108,7 +104,7 @@ typedef struct engram__rpending {
  * 0, or ENGRAM_ECORRUPT with the reason. */
 int engram__rpending_parse(const char *buf, size_t len, const char *what, engram__rpending *p);
 
-/* The text of *p without its stamp line (the server appends it), into
+/* The text of *p without its stamp line (publish.c appends it), into
  * buf[cap]; returns its length (cap 512 is always enough). */
 size_t engram__rpending_body(const engram__rpending *p, char *buf, size_t cap);
 

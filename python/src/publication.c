@@ -1,0 +1,691 @@
+/*
+ * publication.c - the _Publication type: the library's publication
+ * protocol (src/publish.c) over a key-value store written in Python.
+ *
+ * A remote store that only Python can reach (Mooncake's client is a
+ * Python module) implements kv.h's operations as methods of one object;
+ * the protocol itself stays the library's, the same code that publishes,
+ * removes and collects the tables of a Redis Cluster.  The protocol runs
+ * with the GIL released; each kv.h operation takes the GIL for its call
+ * into Python (on the thread that runs the protocol: the thread of
+ * read()'s checks touches no Python object).
+ *
+ * An exception raised by a method fails the operation: an EngramError
+ * keeps its code, TimeoutError is -ETIMEDOUT, PermissionError -EACCES,
+ * LookupError -ENODATA, anything else -EIO; its text is the message.  A
+ * write whose method raised may have taken effect or not, which is what
+ * the protocol is built for.
+ */
+#include "ext.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <xxhash.h>
+
+#include "common.h"
+#include "publish.h"
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *kv;
+    char *where;
+    engram__pub pub;
+} PubObject;
+
+/* ------------------------------------------------------------------------
+ * kv.h over the Python object (each with the GIL taken).
+ */
+
+/* The failure of method `op` (its exception, which is cleared), as a
+ * library code with a message. */
+static int py_fail(const char *op)
+{
+    PyObject *type, *value, *tb, *s;
+    const char *text = NULL;
+    int code = -EIO;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (value && PyErr_GivenExceptionMatches(value, ext_EngramError)) {
+        PyObject *e = PyObject_GetAttrString(value, "errno");
+        long v = e && PyLong_Check(e) ? PyLong_AsLong(e) : 0;
+        Py_XDECREF(e);
+        PyErr_Clear();
+        code = v > 0 ? (int)-v : -EIO;
+    } else if (value && PyErr_GivenExceptionMatches(value, PyExc_TimeoutError)) {
+        code = -ETIMEDOUT;
+    } else if (value && PyErr_GivenExceptionMatches(value, PyExc_PermissionError)) {
+        code = -EACCES;
+    } else if (value && PyErr_GivenExceptionMatches(value, PyExc_LookupError)) {
+        code = -ENODATA;
+    }
+    s = value ? PyObject_Str(value) : NULL;
+    if (s)
+        text = PyUnicode_AsUTF8(s);
+    if (!text) {
+        PyErr_Clear();
+        text = "(no message)";
+    }
+    code = engram__err(code, "kv.%s: %s", op, text);
+    Py_XDECREF(s);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    return code;
+}
+
+/* A method's result of the wrong kind. */
+static int py_bad(const char *op, const char *want)
+{
+    PyErr_Clear();
+    return engram__err(-EIO, "kv.%s: expected %s", op, want);
+}
+
+static int kv_sess_get(void *kv, void **s)
+{
+    *s = kv;
+    return 0;
+}
+
+static void kv_sess_put(void *kv, void *s)
+{
+    (void)kv;
+    (void)s;
+}
+
+/* Calls kv.<op>(*args) (args: a new tuple, consumed): the result, or NULL
+ * with the failure in *err. */
+static PyObject *call(void *kv, const char *op, PyObject *args, int *err)
+{
+    PyObject *m, *r = NULL;
+    *err = 0;
+    if (!args) {
+        *err = py_fail(op);
+        return NULL;
+    }
+    if ((m = PyObject_GetAttrString(((PubObject *)kv)->kv, op)) != NULL) {
+        r = PyObject_CallObject(m, args);
+        Py_DECREF(m);
+    }
+    Py_DECREF(args);
+    if (!r)
+        *err = py_fail(op);
+    return r;
+}
+
+static int kv_rec_get(void *kv, void *s, const char *name, char **val, size_t *len)
+{
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *r;
+    Py_buffer view;
+    int err;
+    (void)s;
+    if (!(r = call(kv, "rec_get", Py_BuildValue("(s)", name), &err)))
+        goto out;
+    if (r == Py_None) {
+        err = engram__err(-ENOENT, "record '%s' not found", name);
+    } else if (PyObject_GetBuffer(r, &view, PyBUF_SIMPLE) < 0) {
+        err = py_bad("rec_get", "bytes or None");
+    } else {
+        if (!(*val = malloc((size_t)view.len + 1))) {
+            err = engram__err(-ENOMEM, "out of memory");
+        } else {
+            memcpy(*val, view.buf, (size_t)view.len);
+            (*val)[view.len] = '\0';
+            *len = (size_t)view.len;
+        }
+        PyBuffer_Release(&view);
+    }
+    Py_DECREF(r);
+out:
+    PyGILState_Release(g);
+    return err;
+}
+
+/* bytes of n bytes at p, or None for NULL. */
+static PyObject *bytes_or_none(const char *p, size_t n)
+{
+    return p ? PyBytes_FromStringAndSize(p, (Py_ssize_t)n) : Py_NewRef(Py_None);
+}
+
+static int kv_rec_cas(void *kv, void *s, const char *name, const char *expect, size_t elen,
+                      const char *val, size_t vlen, int *res)
+{
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *e = bytes_or_none(expect, elen), *v = bytes_or_none(val, vlen), *r;
+    long x;
+    int err = 0;
+    (void)s;
+    r = e && v ? call(kv, "rec_cas", Py_BuildValue("(sOO)", name, e, v), &err) : NULL;
+    if (!e || !v)
+        err = py_fail("rec_cas");
+    Py_XDECREF(e);
+    Py_XDECREF(v);
+    if (r) {
+        x = PyLong_Check(r) ? PyLong_AsLong(r) : 99;
+        if (x == ENGRAM__KV_DONE || x == ENGRAM__KV_ABSENT || x == ENGRAM__KV_PRESENT ||
+            x == ENGRAM__KV_DIFFERS)
+            *res = (int)x;
+        else
+            err = py_bad("rec_cas", "1, 0, 2 or -1");
+        Py_DECREF(r);
+    }
+    PyGILState_Release(g);
+    return err;
+}
+
+static int kv_rec_list(void *kv, void *s,
+                       int (*each)(void *ud, const char *name, const char *val, size_t len),
+                       void *ud)
+{
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *r, *seq = NULL;
+    int err;
+    (void)s;
+    if (!(r = call(kv, "rec_list", PyTuple_New(0), &err)))
+        goto out;
+    if (!(seq = PySequence_Fast(r, "rec_list() must return a list"))) {
+        err = py_bad("rec_list", "a list of (str, bytes)");
+        goto out;
+    }
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq) && !err; i++) {
+        PyObject *t = PySequence_Fast_GET_ITEM(seq, i);
+        const char *name;
+        Py_buffer view;
+        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 2 ||
+            !PyUnicode_Check(PyTuple_GET_ITEM(t, 0)) ||
+            !(name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(t, 0))) ||
+            PyObject_GetBuffer(PyTuple_GET_ITEM(t, 1), &view, PyBUF_SIMPLE) < 0) {
+            err = py_bad("rec_list", "a list of (str, bytes)");
+            break;
+        }
+        err = each(ud, name, view.buf, (size_t)view.len);
+        PyBuffer_Release(&view);
+    }
+out:
+    Py_XDECREF(seq);
+    Py_XDECREF(r);
+    PyGILState_Release(g);
+    return err;
+}
+
+static int kv_now_ms(void *kv, void *s, uint64_t *ms)
+{
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *r;
+    int err;
+    (void)s;
+    if ((r = call(kv, "now_ms", PyTuple_New(0), &err)) != NULL) {
+        unsigned long long v = PyLong_Check(r) ? PyLong_AsUnsignedLongLong(r) : 0;
+        if (v == 0 || PyErr_Occurred())
+            err = py_bad("now_ms", "an int above 0");
+        *ms = v;
+        Py_DECREF(r);
+    }
+    PyGILState_Release(g);
+    return err;
+}
+
+/* Calls a method whose result does not matter. */
+static int call_void(void *kv, const char *op, PyObject *args)
+{
+    PyGILState_STATE g = PyGILState_Ensure();
+    int err;
+    PyObject *r = call(kv, op, args, &err);
+    Py_XDECREF(r);
+    PyGILState_Release(g);
+    return err;
+}
+
+static int kv_sync(void *kv, void *s)
+{
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *args = PyTuple_New(0);
+    PyGILState_Release(g);
+    (void)s;
+    return call_void(kv, "sync", args);
+}
+
+static int kv_piece_put(void *kv, void *s, const engram__kv_piece *pc, uint64_t index,
+                        const void *data, size_t len, uint32_t ttl_ms)
+{
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *mv = PyMemoryView_FromMemory((char *)(uintptr_t)data, (Py_ssize_t)len, PyBUF_READ);
+    PyObject *args = mv ? Py_BuildValue("(sKiKOI)", pc->name, (unsigned long long)pc->epoch,
+                                        pc->layout, (unsigned long long)index, mv, ttl_ms)
+                        : NULL;
+    int err;
+    PyObject *r = call(kv, "piece_put", args, &err);
+    Py_XDECREF(r);
+    if (mv) {
+        /* The rows are the caller's: no view of them may outlive the call. */
+        PyObject *rel = PyObject_CallMethod(mv, "release", NULL);
+        if (!rel && !err)
+            err = py_fail("piece_put");
+        Py_XDECREF(rel);
+        PyErr_Clear();
+        Py_DECREF(mv);
+    }
+    PyGILState_Release(g);
+    (void)s;
+    return err;
+}
+
+static int kv_piece_expire(void *kv, void *s, const engram__kv_piece *pc, uint64_t index,
+                           uint32_t ttl_ms)
+{
+    PyGILState_STATE g = PyGILState_Ensure();
+    int err, have;
+    PyObject *r = call(kv, "piece_expire",
+                       Py_BuildValue("(sKiKI)", pc->name, (unsigned long long)pc->epoch,
+                                     pc->layout, (unsigned long long)index, ttl_ms),
+                       &err);
+    (void)s;
+    if (r) {
+        if ((have = PyObject_IsTrue(r)) < 0)
+            err = py_bad("piece_expire", "a bool");
+        else if (!have)
+            err = engram__err(-ENODATA, "chunk %llu of '%s' is gone", (unsigned long long)index,
+                              pc->name);
+        Py_DECREF(r);
+    }
+    PyGILState_Release(g);
+    return err;
+}
+
+static int kv_piece_del(void *kv, void *s, const engram__kv_piece *pc, uint64_t n)
+{
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *args = Py_BuildValue("(sKiK)", pc->name, (unsigned long long)pc->epoch, pc->layout,
+                                   (unsigned long long)n);
+    PyGILState_Release(g);
+    (void)s;
+    return call_void(kv, "piece_del", args);
+}
+
+static int kv_get_ranges(void *kv, void *s, const engram__kv_piece *pc,
+                         const engram__kv_range *rg, size_t n, uint64_t bytes)
+{
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *list = PyList_New((Py_ssize_t)n), *mv = NULL, *r = NULL;
+    unsigned char *buf = NULL;
+    int err = 0, packed = 1;
+    uint64_t at = 0;
+    (void)s;
+    if (!list) {
+        err = py_fail("get_ranges");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        PyObject *t = Py_BuildValue("(KKIO)", (unsigned long long)rg[i].index,
+                                    (unsigned long long)rg[i].start, rg[i].len,
+                                    rg[i].whole ? Py_True : Py_False);
+        if (!t) {
+            err = py_fail("get_ranges");
+            goto out;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, t);
+        packed &= rg[i].dst == rg[0].dst + at;
+        at += rg[i].len;
+    }
+    /* Straight into the destinations where they lie back to back. */
+    if (!packed && !(buf = malloc(bytes ? bytes : 1))) {
+        err = engram__err(-ENOMEM, "out of memory for %llu bytes", (unsigned long long)bytes);
+        goto out;
+    }
+    if (!(mv = PyMemoryView_FromMemory((char *)(packed ? rg[0].dst : buf), (Py_ssize_t)at,
+                                       PyBUF_WRITE))) {
+        err = py_fail("get_ranges");
+        goto out;
+    }
+    r = call(kv, "get_ranges",
+             Py_BuildValue("(sKiOO)", pc->name, (unsigned long long)pc->epoch, pc->layout, list,
+                           mv),
+             &err);
+    {
+        PyObject *rel = PyObject_CallMethod(mv, "release", NULL);
+        if (!rel && !err)
+            err = py_fail("get_ranges");
+        Py_XDECREF(rel);
+        PyErr_Clear();
+    }
+    if (!err && !packed) {
+        at = 0;
+        for (size_t i = 0; i < n; i++) {
+            memcpy(rg[i].dst, buf + at, rg[i].len);
+            at += rg[i].len;
+        }
+    }
+out:
+    Py_XDECREF(r);
+    Py_XDECREF(mv);
+    Py_XDECREF(list);
+    free(buf);
+    PyGILState_Release(g);
+    return err;
+}
+
+static const engram__kv_vt py_kv_vt = {
+    .sess_get = kv_sess_get,
+    .sess_put = kv_sess_put,
+    .rec_get = kv_rec_get,
+    .rec_cas = kv_rec_cas,
+    .rec_list = kv_rec_list,
+    .now_ms = kv_now_ms,
+    .sync = kv_sync,
+    .piece_put = kv_piece_put,
+    .piece_expire = kv_piece_expire,
+    .piece_del = kv_piece_del,
+    .get_ranges = kv_get_ranges,
+};
+
+/* ------------------------------------------------------------------------
+ * The type.
+ */
+
+static PyObject *Pub_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"kv", "where", "chunk_bytes", "ttl_ms", "layout", NULL};
+    PyObject *kv;
+    const char *where;
+    unsigned long long chunk_bytes;
+    unsigned int ttl_ms;
+    int layout = 0;
+    PubObject *o;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OsKI|i:_Publication", kwlist, &kv, &where,
+                                     &chunk_bytes, &ttl_ms, &layout))
+        return NULL;
+    if (chunk_bytes == 0 || ttl_ms == 0)
+        return PyErr_Format(PyExc_ValueError, "chunk_bytes and ttl_ms must be above 0");
+    if (!(o = (PubObject *)type->tp_alloc(type, 0)))
+        return NULL;
+    if (!(o->where = strdup(where))) {
+        Py_DECREF(o);
+        return PyErr_NoMemory();
+    }
+    o->kv = Py_NewRef(kv);
+    o->pub = (engram__pub){&py_kv_vt, o, o->where, chunk_bytes, ttl_ms, layout, NULL, NULL};
+    return (PyObject *)o;
+}
+
+static void Pub_dealloc(PubObject *o)
+{
+    PyTypeObject *tp = Py_TYPE(o);
+    Py_CLEAR(o->kv);
+    free(o->where);
+    tp->tp_free(o);
+    Py_DECREF(tp);
+}
+
+PyDoc_STRVAR(push_doc,
+"push($self, name, rows, /)\n--\n\n"
+"Publishes rows (C-contiguous uint8 [num_rows, row_bytes]) as table\n"
+"`name`, create-only.");
+
+static PyObject *Pub_push(PubObject *o, PyObject *args)
+{
+    const char *name;
+    PyObject *rows;
+    ext_array a;
+    void *w = NULL;
+    int rc;
+    if (!PyArg_ParseTuple(args, "sO:push", &name, &rows) ||
+        ext_array_get(rows, "rows", 0, &a) < 0)
+        return NULL;
+    if (a.ndim != 2 || a.itemsize != 1 || a.kind != EXT_KIND_UINT || !ext_array_c_contiguous(&a) ||
+        a.shape[0] <= 0 || a.shape[1] <= 0) {
+        ext_array_release(&a);
+        return PyErr_Format(PyExc_ValueError, "rows: expected a C-contiguous uint8 array of "
+                                              "[num_rows, row_bytes], both above 0");
+    }
+    {
+        engram_table_spec spec = {(uint64_t)a.shape[0], (uint32_t)a.shape[1], 0};
+        Py_BEGIN_ALLOW_THREADS
+        rc = engram__pub_writer_begin(&o->pub, name, &spec, &w);
+        if (rc == 0 && (rc = engram__pub_writer_append(w, a.data, spec.num_rows, 0)) != 0) {
+            engram__pub_writer_abort(w);
+            w = NULL;
+        }
+        if (rc == 0)
+            rc = engram__pub_writer_commit(w);
+        Py_END_ALLOW_THREADS
+    }
+    ext_array_release(&a);
+    if (rc != 0)
+        return ext_raise(rc, NULL);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(remove_doc,
+"remove($self, name, /)\n--\n\n"
+"Unpublishes table `name` (compare-and-delete) and deletes its chunks.");
+
+static PyObject *Pub_remove(PubObject *o, PyObject *args)
+{
+    const char *name;
+    int rc, unpublished;
+    if (!PyArg_ParseTuple(args, "s:remove", &name))
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = engram__pub_remove(&o->pub, name, &unpublished);
+    Py_END_ALLOW_THREADS
+    if (rc != 0)
+        return ext_raise(rc, NULL);
+    Py_RETURN_NONE;
+}
+
+/* gc's reports, appended to a Python list (with the GIL taken). */
+static void gc_report(void *ud, const char *name, int code, const char *detail)
+{
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *t = Py_BuildValue("(sis)", name, code, detail);
+    if (!t || PyList_Append(ud, t) < 0)
+        PyErr_Clear(); /* out of memory: the report is lost, not the gc */
+    Py_XDECREF(t);
+    PyGILState_Release(g);
+}
+
+PyDoc_STRVAR(gc_doc,
+"gc($self, idle_ms=0, dry_run=False)\n--\n\n"
+"Settles what dead pushes and removals left; returns [(name, code,\n"
+"detail)]: code 0 settled (or would be), 1 kept, negative failed.");
+
+static PyObject *Pub_gc(PubObject *o, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"idle_ms", "dry_run", NULL};
+    unsigned long long idle_ms = 0;
+    int dry = 0, rc;
+    PyObject *out;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|Kp:gc", kwlist, &idle_ms, &dry) ||
+        !(out = PyList_New(0)))
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = engram__pub_gc(&o->pub, idle_ms, dry ? ENGRAM_GC_DRY_RUN : 0, gc_report, out);
+    Py_END_ALLOW_THREADS
+    if (rc != 0) {
+        Py_DECREF(out);
+        return ext_raise(rc, NULL);
+    }
+    return out;
+}
+
+PyDoc_STRVAR(manifest_doc,
+"manifest($self, name, /)\n--\n\n"
+"The manifest of published table `name`, as a dict.");
+
+static PyObject *Pub_manifest(PubObject *o, PyObject *args)
+{
+    const char *name;
+    engram__rmanifest m;
+    PyObject *d;
+    int rc;
+    if (!PyArg_ParseTuple(args, "s:manifest", &name))
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = engram__pub_manifest(&o->pub, o, name, &m, NULL, NULL);
+    Py_END_ALLOW_THREADS
+    if (rc != 0)
+        return ext_raise(rc, NULL);
+    d = Py_BuildValue("{s:s,s:K,s:I,s:K,s:K,s:i,s:K,s:K,s:K}", "name", m.name, "num_rows",
+                      (unsigned long long)m.num_rows, "row_bytes", m.row_bytes, "chunk_rows",
+                      (unsigned long long)m.chunk_rows, "nchunks", (unsigned long long)m.nchunks,
+                      "layout", m.tagged, "epoch", (unsigned long long)m.epoch, "created_ns",
+                      (unsigned long long)m.created_ns, "checksum",
+                      (unsigned long long)m.checksum);
+    engram__rmanifest_free(&m);
+    return d;
+}
+
+typedef struct names {
+    char **v;
+    size_t n, cap;
+} names;
+
+static int names_add(void *ud, const char *name)
+{
+    names *a = ud;
+    if (a->n == a->cap) {
+        size_t cap = a->cap ? 2 * a->cap : 16;
+        char **v = realloc(a->v, cap * sizeof *v);
+        if (!v)
+            return engram__err(-ENOMEM, "out of memory");
+        a->v = v;
+        a->cap = cap;
+    }
+    if (!(a->v[a->n] = strdup(name)))
+        return engram__err(-ENOMEM, "out of memory");
+    a->n++;
+    return 0;
+}
+
+PyDoc_STRVAR(list_doc,
+"list($self, /)\n--\n\n"
+"The names of the published tables, in no order.");
+
+static PyObject *Pub_list(PubObject *o, PyObject *unused)
+{
+    names a = {NULL, 0, 0};
+    PyObject *out = NULL;
+    int rc;
+    (void)unused;
+    Py_BEGIN_ALLOW_THREADS
+    rc = engram__pub_list(&o->pub, names_add, &a);
+    Py_END_ALLOW_THREADS
+    if (rc != 0)
+        ext_raise(rc, NULL);
+    else if ((out = PyList_New((Py_ssize_t)a.n)) != NULL)
+        for (size_t i = 0; i < a.n && out; i++) {
+            PyObject *s = PyUnicode_FromString(a.v[i]);
+            if (!s)
+                Py_CLEAR(out);
+            else
+                PyList_SET_ITEM(out, (Py_ssize_t)i, s);
+        }
+    for (size_t i = 0; i < a.n; i++)
+        free(a.v[i]);
+    free(a.v);
+    return out;
+}
+
+/* read()'s sink: the rows into one buffer, then the whole checked. */
+typedef struct rsink {
+    unsigned char *buf;
+    uint64_t size, at, checksum;
+    uint32_t row_bytes;
+} rsink;
+
+static int rsink_begin(void *ud, const engram_table_spec *spec, uint64_t checksum)
+{
+    rsink *k = ud;
+    k->size = spec->num_rows * spec->row_bytes;
+    k->row_bytes = spec->row_bytes;
+    k->checksum = checksum;
+    if (k->size > PY_SSIZE_T_MAX || !(k->buf = malloc(k->size)))
+        return engram__err(-ENOMEM, "out of memory for a table of %llu bytes",
+                           (unsigned long long)k->size);
+    return 0;
+}
+
+static int rsink_rows(void *ud, const void *rows, uint64_t n)
+{
+    rsink *k = ud;
+    uint64_t len = n * k->row_bytes;
+    if (len > k->size - k->at)
+        return engram__err(-EIO, "more rows than the manifest says");
+    memcpy(k->buf + k->at, rows, len);
+    k->at += len;
+    return 0;
+}
+
+PyDoc_STRVAR(read_doc,
+"read($self, name, /)\n--\n\n"
+"The rows of table `name` as bytes, every chunk checked against the\n"
+"manifest, and the whole against its checksum.");
+
+static PyObject *Pub_read(PubObject *o, PyObject *args)
+{
+    const char *name;
+    rsink k = {NULL, 0, 0, 0, 0};
+    engram__remote_sink sink = {rsink_begin, rsink_rows, NULL, &k};
+    PyObject *out = NULL;
+    int rc;
+    if (!PyArg_ParseTuple(args, "s:read", &name))
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = engram__pub_read_all(&o->pub, name, &sink);
+    if (rc == 0 && (k.at != k.size || XXH3_64bits(k.buf, k.size) != k.checksum))
+        rc = engram__err(ENGRAM_ECHECKSUM, "table '%s' in %s: the rows read do not match the "
+                                           "manifest's checksum",
+                         name, o->where);
+    Py_END_ALLOW_THREADS
+    if (rc != 0)
+        ext_raise(rc, NULL);
+    else
+        out = PyBytes_FromStringAndSize((const char *)k.buf, (Py_ssize_t)k.size);
+    free(k.buf);
+    return out;
+}
+
+static PyMethodDef Pub_methods[] = {
+    {"push", (PyCFunction)Pub_push, METH_VARARGS, push_doc},
+    {"remove", (PyCFunction)Pub_remove, METH_VARARGS, remove_doc},
+    {"gc", (PyCFunction)(void (*)(void))Pub_gc, METH_VARARGS | METH_KEYWORDS, gc_doc},
+    {"manifest", (PyCFunction)Pub_manifest, METH_VARARGS, manifest_doc},
+    {"list", (PyCFunction)Pub_list, METH_NOARGS, list_doc},
+    {"read", (PyCFunction)Pub_read, METH_VARARGS, read_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+PyDoc_STRVAR(Pub_doc,
+"_Publication(kv, where, chunk_bytes, ttl_ms, layout=0)\n--\n\n"
+"The library's publication protocol over a key-value store written in\n"
+"Python (kv: an object with kv.h's operations as methods).");
+
+static PyType_Slot Pub_slots[] = {
+    {Py_tp_new, Pub_new},
+    {Py_tp_dealloc, Pub_dealloc},
+    {Py_tp_methods, Pub_methods},
+    {Py_tp_doc, (void *)(uintptr_t)Pub_doc},
+    {0, NULL},
+};
+
+static PyType_Spec Pub_spec = {
+    .name = "engramstore._engram._Publication",
+    .basicsize = sizeof(PubObject),
+    .flags = Py_TPFLAGS_DEFAULT,
+    .slots = Pub_slots,
+};
+
+int ext_publication_init(PyObject *m)
+{
+    PyObject *t = PyType_FromSpec(&Pub_spec);
+    if (!t)
+        return -1;
+    if (PyModule_AddObjectRef(m, "_Publication", t) < 0) {
+        Py_DECREF(t);
+        return -1;
+    }
+    Py_DECREF(t);
+    return 0;
+}
