@@ -20,12 +20,14 @@ answers success without writing; TableWriter.claim).  So a namespace
                            epoch is random, so its key is new)
 
 **A compare-and-swap** reads the record's highest version v and its value,
-compares, and writes version v + 1 create-only, then reads it back.  Its
-own nonce there means the step took effect, atomically: a version is
-written only by a party that saw the one before it, so v was the highest
-when v + 1 appeared.  Another party's version there means another step
-came first: the record is read again and the rules applied to what it
-holds then.
+compares, and writes version v + 1 create-only, then reads it back
+(_landed).  Its own nonce there means the step took effect, atomically: a
+version is written only by a party that saw the one before it, so v was
+the highest when v + 1 appeared.  Another party's version there means
+another step came first: the record is read again and the rules applied
+to what it holds then.  (A put of a key whose put by another client is
+still under way also answers success without writing: the read-back waits
+for the other's object to show.)
 
 **Finding the highest version.**  A probe asks (one batch_is_exist) for a
 window of W versions and the next MILESTONES multiples of W above it,
@@ -36,28 +38,38 @@ steps from milestone to milestone to the window of the highest version.
 **Old versions.**  After a delete (a D version at d), the versions of the
 whole windows below d's go (forced, best effort), milestones excepted;
 the newest is kept, so numbering never goes back, and so are the
-versions of d's own window.  That rule is what makes a read exact (one
-value the record held at one moment of the call): a read takes the
-probe's highest version N, reads it, checks that N + 1 and the milestone
-above N do not exist, and then that N still does.  A version above N that
-was ever written would leave that milestone or N + 1 (a version goes only
-when the milestone above it exists), so at the first check N was the
-highest; and the bytes read are N's, as a key once removed is never
-written again.
+versions of d's own window.  Before a window's versions go, their nonces
+are written to the window's digest ``{ns}/.rec/{name}/w{k}`` (kept for
+good), so that a writer that finds its version gone (others wrote on past
+its window, and deleted) still learns whether the version was its own;
+and a put that lands after its key was removed (a writer that stalled
+between its read and its put) makes the key again, which the digest
+tells from the version that was there.
+
+**Reads are exact**: a read gives a value the record held at one moment
+of the call.  It takes the probe's highest version N, reads it, checks
+that N + 1 and the milestone above N do not exist, and then that N still
+does.  A version above N, ever written, would leave one of those two (a
+version goes only once the milestone above it exists), so at the first
+check N was the highest; and as N was there from before its read until
+after it, the bytes read are N's (a key removed and made again by a late
+put has that milestone above it).
 
 **Removals are forced** (remove(force=True)): every read, even an
 existence check, gives the object a lease of Mooncake's (10 s by
 default), which a plain remove would wait out.  A read still running
 while its object is removed may then get the bytes of whatever took over
 its memory; so every read here is confirmed afterwards by the object
-still existing (records, the index), and get_ranges checks the pieces'
-sizes after reading them (the protocol checks every chunk against its
-manifest's checksum besides).
+still existing (records, the index, digests), and get_ranges checks the
+pieces' sizes after reading them (and the protocol every chunk against
+its manifest's checksum).
 
 What this store cannot give, beyond kv.h:
 
-* **Eviction.**  The records are the namespace's state: Mooncake must not
-  evict them (nor the pieces of a published table): give the store room.
+* **Eviction.**  The records are the namespace's state, and the pieces of
+  a published table its data: Mooncake must not evict them.  Pass
+  ``config=`` a ReplicateConfig with ``with_hard_pin = True`` (used for
+  every put), or give the store room.
 * **Clocks.**  ``now_ms`` is this host's clock, so gc measures a push's
   age on the clock of the host that runs it: the hosts' clocks must agree
   to well within ttl_ms.
@@ -66,8 +78,12 @@ What this store cannot give, beyond kv.h:
   that (a put delivered late) stays for good.
 * **Sync.**  A put returns once the object and its replicas are written:
   there is nothing to wait for.
+* **A put that never ends.**  A client that dies within a put leaves the
+  key taken until Mooncake's master discards the put
+  (put_start_discard_timeout_sec, 30 s by default): a swap that needs that
+  version fails meanwhile (MooncakeError: whether it took effect unknown).
 * The names index only grows (one small object per name ever used), and
-  a record's milestones stay (one object per W versions).
+  a record's milestones and digests stay (two per W versions).
 """
 from __future__ import annotations
 
@@ -97,11 +113,12 @@ class MooncakeKV:
     Every method may be called from any thread; a failure raises
     MooncakeError (an EngramError, errno EIO) unless said otherwise."""
 
-    def __init__(self, store_client: Any, namespace: str, *,
+    def __init__(self, store_client: Any, namespace: str, *, config: object = None,
                  read_deadline: float = READ_DEADLINE) -> None:
         self.c = _Client(store_client, read_deadline=read_deadline)
         self.mc: Any = self.c.mc
         self.ns = check_name(namespace, "namespace")
+        self.config = config  # every put's ReplicateConfig (None: Mooncake's default)
         self.lock = threading.Lock()
         self.seen: dict[str, int] = {}   # name -> its highest version seen (a hint)
         self.names: set[str] = set()     # names of the index read so far
@@ -118,6 +135,9 @@ class MooncakeKV:
 
     def _rkey(self, name: str, v: int) -> str:
         return f"{self.ns}/.rec/{name}/{v}"
+
+    def _wkey(self, name: str, k: int) -> str:
+        return f"{self.ns}/.rec/{name}/w{k}"
 
     def _nkey(self, k: int) -> str:
         return f"{self.ns}/.names/{k}"
@@ -140,12 +160,16 @@ class MooncakeKV:
             raise MooncakeError(keys[0], f"get_batch answered {len(raws)} of {len(keys)} keys")
         return [bytes(r) for r in raws]
 
-    def _read(self, keys: list[str]) -> list[bytes | None]:
+    def _read(self, keys: list[str], appear: bool = False) -> list[bytes | None]:
         """The bytes of each object, None where it does not exist: each read
-        confirmed by the object existing after it (see the module doc)."""
+        confirmed by the object existing after it (see the module doc).
+        With appear, one that does not exist yet is waited for until the
+        read deadline: a put of a key whose put by another client is still
+        under way answers success without writing, and the other's object
+        shows only once its put ends."""
         out: list[bytes | None] = [None] * len(keys)
         todo = list(range(len(keys)))
-        deadline, delay = time.monotonic() + self.c.read_deadline, 0.002
+        deadline, delay = time.monotonic() + self.c.read_deadline, 0.001
         while todo:
             raws = self._get([keys[i] for i in todo])
             have = self._exist([keys[i] for i in todo])
@@ -153,16 +177,24 @@ class MooncakeKV:
             for i, raw, h in zip(todo, raws, have):
                 if h and raw:
                     out[i] = raw
-                elif h:
-                    again.append(i)  # there, but its read failed
+                elif h or appear:
+                    again.append(i)  # there but its read failed, or not there yet
             todo = again
             if todo and time.monotonic() + delay > deadline:
+                if appear:
+                    return out
                 raise MooncakeError(keys[todo[0]], "exists, but reading it kept failing for "
                                     f"{self.c.read_deadline:g} s")
             if todo:
                 time.sleep(delay)
-                delay = min(delay * 2, 0.2)
+                delay = min(delay * 2, 0.1)
         return out
+
+    def _put(self, key: str, value: bytes) -> int:
+        """A put of a small object (create-only in effect): Mooncake's code."""
+        rc: int = self.mc.put(key, value) if self.config is None else \
+            self.mc.put(key, value, self.config)
+        return rc
 
     def _remove(self, keys: list[str]) -> None:
         """Removes the objects (forced: see the module doc); missing ones
@@ -285,34 +317,76 @@ class MooncakeKV:
             if cur is None:
                 self._add_name(name)
             key = self._rkey(name, v + 1)
-            rc = self.mc.put(key, blob)
-            got = self._read([key])[0]
-            if got == blob:
+            rc = self._put(key, blob)
+            ours = self._landed(name, v + 1, blob)
+            if ours:
                 with self.lock:
                     self.seen[name] = v + 1
                 if val is None:
                     self._drop_below(name, v + 1)
                 return DONE
-            if got is None:
-                raise MooncakeError(key, "the record's new version is not there after its "
-                                    "upload: whether the change took effect is unknown",
+            if ours is None:
+                raise MooncakeError(key, "the record's new version did not show within "
+                                    f"{self.c.read_deadline:g} s of its upload: whether the "
+                                    "change took effect is unknown",
                                     rc if rc not in (0, OBJECT_ALREADY_EXISTS) else None)
             # Another party's version: its step came first; read again.
         raise MooncakeError(self._rkey(name, 0), f"the record kept changing over {TRIES} swaps")
 
+    def _landed(self, name: str, v: int, blob: bytes) -> bool | None:
+        """Whether version v of `name` is the one this writer uploaded
+        (blob), read back.  One not there yet is waited for: a put of a key
+        whose put by another client is under way answers success without
+        writing, and the other's object shows once its put ends.  One whose
+        window was removed meanwhile (others wrote on, and deleted) is
+        looked up in the window's digest, as is one whose window was
+        removed before it landed.  None if neither shows within the read
+        deadline."""
+        key = self._rkey(name, v)
+        wkey = self._wkey(name, v // W) if v % W else None
+        deadline, delay = time.monotonic() + self.c.read_deadline, 0.001
+        while True:
+            got = self._read([key])[0]
+            # The digest is asked after the version: a version read back may
+            # be a put that landed after its window was removed (a writer
+            # that stalled between its read and its put), which the digest,
+            # written before any removal, tells apart.
+            dig = self._read([wkey])[0] if wkey is not None else None
+            if dig is not None:
+                j = (v % W - 1) * NONCE
+                return dig[j:j + NONCE] == blob[1:1 + NONCE]
+            if got is not None:
+                return got == blob
+            if time.monotonic() + delay > deadline:
+                return None
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
+
     def _drop_below(self, name: str, d: int) -> None:
         """Removes the versions of the whole windows below version d's,
         milestones excepted, window by window downwards until one has none
-        left; best effort (what stays costs only memory)."""
-        hi = d - d % W
+        left; best effort (what stays costs only memory).  Before a window's
+        versions go, their nonces go into its digest (create-only, kept for
+        good), so that a writer that finds its version gone can still tell
+        whether it was its own (_landed)."""
+        k = d // W - 1
         try:
-            while hi > 0:
-                keys = [self._rkey(name, v) for v in range(hi - W + 1, hi)]
-                gone = [k for k, h in zip(keys, self._exist(keys)) if h]
-                if not gone:
+            while k >= 0:
+                keys = [self._rkey(name, v) for v in range(k * W + 1, (k + 1) * W)]
+                have = self._exist(keys)
+                if not any(have):
                     return
-                self._remove(gone)
-                hi -= W
+                wkey = self._wkey(name, k)
+                if not self._exist([wkey])[0]:
+                    # All there (none goes before the digest is): their nonces.
+                    raws = self._read(keys)
+                    if any(r is None for r in raws):
+                        return  # another cleaner's digest is there now, or they were lost
+                    self._put(wkey, b"".join(r[1:1 + NONCE] for r in raws if r))
+                    if self._read([wkey], appear=True)[0] is None:
+                        return
+                self._remove([key for key, h in zip(keys, have) if h])
+                k -= 1
         except Exception:  # noqa: BLE001 - housekeeping; the swap itself is done
             pass
 
@@ -356,8 +430,8 @@ class MooncakeKV:
             with self.lock:
                 k = self.next_name
             key = self._nkey(k)
-            rc = self.mc.put(key, entry)
-            got = self._read([key])[0]
+            rc = self._put(key, entry)
+            got = self._read([key], appear=True)[0]
             if got is None:
                 raise MooncakeError(key, "names index entry upload failed",
                                     rc if rc not in (0, OBJECT_ALREADY_EXISTS) else None)
@@ -387,7 +461,7 @@ class MooncakeKV:
         objects itself, so every layout is the same."""
         key = self._pkey(name, epoch, index)
         np = self.c.np
-        rc = self.c.put([key], [np.frombuffer(data, np.uint8)])[0]
+        rc = self.c.put([key], [np.frombuffer(data, np.uint8)], self.config)[0]
         if rc not in (0, OBJECT_ALREADY_EXISTS):  # there already: a copy of this very write
             raise MooncakeError(key, "chunk upload failed", rc)
 
