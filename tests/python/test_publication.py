@@ -20,7 +20,13 @@ each:
   shows, and after the TTL a gc leaves nothing and the name can be pushed;
 - lost_publish, deferred_publish, remove_lost: a reply lost, and a write
   held back that lands after its writer resolved it;
-- gc_live: gc keeps a live push and settles a dead one.
+- gc_live: gc keeps a live push and settles a dead one, and a stalled one
+  that outlived its TTL;
+
+and the Mooncake store's own guarantees (engramstore._mckv): swaps that
+are atomic and reads that are exact among writers of their own caches,
+a record's versions found again from its milestones, and a writer killed
+between any two of its calls to Mooncake.
 
 After each case a gc leaves no pending record and no piece but those of
 the tables listed.  No assertion rests on timing or on how the threads
@@ -747,58 +753,89 @@ def test_remove_lost(ctx: Ctx) -> None:
     gc_settle(ctx, "u", e)
 
 
-def test_gc_live(ctx: Ctx) -> None:
-    """gc keeps a live push (its record and its chunks), and settles a dead
-    one once its TTL passed; the live push then publishes."""
-    live, dead = ctx.p, ctx.pub(DEAD_TTL_MS)
-    started, go_on = threading.Event(), threading.Event()
-    real_put = ctx.f.piece_put
-    errors: list[BaseException] = []
+class Stalls:
+    """Makes the push of a table stall after writing its chunk `index`,
+    until go(name): installed on the decorator's piece_put."""
 
-    def stalling_put(*args: Any) -> Any:
-        # The live push stalls after its second chunk, until the gc ran.
-        r = real_put(*args)
-        if args[0] == "live" and args[3] == 1:
-            started.set()
-            go_on.wait(WAIT_S)
+    def __init__(self, f: FaultKV, at: dict[str, int]) -> None:
+        self.put, self.at = f.piece_put, at
+        self.started = {n: threading.Event() for n in at}
+        self.going = {n: threading.Event() for n in at}
+        f.piece_put = self  # type: ignore[method-assign]
+
+    def __call__(self, *args: Any) -> Any:
+        r = self.put(*args)
+        if self.at.get(args[0]) == args[3]:
+            self.started[args[0]].set()
+            self.going[args[0]].wait(WAIT_S)
         return r
 
-    ctx.f.piece_put = stalling_put  # type: ignore[method-assign]
+    def go(self, name: str) -> None:
+        self.going[name].set()
 
-    def run_live() -> None:
+
+def in_thread(fn: Callable[[], None]) -> tuple[threading.Thread, list[BaseException]]:
+    errors: list[BaseException] = []
+
+    def run() -> None:
         try:
-            push(live, "live", 5)
-        except BaseException as e:  # noqa: BLE001 - checked below
+            fn()
+        except BaseException as e:  # noqa: BLE001 - checked by the caller
             errors.append(e)
 
-    th = threading.Thread(target=run_live)
+    th = threading.Thread(target=run)
     th.start()
+    return th, errors
+
+
+def test_gc_live(ctx: Ctx) -> None:
+    """gc keeps a live push (its record and its chunks), and settles a dead
+    one once its TTL passed; the live push then publishes.  A push that
+    stalls for longer than its TTL is taken for dead: it publishes nothing
+    and, once it found out, nothing of it is left."""
+    live, dead = ctx.p, ctx.pub(DEAD_TTL_MS)
+    stalls = Stalls(ctx.f, {"live": 1, "stall": 0})
+    th, errors = in_thread(lambda: push(live, "live", 5))
+    th2: threading.Thread | None = None
+    errors2: list[BaseException] = []
     try:
-        assert started.wait(WAIT_S)
-        # A push killed after its record and two chunks.
+        assert stalls.started["live"].wait(WAIT_S)
+        # A push killed after its record and two chunks (the ops: gc's
+        # listing and clock, the claim's clock and swap, two chunks).
         ctx.f.kill_after(6)
         with pytest.raises(engramstore.EngramError):
             push(dead, "dead", 6)
         ctx.f.revive()
         assert records_of(ctx, "dead")[1] == 1
+        th2, errors2 = in_thread(lambda: push(dead, "stall", 8))
+        assert stalls.started["stall"].wait(WAIT_S)
         time.sleep(DEAD_TTL_MS / 1e3)
         t0 = time.monotonic()
         while True:
             ctx.p.gc()
             assert records_of(ctx, "live") == (0, 1)
             assert ctx.f.pieces_left(name="live") == 2
-            if settled(ctx, "dead", 0):
+            if settled(ctx, "dead", 0) and records_of(ctx, "stall") == (0, 0):
                 break
             assert time.monotonic() - t0 < WAIT_S
             time.sleep(0.02)
         check_absent(ctx.p, "dead")
+        check_absent(ctx.p, "stall")
     finally:
-        go_on.set()
+        stalls.go("live")
+        stalls.go("stall")
         th.join()
+        if th2 is not None:
+            th2.join()
     assert not errors, errors
+    assert len(errors2) == 1 and isinstance(errors2[0], engramstore.EngramError), errors2
+    check_absent(ctx.p, "stall")
+    gc_settle(ctx, "stall", 0)
     gc_settle(ctx, "live", check_table(ctx.p, "live", 5))
     push(live, "dead", 7)
     gc_settle(ctx, "dead", check_table(ctx.p, "dead", 7))
+    push(live, "stall", 9)
+    gc_settle(ctx, "stall", check_table(ctx.p, "stall", 9))
 
 
 # ---- the Mooncake store's own guarantees (engramstore._mckv) ---------------
