@@ -19,9 +19,12 @@ each:
 - killed_writer: a push killed at each of its steps in turn: nothing half
   shows, and after the TTL a gc leaves nothing and the name can be pushed;
 - lost_publish, deferred_publish, remove_lost: a reply lost, and a write
-  held back that lands after its writer resolved it;
+  held back that lands after its writer resolved it; lost_publish_rewrite_
+  fails: the publication's reply lost and the manifest's rewrite failing;
 - gc_live: gc keeps a live push and settles a dead one, and a stalled one
   that outlived its TTL;
+- random_faults: pushes, removals and gcs under random faults, and what
+  must hold whatever they are;
 
 and the Mooncake store's own guarantees (engramstore._mckv): swaps that
 are atomic and reads that are exact among writers of their own caches,
@@ -31,11 +34,13 @@ between any two of its calls to Mooncake.
 After each case a gc leaves no pending record and no piece but those of
 the tables listed.  No assertion rests on timing or on how the threads
 interleave: waits for what must happen are bounded by a minute, and a push
-that must live has a TTL of 30 s."""
+that must live has a TTL of 30 s (3 s where it must be able to die, for
+which it shows life every 1.5 s)."""
 from __future__ import annotations
 
 import itertools
 import os
+import random
 import subprocess
 import sys
 import threading
@@ -869,6 +874,79 @@ def test_gc_live(ctx: Ctx) -> None:
     gc_settle(ctx, "dead", check_table(ctx.p, "dead", 7))
     push(live, "stall", 9)
     gc_settle(ctx, "stall", check_table(ctx.p, "stall", 9))
+
+
+OPS = ("rec_get", "rec_cas", "rec_list", "now_ms", "sync", "piece_put", "piece_expire",
+       "piece_del", "get_ranges")
+
+
+def random_faults(seed: int) -> None:
+    """Pushes, removals and gcs of two names on MemKV, each under 0 to 3
+    faults of random kinds (a fail, a lost reply, a write held back and
+    landed later in random order, a kill after one fired), TTL 200 ms:
+    whatever shows is a push that did not fail (and read back whole), a
+    push that succeeded shows at once, a table removed never shows again,
+    and in the end a gc leaves nothing but the tables listed."""
+    rng = random.Random(seed)
+    c = Ctx(MemKV(), "mem")
+    p, f = c.pub(200), c.f
+    seeds: dict[str, dict[int, str]] = {"a": {}, "b": {}}  # name -> {seed: ok | doubt | failed}
+    removed: set[tuple[str, int]] = set()
+
+    def check() -> None:
+        for n in seeds:
+            try:
+                data, epoch = p.read(n), p.manifest(n)["epoch"]
+            except engramstore.TableNotFoundError:
+                continue
+            who = [s for s in seeds[n] if rows_of(s).tobytes() == data]
+            assert who and seeds[n][who[0]] != "failed", (seed, n, who)
+            assert (n, epoch) not in removed, (seed, n)
+
+    for step in range(12):
+        for _ in range(rng.randint(0, 3)):
+            kind = rng.choice(["fail", "lost", "defer"])
+            op = rng.choice(WRITES if kind == "defer" else OPS)
+            prefix = rng.choice([None, MANIFEST_HEAD, CLOSED_HEAD, PENDING_HEAD]) \
+                if op == "rec_cas" else None
+            getattr(f, kind)(op, prefix, skip=rng.randint(0, 3), then_kill=rng.random() < 0.1)
+        name, act, s = rng.choice("ab"), rng.random(), 1000 * seed + step
+        try:
+            if act < 0.55:
+                seeds[name][s] = "failed"
+                try:
+                    push(p, name, s)
+                except engramstore.InDoubtError:
+                    seeds[name][s] = "doubt"
+                    raise
+                seeds[name][s] = "ok"
+                f.revive()
+                assert p.read(name) == rows_of(s).tobytes(), (seed, step)
+            elif act < 0.8:
+                epoch = epoch_of(p, name)
+                p.remove(name)
+                removed.add((name, epoch))
+                f.revive()
+                assert listed(p, name) == 0, (seed, step)
+            else:
+                p.gc()
+        except engramstore.EngramError:
+            pass
+        f.revive()
+        if f.deferred and rng.random() < 0.5:
+            f.deferred.insert(0, f.deferred.pop(rng.randrange(len(f.deferred))))
+            f.release()
+        check()
+    while f.deferred:
+        f.release()
+        check()
+    time.sleep(0.25)  # past the TTL: what is left is a gc's
+    end_check(c)
+
+
+def test_random_faults() -> None:
+    for seed in range(40):
+        random_faults(seed)
 
 
 # ---- the Mooncake store's own guarantees (engramstore._mckv) ---------------
