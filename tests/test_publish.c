@@ -1468,6 +1468,30 @@ static void case_rv_swap_rewrite_remove(ctx *c)
     ASSERT_EQ(d.false_syncs, 0);
 }
 
+/* The same in gc: the closing of a dead push's record, answered
+ * "differs" by a resent copy, is taken as done and its chunks deleted
+ * after a sync that does not cover it. */
+static void case_rv_swap_rewrite_gc(ctx *c)
+{
+    engram_table_spec spec = {NROWS, RB, 0};
+    engram__pub dead = c->p, p;
+    unsigned char *rows = rows_of(3, NROWS);
+    dbl d;
+    void *w;
+    dead.ttl_ms = 300;
+    ASSERT_OK(engram__pub_writer_begin(&dead, "d", &spec, &w));
+    ASSERT_OK(append_rows(w, rows, 0, 2 * CHUNK_ROWS));
+    kvf_kill_after(c->f, 0);
+    engram__pub_writer_abort(w);
+    kvf_revive(c->f);
+    sleep_ms(2 * dead.ttl_ms);
+    p = dbl_over(c, &d, CLOSED_HEAD);
+    ASSERT_OK(engram__pub_gc(&p, 0, 0, NULL, NULL));
+    ASSERT_EQ(d.fired, 1);
+    ASSERT_EQ(d.false_syncs, 0);
+    free(rows);
+}
+
 /* The same at the publication: commit says 0 (published, on the
  * replicas), though its sync did not cover the manifest. */
 static void case_rv_swap_rewrite_publish(ctx *c)
@@ -1670,6 +1694,7 @@ static const struct {
     {"sync_order", case_sync_order},
     {"rv_swap_rewrite_remove", case_rv_swap_rewrite_remove},
     {"rv_swap_rewrite_publish", case_rv_swap_rewrite_publish},
+    {"rv_swap_rewrite_gc", case_rv_swap_rewrite_gc},
     {"rv_resolve_rewrite_fails", case_rv_resolve_rewrite_fails},
     {"rv_publish_readback_fails", case_rv_publish_readback_fails},
     {"rv_remove_twice", case_rv_remove_twice},
