@@ -1437,6 +1437,7 @@ static int dbl_get_ranges(void *kv, void *s, const engram__kv_piece *pc,
 static const engram__kv_vt dbl_vt = {
     dbl_sess_get, dbl_sess_put, dbl_rec_get, dbl_rec_cas, dbl_rec_list, dbl_now_ms,
     dbl_sync, dbl_piece_put, dbl_piece_expire, dbl_piece_del, dbl_get_ranges,
+    NULL, /* rec_list_pending: rec_list serves */
 };
 
 /* p over c->p through a dbl armed for swaps putting `prefix`. */
