@@ -103,6 +103,15 @@ typedef struct engram__kv_vt {
      * piece is missing or of another length, or the failure. */
     int (*get_ranges)(void *kv, void *s, const engram__kv_piece *pc, const engram__kv_range *r,
                       size_t n, uint64_t bytes);
+
+    /* ---- optional (NULL: rec_list serves) ---- */
+
+    /* rec_list() for a gc, which needs the values of pending records
+     * only: the others may come cut to their first line (what says their
+     * kind), so that a namespace's manifests do not cross the network. */
+    int (*rec_list_pending)(void *kv, void *s,
+                            int (*each)(void *ud, const char *name, const char *val, size_t len),
+                            void *ud);
 } engram__kv_vt;
 
 #endif

@@ -121,11 +121,24 @@ static int rec_cas(const engram__pub *p, void *s, const char *name, const char *
     return p->vt->rec_cas(p->kv, s, name, expect, elen, val, vlen, res);
 }
 
+/* Record `name` found holding exactly `val`, written by another copy of
+ * this very step (or by another party with the same bytes): written
+ * again on this session, so that a sync here covers it (kv.h).  0 and
+ * *res done, or the failure. */
+static int rec_own(const engram__pub *p, void *s, const char *name, const char *val,
+                   size_t vlen, int *res)
+{
+    int err = rec_cas(p, s, name, val, vlen, val, vlen, res);
+    return err ? err : *res == ENGRAM__KV_DONE ? 0 : -EAGAIN;
+}
+
 /* rec_cas() that puts `val`, sure of its answer: a store's client may
  * send a write again after a lost connection, and the copy that ran
  * second answers for both (differs, or present), though the first did
  * the swap.  So an answer other than done is checked: a record that
- * holds exactly the bytes put is taken as done. */
+ * holds exactly the bytes put is taken as done, once written again
+ * (rec_own()).  A failure to read it back is a failure of the step,
+ * whose outcome is then unknown. */
 static int rec_swap(const engram__pub *p, void *s, const char *name, const char *expect,
                     size_t elen, const char *val, size_t vlen, int *res)
 {
@@ -134,12 +147,19 @@ static int rec_swap(const engram__pub *p, void *s, const char *name, const char 
     int err = rec_cas(p, s, name, expect, elen, val, vlen, res);
     if (err || *res == ENGRAM__KV_DONE || *res == ENGRAM__KV_ABSENT)
         return err;
-    if (rec_get(p, s, name, &v, &n) == 0) {
-        if (n == vlen && memcmp(v, val, n) == 0)
-            *res = ENGRAM__KV_DONE;
-        free(v);
+    if ((err = rec_get(p, s, name, &v, &n)) == -ENOENT) {
+        *res = ENGRAM__KV_ABSENT;
+        return 0;
     }
-    return 0;
+    if (err)
+        return err;
+    err = n == vlen && memcmp(v, val, n) == 0 ? rec_own(p, s, name, val, vlen, res) : 0;
+    free(v);
+    if (err == -EAGAIN) { /* changed again in between: other bytes */
+        *res = ENGRAM__KV_DIFFERS;
+        err = 0;
+    }
+    return err;
 }
 
 static int now_ms(const engram__pub *p, void *s, uint64_t *ms)
@@ -448,6 +468,22 @@ out:
  * Remove.
  */
 
+/* Whether record `name` is a pending record of `epoch` (the publication
+ * a removal read): another removal of it got there first. */
+static int removing(const engram__pub *p, void *s, const char *name, uint64_t epoch)
+{
+    char *v;
+    size_t n;
+    engram__rpending q;
+    int yes = 0;
+    if (epoch && rec_get(p, s, name, &v, &n) == 0) {
+        yes = rec_kind(v, n) == REC_PENDING && n < REC_MAX &&
+              engram__rpending_parse(v, n, "a pending record", &q) == 0 && q.epoch == epoch;
+        free(v);
+    }
+    return yes;
+}
+
 int engram__pub_remove(const engram__pub *p, const char *name, int *unpublished)
 {
     engram__rmanifest m;
@@ -490,9 +526,9 @@ int engram__pub_remove(const engram__pub *p, const char *name, int *unpublished)
              * still in flight can change nothing: it expects the
              * manifest, which is then gone). */
             gerr = rec_get(p, s, name, &v, &n);
-            if (gerr == 0 && parsed && n == clen && memcmp(v, closed, n) == 0) {
+            if (gerr == 0 && parsed && n == clen && memcmp(v, closed, n) == 0 &&
+                rec_own(p, s, name, closed, clen, &res) == 0) {
                 free(v);
-                res = ENGRAM__KV_DONE;
                 err = 0;
             } else if (gerr == 0 && n == rawlen && memcmp(v, raw, n) == 0 && tries < 2) {
                 free(v);
@@ -510,7 +546,7 @@ int engram__pub_remove(const engram__pub *p, const char *name, int *unpublished)
         break;
     }
     if (res != ENGRAM__KV_DONE) {
-        err = res == ENGRAM__KV_ABSENT
+        err = res == ENGRAM__KV_ABSENT || removing(p, s, name, m.epoch)
                   ? engram__err(-ENOENT, "table '%s' not found in %s (removed meanwhile)", name,
                                 p->where)
                   : engram__err(-ENOENT, "table '%s' in %s was removed and pushed again while "
@@ -698,7 +734,9 @@ static int gc_pass(const engram__pub *p, void *s, uint64_t idle_ms, uint32_t fla
     gc_ctx c = {NULL, 0, 0, report, ud};
     uint64_t now = 0;
     int err;
-    if ((err = p->vt->rec_list(p->kv, s, gc_collect, &c)) == 0 && c.n > 0)
+    if ((err = (p->vt->rec_list_pending ? p->vt->rec_list_pending
+                                        : p->vt->rec_list)(p->kv, s, gc_collect, &c)) == 0 &&
+        c.n > 0)
         err = now_ms(p, s, &now);
     for (size_t i = 0; !err && i < c.n; i++) {
         engram__rpending rp;
@@ -796,7 +834,10 @@ static int touch(pwriter *w)
             char msg[ENGRAM__ERRMSG_MAX];
             snprintf(msg, sizeof msg, "%s", engram_errmsg());
             /* Lost: whatever it did, the record read back is the truth. */
-            if (readopt(w) != 0)
+            int rerr = readopt(w);
+            if (rerr == -ECANCELED)
+                return rerr;
+            if (rerr != 0)
                 return engram__err(err, "stamp the pending record of '%s' in %s: %s", w->m.name,
                                    w->p->where, msg);
             continue;
@@ -997,10 +1038,19 @@ static int claim(pwriter *w)
             return 0;
         }
         if (kind == REC_PENDING && n < REC_MAX && tries < 2 &&
-            engram__rpending_parse(v, n, "a pending record", &q) == 0 && strcmp(q.name, name) == 0 &&
-            settle(p, w->s, &q, v, n, 0, now, 0, NULL, NULL) != SETTLE_KEPT) {
+            engram__rpending_parse(v, n, "a pending record", &q) == 0 && strcmp(q.name, name) == 0) {
+            int st = settle(p, w->s, &q, v, n, 0, now, 0, NULL, NULL);
             free(v);
-            continue;
+            if (st == SETTLE_FAILED)
+                return engram__err(-EAGAIN, "begin a push of '%s' in %s: the name is held by "
+                                            "what a dead push or removal left, which could not "
+                                            "be settled now (%s); engram_store_gc() settles it",
+                                   name, p->where, engram_errmsg());
+            if (st != SETTLE_KEPT)
+                continue;
+            return engram__err(-EEXIST, "table '%s' is being pushed to %s by another writer: "
+                                        "its pending record is live",
+                               name, p->where);
         }
         free(v);
         if (kind == REC_PENDING)
@@ -1147,8 +1197,11 @@ static int resolve(pwriter *w, int err, const char *text, size_t tlen)
         if ((rerr = rec_swap(p, w->s, w->m.name, w->rec, w->rec_len, closed, clen, &res)) != 0)
             break;
         if (res == ENGRAM__KV_DONE) {
-            /* Closed by us: nothing can publish it now. */
-            if (finish(p, w->s, &c, closed, clen) != 0)
+            /* Closed by us: nothing can publish it now, once the
+             * replicas have the closing (a failover that lost it would
+             * let a late copy of the publication land on chunks deleted
+             * here). */
+            if (p->vt->sync(p->kv, w->s) != 0 || finish(p, w->s, &c, closed, clen) != 0)
                 engram__err(err, "push of '%s' failed, not published: %s (its chunks are left "
                                  "for engram_store_gc(): %s)",
                             w->m.name, first, engram_errmsg());
@@ -1165,6 +1218,7 @@ static int resolve(pwriter *w, int err, const char *text, size_t tlen)
             /* Published, by the lost publication.  Written again on this
              * session, so that the sync after it covers it. */
             free(v);
+            v = NULL;
             if ((rerr = rec_cas(p, w->s, w->m.name, text, tlen, text, tlen, &res)) != 0)
                 break;
             return 0;

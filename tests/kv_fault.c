@@ -336,6 +336,23 @@ static int f_rec_list(void *kv, void *s,
     return act == ACT_LOST ? injected(act, KVF_REC_LIST, "the records") : err;
 }
 
+/* The same faults as rec_list (it is a listing of the records): the
+ * wrapped store's own pending listing where it has one. */
+static int f_rec_list_pending(void *kv, void *s,
+                              int (*each)(void *ud, const char *name, const char *val,
+                                          size_t len),
+                              void *ud)
+{
+    kvf *f = kv;
+    int act = decide(f, KVF_REC_LIST, NULL, 0), err;
+    if (act != ACT_FORWARD && act != ACT_LOST)
+        return injected(act, KVF_REC_LIST, "the records");
+    trace(f, KVF_REC_LIST, s, NULL, NULL, 0, 0, NULL, 0, 0);
+    err = (f->vt->rec_list_pending ? f->vt->rec_list_pending : f->vt->rec_list)(f->kv, s, each,
+                                                                               ud);
+    return act == ACT_LOST ? injected(act, KVF_REC_LIST, "the records") : err;
+}
+
 static int f_now_ms(void *kv, void *s, uint64_t *ms)
 {
     kvf *f = kv;
@@ -415,7 +432,7 @@ static int f_get_ranges(void *kv, void *s, const engram__kv_piece *pc, const eng
 
 static const engram__kv_vt kvf_vt = {
     f_sess_get, f_sess_put, f_rec_get, f_rec_cas, f_rec_list, f_now_ms, f_sync,
-    f_piece_put, f_piece_expire, f_piece_del, f_get_ranges,
+    f_piece_put, f_piece_expire, f_piece_del, f_get_ranges, f_rec_list_pending,
 };
 
 /* ---- the test's side ---- */

@@ -439,6 +439,7 @@ static int get_ranges(void *kv, void *s, const engram__kv_piece *pc, const engra
 const engram__kv_vt kvm_vt = {
     sess_get, sess_put, rec_get, rec_cas, rec_list, now_ms, sync_writes,
     piece_put, piece_expire, piece_del, get_ranges,
+    NULL, /* rec_list_pending: rec_list serves */
 };
 
 /* ---- what tests look at ---- */

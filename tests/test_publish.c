@@ -1339,6 +1339,242 @@ static void case_fault_harness(ctx *c)
     p->vt->sess_put(p->kv, s);
 }
 
+
+/* ---- review: defects found in publish.c (branch review) ---- */
+
+/* A store's answer to a swap that ran on a connection that broke, sent
+ * again on a new one: the second copy answers "differs" (kv.h).  The
+ * wrapper forwards the armed swap and, if it was done, answers DIFFERS,
+ * as the resent copy would; the first copy's write is then on no
+ * session's connection, and a sync covers it only after a later write of
+ * this session that took effect (a Redis WAIT counts to the last write
+ * of its connection that was propagated).  false_syncs counts the syncs
+ * that succeeded while such a write was not covered. */
+typedef struct dbl {
+    const engram__kv_vt *vt;
+    void *kv;
+    const char *prefix;
+    int armed, fired, uncovered, false_syncs;
+} dbl;
+
+static int dbl_sess_get(void *kv, void **s)
+{
+    dbl *d = kv;
+    return d->vt->sess_get(d->kv, s);
+}
+static void dbl_sess_put(void *kv, void *s)
+{
+    dbl *d = kv;
+    d->vt->sess_put(d->kv, s);
+}
+static int dbl_rec_get(void *kv, void *s, const char *name, char **val, size_t *len)
+{
+    dbl *d = kv;
+    return d->vt->rec_get(d->kv, s, name, val, len);
+}
+static int dbl_rec_cas(void *kv, void *s, const char *name, const char *expect, size_t elen,
+                       const char *val, size_t vlen, int *res)
+{
+    dbl *d = kv;
+    int err = d->vt->rec_cas(d->kv, s, name, expect, elen, val, vlen, res);
+    if (err)
+        return err;
+    if (d->armed && val && vlen >= strlen(d->prefix) &&
+        memcmp(val, d->prefix, strlen(d->prefix)) == 0 && *res == ENGRAM__KV_DONE) {
+        d->armed = 0;
+        d->fired = 1;
+        d->uncovered = 1;
+        *res = ENGRAM__KV_DIFFERS;
+        return 0;
+    }
+    if (*res == ENGRAM__KV_DONE)
+        d->uncovered = 0;
+    return 0;
+}
+static int dbl_rec_list(void *kv, void *s,
+                        int (*each)(void *ud, const char *name, const char *val, size_t len),
+                        void *ud)
+{
+    dbl *d = kv;
+    return d->vt->rec_list(d->kv, s, each, ud);
+}
+static int dbl_now_ms(void *kv, void *s, uint64_t *ms)
+{
+    dbl *d = kv;
+    return d->vt->now_ms(d->kv, s, ms);
+}
+static int dbl_sync(void *kv, void *s)
+{
+    dbl *d = kv;
+    int err = d->vt->sync(d->kv, s);
+    if (!err && d->uncovered)
+        d->false_syncs++;
+    return err;
+}
+static int dbl_piece_put(void *kv, void *s, const engram__kv_piece *pc, uint64_t index,
+                         const void *data, size_t len, uint32_t ttl_ms)
+{
+    dbl *d = kv;
+    return d->vt->piece_put(d->kv, s, pc, index, data, len, ttl_ms);
+}
+static int dbl_piece_expire(void *kv, void *s, const engram__kv_piece *pc, uint64_t index,
+                            uint32_t ttl_ms)
+{
+    dbl *d = kv;
+    return d->vt->piece_expire(d->kv, s, pc, index, ttl_ms);
+}
+static int dbl_piece_del(void *kv, void *s, const engram__kv_piece *pc, uint64_t n)
+{
+    dbl *d = kv;
+    return d->vt->piece_del(d->kv, s, pc, n);
+}
+static int dbl_get_ranges(void *kv, void *s, const engram__kv_piece *pc,
+                          const engram__kv_range *r, size_t n, uint64_t bytes)
+{
+    dbl *d = kv;
+    return d->vt->get_ranges(d->kv, s, pc, r, n, bytes);
+}
+static const engram__kv_vt dbl_vt = {
+    dbl_sess_get, dbl_sess_put, dbl_rec_get, dbl_rec_cas, dbl_rec_list, dbl_now_ms,
+    dbl_sync, dbl_piece_put, dbl_piece_expire, dbl_piece_del, dbl_get_ranges,
+    NULL, /* rec_list_pending: rec_list serves */
+};
+
+/* p over c->p through a dbl armed for swaps putting `prefix`. */
+static engram__pub dbl_over(ctx *c, dbl *d, const char *prefix)
+{
+    engram__pub p = c->p;
+    memset(d, 0, sizeof *d);
+    d->vt = c->p.vt;
+    d->kv = c->p.kv;
+    d->prefix = prefix;
+    d->armed = 1;
+    p.vt = &dbl_vt;
+    p.kv = d;
+    return p;
+}
+
+/* rec_swap() takes a record read back holding the bytes it put as done,
+ * but does not write them again (docs/format.md 8.2): the sync that
+ * follows does not cover the first copy, and the removal deletes the
+ * chunks while its closing may not be on the replicas. */
+static void case_rv_swap_rewrite_remove(ctx *c)
+{
+    dbl d;
+    engram__pub p = dbl_over(c, &d, CLOSED_HEAD);
+    int unpublished = 0;
+    ASSERT_OK(push(&c->p, "t", 1, NROWS));
+    ASSERT_OK(engram__pub_remove(&p, "t", &unpublished));
+    ASSERT_EQ(d.fired, 1);
+    ASSERT_EQ(d.false_syncs, 0);
+}
+
+/* The same in gc: the closing of a dead push's record, answered
+ * "differs" by a resent copy, is taken as done and its chunks deleted
+ * after a sync that does not cover it. */
+static void case_rv_swap_rewrite_gc(ctx *c)
+{
+    engram_table_spec spec = {NROWS, RB, 0};
+    engram__pub dead = c->p, p;
+    unsigned char *rows = rows_of(3, NROWS);
+    dbl d;
+    void *w;
+    dead.ttl_ms = 300;
+    ASSERT_OK(engram__pub_writer_begin(&dead, "d", &spec, &w));
+    ASSERT_OK(append_rows(w, rows, 0, 2 * CHUNK_ROWS));
+    kvf_kill_after(c->f, 0);
+    engram__pub_writer_abort(w);
+    kvf_revive(c->f);
+    sleep_ms(2 * dead.ttl_ms);
+    p = dbl_over(c, &d, CLOSED_HEAD);
+    ASSERT_OK(engram__pub_gc(&p, 0, 0, NULL, NULL));
+    ASSERT_EQ(d.fired, 1);
+    ASSERT_EQ(d.false_syncs, 0);
+    free(rows);
+}
+
+/* The same at the publication: commit says 0 (published, on the
+ * replicas), though its sync did not cover the manifest. */
+static void case_rv_swap_rewrite_publish(ctx *c)
+{
+    dbl d;
+    engram__pub p = dbl_over(c, &d, MANIFEST_HEAD);
+    int rc = push(&p, "t", 1, NROWS);
+    ASSERT_EQ(d.fired, 1);
+    check_table(&c->p, "t", 1, NROWS);
+    ASSERT(rc == ENGRAM_EINDOUBT || d.false_syncs == 0);
+}
+
+/* The publication's reply lost; resolve() finds the manifest, and the
+ * rewrite of it (for the sync) fails: v is freed twice. */
+static void case_rv_resolve_rewrite_fails(ctx *c)
+{
+    int rc;
+    kvf_lost(c->f, publication);
+    kvf_fail(c->f, publication); /* the next swap putting a manifest: the rewrite */
+    rc = push(&c->p, "t", 1, NROWS);
+    ASSERT_EQ(kvf_fired(c->f), 2);
+    ASSERT(rc == 0 || rc == ENGRAM_EINDOUBT);
+    check_table(&c->p, "t", 1, NROWS);
+}
+
+/* The publication ran, its answer "differs" (a resent copy), and reading
+ * the record back fails twice: commit says -ECANCELED ("abandoned ...
+ * before it could publish") though the table is published. */
+static ctx *rv_ctx;
+static void rv_publish_hook(const char *step, const char *name)
+{
+    kvf_match get = {KVF_REC_GET, NULL, 0, 0, 0};
+    (void)name;
+    if (strcmp(step, "publish") == 0) {
+        kvf_fail(rv_ctx->f, get);
+        kvf_fail(rv_ctx->f, get);
+    }
+}
+
+static void case_rv_publish_readback_fails(ctx *c)
+{
+    dbl d;
+    engram__pub p = dbl_over(c, &d, MANIFEST_HEAD);
+    int rc;
+    rv_ctx = c;
+    engram__pub_hook = rv_publish_hook;
+    rc = push(&p, "t", 1, NROWS);
+    engram__pub_hook = NULL;
+    printf("   commit: %d (%s); listed: %d\n", rc, engram_errmsg(), listed(&c->p, "t"));
+    ASSERT(rc == 0 || rc == ENGRAM_EINDOUBT || !listed(&c->p, "t"));
+}
+
+/* Two removals of one table: the second, whose swap finds the first's
+ * closed record, says the table "was removed and pushed again ... the
+ * table pushed since is kept", though nothing was pushed. */
+static int rv_nested;
+static void rv_remove_hook(const char *step, const char *name)
+{
+    kvf_match del = {KVF_PIECE_DEL, NULL, 0, 0, 0};
+    int unpublished;
+    if (strcmp(step, "remove") != 0 || rv_nested)
+        return;
+    rv_nested = 1;
+    kvf_fail(rv_ctx->f, del); /* the other removal stops before its record goes */
+    sleep_ms(5);               /* its closed record stamped otherwise than this one's */
+    (void)engram__pub_remove(&rv_ctx->p, name, &unpublished);
+}
+
+static void case_rv_remove_twice(ctx *c)
+{
+    int rc, unpublished;
+    ASSERT_OK(push(&c->p, "t", 1, NROWS));
+    rv_ctx = c;
+    rv_nested = 0;
+    engram__pub_hook = rv_remove_hook;
+    rc = engram__pub_remove(&c->p, "t", &unpublished);
+    engram__pub_hook = NULL;
+    printf("   second removal: %d: %s\n", rc, engram_errmsg());
+    ASSERT_ERR(rc, -ENOENT);
+    ASSERT(strstr(engram_errmsg(), "pushed again") == NULL);
+}
+
 /* ------------------------------------------------------------------------
  * The implementations, and the runner.
  */
@@ -1457,6 +1693,12 @@ static const struct {
     {"remove_lost", case_remove_lost},
     {"gc_live", case_gc_live},
     {"sync_order", case_sync_order},
+    {"rv_swap_rewrite_remove", case_rv_swap_rewrite_remove},
+    {"rv_swap_rewrite_publish", case_rv_swap_rewrite_publish},
+    {"rv_swap_rewrite_gc", case_rv_swap_rewrite_gc},
+    {"rv_resolve_rewrite_fails", case_rv_resolve_rewrite_fails},
+    {"rv_publish_readback_fails", case_rv_publish_readback_fails},
+    {"rv_remove_twice", case_rv_remove_twice},
 };
 
 #define NIMPLS (sizeof impls / sizeof *impls)

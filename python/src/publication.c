@@ -40,7 +40,7 @@ typedef struct {
 
 /* The failure of method `op` (its exception, which is cleared), as a
  * library code with a message. */
-static int py_fail(const char *op)
+static int py_fail(void *kv, const char *op)
 {
     PyObject *type, *value, *tb, *s;
     const char *text = NULL;
@@ -67,7 +67,7 @@ static int py_fail(const char *op)
         PyErr_Clear();
         text = "(no message)";
     }
-    code = engram__err(code, "kv.%s: %s", op, text);
+    code = engram__err(code, "%s: kv.%s: %s", ((PubObject *)kv)->where, op, text);
     Py_XDECREF(s);
     Py_XDECREF(type);
     Py_XDECREF(value);
@@ -76,10 +76,10 @@ static int py_fail(const char *op)
 }
 
 /* A method's result of the wrong kind. */
-static int py_bad(const char *op, const char *want)
+static int py_bad(void *kv, const char *op, const char *want)
 {
     PyErr_Clear();
-    return engram__err(-EIO, "kv.%s: expected %s", op, want);
+    return engram__err(-EIO, "%s: kv.%s: expected %s", ((PubObject *)kv)->where, op, want);
 }
 
 static int kv_sess_get(void *kv, void **s)
@@ -101,7 +101,12 @@ static PyObject *call(void *kv, const char *op, PyObject *args, int *err)
     PyObject *m, *r = NULL;
     *err = 0;
     if (!args) {
-        *err = py_fail(op);
+        *err = py_fail(kv, op);
+        return NULL;
+    }
+    if (!((PubObject *)kv)->kv) {
+        Py_DECREF(args);
+        *err = engram__err(-EIO, "kv.%s: the publication was cleared", op);
         return NULL;
     }
     if ((m = PyObject_GetAttrString(((PubObject *)kv)->kv, op)) != NULL) {
@@ -110,7 +115,7 @@ static PyObject *call(void *kv, const char *op, PyObject *args, int *err)
     }
     Py_DECREF(args);
     if (!r)
-        *err = py_fail(op);
+        *err = py_fail(kv, op);
     return r;
 }
 
@@ -126,7 +131,7 @@ static int kv_rec_get(void *kv, void *s, const char *name, char **val, size_t *l
     if (r == Py_None) {
         err = engram__err(-ENOENT, "record '%s' not found", name);
     } else if (PyObject_GetBuffer(r, &view, PyBUF_SIMPLE) < 0) {
-        err = py_bad("rec_get", "bytes or None");
+        err = py_bad(kv, "rec_get", "bytes or None");
     } else {
         if (!(*val = malloc((size_t)view.len + 1))) {
             err = engram__err(-ENOMEM, "out of memory");
@@ -159,16 +164,19 @@ static int kv_rec_cas(void *kv, void *s, const char *name, const char *expect, s
     (void)s;
     r = e && v ? call(kv, "rec_cas", Py_BuildValue("(sOO)", name, e, v), &err) : NULL;
     if (!e || !v)
-        err = py_fail("rec_cas");
+        err = py_fail(kv, "rec_cas");
     Py_XDECREF(e);
     Py_XDECREF(v);
     if (r) {
         x = PyLong_Check(r) ? PyLong_AsLong(r) : 99;
+        if (x == -1 && PyErr_Occurred())
+            x = 99; /* too large: not an answer */
+        PyErr_Clear();
         if (x == ENGRAM__KV_DONE || x == ENGRAM__KV_ABSENT || x == ENGRAM__KV_PRESENT ||
             x == ENGRAM__KV_DIFFERS)
             *res = (int)x;
         else
-            err = py_bad("rec_cas", "1, 0, 2 or -1");
+            err = py_bad(kv, "rec_cas", "1, 0, 2 or -1");
         Py_DECREF(r);
     }
     PyGILState_Release(g);
@@ -186,7 +194,7 @@ static int kv_rec_list(void *kv, void *s,
     if (!(r = call(kv, "rec_list", PyTuple_New(0), &err)))
         goto out;
     if (!(seq = PySequence_Fast(r, "rec_list() must return a list"))) {
-        err = py_bad("rec_list", "a list of (str, bytes)");
+        err = py_bad(kv, "rec_list", "a list of (str, bytes)");
         goto out;
     }
     for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq) && !err; i++) {
@@ -197,7 +205,7 @@ static int kv_rec_list(void *kv, void *s,
             !PyUnicode_Check(PyTuple_GET_ITEM(t, 0)) ||
             !(name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(t, 0))) ||
             PyObject_GetBuffer(PyTuple_GET_ITEM(t, 1), &view, PyBUF_SIMPLE) < 0) {
-            err = py_bad("rec_list", "a list of (str, bytes)");
+            err = py_bad(kv, "rec_list", "a list of (str, bytes)");
             break;
         }
         err = each(ud, name, view.buf, (size_t)view.len);
@@ -219,7 +227,7 @@ static int kv_now_ms(void *kv, void *s, uint64_t *ms)
     if ((r = call(kv, "now_ms", PyTuple_New(0), &err)) != NULL) {
         unsigned long long v = PyLong_Check(r) ? PyLong_AsUnsignedLongLong(r) : 0;
         if (v == 0 || PyErr_Occurred())
-            err = py_bad("now_ms", "an int above 0");
+            err = py_bad(kv, "now_ms", "an int above 0");
         *ms = v;
         Py_DECREF(r);
     }
@@ -251,22 +259,16 @@ static int kv_piece_put(void *kv, void *s, const engram__kv_piece *pc, uint64_t 
                         const void *data, size_t len, uint32_t ttl_ms)
 {
     PyGILState_STATE g = PyGILState_Ensure();
-    PyObject *mv = PyMemoryView_FromMemory((char *)(uintptr_t)data, (Py_ssize_t)len, PyBUF_READ);
-    PyObject *args = mv ? Py_BuildValue("(sKiKOI)", pc->name, (unsigned long long)pc->epoch,
-                                        pc->layout, (unsigned long long)index, mv, ttl_ms)
-                        : NULL;
+    /* A copy: a view of the caller's rows could outlive the call (a
+     * memoryview's slices survive its release()). */
+    PyObject *b = PyBytes_FromStringAndSize(data, (Py_ssize_t)len);
+    PyObject *args = b ? Py_BuildValue("(sKiKOI)", pc->name, (unsigned long long)pc->epoch,
+                                       pc->layout, (unsigned long long)index, b, ttl_ms)
+                       : NULL;
     int err;
     PyObject *r = call(kv, "piece_put", args, &err);
     Py_XDECREF(r);
-    if (mv) {
-        /* The rows are the caller's: no view of them may outlive the call. */
-        PyObject *rel = PyObject_CallMethod(mv, "release", NULL);
-        if (!rel && !err)
-            err = py_fail("piece_put");
-        Py_XDECREF(rel);
-        PyErr_Clear();
-        Py_DECREF(mv);
-    }
+    Py_XDECREF(b);
     PyGILState_Release(g);
     (void)s;
     return err;
@@ -284,7 +286,7 @@ static int kv_piece_expire(void *kv, void *s, const engram__kv_piece *pc, uint64
     (void)s;
     if (r) {
         if ((have = PyObject_IsTrue(r)) < 0)
-            err = py_bad("piece_expire", "a bool");
+            err = py_bad(kv, "piece_expire", "a bool");
         else if (!have)
             err = engram__err(-ENODATA, "chunk %llu of '%s' is gone", (unsigned long long)index,
                               pc->name);
@@ -308,60 +310,50 @@ static int kv_get_ranges(void *kv, void *s, const engram__kv_piece *pc,
                          const engram__kv_range *rg, size_t n, uint64_t bytes)
 {
     PyGILState_STATE g = PyGILState_Ensure();
-    PyObject *list = PyList_New((Py_ssize_t)n), *mv = NULL, *r = NULL;
-    unsigned char *buf = NULL;
-    int err = 0, packed = 1;
+    PyObject *list = PyList_New((Py_ssize_t)n), *out = NULL, *r = NULL;
+    int err = 0;
     uint64_t at = 0;
     (void)s;
+    (void)bytes;
     if (!list) {
-        err = py_fail("get_ranges");
-        goto out;
+        err = py_fail(kv, "get_ranges");
+        goto done;
     }
     for (size_t i = 0; i < n; i++) {
         PyObject *t = Py_BuildValue("(KKIO)", (unsigned long long)rg[i].index,
                                     (unsigned long long)rg[i].start, rg[i].len,
                                     rg[i].whole ? Py_True : Py_False);
         if (!t) {
-            err = py_fail("get_ranges");
-            goto out;
+            err = py_fail(kv, "get_ranges");
+            goto done;
         }
         PyList_SET_ITEM(list, (Py_ssize_t)i, t);
-        packed &= rg[i].dst == rg[0].dst + at;
         at += rg[i].len;
     }
-    /* Straight into the destinations where they lie back to back. */
-    if (!packed && !(buf = malloc(bytes ? bytes : 1))) {
-        err = engram__err(-ENOMEM, "out of memory for %llu bytes", (unsigned long long)bytes);
-        goto out;
-    }
-    if (!(mv = PyMemoryView_FromMemory((char *)(packed ? rg[0].dst : buf), (Py_ssize_t)at,
-                                       PyBUF_WRITE))) {
-        err = py_fail("get_ranges");
-        goto out;
+    /* A bytearray of the method's own, copied out after: a view of the
+     * destinations could outlive the call. */
+    if (!(out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)at))) {
+        err = py_fail(kv, "get_ranges");
+        goto done;
     }
     r = call(kv, "get_ranges",
              Py_BuildValue("(sKiOO)", pc->name, (unsigned long long)pc->epoch, pc->layout, list,
-                           mv),
+                           out),
              &err);
-    {
-        PyObject *rel = PyObject_CallMethod(mv, "release", NULL);
-        if (!rel && !err)
-            err = py_fail("get_ranges");
-        Py_XDECREF(rel);
-        PyErr_Clear();
-    }
-    if (!err && !packed) {
+    if (!err && (uint64_t)PyByteArray_GET_SIZE(out) != at)
+        err = py_bad(kv, "get_ranges", "out left at its size");
+    if (!err) {
+        const char *b = PyByteArray_AS_STRING(out);
         at = 0;
         for (size_t i = 0; i < n; i++) {
-            memcpy(rg[i].dst, buf + at, rg[i].len);
+            memcpy(rg[i].dst, b + at, rg[i].len);
             at += rg[i].len;
         }
     }
-out:
+done:
     Py_XDECREF(r);
-    Py_XDECREF(mv);
+    Py_XDECREF(out);
     Py_XDECREF(list);
-    free(buf);
     PyGILState_Release(g);
     return err;
 }
@@ -389,15 +381,15 @@ static PyObject *Pub_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     static char *kwlist[] = {"kv", "where", "chunk_bytes", "ttl_ms", "layout", NULL};
     PyObject *kv;
     const char *where;
-    unsigned long long chunk_bytes;
-    unsigned int ttl_ms;
+    unsigned long long chunk_bytes, ttl_ms;
     int layout = 0;
     PubObject *o;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OsKI|i:_Publication", kwlist, &kv, &where,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OsKK|i:_Publication", kwlist, &kv, &where,
                                      &chunk_bytes, &ttl_ms, &layout))
         return NULL;
-    if (chunk_bytes == 0 || ttl_ms == 0)
-        return PyErr_Format(PyExc_ValueError, "chunk_bytes and ttl_ms must be above 0");
+    if (chunk_bytes == 0 || ttl_ms == 0 || ttl_ms > UINT32_MAX)
+        return PyErr_Format(PyExc_ValueError, "chunk_bytes must be above 0, and ttl_ms in "
+                                              "[1, 2^32 - 1]");
     if (!(o = (PubObject *)type->tp_alloc(type, 0)))
         return NULL;
     if (!(o->where = strdup(where))) {
@@ -405,13 +397,30 @@ static PyObject *Pub_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         return PyErr_NoMemory();
     }
     o->kv = Py_NewRef(kv);
-    o->pub = (engram__pub){&py_kv_vt, o, o->where, chunk_bytes, ttl_ms, layout, NULL, NULL};
+    o->pub = (engram__pub){&py_kv_vt, o, o->where, chunk_bytes, (uint32_t)ttl_ms, layout,
+                           NULL, NULL};
     return (PyObject *)o;
+}
+
+/* The kv object may hold its _Publication: a cycle the collector must
+ * see. */
+static int Pub_traverse(PubObject *o, visitproc visit, void *arg)
+{
+    Py_VISIT(o->kv);
+    Py_VISIT(Py_TYPE(o));
+    return 0;
+}
+
+static int Pub_clear(PubObject *o)
+{
+    Py_CLEAR(o->kv);
+    return 0;
 }
 
 static void Pub_dealloc(PubObject *o)
 {
     PyTypeObject *tp = Py_TYPE(o);
+    PyObject_GC_UnTrack(o);
     Py_CLEAR(o->kv);
     free(o->where);
     tp->tp_free(o);
@@ -434,10 +443,11 @@ static PyObject *Pub_push(PubObject *o, PyObject *args)
         ext_array_get(rows, "rows", 0, &a) < 0)
         return NULL;
     if (a.ndim != 2 || a.itemsize != 1 || a.kind != EXT_KIND_UINT || !ext_array_c_contiguous(&a) ||
-        a.shape[0] <= 0 || a.shape[1] <= 0) {
+        a.shape[0] <= 0 || a.shape[1] <= 0 || a.shape[1] > ENGRAM_ROW_BYTES_MAX) {
         ext_array_release(&a);
         return PyErr_Format(PyExc_ValueError, "rows: expected a C-contiguous uint8 array of "
-                                              "[num_rows, row_bytes], both above 0");
+                                              "[num_rows, row_bytes], both above 0, row_bytes "
+                                              "at most 16 MiB");
     }
     {
         engram_table_spec spec = {(uint64_t)a.shape[0], (uint32_t)a.shape[1], 0};
@@ -665,6 +675,8 @@ PyDoc_STRVAR(Pub_doc,
 static PyType_Slot Pub_slots[] = {
     {Py_tp_new, Pub_new},
     {Py_tp_dealloc, Pub_dealloc},
+    {Py_tp_traverse, Pub_traverse},
+    {Py_tp_clear, Pub_clear},
     {Py_tp_methods, Pub_methods},
     {Py_tp_doc, (void *)(uintptr_t)Pub_doc},
     {0, NULL},
@@ -673,7 +685,7 @@ static PyType_Slot Pub_slots[] = {
 static PyType_Spec Pub_spec = {
     .name = "engramstore._engram._Publication",
     .basicsize = sizeof(PubObject),
-    .flags = Py_TPFLAGS_DEFAULT,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .slots = Pub_slots,
 };
 

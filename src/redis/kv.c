@@ -128,6 +128,53 @@ static int kv_rec_list(void *kv, void *s,
     return err;
 }
 
+/* Every field of the hash, with only the first line of a value that is
+ * not a pending record. */
+static const char S_PENDING[] =
+    "local all = redis.call('HGETALL', KEYS[1])\n"
+    "local out = {}\n"
+    "for i = 1, #all, 2 do\n"
+    "  local v = all[i + 1]\n"
+    "  if string.sub(v, 1, 17) ~= 'engram-pending 1\\n' then\n"
+    "    local nl = string.find(v, '\\n', 1, true)\n"
+    "    v = string.sub(v, 1, nl or 64)\n"
+    "  end\n"
+    "  out[#out + 1] = all[i]\n"
+    "  out[#out + 1] = v\n"
+    "end\n"
+    "return out\n";
+
+static int kv_rec_list_pending(void *kv, void *s,
+                               int (*each)(void *ud, const char *name, const char *val,
+                                           size_t len),
+                               void *ud)
+{
+    rstore *rs = kv;
+    const char *argv[4] = {"EVAL", S_PENDING, "1", rs->mkey};
+    size_t lens[4] = {4, sizeof S_PENDING - 1, 1, rs->mkey_len};
+    redisReply *r;
+    int err;
+    if ((err = engram__rcl_cmd(s, rs->mslot, 0, 4, argv, lens, engram__rcl_deadline(rs->cl),
+                               &r)) != 0)
+        return engram__err(err, "list the pending records of %s: %s", rs->where,
+                           engram_errmsg());
+    if (r->type != REDIS_REPLY_ARRAY) {
+        err = engram__err(-EIO, "list the pending records of %s: the script answered %s",
+                          rs->where,
+                          r->type == REDIS_REPLY_ERROR ? r->str : "a reply of an unexpected type");
+        freeReplyObject(r);
+        return err;
+    }
+    for (size_t i = 0; i + 1 < r->elements && !err; i += 2) {
+        const redisReply *k = r->element[i], *v = r->element[i + 1];
+        if (k->type == REDIS_REPLY_STRING && v->type == REDIS_REPLY_STRING &&
+            strlen(k->str) == k->len)
+            err = each(ud, k->str, v->str, v->len);
+    }
+    freeReplyObject(r);
+    return err;
+}
+
 static int kv_now_ms(void *kv, void *s, uint64_t *ms)
 {
     rstore *rs = kv;
@@ -203,11 +250,21 @@ static int kv_piece_expire(void *kv, void *s, const engram__kv_piece *pc, uint64
         have = r->integer == 1;
         freeReplyObject(r);
         if (have) {
+            /* Answered 0 only if a copy of it, sent again after a lost
+             * connection, ran first: then the chunk is there. */
+            const char *ex2[2] = {"EXISTS", key};
             if ((err = key_cmd(rs, s, ENGRAM__RCL_WRITE, 2, argv, NULL, REDIS_REPLY_INTEGER,
                                engram__rcl_deadline(rs->cl), "keep a chunk", &r)) != 0)
                 return err;
             have = r->integer == 1;
             freeReplyObject(r);
+            if (!have) {
+                if ((err = key_cmd(rs, s, 0, 2, ex2, NULL, REDIS_REPLY_INTEGER,
+                                   engram__rcl_deadline(rs->cl), "look for a chunk", &r)) != 0)
+                    return err;
+                have = r->integer == 1;
+                freeReplyObject(r);
+            }
         }
     }
     return have ? 0 : engram__err(-ENODATA, "chunk '%s' of %s is gone", key, rs->where);
@@ -261,6 +318,7 @@ const engram__kv_vt engram__redis_kv_vt = {
     .piece_expire = kv_piece_expire,
     .piece_del = kv_piece_del,
     .get_ranges = kv_get_ranges,
+    .rec_list_pending = kv_rec_list_pending,
 };
 
 /* ------------------------------------------------------------------------
