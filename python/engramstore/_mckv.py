@@ -12,6 +12,7 @@ answers success without writing; TableWriter.claim).  So a namespace
                            random bytes (its writer's nonce), the value.
                            The record holds what its highest version says
                            (no version, or a D: it does not exist)
+``{ns}/.rec/{name}/w{k}``  the digest of window k of its versions (below)
 ``{ns}/.names/{k}``        entry k = 0, 1, ... of the names index: a
                            record's name, written before its first
                            version, once per name ever (the same gapless
@@ -39,8 +40,7 @@ steps from milestone to milestone to the window of the highest version.
 whole windows below d's go (forced, best effort), milestones excepted;
 the newest is kept, so numbering never goes back, and so are the
 versions of d's own window.  Before a window's versions go, their nonces
-are written to the window's digest ``{ns}/.rec/{name}/w{k}`` (kept for
-good), so that a writer that finds its version gone (others wrote on past
+are written to the window's digest (create-only, kept for good), so that a writer that finds its version gone (others wrote on past
 its window, and deleted) still learns whether the version was its own;
 and a put that lands after its key was removed (a writer that stalled
 between its read and its put) makes the key again, which the digest
