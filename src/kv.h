@@ -71,7 +71,7 @@ typedef struct engram__kv_vt {
     int (*rec_get)(void *kv, void *s, const char *name, char **val, size_t *len);
     /* One atomic step on record `name`: if it holds exactly `expect`
      * (elen bytes; expect NULL: if it does not exist), it then holds
-     * `val` (vlen bytes; val NULL: it is deleted).  *res is one of the
+     * `val` (vlen bytes; val NULL: it is deleted; not both NULL).  *res is one of the
      * answers above.  Expecting the very bytes it puts writes them again,
      * so that a sync covers them (whoever wrote them first). */
     int (*rec_cas)(void *kv, void *s, const char *name, const char *expect, size_t elen,

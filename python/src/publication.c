@@ -32,6 +32,10 @@ typedef struct {
     PyObject *kv;
     char *where;
     engram__pub pub;
+    /* A KeyboardInterrupt or SystemExit a method raised: the operation
+     * failed (-EINTR), and the exception is raised again when the
+     * protocol's call returns (done()). */
+    PyObject *itype, *ivalue, *itb;
 } PubObject;
 
 /* ------------------------------------------------------------------------
@@ -47,6 +51,25 @@ static int py_fail(void *kv, const char *op)
     int code = -EIO;
     PyErr_Fetch(&type, &value, &tb);
     PyErr_NormalizeException(&type, &value, &tb);
+    if (value && !PyErr_GivenExceptionMatches(value, PyExc_Exception)) {
+        /* Ctrl-C or an exit: not the store's failure, and not to be lost. */
+        PubObject *o = kv;
+        s = PyObject_Str(value);
+        code = engram__err(-EINTR, "%s: kv.%s: interrupted (%s)", o->where, op,
+                           s && PyUnicode_AsUTF8(s) ? PyUnicode_AsUTF8(s) : "");
+        PyErr_Clear();
+        Py_XDECREF(s);
+        if (!o->itype) {
+            o->itype = type;
+            o->ivalue = value;
+            o->itb = tb;
+            return code;
+        }
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+        return code;
+    }
     if (value && PyErr_GivenExceptionMatches(value, ext_EngramError)) {
         PyObject *e = PyObject_GetAttrString(value, "errno");
         long v = e && PyLong_Check(e) ? PyLong_AsLong(e) : 0;
@@ -414,6 +437,9 @@ static int Pub_traverse(PubObject *o, visitproc visit, void *arg)
 static int Pub_clear(PubObject *o)
 {
     Py_CLEAR(o->kv);
+    Py_CLEAR(o->itype);
+    Py_CLEAR(o->ivalue);
+    Py_CLEAR(o->itb);
     return 0;
 }
 
@@ -421,10 +447,24 @@ static void Pub_dealloc(PubObject *o)
 {
     PyTypeObject *tp = Py_TYPE(o);
     PyObject_GC_UnTrack(o);
-    Py_CLEAR(o->kv);
+    Pub_clear(o);
     free(o->where);
     tp->tp_free(o);
     Py_DECREF(tp);
+}
+
+/* What a method returns: r, unless a method of the kv was interrupted
+ * meanwhile, whose exception is then raised (whatever the protocol made
+ * of the failure). */
+static PyObject *done(PubObject *o, PyObject *r)
+{
+    if (!o->itype)
+        return r;
+    Py_XDECREF(r);
+    PyErr_Clear();
+    PyErr_Restore(o->itype, o->ivalue, o->itb);
+    o->itype = o->ivalue = o->itb = NULL;
+    return NULL;
 }
 
 PyDoc_STRVAR(push_doc,
@@ -463,8 +503,8 @@ static PyObject *Pub_push(PubObject *o, PyObject *args)
     }
     ext_array_release(&a);
     if (rc != 0)
-        return ext_raise(rc, NULL);
-    Py_RETURN_NONE;
+        return done(o, ext_raise(rc, NULL));
+    return done(o, Py_NewRef(Py_None));
 }
 
 PyDoc_STRVAR(remove_doc,
@@ -481,8 +521,8 @@ static PyObject *Pub_remove(PubObject *o, PyObject *args)
     rc = engram__pub_remove(&o->pub, name, &unpublished);
     Py_END_ALLOW_THREADS
     if (rc != 0)
-        return ext_raise(rc, NULL);
-    Py_RETURN_NONE;
+        return done(o, ext_raise(rc, NULL));
+    return done(o, Py_NewRef(Py_None));
 }
 
 /* gc's reports, appended to a Python list (with the GIL taken). */
@@ -515,9 +555,9 @@ static PyObject *Pub_gc(PubObject *o, PyObject *args, PyObject *kw)
     Py_END_ALLOW_THREADS
     if (rc != 0) {
         Py_DECREF(out);
-        return ext_raise(rc, NULL);
+        return done(o, ext_raise(rc, NULL));
     }
-    return out;
+    return done(o, out);
 }
 
 PyDoc_STRVAR(manifest_doc,
@@ -536,7 +576,7 @@ static PyObject *Pub_manifest(PubObject *o, PyObject *args)
     rc = engram__pub_manifest(&o->pub, o, name, &m, NULL, NULL);
     Py_END_ALLOW_THREADS
     if (rc != 0)
-        return ext_raise(rc, NULL);
+        return done(o, ext_raise(rc, NULL));
     d = Py_BuildValue("{s:s,s:K,s:I,s:K,s:K,s:i,s:K,s:K,s:K}", "name", m.name, "num_rows",
                       (unsigned long long)m.num_rows, "row_bytes", m.row_bytes, "chunk_rows",
                       (unsigned long long)m.chunk_rows, "nchunks", (unsigned long long)m.nchunks,
@@ -544,7 +584,7 @@ static PyObject *Pub_manifest(PubObject *o, PyObject *args)
                       (unsigned long long)m.created_ns, "checksum",
                       (unsigned long long)m.checksum);
     engram__rmanifest_free(&m);
-    return d;
+    return done(o, d);
 }
 
 typedef struct names {
@@ -595,7 +635,7 @@ static PyObject *Pub_list(PubObject *o, PyObject *unused)
     for (size_t i = 0; i < a.n; i++)
         free(a.v[i]);
     free(a.v);
-    return out;
+    return done(o, out);
 }
 
 /* read()'s sink: the rows into one buffer, then the whole checked. */
@@ -654,7 +694,7 @@ static PyObject *Pub_read(PubObject *o, PyObject *args)
     else
         out = PyBytes_FromStringAndSize((const char *)k.buf, (Py_ssize_t)k.size);
     free(k.buf);
-    return out;
+    return done(o, out);
 }
 
 static PyMethodDef Pub_methods[] = {

@@ -517,6 +517,34 @@ def test_kv_expiry_mem() -> None:
     assert kv.census() == (0, 1)
 
 
+def test_interrupt_is_raised() -> None:
+    """A KeyboardInterrupt in a kv method fails that operation and is
+    raised again once the protocol's call returns: Ctrl-C is never lost
+    inside a push, and the namespace stays consistent."""
+
+    class Interrupting(MemKV):
+        def __init__(self) -> None:
+            super().__init__()
+            self.cas_calls = 0
+
+        def rec_cas(self, name: str, expect: bytes | None, val: bytes | None) -> int:
+            self.cas_calls += 1
+            if self.cas_calls == 2:  # the commit's stamp
+                raise KeyboardInterrupt
+            return super().rec_cas(name, expect, val)
+
+    kv = Interrupting()
+    p = _engram._Publication(kv, "mem://interrupt", CHUNK_BYTES, 60000)
+    with pytest.raises(KeyboardInterrupt):
+        p.push("t", rows_of(1))
+    # Whatever the push made of it, the name is a whole table or nothing.
+    if "t" in p.list():
+        assert p.read("t") == rows_of(1).tobytes()
+    else:
+        with pytest.raises(engramstore.TableNotFoundError):
+            p.manifest("t")
+
+
 def test_fault_harness(ctx: Ctx) -> None:
     """The decorator does what each fault says, as the store shows it."""
     f, raw = ctx.f, ctx.raw
