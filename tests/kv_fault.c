@@ -323,34 +323,35 @@ static int f_rec_cas(void *kv, void *s, const char *name, const char *expect, si
     return err;
 }
 
-static int f_rec_list(void *kv, void *s,
-                      int (*each)(void *ud, const char *name, const char *val, size_t len),
-                      void *ud)
+/* A listing of the records (the wrapped store's pending listing, with
+ * `pending`, where it has one), with rec_list's faults. */
+static int f_list(void *kv, void *s, int pending,
+                  int (*each)(void *ud, const char *name, const char *val, size_t len),
+                  void *ud)
 {
     kvf *f = kv;
     int act = decide(f, KVF_REC_LIST, NULL, 0), err;
     if (act != ACT_FORWARD && act != ACT_LOST)
         return injected(act, KVF_REC_LIST, "the records");
     trace(f, KVF_REC_LIST, s, NULL, NULL, 0, 0, NULL, 0, 0);
-    err = f->vt->rec_list(f->kv, s, each, ud);
+    err = (pending && f->vt->rec_list_pending ? f->vt->rec_list_pending
+                                              : f->vt->rec_list)(f->kv, s, each, ud);
     return act == ACT_LOST ? injected(act, KVF_REC_LIST, "the records") : err;
 }
 
-/* The same faults as rec_list (it is a listing of the records): the
- * wrapped store's own pending listing where it has one. */
+static int f_rec_list(void *kv, void *s,
+                      int (*each)(void *ud, const char *name, const char *val, size_t len),
+                      void *ud)
+{
+    return f_list(kv, s, 0, each, ud);
+}
+
 static int f_rec_list_pending(void *kv, void *s,
                               int (*each)(void *ud, const char *name, const char *val,
                                           size_t len),
                               void *ud)
 {
-    kvf *f = kv;
-    int act = decide(f, KVF_REC_LIST, NULL, 0), err;
-    if (act != ACT_FORWARD && act != ACT_LOST)
-        return injected(act, KVF_REC_LIST, "the records");
-    trace(f, KVF_REC_LIST, s, NULL, NULL, 0, 0, NULL, 0, 0);
-    err = (f->vt->rec_list_pending ? f->vt->rec_list_pending : f->vt->rec_list)(f->kv, s, each,
-                                                                               ud);
-    return act == ACT_LOST ? injected(act, KVF_REC_LIST, "the records") : err;
+    return f_list(kv, s, 1, each, ud);
 }
 
 static int f_now_ms(void *kv, void *s, uint64_t *ms)

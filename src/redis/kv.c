@@ -106,6 +106,22 @@ static int kv_rec_cas(void *kv, void *s, const char *name, const char *expect, s
     return 0;
 }
 
+/* Calls each() for the (field, value) pairs of a hash's reply. */
+static int each_field(const redisReply *r,
+                      int (*each)(void *ud, const char *name, const char *val, size_t len),
+                      void *ud)
+{
+    int err = 0;
+    for (size_t i = 0; i + 1 < r->elements && !err; i += 2) {
+        const redisReply *k = r->element[i], *v = r->element[i + 1];
+        /* Only names a C string holds whole. */
+        if (k->type == REDIS_REPLY_STRING && v->type == REDIS_REPLY_STRING &&
+            strlen(k->str) == k->len)
+            err = each(ud, k->str, v->str, v->len);
+    }
+    return err;
+}
+
 static int kv_rec_list(void *kv, void *s,
                        int (*each)(void *ud, const char *name, const char *val, size_t len),
                        void *ud)
@@ -117,13 +133,7 @@ static int kv_rec_list(void *kv, void *s,
     if ((err = key_cmd(rs, s, 0, 2, argv, NULL, REDIS_REPLY_ARRAY, engram__rcl_deadline(rs->cl),
                        "list the records", &r)) != 0)
         return err;
-    for (size_t i = 0; i + 1 < r->elements && !err; i += 2) {
-        const redisReply *k = r->element[i], *v = r->element[i + 1];
-        /* Only names a C string holds whole. */
-        if (k->type == REDIS_REPLY_STRING && v->type == REDIS_REPLY_STRING &&
-            strlen(k->str) == k->len)
-            err = each(ud, k->str, v->str, v->len);
-    }
+    err = each_field(r, each, ud);
     freeReplyObject(r);
     return err;
 }
@@ -165,12 +175,7 @@ static int kv_rec_list_pending(void *kv, void *s,
         freeReplyObject(r);
         return err;
     }
-    for (size_t i = 0; i + 1 < r->elements && !err; i += 2) {
-        const redisReply *k = r->element[i], *v = r->element[i + 1];
-        if (k->type == REDIS_REPLY_STRING && v->type == REDIS_REPLY_STRING &&
-            strlen(k->str) == k->len)
-            err = each(ud, k->str, v->str, v->len);
-    }
+    err = each_field(r, each, ud);
     freeReplyObject(r);
     return err;
 }
