@@ -36,6 +36,9 @@ typedef struct {
      * failed (-EINTR), and the exception is raised again when the
      * protocol's call returns (done()). */
     PyObject *itype, *ivalue, *itb;
+    /* get_ranges()'s bytearray, reused while no method kept it (its
+     * pages stay mapped: a fresh one per read costs its page faults). */
+    PyObject *scratch;
 } PubObject;
 
 /* ------------------------------------------------------------------------
@@ -355,9 +358,17 @@ static int kv_get_ranges(void *kv, void *s, const engram__kv_piece *pc,
     }
     /* A bytearray of the method's own, copied out after: a view of the
      * destinations could outlive the call. */
-    if (!(out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)at))) {
-        err = py_fail(kv, "get_ranges");
-        goto done;
+    {
+        PubObject *o = kv;
+        if (o->scratch && Py_REFCNT(o->scratch) == 1 &&
+            (uint64_t)PyByteArray_GET_SIZE(o->scratch) == at) {
+            out = Py_NewRef(o->scratch);
+        } else if ((out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)at)) != NULL) {
+            Py_XSETREF(o->scratch, Py_NewRef(out));
+        } else {
+            err = py_fail(kv, "get_ranges");
+            goto done;
+        }
     }
     r = call(kv, "get_ranges",
              Py_BuildValue("(sKiOO)", pc->name, (unsigned long long)pc->epoch, pc->layout, list,
@@ -440,6 +451,7 @@ static int Pub_clear(PubObject *o)
     Py_CLEAR(o->itype);
     Py_CLEAR(o->ivalue);
     Py_CLEAR(o->itb);
+    Py_CLEAR(o->scratch);
     return 0;
 }
 
@@ -640,6 +652,7 @@ static PyObject *Pub_list(PubObject *o, PyObject *unused)
 
 /* read()'s sink: the rows into one buffer, then the whole checked. */
 typedef struct rsink {
+    PyObject *bytes; /* the result, filled in place */
     unsigned char *buf;
     uint64_t size, at, checksum;
     uint32_t row_bytes;
@@ -651,9 +664,16 @@ static int rsink_begin(void *ud, const engram_table_spec *spec, uint64_t checksu
     k->size = spec->num_rows * spec->row_bytes;
     k->row_bytes = spec->row_bytes;
     k->checksum = checksum;
-    if (k->size > PY_SSIZE_T_MAX || !(k->buf = malloc(k->size)))
+    if (k->size <= PY_SSIZE_T_MAX) {
+        PyGILState_STATE g = PyGILState_Ensure();
+        k->bytes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)k->size);
+        PyErr_Clear();
+        PyGILState_Release(g);
+    }
+    if (!k->bytes)
         return engram__err(-ENOMEM, "out of memory for a table of %llu bytes",
                            (unsigned long long)k->size);
+    k->buf = (unsigned char *)PyBytes_AS_STRING(k->bytes);
     return 0;
 }
 
@@ -676,7 +696,7 @@ PyDoc_STRVAR(read_doc,
 static PyObject *Pub_read(PubObject *o, PyObject *args)
 {
     const char *name;
-    rsink k = {NULL, 0, 0, 0, 0};
+    rsink k = {NULL, NULL, 0, 0, 0, 0};
     engram__remote_sink sink = {rsink_begin, rsink_rows, NULL, &k};
     PyObject *out = NULL;
     int rc;
@@ -689,11 +709,11 @@ static PyObject *Pub_read(PubObject *o, PyObject *args)
                                            "manifest's checksum",
                          name, o->where);
     Py_END_ALLOW_THREADS
-    if (rc != 0)
+    if (rc != 0) {
+        Py_CLEAR(k.bytes);
         ext_raise(rc, NULL);
-    else
-        out = PyBytes_FromStringAndSize((const char *)k.buf, (Py_ssize_t)k.size);
-    free(k.buf);
+    }
+    out = k.bytes;
     return done(o, out);
 }
 
