@@ -45,6 +45,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import pytest
 
 import engramstore
@@ -515,6 +516,26 @@ def test_kv_expiry_mem() -> None:
     time.sleep(0.01)
     assert kv.piece_expire("p", 1, 0, 0, 0) is False
     assert kv.census() == (0, 1)
+
+
+def test_bad_arguments() -> None:
+    """_Publication refuses what it would otherwise truncate or misread,
+    before anything reaches the store."""
+    kv = MemKV()
+    for args in ((kv, "w", 0, 1000), (kv, "w", 1000, 0), (kv, "w", 1000, 1 << 32),
+                 (kv, "w", 1000, -1)):
+        with pytest.raises((ValueError, OverflowError)):
+            _engram._Publication(*args)
+    p = _engram._Publication(kv, "mem://bad", CHUNK_BYTES, 60000)
+    for rows in (np.zeros((4, 8), np.int16), np.zeros(32, np.uint8),
+                 np.zeros((8, 4), np.uint8)[:, ::2], np.zeros((0, 8), np.uint8)):
+        with pytest.raises((ValueError, TypeError)):
+            p.push("t", rows)
+    with pytest.raises(TypeError):
+        p.push("t", [[1, 2], [3, 4]])
+    with pytest.raises(engramstore.TableNotFoundError):
+        p.read("t")
+    assert kv.recs == {} and kv.pieces == {}
 
 
 def test_interrupt_is_raised() -> None:
