@@ -2,14 +2,16 @@
 """Pulling a table from a Mooncake Store into local memory, and lookups after.
 
     bench/bench_mooncake_pull.py [--quick] [--table-bytes 1073741824] [--row-bytes 264]
+                                 [--chunk-bytes 268435456] [--baseline batch|each]
                                  [--reps 5] [--ids 4096] [--lookups 20] [--json FILE]
 
 This process starts Mooncake's metadata server and master on free
 127.0.0.1 ports (tests/python/mcserver.py), joins the store with a segment
 that holds the objects, and publishes one table of --table-bytes (rows of
 --row-bytes, their bytes known without the table, as bench_mooncake.py
-makes them) twice: through engramstore's table API (what a pull copies)
-and as head 0 of a layer of Mooncake's own EngramStore (the same rows).  A
+makes them) twice: through engramstore's table API (what a pull copies:
+its chunk objects of --chunk-bytes, the library's default 256 MiB) and as
+head 0 of a layer of Mooncake's own EngramStore (the same rows).  A
 second process (this script with --reader) joins the store without a
 segment, so every byte it reads crosses the transfer engine's TCP path, and
 times, in the same run:
@@ -17,11 +19,21 @@ times, in the same run:
   (a) pull      local.pull(MooncakeTableStore, name) into a namespace on
                 /dev/shm (a new table every repetition, removed after it),
                 against
-      bulk      the same bytes read by one get_into() call of the Mooncake
-                client into a buffer registered (and touched) once;
-                --reps repetitions after one untimed run of each,
-                alternating which goes first; the median, min and max of
-                each, and pull / bulk of the medians;
+      bulk      the same bytes, the table's chunk objects
+                (get_table_spec()["chunk_keys"]), read by the bare Mooncake
+                client into one buffer registered (and touched) once, each
+                chunk at its place: one batch_get_into() call of every
+                chunk (--baseline batch, the default), or one get_into()
+                call per chunk in turn (--baseline each); --reps
+                repetitions after one untimed run of each, alternating
+                which goes first; the median, min and max of each, and
+                pull / bulk of the medians (said plainly when the bare read
+                wins); and
+      write     the same rows written into a local table by populate()
+                from memory (the rows the bulk read left): the local write
+                every pull makes and the bare read does not, timed in the
+                same repetitions, so that pull / (bulk + write) says how
+                much of the pull is neither;
   (b) lookups   of [ids, 1] uniform ids from the pulled table against
                 Mooncake's EngramStore (mooncake.store.EngramStore, its
                 float32 API, embedding_dim = row_bytes / 4) on the same rows:
@@ -80,17 +92,31 @@ def reader(args):
     N, R = args.rows, args.row_bytes
     size = N * R
     remote = engramstore.EngramStore(namespace=NAMESPACE, store_client=mc)
-    key = remote.get_table_spec(NAME)["key"]
-    bulk = np.ones(size, np.uint8)  # touched: the timing is the read's alone
-    assert mc.register_buffer(bulk.ctypes.data, bulk.nbytes) == 0
+    spec = remote.get_table_spec(NAME)
+    # The chunk objects a pull reads, each at its place in the table.
+    keys, cr = spec["chunk_keys"], spec["chunk_rows"]
+    sizes = [min(cr, N - i * cr) * R for i in range(len(keys))]
+    if (spec["num_rows"], spec["row_bytes"]) != (N, R) or sum(sizes) != size or \
+            min(sizes) <= 0:
+        raise SystemExit(f"reader: the table is not {N} rows of {R} bytes in chunks of {cr} "
+                         f"rows: {len(keys)} chunk keys")
+    buf = np.ones(size, np.uint8)  # touched: the timing is the read's alone
+    assert mc.register_buffer(buf.ctypes.data, buf.nbytes) == 0
+    ptrs = [buf.ctypes.data + i * cr * R for i in range(len(keys))]
     root = tempfile.mkdtemp(prefix="bench-mooncake-pull-", dir=args.local_root)
 
     def run_bulk():
         t0 = time.perf_counter()
-        rc = mc.get_into(key, bulk.ctypes.data, size)
+        if args.baseline == "batch":
+            got = list(mc.batch_get_into(keys, ptrs, sizes))
+        else:
+            got = [mc.get_into(k, p, n) for k, p, n in zip(keys, ptrs, sizes)]
         dt = time.perf_counter() - t0
-        if rc != size:
-            raise SystemExit(f"bulk: get_into answered {rc}, not {size}")
+        if got != sizes:
+            bad = next(i for i, (g, n) in enumerate(zip(got, sizes)) if g != n)
+            raise SystemExit(f"bulk: {'batch_get_into' if args.baseline == 'batch' else 'get_into'}"
+                             f" answered {got[bad]} for chunk {bad} ({keys[bad]}), not "
+                             f"{sizes[bad]}")
         return dt
 
     def run_pull():
@@ -103,29 +129,41 @@ def reader(args):
     def drop_local():
         engramstore.remove_namespace("p", root, tables=True)
 
+    def run_write(rows=buf.reshape(N, R)):
+        with engramstore.EngramStore(namespace="w", local_dir=root) as local:
+            t0 = time.perf_counter()
+            local.populate(NAME, rows)
+            dt = time.perf_counter() - t0
+        engramstore.remove_namespace("w", root, tables=True)
+        return dt
+
     # One untimed run of each first: the connections, the staging buffer's
     # registration and the threads are set up once per process.
     run_bulk()
     run_pull()
     drop_local()
+    run_write()
     load = [os.getloadavg()[0]]  # other work on the machine skews every figure
-    pull_t, bulk_t = [], []
+    pull_t, bulk_t, write_t = [], [], []
     wrong = {"bulk": 0, "pull": 0}
     for rep in range(args.reps):
-        order = ("pull", "bulk") if rep % 2 == 0 else ("bulk", "pull")
+        # bulk before write: the write's rows are the ones the bulk read
+        order = ("pull", "bulk", "write") if rep % 2 == 0 else ("bulk", "write", "pull")
         for what in order:
             if what == "bulk":
                 bulk_t.append(run_bulk())
                 if rep == 0:
-                    wrong["bulk"] = check_words(bulk.reshape(N, R), np.arange(N), R)
+                    wrong["bulk"] = check_words(buf.reshape(N, R), np.arange(N), R)
+            elif what == "write":
+                write_t.append(run_write())
             else:
                 pull_t.append(run_pull())
                 if rep < args.reps - 1:
                     drop_local()
-        print(f"rep {rep}: pull {pull_t[-1]:.3f} s, bulk {bulk_t[-1]:.3f} s",
-              file=sys.stderr, flush=True)
-    mc.unregister_buffer(bulk.ctypes.data)
-    del bulk
+        print(f"rep {rep}: pull {pull_t[-1]:.3f} s, bulk {bulk_t[-1]:.3f} s, "
+              f"write {write_t[-1]:.3f} s", file=sys.stderr, flush=True)
+    mc.unregister_buffer(buf.ctypes.data)
+    del buf
 
     # (b) lookups from the pulled table against Mooncake's EngramStore.
     local = engramstore.EngramStore(namespace="p", local_dir=root)
@@ -161,7 +199,9 @@ def reader(args):
     shutil.rmtree(root, ignore_errors=True)
     ids_per_run = args.ids * args.lookups
     load.append(os.getloadavg()[0])
-    res = {"bytes": size, "loadavg_1min": load, "pull": summary(pull_t), "bulk": summary(bulk_t),
+    res = {"bytes": size, "chunks": len(keys), "chunk_rows": cr, "baseline": args.baseline,
+           "loadavg_1min": load, "pull": summary(pull_t), "bulk": summary(bulk_t),
+           "write": summary(write_t),
            "lookup_ids_per_s": {k: ids_per_run / statistics.median(v) for k, v in look_t.items()},
            "lookup_runs_s": look_t, "wrong_rows": wrong}
     print("RESULT " + json.dumps(res), flush=True)
@@ -172,6 +212,11 @@ def main():
     ap.add_argument("--quick", action="store_true", help="a 64 MiB table, 3 repetitions")
     ap.add_argument("--table-bytes", type=int, default=1 << 30)
     ap.add_argument("--row-bytes", type=int, default=264)
+    ap.add_argument("--chunk-bytes", type=int, default=None,
+                    help="the table's chunk objects, at most (default: the library's, 256 MiB)")
+    ap.add_argument("--baseline", choices=("batch", "each"), default="batch",
+                    help="the bare read of the chunks: one batch_get_into() of them all "
+                         "(default), or one get_into() per chunk")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--ids", type=int, default=4096, help="ids per lookup")
     ap.add_argument("--lookups", type=int, default=20, help="lookups per timed run")
@@ -191,6 +236,8 @@ def main():
                  "float32)")
     if args.reps < 1 or args.lookups < 1 or args.ids < 1:
         ap.error("--reps, --lookups and --ids must be positive")
+    if args.chunk_bytes is not None and args.chunk_bytes < args.row_bytes:
+        ap.error("--chunk-bytes must hold a row at least")
     args.rows = args.rows or args.table_bytes // args.row_bytes
     if args.reader:
         return reader(args)
@@ -213,7 +260,8 @@ def main():
             raise SystemExit("bench_mooncake_pull: setup failed")
         rows = fill_head(args.rows, args.row_bytes, 0)
         cfg = engramstore.EngramStoreConfig([args.rows], args.row_bytes)
-        with engramstore.EngramStore(namespace=NAMESPACE, store_client=mc) as tables, \
+        chunking = {} if args.chunk_bytes is None else {"chunk_bytes": args.chunk_bytes}
+        with engramstore.EngramStore(namespace=NAMESPACE, store_client=mc, **chunking) as tables, \
                 engramstore.EngramStore({args.layer: cfg}, mc) as layer:
             t0 = time.perf_counter()
             tables.populate(NAME, rows)
@@ -224,7 +272,7 @@ def main():
             argv = [sys.executable, os.path.abspath(__file__), "--reader",
                     "--metadata", srv.metadata_url, "--master", srv.master_addr,
                     "--rows", str(args.rows)]
-            for k in ("row_bytes", "reps", "ids", "lookups", "layer"):
+            for k in ("row_bytes", "reps", "ids", "lookups", "layer", "baseline"):
                 argv += [f"--{k.replace('_', '-')}", str(getattr(args, k))]
             if args.local_root:
                 argv += ["--local-root", args.local_root]
@@ -244,12 +292,23 @@ def main():
             mc.close()
         srv.stop()
     gib = res["bytes"] / 2**30
-    p, b = res["pull"], res["bulk"]
-    print(f"\n(a) {gib:.3f} GiB, {args.reps} repetitions, order alternating")
-    for what, s in (("pull", p), ("bulk get_into", b)):
-        print(f"  {what:14} median {s['median_s']:.3f} s ({gib / s['median_s']:.2f} GiB/s), "
+    p, b, w = res["pull"], res["bulk"], res["write"]
+    bare = "batch_get_into" if args.baseline == "batch" else "get_into x chunk"
+    print(f"\n(a) {gib:.3f} GiB in {res['chunks']} chunk objects of {res['chunk_rows']} rows, "
+          f"{args.reps} repetitions, order alternating")
+    for what, s in (("pull", p), (f"bulk {bare}", b), ("write (local populate)", w)):
+        print(f"  {what:22} median {s['median_s']:.3f} s ({gib / s['median_s']:.2f} GiB/s), "
               f"min {s['min_s']:.3f} s, max {s['max_s']:.3f} s")
-    print(f"  pull / bulk (rate, medians): {b['median_s'] / p['median_s']:.2f}x")
+    ratio = b["median_s"] / p["median_s"]
+    print(f"  pull / bulk (rate, medians): {ratio:.2f}x")
+    if ratio < 1:
+        print(f"  the bare read wins: the pull takes {1 / ratio:.2f}x its time (median)")
+    else:
+        print(f"  the pull is as fast or faster than the bare read ({ratio:.2f}x its rate)")
+    both = (b["median_s"] + w["median_s"]) / p["median_s"]
+    print(f"  pull / (bulk + write) (rate, medians): {both:.2f}x: the pull "
+          + ("overlaps its read and its write" if both > 1 else
+             f"spends {p['median_s'] - b['median_s'] - w['median_s']:.3f} s beyond the two"))
     lk = res["lookup_ids_per_s"]
     print(f"(b) lookups of [{args.ids}, 1] uniform ids, {args.lookups} per run, median of "
           f"{args.reps} runs")

@@ -130,6 +130,7 @@ class EngramStore:
     ``placement``, ``numa_copy``, ``pull`` (TableStore: a Redis Cluster's
     table into this directory), ``check_origin`` (a pulled table against
     the cluster it came from), ``close``; ``closed`` and ``path``.
+    MooncakeTableStore also: ``gc`` (what dead populates left).
 
     LayerStore: ``populate``, ``bind_local``, ``lookup_into``,
     ``remove_from_store``, ``get_layer_ids``, ``get_table_vocab_sizes``,
@@ -170,7 +171,7 @@ class EngramStore:
     def __new__(cls, tables: Mapping[str, TableSpecArg] | None = None,
                 namespace: str | None = None, local_dir: None = None, *,
                 store_client: MooncakeClient, read_deadline: float = ...,
-                max_ranges: int = ..., read_calls: int | None = ...,
+                max_ranges: int = ..., read_calls: int | None = ..., chunk_bytes: int = ...,
                 **options: Unpack[MooncakeStoreOptions]) -> MooncakeTableStore: ...
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
@@ -411,11 +412,13 @@ class TableStore(_engram.Store, EngramStore):
         docs/redis.md), or a Mooncake Store's table, given as a
         :class:`MooncakeTableStore` or as its client
         (``mooncake.store.MooncakeDistributedStore``) with
-        ``namespace=``: read in large ranged reads, several in flight, and
-        checked against its manifest's CRC-32 (``CorruptTableError``) and
-        against the manifest as it is at the end (EngramError, errno
-        EAGAIN, if the table was removed or replaced meanwhile);
-        ``progress(done_bytes, total_bytes)`` is called after each read,
+        ``namespace=``: read by the publication protocol's read of a
+        whole table (chunks in batches, each checked against the
+        manifest's XXH3-64 while the next is read: ``CorruptTableError``),
+        the whole against the manifest as the pull first read it
+        (EngramError, errno EAGAIN, if the table was removed or replaced
+        meanwhile); ``progress(done_bytes, total_bytes)`` is called after
+        each batch is read,
         on this thread, and raising from it cancels the pull (the
         exception is raised here).  See docs/mooncake.md."""
         from . import _mooncake
@@ -440,7 +443,8 @@ class TableStore(_engram.Store, EngramStore):
         opened on a Redis Cluster (its manifest is read, not its rows), or
         a Mooncake Store's :class:`MooncakeTableStore` or client with
         ``namespace=`` (its manifest is read; a table published again is
-        told apart from one with other rows by the local rows' CRC-32).
+        told apart from one with other rows by the local rows' XXH3-64 per
+        chunk).
         ``EngramError`` (errno EINVAL) when the table records no origin or
         came from elsewhere.  See docs/redis.md and docs/mooncake.md."""
         from . import _mooncake

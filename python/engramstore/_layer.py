@@ -384,7 +384,7 @@ class LayerStore(EngramStore):
         names = tuple(k if g == 0 else f"{k}.{g}" for k in keys)
         for h, (key, name, n) in enumerate(zip(keys, names, sizes)):
             try:
-                self._sources.add(self._store, name, n, row_bytes, key,
+                self._sources.add(self._store, name, n, row_bytes, [key], n,
                                   self._share[(layer_id, h)])
             except TableExistsError:
                 pass  # added by an earlier open that failed on a later head

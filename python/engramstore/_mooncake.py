@@ -1,15 +1,17 @@
 """Store-backed tables on a Mooncake Store.
 
 A Mooncake Store client (``mooncake.store.MooncakeDistributedStore``, set
-up by the caller) holds each table as one object of ``num_rows *
-row_bytes`` bytes.  engram reads it through the source seam
+up by the caller) holds each table as objects of packed rows: one per head
+in the layer API, chunk objects of a publication in the table API
+(published by the library's protocol over engramstore._mckv, see
+MooncakeTableStore).  engram reads them through the source seam
 (``TableStore.add_source``): every Mooncake table is a source table of a
-private memory store, whose ``read_rows`` is :meth:`_Client.read`.  So the
+private memory store, whose ``read_rows`` is :meth:`Sources.read`.  So the
 lookup itself, the validation of every id before anything is read, the
 deduplication, the row cache and the statistics are the library's, the same
 as for every other table; this module only moves bytes.
 
-How a read works (``_Client.read``), and why:
+How a read works (``_Client.read_group``), and why:
 
 * **Staging.**  ``get_into_ranges`` writes only into memory registered with
   the client, and the seam hands ``read_rows`` a fresh buffer per call
@@ -48,13 +50,16 @@ How a read works (``_Client.read``), and why:
   ``row_bytes`` bytes; anything else (a short read, an error code, a
   malformed result) fails the read naming the key.  A missing object is an
   error, never an empty or stale row.
-* **Sizes checked (the layer API).**  The layer API's keys are the same
-  for every populate, so after each read (and after a read that failed
-  for a missing object or a range past an object's end) one more call,
-  batch_get_replica_desc, checks that every object read still has its
-  table's size: one replaced by another layout fails the read, naming both
-  sizes, before any of its bytes is used, and the layer is opened again at
-  the next lookup (Sources).
+* **Sizes checked after every read.**  After each read (and after a read
+  that failed for a missing object or a range past an object's end) one
+  more call, batch_get_replica_desc, checks that every object read still
+  exists with its size, before any of its bytes is used (Sources).  The
+  layer API's keys are the same for every populate: an object replaced by
+  another layout fails the read, naming both sizes, and the layer is
+  opened again at the next lookup.  The table API's chunk keys are never
+  used again, but its removals delete chunks at once (leases or not), and
+  Mooncake gives their memory to the next put: a read that raced one may
+  hold other bytes, and the chunk no longer exists after it.
 * **Retries with a deadline.**  Errors Mooncake reports for passing
   conditions (RPC failures and timeouts, transfer failures, leases,
   replicas not ready) are retried with backoff until ``read_deadline``
@@ -87,19 +92,15 @@ How a read works (``_Client.read``), and why:
 from __future__ import annotations
 
 import errno as _errno
-import hashlib
-import json
-import os
 import threading
 import time
 import weakref
-import zlib
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from . import _engram
-from ._engram import (EngramError, LayoutMismatchError, StateError, TableExistsError,
+from ._engram import (EngramError, LayoutMismatchError, StateError,
                       TableNotFoundError)
 
 # Mooncake's error codes (mooncake-store's ErrorCode) that this module
@@ -182,8 +183,8 @@ def is_mooncake_client(obj: object) -> bool:
     """A Mooncake Store client, by what it can do (engramstore never
     imports mooncake itself)."""
     return all(callable(getattr(obj, m, None)) for m in
-               ("get_into_ranges", "batch_put_from", "batch_is_exist", "register_buffer",
-                "unregister_buffer", "remove", "get_size"))
+               ("get_into_ranges", "batch_get_into", "batch_put_from", "batch_is_exist",
+                "register_buffer", "unregister_buffer", "remove", "get_size"))
 
 
 def _numpy() -> Any:
@@ -407,18 +408,6 @@ class _Client:
                 first = err
         if first is not None:
             raise first
-
-    def read_bytes(self, key: str, size: int, out: Any) -> None:
-        """Reads bytes [0, size) of object `key` into out (uint8 [size]),
-        one staging buffer at a time (verify)."""
-        with self.lock:
-            stage = self._staging(1)
-            step = len(stage)
-            for off in range(0, size, step):
-                m = min(step, size - off)
-                self._read_chunk([key], m, stage.ctypes.data, [[0]], [[off]],
-                                 time.monotonic() + self.read_deadline)
-                out[off:off + m] = stage[:m]
 
     def _read_chunk(self, keys: list[str], row_bytes: int, ptr: int, dsts: list[list[int]],
                     srcs: list[list[int]], deadline: float) -> None:
@@ -660,80 +649,106 @@ class Sources:
     bounded call sequence: one Mooncake call per lookup, not one per head,
     which is what a ranged read costs most.
 
-    With check_sizes (the layer API, whose keys are the same for every
-    populate), a read is followed by one more call that checks that every
-    object it read still has its table's size, and a read that failed for
-    a missing object or a range past an object's end is followed by it
-    too: an object replaced behind the store's back by one of another size
-    fails the read naming both sizes, before any of its bytes is used.
-    on_gone(key) is then told the key, so that the store opens its tables
-    again.  (The table API needs no such call: each populate's rows have a
-    key of their own, whose existence every lookup checks.)"""
+    A table is one object (the layer API's) or a run of chunk objects of
+    chunk_rows rows each, the last one shorter (the table API's
+    publications): a read maps each row to its chunk's object and the
+    row's place in it, and the objects of the whole group are what
+    _Client.read_group reads.
+
+    With check_sizes, a read is followed by one more call that checks
+    that every object it read still has its size, and a read that failed
+    for a missing object or a range past an object's end is followed by
+    it too: an object replaced behind the store's back by one of another
+    size, or removed while it was read (a forced removal lets the memory
+    go while a read runs), fails the read, naming both sizes, before any
+    of its bytes is used.  on_gone(key) is then told the key, so that the
+    store opens its tables again."""
 
     def __init__(self, client: _Client, check_sizes: bool = False,
                  on_gone: Callable[[str], None] | None = None) -> None:
         self.c = client
-        self.keys: dict[int, list[str]] = {}  # row_bytes -> [Mooncake key of the group's table i]
-        self.nbytes: dict[int, list[int]] = {}  # row_bytes -> [bytes of the group's table i]
+        # row_bytes -> (the group's objects, their sizes in bytes, per
+        # table i: the index of its first object, its rows per object);
+        # replaced whole when a table is added, so a read takes one view.
+        self.groups: dict[int, tuple[list[str], list[int], Any, Any]] = {}
         self.fns: dict[int, Callable[[Any, Any, Any], None]] = {}  # row_bytes -> its read_rows
         self.lock = threading.Lock()
         self.check_sizes = check_sizes
         self.on_gone = on_gone
 
-    def add(self, store: TableStore, name: str, num_rows: int, row_bytes: int, key: str,
-            cache_bytes: int) -> None:
-        """Adds source table `name` of `store` serving object `key`."""
+    def add(self, store: TableStore, name: str, num_rows: int, row_bytes: int,
+            keys: list[str], chunk_rows: int, cache_bytes: int) -> None:
+        """Adds source table `name` of `store`: its rows in objects `keys`,
+        chunk_rows rows each (the last one the rest)."""
+        np = self.c.np
+        assert len(keys) == -(-num_rows // chunk_rows), (len(keys), num_rows, chunk_rows)
         with self.lock:
-            keys = self.keys.setdefault(row_bytes, [])
-            nbytes = self.nbytes.setdefault(row_bytes, [])
+            old = self.groups.get(row_bytes)
+            ks, sizes, first, rows = old if old is not None else \
+                ([], [], np.zeros(0, np.int64), np.zeros(0, np.uint64))
             fn = self.fns.get(row_bytes)
             if fn is None:
                 def fn(rows: Any, out: Any, tables: Any,
                        _read: Callable[..., None] = self.read, _r: int = row_bytes) -> None:
                     _read(_r, rows, out, tables)
                 self.fns[row_bytes] = fn
-            # The key is in place before the table can be looked up.
-            keys.append(key)
-            nbytes.append(num_rows * row_bytes)
+            last = num_rows - (len(keys) - 1) * chunk_rows
+            # The objects are in place before the table can be looked up.
+            self.groups[row_bytes] = (
+                ks + list(keys),
+                sizes + [chunk_rows * row_bytes] * (len(keys) - 1) + [last * row_bytes],
+                np.append(first, np.int64(len(ks))), np.append(rows, np.uint64(chunk_rows)))
             try:
                 idx = store.add_source(name, {"num_rows": num_rows, "row_bytes": row_bytes}, fn,
                                        cache_bytes=cache_bytes, group="mooncake")
             except BaseException:
-                keys.pop()
-                nbytes.pop()
+                if old is None:
+                    del self.groups[row_bytes]
+                else:
+                    self.groups[row_bytes] = old
                 raise
-            assert idx == len(keys) - 1, (idx, len(keys))
+            assert idx == len(first), (idx, len(first))
 
     def read(self, row_bytes: int, rows: Any, out: Any, tables: Any) -> None:
-        """The group's read_rows: _Client.read_group, then (check_sizes)
-        the size check of the objects read."""
-        keys = self.keys[row_bytes]
+        """The group's read_rows: each row to its object, _Client.read_group,
+        then (check_sizes) the size check of the objects read."""
+        np = self.c.np
+        keys, sizes, first, per = self.groups[row_bytes]
+        tables = np.asarray(tables)
+        rows = np.asarray(rows)
+        if len(keys) != len(first):  # some table is in more than one object
+            cr = per[tables]
+            objs = (first[tables] + (rows // cr).astype(np.int64)).astype(np.uint32)
+            rows = rows % cr
+        else:
+            objs = tables
         try:
-            self.c.read_group(keys, row_bytes, rows, out, tables)
+            self.c.read_group(keys, row_bytes, rows, out, objs)
         except MooncakeError as e:
             if self.check_sizes and e.code in (OBJECT_NOT_FOUND, INVALID_PARAMS):
-                self._check(row_bytes, tables, e)
+                self._check(keys, sizes, objs, e)
             raise
         if self.check_sizes:
-            self._check(row_bytes, tables, None)
+            self._check(keys, sizes, objs, None)
 
-    def _check(self, row_bytes: int, tables: Any, cause: BaseException | None) -> None:
-        """Raises MooncakeError naming the first object read (tables: the
-        group's indices) whose size is not its table's, after telling
-        on_gone."""
-        idx = self.c.np.unique(tables).tolist()
-        keys = [self.keys[row_bytes][i] for i in idx]
-        have = self.c.sizes(keys)
-        for i, key in zip(idx, keys):
-            want = self.nbytes[row_bytes][i]
+    def _check(self, keys: list[str], sizes: list[int], objs: Any,
+               cause: BaseException | None) -> None:
+        """Raises MooncakeError naming the first object read (objs: their
+        indices) whose size is not the one its table was opened with,
+        after telling on_gone."""
+        idx = self.c.np.unique(objs).tolist()
+        read = [keys[i] for i in idx]
+        have = self.c.sizes(read)
+        for i, key in zip(idx, read):
+            want = sizes[i]
             if have[key] == {want}:
                 continue
             if self.on_gone is not None:
                 self.on_gone(key)
             if not have[key]:
                 raise MooncakeError(key, "not in the store", OBJECT_NOT_FOUND) from cause
-            sizes = " or ".join(str(x) for x in sorted(have[key]))
-            raise MooncakeError(key, f"holds {sizes} bytes, not the {want} of the table "
+            got = " or ".join(str(x) for x in sorted(have[key]))
+            raise MooncakeError(key, f"holds {got} bytes, not the {want} of the table "
                                 f"opened on it: replaced behind this store's back") from cause
 
 
@@ -749,228 +764,8 @@ def cache_shares(cache_bytes: int, sizes: list[int]) -> tuple[int, list[int]]:
     return cache_bytes + cache_bytes // 7 + (64 << 10), shares
 
 
-def crc32(buf: Any, crc: int = 0) -> int:
-    """zlib.crc32(buf, crc) of a contiguous buffer: its 16-byte blocks
-    folded with PCLMULQDQ where the CPU has it (_engram._crc32, several
-    times zlib's speed), the rest by zlib.  Releases the GIL."""
-    crc, done = _engram._crc32(buf, crc)
-    mv = memoryview(buf).cast("B")
-    return zlib.crc32(mv[done:], crc) if done < len(mv) else crc
-
-
-def checksum(arr: Any) -> int:
-    """CRC-32 of a C-contiguous array's bytes, in 64 MiB steps."""
-    mv = memoryview(arr).cast("B")
-    crc, step = 0, 64 << 20
-    for i in range(0, len(mv), step):
-        crc = crc32(mv[i:i + step], crc)
-    return crc
-
-
-class TableWriter:
-    """The Mooncake half of the table API, the objects of a namespace:
-
-    ``{ns}/.index/{k}``       entry k = 0, 1, ... of the namespace's index,
-                              ``{"format", "name", "writer"}``: one per
-                              populate, written create-only before its rows;
-                              k is that populate's epoch, writer (16 random
-                              hex digits) its nonce
-    ``{ns}/{name}@{k}.{nonce}`` the rows of the populate of epoch k
-    ``{ns}/.manifest/{name}`` the published table: spec, CRC-32, epoch,
-                              nonce and key of its rows, written create-only
-                              last
-
-    A name never starts with '.' and has no '@', so no table's key is
-    another object's.  The index is how a store lists the namespace
-    (Mooncake has no key listing): entry k is written only by a writer
-    that saw entry k - 1, so the entries are numbered without gaps, and a
-    reader finds the new ones by probing the keys after the last it knows.
-    Their names are candidates; a table is published while its manifest
-    exists.  The rows' key is what ties a reader's cached rows to one
-    populate: a table removed and populated again has new rows under a new
-    key, and the old key no longer exists.  The epoch alone would not do:
-    the index is made of Mooncake objects too, and once they are lost (the
-    segment that held them left, a master restarted empty) the next
-    populate takes epoch 0 again; the nonce keeps its key new."""
-
-    def __init__(self, client: _Client, namespace: str) -> None:
-        check_name(namespace, "namespace")
-        self.c = client
-        self.ns = namespace
-        self.lock = threading.Lock()
-        self.entries: dict[int, str] = {}  # index entries read so far (never rewritten)
-        self.nonces: dict[int, str | None] = {}  # their writers' nonces
-        self.next = 0  # the first index key not known to exist
-
-    def data_key(self, name: str, epoch: int | None, nonce: str | None = None) -> str:
-        """The key of the rows of table `name` populated at `epoch` with
-        `nonce` (epoch None: a table of the first manifest format, which
-        had no epochs; nonce None: of the second, which had no nonces)."""
-        if epoch is None:
-            return f"{self.ns}/{name}"
-        return f"{self.ns}/{name}@{epoch}" + ("" if nonce is None else f".{nonce}")
-
-    def manifest_key(self, name: str) -> str:
-        return f"{self.ns}/.manifest/{name}"
-
-    def index_key(self, k: int) -> str:
-        return f"{self.ns}/.index/{k}"
-
-    def read_manifest(self, name: str) -> dict[str, Any] | None:
-        """The manifest dict of a published table (with "key", the key of
-        its rows, and "epoch"), or None."""
-        key = self.manifest_key(name)
-        if not self.c.exist([key])[key]:
-            return None
-        raw = self.c.mc.get(key)
-        if not raw:
-            return None  # removed since (Mooncake reads a missing key as empty)
-        try:
-            m: dict[str, Any] = json.loads(bytes(raw).decode())
-            fmt = m.get("format")
-            if fmt == MANIFEST_FORMAT_1:
-                m["epoch"] = None
-            elif fmt == MANIFEST_FORMAT_2:
-                m["nonce"] = None
-            elif fmt != MANIFEST_FORMAT:
-                raise ValueError(f"unknown format {fmt!r}")
-            int(m["num_rows"]), int(m["row_bytes"]), int(m["crc32"])
-            epoch, nonce = m["epoch"], m.get("nonce")
-            if epoch is not None and (not isinstance(epoch, int) or epoch < 0):
-                raise ValueError(f"epoch {epoch!r}")
-            if fmt == MANIFEST_FORMAT and not _is_nonce(nonce):
-                raise ValueError(f"nonce {nonce!r}")
-            want = self.data_key(name, epoch, nonce)
-            if m.setdefault("key", want) != want:
-                raise ValueError(f"key {m['key']!r} is not {want!r}")
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
-            raise _error(_engram.CorruptTableError, _engram.ECORRUPT,
-                         f"{key}: not a table manifest ({e})") from None
-        return m
-
-    # -- the index -----------------------------------------------------------
-
-    def scan(self) -> dict[int, str]:
-        """Reads the index entries written since the last scan; returns
-        all of them ({epoch: name})."""
-        with self.lock:
-            while True:
-                keys = [self.index_key(k) for k in range(self.next, self.next + INDEX_PROBE)]
-                have = self.c.exist(keys)
-                found = [k for k in keys if have[k]]
-                if not found:
-                    return dict(self.entries)
-                raws = self.c.mc.get_batch(found)
-                if len(raws) != len(found):
-                    raise MooncakeError(found[0], f"get_batch answered {len(raws)} of "
-                                        f"{len(found)} keys")
-                for key, raw in zip(found, raws):
-                    k = int(key.rsplit("/", 1)[1])
-                    if raw:  # else removed since it was probed: not an entry
-                        self.entries[k], self.nonces[k] = self._entry(key, raw)
-                    # Past it even if removed since: the numbers go on after
-                    # a gap (an entry Mooncake evicted), up to INDEX_PROBE.
-                    self.next = max(self.next, k + 1)
-
-    def _entry(self, key: str, raw: Any) -> tuple[str, str | None]:
-        """(name, nonce) of an index entry; nonce None where its writer is
-        no nonce (it then named no rows' key)."""
-        try:
-            e = json.loads(bytes(raw).decode())
-            if e.get("format") != INDEX_FORMAT:
-                raise ValueError(f"unknown format {e.get('format')!r}")
-            nonce = e.get("writer")
-            return check_name(e["name"]), nonce if _is_nonce(nonce) else None
-        except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError,
-                EngramError) as e:
-            raise _error(_engram.CorruptTableError, _engram.ECORRUPT,
-                         f"{key}: not an index entry of the namespace ({e})") from None
-
-    def claim(self, name: str, config: object) -> tuple[int, str]:
-        """Writes a new index entry for a populate of `name`; returns its
-        number, the populate's epoch, and its nonce.  Create-only: Mooncake
-        answers a put to an existing key with success without writing it,
-        so the entry is read back to know whether this writer got the
-        number, and the next one is tried if not."""
-        nonce = os.urandom(8).hex()
-        entry = json.dumps({"format": INDEX_FORMAT, "name": name, "writer": nonce}).encode()
-        blob = self.c.np.frombuffer(entry, self.c.np.uint8).copy()
-        self.scan()
-        for _ in range(PUBLISH_TRIES):
-            with self.lock:
-                k = self.next
-            key = self.index_key(k)
-            rc = self.c.put([key], [blob], config)[0]
-            if rc != 0 and rc != OBJECT_ALREADY_EXISTS:
-                raise MooncakeError(key, "index entry upload failed", rc)
-            got = self.c.mc.get(key)
-            with self.lock:
-                if got:
-                    self.entries[k], self.nonces[k] = self._entry(key, got)
-                    self.next = max(self.next, k + 1)
-            if bytes(got) == entry:
-                return k, nonce
-            self.scan()
-        raise MooncakeError(self.index_key(k), f"no free index entry after {PUBLISH_TRIES} "
-                            "tries (as many writers populating at once?)")
-
-    def epochs(self, name: str) -> list[int]:
-        """The epochs of the index's populates of `name`."""
-        return sorted(k for k, n in self.scan().items() if n == name)
-
-    def populate_keys(self, name: str) -> list[str]:
-        """The keys the rows of the index's populates of `name` may have
-        (of this format, and of the second where the entry has no nonce or
-        was written by it)."""
-        keys = []
-        for k in self.epochs(name):
-            keys.append(self.data_key(name, k))
-            with self.lock:
-                nonce = self.nonces.get(k)
-            if nonce is not None:
-                keys.append(self.data_key(name, k, nonce))
-        return keys
-
-    # -- publication ---------------------------------------------------------
-
-    def publish(self, name: str, rows: Any, config: object = None) -> dict[str, Any]:
-        """Uploads a packed C-contiguous [N, R] array as table `name`,
-        create-only: an index entry (the epoch), the rows, the manifest
-        last, so a reader never sees a table whose rows are not all there."""
-        mkey = self.manifest_key(name)
-        if self.c.exist([mkey])[mkey]:
-            raise _error(TableExistsError, _errno.EEXIST, f"table '{name}' exists in the "
-                         f"Mooncake namespace '{self.ns}'")
-        epoch, nonce = self.claim(name, config)
-        dkey = self.data_key(name, epoch, nonce)
-        manifest = {"format": MANIFEST_FORMAT, "num_rows": int(rows.shape[0]),
-                    "row_bytes": int(rows.shape[1]), "crc32": checksum(rows),
-                    "epoch": epoch, "nonce": nonce, "key": dkey,
-                    "writer": os.urandom(8).hex()}
-        blob = self.c.np.frombuffer(json.dumps(manifest).encode(), self.c.np.uint8).copy()
-        rc = self.c.put([dkey], [rows], config)[0]
-        if rc != 0:
-            self.c.rollback([dkey])
-            raise MooncakeError(dkey, "upload failed", rc)
-        rc = self.c.put([mkey], [blob], config)[0]
-        won = False
-        try:
-            # Mooncake reports success for a put to an existing key without
-            # writing it: read the manifest back to know whether this
-            # writer won.
-            won = self.read_manifest(name) == manifest
-        finally:
-            if not won:
-                self.c.rollback([dkey])  # this populate's rows only: the key is its own
-        if not won and rc not in (0, OBJECT_ALREADY_EXISTS):
-            raise MooncakeError(mkey, "manifest upload failed", rc)
-        if not won:
-            raise _error(TableExistsError, _errno.EEXIST,
-                         f"table '{name}' was published by another writer at the same time")
-        return manifest
-
-
 from . import TableStore, _spec_kwargs  # noqa: E402  (defined before this module is imported)
+from ._mckv import MooncakeKV  # noqa: E402  (it reads this module's _Client)
 from ._types import ArrayArg, MooncakeClient, MooncakeStoreOptions, TableSpecArg  # noqa: E402
 
 if TYPE_CHECKING:
@@ -978,35 +773,87 @@ if TYPE_CHECKING:
 
     from ._engram import TableSpec
 
+CHUNK_BYTES = 256 << 20  # a table's chunk objects, at most (the protocol's limit: 512 MiB)
+PUSH_TTL_MS = 120_000    # a populate that shows no life this long may be settled by gc
+
+
+class _Publisher:
+    """A namespace's publications, through the library's protocol
+    (_engram._Publication) over MooncakeKV; a populate with a
+    ReplicateConfig of its own gets a MooncakeKV of its own for the call."""
+
+    def __init__(self, mc: Any, ns: str, chunk_bytes: int, read_deadline: float) -> None:
+        self.mc, self.ns = mc, ns
+        self.chunk_bytes, self.read_deadline = chunk_bytes, read_deadline
+        self.where = f"the Mooncake namespace '{ns}'"
+        self.kv = MooncakeKV(mc, ns, read_deadline=read_deadline)
+        self.p = self._publication(self.kv)
+
+    def _publication(self, kv: MooncakeKV) -> Any:
+        return _engram._Publication(kv, self.where, self.chunk_bytes, PUSH_TTL_MS)
+
+    def pub(self) -> Any:
+        return self.p
+
+    def manifest(self, name: str) -> dict[str, Any] | None:
+        """The manifest of published table `name`, or None."""
+        try:
+            m: dict[str, Any] = self.p.manifest(name)
+        except TableNotFoundError:
+            return None
+        return m
+
+    def chunk_keys(self, m: Mapping[str, Any]) -> list[str]:
+        """The objects of a publication's chunks, in order."""
+        return [self.kv.piece_key(m["name"], m["epoch"], i) for i in range(m["nchunks"])]
+
+    def push(self, name: str, rows: Any, config: object) -> None:
+        if config is None:
+            self.p.push(name, rows)
+            return
+        kv = MooncakeKV(self.mc, self.ns, config=config, read_deadline=self.read_deadline)
+        try:
+            self._publication(kv).push(name, rows)
+        finally:
+            kv.close()
+
+    def close(self) -> None:
+        """Hands the staging buffer back (no call into the client)."""
+        self.kv.close()
+
+
 _TABLE_OPTIONS = frozenset(("cache_bytes", "cache_keep_all", "threads", "timing"))
 
 
 class MooncakeTableStore(TableStore):
     """The table API over a Mooncake Store: ``EngramStore(tables=...,
     namespace=..., store_client=client, cache_bytes=0, cache_keep_all=False,
-    threads=0, timing=False, read_deadline=5.0, max_ranges=8192)``.
+    threads=0, timing=False, read_deadline=5.0, max_ranges=8192,
+    chunk_bytes=256 MiB)``.
 
-    Table ``name`` is the object ``{namespace}/{name}@{epoch}.{nonce}``
-    (its rows packed, ``num_rows * row_bytes`` bytes) with a manifest
-    ``{namespace}/.manifest/{name}`` (spec, CRC-32, epoch, nonce) written
-    after it: a table is visible once its manifest is.  Each populate takes
-    a new epoch, and a random nonce, from the namespace's index
-    (``{namespace}/.index/{k}``), which is also how ``list_tables`` finds
-    the tables other processes published.
-    Lookups go through the library's lookup over source tables, so they
-    have the table API's whole contract; ``cache_bytes`` is a row cache
-    budget shared by the tables in proportion to their size (once full, a
-    cache keeps a row only if it was asked for twice lately;
-    ``cache_keep_all=True`` keeps every row read).  Every lookup
-    first checks (one existence call for all its tables) that the rows it
-    has open are still the published ones, so rows cached here are never
-    served after their table was removed, or removed and populated again,
-    by any process."""
+    Tables are published by the library's publication protocol, the same
+    as a Redis Cluster's (docs/format.md, "The publication protocol"):
+    over the namespace as MooncakeKV lays it out (engramstore._mckv), a
+    table's record holds its manifest (spec, chunking, epoch, an XXH3-64
+    per chunk and of the whole), and its rows are chunk objects
+    ``{namespace}/.chunk/{name}/{epoch:016x}/{i}`` of ``chunk_bytes`` at
+    most, written before the manifest is: a table is visible once its
+    manifest is, and each populate's chunks have keys of their own (the
+    epoch is 64 random bits).  Lookups go through the library's lookup over
+    source tables, so they have the table API's whole contract;
+    ``cache_bytes`` is a row cache budget shared by the tables in
+    proportion to their size (once full, a cache keeps a row only if it
+    was asked for twice lately; ``cache_keep_all=True`` keeps every row
+    read).  Every lookup first checks (one existence call for all its
+    tables) that the chunks it has open are still there, so rows cached
+    here are never served after their table was removed, or removed and
+    populated again, by any process."""
 
     def __init__(self, tables: Mapping[str, TableSpecArg] | None = None,
                  namespace: str | None = None, local_dir: None = None, *,
                  store_client: MooncakeClient, read_deadline: float = READ_DEADLINE,
                  max_ranges: int = MAX_RANGES, read_calls: int | None = None,
+                 chunk_bytes: int = CHUNK_BYTES,
                  **options: Unpack[MooncakeStoreOptions]) -> None:
         if local_dir is not None:
             raise TypeError("local_dir: a store on a Mooncake store_client has no local "
@@ -1019,23 +866,28 @@ class MooncakeTableStore(TableStore):
                             f"store_client (options: {', '.join(sorted(_TABLE_OPTIONS))})")
         if tables is not None and not isinstance(tables, dict):
             raise TypeError(f"tables: expected a dict of name -> spec, got {type(tables).__name__}")
+        _positive("chunk_bytes", chunk_bytes)
         self._cache_total = options.get("cache_bytes", 0) or 0
         budget, _ = cache_shares(self._cache_total, [1])
         client = _Client(store_client, read_deadline=read_deadline, max_ranges=max_ranges,
                          read_calls=read_calls)
-        writer = TableWriter(client, namespace)
+        pubs = _Publisher(store_client, check_name(namespace, "namespace"), chunk_bytes,
+                          read_deadline)
         opts: dict[str, Any] = dict(options, cache_bytes=budget)
         super().__init__(None, None, None, **opts)
         self._mc = client
-        self._sources = Sources(client)
-        self._w = writer
+        # Every read confirmed by the chunks read still being there with
+        # their sizes: a chunk removed (at once, leases or not) while it was
+        # read may have given other bytes.
+        self._sources = Sources(client, check_sizes=True)
+        self._p = pubs
         self._declared: dict[str, tuple[int, int]] = {}  # name -> (num_rows, row_bytes)
         # Published tables this store reads: name -> (its source table in
-        # the memory store, the key of its rows).  One source table per
-        # populate (epoch) read, each with its own row cache: the source
-        # table of an epoch that is gone stays in the memory store until
-        # close() (the library cannot drop a source table), but under a
-        # name no lookup is given again.
+        # the memory store, the key of its first chunk).  One source table
+        # per publication (epoch) read, each with its own row cache: the
+        # source table of an epoch that is gone stays in the memory store
+        # until close() (the library cannot drop a source table), but
+        # under a name no lookup is given again.
         self._open: dict[str, tuple[str, str]] = {}
         self._internal: set[str] = set()  # every source table's name
         # Names open here before, and why they are not any more (removed
@@ -1056,7 +908,7 @@ class MooncakeTableStore(TableStore):
     @property
     def namespace(self) -> str:
         """The namespace: the prefix of the tables' Mooncake keys."""
-        return self._w.ns
+        return self._p.ns
 
     @property
     def store_client(self) -> MooncakeClient:
@@ -1081,7 +933,7 @@ class MooncakeTableStore(TableStore):
                              f"(row_pitch 0 or {row_bytes})")
         self._declared[name] = (num_rows, row_bytes)
         if name not in self._open:
-            m = self._w.read_manifest(name)
+            m = self._p.manifest(name)
             if m is not None:
                 self._check_spec(name, m)
                 self._add(name, m)
@@ -1095,18 +947,19 @@ class MooncakeTableStore(TableStore):
 
     def _add(self, name: str, m: dict[str, Any]) -> None:
         """Opens published table `name` (manifest m) as a new source table,
-        unless another thread opened the same rows meanwhile."""
-        n, r, key = m["num_rows"], m["row_bytes"], m["key"]
+        unless another thread opened the same publication meanwhile."""
+        n, r, cr = m["num_rows"], m["row_bytes"], m["chunk_rows"]
+        keys = self._p.chunk_keys(m)
         try:
-            self._mc.check_size(key, n * r)
+            self._mc.check_size(keys[0], min(cr, n) * r)
         except TableNotFoundError:
             raise _error(TableNotFoundError, _errno.ENOENT,
                          f"table '{name}': its manifest is in the Mooncake Store, its rows "
-                         f"({key}) are not: removed (by any process), or lost with the memory "
-                         f"segment that held them{_SEGMENTS}") from None
+                         f"({keys[0]}) are not: removed (by any process), or lost with the "
+                         f"memory segment that held them{_SEGMENTS}") from None
         with self._state:
             self._gone.pop(name, None)
-            if self._open.get(name, ("", ""))[1] == key:
+            if self._open.get(name, ("", ""))[1] == keys[0]:
                 return
             if name not in self._declared and name not in self._open:
                 self._known_bytes += n * r
@@ -1119,15 +972,17 @@ class MooncakeTableStore(TableStore):
             while internal in self._internal:
                 g += 1
                 internal = f"{name}..{g}"
-            self._sources.add(self, internal, n, r, key, share)
+            self._sources.add(self, internal, n, r, keys, cr, share)
             self._internal.add(internal)
-            self._open[name] = (internal, key)
+            self._open[name] = (internal, keys[0])
 
-    def _refresh(self, tables: Sequence[object]) -> None:
+    def _refresh(self, tables: Sequence[object], deep: bool = False) -> None:
         """Makes the lookup of `tables` read the tables published now: a
-        table whose rows' key is gone (removed, or removed and populated
+        table whose first chunk is gone (removed, or removed and populated
         again, by any process) is closed, and published tables not open are
-        opened from their manifests."""
+        opened from their manifests.  deep (after a read found a chunk
+        missing): a table is closed unless its manifest still names the
+        publication open (a removal may have left its first chunk)."""
         if self.closed:
             return  # the lookup raises StoreClosedError
         names = [t for t in dict.fromkeys(tables) if isinstance(t, str) and _valid_name(t)]
@@ -1135,6 +990,10 @@ class MooncakeTableStore(TableStore):
             held = {n: self._open[n][1] for n in names if n in self._open}
         if held:
             have = self._mc.exist(list(held.values()))
+            for n, key in held.items() if deep else ():
+                m = self._p.manifest(n)
+                if m is None or self._p.kv.piece_key(n, m["epoch"], 0) != key:
+                    have[key] = False
             with self._state:
                 for n, key in held.items():
                     if not have[key] and self._open.get(n, ("", ""))[1] == key:
@@ -1144,7 +1003,7 @@ class MooncakeTableStore(TableStore):
                                          f"held them{_SEGMENTS}")
         for n in names:
             if n not in self._open:
-                m = self._w.read_manifest(n)
+                m = self._p.manifest(n)
                 if m is not None:
                     self._check_spec(n, m)
                     self._add(n, m)
@@ -1152,8 +1011,9 @@ class MooncakeTableStore(TableStore):
     def populate(self, name: str, rows: ArrayArg, config: object = None) -> None:
         """Publishes ``rows`` (uint8 ``[num_rows, row_bytes]``, row stride
         >= row_bytes) as table ``name``, create-only: TableExistsError if
-        it is published (by any process).  ``config`` is a
-        ``mooncake.store.ReplicateConfig`` for the upload.  Rows with a
+        it is published, or being populated, by any process.  ``config``
+        is a ``mooncake.store.ReplicateConfig`` for the upload (its
+        ``with_hard_pin = True`` keeps Mooncake from evicting the table).  Rows with a
         stride wider than row_bytes are uploaded from a packed copy."""
         check_name(name)
         np = self._mc.np
@@ -1170,8 +1030,10 @@ class MooncakeTableStore(TableStore):
         if n == 0 or r == 0:
             raise _error(_engram.SpecError, _engram.ESPEC, f"{name}: empty table {arr.shape}")
         packed = arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
-        m = self._w.publish(name, packed, config)
-        self._add(name, m)
+        self._p.push(name, packed, config)
+        m = self._p.manifest(name)
+        if m is not None:  # else removed at once by another process
+            self._add(name, m)
 
     def lookup(self, tables: Sequence[str], ids: ArrayArg,
                out: ArrayArg | None = None, offsets: Sequence[int] | ArrayArg | None = None,
@@ -1194,7 +1056,7 @@ class MooncakeTableStore(TableStore):
             cause = e.__cause__
             if not (isinstance(cause, MooncakeError) and cause.code == OBJECT_NOT_FOUND):
                 raise
-        self._refresh(tables)
+        self._refresh(tables, deep=True)
         return super().lookup(self._internal_names(tables), ids, out, offsets, stream,
                               zero_dead=zero_dead)
 
@@ -1227,10 +1089,11 @@ class MooncakeTableStore(TableStore):
 
     def get_table_spec(self, name: str) -> TableSpec:
         """``{"num_rows", "row_bytes", "row_pitch", "stored", "kind": "mooncake",
-        "key", "epoch", "crc32"}`` of a published table (key: the object of
-        its rows, epoch: its populate's number in the namespace's index);
-        declared-only names give ``stored: False``."""
-        m = self._w.read_manifest(check_name(name))
+        "epoch", "checksum", "created_ns", "chunk_rows", "chunk_keys"}`` of a
+        published table (epoch: its publication's, checksum: the XXH3-64 of
+        its rows, chunk_keys: the objects of its rows); declared-only names
+        give ``stored: False``."""
+        m = self._p.manifest(check_name(name))
         if m is None:
             if name in self._declared:
                 n, r = self._declared[name]
@@ -1240,66 +1103,57 @@ class MooncakeTableStore(TableStore):
                          f"table '{name}' is not in the Mooncake namespace '{self.namespace}'")
         return {"num_rows": m["num_rows"], "row_bytes": m["row_bytes"],
                 "row_pitch": m["row_bytes"], "stored": True, "kind": "mooncake",
-                "key": m["key"], "epoch": m["epoch"], "crc32": m["crc32"]}
+                "epoch": m["epoch"], "checksum": m["checksum"], "created_ns": m["created_ns"],
+                "chunk_rows": m["chunk_rows"], "chunk_keys": self._p.chunk_keys(m)}
 
     def list_tables(self) -> list[str]:
-        """The tables published in the namespace, by any process, sorted:
-        those the namespace's index names whose manifest exists (and tables
-        of the first manifest format this store opened)."""
-        names = set(self._w.scan().values())
-        with self._state:
-            names.update(self._open)
-        if not names:
-            return []
-        keys = {n: self._w.manifest_key(n) for n in sorted(names)}
-        have = self._mc.exist(list(keys.values()))
-        return [n for n, k in keys.items() if have[k]]
+        """The tables published in the namespace, by any process, sorted."""
+        return sorted(self._p.pub().list())
 
     def remove(self, name: str, force: bool = False) -> None:
-        """Unpublishes table ``name``: its rows first (readers that have it
-        open get an error, never other rows), then its manifest, then rows
-        of its unfinished populates (a writer that died).  Without
-        ``force`` a lease of a recent read is waited out (up to 15 s);
-        ``force=True`` removes at once.  The name can then be populated
-        again, by any process; rows of the old table cached by any store
-        are never served again."""
+        """Unpublishes table ``name`` (its manifest goes first: no store
+        opens it again), then deletes its chunks and its record.  The
+        chunks go at once, leases of recent reads or not (``force`` is
+        accepted for the table API's signature, and changes nothing): every
+        read of a chunk is confirmed by the chunk still being there after
+        it, so a lookup racing the removal fails, never returns other
+        bytes.  The name can then be populated again, by any process; rows
+        of the old table cached by any store are never served again."""
         check_name(name)
-        m = self._w.read_manifest(name)
-        mkey = self._w.manifest_key(name)
-        had_data = m is not None and self._mc.remove(m["key"], force)
-        had_manifest = self._mc.remove(mkey, force)
-        stale = [k for k in self._w.populate_keys(name) if m is None or k != m["key"]]
-        if stale:
-            have = self._mc.exist(stale)
-            for k in stale:
-                if have[k]:
-                    had_data = self._mc.remove(k, True) or had_data
-        with self._state:
-            if self._open.pop(name, None) is not None:
-                self._gone[name] = "removed (by this store)"
-        if not (had_manifest or had_data):
+        try:
+            self._p.pub().remove(name)
+        except TableNotFoundError as e:
+            if self._p.manifest(name) is not None:
+                raise  # published again meanwhile: the protocol's message says so
             raise _error(TableNotFoundError, _errno.ENOENT,
-                         f"table '{name}' is not in the Mooncake namespace '{self.namespace}'")
+                         f"table '{name}' is not in the Mooncake namespace "
+                         f"'{self.namespace}'") from e
+        finally:
+            with self._state:
+                if self._open.pop(name, None) is not None:
+                    self._gone[name] = "removed (by this store)"
+
+    def gc(self, dry_run: bool = False) -> list[tuple[str, int, str]]:
+        """Settles what populates and removals that died (a killed
+        process, a lost client) left in the namespace: a populate's record
+        idle past its TTL (2 min) and its chunks, a removal's chunks.
+        Returns ``[(name, code, detail)]``: code 0 settled (or would be,
+        with dry_run), 1 kept (still live), negative: failed."""
+        return list(self._p.pub().gc(0, dry_run))
 
     def verify(self, name: str) -> None:
-        """Reads table ``name`` whole and checks it against its manifest's
-        CRC-32 (CorruptTableError on a mismatch)."""
-        m = self._w.read_manifest(check_name(name))
-        if m is None:
+        """Reads table ``name`` whole and checks every chunk and the whole
+        against its manifest's XXH3-64 (CorruptTableError on a mismatch)."""
+        try:
+            self._p.pub().read(check_name(name))
+        except TableNotFoundError:
             raise _error(TableNotFoundError, _errno.ENOENT,
-                         f"table '{name}' is not in the Mooncake namespace '{self.namespace}'")
-        size = m["num_rows"] * m["row_bytes"]
-        key = m["key"]
-        self._mc.check_size(key, size)
-        buf = self._mc.np.empty(size, self._mc.np.uint8)
-        self._mc.read_bytes(key, size, buf)
-        if checksum(buf) != m["crc32"]:
-            raise _error(_engram.CorruptTableError, _engram.ECHECKSUM,
-                         f"table '{name}': {key} does not match its manifest's checksum")
+                         f"table '{name}' is not in the Mooncake namespace "
+                         f"'{self.namespace}'") from None
 
     def populate_shared(self, name: str, rows: ArrayArg, *,
                         timeout: float | None = 600.0) -> bool:
-        """Not for a Mooncake Store: its objects are create-only already;
+        """Not for a Mooncake Store: its tables are create-only already;
         every rank may call :meth:`populate` and the first one wins."""
         raise _error(_engram.StateError, _engram.ESTATE,
                      "populate_shared: for a local namespace; on a Mooncake Store every rank "
@@ -1324,12 +1178,12 @@ class MooncakeTableStore(TableStore):
         return st
 
     def close(self) -> None:
-        """Closes the store (waits for running lookups) and unregisters its
-        staging buffer; the Mooncake client stays the caller's."""
+        """Closes the store (waits for running lookups) and hands its
+        staging buffers back; the Mooncake client stays the caller's."""
         super().close()
-        mc = getattr(self, "_mc", None)
-        if mc is not None:
-            mc.close()
+        for c in (getattr(self, "_mc", None), getattr(self, "_p", None)):
+            if c is not None:
+                c.close()
 
     def __exit__(self, *exc: object) -> None:
         self.close()
@@ -1344,11 +1198,6 @@ class MooncakeTableStore(TableStore):
 _SEGMENTS = ("; a Mooncake object lives in the memory segment of one client (the one "
              "the master placed it in, often its writer's), and goes when that client "
              "closes or its process exits, or when the master restarts")
-
-
-def _is_nonce(x: object) -> bool:
-    """16 lowercase hex digits, as os.urandom(8).hex() writes."""
-    return isinstance(x, str) and len(x) == 16 and set(x) <= set("0123456789abcdef")
 
 
 def _valid_name(name: str) -> bool:
@@ -1380,240 +1229,118 @@ def _rows_array(np: Any, rows: ArrayArg) -> Any:
 # (capacity checked before the first byte, a temporary file published
 # only at commit), and the same meeting of the ranks of a node as
 # engram_pull() (one copies, the others wait for its temporary file and
-# then compare).  This side only reads: the table's rows in large ranged
-# reads, PULL_CALLS of them in flight at once, each into its slot of a
-# registered staging buffer, CRC-32'd by the thread that read it (crc32(),
-# the GIL released), appended in order by the pulling thread; the chunks'
-# CRCs are combined into the table's and checked against the manifest's
-# before fill() returns, so nothing is published otherwise.
-
-PULL_CHUNK_BYTES = 16 << 20  # bytes per ranged read of a pull
-PULL_CALLS = 4               # ranged reads of a pull in flight at once
+# then compare).  The rows come from the protocol's read of a whole table
+# (_Publication.read_into, the read a Redis Cluster's pull makes): its
+# chunks read in batches while the batch before is checked against the
+# manifest's XXH3-64 of each chunk, the whole checked against its
+# checksum before fill() returns, so nothing is published otherwise.
 
 
-def _gf2_times(mat: list[int], vec: int) -> int:
-    s, i = 0, 0
-    while vec:
-        if vec & 1:
-            s ^= mat[i]
-        vec >>= 1
-        i += 1
-    return s
-
-
-def _gf2_square(mat: list[int]) -> list[int]:
-    return [_gf2_times(mat, m) for m in mat]
-
-
-_shift_cache: dict[int, list[int]] = {}
-
-
-def _crc_shift(nbytes: int) -> list[int]:
-    """The GF(2) matrix that advances a CRC-32 register over nbytes zero
-    bytes (zlib's crc32_combine operator, applied to every basis vector)."""
-    cols = _shift_cache.get(nbytes)
-    if cols is not None:
-        return cols
-    cols = [1 << i for i in range(32)]
-    odd = [0xEDB88320] + [1 << n for n in range(31)]  # one zero bit
-    even = _gf2_square(odd)  # two
-    odd = _gf2_square(even)  # four
-    n = nbytes
-    while n:
-        even = _gf2_square(odd)
-        if n & 1:
-            cols = [_gf2_times(even, c) for c in cols]
-        n >>= 1
-        if not n:
-            break
-        odd = _gf2_square(even)
-        if n & 1:
-            cols = [_gf2_times(odd, c) for c in cols]
-        n >>= 1
-    if len(_shift_cache) < 16:
-        _shift_cache[nbytes] = cols
-    return cols
-
-
-def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
-    """zlib.crc32(a + b) from crc1 = zlib.crc32(a), crc2 = zlib.crc32(b) and
-    len2 = len(b): CRCs of chunks computed apart (on other threads) joined
-    in order."""
-    return _gf2_times(_crc_shift(len2), crc1) ^ crc2
-
-
-def _parallel_crc(view: Any, pool: ThreadPoolExecutor, parts: int) -> int:
-    """CRC-32 of a bytes view, in `parts` pieces on the pool, combined."""
-    n = len(view)
-    step = max(1, -(-n // parts))
-    pieces = [(i, min(step, n - i)) for i in range(0, n, step)]
-    crcs = list(pool.map(lambda p: crc32(view[p[0]:p[0] + p[1]]), pieces))
-    crc = 0
-    for (_, m), c in zip(pieces, crcs):
-        crc = crc32_combine(crc, c, m)
-    return crc
-
-
-def publication_id(key: str) -> int:
-    """The 64-bit identity of a Mooncake Store table's publication, recorded
-    as a pulled table's origin epoch: a digest of its rows' key, which is
-    new with every populate (its epoch and nonce); never 0."""
-    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little") or 1
-
-
-def check_origin(local: TableStore, source: object, name: str, *, namespace: str | None = None
-                 ) -> Literal["current", "republished", "changed", "gone"]:
-    """TableStore.check_origin() against a Mooncake Store: see there."""
-    check_name(name)
-    mc, ns, _ = _pull_source(source, namespace)
-    spec = local.get_table_spec(name)
-    o = spec.get("origin")
-    if o is None:
-        raise _error(EngramError, _errno.EINVAL,
-                     f"table '{name}' of {local.path} records no origin: it was not pulled from "
-                     "a remote namespace")
-    if o["store"] != "mooncake" or o["namespace"] != ns:
-        raise _error(EngramError, _errno.EINVAL,
-                     f"table '{name}' of {local.path} came from namespace '{o['namespace']}' of "
-                     f"a {'Mooncake Store' if o['store'] == 'mooncake' else 'Redis Cluster'}, "
-                     f"not from the Mooncake namespace '{ns}'")
-    c = _Client(mc)
-    try:
-        m = TableWriter(c, ns).read_manifest(name)
-    finally:
-        c.close()
-    if m is None:
-        return "gone"
-    if publication_id(m["key"]) == o["epoch"]:
-        return "current"
-    if (m["num_rows"], m["row_bytes"]) != (spec["num_rows"], spec["row_bytes"]):
-        return "changed"
-    # Published again: the same rows if the local ones have its CRC-32.
-    np = _numpy()
-    n, r, crc = spec["num_rows"], spec["row_bytes"], 0
-    step = max(1, (16 << 20) // r)
-    for at in range(0, n, step):
-        k = min(step, n - at)
-        out = local.lookup([name], np.arange(at, at + k, dtype=np.int64)[:, None])
-        crc = crc32_combine(crc, crc32(np.ascontiguousarray(out).reshape(-1)), k * r)
-    return "republished" if crc == m["crc32"] else "changed"
-
-
-def _pull_source(source: object, namespace: str | None) -> tuple[Any, str, MooncakeTableStore | None]:
-    """(the Mooncake client, the namespace, the MooncakeTableStore if one
-    was given) of a pull's source."""
+def _publisher(source: object, namespace: str | None) -> tuple[_Publisher, bool]:
+    """The _Publisher of a pull's source, and whether it is a new one (to
+    be closed)."""
     if isinstance(source, MooncakeTableStore):
         if namespace is not None:
             raise TypeError("namespace: a MooncakeTableStore pulls from its own namespace "
                             f"({source.namespace!r}); give namespace= only with a client")
         if source.closed:
             raise _error(_engram.StoreClosedError, _engram.ESTATE, "source: the store is closed")
-        return source.store_client, source.namespace, source
+        return source._p, False
     if is_mooncake_client(source):
         if namespace is None:
             raise TypeError("namespace: required to pull from a Mooncake client (the prefix of "
                             "the tables' keys)")
-        return source, check_name(namespace, "namespace"), None
+        return _Publisher(source, check_name(namespace, "namespace"), CHUNK_BYTES,
+                          READ_DEADLINE), True
     raise TypeError(f"source: expected a store opened on a Redis Cluster, a MooncakeTableStore "
                     f"or a mooncake.store.MooncakeDistributedStore, got {type(source).__name__}")
 
 
-def pull(local: TableStore, source: object, name: str, *, namespace: str | None = None,
-         progress: Callable[[int, int], object] | None = None,
-         chunk_bytes: int | None = None, calls: int | None = None) -> bool:
-    """TableStore.pull() from a Mooncake Store: see there.  chunk_bytes and
-    calls (default PULL_CHUNK_BYTES, PULL_CALLS): the bytes of a ranged
-    read and how many are in flight at once."""
+def check_origin(local: TableStore, source: object, name: str, *, namespace: str | None = None
+                 ) -> Literal["current", "republished", "changed", "gone"]:
+    """TableStore.check_origin() against a Mooncake Store: see there."""
     check_name(name)
-    chunk_bytes = PULL_CHUNK_BYTES if chunk_bytes is None else chunk_bytes
-    calls = PULL_CALLS if calls is None else calls
+    p, mine = _publisher(source, namespace)
+    try:
+        spec = local.get_table_spec(name)
+        o = spec.get("origin")
+        if o is None:
+            raise _error(EngramError, _errno.EINVAL,
+                         f"table '{name}' of {local.path} records no origin: it was not pulled "
+                         "from a remote namespace")
+        if o["store"] != "mooncake" or o["namespace"] != p.ns:
+            raise _error(EngramError, _errno.EINVAL,
+                         f"table '{name}' of {local.path} came from namespace "
+                         f"'{o['namespace']}' of a "
+                         f"{'Mooncake Store' if o['store'] == 'mooncake' else 'Redis Cluster'}, "
+                         f"not from the Mooncake namespace '{p.ns}'")
+        m = p.manifest(name)
+    finally:
+        if mine:
+            p.close()
+    if m is None:
+        return "gone"
+    if m["epoch"] == o["epoch"]:
+        return "current"
+    if (m["num_rows"], m["row_bytes"]) != (spec["num_rows"], spec["row_bytes"]):
+        return "changed"
+    # Published again: the same rows if the local ones have its chunks' XXH3-64s.
+    np = _numpy()
+    n, cr = m["num_rows"], m["chunk_rows"]
+    for i, want in enumerate(m["chunk_sums"]):
+        ids = np.arange(i * cr, min(n, (i + 1) * cr), dtype=np.int64)[:, None]
+        if _engram._xxh3_64(np.ascontiguousarray(local.lookup([name], ids))) != want:
+            return "changed"
+    return "republished"
+
+
+def pull(local: TableStore, source: object, name: str, *, namespace: str | None = None,
+         progress: Callable[[int, int], object] | None = None) -> bool:
+    """TableStore.pull() from a Mooncake Store: see there."""
+    check_name(name)
     if progress is not None and not callable(progress):
         raise TypeError(f"progress: expected a callable, got {type(progress).__name__}")
-    _positive("chunk_bytes", chunk_bytes)
-    _positive("calls", calls)
-    mc, ns, _ = _pull_source(source, namespace)
-    where = f"the Mooncake namespace '{ns}'"
-    c = _Client(mc)
-    w = TableWriter(c, ns)
+    p, mine = _publisher(source, namespace)
     try:
-        m = w.read_manifest(name)
-        if m is None:
-            raise _error(TableNotFoundError, _errno.ENOENT, f"table '{name}' is not in {where}")
-        n, r, key, crc_want = m["num_rows"], m["row_bytes"], m["key"], m["crc32"]
-        total = n * r
-        try:
-            c.check_size(key, total)
-        except TableNotFoundError:
-            raise _error(TableNotFoundError, _errno.ENOENT,
-                         f"table '{name}': its manifest is in {where}, its rows ({key}) are "
-                         f"not: removed (by any process), or lost with the memory segment "
-                         f"that held them{_SEGMENTS}") from None
-        rows_per = max(1, min(n, chunk_bytes // r))
-        chunk = rows_per * r
-        nchunks = -(-n // rows_per)
-        slots = min(calls, nchunks)
-        c.stage_bytes = slots * chunk
-        pool = ThreadPoolExecutor(slots, thread_name_prefix="engram-mooncake-pull")
-
-        def changed(why: str) -> EngramError:
-            return _error(EngramError, _errno.EAGAIN,
-                          f"pull '{name}': the table {why} in {where} while it was pulled "
-                          f"(nothing was published); pull it again")
-
-        def same(view: Any) -> bool:
-            return bool(_parallel_crc(view, pool, slots) == crc_want)
-
-        def fill(append: Callable[[Any], None]) -> None:
-            with c.lock:
-                stage = c._staging(slots * chunk)
-                ptr = stage.ctypes.data
-
-                def read(i: int) -> int:
-                    off, at = i * chunk, (i % slots) * chunk
-                    size = min(chunk, total - off)
-                    c._read_chunk([key], size, ptr, [[at]], [[off]],
-                                  time.monotonic() + c.read_deadline)
-                    return crc32(stage[at:at + size])
-
-                futs = {i: pool.submit(read, i) for i in range(slots)}
-                crc = done = 0
-                try:
-                    for i in range(nchunks):
-                        part = futs.pop(i).result()
-                        at, size = (i % slots) * chunk, min(chunk, total - i * chunk)
-                        append(stage[at:at + size].reshape(-1, r))
-                        crc = crc32_combine(crc, part, size)
-                        done += size
-                        if i + slots < nchunks:  # its slot is free again
-                            futs[i + slots] = pool.submit(read, i + slots)
-                        if progress is not None:
-                            progress(done, total)
-                except MooncakeError as e:
-                    if e.code == OBJECT_NOT_FOUND:
-                        raise changed("was removed") from e
-                    raise
-                finally:
-                    # No read may write the staging buffer once it is handed back.
-                    for f in futs.values():
-                        f.cancel()
-                    for f in futs.values():
-                        if not f.cancelled():
-                            f.exception()
-            if crc != crc_want:
-                raise _error(_engram.CorruptTableError, _engram.ECHECKSUM,
-                             f"table '{name}' in {where}: its rows ({key}) do not match its "
-                             f"manifest's CRC-32 ({crc:08x}, the manifest's {crc_want:08x}); "
-                             "nothing was published")
-            now = w.read_manifest(name)
-            if now is None:
-                raise changed("was removed")
-            if now["key"] != key or now["crc32"] != crc_want:
-                raise changed("was replaced")
-
-        try:
-            return bool(local._pull_rows(name, n, r, fill, same, where,
-                                         (ns, publication_id(key), "")))
-        finally:
-            pool.shutdown(wait=True)
+        return _pull(local, p, name, progress)
     finally:
-        c.close()
+        if mine:
+            p.close()
+
+
+def _pull(local: TableStore, p: _Publisher, name: str,
+          progress: Callable[[int, int], object] | None) -> bool:
+    m = p.manifest(name)
+    if m is None:
+        raise _error(TableNotFoundError, _errno.ENOENT, f"table '{name}' is not in {p.where}")
+    n, r, want = m["num_rows"], m["row_bytes"], m["checksum"]
+
+    def fill(append: Callable[[Any], None]) -> None:
+        try:
+            p.pub().read_into(name, append, n, r, want, progress)
+        except TableNotFoundError:
+            raise changed("was removed") from None
+        except EngramError as e:
+            if getattr(e, "errno", None) == _errno.EAGAIN:
+                raise changed("was replaced") from e
+            if getattr(e, "errno", None) == _errno.ENODATA:
+                now = p.manifest(name)  # a chunk gone: removed meanwhile, or lost?
+                if now is None or now["epoch"] != m["epoch"]:
+                    raise changed("was removed" if now is None else "was replaced") from e
+            raise
+        # Still the publication read: else it went meanwhile, and its rows
+        # are no longer what the Store serves under the name.
+        now = p.manifest(name)
+        if now is None or now["epoch"] != m["epoch"]:
+            raise changed("was removed" if now is None else "was replaced")
+
+    def changed(why: str) -> EngramError:
+        return _error(EngramError, _errno.EAGAIN,
+                      f"pull '{name}': the table {why} in {p.where} while it was pulled "
+                      f"(nothing was published); pull it again")
+
+    def same(view: Any) -> bool:
+        return bool(_engram._xxh3_64(view) == want)
+
+    return bool(local._pull_rows(name, n, r, fill, same, p.where, (p.ns, m["epoch"], ""),
+                                 checksum=want))

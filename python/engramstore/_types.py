@@ -66,7 +66,8 @@ class StoreOptions(TypedDict, total=False):
 class MooncakeStoreOptions(TypedDict, total=False):
     """The options of a table store on a Mooncake Store:
     EngramStore(tables=..., namespace=..., store_client=client,
-    read_deadline=..., max_ranges=..., read_calls=..., **options)."""
+    read_deadline=..., max_ranges=..., read_calls=..., chunk_bytes=...,
+    **options)."""
 
     cache_bytes: int
     cache_keep_all: bool

@@ -303,9 +303,9 @@ typedef struct ext_cuda_api {
 #define EXT_CUDA_CAPSULE EXT_CUDA_MODULE "._api"
 #endif
 
-/* crc32.c: _engram._crc32(buf, crc), the Mooncake pull's CRC-32. */
-extern const char ext_crc32_doc[];
-PyObject *ext_crc32(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
+/* publication.c: _engram._xxh3_64(buf), a published table's checksum. */
+extern const char ext_xxh3_64_doc[];
+PyObject *ext_xxh3_64(PyObject *mod, PyObject *buf);
 
 /* The exception being raised, normalised, with its traceback (new
  * reference); clears it.  ext_raise_taken() raises it again (stealing

@@ -836,7 +836,7 @@ static PyMethodDef methods[] = {
     {"check_capacity", (PyCFunction)(void (*)(void))mod_check_capacity, METH_FASTCALL,
      check_capacity_doc},
     {"strerror", mod_strerror, METH_O, strerror_doc},
-    {"_crc32", (PyCFunction)(void (*)(void))ext_crc32, METH_FASTCALL, ext_crc32_doc},
+    {"_xxh3_64", ext_xxh3_64, METH_O, ext_xxh3_64_doc},
     {"default_root", mod_default_root, METH_NOARGS, default_root_doc},
     {"_check_rows", (PyCFunction)(void (*)(void))ext_check_rows, METH_FASTCALL,
      "_check_rows($module, rows, arg, num_rows, row_bytes, /)\n--\n\n"

@@ -357,7 +357,8 @@ static int kv_get_ranges(void *kv, void *s, const engram__kv_piece *pc,
         at += rg[i].len;
     }
     /* A bytearray of the method's own, copied out after: a view of the
-     * destinations could outlive the call. */
+     * destinations could outlive the call (a slice or an array made from
+     * it survives a memoryview's release()). */
     {
         PubObject *o = kv;
         if (o->scratch && Py_REFCNT(o->scratch) == 1 &&
@@ -574,7 +575,8 @@ static PyObject *Pub_gc(PubObject *o, PyObject *args, PyObject *kw)
 
 PyDoc_STRVAR(manifest_doc,
 "manifest($self, name, /)\n--\n\n"
-"The manifest of published table `name`, as a dict.");
+"The manifest of published table `name`, as a dict (chunk_sums: the\n"
+"XXH3-64 of each chunk).");
 
 static PyObject *Pub_manifest(PubObject *o, PyObject *args)
 {
@@ -595,6 +597,19 @@ static PyObject *Pub_manifest(PubObject *o, PyObject *args)
                       "layout", m.tagged, "epoch", (unsigned long long)m.epoch, "created_ns",
                       (unsigned long long)m.created_ns, "checksum",
                       (unsigned long long)m.checksum);
+    if (d) {
+        PyObject *sums = PyList_New((Py_ssize_t)m.nchunks);
+        for (uint64_t i = 0; sums && i < m.nchunks; i++) {
+            PyObject *v = PyLong_FromUnsignedLongLong(m.chunk_sums[i]);
+            if (!v)
+                Py_CLEAR(sums);
+            else
+                PyList_SET_ITEM(sums, (Py_ssize_t)i, v);
+        }
+        if (!sums || PyDict_SetItemString(d, "chunk_sums", sums) < 0)
+            Py_CLEAR(d);
+        Py_XDECREF(sums);
+    }
     engram__rmanifest_free(&m);
     return done(o, d);
 }
@@ -717,6 +732,184 @@ static PyObject *Pub_read(PubObject *o, PyObject *args)
     return done(o, out);
 }
 
+/* read_into()'s sink: each batch of rows, every chunk of it checked by
+ * the protocol, to the caller's function (on the protocol's consumer
+ * thread, with the GIL taken), as a read-only memoryview released when it
+ * returns.  The whole is not hashed again here: its caller's writer hashes
+ * what it writes (_pull_rows(checksum=)). */
+typedef struct isink {
+    PyObject *rows, *progress;
+    PyObject *exc; /* what rows or progress raised (the first) */
+    uint64_t expect, size, want_rows;
+    uint32_t want_row_bytes;
+    const char *name, *where;
+    uint64_t at;   /* bytes handed to rows (the consumer thread's) */
+    uint64_t read; /* bytes read (the calling thread's, for progress) */
+    uint32_t row_bytes;
+    PyObject *buf; /* the rows handed to rows() */
+} isink;
+
+static int isink_raised(isink *k)
+{
+    PyObject *e = ext_take_raised();
+    if (!k->exc)
+        k->exc = e;
+    else
+        Py_XDECREF(e);
+    return -ECANCELED;
+}
+
+static int isink_begin(void *ud, const engram_table_spec *spec, uint64_t checksum)
+{
+    isink *k = ud;
+    if (checksum != k->expect || spec->num_rows != k->want_rows ||
+        spec->row_bytes != k->want_row_bytes)
+        return engram__err(-EAGAIN, "table '%s' in %s changed since its manifest was read: "
+                                    "%llu rows of %u bytes, checksum %016llx, not %llu of %u, "
+                                    "%016llx",
+                           k->name, k->where, (unsigned long long)spec->num_rows,
+                           spec->row_bytes, (unsigned long long)checksum,
+                           (unsigned long long)k->want_rows, k->want_row_bytes,
+                           (unsigned long long)k->expect);
+    k->size = spec->num_rows * spec->row_bytes;
+    k->row_bytes = spec->row_bytes;
+    return 0;
+}
+
+static int isink_rows(void *ud, const void *rows, uint64_t n)
+{
+    isink *k = ud;
+    uint64_t len = n * k->row_bytes;
+    PyGILState_STATE g;
+    PyObject *mv = NULL, *v = NULL, *res = NULL;
+    int rc = 0;
+    if (len > k->size - k->at)
+        return engram__err(-EIO, "more rows than the manifest says");
+    k->at += len;
+    g = PyGILState_Ensure();
+    /* The rows go in a bytearray of this sink's (reused while nothing
+     * kept it), not as a view of the protocol's buffer, which is reused
+     * and freed: a view kept past the call (a slice, an array made from
+     * it) then holds memory of its own. */
+    if (!k->buf || Py_REFCNT(k->buf) != 1 || (uint64_t)PyByteArray_GET_SIZE(k->buf) < len) {
+        Py_CLEAR(k->buf);
+        k->buf = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)len);
+    }
+    if (k->buf) {
+        memcpy(PyByteArray_AS_STRING(k->buf), rows, len);
+        mv = PyMemoryView_FromObject(k->buf);
+    }
+    if (mv) {
+        PyObject *part = PySequence_GetSlice(mv, 0, (Py_ssize_t)len);
+        PyObject *sh = Py_BuildValue("(KI)", (unsigned long long)n, k->row_bytes);
+        PyObject *w = part && sh ? PyObject_CallMethod(part, "cast", "sO", "B", sh) : NULL;
+        v = w ? PyObject_CallMethod(w, "toreadonly", NULL) : NULL;
+        Py_XDECREF(w);
+        Py_XDECREF(sh);
+        Py_XDECREF(part);
+    }
+    if (v)
+        res = PyObject_CallOneArg(k->rows, v);
+    if (!res)
+        rc = isink_raised(k);
+    Py_XDECREF(res);
+    Py_XDECREF(v);
+    Py_XDECREF(mv);
+    PyGILState_Release(g);
+    return rc;
+}
+
+static int isink_read(void *ud, uint64_t n)
+{
+    isink *k = ud;
+    PyGILState_STATE g;
+    PyObject *res;
+    int rc = 0;
+    k->read += n * k->row_bytes;
+    if (k->progress == Py_None)
+        return 0;
+    g = PyGILState_Ensure();
+    res = PyObject_CallFunction(k->progress, "KK", (unsigned long long)k->read,
+                                (unsigned long long)k->size);
+    if (!res)
+        rc = isink_raised(k);
+    Py_XDECREF(res);
+    PyGILState_Release(g);
+    return rc;
+}
+
+PyDoc_STRVAR(read_into_doc,
+"read_into($self, name, rows, num_rows, row_bytes, checksum, progress=None)\n"
+"--\n\n"
+"Streams table `name`: rows(view) is called with each batch of rows in\n"
+"order (a read-only memoryview of [n, row_bytes] of a buffer of its own),\n"
+"each chunk checked against the manifest's XXH3-64 of it before it goes;\n"
+"the manifest must say num_rows, row_bytes and checksum (as read before:\n"
+"EngramError with errno EAGAIN if it says otherwise now).  The whole is\n"
+"not hashed: the caller does that where it writes the rows.  progress(\n"
+"done_bytes, total_bytes), if given, after each batch is read, on this\n"
+"thread.  What rows or progress raise stops the read and is raised here.");
+
+static PyObject *Pub_read_into(PubObject *o, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"name", "rows", "num_rows", "row_bytes", "checksum", "progress",
+                             NULL};
+    const char *name;
+    unsigned long long want_rows;
+    unsigned int want_rb;
+    isink k = {NULL, Py_None, NULL, 0, 0, 0, 0, NULL, NULL, 0, 0, 0, NULL};
+    engram__remote_sink sink = {isink_begin, isink_rows, isink_read, &k};
+    unsigned long long expect;
+    int rc;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sOKIK|O:read_into", kwlist, &name, &k.rows,
+                                     &want_rows, &want_rb, &expect, &k.progress))
+        return NULL;
+    k.want_rows = want_rows;
+    k.want_row_bytes = want_rb;
+    k.name = name;
+    k.where = o->where;
+    if (!PyCallable_Check(k.rows) || (k.progress != Py_None && !PyCallable_Check(k.progress)))
+        return PyErr_Format(PyExc_TypeError, "rows and progress: expected callables");
+    k.expect = expect;
+    Py_BEGIN_ALLOW_THREADS
+    rc = engram__pub_read_all(&o->pub, name, &sink);
+    if (rc == 0 && k.at != k.size)
+        rc = engram__err(-EIO, "table '%s' in %s: %llu bytes read of its %llu", name, o->where,
+                         (unsigned long long)k.at, (unsigned long long)k.size);
+    Py_END_ALLOW_THREADS
+    Py_CLEAR(k.buf);
+    if (k.exc) {
+        if (o->itype) { /* an interrupt of the kv's goes first */
+            Py_DECREF(k.exc);
+            return done(o, NULL);
+        }
+        ext_raise_taken(k.exc);
+        return NULL;
+    }
+    if (rc != 0)
+        return done(o, ext_raise(rc, NULL));
+    return done(o, Py_NewRef(Py_None));
+}
+
+const char ext_xxh3_64_doc[] = PyDoc_STR(
+"_xxh3_64($module, buf, /)\n--\n\n"
+"XXH3-64 of a contiguous buffer's bytes (a published table's checksum),\n"
+"the GIL released.");
+
+PyObject *ext_xxh3_64(PyObject *mod, PyObject *buf)
+{
+    Py_buffer view;
+    uint64_t h;
+    (void)mod;
+    if (PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    h = XXH3_64bits(view.buf, (size_t)view.len);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLongLong(h);
+}
+
 static PyMethodDef Pub_methods[] = {
     {"push", (PyCFunction)Pub_push, METH_VARARGS, push_doc},
     {"remove", (PyCFunction)Pub_remove, METH_VARARGS, remove_doc},
@@ -724,6 +917,8 @@ static PyMethodDef Pub_methods[] = {
     {"manifest", (PyCFunction)Pub_manifest, METH_VARARGS, manifest_doc},
     {"list", (PyCFunction)Pub_list, METH_NOARGS, list_doc},
     {"read", (PyCFunction)Pub_read, METH_VARARGS, read_doc},
+    {"read_into", (PyCFunction)(void (*)(void))Pub_read_into, METH_VARARGS | METH_KEYWORDS,
+     read_into_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -8,6 +8,9 @@
  */
 #include "pystore.h"
 
+#include "common.h"
+#include "nsdir.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <string.h>
@@ -523,6 +526,9 @@ typedef struct pullrows {
     engram_writer *w;  /* while fill runs */
     int busy;          /* an append is writing (the GIL released) */
     engram_origin origin; /* recorded before fill runs; kind NONE: none */
+    int check;            /* the whole's XXH3-64 must be sum */
+    uint64_t sum;
+    const char *name, *source;
 } pullrows;
 
 #define PULL_CAPSULE "engramstore._engram.pull_append"
@@ -603,6 +609,14 @@ static int pull_fill(void *ud, engram_writer *w)
     Py_XDECREF(fn);
     Py_XDECREF(cap);
     PyGILState_Release(g);
+    /* The whole, as the file holds it: the writer's own checksum of what
+     * it wrote, before anything is published. */
+    if (rc == 0 && pr->check && engram__writer_sum(w) != pr->sum)
+        rc = engram__err(ENGRAM_ECHECKSUM,
+                         "table '%s' from %s: the rows' checksum %016llx differs from the "
+                         "source's %016llx",
+                         pr->name, pr->source, (unsigned long long)engram__writer_sum(w),
+                         (unsigned long long)pr->sum);
     return rc;
 }
 
@@ -639,7 +653,8 @@ static int pull_same(void *ud, const void *rows, const engram_table_spec *spec)
 }
 
 const char ext_store_pull_rows_doc[] = PyDoc_STR(
-"_pull_rows($self, name, num_rows, row_bytes, fill, same, source, origin=None)\n--\n\n"
+"_pull_rows($self, name, num_rows, row_bytes, fill, same, source, origin=None,\n"
+"           checksum=None)\n--\n\n"
 "engram_pull_rows(): copies a table of `num_rows` rows of `row_bytes`\n"
 "bytes that Python code reads into this store's namespace directory, as\n"
 "pull() copies a Redis Cluster's (create-only and atomic, capacity first,\n"
@@ -651,8 +666,10 @@ const char ext_store_pull_rows_doc[] = PyDoc_STR(
 "whether it holds the source's rows: True keeps it, False raises\n"
 "LayoutMismatchError.  `source` names the source in messages.  `origin`,\n"
 "(namespace, epoch, where) of a Mooncake Store's publication, is recorded\n"
-"in the table (engram_writer_set_origin()).  Returns True if this call\n"
-"copied it, False if it was there.");
+"in the table (engram_writer_set_origin()).  `checksum`, if given, is the\n"
+"XXH3-64 the rows must have once fill() returned (the writer's own, taken as\n"
+"it wrote them): CorruptTableError otherwise, and nothing is published.\n"
+"Returns True if this call copied it, False if it was there.");
 
 /* _pull_rows()'s origin: None, or (namespace, epoch, where) of a Mooncake
  * Store's publication into *o (checked by engram_writer_set_origin()).
@@ -689,8 +706,8 @@ PyObject *ext_store_pull_rows(StoreObject *s, PyObject *const *args, Py_ssize_t 
                               PyObject *kwnames)
 {
     static const char *const names[] = {"name", "num_rows", "row_bytes", "fill", "same",
-                                        "source", "origin"};
-    PyObject *v[7];
+                                        "source", "origin", "checksum"};
+    PyObject *v[8];
     pullrows pr = {0};
     engram_pull_ops ops = {pull_fill, pull_same};
     engram_table_spec sp = {0, 0, 0};
@@ -698,7 +715,7 @@ PyObject *ext_store_pull_rows(StoreObject *s, PyObject *const *args, Py_ssize_t 
     unsigned long long n;
     unsigned long r;
     int rc, written = 0;
-    if (ext_store_parse_args("_pull_rows", args, nargs, kwnames, names, 7, 7, 6, v) < 0 ||
+    if (ext_store_parse_args("_pull_rows", args, nargs, kwnames, names, 8, 8, 6, v) < 0 ||
         !(cname = name_arg(v[0], "name")) || !(csource = ext_utf8_arg(v[5], "source")) ||
         mooncake_origin_arg(v[6], &pr.origin) < 0)
         return NULL;
@@ -718,6 +735,15 @@ PyObject *ext_store_pull_rows(StoreObject *s, PyObject *const *args, Py_ssize_t 
     }
     sp.num_rows = n;
     sp.row_bytes = (uint32_t)r;
+    if (v[7] && v[7] != Py_None) {
+        unsigned long long sum = PyLong_AsUnsignedLongLong(v[7]);
+        if (sum == (unsigned long long)-1 && PyErr_Occurred())
+            return NULL;
+        pr.check = 1;
+        pr.sum = sum;
+    }
+    pr.name = cname;
+    pr.source = csource;
     pr.fill = v[3];
     pr.same = v[4];
     pr.row_bytes = sp.row_bytes;

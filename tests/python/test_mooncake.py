@@ -15,7 +15,6 @@ import sys
 import threading
 import time
 import types
-import zlib
 
 import numpy as np
 import pytest
@@ -872,7 +871,7 @@ def test_table_api_full_lookup_contract(tables):
     st.verify("a")
 
 
-def test_table_api_create_only_and_specs(tables, mc_client, namespace):
+def test_table_api_create_only_and_specs(tables, mc_client, namespace, monkeypatch):
     st, rows = tables
     st.populate("a", rows["a"])
     with pytest.raises(engramstore.TableExistsError):
@@ -882,52 +881,206 @@ def test_table_api_create_only_and_specs(tables, mc_client, namespace):
     with pytest.raises(engramstore.LayoutMismatchError):
         engramstore.EngramStore(tables={"a": (301, R)}, namespace=namespace,
                                 store_client=mc_client)
-    # A writer that dies between its rows and its manifest: its rows are
-    # invisible, do not block a populate, and remove() clears them.
-    f = Faulty(mc_client)
-
-    def dies_at_manifest(keys, *args):
-        if "/.manifest/" in keys[0]:
-            raise RuntimeError("the writer died")
-        return mc_client.batch_put_from(keys, *args)
-    f.batch_put_from = dies_at_manifest
-    with engramstore.EngramStore(namespace=namespace, store_client=f) as dead:
-        with pytest.raises(RuntimeError, match="died"):
+    # A writer that dies between its chunks and its manifest (every call
+    # of its client fails from then on): its chunks are invisible, hold
+    # the name only until its TTL has passed, and the next populate then
+    # deletes them.
+    monkeypatch.setattr(engramstore._mooncake, "PUSH_TTL_MS", 300)
+    dead_client, orphans = dying_client(mc_client, "/.rec/c/")
+    with engramstore.EngramStore(namespace=namespace, store_client=dead_client,
+                                 chunk_bytes=2 * R) as dead:
+        with pytest.raises(engramstore.EngramError, match="died"):
             dead.populate("c", make_rows(4, R, seed=9))
-    orphans = [k for k, e in zip(*keys_of(mc_client, namespace, "c")) if e == 1]
-    assert len(orphans) == 1, orphans  # the dead writer's rows
+    assert len(orphans) == 2 and mc_client.batch_is_exist(orphans) == [1, 1], orphans
     with pytest.raises(engramstore.TableNotFoundError):
         st.get_table_spec("c")
     with pytest.raises(engramstore.TableNotFoundError):
         st.lookup(["c"], np.zeros((1, 1), np.int64), sentinel((1, 1, R)))
     assert "c" not in st.list_tables()
+    time.sleep(0.5)  # past the dead populate's TTL (by this host's clock)
     new = make_rows(4, R, seed=1)
     st.populate("c", new)
+    assert mc_client.batch_is_exist(orphans) == [0, 0]  # settled by the populate
     spec = st.get_table_spec("c")
-    assert spec["key"] != orphans[0]
-    assert spec["epoch"] > int(orphans[0].rsplit("@", 1)[1].split(".")[0])
+    assert not set(spec["chunk_keys"]) & set(orphans)
     out = sentinel((4, 1, R))
     st.lookup(["c"], np.arange(4).reshape(4, 1), out)
     np.testing.assert_array_equal(out[:, 0], new)
     st.remove("c", force=True)
-    assert not any(e == 1 for e in keys_of(mc_client, namespace, "c")[1])  # orphan too
+    assert mc_client.batch_is_exist(spec["chunk_keys"]) == [0] * len(spec["chunk_keys"])
     with pytest.raises(TypeError, match="file_cache"):
         engramstore.EngramStore(namespace=namespace, store_client=mc_client, file_cache=True)
     with pytest.raises(engramstore.SpecError):
         st.populate(".x", rows["a"])
 
 
-def keys_of(mc_client, namespace, name, epochs=16):
-    """([the keys of table name's rows at epochs 0..epochs-1], [exists]):
-    {namespace}/{name}@{epoch}.{nonce}, the nonce from the index entry of
-    the epoch."""
-    keys = []
-    for k in range(epochs):
-        raw = mc_client.get(f"{namespace}/.index/{k}")
-        e = json.loads(bytes(raw).decode()) if raw else {}
-        if e.get("name") == name:
-            keys.append(f"{namespace}/{name}@{k}.{e['writer']}")
-    return keys, (mc_client.batch_is_exist(keys) if keys else [])
+def dying_client(mc_client, record):
+    """(a client that dies at the first put of a manifest into a record
+    whose key holds `record`: that call and every call after it raise,
+    [the chunk keys it uploaded])."""
+    f, chunks, dead = Faulty(mc_client), [], []
+
+    def check():
+        if dead:
+            raise RuntimeError("the writer died")
+
+    def put(key, value, *args):
+        check()
+        if record in key and b"engram-redis 1" in bytes(value):
+            dead.append(1)
+            check()
+        return mc_client.put(key, value, *args)
+
+    def batch_put_from(keys, *args):
+        check()
+        chunks.extend(k for k in keys if "/.chunk/" in k)
+        return mc_client.batch_put_from(keys, *args)
+    f.put, f.batch_put_from = put, batch_put_from
+    for name in ("get", "get_batch", "batch_is_exist", "remove", "batch_remove",
+                 "get_into_ranges", "batch_get_replica_desc", "get_size"):
+        def passed(*args, _fn=getattr(mc_client, name)):
+            check()
+            return _fn(*args)
+        setattr(f, name, passed)
+    return f, chunks
+
+
+def namespace_objects(mc_client, namespace, names, versions=64):
+    """The objects of MooncakeKV's records of `names` and of its names
+    index that exist (versions 0..versions-1, window digests, entries)."""
+    keys = [f"{namespace}/.names/{k}" for k in range(versions)]
+    for n in names:
+        keys += [f"{namespace}/.rec/{n}/{v}" for v in range(versions)]
+        keys += [f"{namespace}/.rec/{n}/w{k}" for k in range(versions // 16)]
+    return [k for k, e in zip(keys, mc_client.batch_is_exist(keys)) if e == 1]
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 7, 64, 300])
+def test_table_api_chunked_tables(mc_client, namespace, chunk_rows):
+    # Tables cut into chunk objects (the last one shorter), looked up
+    # together with a table of one chunk, through the row cache: every row
+    # from its chunk, exact, the same from a store that did not write them.
+    a, b = make_rows(300, R, seed=21), make_rows(5, R, seed=22)
+    rng = np.random.default_rng(chunk_rows)
+    ids = np.stack([rng.integers(0, 300, 400), rng.integers(0, 5, 400)], -1).astype(np.int64)
+    ids[::9, 0] = 299  # the last row of the last chunk
+    try:
+        with engramstore.EngramStore(namespace=namespace, store_client=mc_client,
+                                     chunk_bytes=chunk_rows * R) as st:
+            st.populate("a", a)
+            spec = st.get_table_spec("a")
+            assert spec["chunk_rows"] == chunk_rows
+            assert len(spec["chunk_keys"]) == -(-300 // chunk_rows)
+            assert mc_client.get_size(spec["chunk_keys"][-1]) == (300 - (
+                len(spec["chunk_keys"]) - 1) * chunk_rows) * R
+            with engramstore.EngramStore(namespace=namespace, store_client=mc_client,
+                                         chunk_bytes=1 << 20) as w:
+                w.populate("b", b)
+            assert len(st.get_table_spec("b")["chunk_keys"]) == 1
+            st.verify("a")
+        with engramstore.EngramStore(namespace=namespace, store_client=mc_client,
+                                     cache_bytes=64 << 10) as r:
+            for _ in range(2):
+                out = sentinel((400, 2, R))
+                r.lookup(["a", "b"], ids, out)
+                np.testing.assert_array_equal(out[:, 0], a[ids[:, 0]])
+                np.testing.assert_array_equal(out[:, 1], b[ids[:, 1]])
+            with pytest.raises(engramstore.BadIdError):
+                r.lookup(["a"], np.array([[300]], np.int64), sentinel((1, 1, R)))
+    finally:
+        drop_namespace(mc_client, namespace)
+
+
+def test_table_api_chunk_bytes_refused(mc_client, namespace):
+    for bad in (0, -1, True, 1.5):
+        with pytest.raises(ValueError, match="chunk_bytes"):
+            engramstore.EngramStore(namespace=namespace, store_client=mc_client,
+                                    chunk_bytes=bad)
+
+
+def test_table_api_removal_racing_lookups_never_gives_other_rows(mc_client, namespace):
+    # Chunks are deleted at once, leases of recent reads or not, and
+    # Mooncake then gives their memory to the next put: a lookup whose
+    # read raced the removal must fail, never return those other bytes.
+    # One store looks up table t (bytes 0xAA, its row number in front)
+    # without a pause while another removes it, populates a table of 0x55
+    # bytes (likely in the memory just freed), and populates t again.
+    n, rb = 2048, 1024
+    mine = np.full((n, rb), 0xAA, np.uint8)
+    mine[:, :8] = np.arange(n, dtype=np.int64).view(np.uint8).reshape(n, 8)
+    other = np.full((n, rb), 0x55, np.uint8)
+    stop, seen = threading.Event(), {"ok": 0, "failed": 0, "wrong": []}
+    ids = np.arange(n, dtype=np.int64).reshape(n, 1)
+    try:
+        with engramstore.EngramStore(namespace=namespace, store_client=mc_client) as w, \
+                engramstore.EngramStore(namespace=namespace, store_client=mc_client) as rd:
+            w.populate("t", mine)
+
+            def reader():
+                while not stop.is_set():
+                    out = sentinel((n, 1, rb))
+                    try:
+                        rd.lookup(["t"], ids, out)
+                    except engramstore.EngramError:
+                        seen["failed"] += 1
+                        continue
+                    bad = np.flatnonzero(~(out[:, 0] == mine).all(-1))
+                    if len(bad):
+                        seen["wrong"].append((len(bad), out[bad[0], 0, :16].tobytes()))
+                    else:
+                        seen["ok"] += 1
+            th = threading.Thread(target=reader)
+            th.start()
+            try:
+                for _ in range(20):
+                    w.remove("t")
+                    w.populate("u", other)
+                    w.remove("u")
+                    w.populate("t", mine)
+            finally:
+                stop.set()
+                th.join()
+            assert seen["wrong"] == [], seen
+    finally:
+        drop_namespace(mc_client, namespace)
+
+
+def test_table_api_removed_table_closed_by_a_failed_read(mc_client, namespace):
+    # A removal that deleted some chunks but not the first (here the
+    # Store refuses to delete it: remove() raises): a store that has the
+    # table open finds a chunk missing at its next read of it, reads the
+    # manifest again, and closes the table: TableNotFoundError, saying so.
+    rows = make_rows(40, R, seed=2)
+    f = Faulty(mc_client)
+
+    def batch_remove(keys, force):
+        keep = [k for k in keys if "/.chunk/t/" in k and k.endswith("/0")]
+        res = mc_client.batch_remove([k for k in keys if k not in keep], force)
+        it = iter(res)
+        return [-600 if k in keep else next(it) for k in keys]
+    f.batch_remove = batch_remove
+    try:
+        with engramstore.EngramStore(namespace=namespace, store_client=mc_client,
+                                     chunk_bytes=10 * R) as w, \
+                engramstore.EngramStore(namespace=namespace, store_client=mc_client) as rd, \
+                engramstore.EngramStore(namespace=namespace, store_client=f) as rm:
+            w.populate("t", rows)
+            keys = w.get_table_spec("t")["chunk_keys"]
+            out = sentinel((40, 1, R))
+            rd.lookup(["t"], np.arange(40, dtype=np.int64).reshape(40, 1), out)
+            np.testing.assert_array_equal(out[:, 0], rows)
+            with pytest.raises(engramstore.EngramError, match="INVALID_PARAMS"):
+                rm.remove("t")
+            assert rd.list_tables() == []
+            out = sentinel((1, 1, R))
+            with pytest.raises(engramstore.TableNotFoundError, match="no longer in the Mooncake"):
+                rd.lookup(["t"], np.array([[31]], np.int64), out)
+            assert (out == SENTINEL).all()
+            assert mc_client.batch_is_exist(keys) == [1, 0, 0, 0]
+            assert [n for n, code, _ in w.gc() if code == 0] == ["t"]  # the chunk left
+            assert mc_client.batch_is_exist(keys) == [0, 0, 0, 0]
+    finally:
+        drop_namespace(mc_client, namespace)
 
 
 def test_table_api_other_store_sees_published_tables(tables, mc_client, namespace):
@@ -955,8 +1108,8 @@ def test_table_api_remove_verify_and_corruption(tables, mc_client, namespace):
     st.lookup(["a"], ids, out)
     np.testing.assert_array_equal(out[:, 0], new)  # never the cached old rows
     # Data replaced behind the manifest's back: verify says so.
-    key = st.get_table_spec("a")["key"]
-    assert key.startswith(f"{namespace}/a@")
+    key = st.get_table_spec("a")["chunk_keys"][0]
+    assert key.startswith(f"{namespace}/.chunk/a/")
     mc_client.remove(key, True)
     assert mc_client.put(key, rows["a"].tobytes()) == 0
     with pytest.raises(engramstore.CorruptTableError, match="checksum"):
@@ -1035,7 +1188,7 @@ def test_table_api_cache_never_stale_after_republish(mooncake, mc_client, namesp
             res = run_child(mooncake, job="tables", namespace=namespace, row_bytes=R,
                             ops=[["remove", "t"], ["populate", "t", 64, 51]])
             assert res["ok"], res
-        assert st.get_table_spec("t")["epoch"] > epoch
+        assert st.get_table_spec("t")["epoch"] != epoch
         for _ in range(2):
             out = sentinel((64, 1, R))
             st.lookup(["t"], ids, out)
@@ -1065,7 +1218,7 @@ def test_table_api_rows_gone_during_lookup(mc_client, namespace):
     # TableNotFoundError, or reads the table populated since.
     with engramstore.EngramStore(namespace=namespace, store_client=mc_client) as st:
         st.populate("t", make_rows(16, R, seed=60))
-        key = st.get_table_spec("t")["key"]
+        key = st.get_table_spec("t")["chunk_keys"][0]
         f = Faulty(mc_client)
         with engramstore.EngramStore(namespace=namespace, store_client=f) as racy:
             out = sentinel((16, 1, R))
@@ -1082,10 +1235,10 @@ def test_table_api_rows_gone_during_lookup(mc_client, namespace):
             with pytest.raises(engramstore.TableNotFoundError):
                 racy.lookup(["t"], np.arange(16).reshape(16, 1), sentinel((16, 1, R)))
             assert seen == [1]
-            mc_client.remove(f"{namespace}/.manifest/t", True)
+            st.remove("t", force=True)  # its manifest (its rows are gone)
             st.populate("t", make_rows(16, R, seed=61))
             seen.clear()
-            key = st.get_table_spec("t")["key"]
+            key = st.get_table_spec("t")["chunk_keys"][0]
             out = sentinel((16, 1, R))
             racy.lookup(["t"], np.arange(16).reshape(16, 1), out)  # opens the new one
             np.testing.assert_array_equal(out[:, 0], make_rows(16, R, seed=61))
@@ -1121,7 +1274,7 @@ def test_table_api_writer_gone(tmp_path):
         writer = srv.client(segment_bytes=32 << 20)
         with engramstore.EngramStore(namespace="gone2", store_client=writer) as w:
             w.populate("t", make_rows(64, R, seed=71))
-            key = w.get_table_spec("t")["key"]
+            key = w.get_table_spec("t")["chunk_keys"][0]
         with engramstore.EngramStore(namespace="gone2", store_client=c) as early:
             early.lookup(["t"], ids, out)
             np.testing.assert_array_equal(out[:, 0], make_rows(64, R, seed=71)[:4])
@@ -1142,12 +1295,12 @@ def test_table_api_writer_gone(tmp_path):
         srv.stop()
 
 
-def test_table_api_cache_never_stale_after_the_index_is_lost(mc_client, namespace):
+def test_table_api_cache_never_stale_after_the_namespace_is_lost(mc_client, namespace):
     # Every object of a namespace gone at once behind a reader's back (the
     # segment that held them left, or a master restarted empty), then the
-    # table populated again by a writer that never saw the old index: its
-    # populate takes epoch 0 again.  The reader, which had the old table
-    # open with its rows cached, must read the new rows, never the old.
+    # table populated again by a writer that never saw the old records.
+    # The reader, which had the old table open with its rows cached, must
+    # read the new rows, never the old.
     old, new = make_rows(64, R, seed=80), make_rows(64, R, seed=81)
     ids = np.arange(64, dtype=np.int64).reshape(64, 1)
     with engramstore.EngramStore(namespace=namespace, store_client=mc_client,
@@ -1160,8 +1313,9 @@ def test_table_api_cache_never_stale_after_the_index_is_lost(mc_client, namespac
             reader.lookup(["t"], ids, out)
             np.testing.assert_array_equal(out[:, 0], old)
         assert reader.stats()["cache"]["hits"] == 64
-        for key in (spec["key"], f"{namespace}/.manifest/t",
-                    f"{namespace}/.index/{spec['epoch']}"):
+        lost = spec["chunk_keys"] + namespace_objects(mc_client, namespace, ["t"])
+        assert len(lost) >= 3  # its chunk, its record's version, the names index entry
+        for key in lost:
             assert mc_client.remove(key, True) == 0
         with engramstore.EngramStore(namespace=namespace, store_client=mc_client) as w2:
             w2.populate("t", new)
@@ -1175,7 +1329,17 @@ def test_table_api_populate_races(mc_client, namespace):
     # Stores populating at once: every distinct table is published with its
     # own epoch; of writers of the same name exactly one wins, and the
     # losers leave no rows behind.
-    stores = [engramstore.EngramStore(namespace=namespace, store_client=mc_client)
+    chunks = []
+
+    def recording():
+        f = Faulty(mc_client)
+
+        def batch_put_from(keys, *args):
+            chunks.extend(k for k in keys if "/.chunk/same/" in k)
+            return mc_client.batch_put_from(keys, *args)
+        f.batch_put_from = batch_put_from
+        return f
+    stores = [engramstore.EngramStore(namespace=namespace, store_client=recording())
               for _ in range(4)]
     won, lost = [], []
 
@@ -1195,77 +1359,38 @@ def test_table_api_populate_races(mc_client, namespace):
         out = sentinel((8, 1, R))
         stores[lost[0]].lookup(["same"], np.arange(8).reshape(8, 1), out)
         np.testing.assert_array_equal(out[:, 0], make_rows(8, R, seed=80 + won[0]))
-        assert sum(e == 1 for e in keys_of(mc_client, namespace, "same", 64)[1]) == 1
+        have = [k for k, e in zip(chunks, mc_client.batch_is_exist(chunks)) if e == 1]
+        assert have == stores[won[0]].get_table_spec("same")["chunk_keys"], (have, chunks)
     finally:
         for s in stores:
             s.close()
         drop_namespace(mc_client, namespace)
 
 
-def test_table_api_reads_first_manifest_format(mc_client, namespace):
-    # A table published by the first manifest format (rows at
-    # {namespace}/{name}, no epoch) is still read, listed once opened, and
-    # removed whole.
-    rows = make_rows(12, R, seed=90)
-    assert mc_client.put(f"{namespace}/old", rows.tobytes()) == 0
-    m = {"format": "engramstore-mooncake/1", "num_rows": 12, "row_bytes": R,
-         "crc32": zlib.crc32(rows.tobytes()), "writer": "0"}
-    assert mc_client.put(f"{namespace}/.manifest/old", json.dumps(m).encode()) == 0
+def test_table_api_bad_records(mc_client, namespace):
+    # Objects of the namespace that are not what the protocol writes: a
+    # record version that holds no manifest is a corrupt table, said so
+    # naming the record; objects of another layout (the JSON manifests of
+    # earlier releases) are no tables of the namespace.
+    rec = f"{namespace}/.rec/bad/0"
+    assert mc_client.put(f"{namespace}/.names/0", b"bad") == 0
+    assert mc_client.put(rec, b"V" + bytes(8) + b"engram-redis 1\nname bad\n") == 0
+    assert mc_client.put(f"{namespace}/.manifest/old", b'{"format": "engramstore-mooncake/3"}') == 0
     with engramstore.EngramStore(namespace=namespace, store_client=mc_client) as st:
-        out = sentinel((12, 1, R))
-        st.lookup(["old"], np.arange(12).reshape(12, 1), out)
-        np.testing.assert_array_equal(out[:, 0], rows)
-        assert st.get_table_spec("old")["epoch"] is None
-        assert st.list_tables() == ["old"]
-        st.verify("old")
-        st.remove("old", force=True)
-        assert mc_client.batch_is_exist([f"{namespace}/old", f"{namespace}/.manifest/old"]) == [0, 0]
-
-
-def test_table_api_reads_second_manifest_format(mc_client, namespace):
-    # A table published by the second manifest format (rows at
-    # {namespace}/{name}@{epoch}, no nonce) is still read, listed and
-    # removed whole, its unfinished populates' rows too; a manifest of the
-    # current format whose nonce or key is not its own is corrupt.
-    rows = make_rows(12, R, seed=91)
-    entry = {"format": "engramstore-mooncake-index/1", "name": "old", "writer": "0123456789abcdef"}
-    for k in (0, 1):
-        assert mc_client.put(f"{namespace}/.index/{k}", json.dumps(entry).encode()) == 0
-        assert mc_client.put(f"{namespace}/old@{k}", rows.tobytes()) == 0
-    m = {"format": "engramstore-mooncake/2", "num_rows": 12, "row_bytes": R,
-         "crc32": zlib.crc32(rows.tobytes()), "epoch": 1, "key": f"{namespace}/old@1",
-         "writer": "0"}
-    assert mc_client.put(f"{namespace}/.manifest/old", json.dumps(m).encode()) == 0
-    with engramstore.EngramStore(namespace=namespace, store_client=mc_client) as st:
-        out = sentinel((12, 1, R))
-        st.lookup(["old"], np.arange(12).reshape(12, 1), out)
-        np.testing.assert_array_equal(out[:, 0], rows)
-        assert st.get_table_spec("old")["key"] == f"{namespace}/old@1"
-        assert st.list_tables() == ["old"]
-        st.verify("old")
-        st.remove("old", force=True)
-        assert mc_client.batch_is_exist([f"{namespace}/old@0", f"{namespace}/old@1",
-                                         f"{namespace}/.manifest/old"]) == [0, 0, 0]
-        for bad in ({"nonce": "x" * 16, "key": f"{namespace}/bad@0.{'x' * 16}"},
-                    {"nonce": "0123456789abcdef", "key": f"{namespace}/bad@0"},
-                    {"key": f"{namespace}/bad@0"}):
-            m3 = dict(m, format="engramstore-mooncake/3", epoch=0, **bad)
-            assert mc_client.put(f"{namespace}/.manifest/bad", json.dumps(m3).encode()) == 0
-            with pytest.raises(engramstore.CorruptTableError, match="not a table manifest"):
-                st.get_table_spec("bad")
-            mc_client.remove(f"{namespace}/.manifest/bad", True)
-    for k in (0, 1):
-        mc_client.remove(f"{namespace}/.index/{k}", True)
-
-
-def test_table_api_bad_index_entry(mc_client, namespace):
-    # Something else written in the namespace's index is a corrupt
-    # namespace, said so naming the key.
-    assert mc_client.put(f"{namespace}/.index/0", b"not json") == 0
-    with engramstore.EngramStore(namespace=namespace, store_client=mc_client) as st:
-        with pytest.raises(engramstore.CorruptTableError, match=rf"{namespace}/\.index/0"):
-            st.list_tables()
-    mc_client.remove(f"{namespace}/.index/0", True)
+        with pytest.raises(engramstore.CorruptTableError, match="bad"):
+            st.get_table_spec("bad")
+        with pytest.raises(engramstore.CorruptTableError, match="bad"):
+            st.lookup(["bad"], np.zeros((1, 1), np.int64), sentinel((1, 1, R)))
+        with pytest.raises(engramstore.TableNotFoundError):
+            st.get_table_spec("old")
+        with pytest.raises(engramstore.TableNotFoundError):
+            st.lookup(["old"], np.zeros((1, 1), np.int64), sentinel((1, 1, R)))
+        # A populate of the bad name is refused, not written over it.
+        with pytest.raises(engramstore.EngramError):
+            st.populate("bad", make_rows(4, R, seed=1))
+        assert bytes(mc_client.get(rec)).startswith(b"V")
+    for k in (rec, f"{namespace}/.names/0", f"{namespace}/.manifest/old"):
+        mc_client.remove(k, True)
 
 
 # ---- reads in flight at once (read_calls) ------------------------------------

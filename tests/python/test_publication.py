@@ -38,6 +38,7 @@ that must live has a TTL of 30 s (3 s where it must be able to die, for
 which it shows life every 1.5 s)."""
 from __future__ import annotations
 
+import errno
 import itertools
 import random
 import threading
@@ -607,6 +608,50 @@ def test_fault_harness(ctx: Ctx) -> None:
 
 
 # ---- the cases --------------------------------------------------------------
+
+def test_read_into(ctx: Ctx) -> None:
+    """read_into() streams a table in order, its views read-only and of
+    memory of their own (a view or array kept past the call still holds
+    the rows it was given), progress on the way; refuses a manifest that
+    is not the one expected; what rows() raises stops it and is raised."""
+    p = ctx.p
+    push(p, "t", 1)
+    m = p.manifest("t")
+    got: list[bytes] = []
+    kept: list[Any] = []
+    done: list[tuple[int, int]] = []
+
+    def rows(v: memoryview) -> None:
+        assert v.readonly and v.ndim == 2 and v.shape[1] == m["row_bytes"]
+        got.append(bytes(v))
+        kept.append((v[0:1], np.asarray(v), bytes(v)))
+    p.read_into("t", rows, m["num_rows"], m["row_bytes"], m["checksum"],
+                lambda a, b: done.append((a, b)))
+    assert b"".join(got) == rows_of(1).tobytes()
+    for head, arr, want in kept:  # still the rows each call was given
+        assert bytes(head) == want[:len(bytes(head))] and arr.tobytes() == want
+    size = m["num_rows"] * m["row_bytes"]
+    assert done and done[-1] == (size, size) and all(b == size for _, b in done)
+    assert [a for a, _ in done] == sorted(set(a for a, _ in done))
+    for bad in ((m["num_rows"] + 1, m["row_bytes"], m["checksum"]),
+                (m["num_rows"], m["row_bytes"] * 2, m["checksum"]),
+                (m["num_rows"], m["row_bytes"], m["checksum"] ^ 1)):
+        with pytest.raises(engramstore.EngramError, match="changed since") as ei:
+            p.read_into("t", rows, *bad)
+        assert ei.value.errno == errno.EAGAIN
+
+    class Stop(Exception):
+        pass
+
+    def stop(v: memoryview) -> None:
+        raise Stop("enough")
+    with pytest.raises(Stop):
+        p.read_into("t", stop, m["num_rows"], m["row_bytes"], m["checksum"])
+    with pytest.raises(engramstore.TableNotFoundError):
+        p.read_into("nope", rows, 1, 1, 0)
+    with pytest.raises(TypeError):
+        p.read_into("t", None, m["num_rows"], m["row_bytes"], m["checksum"])
+
 
 def test_push_read(ctx: Ctx) -> None:
     p = ctx.p
