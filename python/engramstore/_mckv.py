@@ -480,8 +480,9 @@ class MooncakeKV:
     def get_ranges(self, name: str, epoch: int, layout: int,
                    ranges: list[tuple[int, int, int, bool]], out: Any) -> None:
         """Reads each range (index, start, length, whole) of the pieces,
-        back to back, into `out` (a writable buffer), through the staging
-        buffer in calls of ranges of one length.  Then checks (one call)
+        back to back, into `out` (a writable buffer; no view of it is kept
+        past the call): whole pieces straight into it (_read_whole), other
+        ranges through the staging buffer in calls of ranges of one length.  Then checks (one call)
         that every piece still exists with a length the range fits (whole:
         exactly its end), which also proves the bytes read were its own (see
         the module doc).  A missing piece or one of another length raises
@@ -497,8 +498,11 @@ class MooncakeKV:
             else:
                 self._read_ranges(keys, ranges, dst)
         except MooncakeError as e:
-            failed = e  # a missing piece or a range past its end: the sizes tell
-        del dst  # no view of out outlives the call
+            # A missing piece or a range past its end: the sizes tell.  Its
+            # traceback goes: its frames hold views of out, and none may
+            # outlive the call (_Publication(direct=True)).
+            failed = e.with_traceback(None)
+        del dst
         sizes = self.c.sizes(sorted(set(keys))) if keys else {}
         for key, (_, start, length, whole) in zip(keys, ranges):
             got, end = sizes[key], start + length

@@ -790,7 +790,9 @@ class _Publisher:
         self.p = self._publication(self.kv)
 
     def _publication(self, kv: MooncakeKV) -> Any:
-        return _engram._Publication(kv, self.where, self.chunk_bytes, PUSH_TTL_MS)
+        # direct: MooncakeKV.get_ranges keeps no view of its out, so it is
+        # given the protocol's buffer, not a bytearray copied out after.
+        return _engram._Publication(kv, self.where, self.chunk_bytes, PUSH_TTL_MS, 0, True)
 
     def pub(self) -> Any:
         return self.p

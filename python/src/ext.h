@@ -303,6 +303,10 @@ typedef struct ext_cuda_api {
 #define EXT_CUDA_CAPSULE EXT_CUDA_MODULE "._api"
 #endif
 
+/* The capsule that a pull's append() (_pull_rows) is bound to: a
+ * function that keeps no view of the rows it is given. */
+#define EXT_PULL_CAPSULE "engramstore._engram.pull_append"
+
 /* publication.c: _engram._xxh3_64(buf), a published table's checksum. */
 extern const char ext_xxh3_64_doc[];
 PyObject *ext_xxh3_64(PyObject *mod, PyObject *buf);

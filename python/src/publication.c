@@ -39,7 +39,64 @@ typedef struct {
     /* get_ranges()'s bytearray, reused while no method kept it (its
      * pages stay mapped: a fresh one per read costs its page faults). */
     PyObject *scratch;
+    /* The kv keeps no view of get_ranges()'s `out` past the call
+     * (MooncakeKV): it is given the destination itself. */
+    int direct;
 } PubObject;
+
+/* ------------------------------------------------------------------------
+ * A destination lent to a direct kv's get_ranges(): the protocol's buffer
+ * as an object that counts the buffers taken of it.  Every view made of
+ * `out` (a slice, a cast, memoryview(out), an array) holds one of them
+ * until it is gone, so a count above 0 once the call returned and `out`
+ * was dropped means a view outlived the call.
+ */
+typedef struct {
+    PyObject_HEAD
+    char *buf; /* NULL once the call returned: no new buffer is given */
+    Py_ssize_t len, exports;
+} DstObject;
+
+static PyTypeObject *dst_type;
+
+static int Dst_getbuffer(DstObject *d, Py_buffer *view, int flags)
+{
+    if (!d->buf) {
+        PyErr_SetString(PyExc_BufferError, "get_ranges: out is no longer valid");
+        return -1;
+    }
+    if (PyBuffer_FillInfo(view, (PyObject *)d, d->buf, d->len, 0, flags) < 0)
+        return -1;
+    d->exports++;
+    return 0;
+}
+
+static void Dst_releasebuffer(DstObject *d, Py_buffer *view)
+{
+    (void)view;
+    d->exports--;
+}
+
+static void Dst_dealloc(DstObject *d)
+{
+    PyTypeObject *tp = Py_TYPE(d);
+    PyObject_Free(d);
+    Py_DECREF(tp);
+}
+
+static PyType_Slot Dst_slots[] = {
+    {Py_bf_getbuffer, (void *)Dst_getbuffer},
+    {Py_bf_releasebuffer, (void *)Dst_releasebuffer},
+    {Py_tp_dealloc, (void *)Dst_dealloc},
+    {0, NULL},
+};
+
+static PyType_Spec Dst_spec = {
+    .name = "engramstore._engram._Destination",
+    .basicsize = sizeof(DstObject),
+    .flags = Py_TPFLAGS_DEFAULT,
+    .slots = Dst_slots,
+};
 
 /* ------------------------------------------------------------------------
  * kv.h over the Python object (each with the GIL taken).
@@ -337,7 +394,8 @@ static int kv_get_ranges(void *kv, void *s, const engram__kv_piece *pc,
 {
     PyGILState_STATE g = PyGILState_Ensure();
     PyObject *list = PyList_New((Py_ssize_t)n), *out = NULL, *r = NULL;
-    int err = 0;
+    DstObject *dst = NULL;
+    int err = 0, direct = ((PubObject *)kv)->direct;
     uint64_t at = 0;
     (void)s;
     (void)bytes;
@@ -358,9 +416,25 @@ static int kv_get_ranges(void *kv, void *s, const engram__kv_piece *pc,
     }
     /* A bytearray of the method's own, copied out after: a view of the
      * destinations could outlive the call (a slice or an array made from
-     * it survives a memoryview's release()). */
-    {
+     * it survives a memoryview's release()).  A kv made with direct
+     * (keeping no view) is given destinations back to back as they are. */
+    for (size_t i = 1; i < n && direct; i++)
+        direct = rg[i].dst == rg[i - 1].dst + rg[i - 1].len;
+    if (direct && n > 0) {
+        if (!(dst = PyObject_New(DstObject, dst_type))) {
+            err = py_fail(kv, "get_ranges");
+            goto done;
+        }
+        dst->buf = (char *)rg[0].dst;
+        dst->len = (Py_ssize_t)at;
+        dst->exports = 0;
+        if (!(out = PyMemoryView_FromObject((PyObject *)dst))) {
+            err = py_fail(kv, "get_ranges");
+            goto done;
+        }
+    } else {
         PubObject *o = kv;
+        direct = 0;
         if (o->scratch && Py_REFCNT(o->scratch) == 1 &&
             (uint64_t)PyByteArray_GET_SIZE(o->scratch) == at) {
             out = Py_NewRef(o->scratch);
@@ -375,9 +449,17 @@ static int kv_get_ranges(void *kv, void *s, const engram__kv_piece *pc,
              Py_BuildValue("(sKiOO)", pc->name, (unsigned long long)pc->epoch, pc->layout, list,
                            out),
              &err);
-    if (!err && (uint64_t)PyByteArray_GET_SIZE(out) != at)
+    if (direct) {
+        /* A view of out that outlived the call fails the read (and would
+         * point at memory the protocol reuses and frees). */
+        Py_CLEAR(r);
+        Py_CLEAR(out);
+        dst->buf = NULL;
+        if (dst->exports != 0 && !err)
+            err = py_bad(kv, "get_ranges", "no view of out kept (direct)");
+    } else if (!err && (uint64_t)PyByteArray_GET_SIZE(out) != at)
         err = py_bad(kv, "get_ranges", "out left at its size");
-    if (!err) {
+    if (!err && !direct) {
         const char *b = PyByteArray_AS_STRING(out);
         at = 0;
         for (size_t i = 0; i < n; i++) {
@@ -388,6 +470,10 @@ static int kv_get_ranges(void *kv, void *s, const engram__kv_piece *pc,
 done:
     Py_XDECREF(r);
     Py_XDECREF(out);
+    if (dst) {
+        dst->buf = NULL;
+        Py_DECREF(dst);
+    }
     Py_XDECREF(list);
     PyGILState_Release(g);
     return err;
@@ -413,14 +499,14 @@ static const engram__kv_vt py_kv_vt = {
 
 static PyObject *Pub_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"kv", "where", "chunk_bytes", "ttl_ms", "layout", NULL};
+    static char *kwlist[] = {"kv", "where", "chunk_bytes", "ttl_ms", "layout", "direct", NULL};
     PyObject *kv;
     const char *where;
     unsigned long long chunk_bytes, ttl_ms;
-    int layout = 0;
+    int layout = 0, direct = 0;
     PubObject *o;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OsKK|i:_Publication", kwlist, &kv, &where,
-                                     &chunk_bytes, &ttl_ms, &layout))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OsKK|ip:_Publication", kwlist, &kv, &where,
+                                     &chunk_bytes, &ttl_ms, &layout, &direct))
         return NULL;
     if (chunk_bytes == 0 || ttl_ms == 0 || ttl_ms > UINT32_MAX)
         return PyErr_Format(PyExc_ValueError, "chunk_bytes must be above 0, and ttl_ms in "
@@ -432,6 +518,7 @@ static PyObject *Pub_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         return PyErr_NoMemory();
     }
     o->kv = Py_NewRef(kv);
+    o->direct = direct;
     o->pub = (engram__pub){&py_kv_vt, o, o->where, chunk_bytes, (uint32_t)ttl_ms, layout,
                            NULL, NULL};
     return (PyObject *)o;
@@ -747,6 +834,7 @@ typedef struct isink {
     uint64_t read; /* bytes read (the calling thread's, for progress) */
     uint32_t row_bytes;
     PyObject *buf; /* the rows handed to rows() */
+    int direct;    /* rows is a pull's append(): given the rows themselves */
 } isink;
 
 static int isink_raised(isink *k)
@@ -790,14 +878,20 @@ static int isink_rows(void *ud, const void *rows, uint64_t n)
     /* The rows go in a bytearray of this sink's (reused while nothing
      * kept it), not as a view of the protocol's buffer, which is reused
      * and freed: a view kept past the call (a slice, an array made from
-     * it) then holds memory of its own. */
-    if (!k->buf || Py_REFCNT(k->buf) != 1 || (uint64_t)PyByteArray_GET_SIZE(k->buf) < len) {
-        Py_CLEAR(k->buf);
-        k->buf = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)len);
-    }
-    if (k->buf) {
-        memcpy(PyByteArray_AS_STRING(k->buf), rows, len);
-        mv = PyMemoryView_FromObject(k->buf);
+     * it) then holds memory of its own.  A pull's append(), which keeps
+     * no view, is given the protocol's buffer itself. */
+    if (k->direct) {
+        mv = PyMemoryView_FromMemory((char *)(uintptr_t)rows, (Py_ssize_t)len, PyBUF_READ);
+    } else {
+        if (!k->buf || Py_REFCNT(k->buf) != 1 ||
+            (uint64_t)PyByteArray_GET_SIZE(k->buf) < len) {
+            Py_CLEAR(k->buf);
+            k->buf = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)len);
+        }
+        if (k->buf) {
+            memcpy(PyByteArray_AS_STRING(k->buf), rows, len);
+            mv = PyMemoryView_FromObject(k->buf);
+        }
     }
     if (mv) {
         PyObject *part = PySequence_GetSlice(mv, 0, (Py_ssize_t)len);
@@ -857,13 +951,15 @@ static PyObject *Pub_read_into(PubObject *o, PyObject *args, PyObject *kw)
     const char *name;
     unsigned long long want_rows;
     unsigned int want_rb;
-    isink k = {NULL, Py_None, NULL, 0, 0, 0, 0, NULL, NULL, 0, 0, 0, NULL};
+    isink k = {NULL, Py_None, NULL, 0, 0, 0, 0, NULL, NULL, 0, 0, 0, NULL, 0};
     engram__remote_sink sink = {isink_begin, isink_rows, isink_read, &k};
     unsigned long long expect;
     int rc;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "sOKIK|O:read_into", kwlist, &name, &k.rows,
                                      &want_rows, &want_rb, &expect, &k.progress))
         return NULL;
+    k.direct = PyCFunction_Check(k.rows) && PyCFunction_GET_SELF(k.rows) &&
+               PyCapsule_IsValid(PyCFunction_GET_SELF(k.rows), EXT_PULL_CAPSULE);
     k.want_rows = want_rows;
     k.want_row_bytes = want_rb;
     k.name = name;
@@ -923,9 +1019,12 @@ static PyMethodDef Pub_methods[] = {
 };
 
 PyDoc_STRVAR(Pub_doc,
-"_Publication(kv, where, chunk_bytes, ttl_ms, layout=0)\n--\n\n"
+"_Publication(kv, where, chunk_bytes, ttl_ms, layout=0, direct=False)\n--\n\n"
 "The library's publication protocol over a key-value store written in\n"
-"Python (kv: an object with kv.h's operations as methods).");
+"Python (kv: an object with kv.h's operations as methods).  direct: the\n"
+"kv's get_ranges() keeps no view of its `out` past the call (one kept\n"
+"fails the read, and would point at memory the protocol reuses), so `out`\n"
+"is a view of the protocol's own buffer, not a bytearray copied out after.");
 
 static PyType_Slot Pub_slots[] = {
     {Py_tp_new, Pub_new},
@@ -946,7 +1045,10 @@ static PyType_Spec Pub_spec = {
 
 int ext_publication_init(PyObject *m)
 {
-    PyObject *t = PyType_FromSpec(&Pub_spec);
+    PyObject *t;
+    if (!dst_type && !(dst_type = (PyTypeObject *)PyType_FromSpec(&Dst_spec)))
+        return -1;
+    t = PyType_FromSpec(&Pub_spec);
     if (!t)
         return -1;
     if (PyModule_AddObjectRef(m, "_Publication", t) < 0) {

@@ -531,7 +531,7 @@ typedef struct pullrows {
     const char *name, *source;
 } pullrows;
 
-#define PULL_CAPSULE "engramstore._engram.pull_append"
+#define PULL_CAPSULE EXT_PULL_CAPSULE
 
 /* append(rows): the rows (uint8 [n, row_bytes], rows one after another)
  * appended to the table being pulled, the GIL released. */

@@ -653,6 +653,30 @@ def test_read_into(ctx: Ctx) -> None:
         p.read_into("t", None, m["num_rows"], m["row_bytes"], m["checksum"])
 
 
+def test_direct_kv() -> None:
+    """A kv made direct (its get_ranges keeps no view of out) reads into
+    the protocol's own buffer: the table reads back exact; one that keeps
+    a view of out past the call (here an array, which holds a view of its
+    own) fails the read."""
+    kv = MemKV()
+    p = _engram._Publication(kv, "mem://direct", CHUNK_BYTES, 60000, 0, True)
+    push(p, "t", 1)
+    assert p.read("t") == rows_of(1).tobytes()
+    kept: list[Any] = []
+    for keep in (lambda out: np.frombuffer(out, np.uint8), lambda out: memoryview(out)[1:],
+                 lambda out: out):
+
+        class Keeping(MemKV):
+            def get_ranges(self, *args: Any) -> None:
+                super().get_ranges(*args)
+                kept.append(keep(args[-1]))  # never read: its memory goes
+        q = _engram._Publication(Keeping(), "mem://keeping", CHUNK_BYTES, 60000, 0, True)
+        push(q, "t", 1)
+        with pytest.raises(engramstore.EngramError, match="no view of out kept"):
+            q.read("t")
+        kept.clear()
+
+
 def test_push_read(ctx: Ctx) -> None:
     p = ctx.p
     push(p, "t", 1)
