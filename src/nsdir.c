@@ -586,6 +586,8 @@ typedef struct fwriter {
     uint64_t rows_done;
     XXH3_state_t *xs;
     unsigned char *buf; /* rows formatted at their pitch, BUF_SIZE bytes */
+    int in_place_ok;    /* the data region may be written in place (below) */
+    unsigned char *map; /* the data region mapped writable, or NULL */
 } fwriter;
 
 static int write_full(int fd, const void *buf, size_t len, uint64_t off, const char *what)
@@ -605,6 +607,8 @@ static int write_full(int fd, const void *buf, size_t len, uint64_t off, const c
 
 static void fw_free(fwriter *w)
 {
+    if (w->map)
+        munmap(w->map, (size_t)w->h.data_size);
     if (w->fd >= 0) {
         unlinkat(w->st->dirfd, w->tmp, 0);
         close(w->fd);
@@ -614,11 +618,14 @@ static void fw_free(fwriter *w)
     free(w);
 }
 
-/* Allocates bytes [off, off + len) of w's file.  File systems without
- * fallocate (EOPNOTSUPP, EINVAL) are tolerated: they get no reservation. */
-static int reserve(fwriter *w, uint64_t off, uint64_t len)
+/* Allocates bytes [off, off + len) of w's file (*reserved: 1 if it did).
+ * File systems without fallocate (EOPNOTSUPP, EINVAL) are tolerated: they
+ * get no reservation. */
+static int reserve(fwriter *w, uint64_t off, uint64_t len, int *reserved)
 {
     int err = posix_fallocate(w->fd, (off_t)off, (off_t)len);
+    if (reserved)
+        *reserved = err == 0;
     if (err == 0 || err == EOPNOTSUPP || err == EINVAL)
         return 0;
     return engram__errno(err, "reserve %llu bytes at offset %llu of table '%s' in %s",
@@ -717,9 +724,18 @@ static int nsdir_writer_begin_placed(void *rs, const char *name, const engram_ta
      * not at commit, whose header write would otherwise be the first to
      * need a new block where the data fit exactly.  The padding between
      * the header and the data offset stays a hole. */
-    if ((err = reserve(w, 0, ENGRAM__HEADER_SIZE)) != 0 ||
-        (err = reserve(w, w->h.data_offset, w->h.data_size)) != 0)
+    if ((err = reserve(w, 0, ENGRAM__HEADER_SIZE, NULL)) != 0 ||
+        (err = reserve(w, w->h.data_offset, w->h.data_size, &w->in_place_ok)) != 0)
         goto fail;
+    /* Rows written in place (engram__writer_region()) go only to a tmpfs
+     * whose pages fallocate made: writing there cannot fault for want of
+     * space.  On a disk, a store through a mapping that finds no block
+     * (or an I/O error) is a SIGBUS, not an error: rows go by write(2). */
+    {
+        struct statfs fs;
+        w->in_place_ok = w->in_place_ok && w->h.row_pitch == w->h.row_bytes &&
+                         fstatfs(w->fd, &fs) == 0 && fs.f_type == TMPFS_MAGIC;
+    }
     if (ftruncate(w->fd, (off_t)(w->h.data_offset + w->h.data_size)) != 0) {
         err = engram__errno(errno, "size table '%s' in %s", name, st->path);
         goto fail;
@@ -847,6 +863,10 @@ static int nsdir_writer_commit(void *fw)
                           (unsigned long long)w->h.num_rows);
         goto out;
     }
+    if (w->map) { /* written in place: the file holds the rows */
+        munmap(w->map, (size_t)w->h.data_size);
+        w->map = NULL;
+    }
     w->h.data_checksum = XXH3_64bits_digest(w->xs);
     w->h.created_ns = engram__wall_ns();
     engram__header_encode(&w->h, hdr);
@@ -898,6 +918,37 @@ const char *engram__writer_temp(const engram_writer *w)
 uint64_t engram__writer_sum(const engram_writer *w)
 {
     return XXH3_64bits_digest(((const fwriter *)engram__writer_impl(w))->xs);
+}
+
+unsigned char *engram__writer_region(engram_writer *w)
+{
+    fwriter *f = engram__writer_impl(w);
+    void *addr;
+    if (!f || !f->in_place_ok || f->rows_done != 0 || f->h.data_size == 0)
+        return NULL;
+    if (f->map)
+        return f->map;
+    addr = mmap(NULL, (size_t)f->h.data_size, PROT_READ | PROT_WRITE, MAP_SHARED, f->fd,
+                (off_t)f->h.data_offset);
+    if (addr == MAP_FAILED)
+        return NULL;
+    return f->map = addr;
+}
+
+int engram__writer_took(engram_writer *w, uint64_t nrows)
+{
+    fwriter *f = engram__writer_impl(w);
+    if (!f->map || nrows > f->h.num_rows - f->rows_done)
+        return engram__err(ENGRAM_ESTATE, "table '%s': %llu rows taken in place %s", f->name,
+                           (unsigned long long)nrows,
+                           f->map ? "go beyond its rows" : "without its region");
+    XXH3_64bits_update(f->xs, f->map + f->rows_done * f->h.row_bytes,
+                       (size_t)(nrows * f->h.row_bytes));
+    f->rows_done += nrows;
+    /* A store through a mapping of a tmpfs file leaves its times alone:
+     * ranks waiting for this pull see it move (wait_for_writer()). */
+    (void)futimens(f->fd, NULL);
+    return 0;
 }
 
 /* engram_populate_shared(): waits for a running writer of `name` (1:

@@ -51,6 +51,7 @@ typedef struct reading {
     XXH3_state_t *xs; /* verify: the rows' XXH3 so far */
     /* pull only */
     engram_writer *w;
+    int in_place; /* the rows are read into w's region (engram__writer_region()) */
     engram_table_spec want; /* the remote's table as described before the read */
     uint64_t want_sum;
 } reading;
@@ -99,7 +100,7 @@ int engram__remote_verify(engram_store *st, const char *name, engram_progress_fn
                           void *ud)
 {
     reading r = {.name = name, .verb = "verify", .progress = progress, .ud = ud};
-    engram__remote_sink k = {verify_begin, verify_rows, reading_read, &r};
+    engram__remote_sink k = {verify_begin, verify_rows, reading_read, &r, NULL};
     int err;
     if (!(r.xs = XXH3_createState()))
         return engram__err(-ENOMEM, "out of memory");
@@ -183,7 +184,17 @@ static int pull_begin(void *ud, const engram_table_spec *spec, uint64_t sum)
 static int pull_rows(void *ud, const void *rows, uint64_t n)
 {
     reading *r = ud;
-    return engram_writer_append(r->w, rows, n, 0);
+    return r->in_place ? engram__writer_took(r->w, n) : engram_writer_append(r->w, rows, n, 0);
+}
+
+/* The rows land in the table file itself where they can (a tmpfs): no
+ * copy from a buffer into it. */
+static unsigned char *pull_region(void *ud)
+{
+    reading *r = ud;
+    unsigned char *p = engram__writer_region(r->w);
+    r->in_place = p != NULL;
+    return p;
 }
 
 static int remote_same(pull_from *pf, engram_store *to, const char *name,
@@ -201,7 +212,7 @@ static int remote_same(pull_from *pf, engram_store *to, const char *name,
 static int remote_fill(pull_from *pf, engram_writer *w)
 {
     remote_from *rf = (remote_from *)pf;
-    engram__remote_sink k = {pull_begin, pull_rows, reading_read, &rf->r};
+    engram__remote_sink k = {pull_begin, pull_rows, reading_read, &rf->r, pull_region};
     int err;
     rf->r = (reading){.name = rf->name, .verb = "pull", .progress = rf->progress, .ud = rf->ud,
                       .w = w, .want = pf->want, .want_sum = rf->want_sum};

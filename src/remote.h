@@ -39,6 +39,14 @@ typedef struct engram__remote_sink {
      * called read_all() (where a caller's progress callback runs). */
     int (*read)(void *ud, uint64_t n);
     void *ud;
+    /* May be NULL, or return NULL: asked once after begin(), the memory
+     * of the table's rows (packed), where they are to be read in place.
+     * Then rows() is given each part of that memory as soon as the
+     * check of its piece has passed over it (a block of whole rows, while
+     * it is still in the cache), before the piece's check ends: a check
+     * that fails fails read_all() after such rows() calls.  Progress
+     * (read()) is as above. */
+    unsigned char *(*region)(void *ud);
 } engram__remote_sink;
 
 typedef struct engram__remote_vt {

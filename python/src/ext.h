@@ -303,9 +303,13 @@ typedef struct ext_cuda_api {
 #define EXT_CUDA_CAPSULE EXT_CUDA_MODULE "._api"
 #endif
 
-/* The capsule that a pull's append() (_pull_rows) is bound to: a
- * function that keeps no view of the rows it is given. */
-#define EXT_PULL_CAPSULE "engramstore._engram.pull_append"
+/* pystore_tables.c: the writer of the pull whose append() (the function
+ * _pull_rows() gives its fill()) `fn` is, lent while that fill() runs and
+ * no append() runs (an append() meanwhile is refused), until
+ * ext_pull_return(fn); NULL (no exception) where fn is no such function
+ * or its writer cannot be lent now. */
+engram_writer *ext_pull_lend(PyObject *fn);
+void ext_pull_return(PyObject *fn);
 
 /* publication.c: _engram._xxh3_64(buf), a published table's checksum. */
 extern const char ext_xxh3_64_doc[];

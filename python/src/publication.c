@@ -25,6 +25,7 @@
 #include <xxhash.h>
 
 #include "common.h"
+#include "nsdir.h"
 #include "publish.h"
 
 typedef struct {
@@ -752,12 +753,14 @@ static PyObject *Pub_list(PubObject *o, PyObject *unused)
     return done(o, out);
 }
 
-/* read()'s sink: the rows into one buffer, then the whole checked. */
+/* read()'s sink: the rows read in place into the result, hashed a block
+ * at a time as the protocol checks them, then the whole checked. */
 typedef struct rsink {
     PyObject *bytes; /* the result, filled in place */
     unsigned char *buf;
     uint64_t size, at, checksum;
     uint32_t row_bytes;
+    XXH3_state_t *xs;
 } rsink;
 
 static int rsink_begin(void *ud, const engram_table_spec *spec, uint64_t checksum)
@@ -776,16 +779,24 @@ static int rsink_begin(void *ud, const engram_table_spec *spec, uint64_t checksu
         return engram__err(-ENOMEM, "out of memory for a table of %llu bytes",
                            (unsigned long long)k->size);
     k->buf = (unsigned char *)PyBytes_AS_STRING(k->bytes);
+    if (!(k->xs = XXH3_createState()))
+        return engram__err(-ENOMEM, "out of memory");
+    XXH3_64bits_reset(k->xs);
     return 0;
+}
+
+static unsigned char *rsink_region(void *ud)
+{
+    return ((rsink *)ud)->buf;
 }
 
 static int rsink_rows(void *ud, const void *rows, uint64_t n)
 {
     rsink *k = ud;
     uint64_t len = n * k->row_bytes;
-    if (len > k->size - k->at)
-        return engram__err(-EIO, "more rows than the manifest says");
-    memcpy(k->buf + k->at, rows, len);
+    if (len > k->size - k->at || (const unsigned char *)rows != k->buf + k->at)
+        return engram__err(-EIO, "rows out of their order, or more than the manifest says");
+    XXH3_64bits_update(k->xs, rows, (size_t)len);
     k->at += len;
     return 0;
 }
@@ -798,18 +809,19 @@ PyDoc_STRVAR(read_doc,
 static PyObject *Pub_read(PubObject *o, PyObject *args)
 {
     const char *name;
-    rsink k = {NULL, NULL, 0, 0, 0, 0};
-    engram__remote_sink sink = {rsink_begin, rsink_rows, NULL, &k};
+    rsink k = {NULL, NULL, 0, 0, 0, 0, NULL};
+    engram__remote_sink sink = {rsink_begin, rsink_rows, NULL, &k, rsink_region};
     PyObject *out = NULL;
     int rc;
     if (!PyArg_ParseTuple(args, "s:read", &name))
         return NULL;
     Py_BEGIN_ALLOW_THREADS
     rc = engram__pub_read_all(&o->pub, name, &sink);
-    if (rc == 0 && (k.at != k.size || XXH3_64bits(k.buf, k.size) != k.checksum))
+    if (rc == 0 && (k.at != k.size || XXH3_64bits_digest(k.xs) != k.checksum))
         rc = engram__err(ENGRAM_ECHECKSUM, "table '%s' in %s: the rows read do not match the "
                                            "manifest's checksum",
                          name, o->where);
+    XXH3_freeState(k.xs);
     Py_END_ALLOW_THREADS
     if (rc != 0) {
         Py_CLEAR(k.bytes);
@@ -822,8 +834,10 @@ static PyObject *Pub_read(PubObject *o, PyObject *args)
 /* read_into()'s sink: each batch of rows, every chunk of it checked by
  * the protocol, to the caller's function (on the protocol's consumer
  * thread, with the GIL taken), as a read-only memoryview released when it
- * returns.  The whole is not hashed again here: its caller's writer hashes
- * what it writes (_pull_rows(checksum=)). */
+ * returns; or, for a pull's append(), to its writer (no Python called),
+ * read in place into its table file where the writer can take them so.
+ * The whole is not hashed again here: the pull's writer hashes what the
+ * file holds (_pull_rows(checksum=)). */
 typedef struct isink {
     PyObject *rows, *progress;
     PyObject *exc; /* what rows or progress raised (the first) */
@@ -834,7 +848,11 @@ typedef struct isink {
     uint64_t read; /* bytes read (the calling thread's, for progress) */
     uint32_t row_bytes;
     PyObject *buf; /* the rows handed to rows() */
-    int direct;    /* rows is a pull's append(): given the rows themselves */
+    /* rows is a pull's append(): its writer, lent for the call (the rows
+     * are written to it here, no Python called), and whether they are
+     * read in place into its table file */
+    engram_writer *w;
+    int in_place;
 } isink;
 
 static int isink_raised(isink *k)
@@ -864,6 +882,15 @@ static int isink_begin(void *ud, const engram_table_spec *spec, uint64_t checksu
     return 0;
 }
 
+/* A pull's rows go straight into its table file where they can. */
+static unsigned char *isink_region(void *ud)
+{
+    isink *k = ud;
+    unsigned char *p = k->w ? engram__writer_region(k->w) : NULL;
+    k->in_place = p != NULL;
+    return p;
+}
+
 static int isink_rows(void *ud, const void *rows, uint64_t n)
 {
     isink *k = ud;
@@ -874,24 +901,21 @@ static int isink_rows(void *ud, const void *rows, uint64_t n)
     if (len > k->size - k->at)
         return engram__err(-EIO, "more rows than the manifest says");
     k->at += len;
+    if (k->w)
+        return k->in_place ? engram__writer_took(k->w, n)
+                           : engram_writer_append(k->w, rows, n, 0);
     g = PyGILState_Ensure();
     /* The rows go in a bytearray of this sink's (reused while nothing
      * kept it), not as a view of the protocol's buffer, which is reused
      * and freed: a view kept past the call (a slice, an array made from
-     * it) then holds memory of its own.  A pull's append(), which keeps
-     * no view, is given the protocol's buffer itself. */
-    if (k->direct) {
-        mv = PyMemoryView_FromMemory((char *)(uintptr_t)rows, (Py_ssize_t)len, PyBUF_READ);
-    } else {
-        if (!k->buf || Py_REFCNT(k->buf) != 1 ||
-            (uint64_t)PyByteArray_GET_SIZE(k->buf) < len) {
-            Py_CLEAR(k->buf);
-            k->buf = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)len);
-        }
-        if (k->buf) {
-            memcpy(PyByteArray_AS_STRING(k->buf), rows, len);
-            mv = PyMemoryView_FromObject(k->buf);
-        }
+     * it) then holds memory of its own. */
+    if (!k->buf || Py_REFCNT(k->buf) != 1 || (uint64_t)PyByteArray_GET_SIZE(k->buf) < len) {
+        Py_CLEAR(k->buf);
+        k->buf = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)len);
+    }
+    if (k->buf) {
+        memcpy(PyByteArray_AS_STRING(k->buf), rows, len);
+        mv = PyMemoryView_FromObject(k->buf);
     }
     if (mv) {
         PyObject *part = PySequence_GetSlice(mv, 0, (Py_ssize_t)len);
@@ -940,9 +964,12 @@ PyDoc_STRVAR(read_into_doc,
 "each chunk checked against the manifest's XXH3-64 of it before it goes;\n"
 "the manifest must say num_rows, row_bytes and checksum (as read before:\n"
 "EngramError with errno EAGAIN if it says otherwise now).  The whole is\n"
-"not hashed: the caller does that where it writes the rows.  progress(\n"
-"done_bytes, total_bytes), if given, after each batch is read, on this\n"
-"thread.  What rows or progress raise stops the read and is raised here.");
+"not hashed: the caller does that where it writes the rows.  rows may be\n"
+"the append() that _pull_rows() gives its fill(): it is not called then,\n"
+"the rows go to its table file here (a tmpfs's read in place, into the\n"
+"file itself, each block hashed there once).  progress(done_bytes,\n"
+"total_bytes), if given, after each batch is read, on this thread.  What\n"
+"rows or progress raise stops the read and is raised here.");
 
 static PyObject *Pub_read_into(PubObject *o, PyObject *args, PyObject *kw)
 {
@@ -951,15 +978,13 @@ static PyObject *Pub_read_into(PubObject *o, PyObject *args, PyObject *kw)
     const char *name;
     unsigned long long want_rows;
     unsigned int want_rb;
-    isink k = {NULL, Py_None, NULL, 0, 0, 0, 0, NULL, NULL, 0, 0, 0, NULL, 0};
-    engram__remote_sink sink = {isink_begin, isink_rows, isink_read, &k};
+    isink k = {NULL, Py_None, NULL, 0, 0, 0, 0, NULL, NULL, 0, 0, 0, NULL, NULL, 0};
+    engram__remote_sink sink = {isink_begin, isink_rows, isink_read, &k, isink_region};
     unsigned long long expect;
     int rc;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "sOKIK|O:read_into", kwlist, &name, &k.rows,
                                      &want_rows, &want_rb, &expect, &k.progress))
         return NULL;
-    k.direct = PyCFunction_Check(k.rows) && PyCFunction_GET_SELF(k.rows) &&
-               PyCapsule_IsValid(PyCFunction_GET_SELF(k.rows), EXT_PULL_CAPSULE);
     k.want_rows = want_rows;
     k.want_row_bytes = want_rb;
     k.name = name;
@@ -967,12 +992,15 @@ static PyObject *Pub_read_into(PubObject *o, PyObject *args, PyObject *kw)
     if (!PyCallable_Check(k.rows) || (k.progress != Py_None && !PyCallable_Check(k.progress)))
         return PyErr_Format(PyExc_TypeError, "rows and progress: expected callables");
     k.expect = expect;
+    k.w = ext_pull_lend(k.rows);
     Py_BEGIN_ALLOW_THREADS
     rc = engram__pub_read_all(&o->pub, name, &sink);
     if (rc == 0 && k.at != k.size)
         rc = engram__err(-EIO, "table '%s' in %s: %llu bytes read of its %llu", name, o->where,
                          (unsigned long long)k.at, (unsigned long long)k.size);
     Py_END_ALLOW_THREADS
+    if (k.w)
+        ext_pull_return(k.rows);
     Py_CLEAR(k.buf);
     if (k.exc) {
         if (o->itype) { /* an interrupt of the kv's goes first */

@@ -531,7 +531,7 @@ typedef struct pullrows {
     const char *name, *source;
 } pullrows;
 
-#define PULL_CAPSULE EXT_PULL_CAPSULE
+#define PULL_CAPSULE "engramstore._engram.pull_append"
 
 /* append(rows): the rows (uint8 [n, row_bytes], rows one after another)
  * appended to the table being pulled, the GIL released. */
@@ -574,6 +574,30 @@ static PyObject *pull_append(PyObject *cap, PyObject *rows)
 
 static PyMethodDef pull_append_def = {"append", pull_append, METH_O,
                                       "append(rows): rows appended to the table being pulled."};
+
+static pullrows *pull_of(PyObject *fn)
+{
+    PyObject *cap = PyCFunction_Check(fn) ? PyCFunction_GET_SELF(fn) : NULL;
+    return cap && PyCapsule_IsValid(cap, PULL_CAPSULE) ? PyCapsule_GetPointer(cap, PULL_CAPSULE)
+                                                       : NULL;
+}
+
+/* ext.h */
+engram_writer *ext_pull_lend(PyObject *fn)
+{
+    pullrows *pr = pull_of(fn);
+    if (!pr || !pr->w || pr->busy)
+        return NULL;
+    pr->busy = 1;
+    return pr->w;
+}
+
+void ext_pull_return(PyObject *fn)
+{
+    pullrows *pr = pull_of(fn);
+    if (pr)
+        pr->busy = 0;
+}
 
 /* What fill or same raised, kept for _pull_rows (the first one). */
 static int pull_raised(pullrows *pr)

@@ -2,14 +2,32 @@
 so this module stays light: numpy, engramstore and the standard library)."""
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import tempfile
 import threading
+from collections.abc import Iterator
 
 import numpy as np
 
 import engramstore
 
 SENTINEL = 0xA5
+
+
+@contextlib.contextmanager
+def shm_root(prefix: str = "engram-py-") -> Iterator[str]:
+    """A directory of its own under /dev/shm (a tmpfs), removed after;
+    pytest.skip() where there is none."""
+    if not os.path.isdir("/dev/shm"):
+        import pytest
+        pytest.skip("no /dev/shm (a tmpfs) on this machine")
+    d = tempfile.mkdtemp(dir="/dev/shm", prefix=prefix)
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def make_rows(num_rows: int, row_bytes: int, seed: int) -> np.ndarray:

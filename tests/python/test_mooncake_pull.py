@@ -7,7 +7,11 @@ is kept, another is refused; a damaged, missing or truncated chunk object,
 a pull that raises mid-way (its progress callback, a failed read) and a
 table replaced or removed mid-pull leave nothing visible; bad arguments;
 ranks pulling at once copy it once; the origin recorded and check_origin()
-per chunk; XXH3-64 (the manifests' checksums) against known values."""
+per chunk; XXH3-64 (the manifests' checksums) against known values.
+
+Every test with a local namespace runs twice: on a disk (the rows are
+written to the table file) and on a tmpfs (the transfer lands in the
+table file itself, each block hashed there)."""
 from __future__ import annotations
 
 import errno
@@ -19,7 +23,7 @@ import numpy as np
 import pytest
 
 import engramstore
-from esutil import expected, make_rows, sentinel
+from esutil import expected, make_rows, sentinel, shm_root
 
 R = 264
 N = 5003  # five chunks of 1000 rows and a short one (chunks of CHUNK below)
@@ -78,6 +82,19 @@ def big(mc_client):
     st.populate("big", rows)
     yield st, rows
     _drop(st)
+
+
+@pytest.fixture(params=["disk", "tmpfs"])
+def local_dir(request, tmp_path):
+    """The local root: a directory of tmp_path (a disk here; rows go in
+    by write(2)), or one of /dev/shm (a tmpfs: rows read in place)."""
+    if request.param == "disk":
+        d = tmp_path / "root"
+        d.mkdir()
+        yield str(d)
+    else:
+        with shm_root() as d:
+            yield d
 
 
 @pytest.fixture

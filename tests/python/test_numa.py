@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import engramstore
-from esutil import make_rows
+from esutil import make_rows, shm_root
 
 SPEC = {"num_rows": 1000, "row_bytes": 264, "row_pitch": 272}
 PAGES = (1000 * 272 + 4095) // 4096
@@ -44,9 +44,8 @@ needs_numa = pytest.mark.skipif(not NUMA, reason="the library was built without 
 
 @pytest.fixture
 def shm_dir():
-    d = tempfile.mkdtemp(dir="/dev/shm", prefix="engram-py-numa-")
-    yield d
-    shutil.rmtree(d)
+    with shm_root("engram-py-numa-") as d:
+        yield d
 
 
 def _store(root, **kw):
