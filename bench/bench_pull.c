@@ -38,7 +38,7 @@
 #include <unistd.h>
 
 #include <hiredis/hiredis.h>
-#include <xxhash.h>
+#include "xxh.h"
 
 #include "engram.h"
 #include "bench_util.h"

@@ -19,7 +19,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include <xxhash.h>
+#include "xxh.h"
 
 #include "common.h"
 #include "format.h"

@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <xxhash.h>
+#include "xxh.h"
 
 #include "common.h"
 #include "fsutil.h"

@@ -21,7 +21,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include <xxhash.h>
+#include "xxh.h"
 
 #include "common.h"
 #include "fsutil.h"

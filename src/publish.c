@@ -49,7 +49,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
-#include <xxhash.h>
+#include "xxh.h"
 
 #include "common.h"
 #include "publish.h"

@@ -29,7 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <xxhash.h>
+#include "xxh.h"
 
 #include "format.h"
 #include "fsutil.h"

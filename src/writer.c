@@ -29,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <xxhash.h>
+#include "xxh.h"
 
 #include "format.h"
 #include "remote.h"

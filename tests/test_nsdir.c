@@ -27,7 +27,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-#include <xxhash.h>
+#include "xxh.h"
 
 #include "format.h"
 #include "testutil.h"

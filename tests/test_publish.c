@@ -46,7 +46,7 @@
 #include <stdatomic.h>
 #include <time.h>
 
-#include <xxhash.h>
+#include "xxh.h"
 
 #include "testutil.h"
 

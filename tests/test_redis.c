@@ -47,7 +47,7 @@ int main(void)
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include <xxhash.h>
+#include "xxh.h"
 
 #include "redis/cluster.h"
 #include "redis_util.h"

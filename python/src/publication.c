@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <xxhash.h>
+#include "xxh.h"
 
 #include "common.h"
 #include "nsdir.h"
