@@ -40,6 +40,12 @@ times, in the same run:
                 --lookups lookups per run, --reps runs alternating which
                 goes first, the median rate in ids/s.
 
+Each arm of (a) also counts the CPU time it took, of this reader and of
+the process serving the Store's segment (user + system, from /proc): on a
+machine whose CPUs the transfer alone fills, a pull cannot take less than
+its CPU time over the CPUs, and the output says what bound that puts on
+pull / bulk.
+
 Every pulled table and every lookup's rows are checked against the rows'
 known contents.  --quick: a 64 MiB table, 3 repetitions, for a smoke run.
 The last line is JSON.
@@ -79,6 +85,24 @@ def summary(ts):
     return {"median_s": statistics.median(ts), "min_s": min(ts), "max_s": max(ts), "runs": ts}
 
 
+def cpu_s(pid):
+    """User + system CPU seconds of process pid so far (every thread)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def timed(fn):
+    """(wall seconds, CPU seconds of this process and of its parent, the
+    Store's server) of fn()."""
+    me, server = os.getpid(), os.getppid()
+    c0 = cpu_s(me) + cpu_s(server)
+    t0 = time.perf_counter()
+    fn()
+    dt = time.perf_counter() - t0
+    return dt, cpu_s(me) + cpu_s(server) - c0
+
+
 def reader(args):
     import engramstore
     from mooncake.store import EngramStore as MooncakeEngramStore
@@ -106,36 +130,37 @@ def reader(args):
     root = tempfile.mkdtemp(prefix="bench-mooncake-pull-", dir=args.local_root)
 
     def run_bulk():
-        t0 = time.perf_counter()
-        if args.baseline == "batch":
-            got = list(mc.batch_get_into(keys, ptrs, sizes))
-        else:
-            got = [mc.get_into(k, p, n) for k, p, n in zip(keys, ptrs, sizes)]
-        dt = time.perf_counter() - t0
+        got = []
+
+        def read():
+            if args.baseline == "batch":
+                got.extend(mc.batch_get_into(keys, ptrs, sizes))
+            else:
+                got.extend(mc.get_into(k, p, n) for k, p, n in zip(keys, ptrs, sizes))
+        t = timed(read)
         if got != sizes:
             bad = next(i for i, (g, n) in enumerate(zip(got, sizes)) if g != n)
             raise SystemExit(f"bulk: {'batch_get_into' if args.baseline == 'batch' else 'get_into'}"
                              f" answered {got[bad]} for chunk {bad} ({keys[bad]}), not "
                              f"{sizes[bad]}")
-        return dt
+        return t
 
     def run_pull():
         with engramstore.EngramStore(namespace="p", local_dir=root) as local:
-            t0 = time.perf_counter()
-            if local.pull(remote, NAME) is not True:
+            copied = []
+            t = timed(lambda: copied.append(local.pull(remote, NAME)))
+            if copied != [True]:
                 raise SystemExit("pull: the table was not copied")
-            return time.perf_counter() - t0
+            return t
 
     def drop_local():
         engramstore.remove_namespace("p", root, tables=True)
 
     def run_write(rows=buf.reshape(N, R)):
         with engramstore.EngramStore(namespace="w", local_dir=root) as local:
-            t0 = time.perf_counter()
-            local.populate(NAME, rows)
-            dt = time.perf_counter() - t0
+            t = timed(lambda: local.populate(NAME, rows))
         engramstore.remove_namespace("w", root, tables=True)
-        return dt
+        return t
 
     # One untimed run of each first: the connections, the staging buffer's
     # registration and the threads are set up once per process.
@@ -145,21 +170,26 @@ def reader(args):
     run_write()
     load = [os.getloadavg()[0]]  # other work on the machine skews every figure
     pull_t, bulk_t, write_t = [], [], []
+    cpu = {"pull": [], "bulk": [], "write": []}
     wrong = {"bulk": 0, "pull": 0}
     for rep in range(args.reps):
         # bulk before write: the write's rows are the ones the bulk read
         order = ("pull", "bulk", "write") if rep % 2 == 0 else ("bulk", "write", "pull")
         for what in order:
             if what == "bulk":
-                bulk_t.append(run_bulk())
+                dt, c = run_bulk()
+                bulk_t.append(dt)
                 if rep == 0:
                     wrong["bulk"] = check_words(buf.reshape(N, R), np.arange(N), R)
             elif what == "write":
-                write_t.append(run_write())
+                dt, c = run_write()
+                write_t.append(dt)
             else:
-                pull_t.append(run_pull())
+                dt, c = run_pull()
+                pull_t.append(dt)
                 if rep < args.reps - 1:
                     drop_local()
+            cpu[what].append(c)
         print(f"rep {rep}: pull {pull_t[-1]:.3f} s, bulk {bulk_t[-1]:.3f} s, "
               f"write {write_t[-1]:.3f} s", file=sys.stderr, flush=True)
     mc.unregister_buffer(buf.ctypes.data)
@@ -201,7 +231,7 @@ def reader(args):
     load.append(os.getloadavg()[0])
     res = {"bytes": size, "chunks": len(keys), "chunk_rows": cr, "baseline": args.baseline,
            "loadavg_1min": load, "pull": summary(pull_t), "bulk": summary(bulk_t),
-           "write": summary(write_t),
+           "write": summary(write_t), "cpu_s": cpu, "cpus": os.cpu_count(),
            "lookup_ids_per_s": {k: ids_per_run / statistics.median(v) for k, v in look_t.items()},
            "lookup_runs_s": look_t, "wrong_rows": wrong}
     print("RESULT " + json.dumps(res), flush=True)
@@ -309,6 +339,14 @@ def main():
     print(f"  pull / (bulk + write) (rate, medians): {both:.2f}x: the pull "
           + ("overlaps its read and its write" if both > 1 else
              f"spends {p['median_s'] - b['median_s'] - w['median_s']:.3f} s beyond the two"))
+    cs = {k: statistics.median(v) for k, v in res["cpu_s"].items()}
+    ncpu = res["cpus"]
+    print(f"  CPU time (this reader and the Store's server, medians): pull {cs['pull']:.2f} s, "
+          f"bulk {cs['bulk']:.2f} s, write {cs['write']:.2f} s")
+    floor = cs["pull"] / ncpu
+    print(f"  on {ncpu} CPUs a pull cannot take less than {floor:.3f} s (its CPU time / "
+          f"{ncpu}), nor pull / bulk exceed {b['median_s'] / max(floor, 1e-9):.2f}x here; "
+          f"the pull's CPU beyond the bulk read's: {cs['pull'] - cs['bulk']:.2f} s")
     lk = res["lookup_ids_per_s"]
     print(f"(b) lookups of [{args.ids}, 1] uniform ids, {args.lookups} per run, median of "
           f"{args.reps} runs")
