@@ -791,11 +791,9 @@ class _Publisher:
 
     def _publication(self, kv: MooncakeKV) -> Any:
         # direct: MooncakeKV.get_ranges keeps no view of its out, so it is
-        # given the protocol's buffer, not a bytearray copied out after.
+        # given the read's own memory (the protocol's buffer, or a pulled
+        # table's file), not a bytearray copied out after.
         return _engram._Publication(kv, self.where, self.chunk_bytes, PUSH_TTL_MS, 0, True)
-
-    def pub(self) -> Any:
-        return self.p
 
     def manifest(self, name: str) -> dict[str, Any] | None:
         """The manifest of published table `name`, or None."""
@@ -1110,7 +1108,7 @@ class MooncakeTableStore(TableStore):
 
     def list_tables(self) -> list[str]:
         """The tables published in the namespace, by any process, sorted."""
-        return sorted(self._p.pub().list())
+        return sorted(self._p.p.list())
 
     def remove(self, name: str, force: bool = False) -> None:
         """Unpublishes table ``name`` (its manifest goes first: no store
@@ -1123,7 +1121,7 @@ class MooncakeTableStore(TableStore):
         of the old table cached by any store are never served again."""
         check_name(name)
         try:
-            self._p.pub().remove(name)
+            self._p.p.remove(name)
         except TableNotFoundError as e:
             if self._p.manifest(name) is not None:
                 raise  # published again meanwhile: the protocol's message says so
@@ -1141,13 +1139,13 @@ class MooncakeTableStore(TableStore):
         idle past its TTL (2 min) and its chunks, a removal's chunks.
         Returns ``[(name, code, detail)]``: code 0 settled (or would be,
         with dry_run), 1 kept (still live), negative: failed."""
-        return list(self._p.pub().gc(0, dry_run))
+        return list(self._p.p.gc(0, dry_run))
 
     def verify(self, name: str) -> None:
         """Reads table ``name`` whole and checks every chunk and the whole
         against its manifest's XXH3-64 (CorruptTableError on a mismatch)."""
         try:
-            self._p.pub().read(check_name(name))
+            self._p.p.read(check_name(name))
         except TableNotFoundError:
             raise _error(TableNotFoundError, _errno.ENOENT,
                          f"table '{name}' is not in the Mooncake namespace "
@@ -1319,7 +1317,7 @@ def _pull(local: TableStore, p: _Publisher, name: str,
 
     def fill(append: Callable[[Any], None]) -> None:
         try:
-            p.pub().read_into(name, append, n, r, want, progress)
+            p.p.read_into(name, append, n, r, want, progress)
         except TableNotFoundError:
             raise changed("was removed") from None
         except EngramError as e:
