@@ -904,6 +904,38 @@ out:
     return err;
 }
 
+/* writer.h: engram__writer_region() and _took() of a directory's writer. */
+static unsigned char *nsdir_writer_region(void *fw, uint64_t bytes)
+{
+    fwriter *f = fw;
+    void *addr;
+    if (!f->in_place_ok || f->rows_done != 0 || f->h.data_size == 0 || bytes != f->h.data_size)
+        return NULL;
+    if (f->map)
+        return f->map;
+    addr = mmap(NULL, (size_t)f->h.data_size, PROT_READ | PROT_WRITE, MAP_SHARED, f->fd,
+                (off_t)f->h.data_offset);
+    if (addr == MAP_FAILED)
+        return NULL;
+    return f->map = addr;
+}
+
+static int nsdir_writer_took(void *fw, uint64_t nrows)
+{
+    fwriter *f = fw;
+    if (!f->map || nrows > f->h.num_rows - f->rows_done)
+        return engram__err(ENGRAM_ESTATE, "table '%s': %llu rows taken in place %s", f->name,
+                           (unsigned long long)nrows,
+                           f->map ? "go beyond its rows" : "without its region");
+    XXH3_64bits_update(f->xs, f->map + f->rows_done * f->h.row_bytes,
+                       (size_t)(nrows * f->h.row_bytes));
+    f->rows_done += nrows;
+    /* A store through a mapping of a tmpfs file leaves its times alone:
+     * ranks waiting for this pull see it move (wait_for_writer()). */
+    (void)futimens(f->fd, NULL);
+    return 0;
+}
+
 static void nsdir_writer_abort(void *fw)
 {
     fw_free(fw);
@@ -920,36 +952,6 @@ uint64_t engram__writer_sum(const engram_writer *w)
     return XXH3_64bits_digest(((const fwriter *)engram__writer_impl(w))->xs);
 }
 
-unsigned char *engram__writer_region(engram_writer *w)
-{
-    fwriter *f = engram__writer_impl(w);
-    void *addr;
-    if (!f || !f->in_place_ok || f->rows_done != 0 || f->h.data_size == 0)
-        return NULL;
-    if (f->map)
-        return f->map;
-    addr = mmap(NULL, (size_t)f->h.data_size, PROT_READ | PROT_WRITE, MAP_SHARED, f->fd,
-                (off_t)f->h.data_offset);
-    if (addr == MAP_FAILED)
-        return NULL;
-    return f->map = addr;
-}
-
-int engram__writer_took(engram_writer *w, uint64_t nrows)
-{
-    fwriter *f = engram__writer_impl(w);
-    if (!f->map || nrows > f->h.num_rows - f->rows_done)
-        return engram__err(ENGRAM_ESTATE, "table '%s': %llu rows taken in place %s", f->name,
-                           (unsigned long long)nrows,
-                           f->map ? "go beyond its rows" : "without its region");
-    XXH3_64bits_update(f->xs, f->map + f->rows_done * f->h.row_bytes,
-                       (size_t)(nrows * f->h.row_bytes));
-    f->rows_done += nrows;
-    /* A store through a mapping of a tmpfs file leaves its times alone:
-     * ranks waiting for this pull see it move (wait_for_writer()). */
-    (void)futimens(f->fd, NULL);
-    return 0;
-}
 
 /* engram_populate_shared(): waits for a running writer of `name` (1:
  * it ended, look again), or says there is none (0), or that it still
@@ -1061,4 +1063,6 @@ const engram__remote_vt engram__nsdir_vt = {
     .writer_range = nsdir_writer_range,
     .writer_origin = nsdir_writer_origin,
     .writer_wait = nsdir_writer_wait,
+    .writer_region = nsdir_writer_region,
+    .writer_took = nsdir_writer_took,
 };

@@ -24,15 +24,4 @@ int engram__store_open_dir(const char *root, const char *ns, const engram_store_
 const char *engram__writer_temp(const engram_writer *w);
 uint64_t engram__writer_sum(const engram_writer *w);
 
-/* Rows written in place, without a copy (a pull's transfer lands in the
- * table file): engram__writer_region() is w's data region, mapped
- * writable until commit or abort, where the caller writes every row
- * itself, then engram__writer_took(w, n) for each next n rows, in order,
- * once they are there (hashed then, as append() hashes what it writes).
- * NULL where rows cannot go in place (on a disk, rows with a pitch, once
- * rows were appended, the mapping failed): append them.  Of a writer of
- * a directory store, before any append. */
-unsigned char *engram__writer_region(engram_writer *w);
-int engram__writer_took(engram_writer *w, uint64_t nrows);
-
 #endif

@@ -192,7 +192,7 @@ static int pull_rows(void *ud, const void *rows, uint64_t n)
 static unsigned char *pull_region(void *ud)
 {
     reading *r = ud;
-    unsigned char *p = engram__writer_region(r->w);
+    unsigned char *p = engram__writer_region(r->w, r->total);
     r->in_place = p != NULL;
     return p;
 }

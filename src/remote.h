@@ -40,7 +40,8 @@ typedef struct engram__remote_sink {
     int (*read)(void *ud, uint64_t n);
     void *ud;
     /* May be NULL, or return NULL: asked once after begin(), the memory
-     * of the table's rows (packed), where they are to be read in place.
+     * of the table's rows (packed: begin()'s num_rows * row_bytes bytes,
+     * all of which the read writes), where they are to be read in place.
      * Then rows() is given each part of that memory as soon as the
      * check of its piece has passed over it (a block of whole rows, while
      * it is still in the cache), before the piece's check ends: a check
@@ -113,6 +114,12 @@ typedef struct engram__remote_vt {
     /* engram_writer_set_origin() of an origin already checked
      * (engram__origin_check()).  NULL: the namespace keeps no origin. */
     int (*writer_origin)(void *w, const engram_origin *o);
+    /* engram__writer_region() and engram__writer_took() (writer.h), of a
+     * writer that has not failed; region_bytes is what the caller will
+     * write (NULL unless the table's data is exactly that).  NULL: the
+     * namespace takes rows only by append. */
+    unsigned char *(*writer_region)(void *w, uint64_t region_bytes);
+    int (*writer_took)(void *w, uint64_t nrows);
     /* engram_populate_shared(): waits for a running writer of `name` until
      * *deadline (set at the first wait, from timeout_ms: < 0 none): 1 if
      * one ended (look again), 0 if none runs, or the failure (-ETIMEDOUT

@@ -12,13 +12,19 @@
  *  - same() and fill() answering what they may not: -EINVAL;
  *  - bad arguments;
  *  - four ranks (threads with stores of their own) pulling at once: one
- *    fills, the others wait for its temporary file and keep its table.
+ *    fills, the others wait for its temporary file and keep its table;
+ *  - rows written in place (engram__writer_region/_took, what a pull's
+ *    read does on a tmpfs): the table they make, and when a writer gives
+ *    no region (another size, a pitch, rows appended, failed earlier).
  */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <time.h>
 
+#include <sys/vfs.h>
+
 #include "testutil.h"
+#include "writer.h"
 
 #define RB 264
 #define ROWS 3001
@@ -219,6 +225,82 @@ static void test_ranks(void)
     engram_store_close(st);
 }
 
+/* fill() writing its rows in place, CHUNK rows at a time. */
+static int fill_in_place(void *ud, engram_writer *w)
+{
+    src *s = ud;
+    unsigned char *p = engram__writer_region(w, (uint64_t)ROWS * RB);
+    int rc = 0;
+    if (!p)
+        return -ENOTSUP;
+    for (uint64_t i = 0; i < ROWS && rc == 0; i += CHUNK) {
+        uint64_t n = ROWS - i < CHUNK ? ROWS - i : CHUNK;
+        for (uint64_t j = 0; j < n; j++)
+            tu_fill_row(p + (i + j) * RB, s->seed, i + j, RB);
+        rc = engram__writer_took(w, n);
+    }
+    /* One row more than the table has: refused, and the writer fails. */
+    if (rc == 0 && s->fail_after == 0) {
+        ASSERT_ERR(engram__writer_took(w, 1), ENGRAM_ESTATE);
+        rc = -EIO;
+    }
+    return rc;
+}
+
+static void test_in_place(void)
+{
+    engram_store *st = tu_open("inplace", 0, 1);
+    engram_table_spec spec = {ROWS, RB, 0}, pitched = {ROWS, RB, 272};
+    struct statfs fs;
+    engram_writer *w;
+    unsigned char row[RB];
+    src s;
+    int written = -1;
+    ASSERT_EQ(statfs(tu_scratch_path, &fs), 0);
+    if (fs.f_type != 0x01021994) { /* TMPFS_MAGIC: rows go in place only there */
+        ASSERT_OK(engram_writer_begin(st, "d", &spec, &w));
+        ASSERT(engram__writer_region(w, (uint64_t)ROWS * RB) == NULL);
+        engram_writer_abort(w);
+        printf("   scratch is not a tmpfs: no region, rows appended\n");
+        engram_store_close(st);
+        return;
+    }
+    tu_current_case = "rows written in place make the table";
+    init_src(&s, 9);
+    ASSERT_OK(engram_pull_rows(st, "t", &spec, "test", &(engram_pull_ops){fill_in_place, same},
+                               &s, &written));
+    ASSERT_EQ(written, 1);
+    tu_check_named(st, "t", 9, ROWS, RB);
+    ASSERT_OK(engram_verify(st, "t", NULL, NULL));
+
+    tu_current_case = "took past the table's rows fails the writer";
+    init_src(&s, 10);
+    s.fail_after = 0;
+    ASSERT_ERR(engram_pull_rows(st, "u", &spec, "test", &(engram_pull_ops){fill_in_place, same},
+                                &s, &written),
+               -EIO);
+    assert_nothing(st, "inplace", "u");
+
+    tu_current_case = "no region: another size, a pitch, rows appended, a failed writer";
+    ASSERT_OK(engram_writer_begin(st, "v", &spec, &w));
+    ASSERT(engram__writer_region(w, (uint64_t)ROWS * RB - 1) == NULL);
+    ASSERT(engram__writer_region(w, (uint64_t)ROWS * RB + RB) == NULL);
+    ASSERT_ERR(engram__writer_took(w, 1), ENGRAM_ESTATE); /* no region yet: fails w */
+    ASSERT(engram__writer_region(w, (uint64_t)ROWS * RB) == NULL);
+    engram_writer_abort(w);
+    ASSERT_OK(engram_writer_begin(st, "v", &pitched, &w));
+    ASSERT(engram__writer_region(w, (uint64_t)ROWS * RB) == NULL);
+    ASSERT(engram__writer_region(w, (uint64_t)ROWS * 272) == NULL);
+    engram_writer_abort(w);
+    ASSERT_OK(engram_writer_begin(st, "v", &spec, &w));
+    tu_fill_row(row, 1, 0, RB);
+    ASSERT_OK(engram_writer_append(w, row, 1, 0));
+    ASSERT(engram__writer_region(w, (uint64_t)ROWS * RB) == NULL);
+    engram_writer_abort(w);
+    assert_nothing(st, "inplace", "v");
+    engram_store_close(st);
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
@@ -226,6 +308,7 @@ int main(int argc, char **argv)
     tu_watchdog(120);
     RUN_TEST(test_pull);
     RUN_TEST(test_ranks);
+    RUN_TEST(test_in_place);
     printf("test_pull_rows: ok\n");
     return 0;
 }

@@ -304,12 +304,18 @@ typedef struct ext_cuda_api {
 #endif
 
 /* pystore_tables.c: the writer of the pull whose append() (the function
- * _pull_rows() gives its fill()) `fn` is, lent while that fill() runs and
- * no append() runs (an append() meanwhile is refused), until
- * ext_pull_return(fn); NULL (no exception) where fn is no such function
- * or its writer cannot be lent now. */
-engram_writer *ext_pull_lend(PyObject *fn);
-void ext_pull_return(PyObject *fn);
+ * _pull_rows() gives its fill()) `fn` is, lent to a read of num_rows rows
+ * of row_bytes while that fill() runs and no append() runs (an append()
+ * meanwhile is refused): 1 and *loan, until ext_pull_return(*loan) (the
+ * GIL held for both); 0 where fn is no such function or its writer cannot
+ * be lent now; -1 (ValueError) where its table has another shape.
+ * ext_pull_recalled() (any thread): fill() returned meanwhile, and waits
+ * for the read to stop. */
+typedef struct ext_pull_loan ext_pull_loan;
+int ext_pull_lend(PyObject *fn, uint64_t num_rows, uint32_t row_bytes, ext_pull_loan **loan);
+engram_writer *ext_pull_writer(ext_pull_loan *loan);
+int ext_pull_recalled(ext_pull_loan *loan);
+void ext_pull_return(ext_pull_loan *loan);
 
 /* publication.c: _engram._xxh3_64(buf), a published table's checksum. */
 extern const char ext_xxh3_64_doc[];

@@ -25,8 +25,8 @@
 #include "xxh.h"
 
 #include "common.h"
-#include "nsdir.h"
 #include "publish.h"
+#include "writer.h"
 
 typedef struct {
     PyObject_HEAD
@@ -851,6 +851,7 @@ typedef struct isink {
     /* rows is a pull's append(): its writer, lent for the call (the rows
      * are written to it here, no Python called), and whether they are
      * read in place into its table file */
+    ext_pull_loan *loan;
     engram_writer *w;
     int in_place;
 } isink;
@@ -886,7 +887,7 @@ static int isink_begin(void *ud, const engram_table_spec *spec, uint64_t checksu
 static unsigned char *isink_region(void *ud)
 {
     isink *k = ud;
-    unsigned char *p = k->w ? engram__writer_region(k->w) : NULL;
+    unsigned char *p = k->w ? engram__writer_region(k->w, k->size) : NULL;
     k->in_place = p != NULL;
     return p;
 }
@@ -901,9 +902,14 @@ static int isink_rows(void *ud, const void *rows, uint64_t n)
     if (len > k->size - k->at)
         return engram__err(-EIO, "more rows than the manifest says");
     k->at += len;
-    if (k->w)
+    if (k->w) {
+        if (ext_pull_recalled(k->loan))
+            return engram__err(-ECANCELED, "table '%s' in %s: the pull's fill() returned while "
+                                           "it was read into the pulled table; read stopped",
+                               k->name, k->where);
         return k->in_place ? engram__writer_took(k->w, n)
                            : engram_writer_append(k->w, rows, n, 0);
+    }
     g = PyGILState_Ensure();
     /* The rows go in a bytearray of this sink's (reused while nothing
      * kept it), not as a view of the protocol's buffer, which is reused
@@ -978,7 +984,7 @@ static PyObject *Pub_read_into(PubObject *o, PyObject *args, PyObject *kw)
     const char *name;
     unsigned long long want_rows;
     unsigned int want_rb;
-    isink k = {NULL, Py_None, NULL, 0, 0, 0, 0, NULL, NULL, 0, 0, 0, NULL, NULL, 0};
+    isink k = {NULL, Py_None, NULL, 0, 0, 0, 0, NULL, NULL, 0, 0, 0, NULL, NULL, NULL, 0};
     engram__remote_sink sink = {isink_begin, isink_rows, isink_read, &k, isink_region};
     unsigned long long expect;
     int rc;
@@ -992,15 +998,17 @@ static PyObject *Pub_read_into(PubObject *o, PyObject *args, PyObject *kw)
     if (!PyCallable_Check(k.rows) || (k.progress != Py_None && !PyCallable_Check(k.progress)))
         return PyErr_Format(PyExc_TypeError, "rows and progress: expected callables");
     k.expect = expect;
-    k.w = ext_pull_lend(k.rows);
+    if (ext_pull_lend(k.rows, want_rows, want_rb, &k.loan) < 0)
+        return NULL;
+    k.w = k.loan ? ext_pull_writer(k.loan) : NULL;
     Py_BEGIN_ALLOW_THREADS
     rc = engram__pub_read_all(&o->pub, name, &sink);
     if (rc == 0 && k.at != k.size)
         rc = engram__err(-EIO, "table '%s' in %s: %llu bytes read of its %llu", name, o->where,
                          (unsigned long long)k.at, (unsigned long long)k.size);
     Py_END_ALLOW_THREADS
-    if (k.w)
-        ext_pull_return(k.rows);
+    if (k.loan)
+        ext_pull_return(k.loan);
     Py_CLEAR(k.buf);
     if (k.exc) {
         if (o->itype) { /* an interrupt of the kv's goes first */

@@ -13,7 +13,9 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 
 /* ---- names, specs and resolution ----------------------------------------- */
 
@@ -522,9 +524,15 @@ PyObject *ext_store_check_origin(StoreObject *s, PyObject *const *args, Py_ssize
 typedef struct pullrows {
     PyObject *fill, *same;
     PyObject *exc;     /* what fill or same raised (re-raised by _pull_rows) */
+    uint64_t num_rows;
     uint32_t row_bytes;
     engram_writer *w;  /* while fill runs */
-    int busy;          /* an append is writing (the GIL released) */
+    /* An append() is writing (the GIL released), or the writer is lent to
+     * a read_into() (ext_pull_lend()); changed with the GIL held. */
+    int busy;
+    /* fill() returned while the writer was lent: the read stops (read by
+     * the read's own thread, without the GIL). */
+    atomic_int recalled;
     engram_origin origin; /* recorded before fill runs; kind NONE: none */
     int check;            /* the whole's XXH3-64 must be sum */
     uint64_t sum;
@@ -532,23 +540,25 @@ typedef struct pullrows {
 } pullrows;
 
 #define PULL_CAPSULE "engramstore._engram.pull_append"
+/* The capsule's name once its fill() returned: its pullrows is gone. */
+#define PULL_CAPSULE_DONE "engramstore._engram.pull_append (fill returned)"
 
 /* append(rows): the rows (uint8 [n, row_bytes], rows one after another)
  * appended to the table being pulled, the GIL released. */
 static PyObject *pull_append(PyObject *cap, PyObject *rows)
 {
-    pullrows *pr = PyCapsule_GetPointer(cap, PULL_CAPSULE);
+    pullrows *pr;
     engram_table_spec sp;
     ext_array a;
     int rc;
-    if (!pr)
-        return NULL;
-    if (!pr->w)
+    if (!PyCapsule_IsValid(cap, PULL_CAPSULE) || !(pr = PyCapsule_GetPointer(cap, PULL_CAPSULE)) ||
+        !pr->w)
         return ext_raise_cls(ext_exc_for(ENGRAM_ESTATE), ENGRAM_ESTATE,
                              "append: the pull's fill() has returned; nothing more is written");
     if (pr->busy)
         return ext_raise_cls(ext_exc_for(ENGRAM_ESTATE), ENGRAM_ESTATE,
-                             "append: called again while an append runs (one thread appends)");
+                             "append: called while another append or a read into the table "
+                             "runs (one thread appends)");
     if (ext_array_get(rows, "rows", 0, &a) < 0)
         return NULL;
     if (rows_layout(&a, "rows", &sp) < 0) {
@@ -582,21 +592,38 @@ static pullrows *pull_of(PyObject *fn)
                                                        : NULL;
 }
 
-/* ext.h */
-engram_writer *ext_pull_lend(PyObject *fn)
+/* ext.h: the loan is the pullrows itself. */
+int ext_pull_lend(PyObject *fn, uint64_t num_rows, uint32_t row_bytes, ext_pull_loan **loan)
 {
     pullrows *pr = pull_of(fn);
+    *loan = NULL;
     if (!pr || !pr->w || pr->busy)
-        return NULL;
+        return 0;
+    if (num_rows != pr->num_rows || row_bytes != pr->row_bytes) {
+        PyErr_Format(PyExc_ValueError, "rows: the pull's append() writes a table of %llu rows "
+                                       "of %u bytes, not the %llu rows of %u bytes read",
+                     (unsigned long long)pr->num_rows, (unsigned)pr->row_bytes,
+                     (unsigned long long)num_rows, (unsigned)row_bytes);
+        return -1;
+    }
     pr->busy = 1;
-    return pr->w;
+    *loan = (ext_pull_loan *)pr;
+    return 1;
 }
 
-void ext_pull_return(PyObject *fn)
+engram_writer *ext_pull_writer(ext_pull_loan *loan)
 {
-    pullrows *pr = pull_of(fn);
-    if (pr)
-        pr->busy = 0;
+    return ((pullrows *)loan)->w;
+}
+
+int ext_pull_recalled(ext_pull_loan *loan)
+{
+    return atomic_load(&((pullrows *)loan)->recalled);
+}
+
+void ext_pull_return(ext_pull_loan *loan)
+{
+    ((pullrows *)loan)->busy = 0;
 }
 
 /* What fill or same raised, kept for _pull_rows (the first one). */
@@ -625,7 +652,28 @@ static int pull_fill(void *ud, engram_writer *w)
     if (cap && (fn = PyCFunction_New(&pull_append_def, cap))) {
         pr->w = w;
         res = PyObject_CallOneArg(pr->fill, fn);
-        pr->w = NULL; /* an append kept by fill now raises */
+        /* An append() or a read into the table that fill() left running
+         * on another thread stops (a read at its next block), and is
+         * waited for: the writer is committed or aborted once this
+         * returns. */
+        if (pr->busy) {
+            atomic_store(&pr->recalled, 1);
+            while (pr->busy) {
+                Py_BEGIN_ALLOW_THREADS
+                nanosleep(&(struct timespec){0, 1000000}, NULL);
+                Py_END_ALLOW_THREADS
+            }
+            if (res) {
+                Py_CLEAR(res);
+                ext_raise_cls(ext_exc_for(ENGRAM_ESTATE), ENGRAM_ESTATE,
+                              "pull: fill() returned while an append() or a read into the "
+                              "table still ran; nothing is published");
+            }
+        }
+        pr->w = NULL;
+        /* An append() kept by fill now raises, and reads nothing of pr. */
+        if (PyCapsule_SetName(cap, PULL_CAPSULE_DONE) < 0 && res)
+            Py_CLEAR(res);
     }
     if (!res)
         rc = pull_raised(pr);
@@ -770,6 +818,7 @@ PyObject *ext_store_pull_rows(StoreObject *s, PyObject *const *args, Py_ssize_t 
     pr.source = csource;
     pr.fill = v[3];
     pr.same = v[4];
+    pr.num_rows = sp.num_rows;
     pr.row_bytes = sp.row_bytes;
     if (ext_store_enter(s) < 0)
         return NULL;

@@ -585,6 +585,60 @@ def test_pull_rows_refuses_a_bad_origin(local, local_dir):
                                                    "epoch": 1, "where": "h:1"}
 
 
+def test_pull_rows_reading_another_shape_is_refused(remote, local, local_dir):
+    """A read into a pull's append() (the protocol's read_into, which then
+    writes to the pull's table itself) of a table of another shape than
+    the pull's is refused before a byte is read: more rows would run past
+    the table file, wider rows past the read's buffers."""
+    rows = make_rows(N, R, seed=11)
+    remote.populate("t", rows)
+    m = remote._p.manifest("t")
+
+    def fill(append):
+        remote._p.p.read_into("t", append, N, R, m["checksum"])
+    for n, r in ((10, R), (N + 1, R), (N, 2 * R), (N, R // 2)):
+        with pytest.raises(ValueError, match="rows: the pull's append"):
+            local._pull_rows("t", n, r, fill, lambda v: True, "test")
+        assert visible(local, local_dir, "t") == (False, []), (n, r)
+    assert local._pull_rows("t", N, R, fill, lambda v: True, "test", checksum=m["checksum"])
+    np.testing.assert_array_equal(all_rows(local, "t", N), rows)
+
+
+def test_pull_whose_fill_returns_while_its_read_runs_publishes_nothing(big, local, local_dir):
+    """A fill() that leaves a read into its append() running on another
+    thread and returns: the read is stopped at its next block and waited
+    for (the table is aborted once fill() returns, its file unmapped),
+    the pull fails, nothing is published; the append() kept after raises."""
+    st, rows = big
+    m = st._p.manifest("big")
+    started, errors, kept = threading.Event(), [], []
+
+    def read(append):
+        try:
+            st._p.p.read_into("big", append, BIG_N, R, m["checksum"],
+                            lambda done, total: started.set())
+        except Exception as e:  # the read's own failure, checked below
+            errors.append(e)
+        finally:
+            started.set()
+
+    def fill(append):
+        kept.append(append)
+        t = threading.Thread(target=read, args=(append,))
+        kept.append(t)
+        t.start()
+        started.wait()
+    with pytest.raises(engramstore.StateError, match="fill\\(\\) returned while"):
+        local._pull_rows("big", BIG_N, R, fill, lambda v: True, "test", checksum=m["checksum"])
+    append, t = kept
+    t.join()
+    assert visible(local, local_dir, "big") == (False, [])
+    # The read stopped (ECANCELED), or had ended just before fill() looked.
+    assert errors == [] or getattr(errors[0], "errno", None) == errno.ECANCELED, errors
+    with pytest.raises(engramstore.StateError, match="fill\\(\\) has returned"):
+        append(rows[:2])
+
+
 def _xorshift_bytes(n):
     """LLVM's xxhash unit test buffer (llvm/unittests/Support/xxhashTest.cpp):
     xorshift64 from 1, the low byte of each step."""
