@@ -1,7 +1,8 @@
 """A Mooncake Store for the tests, on this machine only: Mooncake's HTTP
 metadata server and its master, started on free 127.0.0.1 ports, waited
-for until they answer, and stopped by the PIDs started here.  Also used by
-bench/bench_mooncake.py.
+for until they answer, and stopped by the PIDs started here; each also
+dies with the test process however it dies (PR_SET_PDEATHSIG, as
+rdserver.py's servers).  Also used by bench/bench_mooncake.py.
 
 Needs the wheel mooncake-transfer-engine-non-cuda (and Debian's
 libibverbs1, which its libraries link); scripts/test.sh installs both.
@@ -22,7 +23,7 @@ import time
 import urllib.error
 import urllib.request
 
-from ports import bind_failed, pick_ports
+from ports import bind_failed, die_with_parent, pick_ports
 
 HOST = "127.0.0.1"
 
@@ -108,8 +109,9 @@ class MooncakeServers:
         # The servers are Mooncake's programs, not ours: none of a sanitizer
         # run's preloads.
         env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "ASAN_OPTIONS")}
+        # Each server dies with the test process however it dies.
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                start_new_session=True, env=env)
+                                start_new_session=True, env=env, preexec_fn=die_with_parent)
         # scripts/test.sh checks afterwards that every server it started is gone.
         pidfile = os.environ.get("ENGRAM_MOONCAKE_PIDFILE")
         if pidfile:

@@ -15,7 +15,9 @@ server's log says "Address already in use" (:func:`bind_failed`).
 """
 from __future__ import annotations
 
+import ctypes
 import random
+import signal
 import socket
 
 HOST = "127.0.0.1"
@@ -85,3 +87,11 @@ def bind_failed(log_path: str, offset: int = 0) -> bool:
             return b"address already in use" in f.read().lower()
     except OSError:
         return False
+
+
+def die_with_parent() -> None:
+    """A server's preexec_fn: the kernel kills it (SIGKILL) when the test
+    process that started it dies, however it dies (PR_SET_PDEATHSIG), so
+    that a crashed test run leaves no server behind."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG

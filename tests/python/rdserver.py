@@ -19,15 +19,13 @@ is up, and are generous.
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
 
-from ports import bind_failed, pick_ports
+from ports import bind_failed, die_with_parent, pick_ports
 
 HOST = "127.0.0.1"
 BUS_OFFSET = 10000
@@ -50,11 +48,6 @@ def require_redis() -> None:
         if os.environ.get("ENGRAM_REQUIRE_REDIS") == "1":
             pytest.fail(why)
         pytest.skip(why)
-
-
-def _die_with_parent() -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
 
 
 class RedisCluster:
@@ -88,7 +81,7 @@ class RedisCluster:
         if self.password:
             args += ["--requirepass", self.password, "--masterauth", self.password]
         p = subprocess.Popen(args + self.extra, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+                             stderr=subprocess.DEVNULL, preexec_fn=die_with_parent)
         pidfile = os.environ.get("ENGRAM_REDIS_PIDFILE")
         if pidfile:
             with open(pidfile, "a") as f:
