@@ -806,6 +806,16 @@ static int nsdir_writer_append(void *fw, const void *rows, uint64_t nrows, size_
         return engram__err(ENGRAM_ESTATE, "append of %llu rows to '%s' goes beyond its %llu rows",
                            (unsigned long long)nrows, w->name,
                            (unsigned long long)w->h.num_rows);
+    if (w->map && src == w->map + w->rows_done * rb && src_stride == rb) {
+        /* Rows at their own place in the region (engram__writer_region()):
+         * taken where they are.  A store through a mapping of a tmpfs file
+         * leaves its times alone: ranks waiting for this pull see it move
+         * (wait_for_writer()). */
+        XXH3_64bits_update(w->xs, src, (size_t)(nrows * rb));
+        w->rows_done += nrows;
+        (void)futimens(w->fd, NULL);
+        return 0;
+    }
     per_buf = BUF_SIZE / pitch;
     if (per_buf == 0)
         per_buf = 1;
@@ -904,7 +914,7 @@ out:
     return err;
 }
 
-/* writer.h: engram__writer_region() and _took() of a directory's writer. */
+/* writer.h: engram__writer_region() of a directory's writer. */
 static unsigned char *nsdir_writer_region(void *fw, uint64_t bytes)
 {
     fwriter *f = fw;
@@ -918,22 +928,6 @@ static unsigned char *nsdir_writer_region(void *fw, uint64_t bytes)
     if (addr == MAP_FAILED)
         return NULL;
     return f->map = addr;
-}
-
-static int nsdir_writer_took(void *fw, uint64_t nrows)
-{
-    fwriter *f = fw;
-    if (!f->map || nrows > f->h.num_rows - f->rows_done)
-        return engram__err(ENGRAM_ESTATE, "table '%s': %llu rows taken in place %s", f->name,
-                           (unsigned long long)nrows,
-                           f->map ? "go beyond its rows" : "without its region");
-    XXH3_64bits_update(f->xs, f->map + f->rows_done * f->h.row_bytes,
-                       (size_t)(nrows * f->h.row_bytes));
-    f->rows_done += nrows;
-    /* A store through a mapping of a tmpfs file leaves its times alone:
-     * ranks waiting for this pull see it move (wait_for_writer()). */
-    (void)futimens(f->fd, NULL);
-    return 0;
 }
 
 static void nsdir_writer_abort(void *fw)
@@ -951,7 +945,6 @@ uint64_t engram__writer_sum(const engram_writer *w)
 {
     return XXH3_64bits_digest(((const fwriter *)engram__writer_impl(w))->xs);
 }
-
 
 /* engram_populate_shared(): waits for a running writer of `name` (1:
  * it ended, look again), or says there is none (0), or that it still
@@ -1064,5 +1057,4 @@ const engram__remote_vt engram__nsdir_vt = {
     .writer_origin = nsdir_writer_origin,
     .writer_wait = nsdir_writer_wait,
     .writer_region = nsdir_writer_region,
-    .writer_took = nsdir_writer_took,
 };

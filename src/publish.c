@@ -452,12 +452,13 @@ int engram__pub_read_all(const engram__pub *p, const char *name, const engram__r
     x.m = &m;
     x.k = k;
     x.region = k->region ? k->region(k->ud) : NULL;
-    if (x.region ? !(r = malloc(per * sizeof *r)) || !(x.xs = XXH3_createState())
-                 : !(r = malloc(per * sizeof *r)) || !(x.buf[0] = malloc(per * cb)) ||
-                       !(x.buf[1] = m.nchunks > per ? malloc(per * cb) : x.buf[0])) {
-        err = engram__err(-ENOMEM, "out of memory for 2 x %" PRIu64 " chunks of %" PRIu64
-                                   " bytes",
-                          per, cb);
+    if (!(r = malloc(per * sizeof *r)) ||
+        (x.region ? !(x.xs = XXH3_createState())
+                  : !(x.buf[0] = malloc(per * cb)) ||
+                        !(x.buf[1] = m.nchunks > per ? malloc(per * cb) : x.buf[0]))) {
+        err = engram__err(-ENOMEM, "out of memory for reading table '%s' (%" PRIu64
+                                   " chunks of %" PRIu64 " bytes a batch)",
+                          name, per, cb);
         goto out;
     }
     pthread_mutex_init(&x.mu, NULL);

@@ -51,7 +51,6 @@ typedef struct reading {
     XXH3_state_t *xs; /* verify: the rows' XXH3 so far */
     /* pull only */
     engram_writer *w;
-    int in_place; /* the rows are read into w's region (engram__writer_region()) */
     engram_table_spec want; /* the remote's table as described before the read */
     uint64_t want_sum;
 } reading;
@@ -184,7 +183,7 @@ static int pull_begin(void *ud, const engram_table_spec *spec, uint64_t sum)
 static int pull_rows(void *ud, const void *rows, uint64_t n)
 {
     reading *r = ud;
-    return r->in_place ? engram__writer_took(r->w, n) : engram_writer_append(r->w, rows, n, 0);
+    return engram_writer_append(r->w, rows, n, 0);
 }
 
 /* The rows land in the table file itself where they can (a tmpfs): no
@@ -192,9 +191,7 @@ static int pull_rows(void *ud, const void *rows, uint64_t n)
 static unsigned char *pull_region(void *ud)
 {
     reading *r = ud;
-    unsigned char *p = engram__writer_region(r->w, r->total);
-    r->in_place = p != NULL;
-    return p;
+    return engram__writer_region(r->w, r->total);
 }
 
 static int remote_same(pull_from *pf, engram_store *to, const char *name,

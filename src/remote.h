@@ -114,12 +114,12 @@ typedef struct engram__remote_vt {
     /* engram_writer_set_origin() of an origin already checked
      * (engram__origin_check()).  NULL: the namespace keeps no origin. */
     int (*writer_origin)(void *w, const engram_origin *o);
-    /* engram__writer_region() and engram__writer_took() (writer.h), of a
-     * writer that has not failed; region_bytes is what the caller will
-     * write (NULL unless the table's data is exactly that).  NULL: the
-     * namespace takes rows only by append. */
+    /* engram__writer_region() (writer.h), of a writer that has not
+     * failed; region_bytes is what the caller will write (NULL unless the
+     * table's data is exactly that).  writer_append() then takes rows
+     * appended from their own place in the region where they are.  NULL:
+     * the namespace takes rows only by copy. */
     unsigned char *(*writer_region)(void *w, uint64_t region_bytes);
-    int (*writer_took)(void *w, uint64_t nrows);
     /* engram_populate_shared(): waits for a running writer of `name` until
      * *deadline (set at the first wait, from timeout_ms: < 0 none): 1 if
      * one ended (look again), 0 if none runs, or the failure (-ETIMEDOUT

@@ -174,20 +174,6 @@ unsigned char *engram__writer_region(engram_writer *w, uint64_t bytes)
     return w->st->ns->writer_region(w->w, bytes);
 }
 
-int engram__writer_took(engram_writer *w, uint64_t nrows)
-{
-    int err;
-    if (!w)
-        return engram__err(-EINVAL, "writer is NULL");
-    if (w->failed || !w->w || !w->st->ns->writer_took)
-        return engram__err(ENGRAM_ESTATE, "writer of '%s' failed earlier or takes no rows in "
-                                          "place",
-                           w->name);
-    if ((err = w->st->ns->writer_took(w->w, nrows)) != 0)
-        w->failed = 1;
-    return err;
-}
-
 /* engram_populate() with placement `pl` (NULL: the store's) and, where
  * total_rows is not 0, the row range [row_start, row_start + num_rows) of
  * total_rows. */

@@ -15,15 +15,14 @@ void *engram__writer_impl(const engram_writer *w);
 /* Rows written in place, without a copy (a pull's transfer lands in the
  * table file): engram__writer_region(w, bytes) is w's data region, mapped
  * writable until commit or abort, where the caller writes every row
- * itself (`bytes`, exactly the table's packed rows), then
- * engram__writer_took(w, n) for each next n rows, in order, once they are
- * there (hashed then, as append() hashes what it writes; a failure fails
- * the writer).  NULL where rows cannot go in place (the namespace takes
- * none so: a disk, a remote; rows with a pitch; bytes not the table's;
- * once rows were appended; the writer failed; the mapping failed):
- * append them. */
+ * itself (`bytes`, exactly the table's packed rows), then appends each
+ * next n rows from where they are (engram_writer_append(w, region + done
+ * * row_bytes, n, 0)), in order, once they are there: they are hashed
+ * there and not copied.  NULL where rows cannot go in place (the
+ * namespace takes none so: a disk, a remote; rows with a pitch; bytes not
+ * the table's; once rows were appended; the writer failed; the mapping
+ * failed): append them from elsewhere. */
 unsigned char *engram__writer_region(engram_writer *w, uint64_t bytes);
-int engram__writer_took(engram_writer *w, uint64_t nrows);
 
 struct engram__numa;
 

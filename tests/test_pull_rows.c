@@ -13,7 +13,7 @@
  *  - bad arguments;
  *  - four ranks (threads with stores of their own) pulling at once: one
  *    fills, the others wait for its temporary file and keep its table;
- *  - rows written in place (engram__writer_region/_took, what a pull's
+ *  - rows written in place (engram__writer_region, what a pull's
  *    read does on a tmpfs): the table they make, and when a writer gives
  *    no region (another size, a pitch, rows appended, failed earlier).
  */
@@ -237,11 +237,11 @@ static int fill_in_place(void *ud, engram_writer *w)
         uint64_t n = ROWS - i < CHUNK ? ROWS - i : CHUNK;
         for (uint64_t j = 0; j < n; j++)
             tu_fill_row(p + (i + j) * RB, s->seed, i + j, RB);
-        rc = engram__writer_took(w, n);
+        rc = engram_writer_append(w, p + i * RB, n, 0);
     }
     /* One row more than the table has: refused, and the writer fails. */
     if (rc == 0 && s->fail_after == 0) {
-        ASSERT_ERR(engram__writer_took(w, 1), ENGRAM_ESTATE);
+        ASSERT_ERR(engram_writer_append(w, p, 1, 0), ENGRAM_ESTATE);
         rc = -EIO;
     }
     return rc;
@@ -273,7 +273,7 @@ static void test_in_place(void)
     tu_check_named(st, "t", 9, ROWS, RB);
     ASSERT_OK(engram_verify(st, "t", NULL, NULL));
 
-    tu_current_case = "took past the table's rows fails the writer";
+    tu_current_case = "rows past the table's fail the writer";
     init_src(&s, 10);
     s.fail_after = 0;
     ASSERT_ERR(engram_pull_rows(st, "u", &spec, "test", &(engram_pull_ops){fill_in_place, same},
@@ -285,7 +285,7 @@ static void test_in_place(void)
     ASSERT_OK(engram_writer_begin(st, "v", &spec, &w));
     ASSERT(engram__writer_region(w, (uint64_t)ROWS * RB - 1) == NULL);
     ASSERT(engram__writer_region(w, (uint64_t)ROWS * RB + RB) == NULL);
-    ASSERT_ERR(engram__writer_took(w, 1), ENGRAM_ESTATE); /* no region yet: fails w */
+    ASSERT_ERR(engram_writer_append(w, row, ROWS + 1, 0), ENGRAM_ESTATE); /* fails w */
     ASSERT(engram__writer_region(w, (uint64_t)ROWS * RB) == NULL);
     engram_writer_abort(w);
     ASSERT_OK(engram_writer_begin(st, "v", &pitched, &w));

@@ -849,11 +849,9 @@ typedef struct isink {
     uint32_t row_bytes;
     PyObject *buf; /* the rows handed to rows() */
     /* rows is a pull's append(): its writer, lent for the call (the rows
-     * are written to it here, no Python called), and whether they are
-     * read in place into its table file */
+     * are appended to it here, no Python called) */
     ext_pull_loan *loan;
     engram_writer *w;
-    int in_place;
 } isink;
 
 static int isink_raised(isink *k)
@@ -887,9 +885,7 @@ static int isink_begin(void *ud, const engram_table_spec *spec, uint64_t checksu
 static unsigned char *isink_region(void *ud)
 {
     isink *k = ud;
-    unsigned char *p = k->w ? engram__writer_region(k->w, k->size) : NULL;
-    k->in_place = p != NULL;
-    return p;
+    return k->w ? engram__writer_region(k->w, k->size) : NULL;
 }
 
 static int isink_rows(void *ud, const void *rows, uint64_t n)
@@ -907,8 +903,7 @@ static int isink_rows(void *ud, const void *rows, uint64_t n)
             return engram__err(-ECANCELED, "table '%s' in %s: the pull's fill() returned while "
                                            "it was read into the pulled table; read stopped",
                                k->name, k->where);
-        return k->in_place ? engram__writer_took(k->w, n)
-                           : engram_writer_append(k->w, rows, n, 0);
+        return engram_writer_append(k->w, rows, n, 0);
     }
     g = PyGILState_Ensure();
     /* The rows go in a bytearray of this sink's (reused while nothing
@@ -984,7 +979,7 @@ static PyObject *Pub_read_into(PubObject *o, PyObject *args, PyObject *kw)
     const char *name;
     unsigned long long want_rows;
     unsigned int want_rb;
-    isink k = {NULL, Py_None, NULL, 0, 0, 0, 0, NULL, NULL, 0, 0, 0, NULL, NULL, NULL, 0};
+    isink k = {NULL, Py_None, NULL, 0, 0, 0, 0, NULL, NULL, 0, 0, 0, NULL, NULL, NULL};
     engram__remote_sink sink = {isink_begin, isink_rows, isink_read, &k, isink_region};
     unsigned long long expect;
     int rc;
